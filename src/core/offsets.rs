@@ -1,0 +1,270 @@
+//! Per-partition offset tracking: the commit watermark.
+//!
+//! # Invariant
+//!
+//! The watermark this module reports is never greater than an offset that was
+//! begun and not yet completed. Everything Courier stores or commits for a
+//! partition comes from [`OffsetTracker::watermark`], so no offset is ever
+//! committed past an unfinished event.
+//!
+//! # Preconditions
+//!
+//! - Offsets are begun in strictly increasing order (Kafka hands a partition's
+//!   messages out in order; gaps are allowed: compaction and transaction markers
+//!   leave holes).
+//! - An offset is completed at most once, and only after it was begun, and only by
+//!   the generation (assignment) that began it.
+//!
+//! Violations are refused with a typed error instead of being absorbed, because each
+//! of them means a bug upstream that could otherwise move the watermark wrongly.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// The offset of the *next* message to consume: last done + 1.
+///
+/// This is what Kafka stores and commits. rdkafka's `store_offset_from_message`
+/// adds the +1 itself, the partition-list APIs (`store_offsets`, `commit`) do not;
+/// Courier only uses the partition-list APIs, always with a `NextOffset`, and the
+/// conversion from a finished offset happens here and nowhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NextOffset(i64);
+
+impl NextOffset {
+    /// The position just after the finished offset `done`.
+    pub fn after(done: i64) -> Self {
+        NextOffset(done + 1)
+    }
+    /// The position *at* `offset` (that offset is the next one to read).
+    pub fn at(offset: i64) -> Self {
+        NextOffset(offset)
+    }
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for NextOffset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrackerError {
+    #[error("offset {offset} begun out of order (expected at least {expected})")]
+    OutOfOrder { offset: i64, expected: i64 },
+    #[error("completion for offset {0} that is not in flight (never begun, or completed twice)")]
+    NotInFlight(i64),
+    #[error("completion from generation {got} reached generation {current}")]
+    StaleGeneration { got: u64, current: u64 },
+}
+
+/// Tracks begun-but-unfinished offsets of one partition for one generation.
+#[derive(Debug, Clone)]
+pub struct OffsetTracker {
+    generation: u64,
+    in_flight: BTreeSet<i64>,
+    /// Highest begun offset + 1, or the known start position.
+    next_expected: Option<i64>,
+}
+
+impl OffsetTracker {
+    /// A tracker that learns its start from the first begun offset.
+    pub fn new(generation: u64) -> Self {
+        OffsetTracker {
+            generation,
+            in_flight: BTreeSet::new(),
+            next_expected: None,
+        }
+    }
+
+    /// A tracker whose position is known (e.g. after a seek to a stored offset).
+    pub fn starting_at(generation: u64, start: NextOffset) -> Self {
+        OffsetTracker {
+            generation,
+            in_flight: BTreeSet::new(),
+            next_expected: Some(start.get()),
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Records that work for `offset` has started.
+    pub fn begin(&mut self, offset: i64) -> Result<(), TrackerError> {
+        if let Some(expected) = self.next_expected {
+            if offset < expected {
+                return Err(TrackerError::OutOfOrder { offset, expected });
+            }
+        }
+        self.in_flight.insert(offset);
+        self.next_expected = Some(offset + 1);
+        Ok(())
+    }
+
+    /// Records that `offset` is done (its outcome is durable).
+    pub fn complete(&mut self, generation: u64, offset: i64) -> Result<(), TrackerError> {
+        if generation != self.generation {
+            return Err(TrackerError::StaleGeneration {
+                got: generation,
+                current: self.generation,
+            });
+        }
+        if !self.in_flight.remove(&offset) {
+            return Err(TrackerError::NotInFlight(offset));
+        }
+        Ok(())
+    }
+
+    /// The position that may be stored/committed: the lowest unfinished offset, or
+    /// just past the highest begun offset when nothing is unfinished. `None` before
+    /// anything was seen.
+    pub fn watermark(&self) -> Option<NextOffset> {
+        match self.in_flight.first() {
+            Some(&lowest) => Some(NextOffset::at(lowest)),
+            None => self.next_expected.map(NextOffset::at),
+        }
+    }
+
+    /// Highest begun offset, if any.
+    pub fn highest_begun(&self) -> Option<i64> {
+        self.next_expected.map(|n| n - 1)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    pub fn is_in_flight(&self, offset: i64) -> bool {
+        self.in_flight.contains(&offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn next_offset_conversions() {
+        assert_eq!(NextOffset::after(41).get(), 42);
+        assert_eq!(NextOffset::at(42).get(), 42);
+    }
+
+    #[test]
+    fn empty_tracker_has_no_watermark() {
+        let t = OffsetTracker::new(1);
+        assert_eq!(t.watermark(), None);
+        let t = OffsetTracker::starting_at(1, NextOffset::at(10));
+        assert_eq!(t.watermark(), Some(NextOffset::at(10)));
+    }
+
+    #[test]
+    fn watermark_stops_at_lowest_unfinished() {
+        let mut t = OffsetTracker::new(1);
+        for o in [5, 6, 7] {
+            t.begin(o).unwrap();
+        }
+        assert_eq!(t.watermark(), Some(NextOffset::at(5)));
+        t.complete(1, 6).unwrap();
+        assert_eq!(t.watermark(), Some(NextOffset::at(5)));
+        t.complete(1, 5).unwrap();
+        assert_eq!(t.watermark(), Some(NextOffset::at(7)));
+        t.complete(1, 7).unwrap();
+        assert_eq!(t.watermark(), Some(NextOffset::after(7)));
+    }
+
+    #[test]
+    fn gaps_are_allowed() {
+        let mut t = OffsetTracker::new(1);
+        t.begin(3).unwrap();
+        t.begin(9).unwrap();
+        t.complete(1, 3).unwrap();
+        assert_eq!(t.watermark(), Some(NextOffset::at(9)));
+        t.complete(1, 9).unwrap();
+        assert_eq!(t.watermark(), Some(NextOffset::at(10)));
+    }
+
+    #[test]
+    fn impossible_sequences_are_refused() {
+        let mut t = OffsetTracker::new(2);
+        t.begin(10).unwrap();
+        assert_eq!(
+            t.begin(10),
+            Err(TrackerError::OutOfOrder {
+                offset: 10,
+                expected: 11
+            })
+        );
+        assert_eq!(t.complete(2, 11), Err(TrackerError::NotInFlight(11)));
+        assert_eq!(
+            t.complete(1, 10),
+            Err(TrackerError::StaleGeneration { got: 1, current: 2 })
+        );
+        t.complete(2, 10).unwrap();
+        assert_eq!(t.complete(2, 10), Err(TrackerError::NotInFlight(10)));
+        let mut s = OffsetTracker::starting_at(1, NextOffset::at(50));
+        assert!(s.begin(49).is_err());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Begin(u8),
+        Complete(usize),
+        CompleteBogus(i64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (1u8..4).prop_map(Op::Begin),
+            any::<usize>().prop_map(Op::Complete),
+            (0i64..500).prop_map(Op::CompleteBogus),
+        ]
+    }
+
+    proptest! {
+        /// Model-based: random begin/complete sequences against a plain reference
+        /// model. The watermark never passes an unfinished offset, never goes back,
+        /// and impossible completions are refused without changing anything.
+        #[test]
+        fn watermark_never_passes_unfinished(ops in proptest::collection::vec(op(), 1..300)) {
+            let mut t = OffsetTracker::new(7);
+            let mut model_in_flight: Vec<i64> = Vec::new();
+            let mut next = 0i64;
+            let mut last_wm: Option<NextOffset> = None;
+            for op in ops {
+                match op {
+                    Op::Begin(gap) => {
+                        let off = next + gap as i64 - 1;
+                        t.begin(off).unwrap();
+                        model_in_flight.push(off);
+                        next = off + 1;
+                    }
+                    Op::Complete(i) => {
+                        if model_in_flight.is_empty() { continue; }
+                        let off = model_in_flight.remove(i % model_in_flight.len());
+                        t.complete(7, off).unwrap();
+                    }
+                    Op::CompleteBogus(off) => {
+                        if model_in_flight.contains(&off) { continue; }
+                        prop_assert_eq!(t.complete(7, off), Err(TrackerError::NotInFlight(off)));
+                    }
+                }
+                let wm = t.watermark();
+                if let Some(wm) = wm {
+                    for &f in &model_in_flight {
+                        prop_assert!(wm.get() <= f, "watermark {} passed unfinished {}", wm, f);
+                    }
+                    if model_in_flight.is_empty() {
+                        prop_assert_eq!(wm.get(), next);
+                    }
+                }
+                prop_assert!(wm >= last_wm, "watermark went back");
+                last_wm = wm;
+                prop_assert_eq!(t.in_flight(), model_in_flight.len());
+            }
+        }
+    }
+}
