@@ -28,10 +28,24 @@ KAFKA_VERSION="4.4.0"
 # Kafka 4.4 is still on SLF4J 1.7 (slf4j-api 1.7.36): the binding is log4j-slf4j-impl.
 LOG4J_VERSION="2.24.3"
 
-KAFKA_PORT="${COURIER_KAFKA_PORT:-19092}"
-KAFKA_CONTROLLER_PORT="${COURIER_KAFKA_CONTROLLER_PORT:-19093}"
-REDIS_PORT="${COURIER_REDIS_PORT:-16379}"
-PG_PORT="${COURIER_PG_PORT:-15432}"
+# Ports: environment > what `up` saved in the state dir (so `kafka-stop` etc. hit the instance
+# that `up` started even without the variables) > defaults.
+PORTS_FILE="$STATE/ports.env"
+if [[ -f $PORTS_FILE ]]; then
+    while IFS='=' read -r k v; do
+        case $k in
+            COURIER_KAFKA_PORT | COURIER_KAFKA_CONTROLLER_PORT | COURIER_REDIS_PORT | COURIER_PG_PORT)
+                if [[ -z ${!k:-} && $v =~ ^[0-9]+$ ]]; then printf -v "SAVED_$k" '%s' "$v"; fi ;;
+        esac
+    done <"$PORTS_FILE"
+fi
+KAFKA_PORT="${COURIER_KAFKA_PORT:-${SAVED_COURIER_KAFKA_PORT:-19092}}"
+KAFKA_CONTROLLER_PORT="${COURIER_KAFKA_CONTROLLER_PORT:-${SAVED_COURIER_KAFKA_CONTROLLER_PORT:-19093}}"
+REDIS_PORT="${COURIER_REDIS_PORT:-${SAVED_COURIER_REDIS_PORT:-16379}}"
+PG_PORT="${COURIER_PG_PORT:-${SAVED_COURIER_PG_PORT:-15432}}"
+for _p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$REDIS_PORT" "$PG_PORT"; do
+    [[ $_p =~ ^[0-9]+$ ]] || { echo "[services] ERROR: port '$_p' is not a number" >&2; exit 1; }
+done
 KAFKA_READY_TIMEOUT="${COURIER_KAFKA_READY_TIMEOUT:-60}"
 KAFKA_STOP_TIMEOUT="${COURIER_KAFKA_STOP_TIMEOUT:-30}"
 HOST=127.0.0.1
@@ -81,13 +95,27 @@ pid_alive() {
     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$pattern"
 }
 
-# wait_gone PID SECONDS: wait until PID is gone (or a zombie).
+# proc_gone PID: the process has exited. A multi-threaded process (java) shows its main thread
+# as a zombie while the other threads still run and hold its sockets: only "zombie with no
+# thread left but the main one" counts as gone.
+proc_gone() {
+    local pid=$1 st
+    [[ -r /proc/$pid/stat ]] || return 0
+    st=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 0
+    [[ -z $st ]] && return 0
+    if [[ $st == Z || $st == X ]]; then
+        local tasks
+        tasks=$(ls "/proc/$pid/task" 2>/dev/null | wc -l) || return 0
+        ((tasks <= 1)) && return 0
+    fi
+    return 1
+}
+
+# wait_gone PID SECONDS: wait until PID has exited.
 wait_gone() {
-    local pid=$1 secs=$2 i st
+    local pid=$1 secs=$2 i
     for ((i = 0; i < secs * 10; i++)); do
-        [[ -r /proc/$pid/stat ]] || return 0
-        st=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 0
-        [[ $st == Z || $st == X || -z $st ]] && return 0
+        proc_gone "$pid" && return 0
         sleep 0.1
     done
     return 1
@@ -97,12 +125,17 @@ port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
 port_owner() { ss -ltnpH "sport = :$1" 2>/dev/null | head -1 || true; }
 
+# check_port_free PORT WHAT: fail when something listens on PORT (after a short grace period,
+# in case a process we just stopped is still letting go of it).
 check_port_free() {
-    local port=$1 what=$2
-    if port_open "$port"; then
-        die "$what: port $HOST:$port is already in use by another process ($(port_owner "$port")). \
+    local port=$1 what=$2 i
+    for ((i = 0; i < 50; i++)); do
+        port_open "$port" || return 0
+        sleep 0.1
+    done
+    local owner; owner=$(port_owner "$port")
+    die "$what: port $HOST:$port is already in use by another process${owner:+ ($owner)}. \
 Stop it, or pick another port with COURIER_*_PORT."
-    fi
 }
 
 as_root() {
@@ -223,6 +256,10 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
+# After a SIGKILL the restarted broker cannot register until the dead incarnation's session
+# expires (default 9 s): keep that short so kafka-kill + kafka-start is quick.
+broker.session.timeout.ms=4000
+broker.heartbeat.interval.ms=500
 num.network.threads=2
 num.io.threads=4
 log.cleaner.dedupe.buffer.size=16777216
@@ -418,12 +455,24 @@ pg_prepare_dirs() {
         die "user 'postgres' cannot write $PG_DIR (a parent directory is not traversable?): set COURIER_STATE to a path under /tmp"
 }
 
+# The postmaster runs when the pid on the first line of postmaster.pid is alive and is a
+# postgres for our data dir. A stale postmaster.pid whose pid was reused (machine restarted,
+# processes killed) is removed, or postgres would refuse to start.
 pg_running() {
     [[ -f $PG_DATA/PG_VERSION ]] || return 1
-    as_pg "$(pg_bin)/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1
+    [[ -f $PG_DATA/postmaster.pid ]] || return 1
+    local pid
+    pid=$(head -1 "$PG_DATA/postmaster.pid" 2>/dev/null || true)
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    if ! proc_gone "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$PG_DATA"; then
+        return 0
+    fi
+    log "removing stale $PG_DATA/postmaster.pid (pid $pid is not our postgres)"
+    rm -f "$PG_DATA/postmaster.pid"
+    return 1
 }
 
-pg_ready() { pg_isready -q -h "$HOST" -p "$PG_PORT" -t 2 >/dev/null 2>&1; }
+pg_ready() { pg_isready -q -h "$HOST" -p "$PG_PORT" -U postgres -d postgres -t 2 >/dev/null 2>&1; }
 
 pg_psql() {
     as_pg "$(pg_bin)/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_SOCK" -p "$PG_PORT" -U postgres -d postgres "$@"
@@ -513,6 +562,10 @@ export COURIER_TEST_REDIS_URL=redis://$HOST:$REDIS_PORT
 export COURIER_TEST_PG_URL=postgres://courier:courier@$HOST:$PG_PORT/courier
 export COURIER_TEST_SERVICES=$SCRIPT_PATH
 export COURIER_STATE=$STATE
+export COURIER_KAFKA_PORT=$KAFKA_PORT
+export COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT
+export COURIER_REDIS_PORT=$REDIS_PORT
+export COURIER_PG_PORT=$PG_PORT
 EOF
     mv "$tmp" "$ENV_FILE"
     log "wrote $ENV_FILE (source it: . $ENV_FILE)"
@@ -520,6 +573,16 @@ EOF
 
 cmd_up() {
     local t0=$SECONDS
+    if [[ -f $PORTS_FILE ]] && { kafka_running || redis_running || pg_running; }; then
+        local saved
+        saved=$(grep -E '^COURIER_(KAFKA|KAFKA_CONTROLLER|REDIS|PG)_PORT=' "$PORTS_FILE" | sort | tr '\n' ' ')
+        local want
+        want=$(printf '%s\n' "COURIER_KAFKA_PORT=$KAFKA_PORT" "COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT" \
+            "COURIER_REDIS_PORT=$REDIS_PORT" "COURIER_PG_PORT=$PG_PORT" | sort | tr '\n' ' ')
+        [[ $saved == "$want" ]] || die "services in $STATE are running with other ports ($saved): run '$SCRIPT_PATH down' first"
+    fi
+    printf '%s\n' "COURIER_KAFKA_PORT=$KAFKA_PORT" "COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT" \
+        "COURIER_REDIS_PORT=$REDIS_PORT" "COURIER_PG_PORT=$PG_PORT" >"$PORTS_FILE"
     ensure_packages
     ensure_kafka_jars
     # Kafka's JVM start is the slow part: launch it first, start the others while it boots.

@@ -1,4 +1,14 @@
 //! Courier: Kafka → decode/validate → enrich → HTTP POST with an idempotency key →
 //! commit only what is finished. See `docs/ARCHITECTURE.md`.
 
+pub mod actors;
+pub mod app;
+pub mod audit;
+pub mod config;
 pub mod core;
+pub mod delivery;
+pub mod demo;
+pub mod kafka;
+pub mod metrics;
+pub mod runtime;
+pub mod sink;

@@ -77,8 +77,9 @@ impl DecodeError {
 }
 
 /// Decodes and validates one Kafka message value.
-pub fn decode(value: Option<&[u8]>, opts: &DecodeOptions) -> Result<Event, DecodeError> {
-    let bytes = value.ok_or(DecodeError::Empty)?;
+pub fn decode(value: Option<&Bytes>, opts: &DecodeOptions) -> Result<Event, DecodeError> {
+    let raw = value.ok_or(DecodeError::Empty)?;
+    let bytes: &[u8] = raw;
     if bytes.is_empty() {
         return Err(DecodeError::Empty);
     }
@@ -123,7 +124,7 @@ pub fn decode(value: Option<&[u8]>, opts: &DecodeOptions) -> Result<Event, Decod
         subject,
         time,
         entity_version,
-        raw: Bytes::copy_from_slice(bytes),
+        raw: raw.clone(),
     })
 }
 
@@ -166,7 +167,7 @@ mod tests {
     }
 
     fn dec(s: &[u8]) -> Result<Event, DecodeError> {
-        decode(Some(s), &opts())
+        decode(Some(&Bytes::copy_from_slice(s)), &opts())
     }
 
     #[test]

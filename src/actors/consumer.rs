@@ -1,0 +1,353 @@
+//! Consumer actor: owns the Kafka consumer and the poll thread, routes records to
+//! partition actors, and handles rebalances, partition-actor crashes and shutdown.
+//!
+//! Crash recovery of a partition actor: its in-flight set is gone, so the partition
+//! is sought back to the last stored watermark and re-read from there. Records of
+//! the old read position that were already polled are fenced off (dropped) until
+//! the first record of the new read position arrives.
+
+use crate::actors::partition::{PartitionActor, PartitionArgs, PartitionMsg, PartitionShared};
+use crate::core::offsets::NextOffset;
+use crate::kafka::poller::Poller;
+use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, Record};
+use crate::metrics::{self as m, Readiness};
+use crate::runtime::Pipeline;
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::Offset;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub enum ConsumerMsg {
+    Records(Vec<Record>),
+    Assigned(Vec<i32>),
+    /// Sent from inside the revoke callback, which waits on `ack`.
+    Revoked {
+        partitions: Vec<i32>,
+        ack: std::sync::mpsc::SyncSender<()>,
+    },
+    /// Graceful shutdown: stop fetching, drain within the grace period, commit, close.
+    Shutdown(RpcReplyPort<()>),
+}
+
+pub struct ConsumerArgs {
+    pub pipeline: Arc<Pipeline>,
+    pub ready: Arc<Readiness>,
+}
+
+struct Part {
+    actor: ActorRef<PartitionMsg>,
+    shared: Arc<PartitionShared>,
+    first_forwarded: Option<i64>,
+    last_forwarded: Option<i64>,
+    /// After a seek: drop records above this offset until one at or below arrives.
+    fence: Option<i64>,
+}
+
+pub struct ConsumerState {
+    pipeline: Arc<Pipeline>,
+    ready: Arc<Readiness>,
+    consumer: Option<Arc<KafkaConsumer>>,
+    poller: Option<Poller>,
+    closing: Arc<AtomicBool>,
+    parts: HashMap<i32, Part>,
+    generation: u64,
+}
+
+pub struct ConsumerActor;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("topic `{0}` does not exist (Courier does not create topics)")]
+    MissingTopic(String),
+    #[error("DLQ topic `{dlq}` has {dlq_n} partitions but `{main}` has {main_n}: they must be equal (main p and DLQ p are processed together)")]
+    PartitionMismatch {
+        main: String,
+        main_n: usize,
+        dlq: String,
+        dlq_n: usize,
+    },
+    #[error("cannot read metadata of `{0}`: {1}")]
+    Metadata(String, String),
+}
+
+fn partition_count(c: &KafkaConsumer, topic: &str) -> Result<Option<usize>, StartupError> {
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|e| StartupError::Metadata(topic.to_string(), e.to_string()))?;
+    Ok(md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map(|t| t.partitions().len())
+        .filter(|n| *n > 0))
+}
+
+impl Actor for ConsumerActor {
+    type Msg = ConsumerMsg;
+    type State = ConsumerState;
+    type Arguments = ConsumerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: ConsumerArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let p = &args.pipeline;
+        let cfg = &p.config;
+        let closing = Arc::new(AtomicBool::new(false));
+        let revoke_wait = Duration::from_millis(cfg.pipeline.drain_timeout_ms + 2_000);
+        let ctx = CourierContext::new(cfg.kafka.topic.clone(), myself.clone(), revoke_wait, closing.clone());
+        let consumer: KafkaConsumer = consumer_config(&cfg.kafka).create_with_context(ctx)?;
+        let consumer = Arc::new(consumer);
+        let (c2, topic, dlq) = (consumer.clone(), cfg.kafka.topic.clone(), p.dlq_topic.clone());
+        let (main_n, dlq_n) = tokio::task::spawn_blocking(move || {
+            Ok::<_, StartupError>((partition_count(&c2, &topic)?, partition_count(&c2, &dlq)?))
+        })
+        .await??;
+        let Some(main_n) = main_n else {
+            return Err(StartupError::MissingTopic(cfg.kafka.topic.clone()).into());
+        };
+        match dlq_n {
+            Some(n) if n != main_n => {
+                return Err(StartupError::PartitionMismatch {
+                    main: cfg.kafka.topic.clone(),
+                    main_n,
+                    dlq: p.dlq_topic.clone(),
+                    dlq_n: n,
+                }
+                .into())
+            }
+            Some(_) => {}
+            None => tracing::warn!(dlq = %p.dlq_topic, "DLQ topic does not exist: failed events will wait (their offsets stay uncommitted) until it is created"),
+        }
+        consumer.subscribe(&[cfg.kafka.topic.as_str()])?;
+        let poller = Poller::start(consumer.clone())?;
+        tracing::info!(topic = %cfg.kafka.topic, group = %cfg.kafka.group_id, partitions = main_n, "consumer started");
+        Ok(ConsumerState {
+            pipeline: args.pipeline,
+            ready: args.ready,
+            consumer: Some(consumer),
+            poller: Some(poller),
+            closing,
+            parts: HashMap::new(),
+            generation: 0,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        s: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ConsumerMsg::Records(records) => s.route(records),
+            ConsumerMsg::Assigned(partitions) => {
+                for p in partitions {
+                    s.spawn_partition(&myself, p, None, Arc::new(PartitionShared::default()))
+                        .await?;
+                }
+                s.ready.assigned.store(true, Ordering::SeqCst);
+                metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
+            }
+            ConsumerMsg::Revoked { partitions, ack } => {
+                let deadline = Duration::from_millis(s.pipeline.config.pipeline.drain_timeout_ms + 1_000);
+                s.drain(&partitions, deadline).await;
+                metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
+                if s.parts.is_empty() {
+                    s.ready.assigned.store(false, Ordering::SeqCst);
+                }
+                let _ = ack.send(());
+            }
+            ConsumerMsg::Shutdown(reply) => {
+                s.shutdown().await;
+                let _ = reply.send(());
+                myself.stop(Some("shutdown".into()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        evt: SupervisionEvent,
+        s: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, err) = evt {
+            let Some(p) = s.partition_of(&cell) else {
+                return Ok(());
+            };
+            tracing::error!(partition = p, error = %err, "partition actor crashed; re-reading the partition from its watermark");
+            if let Err(e) = s.pipeline.record_restart("partition") {
+                s.pipeline.fatal(format!("partition actors crash too often: {e}"));
+                return Ok(());
+            }
+            s.recover(&myself, p).await?;
+        }
+        Ok(())
+    }
+}
+
+impl ConsumerState {
+    fn consumer(&self) -> Result<&Arc<KafkaConsumer>, ActorProcessingErr> {
+        self.consumer.as_ref().ok_or_else(|| "consumer closed".into())
+    }
+
+    fn partition_of(&self, cell: &ActorCell) -> Option<i32> {
+        self.parts
+            .iter()
+            .find(|(_, part)| part.actor.get_id() == cell.get_id())
+            .map(|(p, _)| *p)
+    }
+
+    async fn spawn_partition(
+        &mut self,
+        myself: &ActorRef<ConsumerMsg>,
+        p: i32,
+        start: Option<NextOffset>,
+        shared: Arc<PartitionShared>,
+    ) -> Result<(), ActorProcessingErr> {
+        self.generation += 1;
+        let args = PartitionArgs {
+            pipeline: self.pipeline.clone(),
+            consumer: self.consumer()?.clone(),
+            partition: p,
+            generation: self.generation,
+            start,
+            shared: shared.clone(),
+        };
+        let (actor, _) = Actor::spawn_linked(None, PartitionActor, args, myself.get_cell()).await?;
+        self.parts.insert(
+            p,
+            Part {
+                actor,
+                shared,
+                first_forwarded: start.map(NextOffset::get),
+                last_forwarded: None,
+                fence: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Splits a batch by partition (keeping order) and hands each part over.
+    fn route(&mut self, records: Vec<Record>) {
+        let mut by_part: HashMap<i32, Vec<Record>> = HashMap::new();
+        for r in records {
+            let Some(part) = self.parts.get_mut(&r.partition) else {
+                continue; // Not ours (any more): not stored, so re-read by the owner.
+            };
+            if let Some(f) = part.fence {
+                if r.offset > f {
+                    continue; // Polled before the seek: the re-read brings it again.
+                }
+                part.fence = None;
+            }
+            part.first_forwarded.get_or_insert(r.offset);
+            part.last_forwarded = Some(r.offset);
+            by_part.entry(r.partition).or_default().push(r);
+        }
+        for (p, recs) in by_part {
+            if let Some(part) = self.parts.get(&p) {
+                // If the actor just died, the records are lost with it; recovery
+                // seeks back to the watermark, which is below them.
+                let _ = part.actor.send_message(PartitionMsg::Records(recs));
+            }
+        }
+    }
+
+    async fn recover(&mut self, myself: &ActorRef<ConsumerMsg>, p: i32) -> Result<(), ActorProcessingErr> {
+        let Some(old) = self.parts.remove(&p) else {
+            return Ok(());
+        };
+        let start = old.shared.stored().or(old.first_forwarded);
+        let consumer = self.consumer()?.clone();
+        let topic = self.pipeline.config.kafka.topic.clone();
+        let mut fence = None;
+        if let (Some(s), Some(last)) = (start, old.last_forwarded) {
+            if s <= last {
+                // Unfinished work was lost with the actor: read again from the watermark.
+                let mut tpl = rdkafka::TopicPartitionList::new();
+                tpl.add_partition(&topic, p);
+                let _ = consumer.resume(&tpl);
+                let c = consumer.clone();
+                let t = topic.clone();
+                tokio::task::spawn_blocking(move || c.seek(&t, p, Offset::Offset(s), Duration::from_secs(10)))
+                    .await??;
+                fence = Some(last);
+                tracing::info!(partition = p, from = s, "partition sought back to its watermark");
+            }
+        }
+        self.spawn_partition(myself, p, start.map(NextOffset::at), old.shared)
+            .await?;
+        if let Some(part) = self.parts.get_mut(&p) {
+            part.fence = fence;
+            part.last_forwarded = old.last_forwarded;
+        }
+        Ok(())
+    }
+
+    /// Drains the given partitions concurrently (bounded) and stops their actors.
+    async fn drain(&mut self, partitions: &[i32], deadline: Duration) {
+        let mut waits = Vec::new();
+        for p in partitions {
+            if let Some(part) = self.parts.remove(p) {
+                let (tx, rx) = ractor::concurrency::oneshot();
+                let _ = part.actor.send_message(PartitionMsg::Drain(tx.into()));
+                waits.push((*p, part.actor, rx));
+            }
+        }
+        let until = tokio::time::Instant::now() + deadline;
+        for (p, actor, rx) in waits {
+            match tokio::time::timeout_at(until, rx).await {
+                Ok(Ok(stored)) => tracing::info!(partition = p, ?stored, "partition drained"),
+                _ => tracing::warn!(partition = p, "partition did not drain in time"),
+            }
+            actor.stop(Some("revoked".into()));
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let Some(consumer) = self.consumer.clone() else {
+            return;
+        };
+        // Stop fetching; the poll thread keeps running so the group sees us alive.
+        if let Ok(assignment) = consumer.assignment() {
+            let _ = consumer.pause(&assignment);
+        }
+        let partitions: Vec<i32> = self.parts.keys().copied().collect();
+        let grace = Duration::from_millis(self.pipeline.config.pipeline.shutdown_grace_ms);
+        self.drain(&partitions, grace).await;
+        let mut poller = self.poller.take();
+        let c = consumer.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(p) = poller.as_mut() {
+                p.stop_and_join();
+            }
+            match c.commit_consumer_state(CommitMode::Sync) {
+                Ok(()) => tracing::info!("final commit done"),
+                Err(e) => tracing::info!(error = %e, "final commit (nothing new to commit is fine)"),
+            }
+        })
+        .await;
+        // Closing the consumer (leaving the group) can block: do it off the
+        // runtime, bounded. The poll thread has ended, so this is normally the last
+        // reference.
+        drop(consumer);
+        let last = self.consumer.take();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            drop(last);
+            let _ = tx.send(());
+        });
+        if tokio::time::timeout(Duration::from_secs(10), rx).await.is_err() {
+            tracing::warn!("closing the Kafka consumer took over 10 s; giving up on a clean leave");
+        }
+        self.ready.assigned.store(false, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,16 @@
+//! The actor tree (ractor). Actors own state and I/O and stay thin: every decision
+//! worth testing lives in `crate::core`.
+//!
+//! ```text
+//! Supervisor
+//! ├── DlqWriter      idempotent producer for DLQ and parking lot
+//! ├── DeliveryPool   spawns enrich + HTTP tasks under a global concurrency limit
+//! └── Consumer       rdkafka consumer, poll thread, rebalances
+//!     └── Partition(p)  one per assigned partition: tracker, lanes, dispatch
+//! ```
+
+pub mod consumer;
+pub mod delivery;
+pub mod dlq_writer;
+pub mod partition;
+pub mod supervisor;

@@ -1,0 +1,104 @@
+//! Starting and stopping one Courier instance: the supervisor with its tree, and
+//! the metrics/health listener. Used by `courier run` and by `courier demo`.
+
+use crate::actors::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
+use crate::config::Config;
+use crate::metrics::Readiness;
+use crate::runtime::Pipeline;
+use metrics_exporter_prometheus::PrometheusHandle;
+use ractor::{Actor, ActorRef};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot start: {0}")]
+    Spawn(String),
+    #[error("metrics listener on {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+}
+
+pub struct Running {
+    supervisor: ActorRef<SupervisorMsg>,
+    join: tokio::task::JoinHandle<()>,
+    pub pipeline: Arc<Pipeline>,
+    pub ready: Arc<Readiness>,
+    http: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts the actor tree. Fails fast on what cannot work (missing token, missing
+/// topic, partition-count mismatch, unreachable cluster metadata).
+pub async fn start(config: Config, prometheus: Option<PrometheusHandle>) -> Result<Running, StartError> {
+    config.validate()?;
+    config.api_token()?;
+    let ready = Arc::new(Readiness::default());
+    let http = if config.metrics.listen.is_empty() {
+        None
+    } else {
+        let addr: SocketAddr = config
+            .metrics
+            .listen
+            .parse()
+            .map_err(|_| StartError::Spawn("metrics.listen".into()))?;
+        // Bind first so a taken port is a clear start-up error.
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| StartError::Listen(addr, e))?;
+        drop(listener);
+        let r = ready.clone();
+        Some(tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve(addr, prometheus, r).await {
+                tracing::error!(error = %e, "metrics listener failed");
+            }
+        }))
+    };
+    let pipeline = Arc::new(Pipeline::new(config));
+    let args = SupervisorArgs {
+        pipeline: pipeline.clone(),
+        ready: ready.clone(),
+    };
+    let (supervisor, join) = Actor::spawn(None, Supervisor, args)
+        .await
+        .map_err(|e| StartError::Spawn(startup_reason(&e)))?;
+    Ok(Running {
+        supervisor,
+        join,
+        pipeline,
+        ready,
+        http,
+    })
+}
+
+/// ractor wraps a failed `pre_start` in layers; the innermost message is the one
+/// an operator needs.
+fn startup_reason(e: &ractor::SpawnErr) -> String {
+    let mut msg = e.to_string();
+    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    while let Some(s) = src {
+        msg = s.to_string();
+        src = s.source();
+    }
+    msg
+}
+
+impl Running {
+    /// Graceful stop: stop fetching, let in-flight work finish within the grace
+    /// period, store and commit, leave the group.
+    pub async fn shutdown(self) {
+        let grace = self.pipeline.config.pipeline.shutdown_grace_ms + 30_000;
+        let _ = self
+            .supervisor
+            .call(SupervisorMsg::Shutdown, Some(Duration::from_millis(grace)))
+            .await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.join).await;
+        if let Some(h) = self.http {
+            h.abort();
+        }
+    }
+
+    /// Resolves when the supervisor gave up (restart budget exhausted).
+    pub async fn fatal(&self) -> String {
+        self.pipeline.wait_fatal().await
+    }
+}

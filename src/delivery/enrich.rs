@@ -1,0 +1,108 @@
+//! Enrichment: a PostgreSQL lookup by entity key behind a moka cache.
+//!
+//! Database errors are transient for the event (retried, then DLQ), never a reason
+//! to park it. Concurrent misses of one key are merged into one query
+//! (`try_get_with`), and errors are not cached.
+
+use crate::config::EnrichmentConfig;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use moka::future::Cache;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EnrichError {
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("database query failed: {0}")]
+    Query(String),
+    #[error("database query timed out")]
+    Timeout,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnrichSetupError {
+    #[error("enrichment.url: {0}")]
+    Url(String),
+    #[error("enrichment pool: {0}")]
+    Pool(String),
+}
+
+pub struct Enricher {
+    pool: Pool,
+    query: String,
+    cache: Cache<String, Option<Arc<Value>>>,
+    timeout: Duration,
+}
+
+impl Enricher {
+    pub fn new(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Enricher, EnrichSetupError> {
+        let mut pg: tokio_postgres::Config = cfg
+            .url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| EnrichSetupError::Url(e.to_string()))?;
+        if let Some(p) = password {
+            pg.password(p);
+        }
+        pg.connect_timeout(Duration::from_millis(cfg.query_timeout_ms.max(500)));
+        let mgr = Manager::from_config(
+            pg,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(cfg.pool_size)
+            .build()
+            .map_err(|e| EnrichSetupError::Pool(e.to_string()))?;
+        let cache = Cache::builder()
+            .max_capacity(cfg.cache_capacity)
+            .time_to_live(Duration::from_millis(cfg.cache_ttl_ms))
+            .build();
+        Ok(Enricher {
+            pool,
+            query: cfg.query.clone(),
+            cache,
+            timeout: Duration::from_millis(cfg.query_timeout_ms),
+        })
+    }
+
+    /// The enrichment document for `key`, `None` when the row does not exist.
+    pub async fn lookup(&self, key: &str) -> Result<Option<Arc<Value>>, EnrichError> {
+        if let Some(hit) = self.cache.get(key).await {
+            metrics::counter!(crate::metrics::ENRICH_CACHE, "result" => "hit").increment(1);
+            return Ok(hit);
+        }
+        metrics::counter!(crate::metrics::ENRICH_CACHE, "result" => "miss").increment(1);
+        self.cache
+            .try_get_with(key.to_string(), self.query_db(key))
+            .await
+            .map_err(|e: Arc<EnrichError>| (*e).clone())
+    }
+
+    async fn query_db(&self, key: &str) -> Result<Option<Arc<Value>>, EnrichError> {
+        let work = async {
+            let client = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| EnrichError::Unavailable(e.to_string()))?;
+            let row = client
+                .query_opt(self.query.as_str(), &[&key])
+                .await
+                .map_err(|e| EnrichError::Query(e.to_string()))?;
+            match row {
+                None => Ok(None),
+                Some(row) => {
+                    let v: Value = row.try_get(0).map_err(|e| EnrichError::Query(e.to_string()))?;
+                    Ok(Some(Arc::new(v)))
+                }
+            }
+        };
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .map_err(|_| EnrichError::Timeout)?
+    }
+}

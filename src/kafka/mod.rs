@@ -1,0 +1,177 @@
+//! Kafka plumbing: client configuration, the consumer context (rebalance
+//! callbacks) and the poll thread. No pipeline logic lives here.
+
+pub mod admin;
+pub mod poller;
+
+use crate::actors::consumer::ConsumerMsg;
+use crate::config::KafkaConfig;
+use ractor::ActorRef;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::ClientContext;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub type KafkaConsumer = BaseConsumer<CourierContext>;
+
+/// One message, owned, as it travels from the poll thread to a partition actor.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<bytes::Bytes>,
+    pub timestamp_ms: Option<i64>,
+}
+
+/// Consumer configuration. `enable.auto.offset.store=false` is what makes auto
+/// commit safe: librdkafka only ever commits offsets Courier stored, and Courier
+/// only stores watermarks (see `core::offsets`).
+pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &k.brokers)
+        .set("group.id", &k.group_id)
+        .set("enable.auto.commit", "true")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.commit.interval.ms", k.auto_commit_interval_ms.to_string())
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", k.session_timeout_ms.to_string())
+        .set("max.poll.interval.ms", k.max_poll_interval_ms.to_string())
+        // Main p and DLQ p must land on the same member: `range` assigns equal
+        // indices of co-subscribed topics together.
+        .set("partition.assignment.strategy", "range")
+        .set("enable.partition.eof", "false");
+    for (key, v) in &k.properties {
+        c.set(key, v);
+    }
+    c
+}
+
+/// Idempotent producer (acks=all, safe retries) for DLQ and parking-lot writes.
+pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &k.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        // A write that cannot be acknowledged within this time is reported as
+        // failed and retried by Courier; the event's offset waits meanwhile.
+        .set("message.timeout.ms", "30000");
+    for (key, v) in &k.properties {
+        // Consumer-only properties would make the producer refuse to start.
+        if !key.starts_with("fetch.") && !key.starts_with("max.poll") && !key.starts_with("session.") {
+            c.set(key, v);
+        }
+    }
+    c
+}
+
+/// Rebalance callbacks run on the poll thread, inside `poll()`. On revoke they hand
+/// the partitions to the consumer actor and wait (bounded) for it to drain and store,
+/// then commit synchronously: the last moment the partitions are ours.
+pub struct CourierContext {
+    pub topic: String,
+    pub actor: ActorRef<ConsumerMsg>,
+    pub revoke_wait: Duration,
+    /// Set during shutdown: the actor is busy closing and must not be waited for.
+    pub closing: Arc<AtomicBool>,
+    /// Records polled but not yet handed to the actor. They live here, not in the
+    /// poll loop, so a rebalance callback can hand them over *before* it reports the
+    /// rebalance: a record of the old assignment must never reach a partition actor
+    /// of the new one (it would make its tracker start past unread offsets).
+    pub pending: Mutex<Vec<Record>>,
+}
+
+impl CourierContext {
+    pub fn new(topic: String, actor: ActorRef<ConsumerMsg>, revoke_wait: Duration, closing: Arc<AtomicBool>) -> Self {
+        CourierContext {
+            topic,
+            actor,
+            revoke_wait,
+            closing,
+            pending: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Hands pending records to the actor; `false` when the actor is gone.
+    pub fn flush(&self) -> bool {
+        let records = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if p.is_empty() {
+                return true;
+            }
+            std::mem::take(&mut *p)
+        };
+        self.actor.send_message(ConsumerMsg::Records(records)).is_ok()
+    }
+
+    /// Adds a polled record; returns the number pending.
+    pub fn push(&self, r: Record) -> usize {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.push(r);
+        p.len()
+    }
+
+    pub fn has_pending(&self) -> bool {
+        !self.pending.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+}
+
+impl ClientContext for CourierContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "kafka client error");
+    }
+}
+
+impl CourierContext {
+    fn partitions_of(&self, tpl: &rdkafka::TopicPartitionList) -> Vec<i32> {
+        tpl.elements()
+            .iter()
+            .filter(|e| e.topic() == self.topic)
+            .map(|e| e.partition())
+            .collect()
+    }
+}
+
+impl ConsumerContext for CourierContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            self.flush();
+            let partitions = self.partitions_of(tpl);
+            tracing::info!(?partitions, "partitions revoked: draining");
+            if !self.closing.load(Ordering::SeqCst) && !partitions.is_empty() {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                if self
+                    .actor
+                    .send_message(ConsumerMsg::Revoked {
+                        partitions,
+                        ack: tx,
+                    })
+                    .is_ok()
+                    && rx.recv_timeout(self.revoke_wait).is_err()
+                {
+                    tracing::warn!("revoke drain did not finish in time; in-flight events will be redelivered to the new owner");
+                }
+            }
+            if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
+                // NoOffset just means nothing new was stored since the last commit.
+                tracing::debug!(error = %e, "commit on revoke");
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                self.flush();
+                let partitions = self.partitions_of(tpl);
+                tracing::info!(?partitions, "partitions assigned");
+                let _ = self.actor.send_message(ConsumerMsg::Assigned(partitions));
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::error!(error = %e, "rebalance error"),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Metric names (prefix `courier_`) and the HTTP listener serving `/metrics`,
+//! `/healthz` and `/readyz`. Labels stay within bounded sets: topic, partition,
+//! outcome, class, reason, actor — never event ids or keys.
+
+use axum::{extract::State, http::StatusCode, routing::get, Router};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub const CONSUMED: &str = "courier_consumed_total";
+pub const DELIVERED: &str = "courier_delivered_total";
+pub const DELIVERY_ATTEMPTS: &str = "courier_delivery_attempts_total";
+pub const DELIVERY_ERRORS: &str = "courier_delivery_errors_total";
+pub const DELIVERY_LATENCY: &str = "courier_delivery_latency_seconds";
+pub const EVENT_AGE: &str = "courier_event_age_seconds";
+pub const IN_FLIGHT: &str = "courier_in_flight";
+pub const PARKED: &str = "courier_parked_total";
+pub const DLQ_WRITTEN: &str = "courier_dlq_written_total";
+pub const DLQ_WRITE_FAILURES: &str = "courier_dlq_write_failures_total";
+pub const COMMIT_WATERMARK: &str = "courier_commit_watermark";
+pub const PARTITION_PAUSED: &str = "courier_partition_paused";
+pub const ACTOR_RESTARTS: &str = "courier_actor_restarts_total";
+pub const ENRICH_CACHE: &str = "courier_enrichment_cache_total";
+pub const ASSIGNED_PARTITIONS: &str = "courier_assigned_partitions";
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+const AGE_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
+/// Installs the global Prometheus recorder (once per process).
+pub fn install() -> Option<PrometheusHandle> {
+    let builder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.into()), LATENCY_BUCKETS)
+        .ok()?
+        .set_buckets_for_metric(Matcher::Full(EVENT_AGE.into()), AGE_BUCKETS)
+        .ok()?;
+    builder.install_recorder().ok()
+}
+
+/// Readiness as seen by `/readyz`: set once the consumer has an assignment.
+#[derive(Default)]
+pub struct Readiness {
+    pub assigned: AtomicBool,
+}
+
+#[derive(Clone)]
+struct HttpState {
+    handle: Option<PrometheusHandle>,
+    ready: Arc<Readiness>,
+}
+
+/// Serves `/metrics`, `/healthz`, `/readyz` until the task is dropped.
+pub async fn serve(
+    listen: SocketAddr,
+    handle: Option<PrometheusHandle>,
+    ready: Arc<Readiness>,
+) -> std::io::Result<()> {
+    if let Some(h) = handle.clone() {
+        // Histogram memory grows unless upkeep runs.
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                h.run_upkeep();
+            }
+        });
+    }
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(HttpState { handle, ready });
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    tracing::info!(%listen, "metrics and health listener up");
+    axum::serve(listener, app).await
+}
+
+async fn metrics(State(s): State<HttpState>) -> (StatusCode, String) {
+    match s.handle {
+        Some(h) => (StatusCode::OK, h.render()),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "no recorder".into()),
+    }
+}
+
+async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
+    if s.ready.assigned.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not assigned")
+    }
+}

@@ -1,0 +1,101 @@
+//! What the actors share: configuration, handles to the current incarnation of each
+//! long-lived actor (they change when the supervisor re-spawns one), the restart
+//! budget and the Kafka consumer of the current consumer incarnation.
+
+use crate::actors::delivery::DeliveryMsg;
+use crate::actors::dlq_writer::DlqWriterMsg;
+use crate::config::Config;
+use crate::core::restart::{BudgetExhausted, RestartBudget};
+use ractor::ActorRef;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+pub struct Pipeline {
+    pub config: Config,
+    pub dlq_topic: String,
+    pub parking_topic: String,
+    delivery: RwLock<Option<ActorRef<DeliveryMsg>>>,
+    dlq_writer: RwLock<Option<ActorRef<DlqWriterMsg>>>,
+    budget: Mutex<RestartBudget>,
+    /// Test fault hook: set once the partition actor crashed on the marked event.
+    pub crash_hook_fired: AtomicBool,
+    fatal: tokio::sync::watch::Sender<Option<String>>,
+}
+
+impl Pipeline {
+    pub fn new(config: Config) -> Pipeline {
+        let budget = RestartBudget::new(
+            config.supervision.max_restarts,
+            Duration::from_millis(config.supervision.window_ms),
+        );
+        Pipeline {
+            dlq_topic: config.kafka.dlq_topic(),
+            parking_topic: config.kafka.parking_topic(),
+            config,
+            delivery: RwLock::new(None),
+            dlq_writer: RwLock::new(None),
+            budget: Mutex::new(budget),
+            crash_hook_fired: AtomicBool::new(false),
+            fatal: tokio::sync::watch::Sender::new(None),
+        }
+    }
+
+    pub fn delivery(&self) -> Option<ActorRef<DeliveryMsg>> {
+        self.delivery.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn set_delivery(&self, a: ActorRef<DeliveryMsg>) {
+        *self.delivery.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
+    }
+    pub fn dlq_writer(&self) -> Option<ActorRef<DlqWriterMsg>> {
+        self.dlq_writer.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn set_dlq_writer(&self, a: ActorRef<DlqWriterMsg>) {
+        *self.dlq_writer.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
+    }
+
+    /// Counts one actor restart against the budget shared by the whole process.
+    pub fn record_restart(&self, actor: &'static str) -> Result<(), BudgetExhausted> {
+        metrics::counter!(crate::metrics::ACTOR_RESTARTS, "actor" => actor).increment(1);
+        self.budget
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(Instant::now())
+    }
+}
+
+impl Pipeline {
+    /// Something the supervisor cannot repair: the process should end non-zero
+    /// (the orchestrator restarts it). The first reason wins.
+    pub fn fatal(&self, reason: String) {
+        tracing::error!(%reason, "giving up");
+        self.fatal.send_if_modified(|r| {
+            if r.is_none() {
+                *r = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Resolves with the reason once [`Pipeline::fatal`] was called.
+    pub async fn wait_fatal(&self) -> String {
+        let mut rx = self.fatal.subscribe();
+        loop {
+            if let Some(r) = rx.borrow_and_update().clone() {
+                return r;
+            }
+            if rx.changed().await.is_err() {
+                return "pipeline dropped".into();
+            }
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

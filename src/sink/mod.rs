@@ -1,0 +1,662 @@
+//! The API stand-in ("sink"): a real HTTP server that plays the flaky external API
+//! Courier delivers events to.
+//!
+//! Integration tests, the demo, chaos drills and the benchmarks all point Courier at
+//! it, so it has two jobs:
+//!
+//! 1. **Misbehave on demand.** A [`Behaviour`] adds latency, takes the whole API down,
+//!    fails chosen event ids a number of times, or fails a random fraction of requests.
+//!    It can be swapped at any moment, from Rust ([`SinkHandle::set_behaviour`]) or
+//!    over HTTP (`PUT /behaviour`), which is how a drill breaks the API under load.
+//! 2. **Keep exact books.** Every delivery attempt and every answer is recorded in an
+//!    [`Audit`], so a test can prove "every event delivered, none lost" and count the
+//!    duplicates that at-least-once delivery allows.
+//!
+//! HTTP surface:
+//!
+//! | route             | purpose                                               |
+//! |-------------------|-------------------------------------------------------|
+//! | `POST /events`    | the delivery endpoint (CloudEvent JSON with a string `id`; header `Idempotency-Key` must equal it) |
+//! | `GET /audit`      | the [`Audit`] as JSON                                 |
+//! | `GET /behaviour`  | the current [`Behaviour`] as JSON                     |
+//! | `PUT /behaviour`  | replace the [`Behaviour`] (JSON; missing fields take their defaults) |
+//! | `POST /reset`     | clear the audit                                       |
+//! | `GET /healthz`    | liveness                                              |
+//!
+//! Per `POST /events` the order is: validate (400 without latency if malformed),
+//! record the attempt, sleep the simulated latency, then decide the answer
+//! (`down_status` → `fail_ids` rule → `fail_rate` → 200) and book it.
+//!
+//! It must stay fast (tens of thousands of requests/s on loopback) so that the
+//! benchmarks measure Courier, not the stand-in. Hence: one short-held mutex for the
+//! bookkeeping, the behaviour shared as an `Arc` snapshot (never cloned per request),
+//! atomics for the concurrency gauge, HTTP/1.1 keep-alive and `TCP_NODELAY`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt as _;
+use axum::{Json, Router};
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Header that must carry the event id on every delivery.
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// How the stand-in misbehaves. Every field has a default (a healthy, instant API),
+/// so a JSON document only needs the fields it changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Behaviour {
+    /// Added to every delivery before answering.
+    pub latency_ms: u64,
+    /// Uniform extra latency in `0..=latency_jitter_ms`.
+    pub latency_jitter_ms: u64,
+    /// When set, the API is "down": every delivery is answered with this status.
+    pub down_status: Option<u16>,
+    /// Scripted failures per event id. An id with a rule is governed by the rule
+    /// alone: `fail_rate` never applies to it.
+    pub fail_ids: HashMap<String, FailRule>,
+    /// Probability (0..=1) of answering `fail_status` to a delivery not covered above.
+    pub fail_rate: f64,
+    /// Status used by `fail_rate`.
+    pub fail_status: u16,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Behaviour {
+            latency_ms: 0,
+            latency_jitter_ms: 0,
+            down_status: None,
+            fail_ids: HashMap::new(),
+            fail_rate: 0.0,
+            fail_status: 503,
+        }
+    }
+}
+
+/// A scripted failure for one event id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FailRule {
+    /// Status to answer while the rule fails.
+    pub status: u16,
+    /// `None`: fail forever. `Some(n)`: the first `n` attempts for the id fail, later
+    /// ones succeed. Attempts are counted by the audit, so every attempt counts
+    /// (including ones answered by `down_status`), and `reset` starts the count over.
+    pub times: Option<u32>,
+    /// Sent as `Retry-After` (seconds) on the failures of this rule.
+    pub retry_after_s: Option<u64>,
+}
+
+impl Default for FailRule {
+    fn default() -> Self {
+        FailRule {
+            status: 503,
+            times: None,
+            retry_after_s: None,
+        }
+    }
+}
+
+/// A snapshot of the stand-in's books since start (or the last reset).
+///
+/// Every delivery request gets exactly one answer, so once the server is quiet
+/// `requests_total == Σ delivered + failures_total` and
+/// `requests_total == Σ attempts + bad_requests`. (A client that hangs up during
+/// the simulated latency leaves an attempt without an answer.)
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Audit {
+    /// Event id → number of 2xx answers for it (> 1 means duplicate deliveries).
+    pub delivered: HashMap<String, u32>,
+    /// Event id → number of well-formed delivery requests for it, whatever the answer.
+    pub attempts: HashMap<String, u32>,
+    /// Event ids in the order they were answered 2xx (duplicates appear again).
+    pub order: Vec<String>,
+    /// All `POST /events` requests, including bad ones.
+    pub requests_total: u64,
+    /// Non-2xx answers sent, including the 400s counted in `bad_requests`.
+    pub failures_total: u64,
+    /// Requests without a JSON object body with a string `id`, or whose
+    /// `Idempotency-Key` header is missing or differs from that id; answered 400.
+    pub bad_requests: u64,
+    /// Peak number of delivery requests being handled at once.
+    pub max_concurrent: u64,
+    /// Requests received in each whole second since start (index = second).
+    pub per_second: Vec<u64>,
+    /// Last body received per id; only filled while
+    /// [`SinkHandle::set_record_bodies`] is on.
+    pub bodies_sample: HashMap<String, Value>,
+}
+
+impl Audit {
+    /// Extra 2xx answers beyond the first, summed over all ids.
+    pub fn duplicates(&self) -> u64 {
+        self.delivered
+            .values()
+            .map(|&n| u64::from(n.saturating_sub(1)))
+            .sum()
+    }
+
+    /// The busiest whole second, in requests.
+    pub fn peak_rps(&self) -> u64 {
+        self.per_second.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// A handle to a running stand-in. Cheap to clone; all clones control the same
+/// server. Dropping handles does not stop the server: call [`SinkHandle::shutdown`].
+#[derive(Clone)]
+pub struct SinkHandle {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stopped: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for SinkHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkHandle")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SinkHandle {
+    /// Binds `listen` (port 0 picks a free port) and serves in a background task.
+    /// Returns once the socket is bound, so the URL is immediately usable.
+    pub async fn start(listen: SocketAddr, behaviour: Behaviour) -> std::io::Result<SinkHandle> {
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        // Answers are tiny; without NODELAY, Nagle plus delayed ACKs can stall a
+        // keep-alive connection for tens of milliseconds.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(err) = tcp.set_nodelay(true) {
+                tracing::trace!("sink: cannot set TCP_NODELAY: {err}");
+            }
+        });
+
+        let (shutdown, mut shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            behaviour: RwLock::new(Arc::new(behaviour)),
+            book: Mutex::new(Book::new(0)),
+            delivered_count: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            record_bodies: AtomicBool::new(false),
+            shutdown,
+        });
+
+        let app = Router::new()
+            .route("/events", post(post_event))
+            .route("/audit", get(get_audit))
+            .route("/behaviour", get(get_behaviour).put(put_behaviour))
+            .route("/reset", post(post_reset))
+            .route("/healthz", get(|| async { "ok" }))
+            .with_state(shared.clone());
+
+        let (stopped_tx, stopped) = watch::channel(false);
+        tokio::spawn(async move {
+            let signal = async move {
+                // An error means the sender is gone, which cannot happen while the
+                // router (holding `Shared`) is alive; treat it as a stop anyway.
+                let _ = shutdown_rx.wait_for(|&stop| stop).await;
+            };
+            if let Err(err) = axum::serve(listener, app)
+                .with_graceful_shutdown(signal)
+                .await
+            {
+                tracing::error!("sink on {addr} failed: {err}");
+            }
+            let _ = stopped_tx.send(true);
+        });
+
+        Ok(SinkHandle {
+            shared,
+            addr,
+            stopped,
+        })
+    }
+
+    /// The bound address (with the real port when started on port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The delivery endpoint, `http://{addr}/events`.
+    pub fn url(&self) -> String {
+        format!("http://{}/events", self.addr)
+    }
+
+    /// Replaces the behaviour. Requests already sleeping their latency decide their
+    /// answer with the new behaviour, so an outage starts immediately.
+    pub fn set_behaviour(&self, behaviour: Behaviour) {
+        *write(&self.shared.behaviour) = Arc::new(behaviour);
+    }
+
+    /// Edits the behaviour in place (atomically with respect to other updates).
+    pub fn update_behaviour(&self, f: impl FnOnce(&mut Behaviour)) {
+        let mut current = write(&self.shared.behaviour);
+        let mut next = Behaviour::clone(&current);
+        f(&mut next);
+        *current = Arc::new(next);
+    }
+
+    /// The current behaviour.
+    pub fn behaviour(&self) -> Behaviour {
+        Behaviour::clone(&self.shared.behaviour())
+    }
+
+    /// Whether to keep the last body per id in [`Audit::bodies_sample`] (default off:
+    /// it costs a full JSON parse and memory per id).
+    pub fn set_record_bodies(&self, on: bool) {
+        self.shared.record_bodies.store(on, Relaxed);
+    }
+
+    /// A snapshot of the books.
+    pub fn audit(&self) -> Audit {
+        self.shared.audit()
+    }
+
+    /// Number of distinct ids answered 2xx. Lock-free, for polling in a loop.
+    pub fn delivered_count(&self) -> u64 {
+        self.shared.delivered_count.load(Relaxed)
+    }
+
+    /// Clears the audit (same as `POST /reset`). Requests in flight across a reset
+    /// are not booked when they finish, so the new books stay self-consistent.
+    pub fn reset(&self) {
+        self.shared.reset();
+    }
+
+    /// Stops accepting connections and lets in-flight requests finish (graceful).
+    /// Returns at once; await [`SinkHandle::stopped`] to wait for the end.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.send_replace(true);
+    }
+
+    /// Resolves once the server has stopped.
+    pub async fn stopped(&self) {
+        let mut stopped = self.stopped.clone();
+        // An error means the server task is gone (it panicked): stopped as well.
+        let _ = stopped.wait_for(|&done| done).await;
+    }
+}
+
+/// Runs a stand-in until ctrl-c: the `courier sink` subcommand.
+pub async fn run_standalone(listen: SocketAddr, behaviour: Behaviour) -> anyhow::Result<()> {
+    let sink = SinkHandle::start(listen, behaviour)
+        .await
+        .with_context(|| format!("starting the sink on {listen}"))?;
+    tracing::info!(
+        url = %sink.url(),
+        "sink listening (GET /audit, GET|PUT /behaviour, POST /reset, GET /healthz)"
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for ctrl-c")?;
+    sink.shutdown();
+    sink.stopped().await;
+    let audit = sink.audit();
+    tracing::info!(
+        requests = audit.requests_total,
+        delivered = audit.delivered.len(),
+        duplicates = audit.duplicates(),
+        failures = audit.failures_total,
+        bad_requests = audit.bad_requests,
+        "sink stopped"
+    );
+    Ok(())
+}
+
+/// State shared by the handle and the request handlers.
+struct Shared {
+    /// Swapped whole; a request takes an `Arc` snapshot, never a deep clone.
+    behaviour: RwLock<Arc<Behaviour>>,
+    /// All bookkeeping, behind one mutex held only for a few map operations.
+    book: Mutex<Book>,
+    /// Distinct ids answered 2xx; written under the `book` lock, read lock-free.
+    delivered_count: AtomicU64,
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+    record_bodies: AtomicBool,
+    shutdown: watch::Sender<bool>,
+}
+
+/// The mutable part of the audit.
+struct Book {
+    /// Bumped by every reset; requests remember the generation they were recorded in.
+    generation: u64,
+    /// Start of `per_second[0]`.
+    epoch: Instant,
+    delivered: HashMap<String, u32>,
+    attempts: HashMap<String, u32>,
+    order: Vec<String>,
+    requests_total: u64,
+    failures_total: u64,
+    bad_requests: u64,
+    per_second: Vec<u64>,
+    bodies_sample: HashMap<String, Value>,
+}
+
+impl Book {
+    fn new(generation: u64) -> Book {
+        Book {
+            generation,
+            epoch: Instant::now(),
+            delivered: HashMap::new(),
+            attempts: HashMap::new(),
+            order: Vec::new(),
+            requests_total: 0,
+            failures_total: 0,
+            bad_requests: 0,
+            per_second: Vec::new(),
+            bodies_sample: HashMap::new(),
+        }
+    }
+
+    fn count_request(&mut self, received: Instant) {
+        self.requests_total += 1;
+        let second = received.saturating_duration_since(self.epoch).as_secs() as usize;
+        if self.per_second.len() <= second {
+            self.per_second.resize(second + 1, 0);
+        }
+        self.per_second[second] += 1;
+    }
+}
+
+impl Shared {
+    fn book(&self) -> MutexGuard<'_, Book> {
+        // Nothing panics while holding the lock; if something ever did, the books
+        // are still the best information there is.
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn behaviour(&self) -> Arc<Behaviour> {
+        self.behaviour
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn audit(&self) -> Audit {
+        let book = self.book();
+        Audit {
+            delivered: book.delivered.clone(),
+            attempts: book.attempts.clone(),
+            order: book.order.clone(),
+            requests_total: book.requests_total,
+            failures_total: book.failures_total,
+            bad_requests: book.bad_requests,
+            max_concurrent: self.peak.load(Relaxed),
+            per_second: book.per_second.clone(),
+            bodies_sample: book.bodies_sample.clone(),
+        }
+    }
+
+    fn reset(&self) {
+        let mut book = self.book();
+        *book = Book::new(book.generation + 1);
+        self.delivered_count.store(0, Relaxed);
+        self.peak.store(0, Relaxed);
+    }
+
+    fn record_bad_request(&self, received: Instant) {
+        let mut book = self.book();
+        book.count_request(received);
+        book.bad_requests += 1;
+        book.failures_total += 1;
+    }
+
+    /// Books a well-formed request; returns its attempt number for the id (1-based)
+    /// and the generation it belongs to.
+    fn record_attempt(&self, id: &str, received: Instant, body: Option<Value>) -> (u32, u64) {
+        let mut book = self.book();
+        book.count_request(received);
+        let attempt = match book.attempts.get_mut(id) {
+            Some(n) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                book.attempts.insert(id.to_owned(), 1);
+                1
+            }
+        };
+        if let Some(body) = body {
+            book.bodies_sample.insert(id.to_owned(), body);
+        }
+        (attempt, book.generation)
+    }
+
+    fn record_answer(&self, id: String, generation: u64, status: StatusCode) {
+        let mut book = self.book();
+        if book.generation != generation {
+            return; // recorded before a reset: not part of the current books
+        }
+        if !status.is_success() {
+            book.failures_total += 1;
+            return;
+        }
+        match book.delivered.get_mut(&id) {
+            Some(n) => *n += 1,
+            None => {
+                book.delivered.insert(id.clone(), 1);
+                self.delivered_count.fetch_add(1, Relaxed);
+            }
+        }
+        book.order.push(id);
+    }
+}
+
+fn write(lock: &RwLock<Arc<Behaviour>>) -> std::sync::RwLockWriteGuard<'_, Arc<Behaviour>> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Counts a request as "being handled" for as long as it lives, including when the
+/// handler is dropped early because the client hung up.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        let now = shared.in_flight.fetch_add(1, Relaxed) + 1;
+        shared.peak.fetch_max(now, Relaxed);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// The fields of a delivery the stand-in needs. Unknown fields are ignored, so this
+/// is much cheaper than building a full `Value` when bodies are not recorded.
+#[derive(Deserialize)]
+struct Probe {
+    id: String,
+}
+
+/// Extracts the event id (and the full body when `keep_body`), checking the
+/// idempotency key. The error is the reason sent with the 400.
+fn parse_delivery(
+    headers: &HeaderMap,
+    body: &[u8],
+    keep_body: bool,
+) -> Result<(String, Option<Value>), &'static str> {
+    // serde would also accept a JSON array as a struct; only objects are events.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err("body must be a JSON object with a string \"id\"\n");
+    }
+    let (id, value) = if keep_body {
+        let value: Value = serde_json::from_slice(body).map_err(|_| "body is not valid JSON\n")?;
+        match value.get("id") {
+            Some(Value::String(id)) => (id.clone(), Some(value)),
+            _ => return Err("body must have a string \"id\"\n"),
+        }
+    } else {
+        let probe: Probe = serde_json::from_slice(body)
+            .map_err(|_| "body must be a JSON object with a string \"id\"\n")?;
+        (probe.id, None)
+    };
+    match headers.get(IDEMPOTENCY_KEY) {
+        Some(key) if key.as_bytes() == id.as_bytes() => Ok((id, value)),
+        Some(_) => Err("Idempotency-Key differs from the event id\n"),
+        None => Err("missing Idempotency-Key header\n"),
+    }
+}
+
+/// The answer to one delivery.
+struct Answer {
+    status: StatusCode,
+    retry_after_s: Option<u64>,
+}
+
+impl Answer {
+    const OK: Answer = Answer {
+        status: StatusCode::OK,
+        retry_after_s: None,
+    };
+
+    fn fail(status: u16, retry_after_s: Option<u64>) -> Answer {
+        Answer {
+            status: status_code(status),
+            retry_after_s,
+        }
+    }
+}
+
+/// `down_status → fail_ids → fail_rate → 200`, for the `attempt`-th request for `id`.
+fn decide(behaviour: &Behaviour, id: &str, attempt: u32) -> Answer {
+    if let Some(status) = behaviour.down_status {
+        return Answer::fail(status, None);
+    }
+    if let Some(rule) = behaviour.fail_ids.get(id) {
+        return match rule.times {
+            Some(n) if attempt > n => Answer::OK,
+            _ => Answer::fail(rule.status, rule.retry_after_s),
+        };
+    }
+    if behaviour.fail_rate > 0.0 && rand::random::<f64>() < behaviour.fail_rate {
+        return Answer::fail(behaviour.fail_status, None);
+    }
+    Answer::OK
+}
+
+/// A configured status as a final HTTP status; anything that cannot be one
+/// (1xx, ≥ 600, garbage) becomes 500 rather than a protocol error.
+fn status_code(code: u16) -> StatusCode {
+    if valid_status(code) {
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
+}
+
+fn valid_status(code: u16) -> bool {
+    (200..=599).contains(&code)
+}
+
+fn latency(behaviour: &Behaviour) -> Duration {
+    let jitter = match behaviour.latency_jitter_ms {
+        0 => 0,
+        j => rand::rng().random_range(0..=j),
+    };
+    Duration::from_millis(behaviour.latency_ms.saturating_add(jitter))
+}
+
+async fn post_event(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let _in_flight = InFlight::enter(&shared);
+    let received = Instant::now();
+
+    let keep_body = shared.record_bodies.load(Relaxed);
+    let (id, body) = match parse_delivery(&headers, &body, keep_body) {
+        Ok(parsed) => parsed,
+        Err(reason) => {
+            shared.record_bad_request(received);
+            return (StatusCode::BAD_REQUEST, reason).into_response();
+        }
+    };
+
+    let (attempt, generation) = shared.record_attempt(&id, received, body);
+
+    let delay = latency(&shared.behaviour());
+    if !delay.is_zero() {
+        // The simulated API latency itself.
+        tokio::time::sleep(delay).await;
+    }
+
+    // Decide with the behaviour as it is now, so a change made during the latency
+    // (an outage starting) applies to the requests already waiting.
+    let answer = decide(&shared.behaviour(), &id, attempt);
+    shared.record_answer(id, generation, answer.status);
+
+    let mut response = answer.status.into_response();
+    if let Some(seconds) = answer.retry_after_s {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+async fn get_audit(State(shared): State<Arc<Shared>>) -> Json<Audit> {
+    Json(shared.audit())
+}
+
+async fn get_behaviour(State(shared): State<Arc<Shared>>) -> Json<Behaviour> {
+    Json(Behaviour::clone(&shared.behaviour()))
+}
+
+/// Accepts any content type: drills drive this with `curl -d`.
+async fn put_behaviour(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let behaviour: Behaviour = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(err) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("invalid behaviour: {err}\n"),
+            )
+                .into_response()
+        }
+    };
+    let statuses = behaviour
+        .down_status
+        .into_iter()
+        .chain([behaviour.fail_status])
+        .chain(behaviour.fail_ids.values().map(|rule| rule.status));
+    for status in statuses {
+        if !valid_status(status) {
+            return (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("status {status} is not a final HTTP status (200..=599)\n"),
+            )
+                .into_response();
+        }
+    }
+    *write(&shared.behaviour) = Arc::new(behaviour.clone());
+    Json(behaviour).into_response()
+}
+
+async fn post_reset(State(shared): State<Arc<Shared>>) -> StatusCode {
+    shared.reset();
+    StatusCode::NO_CONTENT
+}
