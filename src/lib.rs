@@ -9,6 +9,7 @@ pub mod core;
 pub mod delivery;
 pub mod demo;
 pub mod kafka;
+pub mod loadgen;
 pub mod metrics;
 pub mod runtime;
 pub mod sink;

@@ -1,0 +1,229 @@
+//! Synthetic CloudEvents for the demo, the tests, the drills and the benchmarks:
+//! valid events over a set of keys, with bad input mixed in on request. Every
+//! produced record is acknowledged by the broker before it counts as produced.
+
+use crate::audit::Produced;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("produce failed: {0}")]
+    Delivery(String),
+}
+
+/// The kinds of bad input the generator can make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poison {
+    InvalidUtf8,
+    MalformedJson,
+    MissingAttribute,
+    TooLarge(usize),
+    WrongType,
+}
+
+impl Poison {
+    pub fn bytes(self, seq: usize) -> Vec<u8> {
+        match self {
+            Poison::InvalidUtf8 => {
+                let mut v = format!("{{\"specversion\":\"1.0\",\"id\":\"bad-{seq}\",\"source\":\"/x\",\"type\":\"t\",\"data\":\"").into_bytes();
+                v.extend_from_slice(&[0xff, 0xfe, 0xfd]);
+                v.extend_from_slice(b"\"}");
+                v
+            }
+            Poison::MalformedJson => format!("{{\"specversion\":\"1.0\",\"id\":\"bad-{seq}\",").into_bytes(),
+            Poison::MissingAttribute => {
+                format!("{{\"specversion\":\"1.0\",\"id\":\"bad-{seq}\",\"type\":\"t\"}}").into_bytes()
+            }
+            Poison::TooLarge(n) => {
+                let pad = "x".repeat(n);
+                format!("{{\"specversion\":\"1.0\",\"id\":\"bad-{seq}\",\"source\":\"/x\",\"type\":\"t\",\"data\":\"{pad}\"}}")
+                    .into_bytes()
+            }
+            Poison::WrongType => {
+                format!("{{\"specversion\":\"1.0\",\"id\":{seq},\"source\":\"/x\",\"type\":\"t\"}}").into_bytes()
+            }
+        }
+    }
+}
+
+/// What to produce.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub count: usize,
+    pub keys: usize,
+    pub id_prefix: String,
+    /// Every n-th record is bad input, cycling through `poison_kinds`.
+    pub poison_every: Option<usize>,
+    pub poison_kinds: Vec<Poison>,
+    /// Approximate size of each valid event.
+    pub event_bytes: usize,
+    pub event_type: String,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec {
+            count: 1000,
+            keys: 100,
+            id_prefix: "ev".into(),
+            poison_every: None,
+            poison_kinds: vec![
+                Poison::InvalidUtf8,
+                Poison::MalformedJson,
+                Poison::MissingAttribute,
+                Poison::WrongType,
+            ],
+            event_bytes: 300,
+            event_type: "profile.updated".into(),
+        }
+    }
+}
+
+/// The id of the `seq`-th valid event of a spec.
+pub fn event_id(prefix: &str, seq: usize) -> String {
+    format!("{prefix}-{seq}")
+}
+
+pub fn key_of(seq: usize, keys: usize) -> String {
+    format!("key-{}", seq % keys.max(1))
+}
+
+/// A valid CloudEvent. `data` carries the key and a per-run sequence number, so a
+/// receiver can check per-key order.
+pub fn event_json(id: &str, event_type: &str, key: &str, seq: usize, size: usize) -> Vec<u8> {
+    let head = format!(
+        "{{\"specversion\":\"1.0\",\"id\":\"{id}\",\"source\":\"/courier/loadgen\",\"type\":\"{event_type}\",\"subject\":\"{key}\",\"entityversion\":1,\"data\":{{\"key\":\"{key}\",\"seq\":{seq},\"pad\":\""
+    );
+    let pad = size.saturating_sub(head.len() + 3);
+    let mut v = head.into_bytes();
+    v.extend(std::iter::repeat_n(b'.', pad));
+    v.extend_from_slice(b"\"}}");
+    v
+}
+
+pub fn producer(brokers: &str) -> Result<FutureProducer, LoadError> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "10")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "200000")
+        .set("message.timeout.ms", "60000")
+        .create()?)
+}
+
+enum Pending {
+    Valid(String, DeliveryFuture),
+    Bad(DeliveryFuture),
+}
+
+/// Produces `spec.count` records to `topic` and returns what the audit needs.
+pub async fn produce(brokers: &str, topic: &str, spec: &Spec) -> Result<Produced, LoadError> {
+    let producer = producer(brokers)?;
+    produce_with(&producer, topic, spec, 0).await
+}
+
+/// Like [`produce`] with an existing producer, numbering valid events from `first_seq`.
+pub async fn produce_with(
+    producer: &FutureProducer,
+    topic: &str,
+    spec: &Spec,
+    first_seq: usize,
+) -> Result<Produced, LoadError> {
+    let mut out = Produced::default();
+    let mut pending: Vec<Pending> = Vec::with_capacity(10_000);
+    for i in 0..spec.count {
+        let seq = first_seq + i;
+        let key = key_of(seq, spec.keys);
+        let bad = spec
+            .poison_every
+            .filter(|n| *n > 0 && i % n == n - 1 && !spec.poison_kinds.is_empty())
+            .map(|n| spec.poison_kinds[(i / n) % spec.poison_kinds.len()]);
+        let (payload, id) = match bad {
+            Some(p) => (p.bytes(seq), None),
+            None => {
+                let id = event_id(&spec.id_prefix, seq);
+                (event_json(&id, &spec.event_type, &key, seq, spec.event_bytes), Some(id))
+            }
+        };
+        let fut = loop {
+            let rec = FutureRecord::to(topic).key(&key).payload(&payload);
+            match producer.send_result(rec) {
+                Ok(f) => break f,
+                Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                    // Let deliveries drain before enqueueing more.
+                    settle(&mut pending, &mut out).await?;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(e.into()),
+            }
+        };
+        pending.push(match id {
+            Some(id) => Pending::Valid(id, fut),
+            None => Pending::Bad(fut),
+        });
+        if pending.len() >= 10_000 {
+            settle(&mut pending, &mut out).await?;
+        }
+    }
+    settle(&mut pending, &mut out).await?;
+    Ok(out)
+}
+
+async fn settle(pending: &mut Vec<Pending>, out: &mut Produced) -> Result<(), LoadError> {
+    for p in pending.drain(..) {
+        match p {
+            Pending::Valid(id, f) => {
+                wait(f).await?;
+                out.ids.push(id);
+            }
+            Pending::Bad(f) => {
+                let (part, off) = wait(f).await?;
+                out.poison.push((part, off));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn wait(f: DeliveryFuture) -> Result<(i32, i64), LoadError> {
+    match f.await {
+        Ok(Ok(d)) => Ok((d.partition, d.offset)),
+        Ok(Err((e, _))) => Err(LoadError::Delivery(e.to_string())),
+        Err(_) => Err(LoadError::Delivery("producer dropped the delivery".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::event::{decode, DecodeOptions};
+    use bytes::Bytes;
+
+    #[test]
+    fn generated_events_decode_and_poison_does_not() {
+        let o = DecodeOptions {
+            max_event_bytes: 4096,
+            ..Default::default()
+        };
+        let e = event_json("a-1", "t", "key-1", 1, 512);
+        assert!((500..530).contains(&e.len()), "{}", e.len());
+        let ev = decode(Some(&Bytes::from(e)), &o).unwrap();
+        assert_eq!(ev.id, "a-1");
+        for (p, reason) in [
+            (Poison::InvalidUtf8, "invalid_utf8"),
+            (Poison::MalformedJson, "malformed_json"),
+            (Poison::MissingAttribute, "missing_attribute"),
+            (Poison::TooLarge(5000), "too_large"),
+            (Poison::WrongType, "wrong_type"),
+        ] {
+            let err = decode(Some(&Bytes::from(p.bytes(7))), &o).unwrap_err();
+            assert_eq!(err.reason(), reason);
+        }
+    }
+}
