@@ -13,6 +13,8 @@ use std::fmt;
 pub struct Produced {
     /// Ids of valid events.
     pub ids: Vec<String>,
+    /// Main-topic (partition, offset) of each valid event, aligned with `ids`.
+    pub offsets: Vec<(i32, i64)>,
     /// Main-topic (partition, offset) of bad input that has no usable id.
     pub poison: Vec<(i32, i64)>,
 }

@@ -58,6 +58,9 @@ pub struct KafkaConfig {
     pub session_timeout_ms: u64,
     pub max_poll_interval_ms: u64,
     pub auto_commit_interval_ms: u64,
+    /// How long a DLQ / parking-lot write may take before it is reported failed
+    /// (and retried; the event's offset waits meanwhile).
+    pub producer_timeout_ms: u64,
     /// Extra librdkafka properties, passed through to consumer and producer.
     pub properties: BTreeMap<String, String>,
 }
@@ -73,6 +76,7 @@ impl Default for KafkaConfig {
             session_timeout_ms: 45_000,
             max_poll_interval_ms: 300_000,
             auto_commit_interval_ms: 1_000,
+            producer_timeout_ms: 30_000,
             properties: BTreeMap::new(),
         }
     }

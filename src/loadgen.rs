@@ -179,8 +179,9 @@ async fn settle(pending: &mut Vec<Pending>, out: &mut Produced) -> Result<(), Lo
     for p in pending.drain(..) {
         match p {
             Pending::Valid(id, f) => {
-                wait(f).await?;
+                let at = wait(f).await?;
                 out.ids.push(id);
+                out.offsets.push(at);
             }
             Pending::Bad(f) => {
                 let (part, off) = wait(f).await?;

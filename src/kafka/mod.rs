@@ -58,7 +58,7 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
         .set("linger.ms", "5")
         // A write that cannot be acknowledged within this time is reported as
         // failed and retried by Courier; the event's offset waits meanwhile.
-        .set("message.timeout.ms", "30000");
+        .set("message.timeout.ms", k.producer_timeout_ms.to_string());
     for (key, v) in &k.properties {
         // Consumer-only properties would make the producer refuse to start.
         if !key.starts_with("fetch.") && !key.starts_with("max.poll") && !key.starts_with("session.") {

@@ -1,0 +1,262 @@
+//! Shared test infrastructure: the real services started by `scripts/services.sh`
+//! (read from the environment it writes), unique topic names, Courier as a child
+//! process, and condition waits with deadlines.
+#![allow(dead_code)]
+
+use courier::audit::{audit, AuditReport, Produced};
+use courier::kafka::admin::{committed_offsets, create_topics, end_offsets};
+use courier::sink::SinkHandle;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Services {
+    pub brokers: String,
+    pub pg_url: String,
+    pub redis_url: String,
+    pub script: String,
+}
+
+/// The real services. Tests need `scripts/services.sh up` first (the README's test
+/// command does it); without them a test fails loudly rather than passing vacuously.
+pub fn services() -> Services {
+    let get = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!("{k} is not set: run the tests through scripts/test.sh (it starts Kafka, Redis and PostgreSQL)")
+        })
+    };
+    Services {
+        brokers: get("COURIER_TEST_BROKERS"),
+        pg_url: get("COURIER_TEST_PG_URL"),
+        redis_url: get("COURIER_TEST_REDIS_URL"),
+        script: get("COURIER_TEST_SERVICES"),
+    }
+}
+
+impl Services {
+    /// Runs a `scripts/services.sh` subcommand (e.g. `pg-stop`).
+    pub fn ctl(&self, cmd: &str) {
+        let st = Command::new("bash").arg(&self.script).arg(cmd).status().expect("services.sh");
+        assert!(st.success(), "services.sh {cmd} failed");
+    }
+}
+
+pub fn unique(prefix: &str) -> String {
+    let n: u64 = rand::random();
+    format!("{prefix}-{}-{:x}", std::process::id(), n & 0xffff_ffff)
+}
+
+/// A test's topics and group.
+#[derive(Clone)]
+pub struct Names {
+    pub topic: String,
+    pub dlq: String,
+    pub parking: String,
+    pub group: String,
+    pub partitions: i32,
+}
+
+impl Names {
+    pub fn new(prefix: &str, partitions: i32) -> Names {
+        let base = unique(prefix);
+        Names {
+            dlq: format!("{base}.dlq"),
+            parking: format!("{base}.parking"),
+            group: format!("{base}-group"),
+            topic: base,
+            partitions,
+        }
+    }
+
+    pub async fn create(&self, s: &Services, with_dlq: bool) {
+        let mut t = vec![(self.topic.as_str(), self.partitions), (self.parking.as_str(), 1)];
+        if with_dlq {
+            t.push((self.dlq.as_str(), self.partitions));
+        }
+        create_topics(&s.brokers, &t).await.expect("create topics");
+    }
+
+    pub fn committed(&self, s: &Services) -> Vec<i64> {
+        committed_offsets(&s.brokers, &self.group, &self.topic, self.partitions).expect("committed")
+    }
+
+    pub fn ends(&self, s: &Services) -> Vec<i64> {
+        end_offsets(&s.brokers, &self.topic, self.partitions).expect("end offsets")
+    }
+
+    pub fn audit(&self, s: &Services, produced: &Produced, sink: &SinkHandle) -> AuditReport {
+        audit(&s.brokers, &self.dlq, &self.parking, produced, &sink.audit()).expect("audit")
+    }
+
+    /// Waits until the group's committed offsets equal the topic's end offsets.
+    pub async fn wait_committed_to_end(&self, s: &Services, timeout: Duration) {
+        let ends = self.ends(s);
+        wait_until(timeout, "committed offsets reach the end offsets", || self.committed(s) == ends).await;
+    }
+}
+
+/// Polls `cond` until it holds, failing the test after `timeout`. The wait is on
+/// an observable condition, never a fixed sleep standing in for one.
+pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let until = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return;
+        }
+        assert!(Instant::now() < until, "timed out after {timeout:?} waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A Courier instance as a child process, configured by a generated TOML file
+/// plus `COURIER__*` environment overrides.
+pub struct Courier {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub metrics_port: u16,
+}
+
+pub fn log_dir() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("courier-logs");
+    std::fs::create_dir_all(&d).expect("log dir");
+    d
+}
+
+impl Courier {
+    /// `toml` is the test's own config (topics, API URL, limits); brokers and the
+    /// metrics port are given through the environment.
+    pub fn start(name: &str, s: &Services, toml: &str) -> Courier {
+        let dir = log_dir();
+        let cfg = dir.join(format!("{name}.toml"));
+        std::fs::write(&cfg, toml).expect("write config");
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).expect("log file");
+        let metrics_port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_courier"))
+            .arg("run")
+            .arg("--config")
+            .arg(&cfg)
+            .env("COURIER__KAFKA__BROKERS", &s.brokers)
+            .env("COURIER__METRICS__LISTEN", format!("127.0.0.1:{metrics_port}"))
+            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("spawn courier");
+        Courier {
+            child: Some(child),
+            log,
+            metrics_port,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill").arg(sig).arg(self.pid().to_string()).status();
+    }
+
+    /// SIGKILL: no shutdown path runs at all.
+    pub fn kill(&mut self) {
+        self.signal("-KILL");
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for the graceful shutdown; returns the exit code.
+    pub async fn terminate(&mut self, timeout: Duration) -> Option<i32> {
+        self.signal("-TERM");
+        self.wait_exit(timeout).await
+    }
+
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let until = Instant::now() + timeout;
+        let mut child = self.child.take()?;
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                return st.code();
+            }
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("courier did not exit within {timeout:?}; log: {}", self.log.display());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Scrapes `/metrics` and returns the sum of all series of `name`.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        let Ok(resp) = reqwest::get(&url).await else {
+            return 0.0;
+        };
+        let text = resp.text().await.unwrap_or_default();
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b' ') | Some(b'{')))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for Courier {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The config every test starts from: its topics, the API stand-in, quick retries
+/// and frequent auto-commits so the tests finish fast.
+pub fn base_toml(n: &Names, api_url: &str) -> String {
+    format!(
+        r#"
+[kafka]
+topic = "{topic}"
+dlq_topic = "{dlq}"
+parking_topic = "{parking}"
+group_id = "{group}"
+auto_commit_interval_ms = 200
+session_timeout_ms = 10000
+
+[api]
+url = "{api_url}"
+retry_base_ms = 20
+retry_max_delay_ms = 100
+retry_budget_ms = 500
+
+[pipeline]
+concurrency = 256
+drain_timeout_ms = 3000
+shutdown_grace_ms = 5000
+"#,
+        topic = n.topic,
+        dlq = n.dlq,
+        parking = n.parking,
+        group = n.group,
+    )
+}
+
+/// Prints the audit and asserts nothing was lost.
+pub fn assert_no_loss(name: &str, rep: &AuditReport) {
+    println!("[{name}] audit:\n{rep}");
+    assert!(rep.lost.is_empty(), "[{name}] lost {} events, e.g. {:?}", rep.lost.len(), &rep.lost[..rep.lost.len().min(10)]);
+}
