@@ -31,7 +31,10 @@ pub struct Running {
 
 /// Starts the actor tree. Fails fast on what cannot work (missing token, missing
 /// topic, partition-count mismatch, unreachable cluster metadata).
-pub async fn start(config: Config, prometheus: Option<PrometheusHandle>) -> Result<Running, StartError> {
+pub async fn start(
+    config: Config,
+    prometheus: Option<PrometheusHandle>,
+) -> Result<Running, StartError> {
     config.validate()?;
     config.api_token()?;
     let ready = Arc::new(Readiness::default());
@@ -44,7 +47,8 @@ pub async fn start(config: Config, prometheus: Option<PrometheusHandle>) -> Resu
             .parse()
             .map_err(|_| StartError::Spawn("metrics.listen".into()))?;
         // Bind first so a taken port is a clear start-up error.
-        let listener = std::net::TcpListener::bind(addr).map_err(|e| StartError::Listen(addr, e))?;
+        let listener =
+            std::net::TcpListener::bind(addr).map_err(|e| StartError::Listen(addr, e))?;
         drop(listener);
         let r = ready.clone();
         Some(tokio::spawn(async move {

@@ -80,7 +80,11 @@ pub fn audit(
     let mut parked_ids: HashMap<String, String> = HashMap::new();
     let mut parked_origin: HashMap<(i32, i64), String> = HashMap::new();
     for r in read_all(brokers, parking_topic)? {
-        if let Some(env) = r.payload.as_deref().and_then(|p| Envelope::from_bytes(p).ok()) {
+        if let Some(env) = r
+            .payload
+            .as_deref()
+            .and_then(|p| Envelope::from_bytes(p).ok())
+        {
             let reason = env.last_error.reason.clone();
             if let Some(id) = env.event_id {
                 parked_ids.insert(id, reason.clone());
@@ -90,7 +94,11 @@ pub fn audit(
     }
     let mut dlq_ids: HashSet<String> = HashSet::new();
     for r in read_all(brokers, dlq_topic)? {
-        if let Some(env) = r.payload.as_deref().and_then(|p| Envelope::from_bytes(p).ok()) {
+        if let Some(env) = r
+            .payload
+            .as_deref()
+            .and_then(|p| Envelope::from_bytes(p).ok())
+        {
             if let Some(id) = env.event_id {
                 dlq_ids.insert(id);
             }

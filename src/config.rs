@@ -325,7 +325,9 @@ impl Config {
 
     /// Parses a TOML string (no environment): for tests and `check-config`.
     pub fn from_toml(s: &str) -> Result<Config, ConfigError> {
-        Self::from_figment(Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(s)))
+        Self::from_figment(
+            Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(s)),
+        )
     }
 
     fn from_figment(fig: Figment) -> Result<Config, ConfigError> {
@@ -364,13 +366,21 @@ impl Config {
         ] {
             valid_topic(&name).map_err(|r| invalid(field, r))?;
         }
-        if k.dlq_topic() == k.topic || k.parking_topic() == k.topic || k.dlq_topic() == k.parking_topic() {
+        if k.dlq_topic() == k.topic
+            || k.parking_topic() == k.topic
+            || k.dlq_topic() == k.parking_topic()
+        {
             return Err(invalid(
                 "kafka.dlq_topic",
                 "main, DLQ and parking-lot topics must be three different topics",
             ));
         }
-        for key in ["enable.auto.offset.store", "enable.auto.commit", "group.id", "bootstrap.servers"] {
+        for key in [
+            "enable.auto.offset.store",
+            "enable.auto.commit",
+            "group.id",
+            "bootstrap.servers",
+        ] {
             if k.properties.contains_key(key) {
                 return Err(invalid(
                     &format!("kafka.properties.{key}"),
@@ -384,7 +394,10 @@ impl Config {
         if p.drain_timeout_ms >= k.session_timeout_ms {
             return Err(invalid(
                 "pipeline.drain_timeout_ms",
-                format!("must be below kafka.session_timeout_ms ({})", k.session_timeout_ms),
+                format!(
+                    "must be below kafka.session_timeout_ms ({})",
+                    k.session_timeout_ms
+                ),
             ));
         }
         if p.drain_timeout_ms * 2 >= k.max_poll_interval_ms {
@@ -400,7 +413,10 @@ impl Config {
             return Err(invalid("pipeline.concurrency", "must be at least 1"));
         }
         if p.max_in_flight_per_partition == 0 {
-            return Err(invalid("pipeline.max_in_flight_per_partition", "must be at least 1"));
+            return Err(invalid(
+                "pipeline.max_in_flight_per_partition",
+                "must be at least 1",
+            ));
         }
         if p.max_event_bytes == 0 {
             return Err(invalid("pipeline.max_event_bytes", "must be at least 1"));
@@ -422,7 +438,10 @@ impl Config {
             return Err(invalid("api.url", "scheme must be http or https"));
         }
         if !url.username().is_empty() || url.password().is_some() {
-            return Err(invalid("api.url", "must not carry credentials: use api.token_env"));
+            return Err(invalid(
+                "api.url",
+                "must not carry credentials: use api.token_env",
+            ));
         }
         if a.max_attempts == 0 {
             return Err(invalid("api.max_attempts", "must be at least 1"));
@@ -432,7 +451,10 @@ impl Config {
         }
         for name in a.headers.keys() {
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(invalid(&format!("api.headers.{name}"), "is not a valid header name"));
+                return Err(invalid(
+                    &format!("api.headers.{name}"),
+                    "is not a valid header name",
+                ));
             }
             let lower = name.to_ascii_lowercase();
             if lower == "authorization" || lower == "idempotency-key" {
@@ -444,18 +466,28 @@ impl Config {
         }
         if let Some(env) = &a.token_env {
             if env.is_empty() {
-                return Err(invalid("api.token_env", "must name an environment variable"));
+                return Err(invalid(
+                    "api.token_env",
+                    "must name an environment variable",
+                ));
             }
         }
         let e = &self.enrichment;
         if e.enabled {
             if e.query.trim().is_empty() {
-                return Err(invalid("enrichment.query", "is required when enrichment is enabled"));
+                return Err(invalid(
+                    "enrichment.query",
+                    "is required when enrichment is enabled",
+                ));
             }
             if !e.query.contains("$1") {
-                return Err(invalid("enrichment.query", "must use `$1` for the entity key"));
+                return Err(invalid(
+                    "enrichment.query",
+                    "must use `$1` for the entity key",
+                ));
             }
-            let u = reqwest::Url::parse(&e.url).map_err(|err| invalid("enrichment.url", err.to_string()))?;
+            let u = reqwest::Url::parse(&e.url)
+                .map_err(|err| invalid("enrichment.url", err.to_string()))?;
             if u.password().is_some() {
                 return Err(invalid(
                     "enrichment.url",
@@ -467,7 +499,10 @@ impl Config {
             }
         }
         if !self.metrics.listen.is_empty() && self.metrics.listen.parse::<SocketAddr>().is_err() {
-            return Err(invalid("metrics.listen", "must be an address like 127.0.0.1:9464"));
+            return Err(invalid(
+                "metrics.listen",
+                "must be an address like 127.0.0.1:9464",
+            ));
         }
         if self.supervision.max_restarts == 0 {
             return Err(invalid("supervision.max_restarts", "must be at least 1"));
@@ -519,7 +554,9 @@ mod tests {
 
     #[test]
     fn shipped_config_is_valid() {
-        let s = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/courier.toml")).unwrap();
+        let s =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/courier.toml"))
+                .unwrap();
         Config::from_toml(&s).unwrap();
     }
 
@@ -532,9 +569,18 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        assert_eq!(field_of("[pipeline]\nconcurrency = 0"), "pipeline.concurrency");
-        assert_eq!(field_of("[pipeline]\nconcurrency = \"many\""), "pipeline.concurrency");
-        assert_eq!(field_of("[pipeline]\nordering = \"random\""), "pipeline.ordering");
+        assert_eq!(
+            field_of("[pipeline]\nconcurrency = 0"),
+            "pipeline.concurrency"
+        );
+        assert_eq!(
+            field_of("[pipeline]\nconcurrency = \"many\""),
+            "pipeline.concurrency"
+        );
+        assert_eq!(
+            field_of("[pipeline]\nordering = \"random\""),
+            "pipeline.ordering"
+        );
         assert_eq!(field_of("[kafka]\ntopic = \"a b\""), "kafka.topic");
         assert_eq!(field_of("[kafka]\nbrokerz = \"x\""), "kafka");
         assert_eq!(field_of("[api]\nurl = \"ftp://x\""), "api.url");
@@ -543,9 +589,15 @@ mod tests {
             field_of("[kafka.properties]\n\"enable.auto.offset.store\" = \"true\""),
             "kafka.properties.enable.auto.offset.store"
         );
-        assert_eq!(field_of("[pipeline]\ndrain_timeout_ms = 60000"), "pipeline.drain_timeout_ms");
+        assert_eq!(
+            field_of("[pipeline]\ndrain_timeout_ms = 60000"),
+            "pipeline.drain_timeout_ms"
+        );
         assert_eq!(field_of("[enrichment]\nenabled = true"), "enrichment.query");
-        assert_eq!(field_of("[metrics]\nlisten = \"nowhere\""), "metrics.listen");
+        assert_eq!(
+            field_of("[metrics]\nlisten = \"nowhere\""),
+            "metrics.listen"
+        );
         assert_eq!(field_of("[log]\nlevel = \"[[\""), "log.level");
     }
 }

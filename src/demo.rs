@@ -37,12 +37,23 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
     };
     let mut fail_ids = HashMap::new();
     for seq in (1_000..events).step_by(1_999).take(8) {
-        fail_ids.insert(loadgen::event_id(&spec.id_prefix, seq), FailRule { status: 503, times: None, retry_after_s: None });
+        fail_ids.insert(
+            loadgen::event_id(&spec.id_prefix, seq),
+            FailRule {
+                status: 503,
+                times: None,
+                retry_after_s: None,
+            },
+        );
     }
     for seq in (500..events).step_by(997).take(20) {
         fail_ids
             .entry(loadgen::event_id(&spec.id_prefix, seq))
-            .or_insert(FailRule { status: 503, times: Some(1), retry_after_s: None });
+            .or_insert(FailRule {
+                status: 503,
+                times: Some(1),
+                retry_after_s: None,
+            });
     }
     let behaviour = Behaviour {
         latency_ms: 5,
@@ -55,7 +66,10 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
     let sink = SinkHandle::start("127.0.0.1:0".parse()?, behaviour).await?;
     println!("API stand-in on {}", sink.url());
 
-    print!("producing {events} events ({} of them bad input)… ", events / 250);
+    print!(
+        "producing {events} events ({} of them bad input)… ",
+        events / 250
+    );
     let produced = loadgen::produce(&brokers, TOPIC, &spec).await?;
     println!("done");
 
@@ -72,8 +86,12 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
             .iter()
             .map(|o| (*o).max(0))
             .sum();
-        let dlq: i64 = end_offsets(&brokers, &cfg.kafka.dlq_topic(), PARTITIONS)?.iter().sum();
-        let parked: i64 = end_offsets(&brokers, &cfg.kafka.parking_topic(), 1)?.iter().sum();
+        let dlq: i64 = end_offsets(&brokers, &cfg.kafka.dlq_topic(), PARTITIONS)?
+            .iter()
+            .sum();
+        let parked: i64 = end_offsets(&brokers, &cfg.kafka.parking_topic(), 1)?
+            .iter()
+            .sum();
         println!(
             "  {:>5.1}s  delivered {:>6}  committed {:>6}/{}  DLQ {:>3}  parked {:>3}  API requests {:>6}",
             started.elapsed().as_secs_f64(),
@@ -91,12 +109,29 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
     }
     running.shutdown().await;
     let elapsed = started.elapsed();
-    let report: AuditReport = audit(&brokers, &cfg.kafka.dlq_topic(), &cfg.kafka.parking_topic(), &produced, &sink.audit())?;
+    let report: AuditReport = audit(
+        &brokers,
+        &cfg.kafka.dlq_topic(),
+        &cfg.kafka.parking_topic(),
+        &produced,
+        &sink.audit(),
+    )?;
     sink.shutdown();
-    println!("\nAudit after {:.1}s ({}):", elapsed.as_secs_f64(), if caught_up { "all offsets committed" } else { "NOT caught up" });
+    println!(
+        "\nAudit after {:.1}s ({}):",
+        elapsed.as_secs_f64(),
+        if caught_up {
+            "all offsets committed"
+        } else {
+            "NOT caught up"
+        }
+    );
     println!("{report}");
     if report.lost_count() > 0 || !caught_up {
-        println!("LOST events: {:?}", report.lost.iter().take(20).collect::<Vec<_>>());
+        println!(
+            "LOST events: {:?}",
+            report.lost.iter().take(20).collect::<Vec<_>>()
+        );
         return Ok(1);
     }
     println!("lost = 0: every event reached the API, the DLQ or the parking lot.");

@@ -35,9 +35,12 @@ impl Poison {
                 v.extend_from_slice(b"\"}");
                 v
             }
-            Poison::MalformedJson => format!("{{\"specversion\":\"1.0\",\"id\":\"bad-{seq}\",").into_bytes(),
+            Poison::MalformedJson => {
+                format!("{{\"specversion\":\"1.0\",\"id\":\"bad-{seq}\",").into_bytes()
+            }
             Poison::MissingAttribute => {
-                format!("{{\"specversion\":\"1.0\",\"id\":\"bad-{seq}\",\"type\":\"t\"}}").into_bytes()
+                format!("{{\"specversion\":\"1.0\",\"id\":\"bad-{seq}\",\"type\":\"t\"}}")
+                    .into_bytes()
             }
             Poison::TooLarge(n) => {
                 let pad = "x".repeat(n);
@@ -45,7 +48,8 @@ impl Poison {
                     .into_bytes()
             }
             Poison::WrongType => {
-                format!("{{\"specversion\":\"1.0\",\"id\":{seq},\"source\":\"/x\",\"type\":\"t\"}}").into_bytes()
+                format!("{{\"specversion\":\"1.0\",\"id\":{seq},\"source\":\"/x\",\"type\":\"t\"}}")
+                    .into_bytes()
             }
         }
     }
@@ -148,7 +152,10 @@ pub async fn produce_with(
             Some(p) => (p.bytes(seq), None),
             None => {
                 let id = event_id(&spec.id_prefix, seq);
-                (event_json(&id, &spec.event_type, &key, seq, spec.event_bytes), Some(id))
+                (
+                    event_json(&id, &spec.event_type, &key, seq, spec.event_bytes),
+                    Some(id),
+                )
             }
         };
         let fut = loop {

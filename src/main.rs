@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "courier", version, about = "Kafka → HTTP delivery with at-least-once semantics, DLQ and degraded mode")]
+#[command(
+    name = "courier",
+    version,
+    about = "Kafka → HTTP delivery with at-least-once semantics, DLQ and degraded mode"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -50,7 +54,9 @@ fn init_logging(format: LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Human => b.init(),
@@ -77,7 +83,10 @@ fn main() -> ExitCode {
                 fail_rate,
                 ..Default::default()
             };
-            runtime().and_then(|rt| rt.block_on(courier::sink::run_standalone(listen, b)).map(|_| 0))
+            runtime().and_then(|rt| {
+                rt.block_on(courier::sink::run_standalone(listen, b))
+                    .map(|_| 0)
+            })
         }
     };
     match result {

@@ -42,13 +42,19 @@ impl Pipeline {
     }
 
     pub fn delivery(&self) -> Option<ActorRef<DeliveryMsg>> {
-        self.delivery.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.delivery
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
     pub fn set_delivery(&self, a: ActorRef<DeliveryMsg>) {
         *self.delivery.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
     }
     pub fn dlq_writer(&self) -> Option<ActorRef<DlqWriterMsg>> {
-        self.dlq_writer.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.dlq_writer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
     pub fn set_dlq_writer(&self, a: ActorRef<DlqWriterMsg>) {
         *self.dlq_writer.write().unwrap_or_else(|e| e.into_inner()) = Some(a);

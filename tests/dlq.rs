@@ -1,4 +1,4 @@
-//! 3. Transient failures: retried in place, then the DLQ with a correct envelope
+//! Test 3 of the core pipeline. Transient failures: retried in place, then the DLQ with a correct envelope
 //! and headers; offsets wait for the broker's acknowledgement of the DLQ write.
 
 mod common;
@@ -18,14 +18,23 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     n.create(&s, false).await;
     let spec = Spec {
         count: 3_000,
-        keys: 300,
+        // One key per event: in `key` mode, later events of a failing event's key
+        // would (correctly) wait behind it.
+        keys: 3_000,
         id_prefix: "dlq".into(),
         ..Spec::default()
     };
     let failing: Vec<usize> = vec![100, 1_100, 2_100];
     let mut fail_ids = HashMap::new();
     for seq in &failing {
-        fail_ids.insert(loadgen::event_id("dlq", *seq), FailRule { status: 503, times: None, retry_after_s: None });
+        fail_ids.insert(
+            loadgen::event_id("dlq", *seq),
+            FailRule {
+                status: 503,
+                times: None,
+                retry_after_s: None,
+            },
+        );
     }
     let api = SinkHandle::start(
         "127.0.0.1:0".parse().unwrap(),
@@ -50,18 +59,28 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     let mut c = Courier::start(&n.topic, &s, &toml);
 
     // Everything else is delivered, each failing event got its 3 in-place tries…
-    wait_until(Duration::from_secs(60), "all other events delivered and failing ones retried", || {
-        let a = api.audit();
-        a.delivered.len() == 3_000 - failing.len()
-            && failing.iter().all(|seq| a.attempts.get(&loadgen::event_id("dlq", *seq)) == Some(&3))
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "all other events delivered and failing ones retried",
+        || {
+            let a = api.audit();
+            a.delivered.len() == 3_000 - failing.len()
+                && failing
+                    .iter()
+                    .all(|seq| a.attempts.get(&loadgen::event_id("dlq", *seq)) == Some(&3))
+        },
+    )
     .await;
     // …and a DLQ write was refused by the broker (the topic is missing).
     let mut failures = 0.0;
-    wait_until(Duration::from_secs(30), "a DLQ write failure is reported", || {
-        failures = futures_lite_block(c.metric("courier_dlq_write_failures_total"));
-        failures >= 1.0
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "a DLQ write failure is reported",
+        || {
+            failures = futures_lite_block(c.metric("courier_dlq_write_failures_total"));
+            failures >= 1.0
+        },
+    )
     .await;
     // The watermark stops exactly at the lowest unacknowledged event of each
     // affected partition; the others reach their end.
@@ -69,12 +88,21 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     let expected: Vec<i64> = (0..n.partitions)
         .map(|p| lowest_failing.get(&p).copied().unwrap_or(ends[p as usize]))
         .collect();
-    wait_until(Duration::from_secs(30), "committed offsets stop at the failing events", || {
-        n.committed(&s) == expected
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "committed offsets stop at the failing events",
+        || n.committed(&s) == expected,
+    )
     .await;
-    assert!(c.metric("courier_dlq_write_failures_total").await >= failures, "DLQ writes are still failing");
-    assert_eq!(n.committed(&s), expected, "no offset moved past an event whose DLQ write is not acknowledged");
+    assert!(
+        c.metric("courier_dlq_write_failures_total").await >= failures,
+        "DLQ writes are still failing"
+    );
+    assert_eq!(
+        n.committed(&s),
+        expected,
+        "no offset moved past an event whose DLQ write is not acknowledged"
+    );
 
     // Create the DLQ: the pending writes go through and the offsets move to the end.
     courier::kafka::admin::create_topics(&s.brokers, &[(n.dlq.as_str(), n.partitions)])
@@ -87,7 +115,11 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     assert_no_loss("dlq", &rep);
     assert_eq!(rep.in_dlq, failing.len());
     let records = courier::kafka::admin::read_all(&s.brokers, &n.dlq).unwrap();
-    assert_eq!(records.len(), failing.len(), "each failing event written once");
+    assert_eq!(
+        records.len(),
+        failing.len(),
+        "each failing event written once"
+    );
     for r in records {
         let env = Envelope::from_bytes(r.payload.as_deref().unwrap()).unwrap();
         let id = env.event_id.clone().unwrap();
@@ -102,8 +134,17 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
         assert_eq!(env.origin.topic, n.topic);
         assert_eq!(env.origin.consumer_group, n.group);
         assert_eq!(r.partition, p, "main partition p goes to DLQ partition p");
-        assert_eq!(env.key.as_deref(), Some(loadgen::key_of(seq, spec.keys).as_bytes()));
-        let original = loadgen::event_json(&id, &spec.event_type, &loadgen::key_of(seq, spec.keys), seq, spec.event_bytes);
+        assert_eq!(
+            env.key.as_deref(),
+            Some(loadgen::key_of(seq, spec.keys).as_bytes())
+        );
+        let original = loadgen::event_json(
+            &id,
+            &spec.event_type,
+            &loadgen::key_of(seq, spec.keys),
+            seq,
+            spec.event_bytes,
+        );
         assert_eq!(env.payload, original, "payload kept byte for byte");
         assert_eq!(r.headers["kafka_dlt-original-topic"], n.topic);
         assert_eq!(r.headers["kafka_dlt-original-partition"], p.to_string());

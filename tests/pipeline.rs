@@ -38,12 +38,20 @@ async fn delivers_everything_and_commits_to_the_end() {
     let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
     let mut c = Courier::start(&n.topic, &s, &base_toml(&n, &api.url()));
     n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
-    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0), "clean exit on SIGTERM");
+    assert_eq!(
+        c.terminate(Duration::from_secs(30)).await,
+        Some(0),
+        "clean exit on SIGTERM"
+    );
     assert_eq!(n.committed(&s), n.ends(&s));
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("e2e", &rep);
     assert_eq!(rep.delivered, 10_000);
-    assert_eq!(api.audit().bad_requests, 0, "every request carried Idempotency-Key = event id");
+    assert_eq!(
+        api.audit().bad_requests,
+        0,
+        "every request carried Idempotency-Key = event id"
+    );
 }
 
 /// 2. Poison mixed in: each parked with its reason, the partition keeps flowing.
@@ -77,8 +85,19 @@ async fn poison_is_parked_with_its_reason_and_the_rest_flows() {
     assert_no_loss("poison", &rep);
     assert_eq!(rep.delivered, 1_900, "every valid event delivered");
     assert_eq!(rep.parked, 100);
-    for reason in ["invalid_utf8", "malformed_json", "missing_attribute", "too_large", "wrong_type"] {
-        assert_eq!(rep.parked_by_reason.get(reason), Some(&20), "reason {reason}: {:?}", rep.parked_by_reason);
+    for reason in [
+        "invalid_utf8",
+        "malformed_json",
+        "missing_attribute",
+        "too_large",
+        "wrong_type",
+    ] {
+        assert_eq!(
+            rep.parked_by_reason.get(reason),
+            Some(&20),
+            "reason {reason}: {:?}",
+            rep.parked_by_reason
+        );
     }
     // The parking-lot records carry the reason in headers too.
     let parked = courier::kafka::admin::read_all(&s.brokers, &n.parking).unwrap();
@@ -106,7 +125,10 @@ async fn sigkill_mid_run_loses_nothing() {
     let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
     let toml = base_toml(&n, &api.url());
     let mut c = Courier::start(&format!("{}-a", n.topic), &s, &toml);
-    wait_until(Duration::from_secs(60), "3,000 events delivered", || api.delivered_count() >= 3_000).await;
+    wait_until(Duration::from_secs(60), "3,000 events delivered", || {
+        api.delivered_count() >= 3_000
+    })
+    .await;
     c.kill();
     let at_kill = api.delivered_count();
     let mut c2 = Courier::start(&format!("{}-b", n.topic), &s, &toml);
@@ -138,19 +160,29 @@ async fn partition_actor_crash_rereads_from_watermark() {
     };
     let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
     let marked = loadgen::event_id("crash", 1_500);
-    let toml = base_toml(&n, &api.url()) + &format!("\n[testing]\ncrash_on_event_id = \"{marked}\"\n");
+    let toml =
+        base_toml(&n, &api.url()) + &format!("\n[testing]\ncrash_on_event_id = \"{marked}\"\n");
     let mut c = Courier::start(&n.topic, &s, &toml);
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     let restarts = c.metric("courier_actor_restarts_total").await;
     c.terminate(Duration::from_secs(30)).await;
     let log = c.log_text();
-    assert!(log.contains("test fault hook: partition actor crashes"), "the hook fired");
-    assert!(log.contains("partition actor crashed"), "the consumer saw the crash");
+    assert!(
+        log.contains("test fault hook: partition actor crashes"),
+        "the hook fired"
+    );
+    assert!(
+        log.contains("partition actor crashed"),
+        "the consumer saw the crash"
+    );
     assert_eq!(restarts, 1.0, "one actor restart counted");
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("crash", &rep);
     assert_eq!(rep.delivered, 3_000);
-    assert!(api.audit().delivered.contains_key(&marked), "the marked event itself was delivered after the restart");
+    assert!(
+        api.audit().delivered.contains_key(&marked),
+        "the marked event itself was delivered after the restart"
+    );
     println!("[crash] duplicates: {}", rep.duplicates);
 }
 
@@ -170,20 +202,36 @@ async fn instance_joins_and_leaves_mid_run() {
     let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
     let toml = base_toml(&n, &api.url()).replace("concurrency = 256", "concurrency = 64");
     let mut a = Courier::start(&format!("{}-a", n.topic), &s, &toml);
-    wait_until(Duration::from_secs(60), "2,000 delivered", || api.delivered_count() >= 2_000).await;
-    let mut b = Courier::start(&format!("{}-b", n.topic), &s, &toml);
-    let before_b = api.delivered_count();
-    wait_until(Duration::from_secs(60), "the second instance takes part", || {
-        b.log_text().contains("partitions assigned") && api.delivered_count() >= before_b + 2_000
+    wait_until(Duration::from_secs(60), "2,000 delivered", || {
+        api.delivered_count() >= 2_000
     })
     .await;
-    assert_eq!(b.terminate(Duration::from_secs(30)).await, Some(0), "b leaves cleanly");
+    let mut b = Courier::start(&format!("{}-b", n.topic), &s, &toml);
+    let before_b = api.delivered_count();
+    wait_until(
+        Duration::from_secs(60),
+        "the second instance takes part",
+        || {
+            b.log_text().contains("partitions assigned")
+                && api.delivered_count() >= before_b + 2_000
+        },
+    )
+    .await;
+    assert_eq!(
+        b.terminate(Duration::from_secs(30)).await,
+        Some(0),
+        "b leaves cleanly"
+    );
     n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
     a.terminate(Duration::from_secs(30)).await;
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("join-leave", &rep);
     assert_eq!(rep.delivered, 10_000);
-    println!("[join-leave] duplicates: {} ({:.2}%)", rep.duplicates, rep.duplicate_pct());
+    println!(
+        "[join-leave] duplicates: {} ({:.2}%)",
+        rep.duplicates,
+        rep.duplicate_pct()
+    );
 }
 
 /// 7. `key` mode: each key's events reach the API in offset order, while
@@ -226,5 +274,9 @@ async fn key_mode_keeps_per_key_order() {
             assert!(seq > prev, "key {key}: seq {seq} delivered after {prev}");
         }
     }
-    assert!(audit.max_concurrent > 5, "keys proceed in parallel (peak concurrency {})", audit.max_concurrent);
+    assert!(
+        audit.max_concurrent > 5,
+        "keys proceed in parallel (peak concurrency {})",
+        audit.max_concurrent
+    );
 }

@@ -99,10 +99,19 @@ impl Actor for ConsumerActor {
         let cfg = &p.config;
         let closing = Arc::new(AtomicBool::new(false));
         let revoke_wait = Duration::from_millis(cfg.pipeline.drain_timeout_ms + 2_000);
-        let ctx = CourierContext::new(cfg.kafka.topic.clone(), myself.clone(), revoke_wait, closing.clone());
+        let ctx = CourierContext::new(
+            cfg.kafka.topic.clone(),
+            myself.clone(),
+            revoke_wait,
+            closing.clone(),
+        );
         let consumer: KafkaConsumer = consumer_config(&cfg.kafka).create_with_context(ctx)?;
         let consumer = Arc::new(consumer);
-        let (c2, topic, dlq) = (consumer.clone(), cfg.kafka.topic.clone(), p.dlq_topic.clone());
+        let (c2, topic, dlq) = (
+            consumer.clone(),
+            cfg.kafka.topic.clone(),
+            p.dlq_topic.clone(),
+        );
         let (main_n, dlq_n) = tokio::task::spawn_blocking(move || {
             Ok::<_, StartupError>((partition_count(&c2, &topic)?, partition_count(&c2, &dlq)?))
         })
@@ -121,7 +130,9 @@ impl Actor for ConsumerActor {
                 .into())
             }
             Some(_) => {}
-            None => tracing::warn!(dlq = %p.dlq_topic, "DLQ topic does not exist: failed events will wait (their offsets stay uncommitted) until it is created"),
+            None => {
+                tracing::warn!(dlq = %p.dlq_topic, "DLQ topic does not exist: failed events will wait (their offsets stay uncommitted) until it is created")
+            }
         }
         consumer.subscribe(&[cfg.kafka.topic.as_str()])?;
         let poller = Poller::start(consumer.clone())?;
@@ -154,7 +165,8 @@ impl Actor for ConsumerActor {
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
             }
             ConsumerMsg::Revoked { partitions, ack } => {
-                let deadline = Duration::from_millis(s.pipeline.config.pipeline.drain_timeout_ms + 1_000);
+                let deadline =
+                    Duration::from_millis(s.pipeline.config.pipeline.drain_timeout_ms + 1_000);
                 s.drain(&partitions, deadline).await;
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
                 if s.parts.is_empty() {
@@ -183,7 +195,8 @@ impl Actor for ConsumerActor {
             };
             tracing::error!(partition = p, error = %err, "partition actor crashed; re-reading the partition from its watermark");
             if let Err(e) = s.pipeline.record_restart("partition") {
-                s.pipeline.fatal(format!("partition actors crash too often: {e}"));
+                s.pipeline
+                    .fatal(format!("partition actors crash too often: {e}"));
                 return Ok(());
             }
             s.recover(&myself, p).await?;
@@ -194,7 +207,9 @@ impl Actor for ConsumerActor {
 
 impl ConsumerState {
     fn consumer(&self) -> Result<&Arc<KafkaConsumer>, ActorProcessingErr> {
-        self.consumer.as_ref().ok_or_else(|| "consumer closed".into())
+        self.consumer
+            .as_ref()
+            .ok_or_else(|| "consumer closed".into())
     }
 
     fn partition_of(&self, cell: &ActorCell) -> Option<i32> {
@@ -260,7 +275,11 @@ impl ConsumerState {
         }
     }
 
-    async fn recover(&mut self, myself: &ActorRef<ConsumerMsg>, p: i32) -> Result<(), ActorProcessingErr> {
+    async fn recover(
+        &mut self,
+        myself: &ActorRef<ConsumerMsg>,
+        p: i32,
+    ) -> Result<(), ActorProcessingErr> {
         let Some(old) = self.parts.remove(&p) else {
             return Ok(());
         };
@@ -276,10 +295,16 @@ impl ConsumerState {
                 let _ = consumer.resume(&tpl);
                 let c = consumer.clone();
                 let t = topic.clone();
-                tokio::task::spawn_blocking(move || c.seek(&t, p, Offset::Offset(s), Duration::from_secs(10)))
-                    .await??;
+                tokio::task::spawn_blocking(move || {
+                    c.seek(&t, p, Offset::Offset(s), Duration::from_secs(10))
+                })
+                .await??;
                 fence = Some(last);
-                tracing::info!(partition = p, from = s, "partition sought back to its watermark");
+                tracing::info!(
+                    partition = p,
+                    from = s,
+                    "partition sought back to its watermark"
+                );
             }
         }
         self.spawn_partition(myself, p, start.map(NextOffset::at), old.shared)
@@ -331,7 +356,9 @@ impl ConsumerState {
             }
             match c.commit_consumer_state(CommitMode::Sync) {
                 Ok(()) => tracing::info!("final commit done"),
-                Err(e) => tracing::info!(error = %e, "final commit (nothing new to commit is fine)"),
+                Err(e) => {
+                    tracing::info!(error = %e, "final commit (nothing new to commit is fine)")
+                }
             }
         })
         .await;
@@ -345,7 +372,10 @@ impl ConsumerState {
             drop(last);
             let _ = tx.send(());
         });
-        if tokio::time::timeout(Duration::from_secs(10), rx).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(10), rx)
+            .await
+            .is_err()
+        {
             tracing::warn!("closing the Kafka consumer took over 10 s; giving up on a clean leave");
         }
         self.ready.assigned.store(false, Ordering::SeqCst);

@@ -42,7 +42,11 @@ impl Actor for DeliveryPool {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             DeliveryMsg::Run(job) => {
+                // A root span: the message may carry the sender's span (ractor
+                // propagates it), and chaining every event under the previous
+                // one would keep them all alive.
                 let span = tracing::info_span!(
+                    parent: None,
                     "event",
                     id = job.item.event_id().unwrap_or("-"),
                     topic = %job.item.topic,

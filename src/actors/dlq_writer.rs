@@ -85,7 +85,9 @@ async fn send(producer: &FutureProducer, rec: &DlqRecord) -> Result<i64, String>
             value: Some(value.as_bytes()),
         });
     }
-    let mut record = FutureRecord::to(&rec.topic).payload(&payload).headers(headers);
+    let mut record = FutureRecord::to(&rec.topic)
+        .payload(&payload)
+        .headers(headers);
     if let Some(p) = rec.partition {
         record = record.partition(p);
     }

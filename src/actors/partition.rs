@@ -179,7 +179,8 @@ impl PartitionState {
             // Not begun, not stored: the next owner reads them again.
             return;
         }
-        metrics::counter!(m::CONSUMED, "topic" => self.topic.clone()).increment(records.len() as u64);
+        metrics::counter!(m::CONSUMED, "topic" => self.topic.clone())
+            .increment(records.len() as u64);
         for r in records {
             if let Err(e) = self.tracker.begin(r.offset) {
                 // An offset at or below one already begun is in flight or done;
@@ -268,7 +269,11 @@ impl PartitionState {
         held.errored += 1;
         let n = held.errored;
         if n >= MAX_ERRORED {
-            tracing::error!(partition = self.a.partition, offset, "work for this event vanished {n} times; parking it");
+            tracing::error!(
+                partition = self.a.partition,
+                offset,
+                "work for this event vanished {n} times; parking it"
+            );
             let old = held.item.clone();
             held.item = Arc::new(Item {
                 topic: old.topic.clone(),
@@ -284,7 +289,11 @@ impl PartitionState {
             });
         }
         if self.draining.is_none() {
-            let delay = crate::core::backoff::persistent_delay(n, Duration::from_millis(100), Duration::from_secs(5));
+            let delay = crate::core::backoff::persistent_delay(
+                n,
+                Duration::from_millis(100),
+                Duration::from_secs(5),
+            );
             myself.send_after(delay, move || PartitionMsg::Redispatch(offset));
         }
     }
@@ -324,7 +333,8 @@ impl PartitionState {
             Ok(()) => {
                 self.stored = Some(wm);
                 self.a.shared.stored.store(wm.get(), Ordering::SeqCst);
-                metrics::gauge!(m::COMMIT_WATERMARK, "partition" => self.label.clone()).set(wm.get() as f64);
+                metrics::gauge!(m::COMMIT_WATERMARK, "partition" => self.label.clone())
+                    .set(wm.get() as f64);
             }
             // Expected while a rebalance takes the partition away.
             Err(e) => tracing::debug!(partition = self.a.partition, error = %e, "store_offsets"),
@@ -345,7 +355,9 @@ impl PartitionState {
                 metrics::gauge!(m::PARTITION_PAUSED, "partition" => self.label.clone())
                     .set(if pause { 1.0 } else { 0.0 });
             }
-            Err(e) => tracing::warn!(partition = self.a.partition, error = %e, pause, "pause/resume failed"),
+            Err(e) => {
+                tracing::warn!(partition = self.a.partition, error = %e, pause, "pause/resume failed")
+            }
         }
     }
 
@@ -360,7 +372,11 @@ impl PartitionState {
     fn crash_hook(&self, id: &str) {
         let cfg = &self.a.pipeline.config.testing;
         if cfg.crash_on_event_id.as_deref() == Some(id)
-            && !self.a.pipeline.crash_hook_fired.swap(true, Ordering::SeqCst)
+            && !self
+                .a
+                .pipeline
+                .crash_hook_fired
+                .swap(true, Ordering::SeqCst)
         {
             panic!("test fault hook: partition actor crashes on event {id}");
         }

@@ -119,7 +119,8 @@ impl Actor for Supervisor {
         };
         tracing::error!(actor = child.name(), reason = %why, "actor failed; restarting it");
         if let Err(e) = s.pipeline.record_restart(child.name()) {
-            s.pipeline.fatal(format!("{} keeps failing: {e}", child.name()));
+            s.pipeline
+                .fatal(format!("{} keeps failing: {e}", child.name()));
             return Ok(());
         }
         if matches!(child, Child::Consumer) {
@@ -128,7 +129,8 @@ impl Actor for Supervisor {
             cell.stop_children(Some("consumer restarted".into()));
         }
         if let Err(e) = s.spawn(&myself, child).await {
-            s.pipeline.fatal(format!("cannot restart {}: {e}", child.name()));
+            s.pipeline
+                .fatal(format!("cannot restart {}: {e}", child.name()));
         }
         Ok(())
     }
@@ -148,16 +150,22 @@ impl SupervisorState {
         }
     }
 
-    async fn spawn(&mut self, myself: &ActorRef<SupervisorMsg>, child: Child) -> Result<(), ActorProcessingErr> {
+    async fn spawn(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        child: Child,
+    ) -> Result<(), ActorProcessingErr> {
         let sup = myself.get_cell();
         match child {
             Child::Writer => {
-                let (a, _) = Actor::spawn_linked(None, DlqWriter, self.pipeline.clone(), sup).await?;
+                let (a, _) =
+                    Actor::spawn_linked(None, DlqWriter, self.pipeline.clone(), sup).await?;
                 self.pipeline.set_dlq_writer(a.clone());
                 self.writer = Some(a);
             }
             Child::Delivery => {
-                let (a, _) = Actor::spawn_linked(None, DeliveryPool, self.pipeline.clone(), sup).await?;
+                let (a, _) =
+                    Actor::spawn_linked(None, DeliveryPool, self.pipeline.clone(), sup).await?;
                 self.pipeline.set_delivery(a.clone());
                 self.delivery = Some(a);
             }

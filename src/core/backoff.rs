@@ -92,25 +92,46 @@ mod tests {
     fn exponential_then_capped() {
         let p = p();
         let z = Duration::ZERO;
-        assert_eq!(p.next_delay(1, z, None, 0.0), Some(Duration::from_millis(50)));
-        assert_eq!(p.next_delay(2, z, None, 0.0), Some(Duration::from_millis(100)));
-        assert_eq!(p.next_delay(3, z, None, 0.0), Some(Duration::from_millis(200)));
-        assert_eq!(p.next_delay(3, z, None, 0.999), Some(Duration::from_micros(399_800)));
+        assert_eq!(
+            p.next_delay(1, z, None, 0.0),
+            Some(Duration::from_millis(50))
+        );
+        assert_eq!(
+            p.next_delay(2, z, None, 0.0),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(
+            p.next_delay(3, z, None, 0.0),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(
+            p.next_delay(3, z, None, 0.999),
+            Some(Duration::from_micros(399_800))
+        );
         assert_eq!(p.next_delay(4, z, None, 0.0), None, "attempts exhausted");
         let mut q = p.clone();
         q.max_attempts = 10;
-        assert_eq!(q.next_delay(8, z, None, 0.0), Some(Duration::from_millis(250)));
+        assert_eq!(
+            q.next_delay(8, z, None, 0.0),
+            Some(Duration::from_millis(250))
+        );
     }
 
     #[test]
     fn budget_and_retry_after() {
         let p = p();
-        assert_eq!(p.next_delay(1, Duration::from_millis(1990), None, 0.0), None);
+        assert_eq!(
+            p.next_delay(1, Duration::from_millis(1990), None, 0.0),
+            None
+        );
         assert_eq!(
             p.next_delay(1, Duration::ZERO, Some(Duration::from_secs(1)), 0.0),
             Some(Duration::from_secs(1))
         );
-        assert_eq!(p.next_delay(1, Duration::ZERO, Some(Duration::from_secs(3)), 0.0), None);
+        assert_eq!(
+            p.next_delay(1, Duration::ZERO, Some(Duration::from_secs(3)), 0.0),
+            None
+        );
         assert_eq!(parse_retry_after(" 2 "), Some(Duration::from_secs(2)));
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
     }

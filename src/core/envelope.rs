@@ -101,7 +101,10 @@ impl Envelope {
     pub fn headers(&self) -> Vec<(&'static str, String)> {
         let mut h = vec![
             (header::ORIGINAL_TOPIC, self.origin.topic.clone()),
-            (header::ORIGINAL_PARTITION, self.origin.partition.to_string()),
+            (
+                header::ORIGINAL_PARTITION,
+                self.origin.partition.to_string(),
+            ),
             (header::ORIGINAL_OFFSET, self.origin.offset.to_string()),
             (header::ORIGINAL_GROUP, self.origin.consumer_group.clone()),
             (header::EXCEPTION_MESSAGE, self.last_error.message.clone()),
@@ -144,7 +147,10 @@ mod b64_opt {
     }
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
         match Option::<String>::deserialize(d)? {
-            Some(s) => STANDARD.decode(s).map(Some).map_err(serde::de::Error::custom),
+            Some(s) => STANDARD
+                .decode(s)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
             None => Ok(None),
         }
     }

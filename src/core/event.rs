@@ -128,7 +128,10 @@ pub fn decode(value: Option<&Bytes>, opts: &DecodeOptions) -> Result<Event, Deco
     })
 }
 
-fn required_str<'a>(obj: &'a Map<String, Value>, name: &'static str) -> Result<&'a str, DecodeError> {
+fn required_str<'a>(
+    obj: &'a Map<String, Value>,
+    name: &'static str,
+) -> Result<&'a str, DecodeError> {
     match obj.get(name) {
         None | Some(Value::Null) => Err(DecodeError::MissingAttribute(name)),
         Some(Value::String(s)) if s.is_empty() => Err(DecodeError::WrongType {
@@ -143,7 +146,10 @@ fn required_str<'a>(obj: &'a Map<String, Value>, name: &'static str) -> Result<&
     }
 }
 
-fn optional_str(obj: &Map<String, Value>, name: &'static str) -> Result<Option<String>, DecodeError> {
+fn optional_str(
+    obj: &Map<String, Value>,
+    name: &'static str,
+) -> Result<Option<String>, DecodeError> {
     match obj.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -186,12 +192,30 @@ mod tests {
             (&[0xff, 0xfe, 0x00], "invalid_utf8"),
             (b"{not json", "malformed_json"),
             (b"[1,2]", "not_an_object"),
-            (br#"{"specversion":"1.0","source":"/s","type":"t"}"#, "missing_attribute"),
-            (br#"{"specversion":"1.0","id":5,"source":"/s","type":"t"}"#, "wrong_type"),
-            (br#"{"specversion":"1.0","id":"","source":"/s","type":"t"}"#, "wrong_type"),
-            (br#"{"specversion":"1.0","id":"a","source":"/s","type":"t","entityversion":"3"}"#, "wrong_type"),
-            (br#"{"specversion":"1.0","id":"a","source":"/s","type":"t","time":7}"#, "wrong_type"),
-            (br#"{"specversion":"0.3","id":"a","source":"/s","type":"t"}"#, "unsupported_specversion"),
+            (
+                br#"{"specversion":"1.0","source":"/s","type":"t"}"#,
+                "missing_attribute",
+            ),
+            (
+                br#"{"specversion":"1.0","id":5,"source":"/s","type":"t"}"#,
+                "wrong_type",
+            ),
+            (
+                br#"{"specversion":"1.0","id":"","source":"/s","type":"t"}"#,
+                "wrong_type",
+            ),
+            (
+                br#"{"specversion":"1.0","id":"a","source":"/s","type":"t","entityversion":"3"}"#,
+                "wrong_type",
+            ),
+            (
+                br#"{"specversion":"1.0","id":"a","source":"/s","type":"t","time":7}"#,
+                "wrong_type",
+            ),
+            (
+                br#"{"specversion":"0.3","id":"a","source":"/s","type":"t"}"#,
+                "unsupported_specversion",
+            ),
         ];
         for (bytes, reason) in cases {
             let err = dec(bytes).unwrap_err();

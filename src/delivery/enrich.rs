@@ -37,7 +37,10 @@ pub struct Enricher {
 }
 
 impl Enricher {
-    pub fn new(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Enricher, EnrichSetupError> {
+    pub fn new(
+        cfg: &EnrichmentConfig,
+        password: Option<String>,
+    ) -> Result<Enricher, EnrichSetupError> {
         let mut pg: tokio_postgres::Config = cfg
             .url
             .parse()
@@ -96,7 +99,9 @@ impl Enricher {
             match row {
                 None => Ok(None),
                 Some(row) => {
-                    let v: Value = row.try_get(0).map_err(|e| EnrichError::Query(e.to_string()))?;
+                    let v: Value = row
+                        .try_get(0)
+                        .map_err(|e| EnrichError::Query(e.to_string()))?;
                     Ok(Some(Arc::new(v)))
                 }
             }

@@ -31,11 +31,19 @@ pub struct ApiClient {
 impl ApiClient {
     /// `token` comes from the environment; it goes into a sensitive header value,
     /// which reqwest and Courier's logs never print.
-    pub fn new(cfg: &ApiConfig, token: Option<&str>, max_conns: usize) -> Result<ApiClient, ClientError> {
+    pub fn new(
+        cfg: &ApiConfig,
+        token: Option<&str>,
+        max_conns: usize,
+    ) -> Result<ApiClient, ClientError> {
         let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/cloudevents+json"));
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/cloudevents+json"),
+        );
         for (k, v) in &cfg.headers {
-            let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| ClientError::Header(k.clone()))?;
+            let name =
+                HeaderName::from_bytes(k.as_bytes()).map_err(|_| ClientError::Header(k.clone()))?;
             let value = HeaderValue::from_str(v).map_err(|_| ClientError::Header(k.clone()))?;
             headers.insert(name, value);
         }
@@ -55,10 +63,17 @@ impl ApiClient {
             b = b.http2_prior_knowledge();
         }
         let url = reqwest::Url::parse(&cfg.url).map_err(|_| ClientError::Header("url".into()))?;
-        Ok(ApiClient { client: b.build()?, url })
+        Ok(ApiClient {
+            client: b.build()?,
+            url,
+        })
     }
 
-    pub async fn post(&self, event_id: &str, body: bytes::Bytes) -> Result<Answer, TransportFailure> {
+    pub async fn post(
+        &self,
+        event_id: &str,
+        body: bytes::Bytes,
+    ) -> Result<Answer, TransportFailure> {
         let resp = self
             .client
             .post(self.url.clone())
@@ -75,7 +90,10 @@ impl ApiClient {
             .and_then(parse_retry_after);
         // Read the (small) body so the connection goes back to the pool.
         let _ = resp.bytes().await;
-        Ok(Answer { status, retry_after })
+        Ok(Answer {
+            status,
+            retry_after,
+        })
     }
 }
 

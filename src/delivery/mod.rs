@@ -27,7 +27,10 @@ use tokio::sync::Semaphore;
 pub enum Work {
     Deliver(Event),
     /// Bad input: straight to the parking lot with this reason.
-    Park { reason: String, message: String },
+    Park {
+        reason: String,
+        message: String,
+    },
 }
 
 /// A consumed message and the work it needs. Shared (`Arc`) between the partition
@@ -134,7 +137,8 @@ impl Deliverer {
                     Ok(answer) => match classify_status(answer.status) {
                         Verdict::Delivered => {
                             gauge.decrement(1.0);
-                            metrics::histogram!(m::DELIVERY_LATENCY).record(start.elapsed().as_secs_f64());
+                            metrics::histogram!(m::DELIVERY_LATENCY)
+                                .record(start.elapsed().as_secs_f64());
                             if let Some(ts) = item.timestamp_ms {
                                 let age = (now_ms() - ts).max(0) as f64 / 1000.0;
                                 metrics::histogram!(m::EVENT_AGE).record(age);
@@ -174,7 +178,10 @@ impl Deliverer {
                 .increment(1);
             if class.is_retryable() {
                 let jitter: f64 = rand::random();
-                if let Some(d) = self.policy.next_delay(attempts, start.elapsed(), retry_after, jitter) {
+                if let Some(d) =
+                    self.policy
+                        .next_delay(attempts, start.elapsed(), retry_after, jitter)
+                {
                     tracing::debug!(attempts, %reason, delay_ms = d.as_millis() as u64, "transient failure, retrying in place");
                     tokio::time::sleep(d).await;
                     continue;
@@ -214,7 +221,9 @@ impl Deliverer {
                 let mut obj: serde_json::Map<String, serde_json::Value> =
                     serde_json::from_slice(&ev.raw).unwrap_or_default();
                 obj.insert(cfg.field.clone(), (*doc).clone());
-                Ok(Some(Bytes::from(serde_json::to_vec(&obj).unwrap_or_default())))
+                Ok(Some(Bytes::from(
+                    serde_json::to_vec(&obj).unwrap_or_default(),
+                )))
             }
             None => match cfg.on_missing {
                 OnMissing::Deliver => Ok(Some(ev.raw.clone())),
@@ -234,7 +243,11 @@ impl Deliverer {
             event_id,
             event_type,
             key: item.key.clone(),
-            payload: item.payload.as_ref().map(|b| b.to_vec()).unwrap_or_default(),
+            payload: item
+                .payload
+                .as_ref()
+                .map(|b| b.to_vec())
+                .unwrap_or_default(),
             dlq_retries: 0,
             first_dlq_at_ms: now,
             not_before_ms: now,

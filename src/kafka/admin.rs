@@ -35,7 +35,10 @@ pub async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<(), 
         .map(|(n, p)| NewTopic::new(n, *p, TopicReplication::Fixed(1)))
         .collect();
     let results = admin
-        .create_topics(&new, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))))
+        .create_topics(
+            &new,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
         .await?;
     for r in results {
         if let Err((name, code)) = r {
@@ -45,7 +48,10 @@ pub async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<(), 
         }
     }
     let b = brokers.to_string();
-    let names: Vec<(String, usize)> = topics.iter().map(|(n, p)| (n.to_string(), *p as usize)).collect();
+    let names: Vec<(String, usize)> = topics
+        .iter()
+        .map(|(n, p)| (n.to_string(), *p as usize))
+        .collect();
     tokio::task::spawn_blocking(move || {
         let c: BaseConsumer = base(&b).create()?;
         let until = Instant::now() + Duration::from_secs(30);
@@ -82,9 +88,15 @@ pub fn end_offsets(brokers: &str, topic: &str, partitions: i32) -> Result<Vec<i6
 }
 
 /// Committed offsets of `group` for every partition of `topic` (-1 = none).
-pub fn committed_offsets(brokers: &str, group: &str, topic: &str, partitions: i32) -> Result<Vec<i64>, AdminError> {
+pub fn committed_offsets(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<i64>, AdminError> {
     let mut cfg = base(brokers);
-    cfg.set("group.id", group).set("enable.auto.commit", "false");
+    cfg.set("group.id", group)
+        .set("enable.auto.commit", "false");
     let c: BaseConsumer = cfg.create()?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
@@ -117,7 +129,11 @@ pub fn read_all(brokers: &str, topic: &str) -> Result<Vec<ReadRecord>, AdminErro
         .set("enable.partition.eof", "false");
     let c: BaseConsumer = cfg.create()?;
     let md = c.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let Some(t) = md.topics().iter().find(|t| t.name() == topic && t.error().is_none()) else {
+    let Some(t) = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+    else {
         return Ok(Vec::new());
     };
     let mut tpl = TopicPartitionList::new();

@@ -35,7 +35,10 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         .set("group.id", &k.group_id)
         .set("enable.auto.commit", "true")
         .set("enable.auto.offset.store", "false")
-        .set("auto.commit.interval.ms", k.auto_commit_interval_ms.to_string())
+        .set(
+            "auto.commit.interval.ms",
+            k.auto_commit_interval_ms.to_string(),
+        )
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", k.session_timeout_ms.to_string())
         .set("max.poll.interval.ms", k.max_poll_interval_ms.to_string())
@@ -61,7 +64,10 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
         .set("message.timeout.ms", k.producer_timeout_ms.to_string());
     for (key, v) in &k.properties {
         // Consumer-only properties would make the producer refuse to start.
-        if !key.starts_with("fetch.") && !key.starts_with("max.poll") && !key.starts_with("session.") {
+        if !key.starts_with("fetch.")
+            && !key.starts_with("max.poll")
+            && !key.starts_with("session.")
+        {
             c.set(key, v);
         }
     }
@@ -85,7 +91,12 @@ pub struct CourierContext {
 }
 
 impl CourierContext {
-    pub fn new(topic: String, actor: ActorRef<ConsumerMsg>, revoke_wait: Duration, closing: Arc<AtomicBool>) -> Self {
+    pub fn new(
+        topic: String,
+        actor: ActorRef<ConsumerMsg>,
+        revoke_wait: Duration,
+        closing: Arc<AtomicBool>,
+    ) -> Self {
         CourierContext {
             topic,
             actor,
@@ -104,7 +115,9 @@ impl CourierContext {
             }
             std::mem::take(&mut *p)
         };
-        self.actor.send_message(ConsumerMsg::Records(records)).is_ok()
+        self.actor
+            .send_message(ConsumerMsg::Records(records))
+            .is_ok()
     }
 
     /// Adds a polled record; returns the number pending.
@@ -115,7 +128,11 @@ impl CourierContext {
     }
 
     pub fn has_pending(&self) -> bool {
-        !self.pending.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        !self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 }
 

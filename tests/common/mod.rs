@@ -36,7 +36,11 @@ pub fn services() -> Services {
 impl Services {
     /// Runs a `scripts/services.sh` subcommand (e.g. `pg-stop`).
     pub fn ctl(&self, cmd: &str) {
-        let st = Command::new("bash").arg(&self.script).arg(cmd).status().expect("services.sh");
+        let st = Command::new("bash")
+            .arg(&self.script)
+            .arg(cmd)
+            .status()
+            .expect("services.sh");
         assert!(st.success(), "services.sh {cmd} failed");
     }
 }
@@ -69,7 +73,10 @@ impl Names {
     }
 
     pub async fn create(&self, s: &Services, with_dlq: bool) {
-        let mut t = vec![(self.topic.as_str(), self.partitions), (self.parking.as_str(), 1)];
+        let mut t = vec![
+            (self.topic.as_str(), self.partitions),
+            (self.parking.as_str(), 1),
+        ];
         if with_dlq {
             t.push((self.dlq.as_str(), self.partitions));
         }
@@ -85,13 +92,23 @@ impl Names {
     }
 
     pub fn audit(&self, s: &Services, produced: &Produced, sink: &SinkHandle) -> AuditReport {
-        audit(&s.brokers, &self.dlq, &self.parking, produced, &sink.audit()).expect("audit")
+        audit(
+            &s.brokers,
+            &self.dlq,
+            &self.parking,
+            produced,
+            &sink.audit(),
+        )
+        .expect("audit")
     }
 
     /// Waits until the group's committed offsets equal the topic's end offsets.
     pub async fn wait_committed_to_end(&self, s: &Services, timeout: Duration) {
         let ends = self.ends(s);
-        wait_until(timeout, "committed offsets reach the end offsets", || self.committed(s) == ends).await;
+        wait_until(timeout, "committed offsets reach the end offsets", || {
+            self.committed(s) == ends
+        })
+        .await;
     }
 }
 
@@ -103,7 +120,10 @@ pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() ->
         if cond() {
             return;
         }
-        assert!(Instant::now() < until, "timed out after {timeout:?} waiting until {what}");
+        assert!(
+            Instant::now() < until,
+            "timed out after {timeout:?} waiting until {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -144,7 +164,10 @@ impl Courier {
             .arg("--config")
             .arg(&cfg)
             .env("COURIER__KAFKA__BROKERS", &s.brokers)
-            .env("COURIER__METRICS__LISTEN", format!("127.0.0.1:{metrics_port}"))
+            .env(
+                "COURIER__METRICS__LISTEN",
+                format!("127.0.0.1:{metrics_port}"),
+            )
             .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log"))
@@ -163,7 +186,10 @@ impl Courier {
     }
 
     fn signal(&self, sig: &str) {
-        let _ = Command::new("kill").arg(sig).arg(self.pid().to_string()).status();
+        let _ = Command::new("kill")
+            .arg(sig)
+            .arg(self.pid().to_string())
+            .status();
     }
 
     /// SIGKILL: no shutdown path runs at all.
@@ -190,7 +216,10 @@ impl Courier {
             if Instant::now() > until {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("courier did not exit within {timeout:?}; log: {}", self.log.display());
+                panic!(
+                    "courier did not exit within {timeout:?}; log: {}",
+                    self.log.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -200,7 +229,8 @@ impl Courier {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Scrapes `/metrics` and returns the sum of all series of `name`.
+    /// Scrapes `/metrics` and returns the sum of all series of `name` (which may
+    /// include the start of a label set, e.g. `x_total{result="miss"`).
     pub async fn metric(&self, name: &str) -> f64 {
         let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
         let Ok(resp) = reqwest::get(&url).await else {
@@ -209,7 +239,11 @@ impl Courier {
         let text = resp.text().await.unwrap_or_default();
         text.lines()
             .filter(|l| !l.starts_with('#'))
-            .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b' ') | Some(b'{')))
+            .filter(|l| {
+                l.starts_with(name)
+                    && (name.contains('{')
+                        || matches!(l.as_bytes().get(name.len()), Some(b' ') | Some(b'{')))
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
@@ -258,5 +292,10 @@ shutdown_grace_ms = 5000
 /// Prints the audit and asserts nothing was lost.
 pub fn assert_no_loss(name: &str, rep: &AuditReport) {
     println!("[{name}] audit:\n{rep}");
-    assert!(rep.lost.is_empty(), "[{name}] lost {} events, e.g. {:?}", rep.lost.len(), &rep.lost[..rep.lost.len().min(10)]);
+    assert!(
+        rep.lost.is_empty(),
+        "[{name}] lost {} events, e.g. {:?}",
+        rep.lost.len(),
+        &rep.lost[..rep.lost.len().min(10)]
+    );
 }
