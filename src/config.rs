@@ -308,6 +308,9 @@ impl Default for LogConfig {
 pub struct TestingConfig {
     /// The partition actor panics (once per process) when it receives this event id.
     pub crash_on_event_id: Option<String>,
+    /// With `crash_on_event_id`: panic every time the event is received, not once
+    /// (exercises the restart budget).
+    pub crash_repeatedly: bool,
 }
 
 impl Config {
@@ -582,7 +585,7 @@ mod tests {
             "pipeline.ordering"
         );
         assert_eq!(field_of("[kafka]\ntopic = \"a b\""), "kafka.topic");
-        assert_eq!(field_of("[kafka]\nbrokerz = \"x\""), "kafka");
+        assert_eq!(field_of("[kafka]\nbrokerz = \"x\""), "kafka.brokerz");
         assert_eq!(field_of("[api]\nurl = \"ftp://x\""), "api.url");
         assert_eq!(field_of("[api]\nurl = \"http://u:p@x/\""), "api.url");
         assert_eq!(

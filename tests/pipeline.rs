@@ -186,6 +186,55 @@ async fn partition_actor_crash_rereads_from_watermark() {
     println!("[crash] duplicates: {}", rep.duplicates);
 }
 
+/// Supervision gives up after `max_restarts` crashes within the window: the
+/// process exits non-zero with a clear log line, and nothing past the crashing
+/// event is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_crashes_exhaust_the_restart_budget() {
+    let s = services();
+    let n = Names::new("budget", 1);
+    n.create(&s, true).await;
+    let api = sink(0).await;
+    let spec = Spec {
+        count: 200,
+        keys: 10,
+        id_prefix: "budget".into(),
+        ..Spec::default()
+    };
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    let marked = loadgen::event_id("budget", 100);
+    let toml = base_toml(&n, &api.url())
+        + &format!(
+            "
+[supervision]
+max_restarts = 3
+window_ms = 60000
+
+[testing]
+crash_on_event_id = \"{marked}\"
+crash_repeatedly = true
+"
+        );
+    let mut c = Courier::start(&n.topic, &s, &toml);
+    let code = c.wait_exit(Duration::from_secs(60)).await;
+    assert_eq!(
+        code,
+        Some(70),
+        "exit code 70 when the restart budget is exhausted"
+    );
+    let log = c.log_text();
+    assert!(log.contains("giving up"), "a clear log line says why");
+    assert!(log.contains("partition actors crash too often"));
+    // The marked event never finished, so no committed offset passes it.
+    let (_, marked_offset) = produced.offsets[100];
+    let committed = n.committed(&s)[0];
+    assert!(
+        committed <= marked_offset,
+        "committed {committed} must not pass the crashing event at {marked_offset}"
+    );
+    assert!(!api.audit().delivered.contains_key(&marked));
+}
+
 /// 6. A second instance joins the group mid-run and later leaves: lost = 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_joins_and_leaves_mid_run() {

@@ -368,16 +368,19 @@ impl PartitionState {
         }
     }
 
-    /// Test fault hook (`testing.crash_on_event_id`): panics once per process.
+    /// Test fault hook (`testing.crash_on_event_id`): panics once per process, or
+    /// every time with `testing.crash_repeatedly`.
     fn crash_hook(&self, id: &str) {
         let cfg = &self.a.pipeline.config.testing;
-        if cfg.crash_on_event_id.as_deref() == Some(id)
-            && !self
-                .a
-                .pipeline
-                .crash_hook_fired
-                .swap(true, Ordering::SeqCst)
-        {
+        if cfg.crash_on_event_id.as_deref() != Some(id) {
+            return;
+        }
+        let first = !self
+            .a
+            .pipeline
+            .crash_hook_fired
+            .swap(true, Ordering::SeqCst);
+        if first || cfg.crash_repeatedly {
             panic!("test fault hook: partition actor crashes on event {id}");
         }
     }

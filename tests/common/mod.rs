@@ -168,7 +168,11 @@ impl Courier {
                 "COURIER__METRICS__LISTEN",
                 format!("127.0.0.1:{metrics_port}"),
             )
-            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("COURIER_TEST_RUST_LOG")
+                    .unwrap_or_else(|_| "info,librdkafka=warn,rdkafka=warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log"))
             .stderr(out)
