@@ -11,5 +11,6 @@ pub mod demo;
 pub mod kafka;
 pub mod loadgen;
 pub mod metrics;
+pub mod ops;
 pub mod runtime;
 pub mod sink;

@@ -37,6 +37,11 @@ enum Cmd {
         #[arg(long, default_value_t = 20_000)]
         events: usize,
     },
+    /// Look into the DLQ or the parking lot, or replay events from them.
+    Dlq {
+        #[command(subcommand)]
+        cmd: DlqCmd,
+    },
     /// Run the API stand-in (the flaky external API) on its own.
     Sink {
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -47,6 +52,57 @@ enum Cmd {
         /// Probability of answering 503 to any request.
         #[arg(long, default_value_t = 0.0)]
         fail_rate: f64,
+    },
+}
+
+#[derive(Subcommand)]
+enum DlqCmd {
+    /// Counts by reason, event type and age; oldest, newest and samples.
+    Inspect {
+        #[arg(long, short, default_value = "config/courier.toml")]
+        config: PathBuf,
+        /// Inspect the parking lot instead of the DLQ.
+        #[arg(long)]
+        parking: bool,
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value_t = 5)]
+        samples: usize,
+    },
+    /// Move events back to the main topic (after a fix). Idempotent across runs.
+    Replay {
+        #[arg(long, short, default_value = "config/courier.toml")]
+        config: PathBuf,
+        /// Replay from the DLQ instead of the parking lot.
+        #[arg(long)]
+        from_dlq: bool,
+        /// Only these reasons (repeatable), e.g. `--reason http_400`.
+        #[arg(long = "reason")]
+        reasons: Vec<String>,
+        /// Only these CloudEvents types (repeatable).
+        #[arg(long = "type")]
+        types: Vec<String>,
+        /// Only these Kafka keys (repeatable).
+        #[arg(long = "key")]
+        keys: Vec<String>,
+        /// Only these event ids (repeatable).
+        #[arg(long = "id")]
+        ids: Vec<String>,
+        /// Entered the DLQ/parking lot at or after: RFC 3339 time or a duration ago (`2h`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Entered before: RFC 3339 time or a duration ago.
+        #[arg(long)]
+        until: Option<String>,
+        /// Show what would be replayed; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Events per second.
+        #[arg(long, default_value_t = 100.0)]
+        rate: f64,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -72,6 +128,7 @@ fn main() -> ExitCode {
             init_logging(LogFormat::Human, "warn");
             runtime().and_then(|rt| rt.block_on(courier::demo::run(events)))
         }
+        Cmd::Dlq { cmd } => runtime().and_then(|rt| rt.block_on(dlq(cmd))),
         Cmd::Sink {
             listen,
             latency_ms,
@@ -150,4 +207,119 @@ async fn run(path: PathBuf) -> anyhow::Result<u8> {
     running.shutdown().await;
     tracing::info!("stopped");
     Ok(code)
+}
+
+/// Parses an RFC 3339 time or a duration ago (`90m`, `2h`) into ms since the epoch.
+fn parse_time(s: &str) -> anyhow::Result<i64> {
+    if let Ok(d) = humantime::parse_duration(s) {
+        return Ok(courier::runtime::now_ms() - d.as_millis() as i64);
+    }
+    let t = humantime::parse_rfc3339_weak(s)
+        .with_context(|| format!("`{s}` is neither an RFC 3339 time nor a duration"))?;
+    Ok(t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0))
+}
+
+async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
+    use courier::ops::{inspect, replay};
+    init_logging(LogFormat::Human, "warn");
+    match cmd {
+        DlqCmd::Inspect {
+            config,
+            parking,
+            json,
+            samples,
+        } => {
+            let cfg = load(&config)?;
+            let topic = if parking {
+                cfg.kafka.parking_topic()
+            } else {
+                cfg.kafka.dlq_topic()
+            };
+            let (b, t) = (cfg.kafka.brokers.clone(), topic.clone());
+            let records =
+                tokio::task::spawn_blocking(move || courier::kafka::admin::read_all(&b, &t))
+                    .await??;
+            let now = courier::runtime::now_ms();
+            let s = inspect::summarize(
+                &topic,
+                records.iter().map(|r| r.payload.as_deref()),
+                now,
+                samples,
+            );
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                print!("{}", inspect::Table(&s, now));
+            }
+            Ok(0)
+        }
+        DlqCmd::Replay {
+            config,
+            from_dlq,
+            reasons,
+            types,
+            keys,
+            ids,
+            since,
+            until,
+            dry_run,
+            rate,
+            yes,
+        } => {
+            let cfg = load(&config)?;
+            let source = if from_dlq {
+                cfg.kafka.dlq_topic()
+            } else {
+                cfg.kafka.parking_topic()
+            };
+            let filter = replay::Filter {
+                reasons,
+                types,
+                keys,
+                ids,
+                since_ms: since.as_deref().map(parse_time).transpose()?,
+                until_ms: until.as_deref().map(parse_time).transpose()?,
+            };
+            let plan = replay::prepare(&cfg.kafka.brokers, &source, &filter).await?;
+            println!(
+                "{source}: {} to replay to {}, {} already replayed, {} not matching, {} unreadable",
+                plan.selected_count,
+                cfg.kafka.topic,
+                plan.already_replayed,
+                plan.not_matching,
+                plan.unreadable
+            );
+            if dry_run || plan.selected_count == 0 {
+                for c in plan.selected.iter().take(20) {
+                    println!(
+                        "  would replay {}/{} {}",
+                        c.partition,
+                        c.offset,
+                        c.envelope.event_id.as_deref().unwrap_or("(no id)")
+                    );
+                }
+                return Ok(0);
+            }
+            if !yes {
+                use std::io::Write;
+                print!(
+                    "Replay {} events to {}? [y/N] ",
+                    plan.selected_count, cfg.kafka.topic
+                );
+                std::io::stdout().flush()?;
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line)?;
+                if !matches!(line.trim(), "y" | "Y" | "yes") {
+                    println!("nothing replayed");
+                    return Ok(1);
+                }
+            }
+            let n =
+                replay::execute(&cfg.kafka.brokers, &source, &cfg.kafka.topic, &plan, rate).await?;
+            println!("replayed {n} events");
+            Ok(0)
+        }
+    }
 }
