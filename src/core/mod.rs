@@ -2,9 +2,12 @@
 //! inputs and tested exhaustively; the actors only apply the decisions.
 
 pub mod backoff;
+pub mod breaker;
 pub mod classify;
+pub mod dlq_policy;
 pub mod envelope;
 pub mod event;
+pub mod fsm;
 pub mod offsets;
 pub mod ordering;
 pub mod restart;

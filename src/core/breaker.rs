@@ -1,0 +1,887 @@
+//! The local circuit breaker (Resilience4j's model), with an injected clock.
+//!
+//! ```text
+//!            failure rate ≥ threshold            open_for elapsed
+//!   Closed ─────────────────────────────▶ Open ──────────────────▶ HalfOpen
+//!     ▲      (over a sliding time window,   ▲                        │  │
+//!     │       once min_calls were seen)     └──── a probe fails ─────┘  │
+//!     └──────────────── all half_open_probes succeed ───────────────────┘
+//! ```
+//!
+//! `trip` forces `Open` from any state: systemic answers (401/403) and the DLQ flood
+//! guard are verdicts about the API or our credentials, not about one call, so they
+//! do not wait for the failure rate to build up.
+//!
+//! # What the pipeline reads
+//!
+//! - [`Breaker::is_open`] is the breaker's share of `api_unavailable` (DESIGN.md §5):
+//!   true only while `Open` and its interval has not elapsed. It is *false* in
+//!   `HalfOpen`, because the partitions must un-pause for the probes to exist at all;
+//!   if `HalfOpen` counted as unavailable, nothing would ever be sent and the breaker
+//!   could never close.
+//! - [`Breaker::allow`] gates each call. In `HalfOpen` it admits exactly
+//!   `half_open_probes` calls; the rest are refused and should wait (not fail, not go
+//!   to the DLQ) until the probes have settled the state.
+//! - [`Breaker::admits_traffic`] answers "would `allow` say yes now?" without taking a
+//!   probe slot, for a dispatcher that wants to hold work back instead of asking.
+//!
+//! # Outcomes are not tied to permits
+//!
+//! As in Resilience4j, `record` takes an outcome, not a permit, so an outcome of a
+//! call admitted before a transition can arrive after it. Outcomes arriving while
+//! `Open` are ignored (the verdict is already made). In `HalfOpen` an outcome counts
+//! as a probe only while some admitted probe has not reported yet, so a straggler can
+//! never settle a half-open period that admitted nobody.
+//!
+//! Pure: no clock is read here; every method takes `now`.
+
+use std::time::{Duration, Instant};
+
+/// Outcomes are aggregated into this many buckets spanning the window, as
+/// Resilience4j aggregates per epoch second: memory stays constant whatever the
+/// call rate and the window length.
+const BUCKETS: usize = 10;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerConfig {
+    /// Sliding time window of call outcomes that the failure rate is computed over.
+    pub window: Duration,
+    /// No verdict below this many calls in the window: two failures out of three
+    /// calls say nothing about the API.
+    pub min_calls: u32,
+    /// Opens when `failures / calls >= failure_rate` (and `calls >= min_calls`).
+    /// In `(0, 1]`.
+    pub failure_rate: f64,
+    /// How long `Open` refuses every call before probing.
+    pub open_for: Duration,
+    /// Calls admitted in `HalfOpen`; all must succeed to close.
+    pub half_open_probes: u32,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            window: Duration::from_secs(10),
+            min_calls: 20,
+            failure_rate: 0.5,
+            open_for: Duration::from_secs(5),
+            half_open_probes: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BreakerConfigError {
+    #[error("breaker window must be positive")]
+    ZeroWindow,
+    #[error("breaker min_calls must be at least 1")]
+    ZeroMinCalls,
+    #[error("breaker failure_rate must be in (0, 1], got {0}")]
+    FailureRate(f64),
+    #[error("breaker half_open_probes must be at least 1")]
+    ZeroProbes,
+}
+
+impl BreakerConfig {
+    /// Checks the config at load time. A rate of 0 would open on successes alone,
+    /// zero probes would leave `HalfOpen` forever.
+    pub fn validate(&self) -> Result<(), BreakerConfigError> {
+        if self.window.is_zero() {
+            return Err(BreakerConfigError::ZeroWindow);
+        }
+        if self.min_calls == 0 {
+            return Err(BreakerConfigError::ZeroMinCalls);
+        }
+        if !(self.failure_rate > 0.0 && self.failure_rate <= 1.0) {
+            return Err(BreakerConfigError::FailureRate(self.failure_rate));
+        }
+        if self.half_open_probes == 0 {
+            return Err(BreakerConfigError::ZeroProbes);
+        }
+        Ok(())
+    }
+}
+
+/// The stored state. `Open` past its `until` is still stored as `Open` until a
+/// mutating call ([`Breaker::allow`] or [`Breaker::advance`]) moves it; the read-only
+/// methods already report it as `HalfOpen`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed,
+    Open { until: Instant },
+    HalfOpen { admitted: u32, succeeded: u32 },
+}
+
+/// The state without its data, for metrics and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BreakerStateKind {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+impl BreakerStateKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerStateKind::Closed => "closed",
+            BreakerStateKind::Open => "open",
+            BreakerStateKind::HalfOpen => "half_open",
+        }
+    }
+    /// A gauge value: 0 closed, 1 half-open, 2 open (the usual encoding).
+    pub fn as_gauge(self) -> f64 {
+        match self {
+            BreakerStateKind::Closed => 0.0,
+            BreakerStateKind::HalfOpen => 1.0,
+            BreakerStateKind::Open => 2.0,
+        }
+    }
+}
+
+/// Why the state changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Closed → Open: the failure rate over the window reached the threshold.
+    FailureRate,
+    /// Open → HalfOpen: `open_for` elapsed.
+    OpenElapsed,
+    /// HalfOpen → Closed: every probe succeeded.
+    ProbesSucceeded,
+    /// HalfOpen → Open: a probe failed.
+    ProbeFailed,
+    /// Any → Open by [`Breaker::trip`], with the caller's reason (`"systemic"`,
+    /// `"dlq_flood"`, ...).
+    Forced(&'static str),
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::FailureRate => "failure_rate",
+            Reason::OpenElapsed => "open_elapsed",
+            Reason::ProbesSucceeded => "probes_succeeded",
+            Reason::ProbeFailed => "probe_failed",
+            Reason::Forced(r) => r,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    pub from: BreakerStateKind,
+    pub to: BreakerStateKind,
+    pub reason: Reason,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    epoch: u64,
+    calls: u32,
+    failures: u32,
+}
+
+/// Outcomes of the last `window`, in [`BUCKETS`] buckets of `window / BUCKETS`.
+///
+/// An outcome older than `window` is always expired; because buckets expire whole,
+/// one may expire up to one bucket width early. Epochs count bucket widths since the
+/// origin, set one window before the first recorded outcome, and the highest epoch
+/// seen acts as the present: an outcome time-stamped slightly in the past (outcomes
+/// reach the actor out of order) still lands in its bucket, and one older than the
+/// window is dropped rather than counted in, or corrupting, a newer bucket.
+#[derive(Debug, Clone)]
+struct Window {
+    span: Duration,
+    width_nanos: u128,
+    origin: Option<Instant>,
+    high: u64,
+    buckets: [Bucket; BUCKETS],
+}
+
+impl Window {
+    fn new(window: Duration) -> Self {
+        Window {
+            span: window,
+            width_nanos: (window.as_nanos() / BUCKETS as u128).max(1),
+            origin: None,
+            high: 0,
+            buckets: [Bucket::default(); BUCKETS],
+        }
+    }
+
+    fn epoch(&self, now: Instant) -> u64 {
+        match self.origin {
+            None => 0,
+            Some(o) => {
+                let e = now.saturating_duration_since(o).as_nanos() / self.width_nanos;
+                u64::try_from(e).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
+    fn record(&mut self, now: Instant, success: bool) {
+        let span = self.span;
+        let origin = *self
+            .origin
+            .get_or_insert_with(|| now.checked_sub(span).unwrap_or(now));
+        if now < origin {
+            return; // more than a window before the first outcome seen
+        }
+        let e = self.epoch(now);
+        self.high = self.high.max(e);
+        if e.saturating_add(BUCKETS as u64) <= self.high {
+            return; // older than the window
+        }
+        let b = &mut self.buckets[(e % BUCKETS as u64) as usize];
+        if b.epoch != e {
+            // The slot holds an expired epoch (a newer one in this slot would be at
+            // least a full window ahead of `e`, which was refused above).
+            *b = Bucket {
+                epoch: e,
+                calls: 0,
+                failures: 0,
+            };
+        }
+        b.calls = b.calls.saturating_add(1);
+        if !success {
+            b.failures = b.failures.saturating_add(1);
+        }
+    }
+
+    /// `(calls, failures)` within the window ending at `now`.
+    fn totals(&self, now: Instant) -> (u32, u32) {
+        let present = self.epoch(now).max(self.high);
+        self.buckets
+            .iter()
+            .filter(|b| b.epoch.saturating_add(BUCKETS as u64) > present)
+            .fold((0u32, 0u32), |(c, f), b| {
+                (c.saturating_add(b.calls), f.saturating_add(b.failures))
+            })
+    }
+
+    fn clear(&mut self) {
+        self.buckets = [Bucket::default(); BUCKETS];
+        self.origin = None;
+        self.high = 0;
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Breaker {
+    cfg: BreakerConfig,
+    state: BreakerState,
+    window: Window,
+}
+
+impl Breaker {
+    /// A closed breaker. The config is used as given (call
+    /// [`BreakerConfig::validate`] at load time); degenerate values do not panic:
+    /// zero probes are treated as one.
+    pub fn new(cfg: BreakerConfig) -> Self {
+        Breaker {
+            window: Window::new(cfg.window),
+            cfg,
+            state: BreakerState::Closed,
+        }
+    }
+
+    pub fn config(&self) -> &BreakerConfig {
+        &self.cfg
+    }
+
+    /// The stored state (see [`BreakerState`] for the lazy Open → HalfOpen step).
+    pub fn raw_state(&self) -> BreakerState {
+        self.state
+    }
+
+    fn probes(&self) -> u32 {
+        self.cfg.half_open_probes.max(1)
+    }
+
+    /// The state as of `now`, for metrics: an `Open` whose interval has elapsed is
+    /// reported as `HalfOpen`.
+    pub fn state(&self, now: Instant) -> BreakerStateKind {
+        match self.state {
+            BreakerState::Closed => BreakerStateKind::Closed,
+            BreakerState::Open { until } if now < until => BreakerStateKind::Open,
+            BreakerState::Open { .. } | BreakerState::HalfOpen { .. } => BreakerStateKind::HalfOpen,
+        }
+    }
+
+    /// True while `Open` and the open interval has not elapsed: the breaker's input
+    /// to `api_unavailable`. False in `HalfOpen` (see the module docs for why).
+    pub fn is_open(&self, now: Instant) -> bool {
+        self.state(now) == BreakerStateKind::Open
+    }
+
+    /// Whether [`Breaker::allow`] would admit a call at `now`, without taking a
+    /// probe slot.
+    pub fn admits_traffic(&self, now: Instant) -> bool {
+        match self.state {
+            BreakerState::Closed => true,
+            BreakerState::Open { until } => now >= until,
+            BreakerState::HalfOpen { admitted, .. } => admitted < self.probes(),
+        }
+    }
+
+    /// Applies the time-driven transition (Open → HalfOpen once `open_for` has
+    /// elapsed) and reports it. [`Breaker::allow`] does this itself; call it
+    /// directly to log or count the transition when it happens.
+    pub fn advance(&mut self, now: Instant) -> Option<Transition> {
+        match self.state {
+            BreakerState::Open { until } if now >= until => {
+                self.state = BreakerState::HalfOpen {
+                    admitted: 0,
+                    succeeded: 0,
+                };
+                Some(Transition {
+                    from: BreakerStateKind::Open,
+                    to: BreakerStateKind::HalfOpen,
+                    reason: Reason::OpenElapsed,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Asks to make one call at `now`. Closed: yes. Open: no, until the interval has
+    /// elapsed; then HalfOpen. HalfOpen: yes for the first `half_open_probes` calls
+    /// of the period, then no until the probes have settled the state.
+    pub fn allow(&mut self, now: Instant) -> bool {
+        self.advance(now);
+        let probes = self.probes();
+        match &mut self.state {
+            BreakerState::Closed => true,
+            BreakerState::Open { .. } => false,
+            BreakerState::HalfOpen { admitted, .. } => {
+                if *admitted < probes {
+                    *admitted += 1;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    /// Records the outcome of a call that finished at `now`; returns the transition
+    /// if the outcome changed the state.
+    pub fn record(&mut self, now: Instant, success: bool) -> Option<Transition> {
+        let probes = self.probes();
+        match &mut self.state {
+            BreakerState::Closed => {
+                self.window.record(now, success);
+                let (calls, failures) = self.window.totals(now);
+                let over = calls >= self.cfg.min_calls.max(1)
+                    && failures > 0
+                    && f64::from(failures) >= self.cfg.failure_rate * f64::from(calls);
+                if over {
+                    return Some(self.open(now, BreakerStateKind::Closed, Reason::FailureRate));
+                }
+                None
+            }
+            // Stragglers from calls admitted before the trip: the verdict is made.
+            BreakerState::Open { .. } => None,
+            BreakerState::HalfOpen {
+                admitted,
+                succeeded,
+            } => {
+                if *succeeded >= *admitted {
+                    return None; // no probe is waiting for an outcome
+                }
+                if !success {
+                    return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
+                }
+                *succeeded += 1;
+                if *succeeded >= probes {
+                    self.state = BreakerState::Closed;
+                    self.window.clear();
+                    return Some(Transition {
+                        from: BreakerStateKind::HalfOpen,
+                        to: BreakerStateKind::Closed,
+                        reason: Reason::ProbesSucceeded,
+                    });
+                }
+                None
+            }
+        }
+    }
+
+    /// Forces `Open` for `open_for` from `now`, whatever the state. Tripping an
+    /// already open breaker extends it (never shortens it) and reports nothing, so a
+    /// systemic condition that persists keeps the breaker open without flooding the
+    /// log with transitions.
+    pub fn trip(&mut self, now: Instant, reason: &'static str) -> Option<Transition> {
+        let from = self.state(now);
+        match self.state {
+            BreakerState::Open { until } if now < until => {
+                self.state = BreakerState::Open {
+                    until: until.max(now + self.cfg.open_for),
+                };
+                None
+            }
+            _ => Some(self.open(now, from, Reason::Forced(reason))),
+        }
+    }
+
+    fn open(&mut self, now: Instant, from: BreakerStateKind, reason: Reason) -> Transition {
+        self.state = BreakerState::Open {
+            until: now + self.cfg.open_for,
+        };
+        self.window.clear();
+        Transition {
+            from,
+            to: BreakerStateKind::Open,
+            reason,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cfg() -> BreakerConfig {
+        BreakerConfig {
+            window: Duration::from_secs(10),
+            min_calls: 4,
+            failure_rate: 0.5,
+            open_for: Duration::from_secs(5),
+            half_open_probes: 2,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    /// A breaker tripped open at `t0` by the failure rate.
+    fn opened(t0: Instant) -> Breaker {
+        let mut b = Breaker::new(cfg());
+        for _ in 0..3 {
+            assert_eq!(b.record(t0, false), None);
+        }
+        let t = b.record(t0, false).expect("opens on the 4th failure");
+        assert_eq!(t.reason, Reason::FailureRate);
+        b
+    }
+
+    #[test]
+    fn default_config_is_valid() {
+        let d = BreakerConfig::default();
+        assert_eq!(d.validate(), Ok(()));
+        assert_eq!(d.window, secs(10));
+        assert_eq!(d.min_calls, 20);
+        assert_eq!(d.half_open_probes, 3);
+    }
+
+    #[test]
+    fn validate_refuses_degenerate_configs() {
+        let bad = |f: fn(&mut BreakerConfig)| {
+            let mut c = cfg();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert_eq!(
+            bad(|c| c.window = Duration::ZERO),
+            BreakerConfigError::ZeroWindow
+        );
+        assert_eq!(bad(|c| c.min_calls = 0), BreakerConfigError::ZeroMinCalls);
+        assert_eq!(
+            bad(|c| c.failure_rate = 0.0),
+            BreakerConfigError::FailureRate(0.0)
+        );
+        assert_eq!(
+            bad(|c| c.failure_rate = 1.5),
+            BreakerConfigError::FailureRate(1.5)
+        );
+        assert!(matches!(
+            bad(|c| c.failure_rate = f64::NAN),
+            BreakerConfigError::FailureRate(_)
+        ));
+        assert_eq!(
+            bad(|c| c.half_open_probes = 0),
+            BreakerConfigError::ZeroProbes
+        );
+        let mut ok = cfg();
+        ok.failure_rate = 1.0;
+        assert_eq!(ok.validate(), Ok(()));
+    }
+
+    #[test]
+    fn closed_admits_everything() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        for i in 0..100 {
+            assert!(b.allow(t0 + ms(i)));
+            assert_eq!(b.record(t0 + ms(i), true), None);
+        }
+        assert_eq!(b.state(t0), BreakerStateKind::Closed);
+        assert!(!b.is_open(t0));
+        assert!(b.admits_traffic(t0));
+    }
+
+    #[test]
+    fn opens_by_rate_only_after_min_calls() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        // 3 failures: 100 % but below min_calls.
+        for _ in 0..3 {
+            assert_eq!(b.record(t0, false), None);
+        }
+        assert_eq!(b.state(t0), BreakerStateKind::Closed);
+        // 4th call, 4/4 failed: open.
+        let t = b.record(t0 + ms(1), false).unwrap();
+        assert_eq!(
+            t,
+            Transition {
+                from: BreakerStateKind::Closed,
+                to: BreakerStateKind::Open,
+                reason: Reason::FailureRate,
+            }
+        );
+        assert!(b.is_open(t0 + ms(1)));
+        assert_eq!(
+            b.raw_state(),
+            BreakerState::Open {
+                until: t0 + ms(1) + secs(5)
+            }
+        );
+    }
+
+    #[test]
+    fn below_the_rate_stays_closed_and_the_rate_is_inclusive() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        // 1 of 4 failed (25 %), then 2 of 5 (40 %): closed.
+        for ok in [true, true, true, false, false] {
+            assert_eq!(b.record(t0, ok), None);
+        }
+        assert_eq!(b.state(t0), BreakerStateKind::Closed);
+        // 3 of 6 = 50 %: the threshold itself opens.
+        assert_eq!(
+            b.record(t0, false).map(|t| t.to),
+            Some(BreakerStateKind::Open)
+        );
+    }
+
+    #[test]
+    fn old_failures_expire_from_the_window() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        for _ in 0..3 {
+            b.record(t0, false);
+        }
+        // 10 s later the three failures are out of the window: one more failure is
+        // 1 call, below min_calls, so no verdict.
+        assert_eq!(b.record(t0 + secs(10), false), None);
+        assert_eq!(b.record(t0 + secs(10), false), None);
+        assert_eq!(b.record(t0 + secs(10), false), None);
+        assert_eq!(b.state(t0 + secs(10)), BreakerStateKind::Closed);
+        // Within the window they still count: 4 failures → open.
+        assert!(b.record(t0 + secs(11), false).is_some());
+    }
+
+    #[test]
+    fn outcomes_inside_the_window_are_kept() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        for i in 0..3 {
+            b.record(t0 + secs(i), false);
+        }
+        // 8.9 s after the first failure: all still in the window.
+        assert!(b.record(t0 + ms(8_900), false).is_some());
+    }
+
+    #[test]
+    fn an_outcome_stamped_before_the_window_is_ignored() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        b.record(t0 + secs(30), true);
+        // Stamped 30 s earlier than what was already seen: outside the window.
+        for _ in 0..10 {
+            assert_eq!(b.record(t0, false), None);
+        }
+        assert_eq!(b.window.totals(t0 + secs(30)), (1, 0));
+        // Slightly late outcomes still count (two: a third would open it).
+        for _ in 0..2 {
+            assert_eq!(b.record(t0 + secs(29), false), None);
+        }
+        assert_eq!(b.window.totals(t0 + secs(30)), (3, 2));
+    }
+
+    #[test]
+    fn open_rejects_until_the_interval_elapses() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        for off in [0, 1, 1_000, 4_999] {
+            assert!(b.is_open(t0 + ms(off)));
+            assert!(!b.admits_traffic(t0 + ms(off)));
+            assert!(!b.allow(t0 + ms(off)), "offset {off}");
+        }
+        // Late outcomes while open change nothing.
+        assert_eq!(b.record(t0 + ms(100), true), None);
+        assert_eq!(b.record(t0 + ms(100), false), None);
+        assert_eq!(b.state(t0 + ms(4_999)), BreakerStateKind::Open);
+        // At `until`: reported half-open before anything mutates it.
+        assert_eq!(b.state(t0 + secs(5)), BreakerStateKind::HalfOpen);
+        assert!(!b.is_open(t0 + secs(5)));
+        assert!(b.admits_traffic(t0 + secs(5)));
+    }
+
+    #[test]
+    fn advance_reports_open_to_half_open_once() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        assert_eq!(b.advance(t0 + ms(4_999)), None);
+        assert_eq!(
+            b.advance(t0 + secs(5)),
+            Some(Transition {
+                from: BreakerStateKind::Open,
+                to: BreakerStateKind::HalfOpen,
+                reason: Reason::OpenElapsed,
+            })
+        );
+        assert_eq!(b.advance(t0 + secs(6)), None);
+        assert_eq!(
+            b.raw_state(),
+            BreakerState::HalfOpen {
+                admitted: 0,
+                succeeded: 0
+            }
+        );
+    }
+
+    #[test]
+    fn half_open_admits_exactly_the_probes() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        assert!(b.allow(t));
+        assert!(b.admits_traffic(t));
+        assert!(b.allow(t));
+        assert!(!b.admits_traffic(t));
+        for i in 0..10 {
+            assert!(!b.allow(t + secs(i)), "third call refused");
+        }
+        assert_eq!(b.state(t), BreakerStateKind::HalfOpen);
+        assert!(!b.is_open(t), "half-open is not 'unavailable'");
+    }
+
+    #[test]
+    fn half_open_closes_when_every_probe_succeeds() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        assert!(b.allow(t));
+        assert!(b.allow(t));
+        assert_eq!(b.record(t, true), None, "one of two probes is not enough");
+        assert!(!b.allow(t), "the settled probe does not free a slot");
+        assert_eq!(
+            b.record(t, true),
+            Some(Transition {
+                from: BreakerStateKind::HalfOpen,
+                to: BreakerStateKind::Closed,
+                reason: Reason::ProbesSucceeded,
+            })
+        );
+        assert_eq!(b.state(t), BreakerStateKind::Closed);
+        assert!(b.allow(t));
+        // The window was cleared: the failures that opened it are gone.
+        assert_eq!(b.window.totals(t), (0, 0));
+        for _ in 0..3 {
+            assert_eq!(b.record(t, false), None);
+        }
+    }
+
+    #[test]
+    fn half_open_reopens_on_a_failed_probe() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        assert!(b.allow(t));
+        assert!(b.allow(t));
+        assert_eq!(b.record(t, true), None);
+        assert_eq!(
+            b.record(t + ms(10), false),
+            Some(Transition {
+                from: BreakerStateKind::HalfOpen,
+                to: BreakerStateKind::Open,
+                reason: Reason::ProbeFailed,
+            })
+        );
+        assert!(b.is_open(t + ms(10)));
+        assert!(!b.allow(t + ms(10) + ms(4_999)));
+        // A new half-open period with fresh probe slots.
+        assert!(b.allow(t + ms(10) + secs(5)));
+        assert!(b.allow(t + ms(10) + secs(5)));
+        assert!(!b.allow(t + ms(10) + secs(5)));
+    }
+
+    #[test]
+    fn half_open_ignores_outcomes_without_a_waiting_probe() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        b.advance(t);
+        // Stragglers from before the trip, no probe admitted yet.
+        assert_eq!(b.record(t, false), None);
+        assert_eq!(b.record(t, true), None);
+        assert_eq!(b.state(t), BreakerStateKind::HalfOpen);
+        assert!(b.allow(t));
+        assert_eq!(b.record(t, true), None);
+        // One probe admitted, one reported: a further outcome is not a probe's.
+        assert_eq!(b.record(t, false), None);
+        assert_eq!(b.state(t), BreakerStateKind::HalfOpen);
+    }
+
+    #[test]
+    fn trip_forces_open_from_every_state() {
+        let t0 = Instant::now();
+        // Closed.
+        let mut b = Breaker::new(cfg());
+        assert_eq!(
+            b.trip(t0, "systemic"),
+            Some(Transition {
+                from: BreakerStateKind::Closed,
+                to: BreakerStateKind::Open,
+                reason: Reason::Forced("systemic"),
+            })
+        );
+        assert!(b.is_open(t0));
+        assert!(!b.allow(t0 + ms(4_999)));
+        // HalfOpen (with probes in flight).
+        let mut b = opened(t0);
+        assert!(b.allow(t0 + secs(5)));
+        let t = b.trip(t0 + secs(6), "dlq_flood").unwrap();
+        assert_eq!(t.from, BreakerStateKind::HalfOpen);
+        assert_eq!(t.reason.as_str(), "dlq_flood");
+        assert!(b.is_open(t0 + secs(10)));
+        assert!(!b.is_open(t0 + secs(11)));
+        // Lazily half-open (Open past `until`, not yet advanced).
+        let mut b = opened(t0);
+        let t = b.trip(t0 + secs(7), "systemic").unwrap();
+        assert_eq!(t.from, BreakerStateKind::HalfOpen);
+        assert!(b.is_open(t0 + secs(11)));
+        // Open: extended, not reported.
+        let mut b = opened(t0);
+        assert_eq!(b.trip(t0 + secs(3), "systemic"), None);
+        assert!(b.is_open(t0 + secs(7)));
+        assert!(!b.is_open(t0 + secs(8)));
+        // ... and never shortened.
+        let mut c = cfg();
+        c.open_for = secs(5);
+        let mut b = Breaker::new(c);
+        b.trip(t0 + secs(3), "systemic");
+        assert_eq!(b.trip(t0, "systemic"), None);
+        assert!(b.is_open(t0 + ms(7_999)));
+    }
+
+    #[test]
+    fn names_for_metrics() {
+        assert_eq!(BreakerStateKind::Closed.as_str(), "closed");
+        assert_eq!(BreakerStateKind::Open.as_str(), "open");
+        assert_eq!(BreakerStateKind::HalfOpen.as_str(), "half_open");
+        assert_eq!(BreakerStateKind::Closed.as_gauge(), 0.0);
+        assert_eq!(BreakerStateKind::HalfOpen.as_gauge(), 1.0);
+        assert_eq!(BreakerStateKind::Open.as_gauge(), 2.0);
+        assert_eq!(Reason::FailureRate.as_str(), "failure_rate");
+        assert_eq!(Reason::OpenElapsed.as_str(), "open_elapsed");
+        assert_eq!(Reason::ProbesSucceeded.as_str(), "probes_succeeded");
+        assert_eq!(Reason::ProbeFailed.as_str(), "probe_failed");
+    }
+
+    #[test]
+    fn degenerate_configs_do_not_panic() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(BreakerConfig {
+            window: Duration::ZERO,
+            min_calls: 0,
+            failure_rate: 0.0,
+            open_for: Duration::ZERO,
+            half_open_probes: 0,
+        });
+        assert_eq!(b.record(t0, true), None, "no failure, no verdict");
+        assert!(b.record(t0, false).is_some());
+        // open_for 0: half-open at once, one probe.
+        assert!(b.allow(t0));
+        assert!(!b.allow(t0));
+        assert!(b.record(t0, true).is_some());
+        assert_eq!(b.state(t0), BreakerStateKind::Closed);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Wait(u64),
+        Allow,
+        Record(bool),
+        Trip,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0u64..3_000).prop_map(Op::Wait),
+            4 => Just(Op::Allow),
+            4 => any::<bool>().prop_map(Op::Record),
+            1 => Just(Op::Trip),
+        ]
+    }
+
+    proptest! {
+        /// Never more than `half_open_probes` admissions in one half-open period,
+        /// none while open, and `admits_traffic` agrees with `allow`.
+        #[test]
+        fn probes_are_bounded_and_open_admits_nothing(
+            ops in proptest::collection::vec(op(), 1..300),
+            probes in 1u32..5,
+            min_calls in 1u32..6,
+        ) {
+            let cfg = BreakerConfig {
+                window: secs(4),
+                min_calls,
+                failure_rate: 0.5,
+                open_for: secs(2),
+                half_open_probes: probes,
+            };
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut b = Breaker::new(cfg);
+            let mut admitted_in_period = 0u32;
+            for op in ops {
+                let mut transition = None;
+                match op {
+                    Op::Wait(d) => now += ms(d),
+                    Op::Allow => {
+                        let before = b.state(now);
+                        let peek = b.admits_traffic(now);
+                        let ok = b.allow(now);
+                        prop_assert_eq!(ok, peek);
+                        if before == BreakerStateKind::Open {
+                            prop_assert!(!ok, "admitted while open");
+                        }
+                        if ok && before == BreakerStateKind::HalfOpen {
+                            admitted_in_period += 1;
+                            prop_assert!(admitted_in_period <= probes);
+                        }
+                    }
+                    Op::Record(ok) => transition = b.record(now, ok),
+                    Op::Trip => transition = b.trip(now, "test"),
+                }
+                if let Some(t) = transition {
+                    prop_assert_ne!(t.from, t.to);
+                    if t.to == BreakerStateKind::Open {
+                        admitted_in_period = 0;
+                    }
+                }
+                prop_assert_eq!(b.is_open(now), b.state(now) == BreakerStateKind::Open);
+                if b.is_open(now) {
+                    prop_assert!(!b.admits_traffic(now));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! The per-partition FSM of DESIGN.md §4: which of main p and DLQ p is read.
+//!
+//! | api_unavailable | dlq_has_unread | mode     | main p  | DLQ p   |
+//! |-----------------|----------------|----------|---------|---------|
+//! | true            | any            | Paused   | paused  | paused  |
+//! | false           | true           | DrainDlq | paused  | reading |
+//! | false           | false          | Normal   | reading | paused  |
+//!
+//! [`decide`] is the table; [`PartitionFsm`] adds one rule on top of it, a minimum
+//! dwell in `Paused` (see there). The partition actor applies the difference between
+//! two [`Reading`]s with pause/resume, and re-applies the whole current reading after
+//! every assignment, because librdkafka does not keep pauses across rebalances.
+
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Normal,
+    Paused,
+    DrainDlq,
+}
+
+impl Mode {
+    /// Label for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Normal => "normal",
+            Mode::Paused => "paused",
+            Mode::DrainDlq => "drain_dlq",
+        }
+    }
+}
+
+/// The table. `api_unavailable` wins over everything: nothing is sent to an API that
+/// is down, not even the DLQ backlog. With the API up, the DLQ is drained before the
+/// main topic resumes, so events that already waited are not overtaken by new ones
+/// indefinitely.
+pub fn decide(api_unavailable: bool, dlq_has_unread: bool) -> Mode {
+    if api_unavailable {
+        Mode::Paused
+    } else if dlq_has_unread {
+        Mode::DrainDlq
+    } else {
+        Mode::Normal
+    }
+}
+
+/// Which partitions of the pair are being fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reading {
+    pub main: bool,
+    pub dlq: bool,
+}
+
+/// The reading a mode implies: never both at once.
+pub fn reading(mode: Mode) -> Reading {
+    match mode {
+        Mode::Normal => Reading {
+            main: true,
+            dlq: false,
+        },
+        Mode::Paused => Reading {
+            main: false,
+            dlq: false,
+        },
+        Mode::DrainDlq => Reading {
+            main: false,
+            dlq: true,
+        },
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    pub from: Mode,
+    pub to: Mode,
+}
+
+/// [`decide`] with a minimum dwell in `Paused`.
+///
+/// Entering `Paused` is always immediate: sending to an API judged down only fills
+/// the DLQ, so safety wins. Leaving it is held back for `min_dwell` after entering,
+/// because the inputs are noisy right at the edge: a Redis marker that just expired,
+/// or a breaker that went half-open, often flips back within moments. Without the
+/// dwell each flip costs a pause/resume round trip on both partitions and a burst of
+/// calls at an API that is still recovering. Moving between `Normal` and `DrainDlq`
+/// is immediate: both are "API up", and the dwell protects only that judgement.
+#[derive(Debug, Clone)]
+pub struct PartitionFsm {
+    mode: Mode,
+    /// When the current mode was entered; `None` until the first change.
+    last_change: Option<Instant>,
+    min_dwell: Duration,
+}
+
+impl PartitionFsm {
+    /// Starts `Paused`, the state a partition pair is put in on assignment, with no
+    /// dwell pending: the first [`PartitionFsm::update`] moves straight to whatever
+    /// the table says.
+    pub fn new(min_dwell: Duration) -> Self {
+        PartitionFsm {
+            mode: Mode::Paused,
+            last_change: None,
+            min_dwell,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// What to fetch now; apply it in full after every assignment.
+    pub fn reading(&self) -> Reading {
+        reading(self.mode)
+    }
+
+    /// When the current mode was entered, if it was entered by a change.
+    pub fn last_change(&self) -> Option<Instant> {
+        self.last_change
+    }
+
+    /// Feeds the current inputs; returns the change to apply, if any.
+    pub fn update(
+        &mut self,
+        now: Instant,
+        api_unavailable: bool,
+        dlq_has_unread: bool,
+    ) -> Option<Change> {
+        let target = decide(api_unavailable, dlq_has_unread);
+        if target == self.mode {
+            return None;
+        }
+        if self.mode == Mode::Paused && self.dwelling(now) {
+            return None;
+        }
+        let change = Change {
+            from: self.mode,
+            to: target,
+        };
+        self.mode = target;
+        self.last_change = Some(now);
+        Some(change)
+    }
+
+    /// True while `Paused` was entered less than `min_dwell` ago. A `now` earlier
+    /// than the entry counts as no time passed.
+    fn dwelling(&self, now: Instant) -> bool {
+        match self.last_change {
+            None => false,
+            Some(t) => now.saturating_duration_since(t) < self.min_dwell,
+        }
+    }
+
+    /// When a held-back exit from `Paused` becomes possible, so the actor can
+    /// schedule its next `update` instead of polling; `None` when nothing is held.
+    pub fn dwell_until(&self, now: Instant) -> Option<Instant> {
+        if self.mode == Mode::Paused && self.dwelling(now) {
+            self.last_change.map(|t| t + self.min_dwell)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const DWELL: Duration = Duration::from_secs(2);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_table() {
+        assert_eq!(decide(true, true), Mode::Paused);
+        assert_eq!(decide(true, false), Mode::Paused);
+        assert_eq!(decide(false, true), Mode::DrainDlq);
+        assert_eq!(decide(false, false), Mode::Normal);
+    }
+
+    #[test]
+    fn readings() {
+        assert_eq!(
+            reading(Mode::Normal),
+            Reading {
+                main: true,
+                dlq: false
+            }
+        );
+        assert_eq!(
+            reading(Mode::Paused),
+            Reading {
+                main: false,
+                dlq: false
+            }
+        );
+        assert_eq!(
+            reading(Mode::DrainDlq),
+            Reading {
+                main: false,
+                dlq: true
+            }
+        );
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(Mode::Normal.as_str(), "normal");
+        assert_eq!(Mode::Paused.as_str(), "paused");
+        assert_eq!(Mode::DrainDlq.as_str(), "drain_dlq");
+    }
+
+    #[test]
+    fn starts_paused_and_first_update_is_immediate() {
+        let t0 = Instant::now();
+        let mut f = PartitionFsm::new(DWELL);
+        assert_eq!(f.mode(), Mode::Paused);
+        assert_eq!(f.reading(), reading(Mode::Paused));
+        assert_eq!(f.last_change(), None);
+        assert_eq!(f.dwell_until(t0), None);
+        assert_eq!(
+            f.update(t0, false, true),
+            Some(Change {
+                from: Mode::Paused,
+                to: Mode::DrainDlq
+            })
+        );
+        assert_eq!(f.last_change(), Some(t0));
+        assert_eq!(f.update(t0, false, true), None, "same inputs, no change");
+    }
+
+    #[test]
+    fn entering_paused_is_immediate_leaving_waits_for_the_dwell() {
+        let t0 = Instant::now();
+        let mut f = PartitionFsm::new(DWELL);
+        f.update(t0, false, false);
+        assert_eq!(f.mode(), Mode::Normal);
+        // Entering Paused: at once, even right after the last change.
+        assert_eq!(
+            f.update(t0, true, false),
+            Some(Change {
+                from: Mode::Normal,
+                to: Mode::Paused
+            })
+        );
+        let t1 = t0 + ms(100);
+        assert_eq!(f.update(t0, true, true), None);
+        // The API is back: held for the dwell.
+        assert_eq!(f.update(t1, false, false), None);
+        assert_eq!(f.dwell_until(t1), Some(t0 + DWELL));
+        assert_eq!(f.update(t0 + ms(1_999), false, true), None);
+        assert_eq!(f.mode(), Mode::Paused);
+        assert_eq!(
+            f.update(t0 + DWELL, false, true),
+            Some(Change {
+                from: Mode::Paused,
+                to: Mode::DrainDlq
+            })
+        );
+        assert_eq!(f.dwell_until(t0 + DWELL), None);
+    }
+
+    #[test]
+    fn normal_and_drain_switch_without_dwell() {
+        let t0 = Instant::now();
+        let mut f = PartitionFsm::new(DWELL);
+        f.update(t0, false, true);
+        assert_eq!(
+            f.update(t0 + ms(1), false, false),
+            Some(Change {
+                from: Mode::DrainDlq,
+                to: Mode::Normal
+            })
+        );
+        assert_eq!(
+            f.update(t0 + ms(2), false, true),
+            Some(Change {
+                from: Mode::Normal,
+                to: Mode::DrainDlq
+            })
+        );
+    }
+
+    #[test]
+    fn flapping_inside_the_dwell_changes_nothing() {
+        let base = Instant::now();
+        let t0 = base + Duration::from_secs(10);
+        let mut f = PartitionFsm::new(DWELL);
+        f.update(t0, false, false);
+        f.update(t0, true, false);
+        for i in 1..20 {
+            assert_eq!(f.update(t0 + ms(i * 50), i % 2 == 0, false), None);
+        }
+        assert_eq!(f.mode(), Mode::Paused);
+        // A clock that goes backwards counts as no time passed.
+        assert_eq!(f.update(base, false, false), None);
+        assert!(f.update(t0 + DWELL, false, false).is_some());
+    }
+
+    #[test]
+    fn zero_dwell_follows_the_table() {
+        let t0 = Instant::now();
+        let mut f = PartitionFsm::new(Duration::ZERO);
+        for (i, (a, d)) in [(true, false), (false, false), (true, true), (false, true)]
+            .into_iter()
+            .enumerate()
+        {
+            f.update(t0 + ms(i as u64), a, d);
+            assert_eq!(f.mode(), decide(a, d));
+        }
+    }
+
+    proptest! {
+        /// Paused is entered on the step `api_unavailable` becomes true; otherwise the
+        /// mode is the table's or a dwell is holding `Paused`; and every change is paid
+        /// for by a change of the inputs (no oscillation of its own).
+        #[test]
+        fn safe_and_no_more_changes_than_input_flips(
+            steps in proptest::collection::vec((0u64..1_500, any::<bool>(), any::<bool>()), 1..200),
+        ) {
+            let t0 = Instant::now();
+            let mut now = t0;
+            let mut f = PartitionFsm::new(DWELL);
+            let mut prev_input = (true, false); // what the initial Paused stands for
+            let mut prev_target = Mode::Paused;
+            let (mut input_flips, mut target_flips, mut changes) = (0u32, 0u32, 0u32);
+            for (dt, api_down, dlq) in steps {
+                now += ms(dt);
+                if (api_down, dlq) != prev_input {
+                    input_flips += 1;
+                    prev_input = (api_down, dlq);
+                }
+                let target = decide(api_down, dlq);
+                if target != prev_target {
+                    target_flips += 1;
+                    prev_target = target;
+                }
+                let before = f.mode();
+                let entered_paused_at = f.last_change();
+                let change = f.update(now, api_down, dlq);
+                if let Some(c) = change {
+                    changes += 1;
+                    prop_assert_eq!(c.from, before);
+                    prop_assert_eq!(c.to, f.mode());
+                    prop_assert_ne!(c.from, c.to);
+                }
+                if api_down {
+                    prop_assert_eq!(f.mode(), Mode::Paused);
+                }
+                if f.mode() != target {
+                    prop_assert_eq!(f.mode(), Mode::Paused);
+                    let entered = entered_paused_at.expect("held only after a change");
+                    prop_assert!(now.duration_since(entered) < DWELL);
+                }
+                prop_assert!(changes <= target_flips);
+                prop_assert!(target_flips <= input_flips);
+            }
+        }
+    }
+}
