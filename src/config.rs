@@ -40,6 +40,8 @@ pub struct Config {
     pub supervision: SupervisionConfig,
     pub metrics: MetricsConfig,
     pub redis: RedisConfig,
+    pub degraded: DegradedConfig,
+    pub retry: RetryConfig,
     pub log: LogConfig,
     /// Fault hooks for tests. Inert unless set.
     pub testing: TestingConfig,
@@ -267,14 +269,123 @@ impl Default for MetricsConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
+    /// `redis://host:port[/db]`, without a password (see `password_env`).
     pub url: String,
+    /// Name of the environment variable holding the Redis password.
+    pub password_env: Option<String>,
+    /// Key prefix; the marker is `<prefix>:<group>:api-down`.
+    pub key_prefix: String,
+    /// Every Redis command gives up after this long: Redis is never allowed to
+    /// stall the health verdict.
+    pub command_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
 }
 
 impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             url: "redis://127.0.0.1:6379".into(),
+            password_env: None,
+            key_prefix: "courier".into(),
+            command_timeout_ms: 250,
+            connect_timeout_ms: 1_000,
         }
+    }
+}
+
+/// Degraded mode: when the API is judged unavailable, partitions pause; when it
+/// recovers, the DLQ drains at a limited rate, then the main topic resumes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DegradedConfig {
+    /// Lifetime of the shared "API down" marker in Redis.
+    pub marker_ttl_ms: u64,
+    /// How often each instance looks at the marker.
+    pub poll_interval_ms: u64,
+    /// Local circuit breaker: sliding window of call outcomes.
+    pub breaker_window_ms: u64,
+    pub breaker_min_calls: u32,
+    /// Failure share (0–1] in the window that opens the breaker.
+    pub breaker_failure_rate: f64,
+    pub breaker_open_ms: u64,
+    pub breaker_half_open_probes: u32,
+    /// A partition stays paused at least this long (anti-flapping).
+    pub min_pause_ms: u64,
+    /// DLQ drain: events in delivery at once (process-wide) and events per second.
+    pub drain_concurrency: usize,
+    pub drain_rate_per_sec: f64,
+    /// Backoff between DLQ rounds of one event (`not_before`), doubling, capped.
+    pub dlq_backoff_base_ms: u64,
+    pub dlq_backoff_cap_ms: u64,
+    /// DLQ writes per second (process-wide) above which the failure is treated as
+    /// systemic and the breaker trips; 0 disables the guard.
+    pub flood_dlq_per_sec: f64,
+    /// How often DLQ lag is checked per partition.
+    pub lag_check_interval_ms: u64,
+}
+
+impl Default for DegradedConfig {
+    fn default() -> Self {
+        DegradedConfig {
+            marker_ttl_ms: 10_000,
+            poll_interval_ms: 200,
+            breaker_window_ms: 10_000,
+            breaker_min_calls: 20,
+            breaker_failure_rate: 0.5,
+            breaker_open_ms: 5_000,
+            breaker_half_open_probes: 3,
+            min_pause_ms: 1_000,
+            drain_concurrency: 16,
+            drain_rate_per_sec: 50.0,
+            dlq_backoff_base_ms: 1_000,
+            dlq_backoff_cap_ms: 60_000,
+            flood_dlq_per_sec: 200.0,
+            lag_check_interval_ms: 1_000,
+        }
+    }
+}
+
+impl DegradedConfig {
+    pub fn breaker(&self) -> crate::core::breaker::BreakerConfig {
+        crate::core::breaker::BreakerConfig {
+            window: Duration::from_millis(self.breaker_window_ms),
+            min_calls: self.breaker_min_calls,
+            failure_rate: self.breaker_failure_rate,
+            open_for: Duration::from_millis(self.breaker_open_ms),
+            half_open_probes: self.breaker_half_open_probes,
+        }
+    }
+}
+
+/// DLQ retry policy per CloudEvents `type`, with a default.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryConfig {
+    pub default: crate::core::dlq_policy::RetryPolicy,
+    /// e.g. `[retry.types."order.paid"] kind = "deadline", deadline_ms = 3600000`
+    pub types: BTreeMap<String, crate::core::dlq_policy::RetryPolicy>,
+    /// Source of truth for `deadline` policies: a query with `$1` = the Kafka key
+    /// that returns the entity's current version (one integer column), run against
+    /// `enrichment.url`.
+    pub source_query: String,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            default: crate::core::dlq_policy::RetryPolicy::Counter { max_retries: 5 },
+            types: BTreeMap::new(),
+            source_query: String::new(),
+        }
+    }
+}
+
+impl RetryConfig {
+    pub fn policy_for(&self, event_type: Option<&str>) -> crate::core::dlq_policy::RetryPolicy {
+        event_type
+            .and_then(|t| self.types.get(t))
+            .copied()
+            .unwrap_or(self.default)
     }
 }
 
@@ -505,6 +616,43 @@ impl Config {
             return Err(invalid(
                 "metrics.listen",
                 "must be an address like 127.0.0.1:9464",
+            ));
+        }
+        let d = &self.degraded;
+        d.breaker()
+            .validate()
+            .map_err(|e| invalid("degraded.breaker_*", e.to_string()))?;
+        if d.drain_concurrency == 0 {
+            return Err(invalid("degraded.drain_concurrency", "must be at least 1"));
+        }
+        if d.drain_rate_per_sec.is_nan() || d.drain_rate_per_sec <= 0.0 {
+            return Err(invalid("degraded.drain_rate_per_sec", "must be above 0"));
+        }
+        if d.poll_interval_ms == 0 || d.poll_interval_ms >= d.marker_ttl_ms {
+            return Err(invalid(
+                "degraded.poll_interval_ms",
+                "must be above 0 and below degraded.marker_ttl_ms",
+            ));
+        }
+        if d.dlq_backoff_base_ms == 0 || d.dlq_backoff_cap_ms < d.dlq_backoff_base_ms {
+            return Err(invalid(
+                "degraded.dlq_backoff_base_ms",
+                "must be above 0 and at most degraded.dlq_backoff_cap_ms",
+            ));
+        }
+        if reqwest::Url::parse(&self.redis.url).map_or(true, |u| u.password().is_some()) {
+            return Err(invalid(
+                "redis.url",
+                "must be a redis:// URL without a password (use redis.password_env)",
+            ));
+        }
+        let uses_deadline = std::iter::once(&self.retry.default)
+            .chain(self.retry.types.values())
+            .any(|p| matches!(p, crate::core::dlq_policy::RetryPolicy::Deadline { .. }));
+        if uses_deadline && !self.retry.source_query.contains("$1") {
+            return Err(invalid(
+                "retry.source_query",
+                "a `deadline` policy needs a source-of-truth query using `$1` for the key",
             ));
         }
         if self.supervision.max_restarts == 0 {

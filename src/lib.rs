@@ -7,6 +7,7 @@ pub mod audit;
 pub mod config;
 pub mod core;
 pub mod delivery;
+pub mod health;
 pub mod demo;
 pub mod kafka;
 pub mod loadgen;

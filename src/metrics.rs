@@ -23,6 +23,18 @@ pub const PARTITION_PAUSED: &str = "courier_partition_paused";
 pub const ACTOR_RESTARTS: &str = "courier_actor_restarts_total";
 pub const ENRICH_CACHE: &str = "courier_enrichment_cache_total";
 pub const ASSIGNED_PARTITIONS: &str = "courier_assigned_partitions";
+pub const BREAKER_STATE: &str = "courier_breaker_state";
+pub const BREAKER_TRANSITIONS: &str = "courier_breaker_transitions_total";
+pub const MARKER: &str = "courier_marker_alive";
+pub const HEALTH_SOURCE: &str = "courier_health_source";
+pub const API_UNAVAILABLE: &str = "courier_api_unavailable";
+pub const PARTITION_MODE: &str = "courier_partition_mode";
+pub const MODE_TRANSITIONS: &str = "courier_partition_mode_transitions_total";
+pub const DLQ_RETRIED: &str = "courier_dlq_retried_total";
+pub const DLQ_DROPPED: &str = "courier_dlq_dropped_total";
+pub const DLQ_REDELIVERED: &str = "courier_dlq_redelivered_total";
+pub const RECONCILIATION: &str = "courier_reconciliation_total";
+pub const DLQ_LAG: &str = "courier_dlq_lag";
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,

@@ -2,7 +2,10 @@
 //! long-lived actor (they change when the supervisor re-spawns one), the restart
 //! budget and the Kafka consumer of the current consumer incarnation.
 
+use crate::actors::consumer::ConsumerMsg;
 use crate::actors::delivery::DeliveryMsg;
+use crate::actors::health::HealthMsg;
+use crate::health::Health;
 use crate::actors::dlq_writer::DlqWriterMsg;
 use crate::config::Config;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
@@ -15,7 +18,12 @@ pub struct Pipeline {
     pub config: Config,
     pub dlq_topic: String,
     pub parking_topic: String,
+    /// Identifies this instance in logs and in the Redis marker's value.
+    pub instance: String,
+    pub health: Health,
     delivery: RwLock<Option<ActorRef<DeliveryMsg>>>,
+    consumer: RwLock<Option<ActorRef<ConsumerMsg>>>,
+    health_actor: RwLock<Option<ActorRef<HealthMsg>>>,
     dlq_writer: RwLock<Option<ActorRef<DlqWriterMsg>>>,
     budget: Mutex<RestartBudget>,
     /// Test fault hook: set once the partition actor crashed on the marked event.
@@ -32,8 +40,16 @@ impl Pipeline {
         Pipeline {
             dlq_topic: config.kafka.dlq_topic(),
             parking_topic: config.kafka.parking_topic(),
+            instance: format!(
+                "{}-{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "courier".into()),
+                std::process::id()
+            ),
+            health: Health::new(&config.degraded),
             config,
             delivery: RwLock::new(None),
+            consumer: RwLock::new(None),
+            health_actor: RwLock::new(None),
             dlq_writer: RwLock::new(None),
             budget: Mutex::new(budget),
             crash_hook_fired: AtomicBool::new(false),
@@ -49,6 +65,18 @@ impl Pipeline {
     }
     pub fn set_delivery(&self, a: ActorRef<DeliveryMsg>) {
         *self.delivery.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
+    }
+    pub fn consumer(&self) -> Option<ActorRef<ConsumerMsg>> {
+        self.consumer.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn set_consumer(&self, a: ActorRef<ConsumerMsg>) {
+        *self.consumer.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
+    }
+    pub fn health_actor(&self) -> Option<ActorRef<HealthMsg>> {
+        self.health_actor.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn set_health_actor(&self, a: ActorRef<HealthMsg>) {
+        *self.health_actor.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
     }
     pub fn dlq_writer(&self) -> Option<ActorRef<DlqWriterMsg>> {
         self.dlq_writer

@@ -6,7 +6,8 @@
 //! the old read position that were already polled are fenced off (dropped) until
 //! the first record of the new read position arrives.
 
-use crate::actors::partition::{PartitionActor, PartitionArgs, PartitionMsg, PartitionShared};
+use crate::actors::partition::{PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, Src};
+use crate::health::Verdict;
 use crate::core::offsets::NextOffset;
 use crate::kafka::poller::Poller;
 use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, Record};
@@ -30,6 +31,12 @@ pub enum ConsumerMsg {
     },
     /// Graceful shutdown: stop fetching, drain within the grace period, commit, close.
     Shutdown(RpcReplyPort<()>),
+    /// The health verdict changed: fan out to the partition actors.
+    Health(Verdict),
+    /// Time to look at DLQ lag.
+    LagTick,
+    /// Result of a lag check: partition → (DLQ end offset, DLQ start position).
+    Lag(Vec<(i32, i64, i64)>),
 }
 
 pub struct ConsumerArgs {
@@ -40,10 +47,11 @@ pub struct ConsumerArgs {
 struct Part {
     actor: ActorRef<PartitionMsg>,
     shared: Arc<PartitionShared>,
-    first_forwarded: Option<i64>,
-    last_forwarded: Option<i64>,
+    /// Per side (main, DLQ): first and last offset handed to the current actor.
+    first_forwarded: [Option<i64>; 2],
+    last_forwarded: [Option<i64>; 2],
     /// After a seek: drop records above this offset until one at or below arrives.
-    fence: Option<i64>,
+    fence: [Option<i64>; 2],
 }
 
 pub struct ConsumerState {
@@ -101,6 +109,7 @@ impl Actor for ConsumerActor {
         let revoke_wait = Duration::from_millis(cfg.pipeline.drain_timeout_ms + 2_000);
         let ctx = CourierContext::new(
             cfg.kafka.topic.clone(),
+            p.dlq_topic.clone(),
             myself.clone(),
             revoke_wait,
             closing.clone(),
@@ -134,7 +143,9 @@ impl Actor for ConsumerActor {
                 tracing::warn!(dlq = %p.dlq_topic, "DLQ topic does not exist: failed events will wait (their offsets stay uncommitted) until it is created")
             }
         }
-        consumer.subscribe(&[cfg.kafka.topic.as_str()])?;
+        // Main p and DLQ p are read by the same member (range assignment).
+        consumer.subscribe(&[cfg.kafka.topic.as_str(), p.dlq_topic.as_str()])?;
+        myself.send_interval(Duration::from_millis(cfg.degraded.lag_check_interval_ms), || ConsumerMsg::LagTick);
         let poller = Poller::start(consumer.clone())?;
         tracing::info!(topic = %cfg.kafka.topic, group = %cfg.kafka.group_id, partitions = main_n, "consumer started");
         Ok(ConsumerState {
@@ -158,7 +169,7 @@ impl Actor for ConsumerActor {
             ConsumerMsg::Records(records) => s.route(records),
             ConsumerMsg::Assigned(partitions) => {
                 for p in partitions {
-                    s.spawn_partition(&myself, p, None, Arc::new(PartitionShared::default()))
+                    s.spawn_partition(&myself, p, [None, None], Arc::new(PartitionShared::default()))
                         .await?;
                 }
                 s.ready.assigned.store(true, Ordering::SeqCst);
@@ -173,6 +184,19 @@ impl Actor for ConsumerActor {
                     s.ready.assigned.store(false, Ordering::SeqCst);
                 }
                 let _ = ack.send(());
+            }
+            ConsumerMsg::Health(v) => {
+                for part in s.parts.values() {
+                    let _ = part.actor.send_message(PartitionMsg::Health(v));
+                }
+            }
+            ConsumerMsg::LagTick => s.check_lag(&myself),
+            ConsumerMsg::Lag(lags) => {
+                for (p, high, start) in lags {
+                    if let Some(part) = s.parts.get(&p) {
+                        let _ = part.actor.send_message(PartitionMsg::DlqPosition { high, start });
+                    }
+                }
             }
             ConsumerMsg::Shutdown(reply) => {
                 s.shutdown().await;
@@ -223,7 +247,7 @@ impl ConsumerState {
         &mut self,
         myself: &ActorRef<ConsumerMsg>,
         p: i32,
-        start: Option<NextOffset>,
+        start: [Option<NextOffset>; 2],
         shared: Arc<PartitionShared>,
     ) -> Result<(), ActorProcessingErr> {
         self.generation += 1;
@@ -241,9 +265,9 @@ impl ConsumerState {
             Part {
                 actor,
                 shared,
-                first_forwarded: start.map(NextOffset::get),
-                last_forwarded: None,
-                fence: None,
+                first_forwarded: start.map(|s| s.map(NextOffset::get)),
+                last_forwarded: [None, None],
+                fence: [None, None],
             },
         );
         Ok(())
@@ -256,14 +280,15 @@ impl ConsumerState {
             let Some(part) = self.parts.get_mut(&r.partition) else {
                 continue; // Not ours (any more): not stored, so re-read by the owner.
             };
-            if let Some(f) = part.fence {
+            let side = if r.dlq { Src::Dlq } else { Src::Main } as usize;
+            if let Some(f) = part.fence[side] {
                 if r.offset > f {
                     continue; // Polled before the seek: the re-read brings it again.
                 }
-                part.fence = None;
+                part.fence[side] = None;
             }
-            part.first_forwarded.get_or_insert(r.offset);
-            part.last_forwarded = Some(r.offset);
+            part.first_forwarded[side].get_or_insert(r.offset);
+            part.last_forwarded[side] = Some(r.offset);
             by_part.entry(r.partition).or_default().push(r);
         }
         for (p, recs) in by_part {
@@ -275,45 +300,77 @@ impl ConsumerState {
         }
     }
 
-    async fn recover(
-        &mut self,
-        myself: &ActorRef<ConsumerMsg>,
-        p: i32,
-    ) -> Result<(), ActorProcessingErr> {
+    async fn recover(&mut self, myself: &ActorRef<ConsumerMsg>, p: i32) -> Result<(), ActorProcessingErr> {
         let Some(old) = self.parts.remove(&p) else {
             return Ok(());
         };
-        let start = old.shared.stored().or(old.first_forwarded);
         let consumer = self.consumer()?.clone();
-        let topic = self.pipeline.config.kafka.topic.clone();
-        let mut fence = None;
-        if let (Some(s), Some(last)) = (start, old.last_forwarded) {
-            if s <= last {
-                // Unfinished work was lost with the actor: read again from the watermark.
-                let mut tpl = rdkafka::TopicPartitionList::new();
-                tpl.add_partition(&topic, p);
-                let _ = consumer.resume(&tpl);
-                let c = consumer.clone();
-                let t = topic.clone();
-                tokio::task::spawn_blocking(move || {
-                    c.seek(&t, p, Offset::Offset(s), Duration::from_secs(10))
-                })
-                .await??;
-                fence = Some(last);
-                tracing::info!(
-                    partition = p,
-                    from = s,
-                    "partition sought back to its watermark"
-                );
+        let topics = [self.pipeline.config.kafka.topic.clone(), self.pipeline.dlq_topic.clone()];
+        let mut starts = [None, None];
+        let mut fences = [None, None];
+        for src in [Src::Main, Src::Dlq] {
+            let i = src as usize;
+            let start = old.shared.stored(src).or(old.first_forwarded[i]);
+            starts[i] = start.map(NextOffset::at);
+            if let (Some(s), Some(last)) = (start, old.last_forwarded[i]) {
+                if s <= last {
+                    // Unfinished work was lost with the actor: read again from the watermark.
+                    let mut tpl = rdkafka::TopicPartitionList::new();
+                    tpl.add_partition(&topics[i], p);
+                    let _ = consumer.resume(&tpl);
+                    let c = consumer.clone();
+                    let t = topics[i].clone();
+                    tokio::task::spawn_blocking(move || c.seek(&t, p, Offset::Offset(s), Duration::from_secs(10)))
+                        .await??;
+                    fences[i] = Some(last);
+                    tracing::info!(partition = p, topic = %topics[i], from = s, "partition sought back to its watermark");
+                }
             }
         }
-        self.spawn_partition(myself, p, start.map(NextOffset::at), old.shared)
-            .await?;
+        self.spawn_partition(myself, p, starts, old.shared).await?;
         if let Some(part) = self.parts.get_mut(&p) {
-            part.fence = fence;
+            part.fence = fences;
             part.last_forwarded = old.last_forwarded;
         }
         Ok(())
+    }
+
+    /// Looks up, off the runtime, each assigned DLQ partition's end offset and the
+    /// group's committed position (where reading starts when nothing was read).
+    fn check_lag(&self, myself: &ActorRef<ConsumerMsg>) {
+        let Ok(consumer) = self.consumer() else {
+            return;
+        };
+        if self.parts.is_empty() {
+            return;
+        }
+        let c = consumer.clone();
+        let dlq = self.pipeline.dlq_topic.clone();
+        let parts: Vec<i32> = self.parts.keys().copied().collect();
+        let me = myself.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut tpl = rdkafka::TopicPartitionList::new();
+            for p in &parts {
+                tpl.add_partition(&dlq, *p);
+            }
+            let committed = c.committed_offsets(tpl, Duration::from_secs(2)).ok();
+            let mut out = Vec::new();
+            for p in parts {
+                let Ok((low, high)) = c.fetch_watermarks(&dlq, p, Duration::from_secs(2)) else {
+                    continue;
+                };
+                let start = committed
+                    .as_ref()
+                    .and_then(|t| t.find_partition(&dlq, p))
+                    .and_then(|e| match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    })
+                    .unwrap_or(low);
+                out.push((p, high, start));
+            }
+            let _ = me.send_message(ConsumerMsg::Lag(out));
+        });
     }
 
     /// Drains the given partitions concurrently (bounded) and stops their actors.

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! Supervisor
+//! ├── Health        Redis marker + local breaker → one verdict
 //! ├── DlqWriter      idempotent producer for DLQ and parking lot
 //! ├── DeliveryPool   spawns enrich + HTTP tasks under a global concurrency limit
 //! └── Consumer       rdkafka consumer, poll thread, rebalances
@@ -12,5 +13,6 @@
 pub mod consumer;
 pub mod delivery;
 pub mod dlq_writer;
+pub mod health;
 pub mod partition;
 pub mod supervisor;

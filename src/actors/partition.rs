@@ -1,68 +1,85 @@
-//! Partition actor: one per assigned partition. Owns the offset tracker (the commit
-//! watermark), the ordering lanes and the events held until their outcome is
-//! durable; dispatches work to the delivery pool and stores the watermark whenever
-//! it advances.
+//! Partition actor: one per assigned partition pair (main p, DLQ p). Owns the two
+//! offset trackers (the commit watermarks), the ordering lanes, the events held
+//! until their outcome is durable, and the partition's degraded-mode FSM; dispatches
+//! work to the delivery pool and stores each watermark whenever it advances.
 //!
 //! What it guarantees: it stores only [`OffsetTracker::watermark`], so no stored
 //! offset passes an event whose outcome is not durable. What it relies on: records
-//! arrive in offset order and belong to this generation (the consumer actor fences
-//! records across seeks and rebalances).
+//! of each topic arrive in offset order and belong to this generation (the consumer
+//! actor fences records across seeks and rebalances).
 
 use crate::actors::delivery::DeliveryMsg;
+use crate::core::envelope::Envelope;
 use crate::core::event::{decode, DecodeOptions};
+use crate::core::fsm::{Mode, PartitionFsm};
 use crate::core::offsets::{NextOffset, OffsetTracker};
 use crate::core::ordering::Scheduler;
 use crate::delivery::token::{CompletionToken, Finished};
 use crate::delivery::{Item, Job, Work};
+use crate::health::Verdict;
 use crate::kafka::{KafkaConsumer, Record};
 use crate::metrics as m;
-use crate::runtime::Pipeline;
+use crate::runtime::{now_ms, Pipeline};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A job that errored this many times (its task vanished without an outcome) is
 /// parked with reason `internal_error` instead of being retried forever.
 const MAX_ERRORED: u32 = 20;
+
+/// Which topic of the pair an offset belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Src {
+    Main,
+    Dlq,
+}
 
 pub enum PartitionMsg {
     Records(Vec<Record>),
     /// From a completion token. `outcome: None` means the work vanished (errored).
     Finished {
         generation: u64,
+        src: Src,
         offset: i64,
         outcome: Option<Finished>,
     },
-    Redispatch(i64),
+    Redispatch(Src, i64),
     /// Stop dispatching, wait (bounded) for in-flight work, reply with the stored
-    /// watermark. Used on revoke and shutdown.
+    /// main watermark. Used on revoke and shutdown.
     Drain(RpcReplyPort<Option<i64>>),
     DrainTimeout,
+    /// The health verdict changed.
+    Health(Verdict),
+    /// DLQ partition p: end offset, and where reading starts if nothing was read.
+    DlqPosition { high: i64, start: i64 },
+    /// Re-evaluate the FSM (a dwell ended or a DLQ event became due).
+    Wake,
 }
 
 /// State that outlives one incarnation of the actor (the consumer actor reads it
 /// to recover after a crash).
 #[derive(Debug)]
 pub struct PartitionShared {
-    /// Last stored watermark, -1 when none.
-    pub stored: AtomicI64,
+    /// Last stored watermark per side, -1 when none.
+    pub stored: [AtomicI64; 2],
 }
 
 impl Default for PartitionShared {
     fn default() -> Self {
         PartitionShared {
-            stored: AtomicI64::new(-1),
+            stored: [AtomicI64::new(-1), AtomicI64::new(-1)],
         }
     }
 }
 
 impl PartitionShared {
-    pub fn stored(&self) -> Option<i64> {
-        let v = self.stored.load(Ordering::SeqCst);
+    pub fn stored(&self, src: Src) -> Option<i64> {
+        let v = self.stored[src as usize].load(Ordering::SeqCst);
         (v >= 0).then_some(v)
     }
 }
@@ -72,8 +89,8 @@ pub struct PartitionArgs {
     pub consumer: Arc<KafkaConsumer>,
     pub partition: i32,
     pub generation: u64,
-    /// Known start position (after a seek); otherwise learnt from the first record.
-    pub start: Option<NextOffset>,
+    /// Known start positions (after a seek); otherwise learnt from the first record.
+    pub start: [Option<NextOffset>; 2],
     pub shared: Arc<PartitionShared>,
 }
 
@@ -82,17 +99,32 @@ struct Held {
     errored: u32,
 }
 
+/// One topic of the pair.
+struct Side {
+    topic: String,
+    tracker: OffsetTracker,
+    stored: Option<NextOffset>,
+    /// What is currently applied to the consumer (None: not yet applied).
+    reading: Option<bool>,
+}
+
 pub struct PartitionState {
     a: PartitionArgs,
-    topic: String,
+    sides: [Side; 2],
     decode: DecodeOptions,
     limit: usize,
-    tracker: OffsetTracker,
     lanes: Scheduler,
-    held: HashMap<i64, Held>,
+    held: HashMap<(Src, i64), Held>,
+    /// Begun DLQ offsets waiting for the drain, in order.
+    dlq_queue: VecDeque<i64>,
     dispatched: usize,
-    paused: bool,
-    stored: Option<NextOffset>,
+    main_held: usize,
+    main_full: bool,
+    fsm: PartitionFsm,
+    verdict: Verdict,
+    dlq_high: Option<i64>,
+    dlq_start: Option<i64>,
+    wake_at: Option<Instant>,
     draining: Option<RpcReplyPort<Option<i64>>>,
     label: String,
 }
@@ -106,28 +138,46 @@ impl Actor for PartitionActor {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         a: PartitionArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let cfg = &a.pipeline.config;
-        let tracker = match a.start {
-            Some(s) => OffsetTracker::starting_at(a.generation, s),
-            None => OffsetTracker::new(a.generation),
+        let side = |src: Src, topic: String| Side {
+            topic,
+            tracker: match a.start[src as usize] {
+                Some(s) => OffsetTracker::starting_at(a.generation, s),
+                None => OffsetTracker::new(a.generation),
+            },
+            stored: a.shared.stored(src).map(NextOffset::at),
+            reading: None,
         };
-        Ok(PartitionState {
-            topic: cfg.kafka.topic.clone(),
+        let sides = [
+            side(Src::Main, cfg.kafka.topic.clone()),
+            side(Src::Dlq, a.pipeline.dlq_topic.clone()),
+        ];
+        let mut s = PartitionState {
+            sides,
             decode: cfg.pipeline.decode_options(),
             limit: cfg.pipeline.max_in_flight_per_partition,
-            tracker,
             lanes: Scheduler::new(cfg.pipeline.ordering),
             held: HashMap::new(),
+            dlq_queue: VecDeque::new(),
             dispatched: 0,
-            paused: false,
-            stored: a.shared.stored().map(NextOffset::at),
+            main_held: 0,
+            main_full: false,
+            fsm: PartitionFsm::new(Duration::from_millis(cfg.degraded.min_pause_ms)),
+            verdict: a.pipeline.health.verdict(),
+            dlq_high: None,
+            dlq_start: None,
+            wake_at: None,
             draining: None,
             label: a.partition.to_string(),
             a,
-        })
+        };
+        // Pauses do not survive rebalances reliably: apply the FSM's reading state
+        // explicitly for this new assignment.
+        s.evaluate(&myself);
+        Ok(s)
     }
 
     async fn handle(
@@ -140,17 +190,18 @@ impl Actor for PartitionActor {
             PartitionMsg::Records(records) => s.on_records(&myself, records),
             PartitionMsg::Finished {
                 generation,
+                src,
                 offset,
                 outcome,
-            } => s.on_finished(&myself, generation, offset, outcome),
-            PartitionMsg::Redispatch(offset) => {
-                if s.draining.is_none() && s.held.contains_key(&offset) {
-                    s.dispatch(&myself, offset);
+            } => s.on_finished(&myself, generation, src, offset, outcome),
+            PartitionMsg::Redispatch(src, offset) => {
+                if s.draining.is_none() && s.held.contains_key(&(src, offset)) {
+                    s.dispatch(&myself, src, offset);
                 }
             }
             PartitionMsg::Drain(reply) => {
                 s.draining = Some(reply);
-                s.store();
+                s.store_all();
                 if s.dispatched == 0 {
                     s.reply_drained();
                 } else {
@@ -168,42 +219,64 @@ impl Actor for PartitionActor {
                     s.reply_drained();
                 }
             }
+            PartitionMsg::Health(v) => {
+                s.verdict = v;
+                s.evaluate(&myself);
+            }
+            PartitionMsg::DlqPosition { high, start } => {
+                s.dlq_high = Some(high);
+                s.dlq_start = Some(start);
+                let next = s.dlq_next().unwrap_or(start);
+                metrics::gauge!(m::DLQ_LAG, "partition" => s.label.clone()).set((high - next).max(0) as f64);
+                s.evaluate(&myself);
+            }
+            PartitionMsg::Wake => {
+                s.wake_at = None;
+                s.evaluate(&myself);
+            }
         }
         Ok(())
     }
 }
 
 impl PartitionState {
+    fn side(&mut self, src: Src) -> &mut Side {
+        &mut self.sides[src as usize]
+    }
+
     fn on_records(&mut self, myself: &ActorRef<PartitionMsg>, records: Vec<Record>) {
         if self.draining.is_some() {
             // Not begun, not stored: the next owner reads them again.
             return;
         }
-        metrics::counter!(m::CONSUMED, "topic" => self.topic.clone())
-            .increment(records.len() as u64);
         for r in records {
-            if let Err(e) = self.tracker.begin(r.offset) {
+            let src = if r.dlq { Src::Dlq } else { Src::Main };
+            if let Err(e) = self.side(src).tracker.begin(r.offset) {
                 // An offset at or below one already begun is in flight or done;
                 // dropping it is safe (the watermark cannot pass it).
-                tracing::warn!(partition = self.a.partition, error = %e, "record out of order, dropped");
+                tracing::warn!(partition = self.a.partition, ?src, error = %e, "record out of order, dropped");
                 continue;
             }
-            let work = match decode(r.payload.as_ref(), &self.decode) {
-                Ok(ev) => {
-                    self.crash_hook(&ev.id);
-                    Work::Deliver(ev)
-                }
-                Err(e) => {
-                    tracing::info!(partition = self.a.partition, offset = r.offset, reason = e.reason(), error = %e, "bad input, parking");
-                    Work::Park {
-                        reason: e.reason().to_string(),
+            let topic = self.sides[src as usize].topic.clone();
+            metrics::counter!(m::CONSUMED, "topic" => topic.clone()).increment(1);
+            let work = match src {
+                Src::Main => self.decode_main(&r),
+                Src::Dlq => match r.payload.as_deref().map(Envelope::from_bytes) {
+                    Some(Ok(env)) => Work::FromDlq(Box::new(env)),
+                    Some(Err(e)) => Work::Park {
+                        reason: "unreadable_envelope".into(),
                         message: e.to_string(),
-                    }
-                }
+                    },
+                    None => Work::Park {
+                        reason: "unreadable_envelope".into(),
+                        message: "DLQ record without a value".into(),
+                    },
+                },
             };
             let ordered = matches!(work, Work::Deliver(_));
+            let queued = matches!(work, Work::FromDlq(_));
             let item = Arc::new(Item {
-                topic: self.topic.clone(),
+                topic,
                 partition: self.a.partition,
                 offset: r.offset,
                 timestamp_ms: r.timestamp_ms,
@@ -211,23 +284,42 @@ impl PartitionState {
                 payload: r.payload,
                 work,
             });
-            // Bad input takes no place in the key order: it is parked at once.
-            let now = !ordered || self.lanes.admit(item.key.as_deref(), r.offset);
-            self.held.insert(r.offset, Held { item, errored: 0 });
-            if now {
-                self.dispatch(myself, r.offset);
+            let key_free = !ordered || self.lanes.admit(item.key.as_deref(), r.offset);
+            self.held.insert((src, r.offset), Held { item, errored: 0 });
+            if src == Src::Main {
+                self.main_held += 1;
+            }
+            if queued {
+                self.dlq_queue.push_back(r.offset);
+            } else if key_free {
+                self.dispatch(myself, src, r.offset);
             }
         }
-        if !self.paused && self.held.len() >= self.limit {
-            self.set_paused(true);
+        self.evaluate(myself);
+        self.store_all();
+    }
+
+    fn decode_main(&self, r: &Record) -> Work {
+        match decode(r.payload.as_ref(), &self.decode) {
+            Ok(ev) => {
+                self.crash_hook(&ev.id);
+                Work::Deliver(ev)
+            }
+            Err(e) => {
+                tracing::info!(partition = self.a.partition, offset = r.offset, reason = e.reason(), error = %e, "bad input, parking");
+                Work::Park {
+                    reason: e.reason().to_string(),
+                    message: e.to_string(),
+                }
+            }
         }
-        self.store();
     }
 
     fn on_finished(
         &mut self,
         myself: &ActorRef<PartitionMsg>,
         generation: u64,
+        src: Src,
         offset: i64,
         outcome: Option<Finished>,
     ) {
@@ -236,25 +328,26 @@ impl PartitionState {
         }
         self.dispatched = self.dispatched.saturating_sub(1);
         match outcome {
-            None => self.on_errored(myself, offset),
+            None => self.on_errored(myself, src, offset),
             Some(_) => {
-                if let Err(e) = self.tracker.complete(generation, offset) {
-                    tracing::error!(partition = self.a.partition, error = %e, "impossible completion refused");
+                if let Err(e) = self.side(src).tracker.complete(generation, offset) {
+                    tracing::error!(partition = self.a.partition, ?src, error = %e, "impossible completion refused");
                     return;
                 }
-                if let Some(held) = self.held.remove(&offset) {
+                if let Some(held) = self.held.remove(&(src, offset)) {
+                    if src == Src::Main {
+                        self.main_held -= 1;
+                    }
                     if matches!(held.item.work, Work::Deliver(_)) {
                         if let Some(next) = self.lanes.finish(held.item.key.as_deref(), offset) {
                             if self.draining.is_none() {
-                                self.dispatch(myself, next);
+                                self.dispatch(myself, Src::Main, next);
                             }
                         }
                     }
                 }
-                self.store();
-                if self.paused && self.held.len() <= self.limit / 2 {
-                    self.set_paused(false);
-                }
+                self.store(src);
+                self.evaluate(myself);
             }
         }
         if self.draining.is_some() && self.dispatched == 0 {
@@ -262,18 +355,14 @@ impl PartitionState {
         }
     }
 
-    fn on_errored(&mut self, myself: &ActorRef<PartitionMsg>, offset: i64) {
-        let Some(held) = self.held.get_mut(&offset) else {
+    fn on_errored(&mut self, myself: &ActorRef<PartitionMsg>, src: Src, offset: i64) {
+        let Some(held) = self.held.get_mut(&(src, offset)) else {
             return;
         };
         held.errored += 1;
         let n = held.errored;
         if n >= MAX_ERRORED {
-            tracing::error!(
-                partition = self.a.partition,
-                offset,
-                "work for this event vanished {n} times; parking it"
-            );
+            tracing::error!(partition = self.a.partition, offset, "work for this event vanished {n} times; parking it");
             let old = held.item.clone();
             held.item = Arc::new(Item {
                 topic: old.topic.clone(),
@@ -289,23 +378,19 @@ impl PartitionState {
             });
         }
         if self.draining.is_none() {
-            let delay = crate::core::backoff::persistent_delay(
-                n,
-                Duration::from_millis(100),
-                Duration::from_secs(5),
-            );
-            myself.send_after(delay, move || PartitionMsg::Redispatch(offset));
+            let delay = crate::core::backoff::persistent_delay(n, Duration::from_millis(100), Duration::from_secs(5));
+            myself.send_after(delay, move || PartitionMsg::Redispatch(src, offset));
         }
     }
 
-    fn dispatch(&mut self, myself: &ActorRef<PartitionMsg>, offset: i64) {
-        let Some(held) = self.held.get(&offset) else {
+    fn dispatch(&mut self, myself: &ActorRef<PartitionMsg>, src: Src, offset: i64) {
+        let Some(held) = self.held.get(&(src, offset)) else {
             return;
         };
         self.dispatched += 1;
         let job = Job {
             item: held.item.clone(),
-            token: CompletionToken::new(myself.clone(), self.a.generation, offset),
+            token: CompletionToken::new(myself.clone(), self.a.generation, src, offset),
         };
         // If the pool is missing or gone, the job is dropped here and its token
         // reports errored: the event is re-dispatched after a backoff.
@@ -314,57 +399,154 @@ impl PartitionState {
         }
     }
 
+    /// The next DLQ offset this partition would read.
+    fn dlq_next(&self) -> Option<i64> {
+        self.sides[Src::Dlq as usize]
+            .tracker
+            .highest_begun()
+            .map(|h| h + 1)
+            .or(self.dlq_start)
+    }
+
+    fn not_before(&self, offset: i64) -> Option<i64> {
+        match &self.held.get(&(Src::Dlq, offset))?.item.work {
+            Work::FromDlq(env) => Some(env.not_before_ms),
+            _ => None,
+        }
+    }
+
+    /// DLQ partition p has something to drain now: a due event at the head of the
+    /// queue, or unread records (whose head may turn out not to be due yet).
+    fn dlq_has_unread(&self, now_ms: i64) -> bool {
+        match self.dlq_queue.front() {
+            Some(&off) => self.not_before(off).is_none_or(|t| t <= now_ms),
+            None => match (self.dlq_high, self.dlq_next()) {
+                (Some(high), Some(next)) => high > next,
+                _ => false,
+            },
+        }
+    }
+
+    /// Runs the FSM and applies its reading state; dispatches due DLQ events
+    /// while draining; schedules the next wake-up.
+    fn evaluate(&mut self, myself: &ActorRef<PartitionMsg>) {
+        let now = Instant::now();
+        let wall = now_ms();
+        if let Some(change) = self.fsm.update(now, self.verdict.api_unavailable, self.dlq_has_unread(wall)) {
+            tracing::info!(partition = self.a.partition, from = change.from.as_str(), to = change.to.as_str(), "partition mode");
+            metrics::counter!(m::MODE_TRANSITIONS, "to" => change.to.as_str()).increment(1);
+            for mode in [Mode::Normal, Mode::Paused, Mode::DrainDlq] {
+                metrics::gauge!(m::PARTITION_MODE, "partition" => self.label.clone(), "mode" => mode.as_str())
+                    .set(if mode == change.to { 1.0 } else { 0.0 });
+            }
+        }
+        let reading = self.fsm.reading();
+        // In-flight limit with hysteresis: pause when full, resume at half.
+        if self.main_held >= self.limit {
+            self.main_full = true;
+        } else if self.main_held <= self.limit / 2 {
+            self.main_full = false;
+        }
+        let main_on = reading.main && !self.main_full;
+        self.apply(Src::Main, main_on);
+        self.apply(Src::Dlq, reading.dlq);
+        // Drain: dispatch due events in order, at most `limit` at a time.
+        let mut next_due: Option<i64> = None;
+        if self.fsm.mode() == Mode::DrainDlq && self.draining.is_none() {
+            while let Some(&off) = self.dlq_queue.front() {
+                if self.dispatched >= self.limit {
+                    break;
+                }
+                match self.not_before(off) {
+                    Some(t) if t > wall => {
+                        next_due = Some(t);
+                        break;
+                    }
+                    _ => {
+                        self.dlq_queue.pop_front();
+                        self.dispatch(myself, Src::Dlq, off);
+                    }
+                }
+            }
+        } else if let Some(&off) = self.dlq_queue.front() {
+            next_due = self.not_before(off).filter(|t| *t > wall);
+        }
+        let mut wake: Option<Instant> = self.fsm.dwell_until(now);
+        if let Some(t) = next_due {
+            let at = now + Duration::from_millis((t - wall).max(0) as u64);
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        if let Some(at) = wake {
+            if self.wake_at.is_none_or(|w| at < w) {
+                self.wake_at = Some(at);
+                myself.send_after(at.saturating_duration_since(now) + Duration::from_millis(1), || PartitionMsg::Wake);
+            }
+        }
+    }
+
+    fn apply(&mut self, src: Src, on: bool) {
+        if self.sides[src as usize].reading == Some(on) {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.sides[src as usize].topic, self.a.partition);
+        let r = if on {
+            self.a.consumer.resume(&tpl)
+        } else {
+            self.a.consumer.pause(&tpl)
+        };
+        match r {
+            Ok(()) => {
+                self.side(src).reading = Some(on);
+                if src == Src::Main {
+                    metrics::gauge!(m::PARTITION_PAUSED, "partition" => self.label.clone())
+                        .set(if on { 0.0 } else { 1.0 });
+                }
+            }
+            // The DLQ partition may not be assigned (topic created later): nothing to apply.
+            Err(e) => tracing::debug!(partition = self.a.partition, ?src, error = %e, on, "pause/resume"),
+        }
+    }
+
+    fn store_all(&mut self) {
+        self.store(Src::Main);
+        self.store(Src::Dlq);
+    }
+
     /// Stores the watermark if it advanced. librdkafka's auto-commit then commits it.
-    fn store(&mut self) {
-        let Some(wm) = self.tracker.watermark() else {
+    fn store(&mut self, src: Src) {
+        let partition = self.a.partition;
+        let side = &mut self.sides[src as usize];
+        let Some(wm) = side.tracker.watermark() else {
             return;
         };
-        if self.stored.is_some_and(|s| s >= wm) {
+        if side.stored.is_some_and(|s| s >= wm) {
             return;
         }
         let mut tpl = TopicPartitionList::new();
         if tpl
-            .add_partition_offset(&self.topic, self.a.partition, Offset::Offset(wm.get()))
+            .add_partition_offset(&side.topic, partition, Offset::Offset(wm.get()))
             .is_err()
         {
             return;
         }
         match self.a.consumer.store_offsets(&tpl) {
             Ok(()) => {
-                self.stored = Some(wm);
-                self.a.shared.stored.store(wm.get(), Ordering::SeqCst);
-                metrics::gauge!(m::COMMIT_WATERMARK, "partition" => self.label.clone())
-                    .set(wm.get() as f64);
+                side.stored = Some(wm);
+                self.a.shared.stored[src as usize].store(wm.get(), Ordering::SeqCst);
+                if src == Src::Main {
+                    metrics::gauge!(m::COMMIT_WATERMARK, "partition" => self.label.clone()).set(wm.get() as f64);
+                }
             }
             // Expected while a rebalance takes the partition away.
-            Err(e) => tracing::debug!(partition = self.a.partition, error = %e, "store_offsets"),
-        }
-    }
-
-    fn set_paused(&mut self, pause: bool) {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.topic, self.a.partition);
-        let r = if pause {
-            self.a.consumer.pause(&tpl)
-        } else {
-            self.a.consumer.resume(&tpl)
-        };
-        match r {
-            Ok(()) => {
-                self.paused = pause;
-                metrics::gauge!(m::PARTITION_PAUSED, "partition" => self.label.clone())
-                    .set(if pause { 1.0 } else { 0.0 });
-            }
-            Err(e) => {
-                tracing::warn!(partition = self.a.partition, error = %e, pause, "pause/resume failed")
-            }
+            Err(e) => tracing::debug!(partition, ?src, error = %e, "store_offsets"),
         }
     }
 
     fn reply_drained(&mut self) {
-        self.store();
+        self.store_all();
         if let Some(reply) = self.draining.take() {
-            let _ = reply.send(self.stored.map(NextOffset::get));
+            let _ = reply.send(self.sides[Src::Main as usize].stored.map(NextOffset::get));
         }
     }
 
@@ -375,11 +557,7 @@ impl PartitionState {
         if cfg.crash_on_event_id.as_deref() != Some(id) {
             return;
         }
-        let first = !self
-            .a
-            .pipeline
-            .crash_hook_fired
-            .swap(true, Ordering::SeqCst);
+        let first = !self.a.pipeline.crash_hook_fired.swap(true, Ordering::SeqCst);
         if first || cfg.crash_repeatedly {
             panic!("test fault hook: partition actor crashes on event {id}");
         }

@@ -6,6 +6,7 @@
 use crate::actors::consumer::{ConsumerActor, ConsumerArgs, ConsumerMsg};
 use crate::actors::delivery::{DeliveryMsg, DeliveryPool};
 use crate::actors::dlq_writer::{DlqWriter, DlqWriterMsg};
+use crate::actors::health::{HealthActor, HealthMsg};
 use crate::metrics::Readiness;
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -27,6 +28,7 @@ pub struct SupervisorState {
     consumer: Option<ActorRef<ConsumerMsg>>,
     delivery: Option<ActorRef<DeliveryMsg>>,
     writer: Option<ActorRef<DlqWriterMsg>>,
+    health: Option<ActorRef<HealthMsg>>,
     stopping: bool,
 }
 
@@ -37,6 +39,7 @@ enum Child {
     Consumer,
     Delivery,
     Writer,
+    Health,
 }
 
 impl Child {
@@ -45,6 +48,7 @@ impl Child {
             Child::Consumer => "consumer",
             Child::Delivery => "delivery_pool",
             Child::Writer => "dlq_writer",
+            Child::Health => "health",
         }
     }
 }
@@ -65,11 +69,12 @@ impl Actor for Supervisor {
             consumer: None,
             delivery: None,
             writer: None,
+            health: None,
             stopping: false,
         };
         // Order matters: the consumer dispatches into the pool, the pool writes
         // through the writer.
-        for child in [Child::Writer, Child::Delivery, Child::Consumer] {
+        for child in [Child::Health, Child::Writer, Child::Delivery, Child::Consumer] {
             s.spawn(&myself, child).await?;
         }
         Ok(s)
@@ -145,6 +150,8 @@ impl SupervisorState {
             Some(Child::Delivery)
         } else if self.writer.as_ref().is_some_and(|a| a.get_id() == id) {
             Some(Child::Writer)
+        } else if self.health.as_ref().is_some_and(|a| a.get_id() == id) {
+            Some(Child::Health)
         } else {
             None
         }
@@ -175,7 +182,13 @@ impl SupervisorState {
                     ready: self.ready.clone(),
                 };
                 let (a, _) = Actor::spawn_linked(None, ConsumerActor, args, sup).await?;
+                self.pipeline.set_consumer(a.clone());
                 self.consumer = Some(a);
+            }
+            Child::Health => {
+                let (a, _) = Actor::spawn_linked(None, HealthActor, self.pipeline.clone(), sup).await?;
+                self.pipeline.set_health_actor(a.clone());
+                self.health = Some(a);
             }
         }
         Ok(())

@@ -36,30 +36,32 @@ pub struct Enricher {
     timeout: Duration,
 }
 
+/// A small connection pool to PostgreSQL (also used by the source-of-truth check).
+pub fn pg_pool(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Pool, EnrichSetupError> {
+    let mut pg: tokio_postgres::Config = cfg
+        .url
+        .parse()
+        .map_err(|e: tokio_postgres::Error| EnrichSetupError::Url(e.to_string()))?;
+    if let Some(p) = password {
+        pg.password(p);
+    }
+    pg.connect_timeout(Duration::from_millis(cfg.query_timeout_ms.max(500)));
+    let mgr = Manager::from_config(
+        pg,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(mgr)
+        .max_size(cfg.pool_size)
+        .build()
+        .map_err(|e| EnrichSetupError::Pool(e.to_string()))
+}
+
 impl Enricher {
-    pub fn new(
-        cfg: &EnrichmentConfig,
-        password: Option<String>,
-    ) -> Result<Enricher, EnrichSetupError> {
-        let mut pg: tokio_postgres::Config = cfg
-            .url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| EnrichSetupError::Url(e.to_string()))?;
-        if let Some(p) = password {
-            pg.password(p);
-        }
-        pg.connect_timeout(Duration::from_millis(cfg.query_timeout_ms.max(500)));
-        let mgr = Manager::from_config(
-            pg,
-            tokio_postgres::NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(mgr)
-            .max_size(cfg.pool_size)
-            .build()
-            .map_err(|e| EnrichSetupError::Pool(e.to_string()))?;
+    pub fn new(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Enricher, EnrichSetupError> {
+        let pool = pg_pool(cfg, password)?;
         let cache = Cache::builder()
             .max_capacity(cfg.cache_capacity)
             .time_to_live(Duration::from_millis(cfg.cache_ttl_ms))
@@ -104,6 +106,46 @@ impl Enricher {
                         .map_err(|e| EnrichError::Query(e.to_string()))?;
                     Ok(Some(Arc::new(v)))
                 }
+            }
+        };
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .map_err(|_| EnrichError::Timeout)?
+    }
+}
+
+/// The source of truth for `deadline` retry policies: the entity's current
+/// version, by key.
+pub struct SourceOfTruth {
+    pool: Pool,
+    query: String,
+    timeout: Duration,
+}
+
+impl SourceOfTruth {
+    pub fn new(pool: Pool, query: String, timeout: Duration) -> SourceOfTruth {
+        SourceOfTruth { pool, query, timeout }
+    }
+
+    /// `Ok(None)`: no row for the key.
+    pub async fn current_version(&self, key: &str) -> Result<Option<i64>, EnrichError> {
+        let work = async {
+            let client = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| EnrichError::Unavailable(e.to_string()))?;
+            let row = client
+                .query_opt(self.query.as_str(), &[&key])
+                .await
+                .map_err(|e| EnrichError::Query(e.to_string()))?;
+            match row {
+                None => Ok(None),
+                Some(row) => row
+                    .try_get::<_, i64>(0)
+                    .map(Some)
+                    .or_else(|_| row.try_get::<_, i32>(0).map(|v| Some(v as i64)))
+                    .map_err(|e| EnrichError::Query(e.to_string())),
             }
         };
         tokio::time::timeout(self.timeout, work)

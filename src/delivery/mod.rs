@@ -10,17 +10,19 @@ use crate::actors::dlq_writer::{DlqRecord, DlqWriterMsg};
 use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
 use crate::core::classify::{classify_status, FailureClass, Verdict};
+use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
+use crate::health::CallOutcome;
 use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION};
 use crate::core::event::Event;
 use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
 use bytes::Bytes;
-use enrich::{EnrichError, Enricher};
+use enrich::{EnrichError, Enricher, SourceOfTruth};
 use http::ApiClient;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use token::{CompletionToken, Finished};
-use tokio::sync::Semaphore;
+use tokio::sync::{Mutex, Semaphore};
 
 /// What to do with a consumed message, decided before any work is scheduled.
 #[derive(Debug)]
@@ -31,6 +33,8 @@ pub enum Work {
         reason: String,
         message: String,
     },
+    /// A DLQ record whose turn has come (drain).
+    FromDlq(Box<Envelope>),
 }
 
 /// A consumed message and the work it needs. Shared (`Arc`) between the partition
@@ -50,6 +54,7 @@ impl Item {
     pub fn event_id(&self) -> Option<&str> {
         match &self.work {
             Work::Deliver(e) => Some(&e.id),
+            Work::FromDlq(env) => env.event_id.as_deref(),
             Work::Park { .. } => None,
         }
     }
@@ -64,7 +69,13 @@ pub struct Deliverer {
     api: ApiClient,
     policy: RetryPolicy,
     permits: Semaphore,
+    /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
+    /// not receive the whole backlog at once.
+    drain_permits: Semaphore,
+    drain_pacer: Mutex<tokio::time::Instant>,
+    drain_interval: Duration,
     enricher: Option<Enricher>,
+    source: Option<SourceOfTruth>,
     pipeline: Arc<Pipeline>,
 }
 
@@ -83,21 +94,36 @@ impl Deliverer {
         let cfg: &Config = &pipeline.config;
         let token = cfg.api_token()?;
         let api = ApiClient::new(&cfg.api, token.as_deref(), cfg.pipeline.concurrency)?;
-        let enricher = if cfg.enrichment.enabled {
-            let password = cfg
-                .enrichment
+        let password = || {
+            cfg.enrichment
                 .password_env
                 .as_ref()
-                .and_then(|n| std::env::var(n).ok());
-            Some(Enricher::new(&cfg.enrichment, password)?)
+                .and_then(|n| std::env::var(n).ok())
+        };
+        let enricher = if cfg.enrichment.enabled {
+            Some(Enricher::new(&cfg.enrichment, password())?)
         } else {
             None
         };
+        let source = if cfg.retry.source_query.is_empty() {
+            None
+        } else {
+            Some(SourceOfTruth::new(
+                enrich::pg_pool(&cfg.enrichment, password())?,
+                cfg.retry.source_query.clone(),
+                Duration::from_millis(cfg.enrichment.query_timeout_ms),
+            ))
+        };
+        let d = &cfg.degraded;
         Ok(Deliverer {
             api,
             policy: cfg.api.retry_policy(),
             permits: Semaphore::new(cfg.pipeline.concurrency),
+            drain_permits: Semaphore::new(d.drain_concurrency),
+            drain_pacer: Mutex::new(tokio::time::Instant::now()),
+            drain_interval: Duration::from_secs_f64(1.0 / d.drain_rate_per_sec),
             enricher,
+            source,
             pipeline,
         })
     }
@@ -116,8 +142,213 @@ impl Deliverer {
                 self.park(&item, info).await
             }
             Work::Deliver(ev) => self.deliver(&item, ev).await,
+            Work::FromDlq(env) => self.retry_from_dlq(&item, env).await,
         };
         token.finish(outcome);
+    }
+
+    /// Tells the health side what a call said about the API; wakes the health
+    /// actor at once when the breaker opens.
+    fn observe(&self, outcome: CallOutcome) {
+        if let Some(t) = self.pipeline.health.record(outcome) {
+            self.on_transition(t);
+        }
+    }
+
+    fn on_transition(&self, t: crate::core::breaker::Transition) {
+        metrics::counter!(m::BREAKER_TRANSITIONS, "to" => t.to.as_str(), "reason" => t.reason.as_str()).increment(1);
+        tracing::warn!(from = t.from.as_str(), to = t.to.as_str(), reason = t.reason.as_str(), "circuit breaker");
+        if t.to == crate::core::breaker::BreakerStateKind::Open {
+            if let Some(h) = self.pipeline.health_actor() {
+                let _ = h.send_message(crate::actors::health::HealthMsg::Tripped);
+            }
+        }
+    }
+
+    /// Waits for the drain's rate slot (a pacer: one slot every 1/rate seconds).
+    async fn drain_slot(&self) {
+        let slot = {
+            let mut next = self.drain_pacer.lock().await;
+            let now = tokio::time::Instant::now();
+            let slot = (*next).max(now);
+            *next = slot + self.drain_interval;
+            slot
+        };
+        tokio::time::sleep_until(slot).await;
+    }
+
+    /// A DLQ event's turn: check the policy (and the source of truth for deadline
+    /// policies), then one delivery try at the drain's pace. On failure it goes
+    /// back to the DLQ with `dlq_retries + 1`, or to the parking lot once the
+    /// policy says so. Every drop is parked with its reason and counted.
+    async fn retry_from_dlq(&self, item: &Item, env: &Envelope) -> Finished {
+        let cfg = &self.pipeline.config;
+        let policy = cfg.retry.policy_for(env.event_type.as_deref());
+        let now = now_ms();
+        let check = if dlq_policy::needs_source_check(policy, env.first_dlq_at_ms, now) {
+            Some(self.source_check(env).await)
+        } else {
+            None
+        };
+        if let Some(c) = check {
+            metrics::counter!(m::RECONCILIATION, "result" => c.as_str()).increment(1);
+        }
+        match dlq_policy::decide(policy, env.dlq_retries, env.first_dlq_at_ms, env.not_before_ms, now, check) {
+            DlqDecision::Drop { reason } => self.drop_from_dlq(item, env, reason, format!("{} policy: {reason}", policy.as_str())).await,
+            DlqDecision::KeepInDlq { reason } => {
+                let not_before = dlq_policy::next_not_before(now, env.dlq_retries.max(1), cfg.degraded.dlq_backoff_base_ms, cfg.degraded.dlq_backoff_cap_ms);
+                let mut again = env.clone();
+                again.not_before_ms = not_before;
+                again.last_error.message = format!("kept in the DLQ: {reason}");
+                self.rewrite_dlq(item, again).await;
+                Finished::DeadLettered { reason: reason.to_string() }
+            }
+            DlqDecision::NotYet { .. } => {
+                self.rewrite_dlq(item, env.clone()).await;
+                Finished::DeadLettered { reason: "not_yet".into() }
+            }
+            DlqDecision::Deliver => self.redeliver(item, env, policy).await,
+        }
+    }
+
+    async fn source_check(&self, env: &Envelope) -> SourceCheck {
+        let (Some(src), Some(key)) = (&self.source, &env.key) else {
+            return SourceCheck::QueryFailed;
+        };
+        let version = crate::core::event::decode(
+            Some(&Bytes::from(env.payload.clone())),
+            &self.pipeline.config.pipeline.decode_options(),
+        )
+        .ok()
+        .and_then(|e| e.entity_version);
+        match src.current_version(&String::from_utf8_lossy(key)).await {
+            Ok(current) => dlq_policy::compare_versions(version, current),
+            Err(e) => {
+                tracing::warn!(error = %e, "source-of-truth check failed; the event stays in the DLQ");
+                SourceCheck::QueryFailed
+            }
+        }
+    }
+
+    async fn redeliver(&self, item: &Item, env: &Envelope, policy: dlq_policy::RetryPolicy) -> Finished {
+        let Some(id) = env.event_id.clone() else {
+            return self.drop_from_dlq(item, env, "unreadable_envelope", "DLQ envelope without an event id".into()).await;
+        };
+        let event = match crate::core::event::decode(
+            Some(&Bytes::from(env.payload.clone())),
+            &self.pipeline.config.pipeline.decode_options(),
+        ) {
+            Ok(ev) => ev,
+            Err(e) => return self.drop_from_dlq(item, env, "unreadable_envelope", e.to_string()).await,
+        };
+        let answer = match self.body(item, &event).await {
+            Ok(Some(body)) => {
+                let Ok(_permit) = self.drain_permits.acquire().await else {
+                    return std::future::pending::<Finished>().await;
+                };
+                self.drain_slot().await;
+                self.pipeline.health.gate().await;
+                self.api.post(&id, body).await
+            }
+            Ok(None) => {
+                return self
+                    .drop_from_dlq(item, env, "enrichment_missing", "no enrichment row for the event's key".into())
+                    .await
+            }
+            // The database, not the API: back to the DLQ without counting against the API.
+            Err(_) => Err(crate::core::classify::TransportFailure::Other),
+        };
+        let cfg = &self.pipeline.config;
+        let (class, reason, status) = match answer {
+            Ok(a) => match classify_status(a.status) {
+                Verdict::Delivered => {
+                    self.observe(CallOutcome::Up);
+                    metrics::counter!(m::DLQ_REDELIVERED).increment(1);
+                    metrics::counter!(m::DELIVERED).increment(1);
+                    return Finished::Delivered;
+                }
+                Verdict::Failed(c) => (c, format!("http_{}", a.status), Some(a.status)),
+            },
+            Err(t) => (t.class(), t.as_str().to_string(), None),
+        };
+        self.observe(match class {
+            FailureClass::Permanent => CallOutcome::Up,
+            FailureClass::Systemic => CallOutcome::Systemic,
+            FailureClass::Transient => CallOutcome::Failed,
+        });
+        let error = ErrorInfo {
+            class: class.as_str().into(),
+            reason: reason.clone(),
+            status,
+            message: format!("DLQ round {}: {}", env.dlq_retries + 1, status.map_or(reason.clone(), |s| format!("API answered {s}"))),
+        };
+        if class == FailureClass::Permanent {
+            let mut parked = env.clone();
+            parked.last_error = error;
+            return self.park_envelope(item, parked).await;
+        }
+        let now = now_ms();
+        let retries = env.dlq_retries.saturating_add(1);
+        if let Some(why) = dlq_policy::exhausted(policy, retries, env.first_dlq_at_ms, now) {
+            let mut last = env.retried(error, now);
+            last.last_error.reason = why.to_string();
+            return self.drop_enveloped(last, why).await;
+        }
+        let not_before = dlq_policy::next_not_before(now, retries, cfg.degraded.dlq_backoff_base_ms, cfg.degraded.dlq_backoff_cap_ms);
+        let again = env.retried(error, not_before);
+        self.rewrite_dlq(item, again).await;
+        metrics::counter!(m::DLQ_RETRIED, "reason" => reason.clone()).increment(1);
+        Finished::DeadLettered { reason }
+    }
+
+    /// Back into DLQ partition p (the envelope only ever gains retries).
+    async fn rewrite_dlq(&self, item: &Item, env: Envelope) {
+        let rec = DlqRecord {
+            topic: self.pipeline.dlq_topic.clone(),
+            partition: Some(item.partition),
+            key: env.key.clone(),
+            envelope: env,
+        };
+        write_durably(&self.pipeline, rec).await;
+    }
+
+    async fn drop_from_dlq(&self, _item: &Item, env: &Envelope, reason: &str, message: String) -> Finished {
+        let mut last = env.clone();
+        last.last_error = ErrorInfo {
+            class: "dropped".into(),
+            reason: reason.to_string(),
+            status: None,
+            message,
+        };
+        self.drop_enveloped(last, reason).await
+    }
+
+    /// A drop is never silent: the envelope goes to the parking lot with its
+    /// reason, and `dlq_dropped{reason}` counts it.
+    async fn drop_enveloped(&self, env: Envelope, reason: &str) -> Finished {
+        let rec = DlqRecord {
+            topic: self.pipeline.parking_topic.clone(),
+            partition: None,
+            key: env.key.clone(),
+            envelope: env,
+        };
+        write_durably(&self.pipeline, rec).await;
+        metrics::counter!(m::DLQ_DROPPED, "reason" => reason.to_string()).increment(1);
+        metrics::counter!(m::PARKED, "reason" => reason.to_string()).increment(1);
+        Finished::Parked { reason: reason.to_string() }
+    }
+
+    async fn park_envelope(&self, _item: &Item, env: Envelope) -> Finished {
+        let reason = env.last_error.reason.clone();
+        let rec = DlqRecord {
+            topic: self.pipeline.parking_topic.clone(),
+            partition: None,
+            key: env.key.clone(),
+            envelope: env,
+        };
+        write_durably(&self.pipeline, rec).await;
+        metrics::counter!(m::PARKED, "reason" => reason.clone()).increment(1);
+        Finished::Parked { reason }
     }
 
     async fn deliver(&self, item: &Item, ev: &Event) -> Finished {
@@ -133,7 +364,7 @@ impl Deliverer {
             attempts += 1;
             metrics::counter!(m::DELIVERY_ATTEMPTS).increment(1);
             let (class, reason, status, retry_after) = match self.body(item, ev).await {
-                Ok(Some(body)) => match self.api.post(&ev.id, body).await {
+                Ok(Some(body)) => match self.call(&ev.id, body).await {
                     Ok(answer) => match classify_status(answer.status) {
                         Verdict::Delivered => {
                             gauge.decrement(1.0);
@@ -208,6 +439,22 @@ impl Deliverer {
         }
     }
 
+    /// One API call on the main path: waits while the breaker is open, and feeds
+    /// the breaker with what the answer says about the API.
+    async fn call(&self, id: &str, body: Bytes) -> Result<http::Answer, crate::core::classify::TransportFailure> {
+        self.pipeline.health.gate().await;
+        let r = self.api.post(id, body).await;
+        self.observe(match &r {
+            Ok(a) => match classify_status(a.status) {
+                Verdict::Delivered | Verdict::Failed(FailureClass::Permanent) => CallOutcome::Up,
+                Verdict::Failed(FailureClass::Systemic) => CallOutcome::Systemic,
+                Verdict::Failed(FailureClass::Transient) => CallOutcome::Failed,
+            },
+            Err(_) => CallOutcome::Failed,
+        });
+        r
+    }
+
     /// The body to POST: the original bytes, or the event with its enrichment.
     /// `Ok(None)`: the enrichment row is missing and the config says park.
     async fn body(&self, item: &Item, ev: &Event) -> Result<Option<Bytes>, EnrichError> {
@@ -236,6 +483,7 @@ impl Deliverer {
         let now = now_ms();
         let (event_id, event_type) = match &item.work {
             Work::Deliver(e) => (Some(e.id.clone()), Some(e.event_type.clone())),
+            Work::FromDlq(env) => (env.event_id.clone(), env.event_type.clone()),
             Work::Park { .. } => (None, None),
         };
         Envelope {
@@ -250,7 +498,7 @@ impl Deliverer {
                 .unwrap_or_default(),
             dlq_retries: 0,
             first_dlq_at_ms: now,
-            not_before_ms: now,
+            not_before_ms: now + self.pipeline.config.degraded.dlq_backoff_base_ms as i64,
             last_error: error,
             origin: Origin {
                 topic: item.topic.clone(),
@@ -285,6 +533,10 @@ impl Deliverer {
         };
         write_durably(&self.pipeline, rec).await;
         metrics::counter!(m::DLQ_WRITTEN, "reason" => reason.clone()).increment(1);
+        // Flood guard: many events going to the DLQ at once is systemic.
+        if let Some(t) = self.pipeline.health.dlq_written() {
+            self.on_transition(t);
+        }
         Finished::DeadLettered { reason }
     }
 }

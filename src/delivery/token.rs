@@ -7,7 +7,7 @@
 //! never leave an offset silently done. (Vector's finalizers count a dropped event
 //! as delivered; Courier deliberately does not.)
 
-use crate::actors::partition::PartitionMsg;
+use crate::actors::partition::{PartitionMsg, Src};
 use ractor::ActorRef;
 
 /// How an event finished. Every variant means "its outcome is durable".
@@ -24,15 +24,17 @@ pub enum Finished {
 pub struct CompletionToken {
     owner: ActorRef<PartitionMsg>,
     generation: u64,
+    src: Src,
     offset: i64,
     reported: bool,
 }
 
 impl CompletionToken {
-    pub fn new(owner: ActorRef<PartitionMsg>, generation: u64, offset: i64) -> Self {
+    pub fn new(owner: ActorRef<PartitionMsg>, generation: u64, src: Src, offset: i64) -> Self {
         CompletionToken {
             owner,
             generation,
+            src,
             offset,
             reported: false,
         }
@@ -48,6 +50,7 @@ impl CompletionToken {
         self.reported = true;
         let _ = self.owner.send_message(PartitionMsg::Finished {
             generation: self.generation,
+            src: self.src,
             offset: self.offset,
             outcome: Some(outcome),
         });
@@ -59,6 +62,7 @@ impl Drop for CompletionToken {
         if !self.reported {
             let _ = self.owner.send_message(PartitionMsg::Finished {
                 generation: self.generation,
+                src: self.src,
                 offset: self.offset,
                 outcome: None,
             });

@@ -21,6 +21,8 @@ pub type KafkaConsumer = BaseConsumer<CourierContext>;
 pub struct Record {
     pub partition: i32,
     pub offset: i64,
+    /// From the DLQ topic (partition p of the DLQ pairs with partition p of the main topic).
+    pub dlq: bool,
     pub key: Option<Vec<u8>>,
     pub payload: Option<bytes::Bytes>,
     pub timestamp_ms: Option<i64>,
@@ -45,7 +47,9 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         // Main p and DLQ p must land on the same member: `range` assigns equal
         // indices of co-subscribed topics together.
         .set("partition.assignment.strategy", "range")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        // Notice a DLQ topic created after start within seconds, not minutes.
+        .set("topic.metadata.refresh.interval.ms", "10000");
     for (key, v) in &k.properties {
         c.set(key, v);
     }
@@ -79,6 +83,7 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
 /// then commit synchronously: the last moment the partitions are ours.
 pub struct CourierContext {
     pub topic: String,
+    pub dlq_topic: String,
     pub actor: ActorRef<ConsumerMsg>,
     pub revoke_wait: Duration,
     /// Set during shutdown: the actor is busy closing and must not be waited for.
@@ -93,12 +98,14 @@ pub struct CourierContext {
 impl CourierContext {
     pub fn new(
         topic: String,
+        dlq_topic: String,
         actor: ActorRef<ConsumerMsg>,
         revoke_wait: Duration,
         closing: Arc<AtomicBool>,
     ) -> Self {
         CourierContext {
             topic,
+            dlq_topic,
             actor,
             revoke_wait,
             closing,
@@ -143,12 +150,17 @@ impl ClientContext for CourierContext {
 }
 
 impl CourierContext {
+    /// Partition indices of the main topic and the DLQ (pairs share an index).
     fn partitions_of(&self, tpl: &rdkafka::TopicPartitionList) -> Vec<i32> {
-        tpl.elements()
+        let mut v: Vec<i32> = tpl
+            .elements()
             .iter()
-            .filter(|e| e.topic() == self.topic)
+            .filter(|e| e.topic() == self.topic || e.topic() == self.dlq_topic)
             .map(|e| e.partition())
-            .collect()
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 }
 

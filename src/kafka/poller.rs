@@ -49,6 +49,7 @@ impl Drop for Poller {
 
 fn poll_loop(consumer: Arc<KafkaConsumer>, stop: Arc<AtomicBool>) {
     let ctx = consumer.context().clone();
+    let dlq_topic = ctx.dlq_topic.clone();
     while !stop.load(Ordering::SeqCst) {
         // Block briefly only when there is nothing to hand over.
         let timeout = if ctx.has_pending() {
@@ -61,6 +62,7 @@ fn poll_loop(consumer: Arc<KafkaConsumer>, stop: Arc<AtomicBool>) {
                 let n = ctx.push(Record {
                     partition: m.partition(),
                     offset: m.offset(),
+                    dlq: m.topic() == dlq_topic,
                     key: m.key().map(<[u8]>::to_vec),
                     payload: m.payload().map(bytes::Bytes::copy_from_slice),
                     timestamp_ms: m.timestamp().to_millis(),

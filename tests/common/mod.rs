@@ -275,6 +275,11 @@ group_id = "{group}"
 auto_commit_interval_ms = 200
 session_timeout_ms = 10000
 
+[degraded]
+# DLQ entries stay put for an hour unless a test drains them on purpose.
+dlq_backoff_base_ms = 3600000
+dlq_backoff_cap_ms = 3600000
+
 [api]
 url = "{api_url}"
 retry_base_ms = 20

@@ -1,0 +1,161 @@
+//! Health actor: merges the Redis marker and the local breaker into one verdict,
+//! `api_unavailable = marker_alive || breaker_open`, and publishes changes to the
+//! consumer (which fans them out to the partition actors).
+//!
+//! The marker (`SET <prefix>:<group>:api-down NX PX ttl`) is set by whichever
+//! instance's breaker opens first and watched by all of them, so one instance's
+//! discovery pauses the whole group within a poll interval. When Redis cannot be
+//! reached, the verdict rests on the local breaker alone: Redis is never a single
+//! point of failure, and every Redis call has a short timeout.
+
+use crate::actors::consumer::ConsumerMsg;
+use crate::health::Verdict;
+use crate::metrics as m;
+use crate::runtime::Pipeline;
+use fred::prelude::*;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub enum HealthMsg {
+    Tick,
+    /// The local breaker just opened: act now, not at the next tick.
+    Tripped,
+}
+
+pub struct HealthActor;
+
+pub struct HealthState {
+    pipeline: Arc<Pipeline>,
+    redis: Option<Client>,
+    key: String,
+    ttl_ms: i64,
+    _conn: Option<fred::types::ConnectHandle>,
+}
+
+fn redis_client(p: &Pipeline) -> Result<Client, fred::error::Error> {
+    let r = &p.config.redis;
+    let mut cfg = Config::from_url(&r.url)?;
+    if let Some(pw) = r.password_env.as_ref().and_then(|n| std::env::var(n).ok()) {
+        cfg.password = Some(pw);
+    }
+    // Start degraded rather than fail when Redis is down at start-up.
+    cfg.fail_fast = false;
+    let timeout = Duration::from_millis(r.command_timeout_ms);
+    let connect = Duration::from_millis(r.connect_timeout_ms);
+    Builder::from_config(cfg)
+        .with_performance_config(|pc| pc.default_command_timeout = timeout)
+        .with_connection_config(|cc| {
+            cc.connection_timeout = connect;
+            cc.internal_command_timeout = timeout;
+        })
+        .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2))
+        .build()
+}
+
+impl Actor for HealthActor {
+    type Msg = HealthMsg;
+    type State = HealthState;
+    type Arguments = Arc<Pipeline>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        pipeline: Arc<Pipeline>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let mut conn = None;
+        let redis = match redis_client(&pipeline) {
+            Ok(c) => {
+                // Connects (and reconnects) in the background; commands meanwhile
+                // fail after their timeout and the verdict rests on the breaker.
+                conn = Some(c.connect());
+                Some(c)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "Redis client could not be built: the health verdict rests on the local breaker alone");
+                None
+            }
+        };
+        let d = &pipeline.config.degraded;
+        myself.send_interval(Duration::from_millis(d.poll_interval_ms), || HealthMsg::Tick);
+        Ok(HealthState {
+            key: format!(
+                "{}:{}:api-down",
+                pipeline.config.redis.key_prefix, pipeline.config.kafka.group_id
+            ),
+            ttl_ms: d.marker_ttl_ms as i64,
+            redis,
+            _conn: conn,
+            pipeline,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _msg: Self::Msg,
+        s: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let health = &s.pipeline.health;
+        let now = Instant::now();
+        let breaker_open = health.breaker_is_open(now);
+        let (marker, redis_ok) = match &s.redis {
+            None => (false, false),
+            Some(c) => {
+                let mut ok = true;
+                if breaker_open {
+                    let r: Result<Option<String>, _> = c
+                        .set(
+                            s.key.as_str(),
+                            s.pipeline.instance.as_str(),
+                            Some(Expiration::PX(s.ttl_ms)),
+                            Some(SetOptions::NX),
+                            false,
+                        )
+                        .await;
+                    if let Ok(Some(_)) = &r {
+                        tracing::warn!(key = %s.key, ttl_ms = s.ttl_ms, "API unavailable: marker set for the whole group");
+                    }
+                    ok = r.is_ok();
+                }
+                match c.exists::<i64, _>(s.key.as_str()).await {
+                    Ok(n) => (n > 0, ok),
+                    Err(_) => (false, false),
+                }
+            }
+        };
+        let v = Verdict {
+            api_unavailable: breaker_open || marker,
+            breaker_open,
+            marker,
+            redis_ok,
+        };
+        let before = health.verdict();
+        metrics::gauge!(m::BREAKER_STATE).set(health.breaker_state(now).as_gauge());
+        metrics::gauge!(m::MARKER).set(if marker { 1.0 } else { 0.0 });
+        metrics::gauge!(m::HEALTH_SOURCE, "source" => "redis").set(if redis_ok { 1.0 } else { 0.0 });
+        metrics::gauge!(m::HEALTH_SOURCE, "source" => "breaker").set(if redis_ok { 0.0 } else { 1.0 });
+        if health.publish(v) {
+            if before.redis_ok != v.redis_ok {
+                if v.redis_ok {
+                    tracing::info!("Redis reachable again: the shared marker is back in the verdict");
+                } else {
+                    tracing::warn!("Redis unreachable: the health verdict rests on the local breaker alone");
+                }
+            }
+            if before.api_unavailable != v.api_unavailable {
+                tracing::warn!(
+                    api_unavailable = v.api_unavailable,
+                    marker = v.marker,
+                    breaker_open = v.breaker_open,
+                    "health verdict changed"
+                );
+            }
+            metrics::gauge!(m::API_UNAVAILABLE).set(if v.api_unavailable { 1.0 } else { 0.0 });
+            if let Some(c) = s.pipeline.consumer() {
+                let _ = c.send_message(ConsumerMsg::Health(v));
+            }
+        }
+        Ok(())
+    }
+}

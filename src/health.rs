@@ -1,0 +1,136 @@
+//! The health verdict shared by every task of one instance: the local circuit
+//! breaker (fed by every API call), the DLQ flood guard, and the merged verdict
+//! `api_unavailable = marker_alive || breaker_open` that the health actor
+//! publishes (the Redis marker half lives in `actors::health`).
+
+use crate::config::DegradedConfig;
+use crate::core::breaker::{Breaker, BreakerStateKind, Transition};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Verdict {
+    pub api_unavailable: bool,
+    pub breaker_open: bool,
+    pub marker: bool,
+    /// `false` while Redis cannot be reached: the verdict rests on the breaker alone.
+    pub redis_ok: bool,
+}
+
+/// What one API call told us about the API (not about the event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The API answered (2xx, 409, or a 4xx about the event itself).
+    Up,
+    /// Timeout, connection error, 408, 429, 5xx.
+    Failed,
+    /// 401/403 and the like: credentials or the API itself. Trips at once.
+    Systemic,
+}
+
+/// Per-second counter for the flood guard.
+#[derive(Debug, Default)]
+struct RateCounter {
+    second: u64,
+    count: u64,
+}
+
+pub struct Health {
+    breaker: Mutex<Breaker>,
+    verdict: watch::Sender<Verdict>,
+    flood: Mutex<RateCounter>,
+    flood_limit: f64,
+    started: Instant,
+}
+
+impl Health {
+    pub fn new(cfg: &DegradedConfig) -> Health {
+        Health {
+            breaker: Mutex::new(Breaker::new(cfg.breaker())),
+            verdict: watch::Sender::new(Verdict::default()),
+            flood: Mutex::new(RateCounter::default()),
+            flood_limit: cfg.flood_dlq_per_sec,
+            started: Instant::now(),
+        }
+    }
+
+    fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
+        self.breaker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn verdict(&self) -> Verdict {
+        *self.verdict.borrow()
+    }
+
+    /// Publishes a new verdict; `true` if it changed.
+    pub fn publish(&self, v: Verdict) -> bool {
+        self.verdict.send_if_modified(|cur| {
+            if *cur == v {
+                false
+            } else {
+                *cur = v;
+                true
+            }
+        })
+    }
+
+    pub fn breaker_is_open(&self, now: Instant) -> bool {
+        self.breaker().is_open(now)
+    }
+
+    pub fn breaker_state(&self, now: Instant) -> BreakerStateKind {
+        self.breaker().state(now)
+    }
+
+    /// Waits until the breaker admits a call. While it is open, nothing is sent
+    /// (the events wait, their partitions pause); half-open admits a few probes.
+    pub async fn gate(&self) {
+        loop {
+            if self.breaker().allow(Instant::now()) {
+                return;
+            }
+            // The breaker changes state with time (open → half-open), so a short
+            // re-check is what waiting on it means.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Records a call's outcome; returns the transition if the breaker moved.
+    pub fn record(&self, outcome: CallOutcome) -> Option<Transition> {
+        let now = Instant::now();
+        let mut b = self.breaker();
+        match outcome {
+            CallOutcome::Up => b.record(now, true),
+            CallOutcome::Failed => b.record(now, false),
+            CallOutcome::Systemic => {
+                b.record(now, false);
+                b.trip(now, "systemic")
+            }
+        }
+    }
+
+    /// Counts a DLQ write for the flood guard; trips the breaker (and returns the
+    /// transition) when writes exceed the configured rate.
+    pub fn dlq_written(&self) -> Option<Transition> {
+        if self.flood_limit <= 0.0 {
+            return None;
+        }
+        let now = Instant::now();
+        let second = now.duration_since(self.started).as_secs();
+        let over = {
+            let mut f = self.flood.lock().unwrap_or_else(|e| e.into_inner());
+            if f.second != second {
+                f.second = second;
+                f.count = 0;
+            }
+            f.count += 1;
+            f.count as f64 > self.flood_limit
+        };
+        if over {
+            self.breaker().trip(now, "dlq_flood")
+        } else {
+            None
+        }
+    }
+}
