@@ -77,7 +77,7 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
         Duration::from_secs(30),
         "a DLQ write failure is reported",
         || {
-            failures = futures_lite_block(c.metric("courier_dlq_write_failures_total"));
+            failures = block(c.metric("courier_dlq_write_failures_total"));
             failures >= 1.0
         },
     )
@@ -153,10 +153,4 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
         assert_eq!(r.headers["courier-reason"], "http_503");
         assert_eq!(r.headers["courier-event-id"], id);
     }
-}
-
-/// Runs a future to completion from inside a sync closure (the wait helper's
-/// condition is sync; the runtime is multi-threaded).
-fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }

@@ -69,19 +69,22 @@ impl ApiClient {
         })
     }
 
+    /// `redelivery`: the DLQ round (sent as `Courier-Redelivery`), for drains.
     pub async fn post(
         &self,
         event_id: &str,
         body: bytes::Bytes,
+        redelivery: Option<u32>,
     ) -> Result<Answer, TransportFailure> {
-        let resp = self
+        let mut req = self
             .client
             .post(self.url.clone())
             .header("Idempotency-Key", event_id)
-            .body(body)
-            .send()
-            .await
-            .map_err(classify_reqwest)?;
+            .body(body);
+        if let Some(n) = redelivery {
+            req = req.header("Courier-Redelivery", n.to_string());
+        }
+        let resp = req.send().await.map_err(classify_reqwest)?;
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()

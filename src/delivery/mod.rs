@@ -248,7 +248,7 @@ impl Deliverer {
                 };
                 self.drain_slot().await;
                 self.pipeline.health.gate().await;
-                self.api.post(&id, body).await
+                self.api.post(&id, body, Some(env.dlq_retries + 1)).await
             }
             Ok(None) => {
                 return self
@@ -443,7 +443,7 @@ impl Deliverer {
     /// the breaker with what the answer says about the API.
     async fn call(&self, id: &str, body: Bytes) -> Result<http::Answer, crate::core::classify::TransportFailure> {
         self.pipeline.health.gate().await;
-        let r = self.api.post(id, body).await;
+        let r = self.api.post(id, body, None).await;
         self.observe(match &r {
             Ok(a) => match classify_status(a.status) {
                 Verdict::Delivered | Verdict::Failed(FailureClass::Permanent) => CallOutcome::Up,

@@ -138,6 +138,10 @@ pub struct Audit {
     pub max_concurrent: u64,
     /// Requests received in each whole second since start (index = second).
     pub per_second: Vec<u64>,
+    /// The same, for requests marked `Courier-Redelivery` (DLQ drain), so a test
+    /// can measure the drain rate apart from the main path.
+    #[serde(default)]
+    pub per_second_redelivery: Vec<u64>,
     /// Last body received per id; only filled while
     /// [`SinkHandle::set_record_bodies`] is on.
     pub bodies_sample: HashMap<String, Value>,
@@ -155,6 +159,11 @@ impl Audit {
     /// The busiest whole second, in requests.
     pub fn peak_rps(&self) -> u64 {
         self.per_second.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The busiest whole second of DLQ redeliveries.
+    pub fn peak_redelivery_rps(&self) -> u64 {
+        self.per_second_redelivery.iter().copied().max().unwrap_or(0)
     }
 }
 
@@ -349,6 +358,7 @@ struct Book {
     failures_total: u64,
     bad_requests: u64,
     per_second: Vec<u64>,
+    per_second_redelivery: Vec<u64>,
     bodies_sample: HashMap<String, Value>,
 }
 
@@ -364,8 +374,17 @@ impl Book {
             failures_total: 0,
             bad_requests: 0,
             per_second: Vec::new(),
+            per_second_redelivery: Vec::new(),
             bodies_sample: HashMap::new(),
         }
+    }
+
+    fn count_redelivery(&mut self, received: Instant) {
+        let second = received.saturating_duration_since(self.epoch).as_secs() as usize;
+        if self.per_second_redelivery.len() <= second {
+            self.per_second_redelivery.resize(second + 1, 0);
+        }
+        self.per_second_redelivery[second] += 1;
     }
 
     fn count_request(&mut self, received: Instant) {
@@ -403,6 +422,7 @@ impl Shared {
             bad_requests: book.bad_requests,
             max_concurrent: self.peak.load(Relaxed),
             per_second: book.per_second.clone(),
+            per_second_redelivery: book.per_second_redelivery.clone(),
             bodies_sample: book.bodies_sample.clone(),
         }
     }
@@ -597,6 +617,9 @@ async fn post_event(
     };
 
     let (attempt, generation) = shared.record_attempt(&id, received, body);
+    if headers.contains_key("courier-redelivery") {
+        shared.book().count_redelivery(received);
+    }
 
     let delay = latency(&shared.behaviour());
     if !delay.is_zero() {

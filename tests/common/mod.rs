@@ -263,8 +263,18 @@ impl Drop for Courier {
 }
 
 /// The config every test starts from: its topics, the API stand-in, quick retries
-/// and frequent auto-commits so the tests finish fast.
+/// and frequent auto-commits so the tests finish fast. DLQ entries wait an hour
+/// before a drain (tests of the drain use [`toml_with`]).
 pub fn base_toml(n: &Names, api_url: &str) -> String {
+    toml_with(
+        n,
+        api_url,
+        "dlq_backoff_base_ms = 3600000\ndlq_backoff_cap_ms = 3600000",
+    )
+}
+
+/// Like [`base_toml`] with the given lines as the `[degraded]` section.
+pub fn toml_with(n: &Names, api_url: &str, degraded: &str) -> String {
     format!(
         r#"
 [kafka]
@@ -276,9 +286,7 @@ auto_commit_interval_ms = 200
 session_timeout_ms = 10000
 
 [degraded]
-# DLQ entries stay put for an hour unless a test drains them on purpose.
-dlq_backoff_base_ms = 3600000
-dlq_backoff_cap_ms = 3600000
+{degraded}
 
 [api]
 url = "{api_url}"
@@ -295,6 +303,7 @@ shutdown_grace_ms = 5000
         dlq = n.dlq,
         parking = n.parking,
         group = n.group,
+        degraded = degraded,
     )
 }
 
@@ -307,4 +316,24 @@ pub fn assert_no_loss(name: &str, rep: &AuditReport) {
         rep.lost.len(),
         &rep.lost[..rep.lost.len().min(10)]
     );
+}
+
+/// Sum of end offsets of a topic.
+pub fn topic_size(s: &Services, topic: &str, partitions: i32) -> i64 {
+    end_offsets(&s.brokers, topic, partitions).map(|v| v.iter().sum()).unwrap_or(0)
+}
+
+/// Envelopes in a topic (DLQ or parking lot).
+pub fn envelopes(s: &Services, topic: &str) -> Vec<courier::core::envelope::Envelope> {
+    courier::kafka::admin::read_all(&s.brokers, topic)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|r| courier::core::envelope::Envelope::from_bytes(r.payload.as_deref()?).ok())
+        .collect()
+}
+
+/// Runs a future to completion from inside a sync closure (the wait helper's
+/// condition is sync; the test runtime is multi-threaded).
+pub fn block<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }
