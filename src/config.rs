@@ -309,6 +309,8 @@ pub struct DegradedConfig {
     pub breaker_failure_rate: f64,
     pub breaker_open_ms: u64,
     pub breaker_half_open_probes: u32,
+    /// Failures in a row that open the breaker at once (0 = rate only).
+    pub breaker_consecutive_failures: u32,
     /// A partition stays paused at least this long (anti-flapping).
     pub min_pause_ms: u64,
     /// DLQ drain: events in delivery at once (process-wide) and events per second.
@@ -334,6 +336,7 @@ impl Default for DegradedConfig {
             breaker_failure_rate: 0.5,
             breaker_open_ms: 5_000,
             breaker_half_open_probes: 3,
+            breaker_consecutive_failures: 10,
             min_pause_ms: 1_000,
             drain_concurrency: 16,
             drain_rate_per_sec: 50.0,
@@ -353,6 +356,7 @@ impl DegradedConfig {
             failure_rate: self.breaker_failure_rate,
             open_for: Duration::from_millis(self.breaker_open_ms),
             half_open_probes: self.breaker_half_open_probes,
+            consecutive_failures: self.breaker_consecutive_failures,
         }
     }
 }

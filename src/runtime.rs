@@ -4,11 +4,11 @@
 
 use crate::actors::consumer::ConsumerMsg;
 use crate::actors::delivery::DeliveryMsg;
-use crate::actors::health::HealthMsg;
-use crate::health::Health;
 use crate::actors::dlq_writer::DlqWriterMsg;
+use crate::actors::health::HealthMsg;
 use crate::config::Config;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
+use crate::health::Health;
 use ractor::ActorRef;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, RwLock};
@@ -67,13 +67,19 @@ impl Pipeline {
         *self.delivery.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
     }
     pub fn consumer(&self) -> Option<ActorRef<ConsumerMsg>> {
-        self.consumer.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.consumer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
     pub fn set_consumer(&self, a: ActorRef<ConsumerMsg>) {
         *self.consumer.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
     }
     pub fn health_actor(&self) -> Option<ActorRef<HealthMsg>> {
-        self.health_actor.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.health_actor
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
     pub fn set_health_actor(&self, a: ActorRef<HealthMsg>) {
         *self.health_actor.write().unwrap_or_else(|e| e.into_inner()) = Some(a);

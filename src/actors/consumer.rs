@@ -7,8 +7,8 @@
 //! the first record of the new read position arrives.
 
 use crate::actors::partition::{PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, Src};
-use crate::health::Verdict;
 use crate::core::offsets::NextOffset;
+use crate::health::Verdict;
 use crate::kafka::poller::Poller;
 use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, Record};
 use crate::metrics::{self as m, Readiness};
@@ -145,7 +145,10 @@ impl Actor for ConsumerActor {
         }
         // Main p and DLQ p are read by the same member (range assignment).
         consumer.subscribe(&[cfg.kafka.topic.as_str(), p.dlq_topic.as_str()])?;
-        myself.send_interval(Duration::from_millis(cfg.degraded.lag_check_interval_ms), || ConsumerMsg::LagTick);
+        myself.send_interval(
+            Duration::from_millis(cfg.degraded.lag_check_interval_ms),
+            || ConsumerMsg::LagTick,
+        );
         let poller = Poller::start(consumer.clone())?;
         tracing::info!(topic = %cfg.kafka.topic, group = %cfg.kafka.group_id, partitions = main_n, "consumer started");
         Ok(ConsumerState {
@@ -169,8 +172,13 @@ impl Actor for ConsumerActor {
             ConsumerMsg::Records(records) => s.route(records),
             ConsumerMsg::Assigned(partitions) => {
                 for p in partitions {
-                    s.spawn_partition(&myself, p, [None, None], Arc::new(PartitionShared::default()))
-                        .await?;
+                    s.spawn_partition(
+                        &myself,
+                        p,
+                        [None, None],
+                        Arc::new(PartitionShared::default()),
+                    )
+                    .await?;
                 }
                 s.ready.assigned.store(true, Ordering::SeqCst);
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
@@ -194,7 +202,9 @@ impl Actor for ConsumerActor {
             ConsumerMsg::Lag(lags) => {
                 for (p, high, start) in lags {
                     if let Some(part) = s.parts.get(&p) {
-                        let _ = part.actor.send_message(PartitionMsg::DlqPosition { high, start });
+                        let _ = part
+                            .actor
+                            .send_message(PartitionMsg::DlqPosition { high, start });
                     }
                 }
             }
@@ -300,12 +310,19 @@ impl ConsumerState {
         }
     }
 
-    async fn recover(&mut self, myself: &ActorRef<ConsumerMsg>, p: i32) -> Result<(), ActorProcessingErr> {
+    async fn recover(
+        &mut self,
+        myself: &ActorRef<ConsumerMsg>,
+        p: i32,
+    ) -> Result<(), ActorProcessingErr> {
         let Some(old) = self.parts.remove(&p) else {
             return Ok(());
         };
         let consumer = self.consumer()?.clone();
-        let topics = [self.pipeline.config.kafka.topic.clone(), self.pipeline.dlq_topic.clone()];
+        let topics = [
+            self.pipeline.config.kafka.topic.clone(),
+            self.pipeline.dlq_topic.clone(),
+        ];
         let mut starts = [None, None];
         let mut fences = [None, None];
         for src in [Src::Main, Src::Dlq] {
@@ -320,8 +337,10 @@ impl ConsumerState {
                     let _ = consumer.resume(&tpl);
                     let c = consumer.clone();
                     let t = topics[i].clone();
-                    tokio::task::spawn_blocking(move || c.seek(&t, p, Offset::Offset(s), Duration::from_secs(10)))
-                        .await??;
+                    tokio::task::spawn_blocking(move || {
+                        c.seek(&t, p, Offset::Offset(s), Duration::from_secs(10))
+                    })
+                    .await??;
                     fences[i] = Some(last);
                     tracing::info!(partition = p, topic = %topics[i], from = s, "partition sought back to its watermark");
                 }

@@ -77,7 +77,9 @@ impl Actor for HealthActor {
             }
         };
         let d = &pipeline.config.degraded;
-        myself.send_interval(Duration::from_millis(d.poll_interval_ms), || HealthMsg::Tick);
+        myself.send_interval(Duration::from_millis(d.poll_interval_ms), || {
+            HealthMsg::Tick
+        });
         Ok(HealthState {
             key: format!(
                 "{}:{}:api-down",
@@ -100,6 +102,9 @@ impl Actor for HealthActor {
         let now = Instant::now();
         let breaker_open = health.breaker_is_open(now);
         let (marker, redis_ok) = match &s.redis {
+            // Not connected (down, or reconnecting): decide on the breaker alone
+            // right away instead of waiting for command timeouts.
+            Some(c) if !c.is_connected() => (false, false),
             None => (false, false),
             Some(c) => {
                 let mut ok = true;
@@ -133,14 +138,26 @@ impl Actor for HealthActor {
         let before = health.verdict();
         metrics::gauge!(m::BREAKER_STATE).set(health.breaker_state(now).as_gauge());
         metrics::gauge!(m::MARKER).set(if marker { 1.0 } else { 0.0 });
-        metrics::gauge!(m::HEALTH_SOURCE, "source" => "redis").set(if redis_ok { 1.0 } else { 0.0 });
-        metrics::gauge!(m::HEALTH_SOURCE, "source" => "breaker").set(if redis_ok { 0.0 } else { 1.0 });
+        metrics::gauge!(m::HEALTH_SOURCE, "source" => "redis").set(if redis_ok {
+            1.0
+        } else {
+            0.0
+        });
+        metrics::gauge!(m::HEALTH_SOURCE, "source" => "breaker").set(if redis_ok {
+            0.0
+        } else {
+            1.0
+        });
         if health.publish(v) {
             if before.redis_ok != v.redis_ok {
                 if v.redis_ok {
-                    tracing::info!("Redis reachable again: the shared marker is back in the verdict");
+                    tracing::info!(
+                        "Redis reachable again: the shared marker is back in the verdict"
+                    );
                 } else {
-                    tracing::warn!("Redis unreachable: the health verdict rests on the local breaker alone");
+                    tracing::warn!(
+                        "Redis unreachable: the health verdict rests on the local breaker alone"
+                    );
                 }
             }
             if before.api_unavailable != v.api_unavailable {

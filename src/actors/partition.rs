@@ -56,7 +56,10 @@ pub enum PartitionMsg {
     /// The health verdict changed.
     Health(Verdict),
     /// DLQ partition p: end offset, and where reading starts if nothing was read.
-    DlqPosition { high: i64, start: i64 },
+    DlqPosition {
+        high: i64,
+        start: i64,
+    },
     /// Re-evaluate the FSM (a dwell ended or a DLQ event became due).
     Wake,
 }
@@ -227,7 +230,8 @@ impl Actor for PartitionActor {
                 s.dlq_high = Some(high);
                 s.dlq_start = Some(start);
                 let next = s.dlq_next().unwrap_or(start);
-                metrics::gauge!(m::DLQ_LAG, "partition" => s.label.clone()).set((high - next).max(0) as f64);
+                metrics::gauge!(m::DLQ_LAG, "partition" => s.label.clone())
+                    .set((high - next).max(0) as f64);
                 s.evaluate(&myself);
             }
             PartitionMsg::Wake => {
@@ -362,7 +366,11 @@ impl PartitionState {
         held.errored += 1;
         let n = held.errored;
         if n >= MAX_ERRORED {
-            tracing::error!(partition = self.a.partition, offset, "work for this event vanished {n} times; parking it");
+            tracing::error!(
+                partition = self.a.partition,
+                offset,
+                "work for this event vanished {n} times; parking it"
+            );
             let old = held.item.clone();
             held.item = Arc::new(Item {
                 topic: old.topic.clone(),
@@ -378,7 +386,11 @@ impl PartitionState {
             });
         }
         if self.draining.is_none() {
-            let delay = crate::core::backoff::persistent_delay(n, Duration::from_millis(100), Duration::from_secs(5));
+            let delay = crate::core::backoff::persistent_delay(
+                n,
+                Duration::from_millis(100),
+                Duration::from_secs(5),
+            );
             myself.send_after(delay, move || PartitionMsg::Redispatch(src, offset));
         }
     }
@@ -432,8 +444,16 @@ impl PartitionState {
     fn evaluate(&mut self, myself: &ActorRef<PartitionMsg>) {
         let now = Instant::now();
         let wall = now_ms();
-        if let Some(change) = self.fsm.update(now, self.verdict.api_unavailable, self.dlq_has_unread(wall)) {
-            tracing::info!(partition = self.a.partition, from = change.from.as_str(), to = change.to.as_str(), "partition mode");
+        if let Some(change) =
+            self.fsm
+                .update(now, self.verdict.api_unavailable, self.dlq_has_unread(wall))
+        {
+            tracing::info!(
+                partition = self.a.partition,
+                from = change.from.as_str(),
+                to = change.to.as_str(),
+                "partition mode"
+            );
             metrics::counter!(m::MODE_TRANSITIONS, "to" => change.to.as_str()).increment(1);
             for mode in [Mode::Normal, Mode::Paused, Mode::DrainDlq] {
                 metrics::gauge!(m::PARTITION_MODE, "partition" => self.label.clone(), "mode" => mode.as_str())
@@ -479,7 +499,10 @@ impl PartitionState {
         if let Some(at) = wake {
             if self.wake_at.is_none_or(|w| at < w) {
                 self.wake_at = Some(at);
-                myself.send_after(at.saturating_duration_since(now) + Duration::from_millis(1), || PartitionMsg::Wake);
+                myself.send_after(
+                    at.saturating_duration_since(now) + Duration::from_millis(1),
+                    || PartitionMsg::Wake,
+                );
             }
         }
     }
@@ -504,7 +527,9 @@ impl PartitionState {
                 }
             }
             // The DLQ partition may not be assigned (topic created later): nothing to apply.
-            Err(e) => tracing::debug!(partition = self.a.partition, ?src, error = %e, on, "pause/resume"),
+            Err(e) => {
+                tracing::debug!(partition = self.a.partition, ?src, error = %e, on, "pause/resume")
+            }
         }
     }
 
@@ -535,7 +560,8 @@ impl PartitionState {
                 side.stored = Some(wm);
                 self.a.shared.stored[src as usize].store(wm.get(), Ordering::SeqCst);
                 if src == Src::Main {
-                    metrics::gauge!(m::COMMIT_WATERMARK, "partition" => self.label.clone()).set(wm.get() as f64);
+                    metrics::gauge!(m::COMMIT_WATERMARK, "partition" => self.label.clone())
+                        .set(wm.get() as f64);
                 }
             }
             // Expected while a rebalance takes the partition away.
@@ -557,7 +583,11 @@ impl PartitionState {
         if cfg.crash_on_event_id.as_deref() != Some(id) {
             return;
         }
-        let first = !self.a.pipeline.crash_hook_fired.swap(true, Ordering::SeqCst);
+        let first = !self
+            .a
+            .pipeline
+            .crash_hook_fired
+            .swap(true, Ordering::SeqCst);
         if first || cfg.crash_repeatedly {
             panic!("test fault hook: partition actor crashes on event {id}");
         }

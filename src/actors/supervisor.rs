@@ -74,7 +74,12 @@ impl Actor for Supervisor {
         };
         // Order matters: the consumer dispatches into the pool, the pool writes
         // through the writer.
-        for child in [Child::Health, Child::Writer, Child::Delivery, Child::Consumer] {
+        for child in [
+            Child::Health,
+            Child::Writer,
+            Child::Delivery,
+            Child::Consumer,
+        ] {
             s.spawn(&myself, child).await?;
         }
         Ok(s)
@@ -186,7 +191,8 @@ impl SupervisorState {
                 self.consumer = Some(a);
             }
             Child::Health => {
-                let (a, _) = Actor::spawn_linked(None, HealthActor, self.pipeline.clone(), sup).await?;
+                let (a, _) =
+                    Actor::spawn_linked(None, HealthActor, self.pipeline.clone(), sup).await?;
                 self.pipeline.set_health_actor(a.clone());
                 self.health = Some(a);
             }

@@ -56,6 +56,11 @@ pub struct BreakerConfig {
     pub open_for: Duration,
     /// Calls admitted in `HalfOpen`; all must succeed to close.
     pub half_open_probes: u32,
+    /// Opens after this many failures in a row, whatever the window says (0 = off).
+    /// At high throughput the window holds thousands of recent successes, so the
+    /// rate alone reacts to a sudden, total outage only after as many failures;
+    /// a run of failures with no success between them is the faster, surer sign.
+    pub consecutive_failures: u32,
 }
 
 impl Default for BreakerConfig {
@@ -66,6 +71,7 @@ impl Default for BreakerConfig {
             failure_rate: 0.5,
             open_for: Duration::from_secs(5),
             half_open_probes: 3,
+            consecutive_failures: 0,
         }
     }
 }
@@ -143,6 +149,8 @@ impl BreakerStateKind {
 pub enum Reason {
     /// Closed → Open: the failure rate over the window reached the threshold.
     FailureRate,
+    /// Closed → Open: `consecutive_failures` failures in a row.
+    ConsecutiveFailures,
     /// Open → HalfOpen: `open_for` elapsed.
     OpenElapsed,
     /// HalfOpen → Closed: every probe succeeded.
@@ -158,6 +166,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::FailureRate => "failure_rate",
+            Reason::ConsecutiveFailures => "consecutive_failures",
             Reason::OpenElapsed => "open_elapsed",
             Reason::ProbesSucceeded => "probes_succeeded",
             Reason::ProbeFailed => "probe_failed",
@@ -270,6 +279,8 @@ pub struct Breaker {
     cfg: BreakerConfig,
     state: BreakerState,
     window: Window,
+    /// Failures since the last success (Closed only).
+    streak: u32,
 }
 
 impl Breaker {
@@ -281,6 +292,7 @@ impl Breaker {
             window: Window::new(cfg.window),
             cfg,
             state: BreakerState::Closed,
+            streak: 0,
         }
     }
 
@@ -370,6 +382,19 @@ impl Breaker {
         match &mut self.state {
             BreakerState::Closed => {
                 self.window.record(now, success);
+                self.streak = if success {
+                    0
+                } else {
+                    self.streak.saturating_add(1)
+                };
+                if self.cfg.consecutive_failures > 0 && self.streak >= self.cfg.consecutive_failures
+                {
+                    return Some(self.open(
+                        now,
+                        BreakerStateKind::Closed,
+                        Reason::ConsecutiveFailures,
+                    ));
+                }
                 let (calls, failures) = self.window.totals(now);
                 let over = calls >= self.cfg.min_calls.max(1)
                     && failures > 0
@@ -428,6 +453,7 @@ impl Breaker {
             until: now + self.cfg.open_for,
         };
         self.window.clear();
+        self.streak = 0;
         Transition {
             from,
             to: BreakerStateKind::Open,
@@ -439,6 +465,31 @@ impl Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_of_failures_opens_despite_a_window_full_of_successes() {
+        let t0 = Instant::now();
+        let cfg = BreakerConfig {
+            consecutive_failures: 5,
+            ..BreakerConfig::default()
+        };
+        let mut b = Breaker::new(cfg);
+        for i in 0..1000 {
+            assert_eq!(b.record(t0 + Duration::from_millis(i), true), None);
+        }
+        for i in 0..4 {
+            assert_eq!(b.record(t0 + Duration::from_millis(1000 + i), false), None);
+        }
+        // A success in between resets the run.
+        assert_eq!(b.record(t0 + Duration::from_millis(1004), true), None);
+        for i in 0..4 {
+            assert_eq!(b.record(t0 + Duration::from_millis(1005 + i), false), None);
+        }
+        let t = b.record(t0 + Duration::from_millis(1010), false).unwrap();
+        assert_eq!(t.to, BreakerStateKind::Open);
+        assert_eq!(t.reason, Reason::ConsecutiveFailures);
+        assert!(b.is_open(t0 + Duration::from_millis(1011)));
+    }
     use proptest::prelude::*;
 
     fn cfg() -> BreakerConfig {
@@ -448,6 +499,7 @@ mod tests {
             failure_rate: 0.5,
             open_for: Duration::from_secs(5),
             half_open_probes: 2,
+            consecutive_failures: 0,
         }
     }
 
@@ -804,6 +856,7 @@ mod tests {
             failure_rate: 0.0,
             open_for: Duration::ZERO,
             half_open_probes: 0,
+            consecutive_failures: 0,
         });
         assert_eq!(b.record(t0, true), None, "no failure, no verdict");
         assert!(b.record(t0, false).is_some());
@@ -846,6 +899,7 @@ mod tests {
                 failure_rate: 0.5,
                 open_for: secs(2),
                 half_open_probes: probes,
+                consecutive_failures: 0,
             };
             let t0 = Instant::now();
             let mut now = t0;

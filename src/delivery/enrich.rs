@@ -60,7 +60,10 @@ pub fn pg_pool(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Pool,
 }
 
 impl Enricher {
-    pub fn new(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Enricher, EnrichSetupError> {
+    pub fn new(
+        cfg: &EnrichmentConfig,
+        password: Option<String>,
+    ) -> Result<Enricher, EnrichSetupError> {
         let pool = pg_pool(cfg, password)?;
         let cache = Cache::builder()
             .max_capacity(cfg.cache_capacity)
@@ -124,7 +127,11 @@ pub struct SourceOfTruth {
 
 impl SourceOfTruth {
     pub fn new(pool: Pool, query: String, timeout: Duration) -> SourceOfTruth {
-        SourceOfTruth { pool, query, timeout }
+        SourceOfTruth {
+            pool,
+            query,
+            timeout,
+        }
     }
 
     /// `Ok(None)`: no row for the key.

@@ -11,9 +11,9 @@ use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
 use crate::core::classify::{classify_status, FailureClass, Verdict};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
-use crate::health::CallOutcome;
 use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION};
 use crate::core::event::Event;
+use crate::health::CallOutcome;
 use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
 use bytes::Bytes;
@@ -157,7 +157,12 @@ impl Deliverer {
 
     fn on_transition(&self, t: crate::core::breaker::Transition) {
         metrics::counter!(m::BREAKER_TRANSITIONS, "to" => t.to.as_str(), "reason" => t.reason.as_str()).increment(1);
-        tracing::warn!(from = t.from.as_str(), to = t.to.as_str(), reason = t.reason.as_str(), "circuit breaker");
+        tracing::warn!(
+            from = t.from.as_str(),
+            to = t.to.as_str(),
+            reason = t.reason.as_str(),
+            "circuit breaker"
+        );
         if t.to == crate::core::breaker::BreakerStateKind::Open {
             if let Some(h) = self.pipeline.health_actor() {
                 let _ = h.send_message(crate::actors::health::HealthMsg::Tripped);
@@ -193,19 +198,43 @@ impl Deliverer {
         if let Some(c) = check {
             metrics::counter!(m::RECONCILIATION, "result" => c.as_str()).increment(1);
         }
-        match dlq_policy::decide(policy, env.dlq_retries, env.first_dlq_at_ms, env.not_before_ms, now, check) {
-            DlqDecision::Drop { reason } => self.drop_from_dlq(item, env, reason, format!("{} policy: {reason}", policy.as_str())).await,
+        match dlq_policy::decide(
+            policy,
+            env.dlq_retries,
+            env.first_dlq_at_ms,
+            env.not_before_ms,
+            now,
+            check,
+        ) {
+            DlqDecision::Drop { reason } => {
+                self.drop_from_dlq(
+                    item,
+                    env,
+                    reason,
+                    format!("{} policy: {reason}", policy.as_str()),
+                )
+                .await
+            }
             DlqDecision::KeepInDlq { reason } => {
-                let not_before = dlq_policy::next_not_before(now, env.dlq_retries.max(1), cfg.degraded.dlq_backoff_base_ms, cfg.degraded.dlq_backoff_cap_ms);
+                let not_before = dlq_policy::next_not_before(
+                    now,
+                    env.dlq_retries.max(1),
+                    cfg.degraded.dlq_backoff_base_ms,
+                    cfg.degraded.dlq_backoff_cap_ms,
+                );
                 let mut again = env.clone();
                 again.not_before_ms = not_before;
                 again.last_error.message = format!("kept in the DLQ: {reason}");
                 self.rewrite_dlq(item, again).await;
-                Finished::DeadLettered { reason: reason.to_string() }
+                Finished::DeadLettered {
+                    reason: reason.to_string(),
+                }
             }
             DlqDecision::NotYet { .. } => {
                 self.rewrite_dlq(item, env.clone()).await;
-                Finished::DeadLettered { reason: "not_yet".into() }
+                Finished::DeadLettered {
+                    reason: "not_yet".into(),
+                }
             }
             DlqDecision::Deliver => self.redeliver(item, env, policy).await,
         }
@@ -230,16 +259,32 @@ impl Deliverer {
         }
     }
 
-    async fn redeliver(&self, item: &Item, env: &Envelope, policy: dlq_policy::RetryPolicy) -> Finished {
+    async fn redeliver(
+        &self,
+        item: &Item,
+        env: &Envelope,
+        policy: dlq_policy::RetryPolicy,
+    ) -> Finished {
         let Some(id) = env.event_id.clone() else {
-            return self.drop_from_dlq(item, env, "unreadable_envelope", "DLQ envelope without an event id".into()).await;
+            return self
+                .drop_from_dlq(
+                    item,
+                    env,
+                    "unreadable_envelope",
+                    "DLQ envelope without an event id".into(),
+                )
+                .await;
         };
         let event = match crate::core::event::decode(
             Some(&Bytes::from(env.payload.clone())),
             &self.pipeline.config.pipeline.decode_options(),
         ) {
             Ok(ev) => ev,
-            Err(e) => return self.drop_from_dlq(item, env, "unreadable_envelope", e.to_string()).await,
+            Err(e) => {
+                return self
+                    .drop_from_dlq(item, env, "unreadable_envelope", e.to_string())
+                    .await
+            }
         };
         let answer = match self.body(item, &event).await {
             Ok(Some(body)) => {
@@ -252,7 +297,12 @@ impl Deliverer {
             }
             Ok(None) => {
                 return self
-                    .drop_from_dlq(item, env, "enrichment_missing", "no enrichment row for the event's key".into())
+                    .drop_from_dlq(
+                        item,
+                        env,
+                        "enrichment_missing",
+                        "no enrichment row for the event's key".into(),
+                    )
                     .await
             }
             // The database, not the API: back to the DLQ without counting against the API.
@@ -280,7 +330,11 @@ impl Deliverer {
             class: class.as_str().into(),
             reason: reason.clone(),
             status,
-            message: format!("DLQ round {}: {}", env.dlq_retries + 1, status.map_or(reason.clone(), |s| format!("API answered {s}"))),
+            message: format!(
+                "DLQ round {}: {}",
+                env.dlq_retries + 1,
+                status.map_or(reason.clone(), |s| format!("API answered {s}"))
+            ),
         };
         if class == FailureClass::Permanent {
             let mut parked = env.clone();
@@ -294,7 +348,12 @@ impl Deliverer {
             last.last_error.reason = why.to_string();
             return self.drop_enveloped(last, why).await;
         }
-        let not_before = dlq_policy::next_not_before(now, retries, cfg.degraded.dlq_backoff_base_ms, cfg.degraded.dlq_backoff_cap_ms);
+        let not_before = dlq_policy::next_not_before(
+            now,
+            retries,
+            cfg.degraded.dlq_backoff_base_ms,
+            cfg.degraded.dlq_backoff_cap_ms,
+        );
         let again = env.retried(error, not_before);
         self.rewrite_dlq(item, again).await;
         metrics::counter!(m::DLQ_RETRIED, "reason" => reason.clone()).increment(1);
@@ -312,7 +371,13 @@ impl Deliverer {
         write_durably(&self.pipeline, rec).await;
     }
 
-    async fn drop_from_dlq(&self, _item: &Item, env: &Envelope, reason: &str, message: String) -> Finished {
+    async fn drop_from_dlq(
+        &self,
+        _item: &Item,
+        env: &Envelope,
+        reason: &str,
+        message: String,
+    ) -> Finished {
         let mut last = env.clone();
         last.last_error = ErrorInfo {
             class: "dropped".into(),
@@ -335,7 +400,9 @@ impl Deliverer {
         write_durably(&self.pipeline, rec).await;
         metrics::counter!(m::DLQ_DROPPED, "reason" => reason.to_string()).increment(1);
         metrics::counter!(m::PARKED, "reason" => reason.to_string()).increment(1);
-        Finished::Parked { reason: reason.to_string() }
+        Finished::Parked {
+            reason: reason.to_string(),
+        }
     }
 
     async fn park_envelope(&self, _item: &Item, env: Envelope) -> Finished {
@@ -441,7 +508,11 @@ impl Deliverer {
 
     /// One API call on the main path: waits while the breaker is open, and feeds
     /// the breaker with what the answer says about the API.
-    async fn call(&self, id: &str, body: Bytes) -> Result<http::Answer, crate::core::classify::TransportFailure> {
+    async fn call(
+        &self,
+        id: &str,
+        body: Bytes,
+    ) -> Result<http::Answer, crate::core::classify::TransportFailure> {
         self.pipeline.health.gate().await;
         let r = self.api.post(id, body, None).await;
         self.observe(match &r {

@@ -163,7 +163,11 @@ impl Audit {
 
     /// The busiest whole second of DLQ redeliveries.
     pub fn peak_redelivery_rps(&self) -> u64 {
-        self.per_second_redelivery.iter().copied().max().unwrap_or(0)
+        self.per_second_redelivery
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
     }
 }
 

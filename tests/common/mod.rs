@@ -164,6 +164,7 @@ impl Courier {
             .arg("--config")
             .arg(&cfg)
             .env("COURIER__KAFKA__BROKERS", &s.brokers)
+            .env("COURIER__REDIS__URL", &s.redis_url)
             .env(
                 "COURIER__METRICS__LISTEN",
                 format!("127.0.0.1:{metrics_port}"),
@@ -320,7 +321,9 @@ pub fn assert_no_loss(name: &str, rep: &AuditReport) {
 
 /// Sum of end offsets of a topic.
 pub fn topic_size(s: &Services, topic: &str, partitions: i32) -> i64 {
-    end_offsets(&s.brokers, topic, partitions).map(|v| v.iter().sum()).unwrap_or(0)
+    end_offsets(&s.brokers, topic, partitions)
+        .map(|v| v.iter().sum())
+        .unwrap_or(0)
 }
 
 /// Envelopes in a topic (DLQ or parking lot).
