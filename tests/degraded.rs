@@ -218,3 +218,190 @@ async fn outage_pauses_both_instances_then_drains_at_the_limit() {
         rep.duplicate_pct()
     );
 }
+
+/// One `partition mode` log line: (time, partition, from, to).
+fn mode_changes(log: &str) -> Vec<(chrono_free::Ts, i32, String, String)> {
+    let mut out = Vec::new();
+    for line in log.lines().filter(|l| l.contains("partition mode")) {
+        let clean: String = strip_ansi(line);
+        let Some(ts) = chrono_free::parse(&clean) else {
+            continue;
+        };
+        let field = |name: &str| -> Option<String> {
+            let i = clean.find(&format!(" {name}="))? + name.len() + 2;
+            let rest = &clean[i..];
+            let end = rest.find(' ').unwrap_or(rest.len());
+            Some(rest[..end].trim_matches('"').to_string())
+        };
+        if let (Some(p), Some(from), Some(to)) = (field("partition"), field("from"), field("to")) {
+            if let Ok(p) = p.parse() {
+                out.push((ts, p, from, to));
+            }
+        }
+    }
+    out
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Log timestamps (`2026-11-29T21:29:15.517644Z`) as milliseconds of the day:
+/// enough to compare times within one test run.
+mod chrono_free {
+    pub type Ts = i64;
+    pub fn parse(line: &str) -> Option<Ts> {
+        let t = line.get(11..23)?; // HH:MM:SS.mmm
+        let h: i64 = t.get(0..2)?.parse().ok()?;
+        let m: i64 = t.get(3..5)?.parse().ok()?;
+        let s: i64 = t.get(6..8)?.parse().ok()?;
+        let ms: i64 = t.get(9..12)?.parse().ok()?;
+        Some(((h * 60 + m) * 60 + s) * 1000 + ms)
+    }
+}
+
+/// API flapping (down/up every 2 s for 30 s): no partition leaves `paused` sooner
+/// than the minimum pause after entering it; lost = 0; transitions are printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flapping_api_does_not_make_the_fsm_oscillate() {
+    let s = services();
+    let n = Names::new("flap", 4);
+    n.create(&s, true).await;
+    let api = sink(Behaviour {
+        latency_ms: 10,
+        ..Behaviour::default()
+    })
+    .await;
+    let spec = Spec {
+        count: 30_000,
+        keys: 5_000,
+        id_prefix: "flap".into(),
+        ..Spec::default()
+    };
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    let toml = toml_with(&n, &api.url(), FAST).replace("concurrency = 256", "concurrency = 16");
+    let mut c = Courier::start(&n.topic, &s, &toml);
+    wait_until(Duration::from_secs(60), "delivery under way", || {
+        api.delivered_count() > 200
+    })
+    .await;
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    tick.tick().await;
+    for i in 0..15 {
+        let down = i % 2 == 0;
+        api.update_behaviour(|b| b.down_status = down.then_some(503));
+        tick.tick().await; // the flapping schedule itself
+    }
+    api.update_behaviour(|b| b.down_status = None);
+    n.wait_committed_to_end(&s, Duration::from_secs(180)).await;
+    wait_dlq_drained(&s, &n).await;
+    c.terminate(Duration::from_secs(30)).await;
+
+    let changes = mode_changes(&c.log_text());
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for (_, _, _, to) in &changes {
+        *counts.entry(to.clone()).or_default() += 1;
+    }
+    println!("[flap] mode transitions over 30 s of flapping (4 partitions): {counts:?}");
+    // Entering `paused` is immediate; leaving it waits `min_pause_ms` (500 ms).
+    let mut entered: HashMap<i32, i64> = HashMap::new();
+    for (ts, p, from, to) in &changes {
+        if from == "paused" {
+            if let Some(t) = entered.get(p) {
+                assert!(
+                    ts - t >= 490,
+                    "partition {p} left paused {} ms after entering it",
+                    ts - t
+                );
+            }
+        }
+        if to == "paused" {
+            entered.insert(*p, *ts);
+        }
+    }
+    let pauses = counts.get("paused").copied().unwrap_or(0);
+    assert!(pauses >= 4, "the outages were noticed ({pauses} pauses)");
+    assert!(
+        pauses <= 4 * 31,
+        "at most one pause per partition per 2 s half-cycle ({pauses})"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("flap", &rep);
+    println!(
+        "[flap] delivered {}, in DLQ {}, parked {}, duplicates {}",
+        rep.delivered, rep.in_dlq, rep.parked, rep.duplicates
+    );
+}
+
+/// A rebalance during the drain: partitions that move to a new instance keep
+/// their FSM semantics there (state from the marker and the DLQ lag); lost = 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_during_drain_keeps_the_fsm() {
+    let s = services();
+    let n = Names::new("rebal", 4);
+    n.create(&s, true).await;
+    let api = sink(Behaviour {
+        latency_ms: 10,
+        ..Behaviour::default()
+    })
+    .await;
+    let spec = Spec {
+        count: 8_000,
+        keys: 4_000,
+        id_prefix: "rebal".into(),
+        ..Spec::default()
+    };
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    let slow_drain = FAST.replace("drain_rate_per_sec = 20.0", "drain_rate_per_sec = 2.0");
+    let toml =
+        toml_with(&n, &api.url(), &slow_drain).replace("concurrency = 256", "concurrency = 64");
+    let mut a = Courier::start(&format!("{}-a", n.topic), &s, &toml);
+    wait_until(Duration::from_secs(60), "delivery under way", || {
+        api.delivered_count() > 500
+    })
+    .await;
+    api.update_behaviour(|b| b.down_status = Some(503));
+    wait_until(Duration::from_secs(30), "the onset reached the DLQ", || {
+        topic_size(&s, &n.dlq, n.partitions) >= 20
+    })
+    .await;
+    let dlq_records = topic_size(&s, &n.dlq, n.partitions);
+    api.update_behaviour(|b| b.down_status = None);
+    wait_until(Duration::from_secs(60), "the drain started", || {
+        api.audit().per_second_redelivery.iter().sum::<u64>() >= 2
+    })
+    .await;
+    let mut b = Courier::start(&format!("{}-b", n.topic), &s, &toml);
+    n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+    wait_dlq_drained(&s, &n).await;
+    a.terminate(Duration::from_secs(30)).await;
+    b.terminate(Duration::from_secs(30)).await;
+    let b_modes = mode_changes(&b.log_text());
+    println!(
+        "[rebalance] {dlq_records} DLQ records; new owner's mode changes: {:?}",
+        b_modes
+            .iter()
+            .map(|(_, p, f, t)| format!("{p}:{f}->{t}"))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        b_modes.iter().any(|(_, _, _, to)| to == "drain_dlq"),
+        "the new owner drained the DLQ partitions it received"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("rebalance", &rep);
+    assert_eq!(rep.delivered, 8_000, "everything delivered, DLQ included");
+}

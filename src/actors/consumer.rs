@@ -376,6 +376,9 @@ impl ConsumerState {
             let mut out = Vec::new();
             for p in parts {
                 let Ok((low, high)) = c.fetch_watermarks(&dlq, p, Duration::from_secs(2)) else {
+                    // No DLQ partition to look at (e.g. the topic does not exist
+                    // yet): nothing to drain there.
+                    out.push((p, 0, 0));
                     continue;
                 };
                 let start = committed

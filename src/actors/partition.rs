@@ -428,13 +428,16 @@ impl PartitionState {
     }
 
     /// DLQ partition p has something to drain now: a due event at the head of the
-    /// queue, or unread records (whose head may turn out not to be due yet).
+    /// queue, or unread records (whose head may turn out not to be due yet), or a
+    /// lag not known yet.
     fn dlq_has_unread(&self, now_ms: i64) -> bool {
         match self.dlq_queue.front() {
             Some(&off) => self.not_before(off).is_none_or(|t| t <= now_ms),
             None => match (self.dlq_high, self.dlq_next()) {
                 (Some(high), Some(next)) => high > next,
-                _ => false,
+                // Lag not known yet (a new assignment): assume there is a backlog,
+                // so main p is not read before DLQ p was looked at.
+                _ => true,
             },
         }
     }
