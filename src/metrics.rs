@@ -35,6 +35,40 @@ pub const DLQ_DROPPED: &str = "courier_dlq_dropped_total";
 pub const DLQ_REDELIVERED: &str = "courier_dlq_redelivered_total";
 pub const RECONCILIATION: &str = "courier_reconciliation_total";
 pub const DLQ_LAG: &str = "courier_dlq_lag";
+pub const CONSUMER_LAG: &str = "courier_consumer_lag";
+
+/// Every metric Courier registers, with its help text. Dashboards and alert rules
+/// may only use these (a test checks it).
+pub const ALL: &[(&str, &str)] = &[
+    (CONSUMED, "Records consumed, by topic (main or DLQ)."),
+    (DELIVERED, "Events the API accepted (2xx or 409), main path and DLQ drain."),
+    (DELIVERY_ATTEMPTS, "HTTP calls made on the main path, retries included."),
+    (DELIVERY_ERRORS, "Failed delivery attempts, by class and reason."),
+    (DELIVERY_LATENCY, "Seconds from the first try to the API's acceptance of an event."),
+    (EVENT_AGE, "Seconds from the event's Kafka timestamp to its delivery (end to end)."),
+    (IN_FLIGHT, "Events being delivered right now (holding a delivery permit)."),
+    (PARKED, "Events written to the parking lot, by reason."),
+    (DLQ_WRITTEN, "Events written to the DLQ from the main path, by reason."),
+    (DLQ_WRITE_FAILURES, "DLQ / parking-lot writes the broker did not acknowledge (retried)."),
+    (COMMIT_WATERMARK, "Stored commit watermark (next offset) of each main partition."),
+    (PARTITION_PAUSED, "1 while a main partition is not being read (FSM or in-flight limit)."),
+    (ACTOR_RESTARTS, "Actor restarts by the supervisor, by actor."),
+    (ENRICH_CACHE, "Enrichment cache lookups, by result (hit or miss)."),
+    (ASSIGNED_PARTITIONS, "Partitions assigned to this instance."),
+    (BREAKER_STATE, "Local circuit breaker: 0 closed, 1 half-open, 2 open."),
+    (BREAKER_TRANSITIONS, "Circuit breaker transitions, by target state and reason."),
+    (MARKER, "1 while the shared 'API down' marker exists in Redis."),
+    (HEALTH_SOURCE, "1 for the source the health verdict rests on (redis or breaker)."),
+    (API_UNAVAILABLE, "1 while this instance judges the API unavailable (partitions paused)."),
+    (PARTITION_MODE, "1 for each partition's current mode (normal, paused, drain_dlq)."),
+    (MODE_TRANSITIONS, "Partition mode transitions, by target mode."),
+    (DLQ_RETRIED, "DLQ events that failed again and were re-produced with dlq_retries + 1."),
+    (DLQ_DROPPED, "DLQ events dropped to the parking lot, by reason (max_retries, expired, stale, ...)."),
+    (DLQ_REDELIVERED, "DLQ events delivered by the drain."),
+    (RECONCILIATION, "Source-of-truth checks for deadline policies, by result."),
+    (DLQ_LAG, "Unread records in each DLQ partition."),
+    (CONSUMER_LAG, "Records of each main partition not yet finished (end offset minus watermark)."),
+];
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -50,7 +84,22 @@ pub fn install() -> Option<PrometheusHandle> {
         .ok()?
         .set_buckets_for_metric(Matcher::Full(EVENT_AGE.into()), AGE_BUCKETS)
         .ok()?;
-    builder.install_recorder().ok()
+    let handle = builder.install_recorder().ok()?;
+    describe();
+    Some(handle)
+}
+
+/// Registers help texts (they appear as `# HELP` lines on `/metrics`).
+pub fn describe() {
+    for (name, help) in ALL {
+        if name.ends_with("_total") {
+            metrics::describe_counter!(*name, *help);
+        } else if *name == DELIVERY_LATENCY || *name == EVENT_AGE {
+            metrics::describe_histogram!(*name, metrics::Unit::Seconds, *help);
+        } else {
+            metrics::describe_gauge!(*name, *help);
+        }
+    }
 }
 
 /// Readiness as seen by `/readyz`: set once the consumer has an assignment.

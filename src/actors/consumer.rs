@@ -365,9 +365,20 @@ impl ConsumerState {
         }
         let c = consumer.clone();
         let dlq = self.pipeline.dlq_topic.clone();
+        let main = self.pipeline.config.kafka.topic.clone();
         let parts: Vec<i32> = self.parts.keys().copied().collect();
+        let stored: Vec<(i32, Option<i64>)> = self
+            .parts
+            .iter()
+            .map(|(p, part)| (*p, part.shared.stored(Src::Main)))
+            .collect();
         let me = myself.clone();
         tokio::task::spawn_blocking(move || {
+            for (p, wm) in stored {
+                if let (Ok((_, high)), Some(wm)) = (c.fetch_watermarks(&main, p, Duration::from_secs(2)), wm) {
+                    metrics::gauge!(m::CONSUMER_LAG, "partition" => p.to_string()).set((high - wm).max(0) as f64);
+                }
+            }
             let mut tpl = rdkafka::TopicPartitionList::new();
             for p in &parts {
                 tpl.add_partition(&dlq, *p);
