@@ -76,7 +76,12 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
     let mut cfg = cfg;
     cfg.api.url = sink.url();
     let started = Instant::now();
-    let running = crate::app::start(cfg.clone(), None).await?;
+    let prometheus = crate::metrics::install();
+    let running = crate::app::start(cfg.clone(), prometheus.clone()).await?;
+    println!("The story: at a quarter of the way the API goes down for 6 s; watch the partitions pause, the DLQ drain, and delivery resume.");
+    println!("(No Redis in the demo: each instance's local circuit breaker decides on its own.)\n");
+    let mut outage: Option<Instant> = None;
+    let mut restored = false;
     let ends = end_offsets(&brokers, TOPIC, PARTITIONS)?;
     let total: i64 = ends.iter().sum();
     let mut caught_up = false;
@@ -92,17 +97,31 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
         let parked: i64 = end_offsets(&brokers, &cfg.kafka.parking_topic(), 1)?
             .iter()
             .sum();
+        let delivered = sink.delivered_count();
+        if outage.is_none() && delivered as i64 >= total / 4 {
+            sink.update_behaviour(|b| b.down_status = Some(503));
+            outage = Some(Instant::now());
+            println!("  ── the API goes down: every call answers 503 ──");
+        }
+        if let Some(t) = outage {
+            if !restored && t.elapsed() >= Duration::from_secs(6) {
+                sink.update_behaviour(|b| b.down_status = None);
+                restored = true;
+                println!("  ── the API is back ──");
+            }
+        }
         println!(
-            "  {:>5.1}s  delivered {:>6}  committed {:>6}/{}  DLQ {:>3}  parked {:>3}  API requests {:>6}",
+            "  {:>5.1}s  delivered {:>6}  committed {:>6}/{}  DLQ {:>3}  parked {:>3}  API calls {:>6}  partitions {}",
             started.elapsed().as_secs_f64(),
-            sink.delivered_count(),
+            delivered,
             committed,
             total,
             dlq,
             parked,
-            sink.audit().requests_total
+            sink.audit().requests_total,
+            prometheus.as_ref().map(|h| modes(&h.render())).unwrap_or_default()
         );
-        if committed >= total {
+        if committed >= total && restored && dlq_drained(&brokers, &cfg)? {
             caught_up = true;
             break;
         }
@@ -138,6 +157,29 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// "normal 4 · paused 2 · drain_dlq 0", read from the metrics.
+fn modes(text: &str) -> String {
+    let mut counts = [0usize; 3];
+    let names = ["normal", "paused", "drain_dlq"];
+    for line in text.lines().filter(|l| l.starts_with(crate::metrics::PARTITION_MODE) && l.ends_with(" 1")) {
+        for (i, n) in names.iter().enumerate() {
+            if line.contains(&format!("mode=\"{n}\"")) {
+                counts[i] += 1;
+            }
+        }
+    }
+    format!("normal {} · paused {} · drain_dlq {}", counts[0], counts[1], counts[2])
+}
+
+/// Every DLQ record that is due has been consumed (the always-failing events keep
+/// coming back with a growing `not_before`; those are not waited for).
+fn dlq_drained(brokers: &str, cfg: &Config) -> anyhow::Result<bool> {
+    let ends = end_offsets(brokers, &cfg.kafka.dlq_topic(), PARTITIONS)?;
+    let committed = committed_offsets(brokers, GROUP, &cfg.kafka.dlq_topic(), PARTITIONS)?;
+    let pending: i64 = ends.iter().zip(&committed).map(|(e, c)| e - (*c).max(0)).sum();
+    Ok(pending <= 8)
+}
+
 fn demo_config(brokers: &str) -> Config {
     let mut c = Config::default();
     c.kafka.brokers = brokers.to_string();
@@ -149,5 +191,13 @@ fn demo_config(brokers: &str) -> Config {
     c.api.retry_budget_ms = 600;
     c.pipeline.concurrency = 256;
     c.metrics.listen = String::new();
+    // Quick degraded-mode timings, so the story fits in a minute.
+    c.degraded.breaker_open_ms = 2_000;
+    c.degraded.min_pause_ms = 500;
+    c.degraded.dlq_backoff_base_ms = 500;
+    c.degraded.dlq_backoff_cap_ms = 5_000;
+    c.degraded.drain_rate_per_sec = 100.0;
+    c.degraded.lag_check_interval_ms = 250;
+    c.redis.connect_timeout_ms = 200;
     c
 }
