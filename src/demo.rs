@@ -161,14 +161,20 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
 fn modes(text: &str) -> String {
     let mut counts = [0usize; 3];
     let names = ["normal", "paused", "drain_dlq"];
-    for line in text.lines().filter(|l| l.starts_with(crate::metrics::PARTITION_MODE) && l.ends_with(" 1")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with(crate::metrics::PARTITION_MODE) && l.ends_with(" 1"))
+    {
         for (i, n) in names.iter().enumerate() {
             if line.contains(&format!("mode=\"{n}\"")) {
                 counts[i] += 1;
             }
         }
     }
-    format!("normal {} · paused {} · drain_dlq {}", counts[0], counts[1], counts[2])
+    format!(
+        "normal {} · paused {} · drain_dlq {}",
+        counts[0], counts[1], counts[2]
+    )
 }
 
 /// Every DLQ record that is due has been consumed (the always-failing events keep
@@ -176,7 +182,11 @@ fn modes(text: &str) -> String {
 fn dlq_drained(brokers: &str, cfg: &Config) -> anyhow::Result<bool> {
     let ends = end_offsets(brokers, &cfg.kafka.dlq_topic(), PARTITIONS)?;
     let committed = committed_offsets(brokers, GROUP, &cfg.kafka.dlq_topic(), PARTITIONS)?;
-    let pending: i64 = ends.iter().zip(&committed).map(|(e, c)| e - (*c).max(0)).sum();
+    let pending: i64 = ends
+        .iter()
+        .zip(&committed)
+        .map(|(e, c)| e - (*c).max(0))
+        .sum();
     Ok(pending <= 8)
 }
 

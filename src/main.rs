@@ -126,7 +126,10 @@ fn main() -> ExitCode {
         Cmd::Run { config } => runtime().and_then(|rt| rt.block_on(run(config))),
         Cmd::Demo { events } => {
             // The embedded cluster's own connection chatter at teardown is noise here.
-            init_logging(LogFormat::Human, "warn,librdkafka=off,rdkafka=off,courier::kafka=error");
+            init_logging(
+                LogFormat::Human,
+                "warn,librdkafka=off,rdkafka=off,courier::kafka=error",
+            );
             runtime().and_then(|rt| rt.block_on(courier::demo::run(events)))
         }
         Cmd::Dlq { cmd } => runtime().and_then(|rt| rt.block_on(dlq(cmd))),

@@ -41,33 +41,102 @@ pub const CONSUMER_LAG: &str = "courier_consumer_lag";
 /// may only use these (a test checks it).
 pub const ALL: &[(&str, &str)] = &[
     (CONSUMED, "Records consumed, by topic (main or DLQ)."),
-    (DELIVERED, "Events the API accepted (2xx or 409), main path and DLQ drain."),
-    (DELIVERY_ATTEMPTS, "HTTP calls made on the main path, retries included."),
-    (DELIVERY_ERRORS, "Failed delivery attempts, by class and reason."),
-    (DELIVERY_LATENCY, "Seconds from the first try to the API's acceptance of an event."),
-    (EVENT_AGE, "Seconds from the event's Kafka timestamp to its delivery (end to end)."),
-    (IN_FLIGHT, "Events being delivered right now (holding a delivery permit)."),
+    (
+        DELIVERED,
+        "Events the API accepted (2xx or 409), main path and DLQ drain.",
+    ),
+    (
+        DELIVERY_ATTEMPTS,
+        "HTTP calls made on the main path, retries included.",
+    ),
+    (
+        DELIVERY_ERRORS,
+        "Failed delivery attempts, by class and reason.",
+    ),
+    (
+        DELIVERY_LATENCY,
+        "Seconds from the first try to the API's acceptance of an event.",
+    ),
+    (
+        EVENT_AGE,
+        "Seconds from the event's Kafka timestamp to its delivery (end to end).",
+    ),
+    (
+        IN_FLIGHT,
+        "Events being delivered right now (holding a delivery permit).",
+    ),
     (PARKED, "Events written to the parking lot, by reason."),
-    (DLQ_WRITTEN, "Events written to the DLQ from the main path, by reason."),
-    (DLQ_WRITE_FAILURES, "DLQ / parking-lot writes the broker did not acknowledge (retried)."),
-    (COMMIT_WATERMARK, "Stored commit watermark (next offset) of each main partition."),
-    (PARTITION_PAUSED, "1 while a main partition is not being read (FSM or in-flight limit)."),
-    (ACTOR_RESTARTS, "Actor restarts by the supervisor, by actor."),
-    (ENRICH_CACHE, "Enrichment cache lookups, by result (hit or miss)."),
+    (
+        DLQ_WRITTEN,
+        "Events written to the DLQ from the main path, by reason.",
+    ),
+    (
+        DLQ_WRITE_FAILURES,
+        "DLQ / parking-lot writes the broker did not acknowledge (retried).",
+    ),
+    (
+        COMMIT_WATERMARK,
+        "Stored commit watermark (next offset) of each main partition.",
+    ),
+    (
+        PARTITION_PAUSED,
+        "1 while a main partition is not being read (FSM or in-flight limit).",
+    ),
+    (
+        ACTOR_RESTARTS,
+        "Actor restarts by the supervisor, by actor.",
+    ),
+    (
+        ENRICH_CACHE,
+        "Enrichment cache lookups, by result (hit or miss).",
+    ),
     (ASSIGNED_PARTITIONS, "Partitions assigned to this instance."),
-    (BREAKER_STATE, "Local circuit breaker: 0 closed, 1 half-open, 2 open."),
-    (BREAKER_TRANSITIONS, "Circuit breaker transitions, by target state and reason."),
-    (MARKER, "1 while the shared 'API down' marker exists in Redis."),
-    (HEALTH_SOURCE, "1 for the source the health verdict rests on (redis or breaker)."),
-    (API_UNAVAILABLE, "1 while this instance judges the API unavailable (partitions paused)."),
-    (PARTITION_MODE, "1 for each partition's current mode (normal, paused, drain_dlq)."),
-    (MODE_TRANSITIONS, "Partition mode transitions, by target mode."),
-    (DLQ_RETRIED, "DLQ events that failed again and were re-produced with dlq_retries + 1."),
-    (DLQ_DROPPED, "DLQ events dropped to the parking lot, by reason (max_retries, expired, stale, ...)."),
+    (
+        BREAKER_STATE,
+        "Local circuit breaker: 0 closed, 1 half-open, 2 open.",
+    ),
+    (
+        BREAKER_TRANSITIONS,
+        "Circuit breaker transitions, by target state and reason.",
+    ),
+    (
+        MARKER,
+        "1 while the shared 'API down' marker exists in Redis.",
+    ),
+    (
+        HEALTH_SOURCE,
+        "1 for the source the health verdict rests on (redis or breaker).",
+    ),
+    (
+        API_UNAVAILABLE,
+        "1 while this instance judges the API unavailable (partitions paused).",
+    ),
+    (
+        PARTITION_MODE,
+        "1 for each partition's current mode (normal, paused, drain_dlq).",
+    ),
+    (
+        MODE_TRANSITIONS,
+        "Partition mode transitions, by target mode.",
+    ),
+    (
+        DLQ_RETRIED,
+        "DLQ events that failed again and were re-produced with dlq_retries + 1.",
+    ),
+    (
+        DLQ_DROPPED,
+        "DLQ events dropped to the parking lot, by reason (max_retries, expired, stale, ...).",
+    ),
     (DLQ_REDELIVERED, "DLQ events delivered by the drain."),
-    (RECONCILIATION, "Source-of-truth checks for deadline policies, by result."),
+    (
+        RECONCILIATION,
+        "Source-of-truth checks for deadline policies, by result.",
+    ),
     (DLQ_LAG, "Unread records in each DLQ partition."),
-    (CONSUMER_LAG, "Records of each main partition not yet finished (end offset minus watermark)."),
+    (
+        CONSUMER_LAG,
+        "Records of each main partition not yet finished (end offset minus watermark).",
+    ),
 ];
 
 const LATENCY_BUCKETS: &[f64] = &[

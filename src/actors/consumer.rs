@@ -375,8 +375,11 @@ impl ConsumerState {
         let me = myself.clone();
         tokio::task::spawn_blocking(move || {
             for (p, wm) in stored {
-                if let (Ok((_, high)), Some(wm)) = (c.fetch_watermarks(&main, p, Duration::from_secs(2)), wm) {
-                    metrics::gauge!(m::CONSUMER_LAG, "partition" => p.to_string()).set((high - wm).max(0) as f64);
+                if let (Ok((_, high)), Some(wm)) =
+                    (c.fetch_watermarks(&main, p, Duration::from_secs(2)), wm)
+                {
+                    metrics::gauge!(m::CONSUMER_LAG, "partition" => p.to_string())
+                        .set((high - wm).max(0) as f64);
                 }
             }
             let mut tpl = rdkafka::TopicPartitionList::new();
