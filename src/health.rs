@@ -113,10 +113,13 @@ impl Health {
     /// Counts a DLQ write for the flood guard; trips the breaker (and returns the
     /// transition) when writes exceed the configured rate.
     pub fn dlq_written(&self) -> Option<Transition> {
+        self.dlq_written_at(Instant::now())
+    }
+
+    fn dlq_written_at(&self, now: Instant) -> Option<Transition> {
         if self.flood_limit <= 0.0 {
             return None;
         }
-        let now = Instant::now();
         let second = now.duration_since(self.started).as_secs();
         let over = {
             let mut f = self.flood.lock().unwrap_or_else(|e| e.into_inner());
@@ -132,5 +135,75 @@ impl Health {
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> DegradedConfig {
+        DegradedConfig {
+            flood_dlq_per_sec: 5.0,
+            ..DegradedConfig::default()
+        }
+    }
+
+    #[test]
+    fn systemic_answers_trip_at_once() {
+        let h = Health::new(&cfg());
+        assert_eq!(h.record(CallOutcome::Up), None);
+        let t = h
+            .record(CallOutcome::Systemic)
+            .expect("401/403 open the breaker");
+        assert_eq!(t.to, BreakerStateKind::Open);
+        assert!(h.breaker_is_open(Instant::now()));
+    }
+
+    #[test]
+    fn a_dlq_flood_trips_the_breaker() {
+        let h = Health::new(&cfg());
+        let t0 = h.started;
+        // Five writes in one second are within the limit; a new second starts over.
+        for i in 0..5 {
+            assert_eq!(h.dlq_written_at(t0 + Duration::from_millis(100 * i)), None);
+        }
+        for i in 0..5 {
+            assert_eq!(
+                h.dlq_written_at(t0 + Duration::from_millis(1_000 + 100 * i)),
+                None
+            );
+        }
+        // The sixth write within the same second is a flood.
+        let t = h
+            .dlq_written_at(t0 + Duration::from_millis(1_900))
+            .expect("over the flood limit");
+        assert_eq!(t.reason.as_str(), "dlq_flood");
+        assert!(h.breaker_is_open(t0 + Duration::from_millis(1_901)));
+    }
+
+    #[test]
+    fn flood_guard_can_be_off() {
+        let h = Health::new(&DegradedConfig {
+            flood_dlq_per_sec: 0.0,
+            ..DegradedConfig::default()
+        });
+        for _ in 0..10_000 {
+            assert_eq!(h.dlq_written(), None);
+        }
+    }
+
+    #[test]
+    fn verdict_changes_are_reported_once() {
+        let h = Health::new(&cfg());
+        let v = Verdict {
+            api_unavailable: true,
+            breaker_open: true,
+            marker: false,
+            redis_ok: true,
+        };
+        assert!(h.publish(v));
+        assert!(!h.publish(v));
+        assert_eq!(h.verdict(), v);
     }
 }
