@@ -104,8 +104,10 @@ impl Health {
             CallOutcome::Up => b.record(now, true),
             CallOutcome::Failed => b.record(now, false),
             CallOutcome::Systemic => {
-                b.record(now, false);
-                b.trip(now, "systemic")
+                // Report whichever moved the breaker (a half-open probe failing, or
+                // the trip itself); tripping an already open breaker reports nothing.
+                let recorded = b.record(now, false);
+                b.trip(now, "systemic").or(recorded)
             }
         }
     }

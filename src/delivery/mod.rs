@@ -342,6 +342,19 @@ impl Deliverer {
             return self.park_envelope(item, parked).await;
         }
         let now = now_ms();
+        if class == FailureClass::Systemic {
+            // Not the event's fault: back to the DLQ without using up a retry.
+            let mut again = env.clone();
+            again.not_before_ms = dlq_policy::next_not_before(
+                now,
+                env.dlq_retries.max(1),
+                cfg.degraded.dlq_backoff_base_ms,
+                cfg.degraded.dlq_backoff_cap_ms,
+            );
+            again.last_error = error;
+            self.rewrite_dlq(item, again).await;
+            return Finished::DeadLettered { reason };
+        }
         let retries = env.dlq_retries.saturating_add(1);
         if let Some(why) = dlq_policy::exhausted(policy, retries, env.first_dlq_at_ms, now) {
             let mut last = env.retried(error, now);
@@ -474,6 +487,13 @@ impl Deliverer {
             };
             metrics::counter!(m::DELIVERY_ERRORS, "class" => class.as_str(), "reason" => reason.clone())
                 .increment(1);
+            if class == FailureClass::Systemic {
+                // Credentials or the API itself, not this event: the breaker has
+                // tripped, so the next try waits at the gate. It does not use up the
+                // event's tries, and the event never goes to the DLQ for it.
+                attempts = attempts.saturating_sub(1);
+                continue;
+            }
             if class.is_retryable() {
                 let jitter: f64 = rand::random();
                 if let Some(d) =

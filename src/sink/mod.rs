@@ -73,6 +73,9 @@ pub struct Behaviour {
     pub fail_rate: f64,
     /// Status used by `fail_rate`.
     pub fail_status: u16,
+    /// When set, a delivery without `Authorization: Bearer <token>` gets 401
+    /// (credentials revoked, or never sent).
+    pub required_token: Option<String>,
 }
 
 impl Default for Behaviour {
@@ -84,6 +87,7 @@ impl Default for Behaviour {
             fail_ids: HashMap::new(),
             fail_rate: 0.0,
             fail_status: 503,
+            required_token: None,
         }
     }
 }
@@ -633,7 +637,18 @@ async fn post_event(
 
     // Decide with the behaviour as it is now, so a change made during the latency
     // (an outage starting) applies to the requests already waiting.
-    let answer = decide(&shared.behaviour(), &id, attempt);
+    let behaviour = shared.behaviour();
+    let authorized = behaviour.required_token.as_ref().is_none_or(|t| {
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v == format!("Bearer {t}"))
+    });
+    let answer = if authorized {
+        decide(&behaviour, &id, attempt)
+    } else {
+        Answer::fail(401, None)
+    };
     shared.record_answer(id, generation, answer.status);
 
     let mut response = answer.status.into_response();

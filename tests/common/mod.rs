@@ -153,6 +153,11 @@ impl Courier {
     /// `toml` is the test's own config (topics, API URL, limits); brokers and the
     /// metrics port are given through the environment.
     pub fn start(name: &str, s: &Services, toml: &str) -> Courier {
+        Self::start_with_env(name, s, toml, &[])
+    }
+
+    /// Like [`Courier::start`], with extra environment variables (secrets).
+    pub fn start_with_env(name: &str, s: &Services, toml: &str, env: &[(&str, &str)]) -> Courier {
         let dir = log_dir();
         let cfg = dir.join(format!("{name}.toml"));
         std::fs::write(&cfg, toml).expect("write config");
@@ -174,6 +179,7 @@ impl Courier {
                 std::env::var("COURIER_TEST_RUST_LOG")
                     .unwrap_or_else(|_| "info,librdkafka=warn,rdkafka=warn".into()),
             )
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log"))
             .stderr(out)
