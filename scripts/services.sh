@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs (idempotently, cached) and runs the real services the integration tests need,
 # on loopback: a single-node KRaft Kafka broker (jars from Maven Central), Redis and
-# PostgreSQL. No Docker, no systemd.
+# PostgreSQL; installs Prometheus (not started: tests run their own). No Docker, no systemd.
 #
 #   scripts/services.sh up|down|status|clean
 #   scripts/services.sh kafka-stop|kafka-start|kafka-kill
@@ -178,6 +178,34 @@ ensure_packages() {
     pb=$(pg_bin)
     [[ -n $pb && -x $pb/initdb ]] || die "PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin (set COURIER_PG_BIN)"
     id postgres >/dev/null 2>&1 || die "system user 'postgres' does not exist (install the postgresql package)"
+    ensure_prometheus
+}
+
+prometheus_bins_ok() {
+    command -v prometheus >/dev/null && command -v promtool >/dev/null &&
+        promtool --version >/dev/null 2>&1
+}
+
+# Prometheus and promtool for tests/observability.rs (which starts its own server on a free
+# port: nothing is started here). Debian's package tries to start its system service from
+# the post-install script; without an init system that can fail and make apt-get/dpkg exit
+# non-zero even though the binaries are unpacked. Only missing binaries are fatal.
+ensure_prometheus() {
+    prometheus_bins_ok && return 0
+    local aptlog="$STATE/apt-prometheus.log"
+    log "installing missing package: prometheus (its service is not started; tests run their own)"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
+        || die "apt-get update failed"
+    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        prometheus >"$aptlog" 2>&1; then
+        if prometheus_bins_ok; then
+            log "apt-get install prometheus exited non-zero (most likely its service could not be started here); the binaries are installed, continuing (log: $aptlog)"
+        else
+            tail -n 30 "$aptlog" >&2 || true
+            die "apt-get install prometheus failed (log: $aptlog)"
+        fi
+    fi
+    prometheus_bins_ok || die "prometheus/promtool not found after installing the prometheus package"
 }
 
 ensure_kafka_jars() {
@@ -566,6 +594,8 @@ export COURIER_KAFKA_PORT=$KAFKA_PORT
 export COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT
 export COURIER_REDIS_PORT=$REDIS_PORT
 export COURIER_PG_PORT=$PG_PORT
+export COURIER_TEST_PROMETHEUS=$(command -v prometheus)
+export COURIER_TEST_PROMTOOL=$(command -v promtool)
 EOF
     mv "$tmp" "$ENV_FILE"
     log "wrote $ENV_FILE (source it: . $ENV_FILE)"
