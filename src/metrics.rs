@@ -155,7 +155,41 @@ pub fn install() -> Option<PrometheusHandle> {
         .ok()?;
     let handle = builder.install_recorder().ok()?;
     describe();
+    register_known_series();
     Some(handle)
+}
+
+/// Creates the counters whose label sets are known in advance at 0, so the first
+/// real event is a visible increase (`rate()`/`increase()` cannot see a series
+/// that is born at 1).
+pub fn register_known_series() {
+    for reason in [
+        "max_retries",
+        "expired",
+        "stale",
+        "unreadable_envelope",
+        "enrichment_missing",
+    ] {
+        metrics::counter!(DLQ_DROPPED, "reason" => reason).absolute(0);
+    }
+    for actor in [
+        "consumer",
+        "delivery_pool",
+        "dlq_writer",
+        "health",
+        "partition",
+    ] {
+        metrics::counter!(ACTOR_RESTARTS, "actor" => actor).absolute(0);
+    }
+    for result in ["match", "mismatch", "expired", "query_failed"] {
+        metrics::counter!(RECONCILIATION, "result" => result).absolute(0);
+    }
+    for result in ["hit", "miss"] {
+        metrics::counter!(ENRICH_CACHE, "result" => result).absolute(0);
+    }
+    metrics::counter!(DLQ_REDELIVERED).absolute(0);
+    metrics::counter!(DELIVERED).absolute(0);
+    metrics::gauge!(API_UNAVAILABLE).set(0.0);
 }
 
 /// Registers help texts (they appear as `# HELP` lines on `/metrics`).

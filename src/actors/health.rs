@@ -148,6 +148,7 @@ impl Actor for HealthActor {
         } else {
             1.0
         });
+        metrics::gauge!(m::API_UNAVAILABLE).set(if v.api_unavailable { 1.0 } else { 0.0 });
         if health.publish(v) {
             if before.redis_ok != v.redis_ok {
                 if v.redis_ok {
@@ -168,7 +169,6 @@ impl Actor for HealthActor {
                     "health verdict changed"
                 );
             }
-            metrics::gauge!(m::API_UNAVAILABLE).set(if v.api_unavailable { 1.0 } else { 0.0 });
             if let Some(c) = s.pipeline.consumer() {
                 let _ = c.send_message(ConsumerMsg::Health(v));
             }

@@ -447,10 +447,11 @@ impl PartitionState {
     fn evaluate(&mut self, myself: &ActorRef<PartitionMsg>) {
         let now = Instant::now();
         let wall = now_ms();
-        if let Some(change) =
-            self.fsm
-                .update(now, self.verdict.api_unavailable, self.dlq_has_unread(wall))
-        {
+        let first = self.sides[Src::Main as usize].reading.is_none();
+        let change = self
+            .fsm
+            .update(now, self.verdict.api_unavailable, self.dlq_has_unread(wall));
+        if let Some(change) = change {
             tracing::info!(
                 partition = self.a.partition,
                 from = change.from.as_str(),
@@ -458,9 +459,12 @@ impl PartitionState {
                 "partition mode"
             );
             metrics::counter!(m::MODE_TRANSITIONS, "to" => change.to.as_str()).increment(1);
+        }
+        if change.is_some() || first {
+            // Also on the first evaluation, so a partition that starts paused shows.
             for mode in [Mode::Normal, Mode::Paused, Mode::DrainDlq] {
                 metrics::gauge!(m::PARTITION_MODE, "partition" => self.label.clone(), "mode" => mode.as_str())
-                    .set(if mode == change.to { 1.0 } else { 0.0 });
+                    .set(if mode == self.fsm.mode() { 1.0 } else { 0.0 });
             }
         }
         let reading = self.fsm.reading();
