@@ -34,16 +34,21 @@ PORTS_FILE="$STATE/ports.env"
 if [[ -f $PORTS_FILE ]]; then
     while IFS='=' read -r k v; do
         case $k in
-            COURIER_KAFKA_PORT | COURIER_KAFKA_CONTROLLER_PORT | COURIER_REDIS_PORT | COURIER_PG_PORT)
+            COURIER_KAFKA_PORT | COURIER_KAFKA_CONTROLLER_PORT | COURIER_KAFKA_SASL_PORT | COURIER_REDIS_PORT | COURIER_PG_PORT)
                 if [[ -z ${!k:-} && $v =~ ^[0-9]+$ ]]; then printf -v "SAVED_$k" '%s' "$v"; fi ;;
         esac
     done <"$PORTS_FILE"
 fi
 KAFKA_PORT="${COURIER_KAFKA_PORT:-${SAVED_COURIER_KAFKA_PORT:-19092}}"
 KAFKA_CONTROLLER_PORT="${COURIER_KAFKA_CONTROLLER_PORT:-${SAVED_COURIER_KAFKA_CONTROLLER_PORT:-19093}}"
+# A second listener with SASL/SCRAM-SHA-256, for the security tests. The test user and
+# its password are test fixtures, not secrets of any deployment.
+KAFKA_SASL_PORT="${COURIER_KAFKA_SASL_PORT:-${SAVED_COURIER_KAFKA_SASL_PORT:-19094}}"
+SASL_USER=courier
+SASL_PASSWORD=courier-scram-test
 REDIS_PORT="${COURIER_REDIS_PORT:-${SAVED_COURIER_REDIS_PORT:-16379}}"
 PG_PORT="${COURIER_PG_PORT:-${SAVED_COURIER_PG_PORT:-15432}}"
-for _p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$REDIS_PORT" "$PG_PORT"; do
+for _p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$REDIS_PORT" "$PG_PORT"; do
     [[ $_p =~ ^[0-9]+$ ]] || { echo "[services] ERROR: port '$_p' is not a number" >&2; exit 1; }
 done
 KAFKA_READY_TIMEOUT="${COURIER_KAFKA_READY_TIMEOUT:-60}"
@@ -168,6 +173,10 @@ ensure_packages() {
     command -v pg_isready >/dev/null || pkgs+=(postgresql-client)
     command -v "$(java_bin)" >/dev/null || pkgs+=(openjdk-17-jre-headless)
     command -v mvn >/dev/null || pkgs+=(maven)
+    # Build dependencies of Courier itself: librdkafka is built with OpenSSL (TLS and
+    # SASL/SCRAM), found through pkg-config.
+    command -v pkg-config >/dev/null || pkgs+=(pkg-config)
+    dpkg -s libssl-dev >/dev/null 2>&1 || pkgs+=(libssl-dev)
     if ((${#pkgs[@]})); then
         log "installing missing packages: ${pkgs[*]}"
         as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
@@ -267,9 +276,11 @@ kafka_write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@$HOST:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT,SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+sasl.enabled.mechanisms=SCRAM-SHA-256
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$KAFKA_DATA
@@ -319,14 +330,23 @@ kafka_java() {
 }
 
 kafka_format_if_needed() {
+    # The SCRAM user is created at format time: storage formatted before the SASL
+    # listener existed is formatted again (test data only).
+    if [[ -f $KAFKA_DATA/meta.properties && ! -f $KAFKA_DIR/.scram-v1 ]]; then
+        log "Kafka storage predates the SASL listener: formatting it again"
+        rm -rf "$KAFKA_DATA"
+        mkdir -p "$KAFKA_DATA"
+    fi
     [[ -f $KAFKA_DATA/meta.properties ]] && return 0
     log "formatting Kafka storage in $KAFKA_DATA"
     local id
     id=$(kafka_java kafka.tools.StorageTool random-uuid 2>>"$KAFKA_OUT" | tail -1) \
         || die "kafka StorageTool random-uuid failed (see $KAFKA_OUT)"
     [[ -n $id ]] || die "kafka StorageTool random-uuid printed nothing (see $KAFKA_OUT)"
-    kafka_java kafka.tools.StorageTool format -t "$id" -c "$KAFKA_PROPS" >>"$KAFKA_OUT" 2>&1 \
+    kafka_java kafka.tools.StorageTool format -t "$id" -c "$KAFKA_PROPS" \
+        --add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$SASL_PASSWORD]" >>"$KAFKA_OUT" 2>&1 \
         || { tail -n 20 "$KAFKA_OUT" >&2; die "kafka storage format failed (see $KAFKA_OUT)"; }
+    touch "$KAFKA_DIR/.scram-v1"
 }
 
 kafka_running() { pid_alive "$KAFKA_PID" "$KAFKA_PROPS"; }
@@ -363,6 +383,10 @@ kafka_wait_ready() {
 # (-1 when it was already running and healthy, so there is nothing to wait for).
 KAFKA_WAIT_OFFSET=0
 kafka_launch() {
+    if kafka_running && ! grep -q "^listeners=.*SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT" "$KAFKA_PROPS" 2>/dev/null; then
+        log "running kafka has no SASL listener on $KAFKA_SASL_PORT: restarting it with the current config"
+        kafka_stop
+    fi
     if kafka_running; then
         if kafka_metadata_ok; then
             log "kafka already running (pid $(<"$KAFKA_PID")) on $HOST:$KAFKA_PORT"
@@ -377,6 +401,7 @@ kafka_launch() {
     command -v kcat >/dev/null || die "kcat not installed: run '$SCRIPT_PATH up'"
     check_port_free "$KAFKA_PORT" kafka
     check_port_free "$KAFKA_CONTROLLER_PORT" "kafka controller"
+    check_port_free "$KAFKA_SASL_PORT" "kafka SASL listener"
     kafka_write_config
     kafka_format_if_needed
     KAFKA_WAIT_OFFSET=0
@@ -586,12 +611,16 @@ write_env() {
     cat >"$tmp" <<EOF
 # generated by $SCRIPT_PATH up
 export COURIER_TEST_BROKERS=$HOST:$KAFKA_PORT
+export COURIER_TEST_SASL_BROKERS=$HOST:$KAFKA_SASL_PORT
+export COURIER_TEST_SASL_USER=$SASL_USER
+export COURIER_TEST_SASL_PASSWORD=$SASL_PASSWORD
 export COURIER_TEST_REDIS_URL=redis://$HOST:$REDIS_PORT
 export COURIER_TEST_PG_URL=postgres://courier:courier@$HOST:$PG_PORT/courier
 export COURIER_TEST_SERVICES=$SCRIPT_PATH
 export COURIER_STATE=$STATE
 export COURIER_KAFKA_PORT=$KAFKA_PORT
 export COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT
+export COURIER_KAFKA_SASL_PORT=$KAFKA_SASL_PORT
 export COURIER_REDIS_PORT=$REDIS_PORT
 export COURIER_PG_PORT=$PG_PORT
 export COURIER_TEST_PROMETHEUS=$(command -v prometheus)
@@ -612,6 +641,7 @@ cmd_up() {
         [[ $saved == "$want" ]] || die "services in $STATE are running with other ports ($saved): run '$SCRIPT_PATH down' first"
     fi
     printf '%s\n' "COURIER_KAFKA_PORT=$KAFKA_PORT" "COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT" \
+        "COURIER_KAFKA_SASL_PORT=$KAFKA_SASL_PORT" \
         "COURIER_REDIS_PORT=$REDIS_PORT" "COURIER_PG_PORT=$PG_PORT" >"$PORTS_FILE"
     ensure_packages
     ensure_kafka_jars

@@ -36,7 +36,7 @@ pub async fn start(
     prometheus: Option<PrometheusHandle>,
 ) -> Result<Running, StartError> {
     config.validate()?;
-    config.api_token()?;
+    config.check_secrets()?;
     let ready = Arc::new(Readiness::default());
     let http = if config.metrics.listen.is_empty() {
         None

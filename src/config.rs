@@ -63,7 +63,11 @@ pub struct KafkaConfig {
     /// How long a DLQ / parking-lot write may take before it is reported failed
     /// (and retried; the event's offset waits meanwhile).
     pub producer_timeout_ms: u64,
+    /// Name of the environment variable holding the SASL password (with
+    /// `"sasl.mechanisms"` and `"sasl.username"` in `properties`).
+    pub sasl_password_env: Option<String>,
     /// Extra librdkafka properties, passed through to consumer and producer.
+    /// Secrets are refused here: they come from the environment.
     pub properties: BTreeMap<String, String>,
 }
 
@@ -79,6 +83,7 @@ impl Default for KafkaConfig {
             max_poll_interval_ms: 300_000,
             auto_commit_interval_ms: 1_000,
             producer_timeout_ms: 30_000,
+            sasl_password_env: None,
             properties: BTreeMap::new(),
         }
     }
@@ -493,6 +498,18 @@ impl Config {
                 "main, DLQ and parking-lot topics must be three different topics",
             ));
         }
+        for key in k.properties.keys() {
+            let lower = key.to_ascii_lowercase();
+            if lower.contains("password")
+                || lower.contains("secret")
+                || lower.ends_with(".jaas.config")
+            {
+                return Err(invalid(
+                    &format!("kafka.properties.{key}"),
+                    "secrets do not belong in the config file: put the SASL password in an environment variable named by kafka.sasl_password_env",
+                ));
+            }
+        }
         for key in [
             "enable.auto.offset.store",
             "enable.auto.commit",
@@ -667,6 +684,27 @@ impl Config {
         Ok(())
     }
 
+    /// Checks that every secret the config names is present in the environment.
+    pub fn check_secrets(&self) -> Result<(), ConfigError> {
+        self.api_token()?;
+        self.kafka_sasl_password()?;
+        Ok(())
+    }
+
+    /// The SASL password, read from the environment variable the config names.
+    pub fn kafka_sasl_password(&self) -> Result<Option<String>, ConfigError> {
+        match &self.kafka.sasl_password_env {
+            None => Ok(None),
+            Some(name) => match std::env::var(name) {
+                Ok(v) if !v.is_empty() => Ok(Some(v)),
+                _ => Err(invalid(
+                    "kafka.sasl_password_env",
+                    format!("environment variable {name} is not set"),
+                )),
+            },
+        }
+    }
+
     /// The bearer token, read from the environment variable the config names.
     pub fn api_token(&self) -> Result<Option<String>, ConfigError> {
         match &self.api.token_env {
@@ -740,6 +778,10 @@ mod tests {
         assert_eq!(field_of("[kafka]\nbrokerz = \"x\""), "kafka.brokerz");
         assert_eq!(field_of("[api]\nurl = \"ftp://x\""), "api.url");
         assert_eq!(field_of("[api]\nurl = \"http://u:p@x/\""), "api.url");
+        assert_eq!(
+            field_of("[kafka.properties]\n\"sasl.password\" = \"hunter2\""),
+            "kafka.properties.sasl.password"
+        );
         assert_eq!(
             field_of("[kafka.properties]\n\"enable.auto.offset.store\" = \"true\""),
             "kafka.properties.enable.auto.offset.store"

@@ -181,7 +181,7 @@ fn load(path: &std::path::Path) -> anyhow::Result<Config> {
 
 fn check_config(path: PathBuf) -> anyhow::Result<u8> {
     let cfg = load(&path)?;
-    cfg.api_token()?;
+    cfg.check_secrets()?;
     println!(
         "config ok: topic {} (DLQ {}, parking lot {}), group {}, API {}",
         cfg.kafka.topic,

@@ -53,7 +53,20 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
     for (key, v) in &k.properties {
         c.set(key, v);
     }
+    set_sasl_password(&mut c, k);
     c
+}
+
+/// The SASL password comes from the environment, never from the file. librdkafka
+/// treats `sasl.password` as sensitive and never prints it.
+fn set_sasl_password(c: &mut ClientConfig, k: &KafkaConfig) {
+    if let Some(pw) = k
+        .sasl_password_env
+        .as_ref()
+        .and_then(|n| std::env::var(n).ok())
+    {
+        c.set("sasl.password", pw);
+    }
 }
 
 /// Idempotent producer (acks=all, safe retries) for DLQ and parking-lot writes.
@@ -75,6 +88,7 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
             c.set(key, v);
         }
     }
+    set_sasl_password(&mut c, k);
     c
 }
 
