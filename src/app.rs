@@ -37,7 +37,7 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     config.validate()?;
     config.check_secrets()?;
-    let ready = Arc::new(Readiness::default());
+    let ready = Arc::new(Readiness::new(config.metrics.stuck_after_ms));
     let http = if config.metrics.listen.is_empty() {
         None
     } else {

@@ -261,12 +261,16 @@ impl Default for SupervisionConfig {
 pub struct MetricsConfig {
     /// `/metrics`, `/healthz`, `/readyz`. Empty string disables the listener.
     pub listen: String,
+    /// `/readyz` reports "stuck" when events are held but none finished for this
+    /// long while the API is judged available.
+    pub stuck_after_ms: u64,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             listen: "127.0.0.1:9464".into(),
+            stuck_after_ms: 120_000,
         }
     }
 }

@@ -25,6 +25,9 @@ enum Cmd {
         /// Config file (TOML). Environment `COURIER__<SECTION>__<KEY>` overrides it.
         #[arg(long, short, default_value = "config/courier.toml")]
         config: PathBuf,
+        /// Log format, overriding `log.format`: `human` or `json`.
+        #[arg(long, value_parser = ["human", "json"])]
+        log_format: Option<String>,
     },
     /// Validate a config file (with the environment applied) and print the result.
     CheckConfig {
@@ -123,7 +126,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::CheckConfig { config } => check_config(config),
-        Cmd::Run { config } => runtime().and_then(|rt| rt.block_on(run(config))),
+        Cmd::Run { config, log_format } => {
+            runtime().and_then(|rt| rt.block_on(run(config, log_format)))
+        }
         Cmd::Demo { events } => {
             // The embedded cluster's own connection chatter at teardown is noise here.
             init_logging(
@@ -193,8 +198,15 @@ fn check_config(path: PathBuf) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-async fn run(path: PathBuf) -> anyhow::Result<u8> {
-    let cfg = load(&path)?;
+async fn run(path: PathBuf, log_format: Option<String>) -> anyhow::Result<u8> {
+    let mut cfg = load(&path)?;
+    if let Some(f) = log_format {
+        cfg.log.format = if f == "json" {
+            LogFormat::Json
+        } else {
+            LogFormat::Human
+        };
+    }
     init_logging(cfg.log.format, &cfg.log.level);
     let prometheus = courier::metrics::install();
     let running = courier::app::start(cfg, prometheus).await?;

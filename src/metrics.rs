@@ -5,7 +5,7 @@
 use axum::{extract::State, http::StatusCode, routing::get, Router};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 pub const CONSUMED: &str = "courier_consumed_total";
@@ -205,10 +205,55 @@ pub fn describe() {
     }
 }
 
-/// Readiness as seen by `/readyz`: set once the consumer has an assignment.
-#[derive(Default)]
+/// Readiness as seen by `/readyz`: the instance has an assignment and is making
+/// progress. It is *stuck* when events are held but none finished for
+/// `metrics.stuck_after_ms` while the API is judged available (a paused pipeline
+/// during an outage is waiting, not stuck).
 pub struct Readiness {
     pub assigned: AtomicBool,
+    /// Events begun and not finished, all partitions.
+    pub held: AtomicI64,
+    /// Wall-clock ms of the last finished event (or of the start).
+    pub last_progress_ms: AtomicI64,
+    pub api_unavailable: AtomicBool,
+    pub stuck_after_ms: i64,
+}
+
+impl Readiness {
+    pub fn new(stuck_after_ms: u64) -> Readiness {
+        Readiness {
+            assigned: AtomicBool::new(false),
+            held: AtomicI64::new(0),
+            last_progress_ms: AtomicI64::new(crate::runtime::now_ms()),
+            api_unavailable: AtomicBool::new(false),
+            stuck_after_ms: stuck_after_ms as i64,
+        }
+    }
+
+    pub fn begun(&self, n: usize) {
+        self.held.fetch_add(n as i64, Ordering::Relaxed);
+    }
+
+    pub fn finished(&self) {
+        self.held.fetch_sub(1, Ordering::Relaxed);
+        self.last_progress_ms
+            .store(crate::runtime::now_ms(), Ordering::Relaxed);
+    }
+
+    /// `Err(reason)` when not ready.
+    pub fn check(&self, now_ms: i64) -> Result<(), &'static str> {
+        if !self.assigned.load(Ordering::SeqCst) {
+            return Err("not assigned");
+        }
+        let idle = now_ms - self.last_progress_ms.load(Ordering::Relaxed);
+        if self.held.load(Ordering::Relaxed) > 0
+            && idle > self.stuck_after_ms
+            && !self.api_unavailable.load(Ordering::Relaxed)
+        {
+            return Err("stuck: events held, none finished");
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone)]
@@ -251,9 +296,38 @@ async fn metrics(State(s): State<HttpState>) -> (StatusCode, String) {
 }
 
 async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
-    if s.ready.assigned.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not assigned")
+    match s.ready.check(crate::runtime::now_ms()) {
+        Ok(()) => (StatusCode::OK, "ready"),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_needs_an_assignment_and_progress() {
+        let r = Readiness::new(1_000);
+        let t0 = r.last_progress_ms.load(Ordering::Relaxed);
+        assert_eq!(r.check(t0), Err("not assigned"));
+        r.assigned.store(true, Ordering::SeqCst);
+        assert_eq!(r.check(t0 + 5_000), Ok(()), "idle without work is fine");
+        r.begun(3);
+        assert_eq!(r.check(t0 + 500), Ok(()));
+        assert!(
+            r.check(t0 + 5_000).is_err(),
+            "work held, nothing finished: stuck"
+        );
+        r.api_unavailable.store(true, Ordering::Relaxed);
+        assert_eq!(
+            r.check(t0 + 5_000),
+            Ok(()),
+            "paused for an outage is not stuck"
+        );
+        r.api_unavailable.store(false, Ordering::Relaxed);
+        r.finished();
+        let t1 = r.last_progress_ms.load(Ordering::Relaxed);
+        assert_eq!(r.check(t1 + 500), Ok(()));
     }
 }

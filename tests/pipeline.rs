@@ -329,3 +329,56 @@ async fn key_mode_keeps_per_key_order() {
         audit.max_concurrent
     );
 }
+
+/// `/readyz`: ready once assigned; "stuck" (503) while events are held but none
+/// finishes for `metrics.stuck_after_ms` with the API judged available; ready
+/// again when work completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_reports_assignment_and_stuck_work() {
+    let s = services();
+    let n = Names::new("ready", 1);
+    n.create(&s, true).await;
+    let api = sink(4_000).await;
+    let toml = base_toml(&n, &api.url()).replace(
+        "[api]\n",
+        "[metrics]\nstuck_after_ms = 1000\n\n[api]\nrequest_timeout_ms = 10000\n",
+    );
+    let mut c = Courier::start(&n.topic, &s, &toml);
+    let url = format!("http://127.0.0.1:{}/readyz", c.metrics_port);
+    let probe = |url: String| async move {
+        match reqwest::get(&url).await {
+            Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+            Err(_) => (0, String::new()),
+        }
+    };
+    wait_until(Duration::from_secs(30), "ready once assigned", || {
+        block(probe(url.clone())).0 == 200
+    })
+    .await;
+    let spec = Spec {
+        count: 20,
+        keys: 20,
+        id_prefix: "ready".into(),
+        ..Spec::default()
+    };
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "not ready while work is stuck",
+        || {
+            let (code, body) = block(probe(url.clone()));
+            code == 503 && body.contains("stuck")
+        },
+    )
+    .await;
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    wait_until(
+        Duration::from_secs(30),
+        "ready again after progress",
+        || block(probe(url.clone())).0 == 200,
+    )
+    .await;
+    c.terminate(Duration::from_secs(30)).await;
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("readyz", &rep);
+}

@@ -194,6 +194,9 @@ impl Actor for ConsumerActor {
                 let _ = ack.send(());
             }
             ConsumerMsg::Health(v) => {
+                s.ready
+                    .api_unavailable
+                    .store(v.api_unavailable, Ordering::Relaxed);
                 for part in s.parts.values() {
                     let _ = part.actor.send_message(PartitionMsg::Health(v));
                 }
@@ -262,6 +265,7 @@ impl ConsumerState {
     ) -> Result<(), ActorProcessingErr> {
         self.generation += 1;
         let args = PartitionArgs {
+            ready: self.ready.clone(),
             pipeline: self.pipeline.clone(),
             consumer: self.consumer()?.clone(),
             partition: p,
@@ -318,6 +322,8 @@ impl ConsumerState {
         let Some(old) = self.parts.remove(&p) else {
             return Ok(());
         };
+        // A crashed actor's post_stop did not run: give its held events back here.
+        old.shared.release_held(&self.ready);
         let consumer = self.consumer()?.clone();
         let topics = [
             self.pipeline.config.kafka.topic.clone(),

@@ -70,13 +70,25 @@ pub enum PartitionMsg {
 pub struct PartitionShared {
     /// Last stored watermark per side, -1 when none.
     pub stored: [AtomicI64; 2],
+    /// Events this partition counts in `Readiness::held` (given back when the
+    /// actor stops or crashes).
+    pub held: AtomicI64,
 }
 
 impl Default for PartitionShared {
     fn default() -> Self {
         PartitionShared {
             stored: [AtomicI64::new(-1), AtomicI64::new(-1)],
+            held: AtomicI64::new(0),
         }
+    }
+}
+
+impl PartitionShared {
+    /// Gives this partition's held events back to the readiness count.
+    pub fn release_held(&self, ready: &crate::metrics::Readiness) {
+        let n = self.held.swap(0, Ordering::SeqCst);
+        ready.held.fetch_sub(n, Ordering::Relaxed);
     }
 }
 
@@ -89,6 +101,7 @@ impl PartitionShared {
 
 pub struct PartitionArgs {
     pub pipeline: Arc<Pipeline>,
+    pub ready: Arc<crate::metrics::Readiness>,
     pub consumer: Arc<KafkaConsumer>,
     pub partition: i32,
     pub generation: u64,
@@ -181,6 +194,15 @@ impl Actor for PartitionActor {
         // explicitly for this new assignment.
         s.evaluate(&myself);
         Ok(s)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        s: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        s.a.shared.release_held(&s.a.ready);
+        Ok(())
     }
 
     async fn handle(
@@ -290,6 +312,8 @@ impl PartitionState {
             });
             let key_free = !ordered || self.lanes.admit(item.key.as_deref(), r.offset);
             self.held.insert((src, r.offset), Held { item, errored: 0 });
+            self.a.ready.begun(1);
+            self.a.shared.held.fetch_add(1, Ordering::Relaxed);
             if src == Src::Main {
                 self.main_held += 1;
             }
@@ -339,6 +363,8 @@ impl PartitionState {
                     return;
                 }
                 if let Some(held) = self.held.remove(&(src, offset)) {
+                    self.a.ready.finished();
+                    self.a.shared.held.fetch_sub(1, Ordering::Relaxed);
                     if src == Src::Main {
                         self.main_held -= 1;
                     }

@@ -1,0 +1,661 @@
+//! The cluster a drill runs against: the real services (from `services.env`), the
+//! API stand-in in-process, Courier instances as child processes, the load
+//! generator in the background and a monitor scraping every instance's `/metrics`.
+
+use anyhow::{bail, Context as _};
+use courier::audit::Produced;
+use courier::kafka::admin::{committed_offsets, create_topics, end_offsets};
+use courier::loadgen::{self, Spec};
+use courier::sink::{Behaviour, SinkHandle};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+use crate::metrics::Scrape;
+
+/// The bearer token Courier sends (through `api.token_env`) and the stand-in expects.
+pub const TOKEN: &str = "drill-token";
+pub const TOKEN_ENV: &str = "COURIER_DRILL_TOKEN";
+
+/// The real services, as `scripts/services.sh up` describes them in `services.env`.
+#[derive(Debug, Clone)]
+pub struct Services {
+    pub brokers: String,
+    pub proxied_brokers: String,
+    /// Where the broker's PROXIED listener itself listens (Toxiproxy's upstream).
+    pub proxied_upstream: String,
+    pub redis_url: String,
+    pub script: PathBuf,
+}
+
+fn parse_env_file(path: &Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+impl Services {
+    /// Reads the services from the environment, else from `$COURIER_STATE/services.env`;
+    /// when neither has them, runs `services.sh up` first.
+    pub async fn load(script: &Path) -> anyhow::Result<Services> {
+        let state = std::env::var("COURIER_STATE").unwrap_or_else(|_| "/tmp/courier-services".into());
+        let env_file = Path::new(&state).join("services.env");
+        if std::env::var("COURIER_TEST_BROKERS").is_err() && !env_file.exists() {
+            eprintln!("[drill] no services.env: starting the services with {} up", script.display());
+            run_script(script, "up").await?;
+        }
+        let file = parse_env_file(&env_file);
+        let get = |k: &str| std::env::var(k).ok().or_else(|| file.get(k).cloned());
+        let brokers = get("COURIER_TEST_BROKERS")
+            .with_context(|| format!("COURIER_TEST_BROKERS is not set and not in {}", env_file.display()))?;
+        let redis_url = get("COURIER_TEST_REDIS_URL")
+            .with_context(|| format!("COURIER_TEST_REDIS_URL is not set and not in {}", env_file.display()))?;
+        let proxied_brokers =
+            get("COURIER_TEST_PROXIED_BROKERS").unwrap_or_else(|| "127.0.0.1:19096".into());
+        let proxied_port = get("COURIER_KAFKA_PROXIED_PORT").unwrap_or_else(|| "19095".into());
+        Ok(Services {
+            brokers,
+            proxied_brokers,
+            proxied_upstream: format!("127.0.0.1:{proxied_port}"),
+            redis_url,
+            script: script.to_path_buf(),
+        })
+    }
+
+    /// Runs a `scripts/services.sh` subcommand (e.g. `redis-stop`).
+    pub async fn ctl(&self, cmd: &str) -> anyhow::Result<()> {
+        run_script(&self.script, cmd).await
+    }
+}
+
+pub async fn run_script(script: &Path, cmd: &str) -> anyhow::Result<()> {
+    eprintln!("[drill] {} {cmd}", script.display());
+    let st = Command::new("bash")
+        .arg(script)
+        .arg(cmd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .await
+        .with_context(|| format!("running {} {cmd}", script.display()))?;
+    if !st.success() {
+        bail!("{} {cmd} failed ({st})", script.display());
+    }
+    Ok(())
+}
+
+/// Topics and group of one scenario.
+#[derive(Debug, Clone)]
+pub struct Names {
+    pub topic: String,
+    pub dlq: String,
+    pub parking: String,
+    pub group: String,
+    pub partitions: i32,
+}
+
+impl Names {
+    pub fn new(scenario: &str, partitions: i32) -> Names {
+        let n: u32 = rand::random();
+        let base = format!("drill-{scenario}-{}-{n:08x}", std::process::id());
+        Names {
+            dlq: format!("{base}.dlq"),
+            parking: format!("{base}.parking"),
+            group: format!("{base}-group"),
+            topic: base,
+            partitions,
+        }
+    }
+}
+
+/// Settings of the cluster under test.
+#[derive(Debug, Clone)]
+pub struct ClusterCfg {
+    pub courier: PathBuf,
+    pub instances: usize,
+    pub partitions: i32,
+    pub concurrency: usize,
+    pub log_dir: PathBuf,
+    /// Normal API latency (ms); jitter is the same again.
+    pub api_latency_ms: u64,
+}
+
+/// Quick degraded-mode timings (as in tests/degraded.rs), so a drill's outage,
+/// pause, drain and resume all fit in seconds.
+const DEGRADED: &str = "marker_ttl_ms = 3000
+poll_interval_ms = 100
+breaker_min_calls = 10
+breaker_open_ms = 1500
+min_pause_ms = 500
+drain_rate_per_sec = 200.0
+drain_concurrency = 8
+dlq_backoff_base_ms = 300
+dlq_backoff_cap_ms = 2000
+lag_check_interval_ms = 250";
+
+pub fn courier_toml(n: &Names, api_url: &str, concurrency: usize) -> String {
+    format!(
+        r#"
+[kafka]
+topic = "{topic}"
+dlq_topic = "{dlq}"
+parking_topic = "{parking}"
+group_id = "{group}"
+auto_commit_interval_ms = 200
+session_timeout_ms = 10000
+
+[degraded]
+{DEGRADED}
+
+[api]
+url = "{api_url}"
+token_env = "{TOKEN_ENV}"
+retry_base_ms = 20
+retry_max_delay_ms = 100
+retry_budget_ms = 500
+
+[pipeline]
+concurrency = {concurrency}
+drain_timeout_ms = 3000
+shutdown_grace_ms = 5000
+"#,
+        topic = n.topic,
+        dlq = n.dlq,
+        parking = n.parking,
+        group = n.group,
+    )
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// One Courier process (one incarnation of an instance slot).
+pub struct Instance {
+    pub slot: usize,
+    pub incarnation: u64,
+    pub name: String,
+    pub metrics_port: u16,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Instance {
+    /// Exit code if the process has exited on its own (`Some(None)`: by a signal).
+    pub fn exited(&mut self) -> Option<Option<i32>> {
+        let c = self.child.as_mut()?;
+        match c.try_wait() {
+            Ok(Some(st)) => Some(st.code()),
+            _ => None,
+        }
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.start_kill();
+            let _ = c.wait().await;
+        }
+    }
+
+    /// SIGTERM, then waits for the graceful exit (SIGKILL after `timeout`).
+    /// Returns the exit code, `None` when it had to be killed or died by a signal.
+    pub async fn terminate(&mut self, timeout: Duration) -> Option<i32> {
+        let mut c = self.child.take()?;
+        if let Some(pid) = c.id() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status()
+                .await;
+        }
+        match tokio::time::timeout(timeout, c.wait()).await {
+            Ok(Ok(st)) => st.code(),
+            _ => {
+                let _ = c.start_kill();
+                let _ = c.wait().await;
+                None
+            }
+        }
+    }
+
+    pub async fn scrape(&self) -> Option<Scrape> {
+        crate::metrics::scrape(self.metrics_port).await
+    }
+
+    /// The last lines of the log that mention a problem, for a report.
+    pub fn log_tail(&self, lines: usize) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let bad: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.contains("WARN") || l.contains("panicked"))
+            .collect();
+        bad[bad.len().saturating_sub(lines)..]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+}
+
+/// Live instances by incarnation id → metrics port, shared with the monitor.
+type Registry = Arc<Mutex<HashMap<u64, u16>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What the monitor saw over a run.
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// The last scrape of every incarnation (counters die with the process).
+    pub last: HashMap<u64, Scrape>,
+    /// Seconds during which at least one instance reported `courier_api_unavailable = 1`.
+    pub paused_s: f64,
+    /// Σ over instances of seconds with `courier_api_unavailable = 1`.
+    pub paused_instance_s: f64,
+}
+
+/// A running scenario's cluster.
+pub struct Cluster {
+    pub svc: Services,
+    pub cfg: ClusterCfg,
+    pub names: Names,
+    pub sink: SinkHandle,
+    pub instances: Vec<Instance>,
+    pub toml: String,
+    /// Instance slots that reach Kafka through the proxy (partition-one).
+    pub proxied_slots: Vec<usize>,
+    /// Unexpected exits seen (instance name, exit code), findings for the report.
+    pub unexpected_exits: Vec<(String, Option<i32>)>,
+    registry: Registry,
+    observed: Arc<Mutex<Observed>>,
+    monitor: JoinHandle<()>,
+    next_incarnation: u64,
+    scenario: String,
+}
+
+impl Cluster {
+    pub fn baseline(&self) -> Behaviour {
+        baseline(self.cfg.api_latency_ms)
+    }
+
+    /// Creates the topics and starts the stand-in and the monitor (no instances yet).
+    pub async fn new(scenario: &str, svc: Services, cfg: ClusterCfg) -> anyhow::Result<Cluster> {
+        let names = Names::new(scenario, cfg.partitions);
+        create_topics(
+            &svc.brokers,
+            &[
+                (names.topic.as_str(), names.partitions),
+                (names.dlq.as_str(), names.partitions),
+                (names.parking.as_str(), 1),
+            ],
+        )
+        .await
+        .context("creating the drill's topics")?;
+        let sink = SinkHandle::start("127.0.0.1:0".parse()?, baseline(cfg.api_latency_ms))
+            .await
+            .context("starting the API stand-in")?;
+        let toml = courier_toml(&names, &sink.url(), cfg.concurrency);
+        std::fs::create_dir_all(&cfg.log_dir)
+            .with_context(|| format!("creating {}", cfg.log_dir.display()))?;
+        let registry: Registry = Arc::default();
+        let observed: Arc<Mutex<Observed>> = Arc::default();
+        let monitor = tokio::spawn(monitor(registry.clone(), observed.clone()));
+        Ok(Cluster {
+            svc,
+            cfg,
+            names,
+            sink,
+            instances: Vec::new(),
+            toml,
+            proxied_slots: Vec::new(),
+            unexpected_exits: Vec::new(),
+            registry,
+            observed,
+            monitor,
+            next_incarnation: 0,
+            scenario: scenario.to_string(),
+        })
+    }
+
+    /// Starts a new incarnation of instance `slot` (replacing the vector entry).
+    pub fn spawn(&mut self, slot: usize) -> anyhow::Result<()> {
+        let incarnation = self.next_incarnation;
+        self.next_incarnation += 1;
+        let name = format!("{}-i{slot}-{incarnation}", self.scenario);
+        let cfg_path = self.cfg.log_dir.join(format!("{}.toml", self.scenario));
+        std::fs::write(&cfg_path, &self.toml).context("writing the Courier config")?;
+        let log = self.cfg.log_dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).context("creating a log file")?;
+        let metrics_port = free_port()?;
+        let brokers = if self.proxied_slots.contains(&slot) {
+            &self.svc.proxied_brokers
+        } else {
+            &self.svc.brokers
+        };
+        let child = Command::new(&self.cfg.courier)
+            .arg("run")
+            .arg("--config")
+            .arg(&cfg_path)
+            .env("COURIER__KAFKA__BROKERS", brokers)
+            .env("COURIER__REDIS__URL", &self.svc.redis_url)
+            .env("COURIER__METRICS__LISTEN", format!("127.0.0.1:{metrics_port}"))
+            .env(TOKEN_ENV, TOKEN)
+            .env(
+                "RUST_LOG",
+                std::env::var("COURIER_DRILL_RUST_LOG")
+                    .unwrap_or_else(|_| "info,librdkafka=warn,rdkafka=warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("spawning {}", self.cfg.courier.display()))?;
+        lock(&self.registry).insert(incarnation, metrics_port);
+        let inst = Instance {
+            slot,
+            incarnation,
+            name,
+            metrics_port,
+            log,
+            child: Some(child),
+        };
+        if slot < self.instances.len() {
+            self.instances[slot] = inst;
+        } else {
+            self.instances.push(inst);
+        }
+        Ok(())
+    }
+
+    /// Starts every slot and waits until the group owns all partitions.
+    pub async fn start_all(&mut self) -> anyhow::Result<()> {
+        for slot in 0..self.cfg.instances {
+            self.spawn(slot)?;
+        }
+        self.wait_joined(None, Duration::from_secs(90)).await
+    }
+
+    fn forget(&self, incarnation: u64) {
+        lock(&self.registry).remove(&incarnation);
+    }
+
+    pub async fn kill(&mut self, slot: usize) {
+        let inc = self.instances[slot].incarnation;
+        self.instances[slot].kill().await;
+        self.forget(inc);
+    }
+
+    pub async fn terminate(&mut self, slot: usize, timeout: Duration) -> Option<i32> {
+        let inc = self.instances[slot].incarnation;
+        let code = self.instances[slot].terminate(timeout).await;
+        self.forget(inc);
+        code
+    }
+
+    /// Records instances that exited on their own and restarts them (what an
+    /// orchestrator would do).
+    pub fn reap(&mut self) -> anyhow::Result<()> {
+        for slot in 0..self.instances.len() {
+            if let Some(code) = self.instances[slot].exited() {
+                let inst = &self.instances[slot];
+                eprintln!(
+                    "[drill] FINDING: {} exited on its own (code {code:?}); log: {}",
+                    inst.name,
+                    inst.log.display()
+                );
+                self.unexpected_exits.push((inst.name.clone(), code));
+                let inc = inst.incarnation;
+                self.forget(inc);
+                self.spawn(slot)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every live instance reports an assignment and together they own
+    /// every partition; with `slot`, that instance must own at least one.
+    pub async fn wait_joined(&mut self, slot: Option<usize>, timeout: Duration) -> anyhow::Result<()> {
+        let until = Instant::now() + timeout;
+        loop {
+            let mut total = 0.0;
+            let mut each = true;
+            let mut mine = slot.is_none();
+            for inst in &self.instances {
+                if inst.child.is_none() {
+                    continue;
+                }
+                let a = inst.scrape().await.map(|s| s.assigned).unwrap_or(0.0);
+                total += a;
+                each &= a > 0.0 || self.cfg.partitions < self.cfg.instances as i32;
+                if Some(inst.slot) == slot && a > 0.0 {
+                    mine = true;
+                }
+            }
+            if total as i32 == self.cfg.partitions && each && mine {
+                return Ok(());
+            }
+            if Instant::now() > until {
+                bail!(
+                    "instances did not join within {timeout:?} (assigned {total} of {} partitions); logs in {}",
+                    self.cfg.partitions,
+                    self.cfg.log_dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Every live instance's scrape.
+    pub async fn scrape_all(&self) -> Vec<Scrape> {
+        let mut out = Vec::new();
+        for inst in &self.instances {
+            if inst.child.is_some() {
+                if let Some(s) = inst.scrape().await {
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
+    /// Waits until every live instance reports `courier_api_unavailable == want`.
+    pub async fn wait_all_unavailable(&self, want: bool, timeout: Duration) -> Option<Duration> {
+        let t0 = Instant::now();
+        let v = if want { 1.0 } else { 0.0 };
+        while t0.elapsed() < timeout {
+            let s = self.scrape_all().await;
+            if s.len() == self.instances.iter().filter(|i| i.child.is_some()).count()
+                && s.iter().all(|s| s.api_unavailable == v)
+            {
+                return Some(t0.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    /// Records in the DLQ topic (all partitions).
+    pub fn dlq_size(&self) -> i64 {
+        tokio::task::block_in_place(|| {
+            end_offsets(&self.svc.brokers, &self.names.dlq, self.names.partitions)
+                .map(|v| v.iter().sum())
+                .unwrap_or(0)
+        })
+    }
+
+    /// Whether the group committed the main topic to its end and the DLQ to its end.
+    pub fn settled(&self) -> anyhow::Result<bool> {
+        let n = &self.names;
+        let b = &self.svc.brokers;
+        let ends = end_offsets(b, &n.topic, n.partitions)?;
+        let committed = committed_offsets(b, &n.group, &n.topic, n.partitions)?;
+        if committed != ends {
+            return Ok(false);
+        }
+        let dlq_ends = end_offsets(b, &n.dlq, n.partitions)?;
+        let dlq_committed = committed_offsets(b, &n.group, &n.dlq, n.partitions)?;
+        Ok(dlq_committed
+            .iter()
+            .zip(&dlq_ends)
+            .all(|(c, e)| (*c).max(0) == *e))
+    }
+
+    /// Waits (restarting instances that died on their own) until [`Cluster::settled`].
+    pub async fn wait_settled(&mut self, timeout: Duration) -> anyhow::Result<Duration> {
+        let t0 = Instant::now();
+        loop {
+            self.reap()?;
+            if tokio::task::block_in_place(|| self.settled()).unwrap_or(false) {
+                return Ok(t0.elapsed());
+            }
+            if t0.elapsed() > timeout {
+                bail!(
+                    "not settled after {timeout:?}: committed offsets of the main topic or the DLQ did not reach their ends"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Stops every instance (SIGTERM); returns instances that did not exit with 0.
+    pub async fn stop_all(&mut self) -> Vec<(String, Option<i32>)> {
+        let mut bad = Vec::new();
+        for slot in 0..self.instances.len() {
+            if self.instances[slot].child.is_none() {
+                continue;
+            }
+            let name = self.instances[slot].name.clone();
+            let code = self.terminate(slot, Duration::from_secs(30)).await;
+            if code != Some(0) {
+                bad.push((name, code));
+            }
+        }
+        bad
+    }
+
+    /// Stops the monitor and returns what it saw.
+    pub async fn finish(self) -> Observed {
+        // One last scrape has been taken by the monitor at most 500 ms ago; the
+        // instances are stopped by now, so nothing is lost but that tail.
+        self.monitor.abort();
+        let _ = self.monitor.await;
+        self.sink.shutdown();
+        std::mem::take(&mut *lock(&self.observed))
+    }
+}
+
+pub fn baseline(latency_ms: u64) -> Behaviour {
+    Behaviour {
+        latency_ms,
+        latency_jitter_ms: latency_ms,
+        required_token: Some(TOKEN.into()),
+        ..Behaviour::default()
+    }
+}
+
+/// Scrapes every live instance every 500 ms: keeps each incarnation's last
+/// scrape and integrates the time spent paused.
+async fn monitor(registry: Registry, observed: Arc<Mutex<Observed>>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut last = Instant::now();
+    loop {
+        tick.tick().await;
+        let live: Vec<(u64, u16)> = lock(&registry).iter().map(|(k, v)| (*k, *v)).collect();
+        let mut scrapes = Vec::new();
+        for (inc, port) in live {
+            if let Some(s) = crate::metrics::scrape(port).await {
+                scrapes.push((inc, s));
+            }
+        }
+        let dt = last.elapsed().as_secs_f64();
+        last = Instant::now();
+        let mut o = lock(&observed);
+        let paused = scrapes.iter().filter(|(_, s)| s.api_unavailable >= 1.0).count();
+        if paused > 0 {
+            o.paused_s += dt;
+        }
+        o.paused_instance_s += dt * paused as f64;
+        for (inc, s) in scrapes {
+            o.last.insert(inc, s);
+        }
+    }
+}
+
+/// The load: `count` events at `rate` per second, in chunks, in the background.
+pub struct Load {
+    pub poison: Arc<AtomicBool>,
+    task: JoinHandle<anyhow::Result<Produced>>,
+}
+
+impl Load {
+    pub fn start(brokers: &str, topic: &str, id_prefix: &str, count: usize, rate: u64) -> Load {
+        let poison = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(produce_load(
+            brokers.to_string(),
+            topic.to_string(),
+            id_prefix.to_string(),
+            count,
+            rate.max(1),
+            poison.clone(),
+        ));
+        Load {
+            poison,
+            task,
+        }
+    }
+
+    pub async fn wait(self) -> anyhow::Result<Produced> {
+        self.task.await.context("the load task panicked")?
+    }
+}
+
+/// Every `POISON_EVERY`-th record is bad input while the poison flag is up (5 %).
+pub const POISON_EVERY: usize = 20;
+
+async fn produce_load(
+    brokers: String,
+    topic: String,
+    id_prefix: String,
+    count: usize,
+    rate: u64,
+    poison: Arc<AtomicBool>,
+) -> anyhow::Result<Produced> {
+    let producer = loadgen::producer(&brokers)?;
+    // Chunks are a multiple of POISON_EVERY so that poison is exactly 1 in 20.
+    let chunk = ((rate as usize / 10).div_ceil(POISON_EVERY) * POISON_EVERY).max(POISON_EVERY);
+    let period = Duration::from_secs_f64(chunk as f64 / rate as f64);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut out = Produced::default();
+    let mut sent = 0usize;
+    while sent < count {
+        tick.tick().await;
+        let n = chunk.min(count - sent);
+        let spec = Spec {
+            count: n,
+            keys: 2_000,
+            id_prefix: id_prefix.clone(),
+            poison_every: poison.load(Ordering::Relaxed).then_some(POISON_EVERY),
+            ..Spec::default()
+        };
+        let p = loadgen::produce_with(&producer, &topic, &spec, sent)
+            .await
+            .context("producing the load")?;
+        out.ids.extend(p.ids);
+        out.offsets.extend(p.offsets);
+        out.poison.extend(p.poison);
+        sent += n;
+    }
+    Ok(out)
+}
