@@ -10,18 +10,6 @@ use courier::sink::{Behaviour, FailRule, SinkHandle};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// Settings that make degraded mode quick enough to test.
-const FAST: &str = "marker_ttl_ms = 3000
-poll_interval_ms = 100
-breaker_min_calls = 10
-breaker_open_ms = 1500
-min_pause_ms = 500
-drain_rate_per_sec = 20.0
-drain_concurrency = 4
-dlq_backoff_base_ms = 300
-dlq_backoff_cap_ms = 2000
-lag_check_interval_ms = 250";
-
 async fn sink(b: Behaviour) -> SinkHandle {
     SinkHandle::start("127.0.0.1:0".parse().unwrap(), b)
         .await

@@ -34,18 +34,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Degraded-mode settings that make outages and drains quick (as in `tests/degraded.rs`).
-const FAST: &str = "marker_ttl_ms = 3000
-poll_interval_ms = 100
-breaker_min_calls = 10
-breaker_open_ms = 1500
-min_pause_ms = 500
-drain_rate_per_sec = 20.0
-drain_concurrency = 4
-dlq_backoff_base_ms = 300
-dlq_backoff_cap_ms = 2000
-lag_check_interval_ms = 250";
-
 /// `for:` of every alert in the temporary copy Prometheus loads.
 const TEST_FOR: &str = "3s";
 
@@ -773,6 +761,7 @@ crash_on_event_id = "{crash_on}"
     println!("[obs] alerts that fired during the run: {fired:?}");
     for a in [
         "CourierApiUnavailable",
+        "CourierBreakerOpenTooLong",
         "CourierDlqGrowing",
         "CourierDlqDropped",
         "CourierActorRestarts",

@@ -18,16 +18,6 @@ impl Drop for RedisBack<'_> {
     }
 }
 
-const FAST: &str = "marker_ttl_ms = 3000
-poll_interval_ms = 100
-breaker_min_calls = 10
-breaker_open_ms = 1500
-min_pause_ms = 500
-drain_rate_per_sec = 50.0
-dlq_backoff_base_ms = 300
-dlq_backoff_cap_ms = 2000
-lag_check_interval_ms = 250";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_breakers_protect_the_api_while_redis_is_down() {
     let s = services();
@@ -50,7 +40,9 @@ async fn local_breakers_protect_the_api_while_redis_is_down() {
         ..Spec::default()
     };
     let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
-    let toml = toml_with(&n, &api.url(), FAST).replace("concurrency = 256", "concurrency = 32");
+    let degraded = FAST.replace("drain_rate_per_sec = 20.0", "drain_rate_per_sec = 50.0");
+    let toml =
+        toml_with(&n, &api.url(), &degraded).replace("concurrency = 256", "concurrency = 32");
     let mut a = Courier::start(&format!("{}-a", n.topic), &s, &toml);
     let mut b = Courier::start(&format!("{}-b", n.topic), &s, &toml);
     let on_both = |name: &str, v: f64| block(a.metric(name)) == v && block(b.metric(name)) == v;

@@ -91,29 +91,15 @@ impl Enricher {
     }
 
     async fn query_db(&self, key: &str) -> Result<Option<Arc<Value>>, EnrichError> {
-        let work = async {
-            let client = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| EnrichError::Unavailable(e.to_string()))?;
-            let row = client
-                .query_opt(self.query.as_str(), &[&key])
-                .await
-                .map_err(|e| EnrichError::Query(e.to_string()))?;
-            match row {
-                None => Ok(None),
-                Some(row) => {
-                    let v: Value = row
-                        .try_get(0)
-                        .map_err(|e| EnrichError::Query(e.to_string()))?;
-                    Ok(Some(Arc::new(v)))
-                }
+        match lookup_row(&self.pool, &self.query, key, self.timeout).await? {
+            None => Ok(None),
+            Some(row) => {
+                let v: Value = row
+                    .try_get(0)
+                    .map_err(|e| EnrichError::Query(e.to_string()))?;
+                Ok(Some(Arc::new(v)))
             }
-        };
-        tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| EnrichError::Timeout)?
+        }
     }
 }
 
@@ -136,27 +122,35 @@ impl SourceOfTruth {
 
     /// `Ok(None)`: no row for the key.
     pub async fn current_version(&self, key: &str) -> Result<Option<i64>, EnrichError> {
-        let work = async {
-            let client = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| EnrichError::Unavailable(e.to_string()))?;
-            let row = client
-                .query_opt(self.query.as_str(), &[&key])
-                .await
-                .map_err(|e| EnrichError::Query(e.to_string()))?;
-            match row {
-                None => Ok(None),
-                Some(row) => row
-                    .try_get::<_, i64>(0)
-                    .map(Some)
-                    .or_else(|_| row.try_get::<_, i32>(0).map(|v| Some(v as i64)))
-                    .map_err(|e| EnrichError::Query(e.to_string())),
-            }
-        };
-        tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| EnrichError::Timeout)?
+        match lookup_row(&self.pool, &self.query, key, self.timeout).await? {
+            None => Ok(None),
+            Some(row) => row
+                .try_get::<_, i64>(0)
+                .map(Some)
+                .or_else(|_| row.try_get::<_, i32>(0).map(|v| Some(v as i64)))
+                .map_err(|e| EnrichError::Query(e.to_string())),
+        }
     }
+}
+
+/// Runs a one-parameter query (`$1` = the key) within `timeout`; at most one row.
+async fn lookup_row(
+    pool: &Pool,
+    query: &str,
+    key: &str,
+    timeout: Duration,
+) -> Result<Option<tokio_postgres::Row>, EnrichError> {
+    let work = async {
+        let client = pool
+            .get()
+            .await
+            .map_err(|e| EnrichError::Unavailable(e.to_string()))?;
+        client
+            .query_opt(query, &[&key])
+            .await
+            .map_err(|e| EnrichError::Query(e.to_string()))
+    };
+    tokio::time::timeout(timeout, work)
+        .await
+        .map_err(|_| EnrichError::Timeout)?
 }

@@ -83,8 +83,21 @@ impl Names {
         create_topics(&s.brokers, &t).await.expect("create topics");
     }
 
+    /// The group's committed offsets. Retries transient coordinator errors (a
+    /// coordinator moving or loading after a broker restart) for a few seconds.
     pub fn committed(&self, s: &Services) -> Vec<i64> {
-        committed_offsets(&s.brokers, &self.group, &self.topic, self.partitions).expect("committed")
+        let mut tries = 0;
+        loop {
+            match committed_offsets(&s.brokers, &self.group, &self.topic, self.partitions) {
+                Ok(v) => return v,
+                Err(e) if tries < 20 => {
+                    tries += 1;
+                    eprintln!("committed offsets: {e}; asking again");
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(e) => panic!("committed offsets: {e}"),
+            }
+        }
     }
 
     pub fn ends(&self, s: &Services) -> Vec<i64> {
@@ -268,6 +281,18 @@ impl Drop for Courier {
         }
     }
 }
+
+/// `[degraded]` settings that make outages, pauses and drains quick enough to test.
+pub const FAST: &str = "marker_ttl_ms = 3000
+poll_interval_ms = 100
+breaker_min_calls = 10
+breaker_open_ms = 1500
+min_pause_ms = 500
+drain_rate_per_sec = 20.0
+drain_concurrency = 4
+dlq_backoff_base_ms = 300
+dlq_backoff_cap_ms = 2000
+lag_check_interval_ms = 250";
 
 /// The config every test starts from: its topics, the API stand-in, quick retries
 /// and frequent auto-commits so the tests finish fast. DLQ entries wait an hour
