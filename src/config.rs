@@ -160,6 +160,9 @@ pub struct PipelineConfig {
     pub ordering: OrderingMode,
     /// Events held per partition (queued + in flight); a full partition is paused.
     pub max_in_flight_per_partition: usize,
+    /// Records fetched but not yet taken in by a partition actor, process-wide:
+    /// the poll thread fetches nothing more above this.
+    pub max_buffered: usize,
     pub max_event_bytes: usize,
     /// CloudEvents extension attribute (integer) carrying the entity version.
     pub entity_version_attribute: String,
@@ -174,7 +177,8 @@ impl Default for PipelineConfig {
         PipelineConfig {
             concurrency: 512,
             ordering: OrderingMode::Key,
-            max_in_flight_per_partition: 2_000,
+            max_in_flight_per_partition: 1_000,
+            max_buffered: 8_192,
             max_event_bytes: 1024 * 1024,
             entity_version_attribute: "entityversion".into(),
             drain_timeout_ms: 10_000,
@@ -556,6 +560,9 @@ impl Config {
                 "pipeline.max_in_flight_per_partition",
                 "must be at least 1",
             ));
+        }
+        if p.max_buffered == 0 {
+            return Err(invalid("pipeline.max_buffered", "must be at least 1"));
         }
         if p.max_event_bytes == 0 {
             return Err(invalid("pipeline.max_event_bytes", "must be at least 1"));

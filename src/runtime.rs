@@ -10,14 +10,17 @@ use crate::config::Config;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
 use crate::health::Health;
 use ractor::ActorRef;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub struct Pipeline {
     pub config: Config,
     pub dlq_topic: String,
     pub parking_topic: String,
+    /// Records handed from the poll thread to the actors and not yet taken in by a
+    /// partition actor (see `kafka::CourierContext::buffered`).
+    pub buffered: Arc<AtomicI64>,
     /// Identifies this instance in logs and in the Redis marker's value.
     pub instance: String,
     pub health: Health,
@@ -46,6 +49,7 @@ impl Pipeline {
                 std::process::id()
             ),
             health: Health::new(&config.degraded),
+            buffered: Arc::new(AtomicI64::new(0)),
             config,
             delivery: RwLock::new(None),
             consumer: RwLock::new(None),

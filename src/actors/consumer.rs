@@ -113,6 +113,7 @@ impl Actor for ConsumerActor {
             myself.clone(),
             revoke_wait,
             closing.clone(),
+            p.buffered.clone(),
         );
         let consumer: KafkaConsumer = consumer_config(&cfg.kafka).create_with_context(ctx)?;
         let consumer = Arc::new(consumer);
@@ -149,7 +150,7 @@ impl Actor for ConsumerActor {
             Duration::from_millis(cfg.degraded.lag_check_interval_ms),
             || ConsumerMsg::LagTick,
         );
-        let poller = Poller::start(consumer.clone())?;
+        let poller = Poller::start(consumer.clone(), cfg.pipeline.max_buffered)?;
         tracing::info!(topic = %cfg.kafka.topic, group = %cfg.kafka.group_id, partitions = main_n, "consumer started");
         Ok(ConsumerState {
             pipeline: args.pipeline,
@@ -289,6 +290,7 @@ impl ConsumerState {
 
     /// Splits a batch by partition (keeping order) and hands each part over.
     fn route(&mut self, records: Vec<Record>) {
+        let total = records.len() as i64;
         let mut by_part: HashMap<i32, Vec<Record>> = HashMap::new();
         for r in records {
             let Some(part) = self.parts.get_mut(&r.partition) else {
@@ -305,13 +307,21 @@ impl ConsumerState {
             part.last_forwarded[side] = Some(r.offset);
             by_part.entry(r.partition).or_default().push(r);
         }
+        let mut forwarded = 0;
         for (p, recs) in by_part {
             if let Some(part) = self.parts.get(&p) {
+                let n = recs.len() as i64;
+                part.shared.buffered.fetch_add(n, Ordering::SeqCst);
+                forwarded += n;
                 // If the actor just died, the records are lost with it; recovery
                 // seeks back to the watermark, which is below them.
                 let _ = part.actor.send_message(PartitionMsg::Records(recs));
             }
         }
+        // Dropped records were never going to be taken in by an actor.
+        self.pipeline
+            .buffered
+            .fetch_sub(total - forwarded, Ordering::SeqCst);
     }
 
     async fn recover(
@@ -322,8 +332,9 @@ impl ConsumerState {
         let Some(old) = self.parts.remove(&p) else {
             return Ok(());
         };
-        // A crashed actor's post_stop did not run: give its held events back here.
+        // A crashed actor's post_stop did not run: give its counts back here.
         old.shared.release_held(&self.ready);
+        old.shared.release_buffered(&self.pipeline.buffered);
         let consumer = self.consumer()?.clone();
         let topics = [
             self.pipeline.config.kafka.topic.clone(),

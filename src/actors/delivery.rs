@@ -7,7 +7,6 @@ use crate::delivery::{Deliverer, Job};
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
-use tracing::Instrument;
 
 pub enum DeliveryMsg {
     Run(Job),
@@ -42,18 +41,9 @@ impl Actor for DeliveryPool {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             DeliveryMsg::Run(job) => {
-                // A root span: the message may carry the sender's span (ractor
-                // propagates it), and chaining every event under the previous
-                // one would keep them all alive.
-                let span = tracing::info_span!(
-                    parent: None,
-                    "event",
-                    id = job.item.event_id().unwrap_or("-"),
-                    topic = %job.item.topic,
-                    partition = job.item.partition,
-                    offset = job.item.offset,
-                );
-                tokio::spawn(state.deliverer.clone().run(job).instrument(span));
+                // The event's span is made by the task once it starts its work (see
+                // `Deliverer::run`), not here: jobs waiting for a permit stay small.
+                tokio::spawn(state.deliverer.clone().run(job));
             }
         }
         Ok(())

@@ -73,6 +73,9 @@ pub struct PartitionShared {
     /// Events this partition counts in `Readiness::held` (given back when the
     /// actor stops or crashes).
     pub held: AtomicI64,
+    /// Records routed to this partition's actor and not yet taken in (its share of
+    /// `Pipeline::buffered`, given back when the actor stops or crashes).
+    pub buffered: AtomicI64,
 }
 
 impl Default for PartitionShared {
@@ -80,11 +83,18 @@ impl Default for PartitionShared {
         PartitionShared {
             stored: [AtomicI64::new(-1), AtomicI64::new(-1)],
             held: AtomicI64::new(0),
+            buffered: AtomicI64::new(0),
         }
     }
 }
 
 impl PartitionShared {
+    /// Gives back the records routed to the actor that it never took in.
+    pub fn release_buffered(&self, total: &AtomicI64) {
+        let n = self.buffered.swap(0, Ordering::SeqCst);
+        total.fetch_sub(n, Ordering::SeqCst);
+    }
+
     /// Gives this partition's held events back to the readiness count.
     pub fn release_held(&self, ready: &crate::metrics::Readiness) {
         let n = self.held.swap(0, Ordering::SeqCst);
@@ -202,6 +212,7 @@ impl Actor for PartitionActor {
         s: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         s.a.shared.release_held(&s.a.ready);
+        s.a.shared.release_buffered(&s.a.pipeline.buffered);
         Ok(())
     }
 
@@ -271,6 +282,10 @@ impl PartitionState {
     }
 
     fn on_records(&mut self, myself: &ActorRef<PartitionMsg>, records: Vec<Record>) {
+        // Taken in: the poll thread may fetch again.
+        let n = records.len() as i64;
+        self.a.shared.buffered.fetch_sub(n, Ordering::SeqCst);
+        self.a.pipeline.buffered.fetch_sub(n, Ordering::SeqCst);
         if self.draining.is_some() {
             // Not begun, not stored: the next owner reads them again.
             return;

@@ -182,6 +182,11 @@ impl SupervisorState {
                 self.delivery = Some(a);
             }
             Child::Consumer => {
+                // Whatever the previous consumer had handed over died with it and
+                // its partition actors.
+                self.pipeline
+                    .buffered
+                    .store(0, std::sync::atomic::Ordering::SeqCst);
                 let args = ConsumerArgs {
                     pipeline: self.pipeline.clone(),
                     ready: self.ready.clone(),

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use token::{CompletionToken, Finished};
 use tokio::sync::{Mutex, Semaphore};
+use tracing::Instrument;
 
 /// What to do with a consumed message, decided before any work is scheduled.
 #[derive(Debug)]
@@ -131,7 +132,31 @@ impl Deliverer {
     /// Does the job's work and reports its outcome through the token.
     pub async fn run(self: Arc<Self>, job: Job) {
         let Job { item, token } = job;
+        // Jobs beyond the global limit wait here for a permit. The waiting future is
+        // kept small on purpose: the work itself (HTTP, retries, DLQ write) is a large
+        // state machine, boxed only once it starts, so thousands of queued jobs cost
+        // little memory.
+        // A root span: the message may have been sent from inside another event's
+        // span, and chaining events would keep them all alive.
+        let span = || {
+            tracing::info_span!(
+                parent: None,
+                "event",
+                id = item.event_id().unwrap_or("-"),
+                topic = %item.topic,
+                partition = item.partition,
+                offset = item.offset,
+            )
+        };
         let outcome = match &item.work {
+            Work::Deliver(ev) => {
+                let Ok(permit) = self.permits.acquire().await else {
+                    // The semaphore is never closed; if it were, the dropped token
+                    // reports errored and the event is re-dispatched.
+                    return;
+                };
+                Box::pin(self.deliver(&item, ev, permit).instrument(span())).await
+            }
             Work::Park { reason, message } => {
                 let info = ErrorInfo {
                     class: "poison".into(),
@@ -139,10 +164,11 @@ impl Deliverer {
                     status: None,
                     message: message.clone(),
                 };
-                self.park(&item, info).await
+                Box::pin(self.park(&item, info).instrument(span())).await
             }
-            Work::Deliver(ev) => self.deliver(&item, ev).await,
-            Work::FromDlq(env) => self.retry_from_dlq(&item, env).await,
+            Work::FromDlq(env) => {
+                Box::pin(self.retry_from_dlq(&item, env).instrument(span())).await
+            }
         };
         token.finish(outcome);
     }
@@ -431,11 +457,12 @@ impl Deliverer {
         Finished::Parked { reason }
     }
 
-    async fn deliver(&self, item: &Item, ev: &Event) -> Finished {
-        let Ok(permit) = self.permits.acquire().await else {
-            // The semaphore is never closed; if it were, the dropped token reports errored.
-            return std::future::pending::<Finished>().await;
-        };
+    async fn deliver(
+        &self,
+        item: &Item,
+        ev: &Event,
+        permit: tokio::sync::SemaphorePermit<'_>,
+    ) -> Finished {
         let gauge = metrics::gauge!(m::IN_FLIGHT);
         gauge.increment(1.0);
         let start = Instant::now();

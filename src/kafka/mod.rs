@@ -10,7 +10,7 @@ use ractor::ActorRef;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::ClientContext;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,7 +49,12 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         .set("partition.assignment.strategy", "range")
         .set("enable.partition.eof", "false")
         // Notice a DLQ topic created after start within seconds, not minutes.
-        .set("topic.metadata.refresh.interval.ms", "10000");
+        .set("topic.metadata.refresh.interval.ms", "10000")
+        // A small prefetch (librdkafka's defaults are 64 MB and 100,000 messages per
+        // partition): everything polled becomes pipeline memory, and the pipeline's
+        // own limits, not the prefetch, should bound it.
+        .set("queued.max.messages.kbytes", "4096")
+        .set("queued.min.messages", "1000");
     for (key, v) in &k.properties {
         c.set(key, v);
     }
@@ -107,6 +112,11 @@ pub struct CourierContext {
     /// rebalance: a record of the old assignment must never reach a partition actor
     /// of the new one (it would make its tracker start past unread offsets).
     pub pending: Mutex<Vec<Record>>,
+    /// Records handed to the actors and not yet taken in by a partition actor
+    /// (shared with the actors, see `Pipeline::buffered`). The poll thread stops
+    /// fetching while it is over `pipeline.max_buffered`: actor mailboxes are
+    /// unbounded, so this is what keeps a large backlog out of memory.
+    pub buffered: Arc<AtomicI64>,
 }
 
 impl CourierContext {
@@ -116,6 +126,7 @@ impl CourierContext {
         actor: ActorRef<ConsumerMsg>,
         revoke_wait: Duration,
         closing: Arc<AtomicBool>,
+        buffered: Arc<AtomicI64>,
     ) -> Self {
         CourierContext {
             topic,
@@ -124,6 +135,7 @@ impl CourierContext {
             revoke_wait,
             closing,
             pending: Mutex::new(Vec::new()),
+            buffered,
         }
     }
 
@@ -136,6 +148,8 @@ impl CourierContext {
             }
             std::mem::take(&mut *p)
         };
+        self.buffered
+            .fetch_add(records.len() as i64, Ordering::SeqCst);
         self.actor
             .send_message(ConsumerMsg::Records(records))
             .is_ok()

@@ -20,12 +20,12 @@ pub struct Poller {
 }
 
 impl Poller {
-    pub fn start(consumer: Arc<KafkaConsumer>) -> std::io::Result<Poller> {
+    pub fn start(consumer: Arc<KafkaConsumer>, max_buffered: usize) -> std::io::Result<Poller> {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let handle = std::thread::Builder::new()
             .name("courier-poll".into())
-            .spawn(move || poll_loop(consumer, stop2))?;
+            .spawn(move || poll_loop(consumer, stop2, max_buffered as i64))?;
         Ok(Poller {
             stop,
             handle: Some(handle),
@@ -47,10 +47,25 @@ impl Drop for Poller {
     }
 }
 
-fn poll_loop(consumer: Arc<KafkaConsumer>, stop: Arc<AtomicBool>) {
+fn poll_loop(consumer: Arc<KafkaConsumer>, stop: Arc<AtomicBool>, max_buffered: i64) {
     let ctx = consumer.context().clone();
     let dlq_topic = ctx.dlq_topic.clone();
+    let mut waited = Duration::ZERO;
     while !stop.load(Ordering::SeqCst) {
+        // Backpressure: while the actors have not taken in what was handed to them,
+        // fetch nothing more. They take records in without waiting for deliveries
+        // (those are bounded by the per-partition limits), so this wait is short;
+        // it is capped anyway so rebalance callbacks and group heartbeats keep
+        // being served by `poll`.
+        if ctx.buffered.load(Ordering::SeqCst) >= max_buffered && waited < Duration::from_secs(1) {
+            if !ctx.flush() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            waited += Duration::from_millis(2);
+            continue;
+        }
+        waited = Duration::ZERO;
         // Block briefly only when there is nothing to hand over.
         let timeout = if ctx.has_pending() {
             Duration::ZERO

@@ -46,18 +46,30 @@ impl Services {
     /// Reads the services from the environment, else from `$COURIER_STATE/services.env`;
     /// when neither has them, runs `services.sh up` first.
     pub async fn load(script: &Path) -> anyhow::Result<Services> {
-        let state = std::env::var("COURIER_STATE").unwrap_or_else(|_| "/tmp/courier-services".into());
+        let state =
+            std::env::var("COURIER_STATE").unwrap_or_else(|_| "/tmp/courier-services".into());
         let env_file = Path::new(&state).join("services.env");
         if std::env::var("COURIER_TEST_BROKERS").is_err() && !env_file.exists() {
-            eprintln!("[drill] no services.env: starting the services with {} up", script.display());
+            eprintln!(
+                "[drill] no services.env: starting the services with {} up",
+                script.display()
+            );
             run_script(script, "up").await?;
         }
         let file = parse_env_file(&env_file);
         let get = |k: &str| std::env::var(k).ok().or_else(|| file.get(k).cloned());
-        let brokers = get("COURIER_TEST_BROKERS")
-            .with_context(|| format!("COURIER_TEST_BROKERS is not set and not in {}", env_file.display()))?;
-        let redis_url = get("COURIER_TEST_REDIS_URL")
-            .with_context(|| format!("COURIER_TEST_REDIS_URL is not set and not in {}", env_file.display()))?;
+        let brokers = get("COURIER_TEST_BROKERS").with_context(|| {
+            format!(
+                "COURIER_TEST_BROKERS is not set and not in {}",
+                env_file.display()
+            )
+        })?;
+        let redis_url = get("COURIER_TEST_REDIS_URL").with_context(|| {
+            format!(
+                "COURIER_TEST_REDIS_URL is not set and not in {}",
+                env_file.display()
+            )
+        })?;
         let proxied_brokers =
             get("COURIER_TEST_PROXIED_BROKERS").unwrap_or_else(|| "127.0.0.1:19096".into());
         let proxied_port = get("COURIER_KAFKA_PROXIED_PORT").unwrap_or_else(|| "19095".into());
@@ -78,9 +90,13 @@ impl Services {
 
 pub async fn run_script(script: &Path, cmd: &str) -> anyhow::Result<()> {
     eprintln!("[drill] {} {cmd}", script.display());
+    // A broker with many partitions on a busy machine can take over a minute to start.
+    let ready_timeout =
+        std::env::var("COURIER_KAFKA_READY_TIMEOUT").unwrap_or_else(|_| "180".into());
     let st = Command::new("bash")
         .arg(script)
         .arg(cmd)
+        .env("COURIER_KAFKA_READY_TIMEOUT", ready_timeout)
         .stdin(Stdio::null())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
@@ -114,6 +130,24 @@ impl Names {
             topic: base,
             partitions,
         }
+    }
+}
+
+impl Names {
+    /// Deletes the scenario's topics (kept when something was lost, for a post-mortem).
+    pub async fn delete(&self, brokers: &str) -> anyhow::Result<()> {
+        use rdkafka::admin::{AdminClient, AdminOptions};
+        use rdkafka::client::DefaultClientContext;
+        let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .create()?;
+        admin
+            .delete_topics(
+                &[&self.topic, &self.dlq, &self.parking],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            )
+            .await?;
+        Ok(())
     }
 }
 
@@ -176,7 +210,9 @@ shutdown_grace_ms = 5000
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// One Courier process (one incarnation of an instance slot).
@@ -332,7 +368,9 @@ impl Cluster {
         let incarnation = self.next_incarnation;
         self.next_incarnation += 1;
         let name = format!("{}-i{slot}-{incarnation}", self.scenario);
-        let cfg_path = self.cfg.log_dir.join(format!("{}.toml", self.scenario));
+        // One file per incarnation: rewriting a shared one races with a starting
+        // instance reading it.
+        let cfg_path = self.cfg.log_dir.join(format!("{name}.toml"));
         std::fs::write(&cfg_path, &self.toml).context("writing the Courier config")?;
         let log = self.cfg.log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).context("creating a log file")?;
@@ -348,7 +386,10 @@ impl Cluster {
             .arg(&cfg_path)
             .env("COURIER__KAFKA__BROKERS", brokers)
             .env("COURIER__REDIS__URL", &self.svc.redis_url)
-            .env("COURIER__METRICS__LISTEN", format!("127.0.0.1:{metrics_port}"))
+            .env(
+                "COURIER__METRICS__LISTEN",
+                format!("127.0.0.1:{metrics_port}"),
+            )
             .env(TOKEN_ENV, TOKEN)
             .env(
                 "RUST_LOG",
@@ -425,9 +466,14 @@ impl Cluster {
 
     /// Waits until every live instance reports an assignment and together they own
     /// every partition; with `slot`, that instance must own at least one.
-    pub async fn wait_joined(&mut self, slot: Option<usize>, timeout: Duration) -> anyhow::Result<()> {
+    pub async fn wait_joined(
+        &mut self,
+        slot: Option<usize>,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let until = Instant::now() + timeout;
         loop {
+            self.reap()?;
             let mut total = 0.0;
             let mut each = true;
             let mut mine = slot.is_none();
@@ -545,13 +591,20 @@ impl Cluster {
     }
 
     /// Stops the monitor and returns what it saw.
-    pub async fn finish(self) -> Observed {
+    pub async fn finish(mut self) -> Observed {
         // One last scrape has been taken by the monitor at most 500 ms ago; the
         // instances are stopped by now, so nothing is lost but that tail.
         self.monitor.abort();
-        let _ = self.monitor.await;
-        self.sink.shutdown();
+        let _ = (&mut self.monitor).await;
         std::mem::take(&mut *lock(&self.observed))
+    }
+}
+
+impl Drop for Cluster {
+    /// Also on an early return: the instances die with their `Child` (`kill_on_drop`).
+    fn drop(&mut self) {
+        self.monitor.abort();
+        self.sink.shutdown();
     }
 }
 
@@ -581,7 +634,10 @@ async fn monitor(registry: Registry, observed: Arc<Mutex<Observed>>) {
         let dt = last.elapsed().as_secs_f64();
         last = Instant::now();
         let mut o = lock(&observed);
-        let paused = scrapes.iter().filter(|(_, s)| s.api_unavailable >= 1.0).count();
+        let paused = scrapes
+            .iter()
+            .filter(|(_, s)| s.api_unavailable >= 1.0)
+            .count();
         if paused > 0 {
             o.paused_s += dt;
         }
@@ -609,10 +665,7 @@ impl Load {
             rate.max(1),
             poison.clone(),
         ));
-        Load {
-            poison,
-            task,
-        }
+        Load { poison, task }
     }
 
     pub async fn wait(self) -> anyhow::Result<Produced> {
@@ -642,13 +695,17 @@ async fn produce_load(
     while sent < count {
         tick.tick().await;
         let n = chunk.min(count - sent);
-        let spec = Spec {
+        let mut spec = Spec {
             count: n,
             keys: 2_000,
             id_prefix: id_prefix.clone(),
             poison_every: poison.load(Ordering::Relaxed).then_some(POISON_EVERY),
             ..Spec::default()
         };
+        // A chunk holds only a few bad records: rotate the kinds from chunk to chunk
+        // so that every kind of bad input occurs.
+        let kinds = spec.poison_kinds.len();
+        spec.poison_kinds.rotate_left((sent / chunk) % kinds);
         let p = loadgen::produce_with(&producer, &topic, &spec, sent)
             .await
             .context("producing the load")?;

@@ -24,7 +24,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
-#[command(name = "courier-drill", about = "Chaos drills against a running cluster, each ending in a no-loss audit")]
+#[command(
+    name = "courier-drill",
+    about = "Chaos drills against a running cluster, each ending in a no-loss audit"
+)]
 struct Args {
     /// A scenario name, a comma-separated list, or `all` (in order):
     /// api-outage, api-flap, api-401, redis, kafka-restart, kill-instances,
@@ -86,7 +89,12 @@ fn scenarios(arg: &str) -> anyhow::Result<Vec<&'static str>> {
                 .iter()
                 .copied()
                 .find(|n| *n == s.trim())
-                .with_context(|| format!("unknown scenario {s:?}; known: all, {}", scenarios::ALL.join(", ")))
+                .with_context(|| {
+                    format!(
+                        "unknown scenario {s:?}; known: all, {}",
+                        scenarios::ALL.join(", ")
+                    )
+                })
         })
         .collect()
 }
@@ -94,11 +102,26 @@ fn scenarios(arg: &str) -> anyhow::Result<Vec<&'static str>> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
-    match run(args).await {
+    // On SIGINT/SIGTERM the drill's future is dropped, which kills the Courier
+    // children (`kill_on_drop`); Kafka and Redis are left as they are.
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("courier-drill: cannot install a SIGTERM handler: {e}");
+            std::process::exit(2);
+        }
+    };
+    let outcome = tokio::select! {
+        r = run(args) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = term.recv() => Err(anyhow::anyhow!("terminated")),
+    };
+    match outcome {
         Ok(true) => std::process::exit(0),
         Ok(false) => std::process::exit(1),
         Err(e) => {
             eprintln!("courier-drill: {e:#}");
+            eprintln!("courier-drill: if a scenario was cut short, run `scripts/services.sh kafka-start` and `redis-start`");
             std::process::exit(2);
         }
     }
@@ -122,10 +145,17 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             courier.display()
         );
     }
-    let log_dir = args.log_dir.clone().unwrap_or_else(|| {
-        repo_path("target/drill-logs").join(format!("{}", std::process::id()))
-    });
-    let svc = Services::load(&args.services_script.clone().unwrap_or_else(|| repo_path("scripts/services.sh"))).await?;
+    let log_dir = args
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| repo_path("target/drill-logs").join(format!("{}", std::process::id())));
+    let svc = Services::load(
+        &args
+            .services_script
+            .clone()
+            .unwrap_or_else(|| repo_path("scripts/services.sh")),
+    )
+    .await?;
     let opts = scenarios::Opts {
         short: args.short,
         rate: args.rate.unwrap_or(if args.short { 300 } else { 1000 }),
@@ -142,9 +172,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             .toxiproxy_script
             .clone()
             .unwrap_or_else(|| repo_path("scripts/toxiproxy.sh")),
-        settle_timeout: Duration::from_secs(
-            args.settle_timeout_s.unwrap_or(if args.short { 120 } else { 300 }),
-        ),
+        settle_timeout: Duration::from_secs(args.settle_timeout_s.unwrap_or(if args.short {
+            120
+        } else {
+            300
+        })),
     };
     eprintln!(
         "[drill] {} scenario(s), {} instances, brokers {}, logs in {}",

@@ -96,7 +96,11 @@ pub fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
                 return Some(prev.0);
             }
             let width = c - prev.1;
-            let frac = if width > 0.0 { (rank - prev.1) / width } else { 1.0 };
+            let frac = if width > 0.0 {
+                (rank - prev.1) / width
+            } else {
+                1.0
+            };
             return Some(prev.0 + (le - prev.0) * frac);
         }
         prev = (le, c);

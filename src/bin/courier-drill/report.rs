@@ -86,7 +86,18 @@ pub fn table(r: &DrillReport) -> String {
     let _ = writeln!(
         out,
         "{:<16} {:>4} {:>8} {:>9} {:>6} {:>7} {:>5} {:>6} {:>6} {:>7} {:>7} {:>7}",
-        "scenario", "ok", "produced", "delivered", "in-dlq", "parked", "LOST", "dups", "dup%", "p99", "paused", "time"
+        "scenario",
+        "ok",
+        "produced",
+        "delivered",
+        "in-dlq",
+        "parked",
+        "LOST",
+        "dups",
+        "dup%",
+        "p99",
+        "paused",
+        "time"
     );
     for s in &r.scenarios {
         let _ = writeln!(
@@ -117,7 +128,11 @@ pub fn table(r: &DrillReport) -> String {
             let _ = writeln!(out, "{:<16}   FAILED {}: {}", "", c.name, c.detail);
         }
         for (name, code) in &s.unexpected_exits {
-            let _ = writeln!(out, "{:<16}   instance {name} exited on its own (code {code:?})", "");
+            let _ = writeln!(
+                out,
+                "{:<16}   instance {name} exited on its own (code {code:?})",
+                ""
+            );
         }
         if let Some(e) = &s.error {
             let _ = writeln!(out, "{:<16}   ERROR: {e}", "");

@@ -121,7 +121,8 @@ pub async fn run(name: &str, svc: &Services, o: &Opts) -> ScenarioReport {
     let mut faults = Faults::default();
     let res = run_inner(name, svc, o, &mut faults, &mut rep).await;
     if let Err(e) = faults.heal(svc).await {
-        rep.error.get_or_insert(format!("healing after the scenario failed: {e:#}"));
+        rep.error
+            .get_or_insert(format!("healing after the scenario failed: {e:#}"));
     }
     if let Some(t) = faults.toxiproxy.take() {
         t.cleanup(&o.toxiproxy_script).await;
@@ -164,7 +165,8 @@ async fn run_inner(
         "partition-one" => {
             let t = Toxiproxy::ensure(&o.toxiproxy_script).await?;
             ensure_proxied_listener(svc).await?;
-            t.create(&svc.proxied_brokers, &svc.proxied_upstream).await?;
+            t.create(&svc.proxied_brokers, &svc.proxied_upstream)
+                .await?;
             f.toxiproxy = Some(t);
             c.proxied_slots = vec![0];
         }
@@ -180,7 +182,13 @@ async fn run_inner(
     let count = o
         .events
         .unwrap_or((o.rate as f64 * load_duration(name, o).as_secs_f64()) as usize);
-    let load = Load::start(&svc.brokers, &c.names.topic, &format!("drill-{name}"), count, o.rate);
+    let load = Load::start(
+        &svc.brokers,
+        &c.names.topic,
+        &format!("drill-{name}"),
+        count,
+        o.rate,
+    );
     eprintln!("[drill] producing {count} events at {}/s", o.rate);
 
     let t_faults = Instant::now();
@@ -193,10 +201,13 @@ async fn run_inner(
         "kill-instances" => kill_instances(&mut c, o).await,
         "partition-one" => partition_one(&mut c, o, f).await,
         "rolling-restart" => rolling_restart(&mut c, o).await,
-        "poison-storm" => poison_storm(&mut c, o, &load).await,
+        "poison-storm" => poison_storm(o, &load).await,
         _ => unreachable!(),
     };
-    eprintln!("[drill] faults done after {:.0}s; healing", t_faults.elapsed().as_secs_f64());
+    eprintln!(
+        "[drill] faults done after {:.0}s; healing",
+        t_faults.elapsed().as_secs_f64()
+    );
     c.sink.set_behaviour(c.baseline());
     f.heal(svc).await?;
     let script_err = match script {
@@ -221,7 +232,13 @@ async fn run_inner(
     }
     let api_audit = c.sink.audit();
     let audit = tokio::task::block_in_place(|| {
-        courier::audit::audit(&svc.brokers, &c.names.dlq, &c.names.parking, &produced, &api_audit)
+        courier::audit::audit(
+            &svc.brokers,
+            &c.names.dlq,
+            &c.names.parking,
+            &produced,
+            &api_audit,
+        )
     })
     .context("the audit")?;
     println!("[{name}] audit:\n{audit}");
@@ -248,10 +265,24 @@ async fn run_inner(
     for inst in &c.instances {
         let tail = inst.log_tail(3);
         if !tail.is_empty() && rep.lost > 0 {
-            eprintln!("[drill] {} last warnings:\n  {}", inst.name, tail.join("\n  "));
+            eprintln!(
+                "[drill] {} last warnings:\n  {}",
+                inst.name,
+                tail.join("\n  ")
+            );
         }
     }
     rep.unexpected_exits = std::mem::take(&mut c.unexpected_exits);
+    if rep.lost == 0 {
+        if let Err(e) = c.names.delete(&svc.brokers).await {
+            eprintln!("[drill] could not delete the scenario's topics: {e:#}");
+        }
+    } else {
+        eprintln!(
+            "[drill] topics kept for a post-mortem: {} (+ .dlq, .parking)",
+            c.names.topic
+        );
+    }
     let observed = c.finish().await;
     let merged = metrics::merge(observed.last.values());
     rep.p99_latency_s = metrics::quantile(&merged, 0.99);
@@ -290,8 +321,12 @@ async fn sleep(d: Duration) {
 }
 
 /// Takes the API down (`down_status`), checks that the whole group pauses and
-/// that the DLQ takes the onset only; returns the checks. The API stays down.
-async fn outage_begins(c: &Cluster, o: &Opts, what: &str, change: impl FnOnce(&mut courier::sink::Behaviour)) -> (i64, Check) {
+/// returns the DLQ size before the change and the check. The API stays down.
+async fn outage_begins(
+    c: &Cluster,
+    what: &str,
+    change: impl FnOnce(&mut courier::sink::Behaviour),
+) -> (i64, Check) {
     let dlq0 = c.dlq_size();
     c.sink.update_behaviour(change);
     let paused = c.wait_all_unavailable(true, Duration::from_secs(15)).await;
@@ -299,11 +334,13 @@ async fn outage_begins(c: &Cluster, o: &Opts, what: &str, change: impl FnOnce(&m
         &format!("{what}-pauses"),
         paused.is_some(),
         match paused {
-            Some(d) => format!("every instance reported courier_api_unavailable=1 after {} ms", d.as_millis()),
+            Some(d) => format!(
+                "every instance reported courier_api_unavailable=1 after {} ms",
+                d.as_millis()
+            ),
             None => "not every instance paused within 15 s".to_string(),
         },
     );
-    let _ = o;
     (dlq0, check)
 }
 
@@ -312,7 +349,10 @@ fn no_flood(c: &Cluster, o: &Opts, what: &str, dlq0: i64) -> Check {
     Check::new(
         &format!("{what}-no-dlq-flood"),
         added <= o.dlq_bound(),
-        format!("{added} DLQ records during the fault (bound {}: in flight at its onset)", o.dlq_bound()),
+        format!(
+            "{added} DLQ records during the fault (bound {}: in flight at its onset)",
+            o.dlq_bound()
+        ),
     )
 }
 
@@ -323,7 +363,10 @@ async fn outage_ends(c: &Cluster, what: &str) -> Check {
         &format!("{what}-resumes"),
         resumed.is_some(),
         match resumed {
-            Some(d) => format!("every instance back to available after {} ms", d.as_millis()),
+            Some(d) => format!(
+                "every instance back to available after {} ms",
+                d.as_millis()
+            ),
             None => "not every instance resumed within 30 s".to_string(),
         },
     )
@@ -333,7 +376,7 @@ async fn api_outage(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>> {
     let mut checks = Vec::new();
     sleep(o.warm()).await;
     let t = Instant::now();
-    let (dlq0, chk) = outage_begins(c, o, "outage", |b| b.down_status = Some(503)).await;
+    let (dlq0, chk) = outage_begins(c, "outage", |b| b.down_status = Some(503)).await;
     checks.push(chk);
     sleep(o.pick(8.0, 30.0).saturating_sub(t.elapsed())).await;
     checks.push(no_flood(c, o, "outage", dlq0));
@@ -353,7 +396,11 @@ async fn api_flap(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>> {
     }
     // Latency spike: 10× the normal latency.
     let normal = c.cfg.api_latency_ms;
-    eprintln!("[drill] latency spike: {} ms ± {} ms", normal * 10, normal * 10);
+    eprintln!(
+        "[drill] latency spike: {} ms ± {} ms",
+        normal * 10,
+        normal * 10
+    );
     c.sink.update_behaviour(|b| {
         b.latency_ms = normal * 10;
         b.latency_jitter_ms = normal * 10;
@@ -375,7 +422,8 @@ async fn api_401(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>> {
     sleep(o.warm()).await;
     let t = Instant::now();
     eprintln!("[drill] credentials revoked: the API now wants another token");
-    let (dlq0, chk) = outage_begins(c, o, "revoked", |b| b.required_token = Some("rotated".into())).await;
+    let (dlq0, chk) =
+        outage_begins(c, "revoked", |b| b.required_token = Some("rotated".into())).await;
     checks.push(chk);
     sleep(o.pick(6.0, 20.0).saturating_sub(t.elapsed())).await;
     checks.push(no_flood(c, o, "revoked", dlq0));
@@ -390,7 +438,7 @@ async fn redis(c: &mut Cluster, o: &Opts, f: &mut Faults) -> anyhow::Result<Vec<
     // outage must still pause each instance (local breaker).
     sleep(o.warm()).await;
     let t = Instant::now();
-    let (dlq0, chk) = outage_begins(c, o, "no-redis-outage", |b| b.down_status = Some(503)).await;
+    let (dlq0, chk) = outage_begins(c, "no-redis-outage", |b| b.down_status = Some(503)).await;
     checks.push(chk);
     sleep(o.pick(4.0, 10.0).saturating_sub(t.elapsed())).await;
     checks.push(no_flood(c, o, "no-redis-outage", dlq0));
@@ -400,7 +448,7 @@ async fn redis(c: &mut Cluster, o: &Opts, f: &mut Faults) -> anyhow::Result<Vec<
     sleep(o.pick(2.0, 5.0)).await;
     // Phase 2: Redis killed in the middle of an API outage.
     let t = Instant::now();
-    let (dlq0, chk) = outage_begins(c, o, "redis-killed-outage", |b| b.down_status = Some(503)).await;
+    let (dlq0, chk) = outage_begins(c, "redis-killed-outage", |b| b.down_status = Some(503)).await;
     checks.push(chk);
     let hold = o.pick(6.0, 15.0);
     sleep((hold / 2).saturating_sub(t.elapsed())).await;
@@ -436,7 +484,11 @@ async fn kill_instances(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>>
         sleep(period - down).await;
         c.reap()?;
         let slot = rand::rng().random_range(0..c.instances.len());
-        eprintln!("[drill] round {}: SIGKILL {}", round + 1, c.instances[slot].name);
+        eprintln!(
+            "[drill] round {}: SIGKILL {}",
+            round + 1,
+            c.instances[slot].name
+        );
         c.kill(slot).await;
         sleep(down).await;
         c.spawn(slot)?;
@@ -469,8 +521,14 @@ async fn partition_one(c: &mut Cluster, o: &Opts, f: &mut Faults) -> anyhow::Res
         "others-take-over",
         taken.is_some(),
         match taken {
-            Some(d) => format!("the other instances owned every partition {:.1} s after the cut", d.as_secs_f64()),
-            None => format!("the other instances never owned every partition during the {:.0} s cut", hold.as_secs_f64()),
+            Some(d) => format!(
+                "the other instances owned every partition {:.1} s after the cut",
+                d.as_secs_f64()
+            ),
+            None => format!(
+                "the other instances never owned every partition during the {:.0} s cut",
+                hold.as_secs_f64()
+            ),
         },
     ));
     eprintln!("[drill] healing the partition");
@@ -498,7 +556,10 @@ async fn rolling_restart(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>
         checks.push(Check::new(
             &format!("sigterm-exit-{slot}"),
             code == Some(0),
-            format!("{name} exited with {code:?} after {} ms", t.elapsed().as_millis()),
+            format!(
+                "{name} exited with {code:?} after {} ms",
+                t.elapsed().as_millis()
+            ),
         ));
         c.spawn(slot)?;
         c.wait_joined(Some(slot), Duration::from_secs(60)).await?;
@@ -507,10 +568,12 @@ async fn rolling_restart(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>
     Ok(checks)
 }
 
-async fn poison_storm(c: &mut Cluster, o: &Opts, load: &Load) -> anyhow::Result<Vec<Check>> {
-    let _ = c;
+async fn poison_storm(o: &Opts, load: &Load) -> anyhow::Result<Vec<Check>> {
     sleep(o.warm()).await;
-    eprintln!("[drill] poison storm: 1 record in {} is malformed", crate::cluster::POISON_EVERY);
+    eprintln!(
+        "[drill] poison storm: 1 record in {} is malformed",
+        crate::cluster::POISON_EVERY
+    );
     load.poison.store(true, Ordering::Relaxed);
     sleep(o.pick(10.0, 60.0)).await;
     load.poison.store(false, Ordering::Relaxed);

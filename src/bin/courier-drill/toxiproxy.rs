@@ -30,9 +30,9 @@ impl Toxiproxy {
             .build()?;
         let mut started = false;
         if !api_ok(&client).await {
-            crate::cluster::run_script(script, "start")
-                .await
-                .context("toxiproxy is required by this scenario and could not be installed or started")?;
+            crate::cluster::run_script(script, "start").await.context(
+                "toxiproxy is required by this scenario and could not be installed or started",
+            )?;
             started = true;
         }
         if !api_ok(&client).await {
@@ -60,7 +60,11 @@ impl Toxiproxy {
             .await
             .context("POST /proxies")?;
         if !r.status().is_success() {
-            bail!("POST /proxies: {} {}", r.status(), r.text().await.unwrap_or_default());
+            bail!(
+                "POST /proxies: {} {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            );
         }
         Ok(())
     }
@@ -77,7 +81,11 @@ impl Toxiproxy {
             .await
             .with_context(|| format!("POST /proxies/{PROXY}"))?;
         if !r.status().is_success() {
-            bail!("POST /proxies/{PROXY}: {} {}", r.status(), r.text().await.unwrap_or_default());
+            bail!(
+                "POST /proxies/{PROXY}: {} {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            );
         }
         Ok(())
     }
