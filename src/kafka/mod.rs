@@ -50,11 +50,15 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         .set("enable.partition.eof", "false")
         // Notice a DLQ topic created after start within seconds, not minutes.
         .set("topic.metadata.refresh.interval.ms", "10000")
-        // A small prefetch (librdkafka's defaults are 64 MB and 100,000 messages per
-        // partition): everything polled becomes pipeline memory, and the pipeline's
-        // own limits, not the prefetch, should bound it.
-        .set("queued.max.messages.kbytes", "4096")
-        .set("queued.min.messages", "1000");
+        // A bounded prefetch (librdkafka's defaults are 64 MB and 100,000 messages
+        // per partition): everything polled becomes pipeline memory, and the
+        // pipeline's own limits, not the prefetch, should bound it. With a bounded
+        // queue the fetcher hits its thresholds often, and librdkafka then postpones
+        // the partition's next fetch by `fetch.queue.backoff.ms` (1 s by default),
+        // which caps throughput at about one queue per second: keep that short.
+        .set("queued.max.messages.kbytes", "16384")
+        .set("queued.min.messages", "10000")
+        .set("fetch.queue.backoff.ms", "20");
     for (key, v) in &k.properties {
         c.set(key, v);
     }
