@@ -1,0 +1,153 @@
+//! Reference 1, the HTTP ceiling: a bare reqwest client, configured like Courier's
+//! (`src/delivery/http.rs`), POSTing the same 512-byte events to the same API
+//! stand-in at the same concurrency. No Kafka, no decoding, no bookkeeping: what
+//! the API and the HTTP stack allow on this machine right now.
+
+use crate::procs::{cpu_seconds, Pid};
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Requests the bare client makes, prepared before the clock starts.
+pub struct Requests {
+    bodies: Vec<(String, Bytes)>,
+}
+
+impl Requests {
+    /// `n` distinct events (ids `<prefix>-<i>`), the shape and size Courier delivers.
+    pub fn new(prefix: &str, n: usize, keys: usize, event_bytes: usize) -> Requests {
+        let bodies = (0..n.max(1))
+            .map(|i| {
+                let id = courier::loadgen::event_id(prefix, i);
+                let key = courier::loadgen::key_of(i, keys);
+                let body =
+                    courier::loadgen::event_json(&id, "profile.updated", &key, i, event_bytes);
+                (id, Bytes::from(body))
+            })
+            .collect();
+        Requests { bodies }
+    }
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CeilingResult {
+    pub concurrency: usize,
+    pub requests: u64,
+    pub failures: u64,
+    pub secs: f64,
+    pub req_per_s: f64,
+    /// CPU of the bench process during this phase only, per request.
+    pub cpu_us_per_req: Option<f64>,
+    /// Exact latency quantiles of the requests, in ms.
+    pub p50_ms_exact: Option<f64>,
+    pub p99_ms_exact: Option<f64>,
+    /// The same latencies bucketed on Courier's histogram bounds and interpolated
+    /// like Courier's figures, so the two are comparable.
+    pub p50_ms_bucketed: Option<f64>,
+    pub p99_ms_bucketed: Option<f64>,
+    pub mean_ms: Option<f64>,
+}
+
+/// The client Courier builds for `api.*` defaults (HTTP/1.1 keep-alive, no TLS).
+pub fn client(concurrency: usize) -> reqwest::Result<reqwest::Client> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/cloudevents+json"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .timeout(Duration::from_millis(5000))
+        .connect_timeout(Duration::from_millis(1000))
+        .pool_max_idle_per_host(concurrency.max(4096))
+        .tcp_nodelay(true)
+        .build()
+}
+
+/// `concurrency` workers POST until `total` requests are done or `max` has passed.
+pub async fn run(
+    url: &str,
+    concurrency: usize,
+    total: usize,
+    max: Duration,
+    requests: Arc<Requests>,
+    ticks: f64,
+) -> anyhow::Result<CeilingResult> {
+    let client = client(concurrency)?;
+    let url = reqwest::Url::parse(url)?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let cpu0 = cpu_seconds(Pid::SelfProcess, ticks);
+    let t0 = Instant::now();
+    let deadline = t0 + max;
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (client, url, next, requests) =
+            (client.clone(), url.clone(), next.clone(), requests.clone());
+        workers.spawn(async move {
+            let (mut ok, mut failed) = (0u64, 0u64);
+            let mut latencies = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Relaxed);
+                if i >= total || Instant::now() >= deadline {
+                    break;
+                }
+                let (id, body) = &requests.bodies[i % requests.bodies.len()];
+                let started = Instant::now();
+                let sent = client
+                    .post(url.clone())
+                    .header("Idempotency-Key", id.as_str())
+                    .body(body.clone())
+                    .send()
+                    .await;
+                let success = match sent {
+                    Ok(resp) => {
+                        let status = resp.status();
+                        let _ = resp.bytes().await;
+                        status.is_success()
+                    }
+                    Err(_) => false,
+                };
+                latencies.push(started.elapsed().as_secs_f64());
+                if success {
+                    ok += 1;
+                } else {
+                    failed += 1;
+                }
+            }
+            (ok, failed, latencies)
+        });
+    }
+    let (mut ok, mut failed, mut latencies) = (0u64, 0u64, Vec::new());
+    while let Some(joined) = workers.join_next().await {
+        let (o, f, l) = joined?;
+        ok += o;
+        failed += f;
+        latencies.extend(l);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(Pid::SelfProcess, ticks)
+        .zip(cpu0)
+        .map(|(b, a)| b - a);
+    latencies.sort_by(f64::total_cmp);
+    let bucketed =
+        crate::prom::Histogram::from_samples(crate::prom::COURIER_LATENCY_BOUNDS, &latencies);
+    let ms = |s: Option<f64>| s.map(|s| s * 1e3);
+    let done = ok + failed;
+    Ok(CeilingResult {
+        concurrency,
+        requests: ok,
+        failures: failed,
+        secs,
+        req_per_s: ok as f64 / secs,
+        cpu_us_per_req: cpu.filter(|_| done > 0).map(|c| c * 1e6 / done as f64),
+        p50_ms_exact: ms(crate::prom::exact_quantile(&latencies, 0.5)),
+        p99_ms_exact: ms(crate::prom::exact_quantile(&latencies, 0.99)),
+        p50_ms_bucketed: ms(bucketed.quantile(0.5)),
+        p99_ms_bucketed: ms(bucketed.quantile(0.99)),
+        mean_ms: ms(
+            (!latencies.is_empty()).then(|| latencies.iter().sum::<f64>() / latencies.len() as f64)
+        ),
+    })
+}
