@@ -140,6 +140,10 @@ pub struct Opts {
     /// `[kafka.properties]` of its config: for tuning experiments.
     #[arg(long = "kafka-property", value_parser = parse_property)]
     kafka_properties: Vec<(String, String)>,
+    /// Extra environment variable for the Courier process only, `KEY=value`
+    /// (repeatable), e.g. `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2`.
+    #[arg(long = "courier-env", value_parser = parse_property)]
+    courier_env: Vec<(String, String)>,
     /// Measure a cell again (fresh topic) when the run failed or was disturbed.
     #[arg(long, default_value_t = 2)]
     retries: usize,
@@ -560,6 +564,7 @@ impl Bench {
             perf_secs: o.perf_secs,
             perf_dwarf: o.perf_dwarf,
             kafka_properties: &o.kafka_properties,
+            env: &o.courier_env,
         };
         let cr = courier_run::run(&setup, &self.http).await?;
         r.sink_cpu_us_per_req_courier =

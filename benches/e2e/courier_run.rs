@@ -31,6 +31,8 @@ pub struct Setup<'a> {
     pub perf_dwarf: bool,
     /// Extra `[kafka.properties]` (librdkafka), for tuning experiments.
     pub kafka_properties: &'a [(String, String)],
+    /// Extra environment for the Courier process only (e.g. `LD_PRELOAD`).
+    pub env: &'a [(String, String)],
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -169,6 +171,7 @@ pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<Courie
     if let Some(r) = s.redis_url {
         cmd.env("COURIER__REDIS__URL", r);
     }
+    cmd.envs(s.env.iter().map(|(k, v)| (k, v)));
     let log = s.log_dir.join(format!("{}.log", s.name));
     let spawned = Instant::now();
     let mut courier = ChildGuard::spawn("courier", &mut cmd, &log)?;
