@@ -4,7 +4,7 @@
 //! For each cell (API latency L, concurrency C, ordering mode) it preloads a fresh
 //! topic, then measures, against the same API stand-in and in the same run:
 //!
-//! 1. the **HTTP ceiling**: a bare reqwest client, configured like Courier's, POSTing
+//! 1. the **HTTP ceiling**: Courier's own HTTP client (`ApiClient`), alone, POSTing
 //!    the same events at concurrency C (`benches/e2e/ceiling.rs`);
 //! 2. **Courier** (`courier run`, a child process) draining the topic
 //!    (`benches/e2e/courier_run.rs`);
@@ -46,6 +46,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const COURIER: &str = env!("CARGO_BIN_EXE_courier");
+
+// The same allocator as the `courier` binary, so the bare client's CPU per request
+// is measured on the same footing as Courier's.
+#[cfg(all(unix, not(target_env = "musl")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser, Debug, Clone, serde::Serialize)]
 #[command(
@@ -107,6 +113,14 @@ pub struct Opts {
     /// after, ratios against the mean).
     #[arg(long)]
     single_ceiling: bool,
+    /// HTTP/2 with prior knowledge (h2c) to the API stand-in, for Courier
+    /// (`api.http2_prior_knowledge = true`) and the bare client alike.
+    #[arg(long)]
+    http2: bool,
+    /// `pipeline.max_in_flight_per_partition` for Courier (default: Courier's own
+    /// default, 1,000 events held per partition).
+    #[arg(long)]
+    max_in_flight_per_partition: Option<usize>,
     /// Skip the classic loop.
     #[arg(long)]
     no_classic: bool,
@@ -532,6 +546,7 @@ impl Bench {
             Duration::from_secs(o.ceiling_secs),
             requests.clone(),
             self.ticks,
+            o.http2,
         )
         .await?;
         r.sink_cpu_us_per_req_ceiling = per_req(self.sink.cpu(self.ticks), sink0, ceil.requests);
@@ -565,18 +580,22 @@ impl Bench {
             perf_dwarf: o.perf_dwarf,
             kafka_properties: &o.kafka_properties,
             env: &o.courier_env,
+            http2: o.http2,
+            max_in_flight_per_partition: o.max_in_flight_per_partition,
         };
         let cr = courier_run::run(&setup, &self.http).await?;
         r.sink_cpu_us_per_req_courier =
             per_req(self.sink.cpu(self.ticks), sink0, cr.events_measured);
         eprintln!(
-            "  courier: {:.0} events/s ({} events in {:.1} s after {:.1} s start-up), {:.1} µs CPU/event, peak RSS {:.0} MB",
+            "  courier: {:.0} events/s ({} events in {:.1} s after {:.1} s start-up), {:.1} µs CPU/event, peak RSS {:.0} MB (heap: {:.0} MB live, {:.0} MB resident at most)",
             cr.events_per_s,
             cr.events_measured,
             cr.window_secs,
             cr.startup_secs,
             cr.cpu_us_per_event.unwrap_or(f64::NAN),
             cr.peak_rss_mb.unwrap_or(f64::NAN),
+            cr.peak_heap_allocated_mb,
+            cr.peak_heap_resident_mb,
         );
         r.courier = Some(cr);
 
@@ -591,6 +610,7 @@ impl Bench {
                 Duration::from_secs(o.ceiling_secs),
                 requests.clone(),
                 self.ticks,
+                o.http2,
             )
             .await?;
             eprintln!(
@@ -608,10 +628,11 @@ impl Bench {
                 self.sink.url(),
                 format!("{topic}-classic"),
             );
-            let (max_events, max, ticks) = (
+            let (max_events, max, ticks, http2) = (
                 o.classic_events,
                 Duration::from_secs(o.classic_secs),
                 self.ticks,
+                o.http2,
             );
             let handle = tokio::runtime::Handle::current();
             let res = tokio::task::spawn_blocking(move || {
@@ -623,6 +644,7 @@ impl Bench {
                     max_events,
                     max,
                     ticks,
+                    http2,
                 }
                 .run(&handle)
             })

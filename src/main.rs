@@ -7,6 +7,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+// jemalloc: records are allocated on the poll thread and freed on tokio workers,
+// and request buffers cross workers too; glibc malloc spent 24 % of Courier's CPU
+// on that (docs/BENCHMARKS.md, profile and A/B).
+#[cfg(all(unix, not(target_env = "musl")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "courier",

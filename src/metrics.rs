@@ -36,6 +36,8 @@ pub const DLQ_REDELIVERED: &str = "courier_dlq_redelivered_total";
 pub const RECONCILIATION: &str = "courier_reconciliation_total";
 pub const DLQ_LAG: &str = "courier_dlq_lag";
 pub const CONSUMER_LAG: &str = "courier_consumer_lag";
+pub const MEMORY_ALLOCATED: &str = "courier_memory_allocated_bytes";
+pub const MEMORY_RESIDENT: &str = "courier_memory_resident_bytes";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -137,13 +139,27 @@ pub const ALL: &[(&str, &str)] = &[
         CONSUMER_LAG,
         "Records of each main partition not yet finished (end offset minus watermark).",
     ),
+    (
+        MEMORY_ALLOCATED,
+        "Heap bytes in live allocations (jemalloc `stats.allocated`), read at each scrape.",
+    ),
+    (
+        MEMORY_RESIDENT,
+        "Bytes of physically resident pages the allocator holds (jemalloc `stats.resident`); the rest of the RSS is code, stacks and librdkafka's buffers.",
+    ),
 ];
 
-const LATENCY_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+/// Delivery latency buckets (seconds): fine enough that p50/p99 read within ~25 %
+/// anywhere from 1 ms to 1 s. Samples go to a lock-free queue and are bucketed at
+/// scrape time, so more buckets cost nothing per event.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+    0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
-const AGE_BUCKETS: &[f64] = &[
-    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+/// End-to-end event age buckets (seconds), up to an hour.
+pub const AGE_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+    120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
 ];
 
 /// Installs the global Prometheus recorder (once per process).
@@ -289,10 +305,31 @@ pub async fn serve(
 }
 
 async fn metrics(State(s): State<HttpState>) -> (StatusCode, String) {
+    if let Some((allocated, resident)) = allocator_stats() {
+        metrics::gauge!(MEMORY_ALLOCATED).set(allocated as f64);
+        metrics::gauge!(MEMORY_RESIDENT).set(resident as f64);
+    }
     match s.handle {
         Some(h) => (StatusCode::OK, h.render()),
         None => (StatusCode::SERVICE_UNAVAILABLE, "no recorder".into()),
     }
+}
+
+/// The allocator's live and resident bytes, when jemalloc is the global allocator
+/// (the `courier` binary); `None` elsewhere (jemalloc then reports nothing).
+#[cfg(all(unix, not(target_env = "musl")))]
+fn allocator_stats() -> Option<(u64, u64)> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The statistics are a snapshot refreshed by advancing the epoch.
+    epoch::advance().ok()?;
+    let allocated = stats::allocated::read().ok()? as u64;
+    let resident = stats::resident::read().ok()? as u64;
+    (allocated > 0).then_some((allocated, resident))
+}
+
+#[cfg(not(all(unix, not(target_env = "musl"))))]
+fn allocator_stats() -> Option<(u64, u64)> {
+    None
 }
 
 async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {

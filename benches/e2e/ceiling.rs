@@ -5,7 +5,8 @@
 
 use crate::procs::{cpu_seconds, Pid};
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use courier::config::ApiConfig;
+use courier::delivery::http::ApiClient;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,20 +51,16 @@ pub struct CeilingResult {
     pub mean_ms: Option<f64>,
 }
 
-/// The client Courier builds for `api.*` defaults (HTTP/1.1 keep-alive, no TLS).
-pub fn client(concurrency: usize) -> reqwest::Result<reqwest::Client> {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/cloudevents+json"),
-    );
-    reqwest::Client::builder()
-        .default_headers(headers)
-        .timeout(Duration::from_millis(5000))
-        .connect_timeout(Duration::from_millis(1000))
-        .pool_max_idle_per_host(concurrency.max(4096))
-        .tcp_nodelay(true)
-        .build()
+/// Courier's own API client (`src/delivery/http.rs`) with the `api.*` defaults:
+/// the same library, settings and request, by construction. HTTP/1.1 keep-alive,
+/// or HTTP/2 with prior knowledge when `http2` (the bench's `--http2`).
+pub fn client(url: &str, concurrency: usize, http2: bool) -> anyhow::Result<ApiClient> {
+    let cfg = ApiConfig {
+        url: url.to_string(),
+        http2_prior_knowledge: http2,
+        ..ApiConfig::default()
+    };
+    Ok(ApiClient::new(&cfg, None, concurrency)?)
 }
 
 /// `concurrency` workers POST until `total` requests are done or `max` has passed.
@@ -74,17 +71,16 @@ pub async fn run(
     max: Duration,
     requests: Arc<Requests>,
     ticks: f64,
+    http2: bool,
 ) -> anyhow::Result<CeilingResult> {
-    let client = client(concurrency)?;
-    let url = reqwest::Url::parse(url)?;
+    let client = client(url, concurrency, http2)?;
     let next = Arc::new(AtomicUsize::new(0));
     let cpu0 = cpu_seconds(Pid::SelfProcess, ticks);
     let t0 = Instant::now();
     let deadline = t0 + max;
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
-        let (client, url, next, requests) =
-            (client.clone(), url.clone(), next.clone(), requests.clone());
+        let (client, next, requests) = (client.clone(), next.clone(), requests.clone());
         workers.spawn(async move {
             let (mut ok, mut failed) = (0u64, 0u64);
             let mut latencies = Vec::new();
@@ -95,20 +91,10 @@ pub async fn run(
                 }
                 let (id, body) = &requests.bodies[i % requests.bodies.len()];
                 let started = Instant::now();
-                let sent = client
-                    .post(url.clone())
-                    .header("Idempotency-Key", id.as_str())
-                    .body(body.clone())
-                    .send()
-                    .await;
-                let success = match sent {
-                    Ok(resp) => {
-                        let status = resp.status();
-                        let _ = resp.bytes().await;
-                        status.is_success()
-                    }
-                    Err(_) => false,
-                };
+                let success = client
+                    .post(id, body.clone(), None)
+                    .await
+                    .is_ok_and(|a| (200..300).contains(&a.status));
                 latencies.push(started.elapsed().as_secs_f64());
                 if success {
                     ok += 1;

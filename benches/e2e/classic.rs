@@ -26,6 +26,7 @@ pub struct Classic<'a> {
     pub max_events: u64,
     pub max: Duration,
     pub ticks: f64,
+    pub http2: bool,
 }
 
 impl Classic<'_> {
@@ -39,8 +40,7 @@ impl Classic<'_> {
             .set("auto.offset.reset", "earliest")
             .create()?;
         consumer.subscribe(&[self.topic])?;
-        let client = crate::ceiling::client(1)?;
-        let url = reqwest::Url::parse(self.url)?;
+        let client = crate::ceiling::client(self.url, 1, self.http2)?;
         let join_deadline = Instant::now() + Duration::from_secs(60);
         let mut started: Option<(Instant, Option<f64>)> = None;
         let (mut events, mut failures) = (0u64, 0u64);
@@ -66,20 +66,10 @@ impl Classic<'_> {
                 .and_then(|v| v.get("id")?.as_str().map(str::to_owned))
                 .unwrap_or_default();
             let ok = rt.block_on(async {
-                match client
-                    .post(url.clone())
-                    .header("Idempotency-Key", id)
-                    .body(body)
-                    .send()
+                client
+                    .post(&id, bytes::Bytes::from(body), None)
                     .await
-                {
-                    Ok(resp) => {
-                        let ok = resp.status().is_success();
-                        let _ = resp.bytes().await;
-                        ok
-                    }
-                    Err(_) => false,
-                }
+                    .is_ok_and(|a| (200..300).contains(&a.status))
             });
             consumer.commit_message(&msg, CommitMode::Sync)?;
             last = Instant::now();

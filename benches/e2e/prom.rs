@@ -114,9 +114,7 @@ impl Histogram {
 
 /// The bounds Courier uses for `courier_delivery_latency_seconds` (src/metrics.rs),
 /// to bucket the bare client's exact latencies the same way.
-pub const COURIER_LATENCY_BOUNDS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
+pub const COURIER_LATENCY_BOUNDS: &[f64] = courier::metrics::LATENCY_BUCKETS;
 
 /// The exact q-quantile of sorted samples (nearest rank).
 pub fn exact_quantile(sorted: &[f64], q: f64) -> Option<f64> {

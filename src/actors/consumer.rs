@@ -14,8 +14,8 @@ use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, Record};
 use crate::metrics::{self as m, Readiness};
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::Offset;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -62,6 +62,15 @@ pub struct ConsumerState {
     closing: Arc<AtomicBool>,
     parts: HashMap<i32, Part>,
     generation: u64,
+    /// Offset lookups for the lag check run on a client of their own: on the group
+    /// consumer's connection each `ListOffsets` waits behind a long-poll `Fetch`
+    /// (up to `fetch.wait.max.ms`), which made the first check after an assignment
+    /// take ~12 s while every partition waited in `drain_dlq` (docs/BENCHMARKS.md).
+    lag_client: Arc<BaseConsumer>,
+    /// A lag check is running: ticks skip instead of piling up behind it.
+    lag_running: Arc<AtomicBool>,
+    /// Partitions were assigned while a check was running: check again when it ends.
+    lag_again: bool,
 }
 
 pub struct ConsumerActor;
@@ -150,6 +159,9 @@ impl Actor for ConsumerActor {
             Duration::from_millis(cfg.degraded.lag_check_interval_ms),
             || ConsumerMsg::LagTick,
         );
+        let mut lag_cfg = consumer_config(&cfg.kafka);
+        lag_cfg.set("enable.auto.commit", "false");
+        let lag_client: BaseConsumer = lag_cfg.create()?;
         let poller = Poller::start(consumer.clone(), cfg.pipeline.max_buffered)?;
         tracing::info!(topic = %cfg.kafka.topic, group = %cfg.kafka.group_id, partitions = main_n, "consumer started");
         Ok(ConsumerState {
@@ -160,6 +172,9 @@ impl Actor for ConsumerActor {
             closing,
             parts: HashMap::new(),
             generation: 0,
+            lag_client: Arc::new(lag_client),
+            lag_running: Arc::new(AtomicBool::new(false)),
+            lag_again: false,
         })
     }
 
@@ -183,6 +198,11 @@ impl Actor for ConsumerActor {
                 }
                 s.ready.assigned.store(true, Ordering::SeqCst);
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
+                // New partitions read DLQ p before main p until their DLQ lag is
+                // known: look it up now rather than at the next tick.
+                if !s.check_lag(&myself) {
+                    s.lag_again = true;
+                }
             }
             ConsumerMsg::Revoked { partitions, ack } => {
                 let deadline =
@@ -202,8 +222,13 @@ impl Actor for ConsumerActor {
                     let _ = part.actor.send_message(PartitionMsg::Health(v));
                 }
             }
-            ConsumerMsg::LagTick => s.check_lag(&myself),
+            ConsumerMsg::LagTick => {
+                s.check_lag(&myself);
+            }
             ConsumerMsg::Lag(lags) => {
+                if std::mem::take(&mut s.lag_again) {
+                    s.check_lag(&myself);
+                }
                 for (p, high, start) in lags {
                     if let Some(part) = s.parts.get(&p) {
                         let _ = part
@@ -371,19 +396,21 @@ impl ConsumerState {
         Ok(())
     }
 
-    /// Looks up, off the runtime, each assigned DLQ partition's end offset and the
-    /// group's committed position (where reading starts when nothing was read).
-    fn check_lag(&self, myself: &ActorRef<ConsumerMsg>) {
-        let Ok(consumer) = self.consumer() else {
-            return;
-        };
+    /// Looks up, off the runtime, each assigned partition's consumer lag and each
+    /// DLQ partition's end offset and the group's committed position there (where
+    /// reading starts when nothing was read). Returns false when a check is
+    /// already running (this one is skipped).
+    fn check_lag(&self, myself: &ActorRef<ConsumerMsg>) -> bool {
         if self.parts.is_empty() {
-            return;
+            return true;
         }
-        let c = consumer.clone();
+        if self.lag_running.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let c = self.lag_client.clone();
+        let running = self.lag_running.clone();
         let dlq = self.pipeline.dlq_topic.clone();
         let main = self.pipeline.config.kafka.topic.clone();
-        let parts: Vec<i32> = self.parts.keys().copied().collect();
         let stored: Vec<(i32, Option<i64>)> = self
             .parts
             .iter()
@@ -391,39 +418,11 @@ impl ConsumerState {
             .collect();
         let me = myself.clone();
         tokio::task::spawn_blocking(move || {
-            for (p, wm) in stored {
-                if let (Ok((_, high)), Some(wm)) =
-                    (c.fetch_watermarks(&main, p, Duration::from_secs(2)), wm)
-                {
-                    metrics::gauge!(m::CONSUMER_LAG, "partition" => p.to_string())
-                        .set((high - wm).max(0) as f64);
-                }
-            }
-            let mut tpl = rdkafka::TopicPartitionList::new();
-            for p in &parts {
-                tpl.add_partition(&dlq, *p);
-            }
-            let committed = c.committed_offsets(tpl, Duration::from_secs(2)).ok();
-            let mut out = Vec::new();
-            for p in parts {
-                let Ok((low, high)) = c.fetch_watermarks(&dlq, p, Duration::from_secs(2)) else {
-                    // No DLQ partition to look at (e.g. the topic does not exist
-                    // yet): nothing to drain there.
-                    out.push((p, 0, 0));
-                    continue;
-                };
-                let start = committed
-                    .as_ref()
-                    .and_then(|t| t.find_partition(&dlq, p))
-                    .and_then(|e| match e.offset() {
-                        Offset::Offset(o) => Some(o),
-                        _ => None,
-                    })
-                    .unwrap_or(low);
-                out.push((p, high, start));
-            }
+            let out = lag_lookup(&c, &main, &dlq, &stored);
+            running.store(false, Ordering::SeqCst);
             let _ = me.send_message(ConsumerMsg::Lag(out));
         });
+        true
     }
 
     /// Drains the given partitions concurrently (bounded) and stops their actors.
@@ -490,4 +489,69 @@ impl ConsumerState {
         }
         self.ready.assigned.store(false, Ordering::SeqCst);
     }
+}
+
+/// One batched `ListOffsets` per topic and kind (not one per partition), plus one
+/// `OffsetFetch`: partition → (DLQ end offset, DLQ start position). Sets the
+/// consumer-lag gauge on the way.
+fn lag_lookup(
+    c: &BaseConsumer,
+    main: &str,
+    dlq: &str,
+    parts: &[(i32, Option<i64>)],
+) -> Vec<(i32, i64, i64)> {
+    let timeout = Duration::from_secs(5);
+    // `offsets_for_times` with the special timestamps -1 (latest) and -2
+    // (earliest) answers the end and start offsets of every partition at once.
+    let lookup = |topic: &str, at: Offset| {
+        let mut tpl = TopicPartitionList::new();
+        for (p, _) in parts {
+            tpl.add_partition_offset(topic, *p, at).ok()?;
+        }
+        let answer = c.offsets_for_times(tpl, timeout).ok()?;
+        let found: HashMap<i32, i64> = answer
+            .elements_for_topic(topic)
+            .iter()
+            .filter(|e| e.error().is_ok())
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect();
+        Some(found)
+    };
+    if let Some(ends) = lookup(main, Offset::End) {
+        for (p, wm) in parts {
+            if let (Some(high), Some(wm)) = (ends.get(p), wm) {
+                metrics::gauge!(m::CONSUMER_LAG, "partition" => p.to_string())
+                    .set((high - wm).max(0) as f64);
+            }
+        }
+    }
+    let highs = lookup(dlq, Offset::End).unwrap_or_default();
+    let lows = lookup(dlq, Offset::Beginning).unwrap_or_default();
+    let mut tpl = TopicPartitionList::new();
+    for (p, _) in parts {
+        tpl.add_partition(dlq, *p);
+    }
+    let committed = c.committed_offsets(tpl, timeout).ok();
+    parts
+        .iter()
+        .map(|(p, _)| {
+            let (Some(&high), Some(&low)) = (highs.get(p), lows.get(p)) else {
+                // No DLQ partition to look at (e.g. the topic does not exist yet):
+                // nothing to drain there.
+                return (*p, 0, 0);
+            };
+            let start = committed
+                .as_ref()
+                .and_then(|t| t.find_partition(dlq, *p))
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                })
+                .unwrap_or(low);
+            (*p, high, start)
+        })
+        .collect()
 }

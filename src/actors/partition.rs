@@ -62,6 +62,8 @@ pub enum PartitionMsg {
     },
     /// Re-evaluate the FSM (a dwell ended or a DLQ event became due).
     Wake,
+    /// Store the watermarks that advanced since the last store.
+    Store,
 }
 
 /// State that outlives one incarnation of the actor (the consumer actor reads it
@@ -125,9 +127,62 @@ struct Held {
     errored: u32,
 }
 
+/// How long an advanced watermark may wait before it is stored. Storing costs a
+/// librdkafka call (and a lock) per store; per completion that showed in the
+/// profile. Auto-commit runs every `auto_commit_interval_ms` anyway, and a later
+/// store only ever means re-reading a little more after a crash.
+const STORE_DELAY: Duration = Duration::from_millis(10);
+
+/// The partition's metric handles, registered once: building a labelled key per
+/// record showed in the profile.
+struct Gauges {
+    consumed: [metrics::Counter; 2],
+    watermark: metrics::Gauge,
+    paused: metrics::Gauge,
+    dlq_lag: metrics::Gauge,
+    lag: metrics::Gauge,
+    mode: [(Mode, metrics::Gauge); 3],
+}
+
+impl Gauges {
+    fn new(partition: i32, topics: [&str; 2]) -> Gauges {
+        let label = partition.to_string();
+        let mode = |mode: Mode| {
+            let g = metrics::gauge!(m::PARTITION_MODE, "partition" => label.clone(), "mode" => mode.as_str());
+            (mode, g)
+        };
+        Gauges {
+            consumed: topics.map(|t| metrics::counter!(m::CONSUMED, "topic" => t.to_string())),
+            watermark: metrics::gauge!(m::COMMIT_WATERMARK, "partition" => label.clone()),
+            paused: metrics::gauge!(m::PARTITION_PAUSED, "partition" => label.clone()),
+            dlq_lag: metrics::gauge!(m::DLQ_LAG, "partition" => label.clone()),
+            lag: metrics::gauge!(m::CONSUMER_LAG, "partition" => label.clone()),
+            mode: [mode(Mode::Normal), mode(Mode::Paused), mode(Mode::DrainDlq)],
+        }
+    }
+
+    fn show_mode(&self, current: Mode) {
+        for (mode, g) in &self.mode {
+            g.set(if *mode == current { 1.0 } else { 0.0 });
+        }
+    }
+
+    /// The partition is no longer ours: its per-partition gauges go to 0 so a
+    /// revoked partition does not keep showing as paused or lagging here (the
+    /// exporter cannot delete a series; dashboards take `max by (partition)`).
+    fn clear(&self) {
+        for (_, g) in &self.mode {
+            g.set(0.0);
+        }
+        self.paused.set(0.0);
+        self.dlq_lag.set(0.0);
+        self.lag.set(0.0);
+    }
+}
+
 /// One topic of the pair.
 struct Side {
-    topic: String,
+    topic: Arc<str>,
     tracker: OffsetTracker,
     stored: Option<NextOffset>,
     /// What is currently applied to the consumer (None: not yet applied).
@@ -141,6 +196,15 @@ pub struct PartitionState {
     limit: usize,
     lanes: Scheduler,
     held: HashMap<(Src, i64), Held>,
+    /// Main records taken from the consumer but not begun because the partition
+    /// holds `limit` events: still part of the fetch budget (`buffered`).
+    /// Backpressure works through that budget rather than librdkafka's pause,
+    /// which throws the partition's prefetched records away and restarts fetching
+    /// only at the fetcher's next wake-up (up to ~1 s: the benchmark saw the whole
+    /// pipeline idle 0.3–0.4 s of every second). Only a partition whose backlog
+    /// takes half the budget (a stuck key, a stalled API) is paused there.
+    backlog: VecDeque<Record>,
+    backlog_cap: usize,
     /// Begun DLQ offsets waiting for the drain, in order.
     dlq_queue: VecDeque<i64>,
     dispatched: usize,
@@ -152,7 +216,9 @@ pub struct PartitionState {
     dlq_start: Option<i64>,
     wake_at: Option<Instant>,
     draining: Option<RpcReplyPort<Option<i64>>>,
-    label: String,
+    /// A `Store` message is on its way.
+    store_scheduled: bool,
+    gauges: Gauges,
 }
 
 pub struct PartitionActor;
@@ -168,8 +234,8 @@ impl Actor for PartitionActor {
         a: PartitionArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let cfg = &a.pipeline.config;
-        let side = |src: Src, topic: String| Side {
-            topic,
+        let side = |src: Src, topic: &str| Side {
+            topic: Arc::from(topic),
             tracker: match a.start[src as usize] {
                 Some(s) => OffsetTracker::starting_at(a.generation, s),
                 None => OffsetTracker::new(a.generation),
@@ -178,9 +244,10 @@ impl Actor for PartitionActor {
             reading: None,
         };
         let sides = [
-            side(Src::Main, cfg.kafka.topic.clone()),
-            side(Src::Dlq, a.pipeline.dlq_topic.clone()),
+            side(Src::Main, &cfg.kafka.topic),
+            side(Src::Dlq, &a.pipeline.dlq_topic),
         ];
+        let gauges = Gauges::new(a.partition, [&cfg.kafka.topic, &a.pipeline.dlq_topic]);
         let mut s = PartitionState {
             sides,
             decode: cfg.pipeline.decode_options(),
@@ -188,6 +255,8 @@ impl Actor for PartitionActor {
             lanes: Scheduler::new(cfg.pipeline.ordering),
             held: HashMap::new(),
             dlq_queue: VecDeque::new(),
+            backlog: VecDeque::new(),
+            backlog_cap: (cfg.pipeline.max_buffered / 2).max(1),
             dispatched: 0,
             main_held: 0,
             main_full: false,
@@ -197,7 +266,8 @@ impl Actor for PartitionActor {
             dlq_start: None,
             wake_at: None,
             draining: None,
-            label: a.partition.to_string(),
+            store_scheduled: false,
+            gauges,
             a,
         };
         // Pauses do not survive rebalances reliably: apply the FSM's reading state
@@ -213,6 +283,7 @@ impl Actor for PartitionActor {
     ) -> Result<(), ActorProcessingErr> {
         s.a.shared.release_held(&s.a.ready);
         s.a.shared.release_buffered(&s.a.pipeline.buffered);
+        s.gauges.clear();
         Ok(())
     }
 
@@ -237,6 +308,9 @@ impl Actor for PartitionActor {
             }
             PartitionMsg::Drain(reply) => {
                 s.draining = Some(reply);
+                // Not begun, not stored: the next owner reads them again.
+                let waiting = std::mem::take(&mut s.backlog);
+                s.taken_in(waiting.len());
                 s.store_all();
                 if s.dispatched == 0 {
                     s.reply_drained();
@@ -263,13 +337,16 @@ impl Actor for PartitionActor {
                 s.dlq_high = Some(high);
                 s.dlq_start = Some(start);
                 let next = s.dlq_next().unwrap_or(start);
-                metrics::gauge!(m::DLQ_LAG, "partition" => s.label.clone())
-                    .set((high - next).max(0) as f64);
+                s.gauges.dlq_lag.set((high - next).max(0) as f64);
                 s.evaluate(&myself);
             }
             PartitionMsg::Wake => {
                 s.wake_at = None;
                 s.evaluate(&myself);
+            }
+            PartitionMsg::Store => {
+                s.store_scheduled = false;
+                s.store_all();
             }
         }
         Ok(())
@@ -282,64 +359,96 @@ impl PartitionState {
     }
 
     fn on_records(&mut self, myself: &ActorRef<PartitionMsg>, records: Vec<Record>) {
-        // Taken in: the poll thread may fetch again.
-        let n = records.len() as i64;
-        self.a.shared.buffered.fetch_sub(n, Ordering::SeqCst);
-        self.a.pipeline.buffered.fetch_sub(n, Ordering::SeqCst);
         if self.draining.is_some() {
             // Not begun, not stored: the next owner reads them again.
+            self.taken_in(records.len());
             return;
         }
+        let mut taken = 0;
         for r in records {
-            let src = if r.dlq { Src::Dlq } else { Src::Main };
-            if let Err(e) = self.side(src).tracker.begin(r.offset) {
-                // An offset at or below one already begun is in flight or done;
-                // dropping it is safe (the watermark cannot pass it).
-                tracing::warn!(partition = self.a.partition, ?src, error = %e, "record out of order, dropped");
+            // Main records wait in the backlog while the partition holds its limit
+            // (and behind those already waiting, to keep offset order).
+            if !r.dlq && (!self.backlog.is_empty() || self.main_held >= self.limit) {
+                self.backlog.push_back(r);
                 continue;
             }
-            let topic = self.sides[src as usize].topic.clone();
-            metrics::counter!(m::CONSUMED, "topic" => topic.clone()).increment(1);
-            let work = match src {
-                Src::Main => self.decode_main(&r),
-                Src::Dlq => match r.payload.as_deref().map(Envelope::from_bytes) {
-                    Some(Ok(env)) => Work::FromDlq(Box::new(env)),
-                    Some(Err(e)) => Work::Park {
-                        reason: "unreadable_envelope".into(),
-                        message: e.to_string(),
-                    },
-                    None => Work::Park {
-                        reason: "unreadable_envelope".into(),
-                        message: "DLQ record without a value".into(),
-                    },
-                },
-            };
-            let ordered = matches!(work, Work::Deliver(_));
-            let queued = matches!(work, Work::FromDlq(_));
-            let item = Arc::new(Item {
-                topic,
-                partition: self.a.partition,
-                offset: r.offset,
-                timestamp_ms: r.timestamp_ms,
-                key: r.key,
-                payload: r.payload,
-                work,
-            });
-            let key_free = !ordered || self.lanes.admit(item.key.as_deref(), r.offset);
-            self.held.insert((src, r.offset), Held { item, errored: 0 });
-            self.a.ready.begun(1);
-            self.a.shared.held.fetch_add(1, Ordering::Relaxed);
-            if src == Src::Main {
-                self.main_held += 1;
-            }
-            if queued {
-                self.dlq_queue.push_back(r.offset);
-            } else if key_free {
-                self.dispatch(myself, src, r.offset);
-            }
+            taken += 1;
+            self.begin(myself, r);
         }
+        self.taken_in(taken);
         self.evaluate(myself);
         self.store_all();
+    }
+
+    /// Records leave the shared fetch budget (`pipeline.max_buffered`) once begun
+    /// or dropped: the poll thread may fetch again.
+    fn taken_in(&self, n: usize) {
+        let n = n as i64;
+        self.a.shared.buffered.fetch_sub(n, Ordering::SeqCst);
+        self.a.pipeline.buffered.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// Begins backlog records while the partition has room.
+    fn fill(&mut self, myself: &ActorRef<PartitionMsg>) {
+        let mut n = 0;
+        while self.main_held < self.limit && self.draining.is_none() {
+            let Some(r) = self.backlog.pop_front() else {
+                break;
+            };
+            n += 1;
+            self.begin(myself, r);
+        }
+        self.taken_in(n);
+    }
+
+    /// Takes one record in: tracker, decode, held, and dispatch if its key is free.
+    fn begin(&mut self, myself: &ActorRef<PartitionMsg>, r: Record) {
+        let src = if r.dlq { Src::Dlq } else { Src::Main };
+        if let Err(e) = self.side(src).tracker.begin(r.offset) {
+            // An offset at or below one already begun is in flight or done;
+            // dropping it is safe (the watermark cannot pass it).
+            tracing::warn!(partition = self.a.partition, ?src, error = %e, "record out of order, dropped");
+            return;
+        }
+        let topic = self.sides[src as usize].topic.clone();
+        self.gauges.consumed[src as usize].increment(1);
+        let work = match src {
+            Src::Main => self.decode_main(&r),
+            Src::Dlq => match r.payload.as_deref().map(Envelope::from_bytes) {
+                Some(Ok(env)) => Work::FromDlq(Box::new(env)),
+                Some(Err(e)) => Work::Park {
+                    reason: "unreadable_envelope".into(),
+                    message: e.to_string(),
+                },
+                None => Work::Park {
+                    reason: "unreadable_envelope".into(),
+                    message: "DLQ record without a value".into(),
+                },
+            },
+        };
+        let ordered = matches!(work, Work::Deliver(_));
+        let queued = matches!(work, Work::FromDlq(_));
+        let item = Arc::new(Item {
+            topic,
+            partition: self.a.partition,
+            offset: r.offset,
+            timestamp_ms: r.timestamp_ms,
+            key: r.key,
+            payload: r.payload,
+            work,
+        });
+        let key_free = !ordered || self.lanes.admit(item.key.as_deref(), r.offset);
+        self.held.insert((src, r.offset), Held { item, errored: 0 });
+        self.a.ready.begun(1);
+        self.a.shared.held.fetch_add(1, Ordering::Relaxed);
+        if src == Src::Main {
+            self.main_held += 1;
+        }
+        if queued {
+            self.dlq_queue.push_back(r.offset);
+        } else if key_free {
+            self.dispatch(myself, src, r.offset);
+        }
     }
 
     fn decode_main(&self, r: &Record) -> Work {
@@ -391,7 +500,10 @@ impl PartitionState {
                         }
                     }
                 }
-                self.store(src);
+                if src == Src::Main {
+                    self.fill(myself);
+                }
+                self.schedule_store(myself);
                 self.evaluate(myself);
             }
         }
@@ -503,16 +615,14 @@ impl PartitionState {
         }
         if change.is_some() || first {
             // Also on the first evaluation, so a partition that starts paused shows.
-            for mode in [Mode::Normal, Mode::Paused, Mode::DrainDlq] {
-                metrics::gauge!(m::PARTITION_MODE, "partition" => self.label.clone(), "mode" => mode.as_str())
-                    .set(if mode == self.fsm.mode() { 1.0 } else { 0.0 });
-            }
+            self.gauges.show_mode(self.fsm.mode());
         }
         let reading = self.fsm.reading();
-        // In-flight limit with hysteresis: pause when full, resume at half.
-        if self.main_held >= self.limit {
+        // A backlog hogging the fetch budget pauses the partition in librdkafka
+        // (see `backlog`), with hysteresis: resume at half.
+        if self.backlog.len() >= self.backlog_cap {
             self.main_full = true;
-        } else if self.main_held <= self.limit / 2 {
+        } else if self.backlog.len() <= self.backlog_cap / 2 {
             self.main_full = false;
         }
         let main_on = reading.main && !self.main_full;
@@ -570,14 +680,22 @@ impl PartitionState {
             Ok(()) => {
                 self.side(src).reading = Some(on);
                 if src == Src::Main {
-                    metrics::gauge!(m::PARTITION_PAUSED, "partition" => self.label.clone())
-                        .set(if on { 0.0 } else { 1.0 });
+                    self.gauges.paused.set(if on { 0.0 } else { 1.0 });
                 }
             }
             // The DLQ partition may not be assigned (topic created later): nothing to apply.
             Err(e) => {
                 tracing::debug!(partition = self.a.partition, ?src, error = %e, on, "pause/resume")
             }
+        }
+    }
+
+    /// Stores the advanced watermarks soon (see [`STORE_DELAY`]), once for many
+    /// completions.
+    fn schedule_store(&mut self, myself: &ActorRef<PartitionMsg>) {
+        if !self.store_scheduled {
+            self.store_scheduled = true;
+            myself.send_after(STORE_DELAY, || PartitionMsg::Store);
         }
     }
 
@@ -608,8 +726,7 @@ impl PartitionState {
                 side.stored = Some(wm);
                 self.a.shared.stored[src as usize].store(wm.get(), Ordering::SeqCst);
                 if src == Src::Main {
-                    metrics::gauge!(m::COMMIT_WATERMARK, "partition" => self.label.clone())
-                        .set(wm.get() as f64);
+                    self.gauges.watermark.set(wm.get() as f64);
                 }
             }
             // Expected while a rebalance takes the partition away.

@@ -58,7 +58,12 @@ impl ApiClient {
             .timeout(Duration::from_millis(cfg.request_timeout_ms))
             .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
             .pool_max_idle_per_host(cfg.pool_max_idle_per_host.max(max_conns))
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            // Courier retries by itself (with the breaker and the DLQ in the loop),
+            // and a redirected POST is not a delivery: an API answering 3xx is
+            // misconfigured, and the 3xx is classified and reported as such.
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never());
         if cfg.http2_prior_knowledge {
             b = b.http2_prior_knowledge();
         }

@@ -22,7 +22,7 @@ use http::ApiClient;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use token::{CompletionToken, Finished};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 /// What to do with a consumed message, decided before any work is scheduled.
@@ -42,7 +42,7 @@ pub enum Work {
 /// actor, which keeps it until the outcome is durable, and the task doing the work.
 #[derive(Debug)]
 pub struct Item {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
     pub timestamp_ms: Option<i64>,
@@ -69,7 +69,7 @@ pub struct Job {
 pub struct Deliverer {
     api: ApiClient,
     policy: RetryPolicy,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
     /// not receive the whole backlog at once.
     drain_permits: Semaphore,
@@ -78,6 +78,29 @@ pub struct Deliverer {
     enricher: Option<Enricher>,
     source: Option<SourceOfTruth>,
     pipeline: Arc<Pipeline>,
+    hot: HotMetrics,
+}
+
+/// Handles of the metrics every delivery touches, registered once (looking a
+/// metric up by name per event showed in the profile).
+struct HotMetrics {
+    in_flight: metrics::Gauge,
+    attempts: metrics::Counter,
+    delivered: metrics::Counter,
+    latency: metrics::Histogram,
+    age: metrics::Histogram,
+}
+
+impl HotMetrics {
+    fn new() -> HotMetrics {
+        HotMetrics {
+            in_flight: metrics::gauge!(m::IN_FLIGHT),
+            attempts: metrics::counter!(m::DELIVERY_ATTEMPTS),
+            delivered: metrics::counter!(m::DELIVERED),
+            latency: metrics::histogram!(m::DELIVERY_LATENCY),
+            age: metrics::histogram!(m::EVENT_AGE),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,23 +142,28 @@ impl Deliverer {
         Ok(Deliverer {
             api,
             policy: cfg.api.retry_policy(),
-            permits: Semaphore::new(cfg.pipeline.concurrency),
+            permits: Arc::new(Semaphore::new(cfg.pipeline.concurrency)),
             drain_permits: Semaphore::new(d.drain_concurrency),
             drain_pacer: Mutex::new(tokio::time::Instant::now()),
             drain_interval: Duration::from_secs_f64(1.0 / d.drain_rate_per_sec),
             enricher,
             source,
             pipeline,
+            hot: HotMetrics::new(),
         })
     }
 
-    /// Does the job's work and reports its outcome through the token.
-    pub async fn run(self: Arc<Self>, job: Job) {
+    /// The global limit on API calls in flight (`pipeline.concurrency`): a
+    /// delivery holds one of these from its first try to its last.
+    pub fn permits(&self) -> Arc<Semaphore> {
+        self.permits.clone()
+    }
+
+    /// Does the job's work and reports its outcome through the token. A delivery
+    /// runs with `permit` (the pool's dispatcher takes one before it spawns the
+    /// task) or waits for one here.
+    pub async fn run(self: Arc<Self>, job: Job, permit: Option<OwnedSemaphorePermit>) {
         let Job { item, token } = job;
-        // Jobs beyond the global limit wait here for a permit. The waiting future is
-        // kept small on purpose: the work itself (HTTP, retries, DLQ write) is a large
-        // state machine, boxed only once it starts, so thousands of queued jobs cost
-        // little memory.
         // A root span: the message may have been sent from inside another event's
         // span, and chaining events would keep them all alive.
         let span = || {
@@ -150,10 +178,14 @@ impl Deliverer {
         };
         let outcome = match &item.work {
             Work::Deliver(ev) => {
-                let Ok(permit) = self.permits.acquire().await else {
-                    // The semaphore is never closed; if it were, the dropped token
-                    // reports errored and the event is re-dispatched.
-                    return;
+                let permit = match permit {
+                    Some(p) => p,
+                    None => match self.permits.clone().acquire_owned().await {
+                        Ok(p) => p,
+                        // The semaphore is never closed; if it were, the dropped
+                        // token reports errored and the event is re-dispatched.
+                        Err(_) => return,
+                    },
                 };
                 Box::pin(self.deliver(&item, ev, permit).instrument(span())).await
             }
@@ -340,7 +372,7 @@ impl Deliverer {
                 Verdict::Delivered => {
                     self.observe(CallOutcome::Up);
                     metrics::counter!(m::DLQ_REDELIVERED).increment(1);
-                    metrics::counter!(m::DELIVERED).increment(1);
+                    self.hot.delivered.increment(1);
                     return Finished::Delivered;
                 }
                 Verdict::Failed(c) => (c, format!("http_{}", a.status), Some(a.status)),
@@ -457,31 +489,25 @@ impl Deliverer {
         Finished::Parked { reason }
     }
 
-    async fn deliver(
-        &self,
-        item: &Item,
-        ev: &Event,
-        permit: tokio::sync::SemaphorePermit<'_>,
-    ) -> Finished {
-        let gauge = metrics::gauge!(m::IN_FLIGHT);
+    async fn deliver(&self, item: &Item, ev: &Event, permit: OwnedSemaphorePermit) -> Finished {
+        let gauge = &self.hot.in_flight;
         gauge.increment(1.0);
         let start = Instant::now();
         let mut attempts = 0u32;
         let failure = loop {
             attempts += 1;
-            metrics::counter!(m::DELIVERY_ATTEMPTS).increment(1);
+            self.hot.attempts.increment(1);
             let (class, reason, status, retry_after) = match self.body(item, ev).await {
                 Ok(Some(body)) => match self.call(&ev.id, body).await {
                     Ok(answer) => match classify_status(answer.status) {
                         Verdict::Delivered => {
                             gauge.decrement(1.0);
-                            metrics::histogram!(m::DELIVERY_LATENCY)
-                                .record(start.elapsed().as_secs_f64());
+                            self.hot.latency.record(start.elapsed().as_secs_f64());
                             if let Some(ts) = item.timestamp_ms {
                                 let age = (now_ms() - ts).max(0) as f64 / 1000.0;
-                                metrics::histogram!(m::EVENT_AGE).record(age);
+                                self.hot.age.record(age);
                             }
-                            metrics::counter!(m::DELIVERED).increment(1);
+                            self.hot.delivered.increment(1);
                             return Finished::Delivered;
                         }
                         Verdict::Failed(class) => (
@@ -502,7 +528,7 @@ impl Deliverer {
                         status: None,
                         message: "no enrichment row for the event's key".into(),
                     };
-                    return self.park(item, info).await;
+                    return Box::pin(self.park(item, info)).await;
                 }
                 Err(e) => {
                     let reason = match e {
@@ -546,10 +572,12 @@ impl Deliverer {
                 None => format!("{reason} after {attempts} tries"),
             },
         };
+        // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
+        // would otherwise size every delivery's state machine.
         if class == FailureClass::Permanent {
-            self.park(item, info).await
+            Box::pin(self.park(item, info)).await
         } else {
-            self.dead_letter(item, info).await
+            Box::pin(self.dead_letter(item, info)).await
         }
     }
 
@@ -581,7 +609,9 @@ impl Deliverer {
         };
         let cfg = &self.pipeline.config.enrichment;
         let key = String::from_utf8_lossy(key);
-        match enricher.lookup(&key).await? {
+        // Boxed: the lookup (moka + deadpool + tokio-postgres) is a large future,
+        // and unboxed it would size every delivery's state machine, enrichment or not.
+        match Box::pin(enricher.lookup(&key)).await? {
             Some(doc) => {
                 let mut obj: serde_json::Map<String, serde_json::Value> =
                     serde_json::from_slice(&ev.raw).unwrap_or_default();
@@ -619,7 +649,7 @@ impl Deliverer {
             not_before_ms: now + self.pipeline.config.degraded.dlq_backoff_base_ms as i64,
             last_error: error,
             origin: Origin {
-                topic: item.topic.clone(),
+                topic: item.topic.to_string(),
                 partition: item.partition,
                 offset: item.offset,
                 timestamp_ms: item.timestamp_ms,

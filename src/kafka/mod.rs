@@ -52,12 +52,16 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         .set("topic.metadata.refresh.interval.ms", "10000")
         // A bounded prefetch (librdkafka's defaults are 64 MB and 100,000 messages
         // per partition): everything polled becomes pipeline memory, and the
-        // pipeline's own limits, not the prefetch, should bound it. With a bounded
-        // queue the fetcher hits its thresholds often, and librdkafka then postpones
-        // the partition's next fetch by `fetch.queue.backoff.ms` (1 s by default),
-        // which caps throughput at about one queue per second: keep that short.
-        .set("queued.max.messages.kbytes", "16384")
-        .set("queued.min.messages", "10000")
+        // pipeline's own limits, not the prefetch, should bound it. Under a backlog
+        // this queue sits full (the poll thread stops while `pipeline.max_buffered`
+        // records wait), so it is pure memory: 4 MB is ~0.2 s of work at 35,000
+        // events/s and measured as fast as 16 MB (docs/BENCHMARKS.md). With a
+        // bounded queue the fetcher hits its thresholds often, and librdkafka then
+        // postpones the partition's next fetch by `fetch.queue.backoff.ms` (1 s by
+        // default), which caps throughput at about one queue per second: keep that
+        // short.
+        .set("queued.max.messages.kbytes", "4096")
+        .set("queued.min.messages", "2000")
         .set("fetch.queue.backoff.ms", "20");
     for (key, v) in &k.properties {
         c.set(key, v);
