@@ -225,6 +225,36 @@ impl Courier {
     }
 }
 
+/// Runs a `courier` command (e.g. `dlq inspect`) with `--config cfg` against the
+/// test broker; `env` is set last (another broker list, a SASL password).
+/// Returns the exit code, stdout and stderr.
+pub fn courier_cli_env(
+    s: &Services,
+    cfg: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(args)
+        .arg("--config")
+        .arg(cfg)
+        .env("COURIER__KAFKA__BROKERS", &s.brokers)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run courier");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Like [`courier_cli_env`] without extra environment; stdout and stderr together.
+pub fn courier_cli(s: &Services, cfg: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let (code, out, err) = courier_cli_env(s, cfg, args, &[]);
+    (code, out + &err)
+}
+
 /// `[degraded]` settings that make outages, pauses and drains quick enough to test.
 pub const FAST: &str = "marker_ttl_ms = 3000
 poll_interval_ms = 100
