@@ -3,7 +3,7 @@
 //! or in the DLQ. Anything else is lost. Duplicate deliveries are counted.
 
 use crate::core::envelope::Envelope;
-use crate::kafka::admin::{read_all, AdminError};
+use crate::kafka::admin::{read_all, AdminError, Connection};
 use crate::sink::Audit;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -68,10 +68,11 @@ fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
-/// Reads the DLQ and the parking lot and checks every produced event against them
-/// and against what the API stand-in received.
+/// Reads the DLQ and the parking lot (through `cluster`: a broker list, or the
+/// whole Kafka config on a secured cluster) and checks every produced event
+/// against them and against what the API stand-in received.
 pub fn audit(
-    brokers: &str,
+    cluster: &(impl Connection + ?Sized),
     dlq_topic: &str,
     parking_topic: &str,
     produced: &Produced,
@@ -79,7 +80,7 @@ pub fn audit(
 ) -> Result<AuditReport, AdminError> {
     let mut parked_ids: HashMap<String, String> = HashMap::new();
     let mut parked_origin: HashMap<(i32, i64), String> = HashMap::new();
-    for r in read_all(brokers, parking_topic)? {
+    for r in read_all(cluster, parking_topic)? {
         if let Some(env) = r
             .payload
             .as_deref()
@@ -93,7 +94,7 @@ pub fn audit(
         }
     }
     let mut dlq_ids: HashSet<String> = HashSet::new();
-    for r in read_all(brokers, dlq_topic)? {
+    for r in read_all(cluster, dlq_topic)? {
         if let Some(env) = r
             .payload
             .as_deref()

@@ -15,3 +15,4 @@ pub mod metrics;
 pub mod ops;
 pub mod runtime;
 pub mod sink;
+pub mod testkit;

@@ -260,9 +260,10 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             } else {
                 cfg.kafka.dlq_topic()
             };
-            let (b, t) = (cfg.kafka.brokers.clone(), topic.clone());
+            cfg.kafka_sasl_password()?;
+            let (k, t) = (cfg.kafka.clone(), topic.clone());
             let records =
-                tokio::task::spawn_blocking(move || courier::kafka::admin::read_all(&b, &t))
+                tokio::task::spawn_blocking(move || courier::kafka::admin::read_all(&k, &t))
                     .await??;
             let now = courier::runtime::now_ms();
             let s = inspect::summarize(
@@ -305,7 +306,8 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 since_ms: since.as_deref().map(parse_time).transpose()?,
                 until_ms: until.as_deref().map(parse_time).transpose()?,
             };
-            let plan = replay::prepare(&cfg.kafka.brokers, &source, &filter).await?;
+            cfg.kafka_sasl_password()?;
+            let plan = replay::prepare(&cfg.kafka, &source, &filter).await?;
             println!(
                 "{source}: {} to replay to {}, {} already replayed, {} not matching, {} unreadable",
                 plan.selected_count,
@@ -339,8 +341,7 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                     return Ok(1);
                 }
             }
-            let n =
-                replay::execute(&cfg.kafka.brokers, &source, &cfg.kafka.topic, &plan, rate).await?;
+            let n = replay::execute(&cfg.kafka, &source, &cfg.kafka.topic, &plan, rate).await?;
             println!("replayed {n} events");
             Ok(0)
         }

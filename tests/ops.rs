@@ -7,21 +7,7 @@ use common::*;
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, FailRule, SinkHandle};
 use std::collections::HashMap;
-use std::process::Command;
 use std::time::Duration;
-
-fn courier_cli(s: &Services, cfg: &std::path::Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
-        .args(args)
-        .arg("--config")
-        .arg(cfg)
-        .env("COURIER__KAFKA__BROKERS", &s.brokers)
-        .output()
-        .expect("run courier");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_and_replay_parked_events() {

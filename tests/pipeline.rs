@@ -129,7 +129,7 @@ async fn sigkill_mid_run_loses_nothing() {
         api.delivered_count() >= 3_000
     })
     .await;
-    c.kill();
+    c.kill().await;
     let at_kill = api.delivered_count();
     let mut c2 = Courier::start(&format!("{}-b", n.topic), &s, &toml);
     n.wait_committed_to_end(&s, Duration::from_secs(120)).await;

@@ -1,35 +1,134 @@
 //! Admin and inspection helpers used by the demo, the tests, the drills and the
 //! operator commands: create topics, read end offsets and committed offsets, and
 //! read a whole topic (e.g. the DLQ or the parking lot) as it stands now.
+//!
+//! Each helper takes a [`Connection`]: a broker list (plaintext, `bootstrap.servers`
+//! only: the tests, the drills, the demo) or the whole [`KafkaConfig`] (TLS and
+//! SASL from `[kafka.properties]`, the SASL password from the environment: the
+//! operator commands).
 
+use crate::config::KafkaConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     #[error("kafka: {0}")]
-    Kafka(#[from] rdkafka::error::KafkaError),
+    Kafka(#[from] KafkaError),
+    #[error("kafka: authentication failed ({0}); check sasl.username, sasl.mechanisms and the password in the variable kafka.sasl_password_env names")]
+    Auth(String),
     #[error("creating topic {0}: {1}")]
     Create(String, String),
     #[error("timed out: {0}")]
     Timeout(String),
 }
 
-fn base(brokers: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers);
-    c
+/// Where the helpers connect, and how: the librdkafka configuration every client
+/// they create starts from.
+pub trait Connection {
+    fn client_config(&self) -> ClientConfig;
+}
+
+/// A broker list: `bootstrap.servers` only (plaintext listeners: tests, drills, demo).
+impl Connection for str {
+    fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", self);
+        c
+    }
+}
+
+/// A broker list, as for `str`.
+impl Connection for String {
+    fn client_config(&self) -> ClientConfig {
+        self.as_str().client_config()
+    }
+}
+
+/// The whole Kafka config, as the pipeline's own clients use it
+/// ([`crate::kafka::client_base`]): `[kafka.properties]` and the SASL password
+/// from the environment.
+impl Connection for KafkaConfig {
+    fn client_config(&self) -> ClientConfig {
+        crate::kafka::client_base(self)
+    }
+}
+
+/// A ready-made configuration, used as it is.
+impl Connection for ClientConfig {
+    fn client_config(&self) -> ClientConfig {
+        self.clone()
+    }
+}
+
+/// The readers' client context: remembers an authentication failure librdkafka
+/// reports (with its reason), so a helper that cannot reach a broker says why
+/// rather than only that it timed out.
+#[derive(Default)]
+struct ReaderContext {
+    auth_failure: Mutex<Option<String>>,
+}
+
+impl ReaderContext {
+    fn auth_failure(&self) -> Option<String> {
+        self.auth_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
+            *self.auth_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+        }
+        tracing::warn!(%error, reason, "kafka client error");
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
+type Reader = BaseConsumer<ReaderContext>;
+
+fn reader(cfg: &ClientConfig) -> Result<Reader, AdminError> {
+    Ok(cfg.create_with_context(ReaderContext::default())?)
+}
+
+/// Turns a failure of `c` into an error, naming an authentication failure if
+/// librdkafka reported one. Its reports are events on the consumer's queue,
+/// served by `poll`: this serves the ones already queued (a poll that serves a
+/// log event returns nothing, like one that finds the queue empty, hence the
+/// bounded count). It runs only on the way out with an error.
+fn failure(c: &Reader, e: KafkaError) -> AdminError {
+    for _ in 0..1_000 {
+        if c.context().auth_failure().is_some() {
+            break;
+        }
+        let _ = c.poll(Duration::ZERO);
+    }
+    match c.context().auth_failure() {
+        Some(reason) => AdminError::Auth(reason),
+        None => AdminError::Kafka(e),
+    }
 }
 
 /// Creates topics (replication 1) and waits until their metadata is visible.
-pub async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<(), AdminError> {
-    let admin: AdminClient<DefaultClientContext> = base(brokers).create()?;
+pub async fn create_topics(
+    cluster: &(impl Connection + ?Sized),
+    topics: &[(&str, i32)],
+) -> Result<(), AdminError> {
+    let base = cluster.client_config();
+    let admin: AdminClient<DefaultClientContext> = base.create()?;
     let new: Vec<NewTopic> = topics
         .iter()
         .map(|(n, p)| NewTopic::new(n, *p, TopicReplication::Fixed(1)))
@@ -47,17 +146,18 @@ pub async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<(), 
             }
         }
     }
-    let b = brokers.to_string();
     let names: Vec<(String, usize)> = topics
         .iter()
         .map(|(n, p)| (n.to_string(), *p as usize))
         .collect();
     tokio::task::spawn_blocking(move || {
-        let c: BaseConsumer = base(&b).create()?;
+        let c = reader(&base)?;
         let until = Instant::now() + Duration::from_secs(30);
         for (name, n) in names {
             loop {
-                let md = c.fetch_metadata(Some(&name), Duration::from_secs(5))?;
+                let md = c
+                    .fetch_metadata(Some(&name), Duration::from_secs(5))
+                    .map_err(|e| failure(&c, e))?;
                 let ok = md.topics().iter().any(|t| {
                     t.name() == name
                         && t.error().is_none()
@@ -80,29 +180,39 @@ pub async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<(), 
 }
 
 /// High watermarks (end offsets) of every partition of `topic`.
-pub fn end_offsets(brokers: &str, topic: &str, partitions: i32) -> Result<Vec<i64>, AdminError> {
-    let c: BaseConsumer = base(brokers).create()?;
+pub fn end_offsets(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<i64>, AdminError> {
+    let c = reader(&cluster.client_config())?;
     (0..partitions)
-        .map(|p| Ok(c.fetch_watermarks(topic, p, Duration::from_secs(10))?.1))
+        .map(|p| {
+            c.fetch_watermarks(topic, p, Duration::from_secs(10))
+                .map(|(_, hi)| hi)
+                .map_err(|e| failure(&c, e))
+        })
         .collect()
 }
 
 /// Committed offsets of `group` for every partition of `topic` (-1 = none).
 pub fn committed_offsets(
-    brokers: &str,
+    cluster: &(impl Connection + ?Sized),
     group: &str,
     topic: &str,
     partitions: i32,
 ) -> Result<Vec<i64>, AdminError> {
-    let mut cfg = base(brokers);
+    let mut cfg = cluster.client_config();
     cfg.set("group.id", group)
         .set("enable.auto.commit", "false");
-    let c: BaseConsumer = cfg.create()?;
+    let c = reader(&cfg)?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let got = c.committed_offsets(tpl, Duration::from_secs(10))?;
+    let got = c
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .map_err(|e| failure(&c, e))?;
     Ok((0..partitions)
         .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => o,
@@ -122,13 +232,18 @@ pub struct ReadRecord {
 }
 
 /// Reads every record of `topic` up to its current end offsets (a snapshot).
-pub fn read_all(brokers: &str, topic: &str) -> Result<Vec<ReadRecord>, AdminError> {
-    let mut cfg = base(brokers);
+pub fn read_all(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+) -> Result<Vec<ReadRecord>, AdminError> {
+    let mut cfg = cluster.client_config();
     cfg.set("group.id", "courier-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false");
-    let c: BaseConsumer = cfg.create()?;
-    let md = c.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let c = reader(&cfg)?;
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|e| failure(&c, e))?;
     let Some(t) = md
         .topics()
         .iter()
@@ -139,7 +254,9 @@ pub fn read_all(brokers: &str, topic: &str) -> Result<Vec<ReadRecord>, AdminErro
     let mut tpl = TopicPartitionList::new();
     let mut remaining: BTreeMap<i32, i64> = BTreeMap::new();
     for p in t.partitions() {
-        let (lo, hi) = c.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
+        let (lo, hi) = c
+            .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+            .map_err(|e| failure(&c, e))?;
         if hi > lo {
             tpl.add_partition_offset(topic, p.id(), Offset::Offset(lo))?;
             remaining.insert(p.id(), hi);
@@ -180,7 +297,7 @@ pub fn read_all(brokers: &str, topic: &str) -> Result<Vec<ReadRecord>, AdminErro
                     }
                 }
             }
-            Some(Err(e)) => return Err(e.into()),
+            Some(Err(e)) => return Err(failure(&c, e)),
             None => {}
         }
     }

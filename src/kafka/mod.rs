@@ -82,6 +82,20 @@ fn set_sasl_password(c: &mut ClientConfig, k: &KafkaConfig) {
     }
 }
 
+/// What any client of the cluster needs and nothing role-specific: the brokers,
+/// `[kafka.properties]` (TLS, SASL, …) and the SASL password from the environment,
+/// as [`consumer_config`] passes them. The operator commands' admin clients and
+/// readers start from it (`kafka::admin`).
+pub fn client_base(k: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &k.brokers);
+    for (key, v) in &k.properties {
+        c.set(key, v);
+    }
+    set_sasl_password(&mut c, k);
+    c
+}
+
 /// Idempotent producer (acks=all, safe retries) for DLQ and parking-lot writes.
 pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();

@@ -7,6 +7,7 @@
 //! skips what the log lists. A crash between the two writes can replay one record
 //! twice (a duplicate the idempotency key absorbs), never skip one.
 
+use crate::config::KafkaConfig;
 use crate::core::envelope::Envelope;
 use crate::kafka::admin::{create_topics, read_all, AdminError, ReadRecord};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -107,11 +108,16 @@ pub fn log_topic(source: &str) -> String {
     format!("{source}.replayed")
 }
 
-/// Reads the source topic and the replay log, and plans.
-pub async fn prepare(brokers: &str, source: &str, filter: &Filter) -> Result<Plan, ReplayError> {
-    let (b, s) = (brokers.to_string(), source.to_string());
+/// Reads the source topic and the replay log, and plans. Connects with the whole
+/// Kafka config (`[kafka.properties]`, the SASL password from the environment).
+pub async fn prepare(
+    kafka: &KafkaConfig,
+    source: &str,
+    filter: &Filter,
+) -> Result<Plan, ReplayError> {
+    let (k, s) = (kafka.clone(), source.to_string());
     let (records, logged) = tokio::task::spawn_blocking(move || {
-        Ok::<_, AdminError>((read_all(&b, &s)?, read_all(&b, &log_topic(&s))?))
+        Ok::<_, AdminError>((read_all(&k, &s)?, read_all(&k, &log_topic(&s))?))
     })
     .await
     .map_err(|e| AdminError::Timeout(e.to_string()))??;
@@ -126,18 +132,19 @@ pub async fn prepare(brokers: &str, source: &str, filter: &Filter) -> Result<Pla
     Ok(plan(&records, filter, &already))
 }
 
-/// Replays the plan to `main_topic` at no more than `rate_per_sec`.
+/// Replays the plan to `main_topic` at no more than `rate_per_sec`, with the
+/// pipeline's own producer configuration (idempotent, `acks=all`,
+/// `[kafka.properties]`, the SASL password from the environment).
 pub async fn execute(
-    brokers: &str,
+    kafka: &KafkaConfig,
     source: &str,
     main_topic: &str,
     plan: &Plan,
     rate_per_sec: f64,
 ) -> Result<usize, ReplayError> {
     let log = log_topic(source);
-    create_topics(brokers, &[(log.as_str(), 1)]).await?;
-    let producer: FutureProducer = crate::loadgen::producer(brokers)
-        .map_err(|e| ReplayError::Write(main_topic.into(), e.to_string()))?;
+    create_topics(kafka, &[(log.as_str(), 1)]).await?;
+    let producer: FutureProducer = crate::kafka::producer_config(kafka).create()?;
     let interval = Duration::from_secs_f64(1.0 / rate_per_sec.max(0.001));
     let mut tick = tokio::time::interval(interval);
     let mut done = 0;

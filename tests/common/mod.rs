@@ -6,8 +6,9 @@
 use courier::audit::{audit, AuditReport, Produced};
 use courier::kafka::admin::{committed_offsets, create_topics, end_offsets};
 use courier::sink::SinkHandle;
+use courier::testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub struct Services {
@@ -142,16 +143,14 @@ pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() ->
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    courier::testkit::free_port().expect("free port")
 }
 
-/// A Courier instance as a child process, configured by a generated TOML file
-/// plus `COURIER__*` environment overrides.
+/// A Courier instance as a child process ([`courier::testkit::CourierProcess`]),
+/// configured by a generated TOML file plus `COURIER__*` environment overrides.
+/// Dropping it kills the process.
 pub struct Courier {
-    child: Option<Child>,
+    proc: CourierProcess,
     pub log: PathBuf,
     pub metrics_port: u16,
 }
@@ -171,115 +170,89 @@ impl Courier {
 
     /// Like [`Courier::start`], with extra environment variables (secrets).
     pub fn start_with_env(name: &str, s: &Services, toml: &str, env: &[(&str, &str)]) -> Courier {
-        let dir = log_dir();
-        let cfg = dir.join(format!("{name}.toml"));
-        std::fs::write(&cfg, toml).expect("write config");
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).expect("log file");
-        let metrics_port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_courier"))
-            .arg("run")
-            .arg("--config")
-            .arg(&cfg)
-            .env("COURIER__KAFKA__BROKERS", &s.brokers)
-            .env("COURIER__REDIS__URL", &s.redis_url)
-            .env(
-                "COURIER__METRICS__LISTEN",
-                format!("127.0.0.1:{metrics_port}"),
-            )
-            .env(
-                "RUST_LOG",
-                std::env::var("COURIER_TEST_RUST_LOG")
-                    .unwrap_or_else(|_| "info,librdkafka=warn,rdkafka=warn".into()),
-            )
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out)
-            .spawn()
-            .expect("spawn courier");
+        let mut launch = Launch::new(
+            env!("CARGO_BIN_EXE_courier"),
+            log_dir(),
+            name,
+            toml,
+            &s.brokers,
+            &s.redis_url,
+        );
+        launch.rust_log =
+            std::env::var("COURIER_TEST_RUST_LOG").unwrap_or_else(|_| DEFAULT_RUST_LOG.into());
+        launch.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let proc = CourierProcess::start(&launch).expect("start courier");
         Courier {
-            child: Some(child),
-            log,
-            metrics_port,
+            log: proc.log.clone(),
+            metrics_port: proc.metrics_port,
+            proc,
         }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
-    }
-
-    fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .arg(sig)
-            .arg(self.pid().to_string())
-            .status();
     }
 
     /// SIGKILL: no shutdown path runs at all.
-    pub fn kill(&mut self) {
-        self.signal("-KILL");
-        if let Some(mut c) = self.child.take() {
-            let _ = c.wait();
-        }
+    pub async fn kill(&mut self) {
+        self.proc.kill().await;
     }
 
     /// SIGTERM and wait for the graceful shutdown; returns the exit code.
     pub async fn terminate(&mut self, timeout: Duration) -> Option<i32> {
-        self.signal("-TERM");
-        self.wait_exit(timeout).await
+        self.proc
+            .terminate(timeout)
+            .await
+            .unwrap_or_else(|e| panic!("courier: {e}"))
     }
 
+    /// Waits for the process to exit on its own; returns the exit code.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
-        let until = Instant::now() + timeout;
-        let mut child = self.child.take()?;
-        loop {
-            if let Ok(Some(st)) = child.try_wait() {
-                return st.code();
-            }
-            if Instant::now() > until {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "courier did not exit within {timeout:?}; log: {}",
-                    self.log.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.proc
+            .wait_exit(timeout)
+            .await
+            .unwrap_or_else(|e| panic!("courier: {e}"))
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.proc.log_text().unwrap_or_default()
     }
 
     /// Scrapes `/metrics` and returns the sum of all series of `name` (which may
-    /// include the start of a label set, e.g. `x_total{result="miss"`).
+    /// include the start of a label set, e.g. `x_total{result="miss"`); 0 when
+    /// the page cannot be read.
     pub async fn metric(&self, name: &str) -> f64 {
-        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
-        let Ok(resp) = reqwest::get(&url).await else {
-            return 0.0;
-        };
-        let text = resp.text().await.unwrap_or_default();
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter(|l| {
-                l.starts_with(name)
-                    && (name.contains('{')
-                        || matches!(l.as_bytes().get(name.len()), Some(b' ') | Some(b'{')))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        self.proc.metric(name).await.unwrap_or(0.0)
     }
 }
 
-impl Drop for Courier {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// Runs a `courier` command (e.g. `dlq inspect`) with `--config cfg` against the
+/// test broker; `env` is set last (another broker list, a SASL password).
+/// Returns the exit code, stdout and stderr.
+pub fn courier_cli_env(
+    s: &Services,
+    cfg: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(args)
+        .arg("--config")
+        .arg(cfg)
+        .env("COURIER__KAFKA__BROKERS", &s.brokers)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run courier");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Like [`courier_cli_env`] without extra environment; stdout and stderr together.
+pub fn courier_cli(s: &Services, cfg: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let (code, out, err) = courier_cli_env(s, cfg, args, &[]);
+    (code, out + &err)
 }
 
 /// `[degraded]` settings that make outages, pauses and drains quick enough to test.

@@ -7,13 +7,14 @@ use courier::audit::Produced;
 use courier::kafka::admin::{committed_offsets, create_topics, end_offsets};
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, SinkHandle};
+use courier::testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::task::JoinHandle;
 
 use crate::metrics::Scrape;
@@ -209,12 +210,6 @@ shutdown_grace_ms = 5000
     )
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// One Courier process (one incarnation of an instance slot).
 pub struct Instance {
     pub slot: usize,
@@ -222,43 +217,33 @@ pub struct Instance {
     pub name: String,
     pub metrics_port: u16,
     pub log: PathBuf,
-    child: Option<Child>,
+    proc: CourierProcess,
 }
 
 impl Instance {
     /// Exit code if the process has exited on its own (`Some(None)`: by a signal).
     pub fn exited(&mut self) -> Option<Option<i32>> {
-        let c = self.child.as_mut()?;
-        match c.try_wait() {
-            Ok(Some(st)) => Some(st.code()),
-            _ => None,
-        }
+        self.proc.exited()
+    }
+
+    /// Started and not yet stopped, killed or seen exited.
+    pub fn is_live(&self) -> bool {
+        self.proc.is_live()
     }
 
     /// SIGKILL: no shutdown path runs.
     pub async fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.start_kill();
-            let _ = c.wait().await;
-        }
+        self.proc.kill().await;
     }
 
     /// SIGTERM, then waits for the graceful exit (SIGKILL after `timeout`).
     /// Returns the exit code, `None` when it had to be killed or died by a signal.
     pub async fn terminate(&mut self, timeout: Duration) -> Option<i32> {
-        let mut c = self.child.take()?;
-        if let Some(pid) = c.id() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(pid.to_string())
-                .status()
-                .await;
-        }
-        match tokio::time::timeout(timeout, c.wait()).await {
-            Ok(Ok(st)) => st.code(),
-            _ => {
-                let _ = c.start_kill();
-                let _ = c.wait().await;
+        match self.proc.terminate(timeout).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("[drill] {e}");
+                self.proc.kill().await;
                 None
             }
         }
@@ -270,7 +255,7 @@ impl Instance {
 
     /// The last lines of the log that mention a problem, for a report.
     pub fn log_tail(&self, lines: usize) -> Vec<String> {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.proc.log_text().unwrap_or_default();
         let bad: Vec<&str> = text
             .lines()
             .filter(|l| l.contains("ERROR") || l.contains("WARN") || l.contains("panicked"))
@@ -367,49 +352,36 @@ impl Cluster {
     pub fn spawn(&mut self, slot: usize) -> anyhow::Result<()> {
         let incarnation = self.next_incarnation;
         self.next_incarnation += 1;
+        // One config file per incarnation (`<name>.toml`): rewriting a shared one
+        // races with a starting instance reading it.
         let name = format!("{}-i{slot}-{incarnation}", self.scenario);
-        // One file per incarnation: rewriting a shared one races with a starting
-        // instance reading it.
-        let cfg_path = self.cfg.log_dir.join(format!("{name}.toml"));
-        std::fs::write(&cfg_path, &self.toml).context("writing the Courier config")?;
-        let log = self.cfg.log_dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).context("creating a log file")?;
-        let metrics_port = free_port()?;
         let brokers = if self.proxied_slots.contains(&slot) {
             &self.svc.proxied_brokers
         } else {
             &self.svc.brokers
         };
-        let child = Command::new(&self.cfg.courier)
-            .arg("run")
-            .arg("--config")
-            .arg(&cfg_path)
-            .env("COURIER__KAFKA__BROKERS", brokers)
-            .env("COURIER__REDIS__URL", &self.svc.redis_url)
-            .env(
-                "COURIER__METRICS__LISTEN",
-                format!("127.0.0.1:{metrics_port}"),
-            )
-            .env(TOKEN_ENV, TOKEN)
-            .env(
-                "RUST_LOG",
-                std::env::var("COURIER_DRILL_RUST_LOG")
-                    .unwrap_or_else(|_| "info,librdkafka=warn,rdkafka=warn".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("spawning {}", self.cfg.courier.display()))?;
-        lock(&self.registry).insert(incarnation, metrics_port);
+        let mut launch = Launch::new(
+            &self.cfg.courier,
+            &self.cfg.log_dir,
+            &name,
+            &self.toml,
+            brokers,
+            &self.svc.redis_url,
+        );
+        launch.rust_log =
+            std::env::var("COURIER_DRILL_RUST_LOG").unwrap_or_else(|_| DEFAULT_RUST_LOG.into());
+        launch.env = vec![(TOKEN_ENV.into(), TOKEN.into())];
+        launch.scrape_timeout = Some(crate::metrics::SCRAPE_TIMEOUT);
+        let proc = CourierProcess::start(&launch)
+            .with_context(|| format!("starting Courier instance {name}"))?;
+        lock(&self.registry).insert(incarnation, proc.metrics_port);
         let inst = Instance {
             slot,
             incarnation,
             name,
-            metrics_port,
-            log,
-            child: Some(child),
+            metrics_port: proc.metrics_port,
+            log: proc.log.clone(),
+            proc,
         };
         if slot < self.instances.len() {
             self.instances[slot] = inst;
@@ -478,7 +450,7 @@ impl Cluster {
             let mut each = true;
             let mut mine = slot.is_none();
             for inst in &self.instances {
-                if inst.child.is_none() {
+                if !inst.is_live() {
                     continue;
                 }
                 let a = inst.scrape().await.map(|s| s.assigned).unwrap_or(0.0);
@@ -506,7 +478,7 @@ impl Cluster {
     pub async fn scrape_all(&self) -> Vec<Scrape> {
         let mut out = Vec::new();
         for inst in &self.instances {
-            if inst.child.is_some() {
+            if inst.is_live() {
                 if let Some(s) = inst.scrape().await {
                     out.push(s);
                 }
@@ -521,7 +493,7 @@ impl Cluster {
         let v = if want { 1.0 } else { 0.0 };
         while t0.elapsed() < timeout {
             let s = self.scrape_all().await;
-            if s.len() == self.instances.iter().filter(|i| i.child.is_some()).count()
+            if s.len() == self.instances.iter().filter(|i| i.is_live()).count()
                 && s.iter().all(|s| s.api_unavailable == v)
             {
                 return Some(t0.elapsed());
@@ -578,7 +550,7 @@ impl Cluster {
     pub async fn stop_all(&mut self) -> Vec<(String, Option<i32>)> {
         let mut bad = Vec::new();
         for slot in 0..self.instances.len() {
-            if self.instances[slot].child.is_none() {
+            if !self.instances[slot].is_live() {
                 continue;
             }
             let name = self.instances[slot].name.clone();
@@ -601,7 +573,7 @@ impl Cluster {
 }
 
 impl Drop for Cluster {
-    /// Also on an early return: the instances die with their `Child` (`kill_on_drop`).
+    /// Also on an early return: the instances die with their `CourierProcess`.
     fn drop(&mut self) {
         self.monitor.abort();
         self.sink.shutdown();

@@ -14,13 +14,15 @@ pub struct Scrape {
     pub delivered: f64,
 }
 
+/// Deadline of one scrape: a stuck instance must not stall the monitor.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Scrapes the instance whose metrics listener is on `port`; `None` when it does
+/// not answer (yet, or any more).
 pub async fn scrape(port: u16) -> Option<Scrape> {
-    let url = format!("http://127.0.0.1:{port}/metrics");
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
+    let text = courier::testkit::metrics_page(port, Some(SCRAPE_TIMEOUT))
+        .await
         .ok()?;
-    let text = client.get(&url).send().await.ok()?.text().await.ok()?;
     Some(parse(&text))
 }
 
