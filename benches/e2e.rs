@@ -27,6 +27,8 @@ mod ceiling;
 mod classic;
 #[path = "e2e/courier_run.rs"]
 mod courier_run;
+#[path = "e2e/drain.rs"]
+mod drain;
 #[path = "e2e/procs.rs"]
 mod procs;
 #[path = "e2e/prom.rs"]
@@ -124,6 +126,15 @@ pub struct Opts {
     /// Skip the classic loop.
     #[arg(long)]
     no_classic: bool,
+    /// Drain-rate check: `degraded.drain_rate_per_sec` settings to measure, each on
+    /// a DLQ preloaded with --drain-secs worth of due envelopes.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![50.0, 500.0])]
+    drain_rates: Vec<f64>,
+    #[arg(long, default_value_t = 10)]
+    drain_secs: u64,
+    /// Skip the drain-rate check.
+    #[arg(long)]
+    no_drain: bool,
     /// One small cell (L = 10 ms, C = 256, key, 20,000 events) for smoke-testing.
     #[arg(long)]
     quick: bool,
@@ -215,6 +226,10 @@ impl Opts {
             self.ceiling_secs = 3;
             self.classic_events = 200;
             self.classic_secs = 3;
+            if self.drain_rates == [50.0, 500.0] {
+                self.drain_rates = vec![200.0];
+                self.drain_secs = 4;
+            }
         }
     }
 
@@ -769,6 +784,59 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
         }
         results.push(r);
     }
+    let mut drains = Vec::new();
+    if !opts.no_drain {
+        for (i, &rate) in opts.drain_rates.iter().enumerate() {
+            let topic = format!("{}-drain{i}", bench.run_id);
+            eprintln!(
+                "[drain] degraded.drain_rate_per_sec = {rate}, {} s of envelopes",
+                opts.drain_secs
+            );
+            let setup = drain::DrainSetup {
+                bin: &bin,
+                brokers: &opts.brokers,
+                redis_url: opts
+                    .redis_url
+                    .as_deref()
+                    .unwrap_or("redis://127.0.0.1:16379"),
+                sink_base: &bench.sink.base,
+                http: &bench.http,
+                log_dir: &bench.log_dir,
+                topic: &topic,
+                partitions: opts.partitions,
+                rate,
+                secs: opts.drain_secs,
+                event_bytes: opts.event_bytes,
+            };
+            let r = match drain::run(&setup).await {
+                Ok(r) => r,
+                Err(e) => drain::DrainResult {
+                    rate_setting: rate,
+                    error: Some(format!("{e:#}")),
+                    ..Default::default()
+                },
+            };
+            eprintln!(
+                "  drained {} of {} envelopes: steady {:.1}/s ({:.3} × setting), peak second {} ({:.3} ×){}",
+                r.delivered,
+                r.envelopes,
+                r.steady_rate.unwrap_or(f64::NAN),
+                r.steady_ratio.unwrap_or(f64::NAN),
+                r.peak_second,
+                r.peak_ratio.unwrap_or(f64::NAN),
+                r.error.as_deref().map(|e| format!("; {e}")).unwrap_or_default(),
+            );
+            if !opts.keep_topics {
+                let topics = [
+                    topic.clone(),
+                    format!("{topic}.dlq"),
+                    format!("{topic}.parking"),
+                ];
+                delete_topics(&opts.brokers, &topics).await;
+            }
+            drains.push(r);
+        }
+    }
     let _ = bench.sink.guard.stop("-INT", Duration::from_secs(5)).await;
     if opts.perf_secs.is_none() {
         // perf reports need the binary; otherwise the copy goes.
@@ -781,6 +849,7 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
         wall_secs: started.elapsed().as_secs_f64(),
         cells: results,
         classic: classics,
+        drains,
     };
     let md = report.markdown();
     println!("{md}");

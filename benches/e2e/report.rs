@@ -23,6 +23,7 @@ pub struct Report {
     pub wall_secs: f64,
     pub cells: Vec<CellResult>,
     pub classic: Vec<ClassicResult>,
+    pub drains: Vec<crate::drain::DrainResult>,
 }
 
 /// Ratios of one cell, each against a baseline measured in the same run.
@@ -263,6 +264,41 @@ impl Report {
             status,
             detail,
         });
+
+        // 6. The drain rate limit holds within 5 % of its setting.
+        let measured: Vec<_> = self
+            .drains
+            .iter()
+            .filter_map(|d| Some((d, d.steady_ratio?)))
+            .collect();
+        let (status, detail) = if measured.is_empty() {
+            (
+                "not measured",
+                "needs the drain-rate check (not --no-drain)".into(),
+            )
+        } else {
+            let ok = measured
+                .iter()
+                .all(|(d, r)| (r - 1.0).abs() <= 0.05 && d.lost == 0);
+            let parts: Vec<String> = measured
+                .iter()
+                .map(|(d, r)| {
+                    format!(
+                        "{}/s: steady {:.1}/s = {r:.3} × setting, peak second {:.3} ×, lost {}",
+                        d.rate_setting,
+                        d.steady_rate.unwrap_or(f64::NAN),
+                        d.peak_ratio.unwrap_or(f64::NAN),
+                        d.lost
+                    )
+                })
+                .collect();
+            (if ok { "met" } else { "not met" }, parts.join("; "))
+        };
+        out.push(Target {
+            target: "drain rate within 5 % of degraded.drain_rate_per_sec",
+            status,
+            detail,
+        });
         out
     }
 
@@ -389,6 +425,26 @@ impl Report {
                 );
             }
         }
+        if !self.drains.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nDrain rate (DLQ preloaded with due envelopes, empty main topic, API at 10 ms):\n\n| setting /s | envelopes | redelivered | lost | steady /s | steady ÷ setting | peak second | peak ÷ setting |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+            );
+            for d in &self.drains {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    d.rate_setting,
+                    d.envelopes,
+                    d.delivered,
+                    d.lost,
+                    f(d.steady_rate, 1),
+                    f(d.steady_ratio, 3),
+                    d.peak_second,
+                    f(d.peak_ratio, 3),
+                );
+            }
+        }
         let _ = writeln!(s, "\nTargets:\n");
         for t in self.targets() {
             let _ = writeln!(s, "- **{}**: {}. {}", t.target, t.status, t.detail);
@@ -408,6 +464,7 @@ impl Report {
             "wall_secs": self.wall_secs,
             "cells": cells,
             "classic": self.classic,
+            "drains": self.drains,
             "targets": self.targets(),
         })
     }
