@@ -1,8 +1,9 @@
 //! Courier itself: `courier run` as a child process on a preloaded topic, measured
 //! from its first delivery until the group's committed offsets reach the end offsets.
 
-use crate::procs::{cpu_seconds, current_rss_bytes, free_port, peak_rss_bytes, ChildGuard, Pid};
+use crate::procs::{cpu_seconds, current_rss_bytes, peak_rss_bytes, ChildGuard, Pid};
 use crate::prom::{counter, Histogram};
+use courier::testkit::{CourierProcess, Launch};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -171,27 +172,24 @@ async fn committed_at_end(s: &Setup<'_>) -> bool {
 }
 
 pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<CourierResult> {
-    let cfg_path = s.log_dir.join(format!("{}.toml", s.name));
-    std::fs::write(&cfg_path, config(s))?;
-    let port = free_port()?;
-    let mut cmd = Command::new(s.bin);
-    cmd.arg("run")
-        .arg("--config")
-        .arg(&cfg_path)
-        .env("COURIER__KAFKA__BROKERS", s.brokers)
-        .env("COURIER__METRICS__LISTEN", format!("127.0.0.1:{port}"))
-        .env(
-            "RUST_LOG",
-            std::env::var("E2E_COURIER_LOG")
-                .unwrap_or_else(|_| "warn,librdkafka=warn,rdkafka=warn".into()),
-        );
-    if let Some(r) = s.redis_url {
-        cmd.env("COURIER__REDIS__URL", r);
-    }
-    cmd.envs(s.env.iter().map(|(k, v)| (k, v)));
-    let log = s.log_dir.join(format!("{}.log", s.name));
+    // Started like the tests and the drills start it (`courier::testkit`).
+    let mut launch = Launch::new(
+        s.bin,
+        s.log_dir,
+        s.name,
+        config(s),
+        s.brokers,
+        // Without Redis, Courier relies on its local breaker.
+        s.redis_url.unwrap_or("redis://127.0.0.1:1"),
+    );
+    launch.rust_log = std::env::var("E2E_COURIER_LOG")
+        .unwrap_or_else(|_| "warn,librdkafka=warn,rdkafka=warn".into());
+    launch.env = s.env.to_vec();
+    launch.scrape_timeout = Some(Duration::from_secs(2));
     let spawned = Instant::now();
-    let mut courier = ChildGuard::spawn("courier", &mut cmd, &log)?;
+    let mut courier = CourierProcess::start(&launch)?;
+    let log = courier.log.clone();
+    let port = courier.metrics_port;
     let pid = Pid::Of(courier.pid().unwrap_or(0));
 
     let mut first: Option<(Instant, f64, Option<f64>)> = None;
@@ -204,7 +202,7 @@ pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<Courie
         tick.tick().await;
         n += 1;
         if let Some(st) = courier.exited() {
-            anyhow::bail!("courier exited early ({st}); log: {}", log.display());
+            anyhow::bail!("courier exited early ({st:?}); log: {}", log.display());
         }
         if spawned.elapsed() > s.timeout {
             anyhow::bail!(
@@ -256,7 +254,10 @@ pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<Courie
         }
         None => None,
     };
-    let exit_code = courier.stop("-TERM", Duration::from_secs(20)).await;
+    let exit_code = courier
+        .terminate(Duration::from_secs(20))
+        .await
+        .unwrap_or(None);
 
     let delivered_end = counter(&text, "courier_delivered_total");
     if delivered_end > s.events as f64 {
