@@ -25,6 +25,8 @@ pub struct Pipeline {
     pub instance: String,
     pub health: Health,
     delivery: RwLock<Option<ActorRef<DeliveryMsg>>>,
+    /// The current delivery pool's queue of deliveries (see `actors::delivery`).
+    delivery_queue: RwLock<Option<tokio::sync::mpsc::UnboundedSender<crate::delivery::Job>>>,
     consumer: RwLock<Option<ActorRef<ConsumerMsg>>>,
     health_actor: RwLock<Option<ActorRef<HealthMsg>>>,
     dlq_writer: RwLock<Option<ActorRef<DlqWriterMsg>>>,
@@ -52,6 +54,7 @@ impl Pipeline {
             buffered: Arc::new(AtomicI64::new(0)),
             config,
             delivery: RwLock::new(None),
+            delivery_queue: RwLock::new(None),
             consumer: RwLock::new(None),
             health_actor: RwLock::new(None),
             dlq_writer: RwLock::new(None),
@@ -69,6 +72,22 @@ impl Pipeline {
     }
     pub fn set_delivery(&self, a: ActorRef<DeliveryMsg>) {
         *self.delivery.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
+    }
+    /// The current delivery pool's queue. Partition actors keep a copy and come
+    /// back here only when a send fails (the pool was re-spawned).
+    pub fn delivery_queue(
+        &self,
+    ) -> Option<tokio::sync::mpsc::UnboundedSender<crate::delivery::Job>> {
+        self.delivery_queue
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+    pub fn set_delivery_queue(&self, q: tokio::sync::mpsc::UnboundedSender<crate::delivery::Job>) {
+        *self
+            .delivery_queue
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(q);
     }
     pub fn consumer(&self) -> Option<ActorRef<ConsumerMsg>> {
         self.consumer

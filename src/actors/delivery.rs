@@ -1,10 +1,12 @@
-//! Delivery pool: starts the work of each job. Deliveries (the API path) queue
-//! here, in order, and a dispatcher task spawns each one only once it holds one of
-//! the `pipeline.concurrency` permits: waiting jobs cost a queue entry (an `Arc`
-//! and a token), not a task. The memory profile of a 2,048-permit run had 12 MB in
-//! tasks parked on the semaphore (docs/BENCHMARKS.md). Parking-lot writes and DLQ
-//! redeliveries do not use the API permits and start at once (the drain has its
-//! own limit and pace).
+//! Delivery pool: starts the work of each job. Deliveries (the API path) queue in
+//! order on the pool's queue, which partition actors send to directly
+//! (`Pipeline::delivery_queue`: one hop per event instead of an actor message and
+//! a channel), and a dispatcher task spawns each one only once it holds one of the
+//! `pipeline.concurrency` permits: waiting jobs cost a queue entry (an `Arc` and a
+//! token), not a task. The memory profile of a 2,048-permit run had 12 MB in tasks
+//! parked on the semaphore (docs/BENCHMARKS.md). Parking-lot writes and DLQ
+//! redeliveries come as messages; they do not use the API permits and start at
+//! once (the drain has its own limit and pace).
 
 use crate::delivery::{Deliverer, Job, Work};
 use crate::runtime::Pipeline;
@@ -22,7 +24,19 @@ pub struct DeliveryPool;
 pub struct DeliveryState {
     deliverer: Arc<Deliverer>,
     queue: mpsc::UnboundedSender<Job>,
-    dispatcher: JoinHandle<()>,
+    _dispatcher: AbortOnDrop,
+}
+
+/// Ends the dispatcher with the pool, however the pool ends (a panicking actor's
+/// `post_stop` does not run, but its state is dropped). Queued jobs are dropped with
+/// it: their tokens report errored and the partition actors dispatch them again, to
+/// the queue of the re-spawned pool.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Actor for DeliveryPool {
@@ -35,25 +49,15 @@ impl Actor for DeliveryPool {
         _myself: ActorRef<Self::Msg>,
         pipeline: Arc<Pipeline>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let deliverer = Arc::new(Deliverer::new(pipeline)?);
+        let deliverer = Arc::new(Deliverer::new(pipeline.clone())?);
         let (queue, jobs) = mpsc::unbounded_channel();
-        let dispatcher = tokio::spawn(dispatch(deliverer.clone(), jobs));
+        let dispatcher = AbortOnDrop(tokio::spawn(dispatch(deliverer.clone(), jobs)));
+        pipeline.set_delivery_queue(queue.clone());
         Ok(DeliveryState {
             deliverer,
             queue,
-            dispatcher,
+            _dispatcher: dispatcher,
         })
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        // Queued jobs are dropped with the dispatcher: their tokens report errored
-        // and the partition actors dispatch them again (to the restarted pool).
-        state.dispatcher.abort();
-        Ok(())
     }
 
     async fn handle(

@@ -14,7 +14,7 @@ use crate::core::event::{decode, DecodeOptions};
 use crate::core::fsm::{Mode, PartitionFsm};
 use crate::core::offsets::{NextOffset, OffsetTracker};
 use crate::core::ordering::Scheduler;
-use crate::delivery::token::{CompletionToken, Finished};
+use crate::delivery::token::{Completion, CompletionToken, Inbox};
 use crate::delivery::{Item, Job, Work};
 use crate::health::Verdict;
 use crate::kafka::{KafkaConsumer, Record};
@@ -41,13 +41,8 @@ pub enum Src {
 
 pub enum PartitionMsg {
     Records(Vec<Record>),
-    /// From a completion token. `outcome: None` means the work vanished (errored).
-    Finished {
-        generation: u64,
-        src: Src,
-        offset: i64,
-        outcome: Option<Finished>,
-    },
+    /// Completion tokens left outcomes in the inbox (see `delivery::token::Inbox`).
+    Completed,
     Redispatch(Src, i64),
     /// Stop dispatching, wait (bounded) for in-flight work, reply with the stored
     /// main watermark. Used on revoke and shutdown.
@@ -218,6 +213,10 @@ pub struct PartitionState {
     draining: Option<RpcReplyPort<Option<i64>>>,
     /// A `Store` message is on its way.
     store_scheduled: bool,
+    /// Where this incarnation's completion tokens leave their outcomes.
+    inbox: Arc<Inbox>,
+    /// The delivery pool's queue (see `actors::delivery`), refreshed when a send fails.
+    queue: Option<tokio::sync::mpsc::UnboundedSender<Job>>,
     gauges: Gauges,
 }
 
@@ -267,6 +266,8 @@ impl Actor for PartitionActor {
             wake_at: None,
             draining: None,
             store_scheduled: false,
+            queue: None,
+            inbox: Arc::new(Inbox::default()),
             gauges,
             a,
         };
@@ -295,12 +296,7 @@ impl Actor for PartitionActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             PartitionMsg::Records(records) => s.on_records(&myself, records),
-            PartitionMsg::Finished {
-                generation,
-                src,
-                offset,
-                outcome,
-            } => s.on_finished(&myself, generation, src, offset, outcome),
+            PartitionMsg::Completed => s.on_completed(&myself),
             PartitionMsg::Redispatch(src, offset) => {
                 if s.draining.is_none() && s.held.contains_key(&(src, offset)) {
                     s.dispatch(&myself, src, offset);
@@ -467,24 +463,43 @@ impl PartitionState {
         }
     }
 
-    fn on_finished(
-        &mut self,
-        myself: &ActorRef<PartitionMsg>,
-        generation: u64,
-        src: Src,
-        offset: i64,
-        outcome: Option<Finished>,
-    ) {
+    /// Takes every outcome the tokens left in the inbox, then re-evaluates once.
+    fn on_completed(&mut self, myself: &ActorRef<PartitionMsg>) {
+        let mut advanced = false;
+        for c in self.inbox.take() {
+            advanced |= self.on_finished(myself, c);
+        }
+        if advanced {
+            self.fill(myself);
+            self.schedule_store(myself);
+            self.evaluate(myself);
+        }
+        if self.draining.is_some() && self.dispatched == 0 {
+            self.reply_drained();
+        }
+    }
+
+    /// One outcome; true when an offset completed.
+    fn on_finished(&mut self, myself: &ActorRef<PartitionMsg>, c: Completion) -> bool {
+        let Completion {
+            generation,
+            src,
+            offset,
+            outcome,
+        } = c;
         if generation != self.a.generation {
-            return; // A late report from an older incarnation: fenced off.
+            return false; // A late report from an older incarnation: fenced off.
         }
         self.dispatched = self.dispatched.saturating_sub(1);
         match outcome {
-            None => self.on_errored(myself, src, offset),
+            None => {
+                self.on_errored(myself, src, offset);
+                false
+            }
             Some(_) => {
                 if let Err(e) = self.side(src).tracker.complete(generation, offset) {
                     tracing::error!(partition = self.a.partition, ?src, error = %e, "impossible completion refused");
-                    return;
+                    return false;
                 }
                 if let Some(held) = self.held.remove(&(src, offset)) {
                     self.a.ready.finished();
@@ -500,15 +515,8 @@ impl PartitionState {
                         }
                     }
                 }
-                if src == Src::Main {
-                    self.fill(myself);
-                }
-                self.schedule_store(myself);
-                self.evaluate(myself);
+                true
             }
-        }
-        if self.draining.is_some() && self.dispatched == 0 {
-            self.reply_drained();
         }
     }
 
@@ -555,12 +563,33 @@ impl PartitionState {
         self.dispatched += 1;
         let job = Job {
             item: held.item.clone(),
-            token: CompletionToken::new(myself.clone(), self.a.generation, src, offset),
+            token: CompletionToken::new(
+                myself.clone(),
+                self.inbox.clone(),
+                self.a.generation,
+                src,
+                offset,
+            ),
         };
         // If the pool is missing or gone, the job is dropped here and its token
         // reports errored: the event is re-dispatched after a backoff.
-        if let Some(pool) = self.a.pipeline.delivery() {
-            let _ = pool.send_message(DeliveryMsg::Run(job));
+        if !matches!(job.item.work, Work::Deliver(_)) {
+            if let Some(pool) = self.a.pipeline.delivery() {
+                let _ = pool.send_message(DeliveryMsg::Run(job));
+            }
+            return;
+        }
+        let job = match &self.queue {
+            Some(q) => match q.send(job) {
+                Ok(()) => return,
+                Err(failed) => failed.0,
+            },
+            None => job,
+        };
+        // Not known yet, or the pool was re-spawned: take its current queue.
+        self.queue = self.a.pipeline.delivery_queue();
+        if let Some(q) = &self.queue {
+            let _ = q.send(job);
         }
     }
 

@@ -9,6 +9,7 @@
 
 use crate::actors::partition::{PartitionMsg, Src};
 use ractor::ActorRef;
+use std::sync::{Arc, Mutex};
 
 /// How an event finished. Every variant means "its outcome is durable".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,8 +22,44 @@ pub enum Finished {
     Parked { reason: String },
 }
 
+/// One outcome on its way to the partition actor. `outcome: None`: the work
+/// vanished (errored).
+#[derive(Debug)]
+pub struct Completion {
+    pub generation: u64,
+    pub src: Src,
+    pub offset: i64,
+    pub outcome: Option<Finished>,
+}
+
+/// Where a partition actor's tokens leave their outcomes. The actor takes them in
+/// batches: a token that finds the inbox empty sends one `PartitionMsg::Completed`
+/// to wake it, the others only push. At 30,000+ events/s this replaces an actor
+/// message (and an FSM evaluation) per event with one per batch.
+///
+/// No wake-up is lost: whenever the inbox is not empty, the push that made it
+/// non-empty sent a message that has not yet been handled (handling takes the
+/// whole inbox, and the next push into the empty inbox sends again).
+#[derive(Debug, Default)]
+pub struct Inbox(Mutex<Vec<Completion>>);
+
+impl Inbox {
+    /// Adds a completion; true when the inbox was empty (the caller wakes the actor).
+    fn push(&self, c: Completion) -> bool {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        q.push(c);
+        q.len() == 1
+    }
+
+    /// Everything that arrived since the last take, in arrival order.
+    pub fn take(&self) -> Vec<Completion> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 pub struct CompletionToken {
     owner: ActorRef<PartitionMsg>,
+    inbox: Arc<Inbox>,
     generation: u64,
     src: Src,
     offset: i64,
@@ -30,9 +67,16 @@ pub struct CompletionToken {
 }
 
 impl CompletionToken {
-    pub fn new(owner: ActorRef<PartitionMsg>, generation: u64, src: Src, offset: i64) -> Self {
+    pub fn new(
+        owner: ActorRef<PartitionMsg>,
+        inbox: Arc<Inbox>,
+        generation: u64,
+        src: Src,
+        offset: i64,
+    ) -> Self {
         CompletionToken {
             owner,
+            inbox,
             generation,
             src,
             offset,
@@ -48,24 +92,52 @@ impl CompletionToken {
     /// report is dropped: the offset was not stored, so the event is redelivered.
     pub fn finish(mut self, outcome: Finished) {
         self.reported = true;
-        let _ = self.owner.send_message(PartitionMsg::Finished {
+        self.report(Some(outcome));
+    }
+
+    fn report(&self, outcome: Option<Finished>) {
+        let c = Completion {
             generation: self.generation,
             src: self.src,
             offset: self.offset,
-            outcome: Some(outcome),
-        });
+            outcome,
+        };
+        if self.inbox.push(c) {
+            let _ = self.owner.send_message(PartitionMsg::Completed);
+        }
     }
 }
 
 impl Drop for CompletionToken {
     fn drop(&mut self) {
         if !self.reported {
-            let _ = self.owner.send_message(PartitionMsg::Finished {
-                generation: self.generation,
-                src: self.src,
-                offset: self.offset,
-                outcome: None,
-            });
+            self.report(None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(offset: i64) -> Completion {
+        Completion {
+            generation: 1,
+            src: Src::Main,
+            offset,
+            outcome: Some(Finished::Delivered),
+        }
+    }
+
+    #[test]
+    fn only_the_push_into_an_empty_inbox_wakes() {
+        let inbox = Inbox::default();
+        assert!(inbox.push(c(1)));
+        assert!(!inbox.push(c(2)));
+        assert!(!inbox.push(c(3)));
+        let got: Vec<i64> = inbox.take().iter().map(|c| c.offset).collect();
+        assert_eq!(got, vec![1, 2, 3]);
+        assert!(inbox.take().is_empty());
+        assert!(inbox.push(c(4)), "empty again: the next push wakes");
     }
 }
