@@ -116,10 +116,24 @@ enum DlqCmd {
     },
 }
 
+/// ractor instruments every actor's processing loop with an INFO span, entered and
+/// left on every poll: at `info` that cost ~10 % of Courier's CPU per event
+/// (docs/BENCHMARKS.md). Unless a filter names `ractor` itself, its spans and events
+/// below WARN are left out (its warnings and errors still show).
+fn quiet_ractor(spec: &str) -> String {
+    if spec.contains("ractor") {
+        spec.to_string()
+    } else {
+        format!("{spec},ractor=warn")
+    }
+}
+
 fn init_logging(format: LogFormat, level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.is_empty());
+    let spec = quiet_ractor(from_env.as_deref().unwrap_or(level));
+    let filter = tracing_subscriber::EnvFilter::try_new(&spec)
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(quiet_ractor(level)))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,ractor=warn"));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -125,8 +125,6 @@ ordering = "{ordering}"
 drain_timeout_ms = 3000
 shutdown_grace_ms = 5000
 
-[log]
-level = "warn"
 
 [kafka.properties]
 {properties}
@@ -183,7 +181,7 @@ pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<Courie
         s.redis_url.unwrap_or("redis://127.0.0.1:1"),
     );
     launch.rust_log = std::env::var("E2E_COURIER_LOG")
-        .unwrap_or_else(|_| "warn,librdkafka=warn,rdkafka=warn".into());
+        .unwrap_or_else(|_| "info,librdkafka=warn,rdkafka=warn".into());
     launch.env = s.env.to_vec();
     launch.scrape_timeout = Some(Duration::from_secs(2));
     let spawned = Instant::now();

@@ -65,8 +65,6 @@ shutdown_grace_ms = 5000
 [degraded]
 drain_rate_per_sec = {rate}
 
-[log]
-level = "warn"
 "#,
         topic = s.topic,
         base = s.sink_base,
@@ -174,7 +172,7 @@ pub async fn run(s: &DrainSetup<'_>) -> anyhow::Result<DrainResult> {
         s.brokers,
         s.redis_url,
     );
-    launch.rust_log = "warn,librdkafka=warn,rdkafka=warn".into();
+    launch.rust_log = "info,librdkafka=warn,rdkafka=warn".into();
     let mut courier = CourierProcess::start(&launch)?;
     let deadline = Instant::now() + Duration::from_secs_f64(n as f64 / s.rate + 60.0);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
