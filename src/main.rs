@@ -361,3 +361,18 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::quiet_ractor;
+
+    #[test]
+    fn ractor_is_quiet_unless_named() {
+        assert_eq!(quiet_ractor("info"), "info,ractor=warn");
+        assert_eq!(
+            quiet_ractor("debug,librdkafka=warn"),
+            "debug,librdkafka=warn,ractor=warn"
+        );
+        assert_eq!(quiet_ractor("info,ractor=debug"), "info,ractor=debug");
+    }
+}
