@@ -6,6 +6,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends build-essential
     && rm -rf /var/lib/apt/lists/*
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# Cargo.toml declares the benchmark target; its sources must be present to build.
+COPY benches ./benches
 RUN cargo build --release --locked --bin courier
 
 FROM debian:bookworm-slim
