@@ -46,10 +46,19 @@ async fn local_breakers_protect_the_api_while_redis_is_down() {
     let mut a = Courier::start(&format!("{}-a", n.topic), &s, &toml);
     let mut b = Courier::start(&format!("{}-b", n.topic), &s, &toml);
     let on_both = |name: &str, v: f64| block(a.metric(name)) == v && block(b.metric(name)) == v;
+    // Each instance has partitions and delivers: the first one can take all the
+    // partitions and deliver hundreds of events before the second has joined.
+    let both_at_least =
+        |name: &str, v: f64| block(a.metric(name)) >= v && block(b.metric(name)) >= v;
     wait_until(
         Duration::from_secs(60),
         "both deliver with Redis as the health source",
-        || api.delivered_count() > 500 && on_both("courier_health_source{source=\"redis\"", 1.0),
+        || {
+            api.delivered_count() > 500
+                && both_at_least("courier_assigned_partitions", 1.0)
+                && both_at_least("courier_delivered_total", 1.0)
+                && on_both("courier_health_source{source=\"redis\"", 1.0)
+        },
     )
     .await;
 
