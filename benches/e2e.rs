@@ -361,6 +361,19 @@ impl Sink {
         Ok(())
     }
 
+    /// The stand-in's books since the last `prepare`.
+    async fn audit(&self) -> anyhow::Result<courier::sink::Audit> {
+        let body = self
+            .http
+            .get(format!("{}/audit", self.base))
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
+        Ok(serde_json::from_slice(&body)?)
+    }
+
     fn cpu(&self, ticks: f64) -> Option<f64> {
         cpu_seconds(Pid::Of(self.guard.pid()?), ticks)
     }
@@ -464,6 +477,27 @@ impl Bench {
         }
     }
 
+    /// One bare-client phase against the stand-in, at the cell's latency.
+    async fn ceiling(
+        &mut self,
+        cell: Cell,
+        c_eff: usize,
+        events: usize,
+        requests: &Arc<ceiling::Requests>,
+    ) -> anyhow::Result<ceiling::CeilingResult> {
+        self.sink.prepare(cell.latency_ms).await?;
+        ceiling::run(
+            &self.sink.url(),
+            c_eff,
+            events,
+            Duration::from_secs(self.opts.ceiling_secs),
+            requests.clone(),
+            self.ticks,
+            self.opts.http2,
+        )
+        .await
+    }
+
     async fn attempt(
         &mut self,
         topic: &str,
@@ -552,18 +586,8 @@ impl Bench {
             o.keys,
             o.event_bytes,
         ));
-        self.sink.prepare(cell.latency_ms).await?;
         let sink0 = self.sink.cpu(self.ticks);
-        let ceil = ceiling::run(
-            &self.sink.url(),
-            c_eff,
-            r.events,
-            Duration::from_secs(o.ceiling_secs),
-            requests.clone(),
-            self.ticks,
-            o.http2,
-        )
-        .await?;
+        let ceil = self.ceiling(cell, c_eff, r.events, &requests).await?;
         r.sink_cpu_us_per_req_ceiling = per_req(self.sink.cpu(self.ticks), sink0, ceil.requests);
         eprintln!(
             "  ceiling: {:.0} req/s at concurrency {c_eff} ({} requests, {:.1} s)",
@@ -617,17 +641,7 @@ impl Bench {
         // 1 again: the machine is shared, so the ceiling is measured on both sides of
         // the Courier run and the ratios use the mean (the spread is reported).
         if !o.single_ceiling {
-            self.sink.prepare(cell.latency_ms).await?;
-            let after = ceiling::run(
-                &self.sink.url(),
-                c_eff,
-                r.events,
-                Duration::from_secs(o.ceiling_secs),
-                requests.clone(),
-                self.ticks,
-                o.http2,
-            )
-            .await?;
+            let after = self.ceiling(cell, c_eff, r.events, &requests).await?;
             eprintln!(
                 "  ceiling again: {:.0} req/s ({} requests, {:.1} s)",
                 after.req_per_s, after.requests, after.secs
@@ -799,8 +813,6 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
                     .redis_url
                     .as_deref()
                     .unwrap_or("redis://127.0.0.1:16379"),
-                sink_base: &bench.sink.base,
-                http: &bench.http,
                 log_dir: &bench.log_dir,
                 topic: &topic,
                 partitions: opts.partitions,
@@ -808,7 +820,7 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
                 secs: opts.drain_secs,
                 event_bytes: opts.event_bytes,
             };
-            let r = match drain::run(&setup).await {
+            let r = match drain::run(&setup, &mut bench.sink).await {
                 Ok(r) => r,
                 Err(e) => drain::DrainResult {
                     rate_setting: rate,

@@ -10,15 +10,33 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 async fn sink(latency_ms: u64) -> SinkHandle {
+    jittery_sink(latency_ms, 0).await
+}
+
+async fn jittery_sink(latency_ms: u64, latency_jitter_ms: u64) -> SinkHandle {
     SinkHandle::start(
         "127.0.0.1:0".parse().unwrap(),
         Behaviour {
             latency_ms,
+            latency_jitter_ms,
             ..Behaviour::default()
         },
     )
     .await
     .expect("sink")
+}
+
+/// Event seq → key is known from the generator; the API's arrival order must list
+/// each key's sequence numbers in increasing order.
+fn assert_per_key_order(order: &[String], keys: usize) {
+    let mut last: HashMap<String, usize> = HashMap::new();
+    for id in order {
+        let seq: usize = id.rsplit('-').next().unwrap().parse().unwrap();
+        let key = loadgen::key_of(seq, keys);
+        if let Some(prev) = last.insert(key.clone(), seq) {
+            assert!(seq > prev, "key {key}: seq {seq} delivered after {prev}");
+        }
+    }
 }
 
 /// 1. 10,000 events on 6 partitions, API latency 20 ms: all delivered, committed
@@ -290,16 +308,7 @@ async fn key_mode_keeps_per_key_order() {
     let s = services();
     let n = Names::new("order", 2);
     n.create(&s, true).await;
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            latency_ms: 2,
-            latency_jitter_ms: 20,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .unwrap();
+    let api = jittery_sink(2, 20).await;
     let spec = Spec {
         count: 3_000,
         keys: 30,
@@ -313,16 +322,7 @@ async fn key_mode_keeps_per_key_order() {
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("order", &rep);
     let audit = api.audit();
-    // Event seq → key is known from the generator; the API's arrival order must
-    // list each key's sequence numbers in increasing order.
-    let mut last: HashMap<String, usize> = HashMap::new();
-    for id in &audit.order {
-        let seq: usize = id.rsplit('-').next().unwrap().parse().unwrap();
-        let key = loadgen::key_of(seq, spec.keys);
-        if let Some(prev) = last.insert(key.clone(), seq) {
-            assert!(seq > prev, "key {key}: seq {seq} delivered after {prev}");
-        }
-    }
+    assert_per_key_order(&audit.order, spec.keys);
     assert!(
         audit.max_concurrent > 5,
         "keys proceed in parallel (peak concurrency {})",
@@ -339,16 +339,7 @@ async fn tight_backpressure_limits_lose_nothing_and_keep_order() {
     let s = services();
     let n = Names::new("tight", 3);
     n.create(&s, true).await;
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            latency_ms: 1,
-            latency_jitter_ms: 5,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .unwrap();
+    let api = jittery_sink(1, 5).await;
     let spec = Spec {
         count: 4_000,
         keys: 40,
@@ -368,14 +359,7 @@ async fn tight_backpressure_limits_lose_nothing_and_keep_order() {
     assert_no_loss("tight", &rep);
     assert_eq!(rep.duplicates, 0, "no redelivery without a fault");
     let audit = api.audit();
-    let mut last: HashMap<String, usize> = HashMap::new();
-    for id in &audit.order {
-        let seq: usize = id.rsplit('-').next().unwrap().parse().unwrap();
-        let key = loadgen::key_of(seq, spec.keys);
-        if let Some(prev) = last.insert(key.clone(), seq) {
-            assert!(seq > prev, "key {key}: seq {seq} delivered after {prev}");
-        }
-    }
+    assert_per_key_order(&audit.order, spec.keys);
     assert!(
         audit.max_concurrent <= 16,
         "pipeline.concurrency bounds the calls in flight (peak {})",

@@ -2,7 +2,8 @@
 //! from its first delivery until the group's committed offsets reach the end offsets.
 
 use crate::procs::{cpu_seconds, current_rss_bytes, peak_rss_bytes, ChildGuard, Pid};
-use crate::prom::{counter, Histogram};
+use crate::prom::Histogram;
+use courier::testkit::metric_sum;
 use courier::testkit::{CourierProcess, Launch};
 use std::path::Path;
 use std::process::Command;
@@ -210,7 +211,7 @@ pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<Courie
             );
         }
         let text = scrape(http, port).await.unwrap_or_default();
-        let delivered = counter(&text, "courier_delivered_total");
+        let delivered = metric_sum(&text, "courier_delivered_total");
         if first.is_none() && delivered > 0.0 {
             first = Some((Instant::now(), delivered, cpu_seconds(pid, s.ticks)));
             if let (Some(secs), Some(p)) = (s.perf_secs, courier.pid()) {
@@ -224,10 +225,10 @@ pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<Courie
             secs: spawned.elapsed().as_secs_f64(),
             delivered,
             rss_mb: current_rss_bytes(pid).unwrap_or(0) as f64 / (1024.0 * 1024.0),
-            heap_allocated_mb: counter(&text, "courier_memory_allocated_bytes") / MB,
-            heap_resident_mb: counter(&text, "courier_memory_resident_bytes") / MB,
-            in_flight: counter(&text, "courier_in_flight"),
-            paused: counter(&text, "courier_partition_paused"),
+            heap_allocated_mb: metric_sum(&text, "courier_memory_allocated_bytes") / MB,
+            heap_resident_mb: metric_sum(&text, "courier_memory_resident_bytes") / MB,
+            in_flight: metric_sum(&text, "courier_in_flight"),
+            paused: metric_sum(&text, "courier_partition_paused"),
         });
         let done = delivered >= s.events as f64;
         if done && all_delivered.is_none() {
@@ -257,7 +258,7 @@ pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<Courie
         .await
         .unwrap_or(None);
 
-    let delivered_end = counter(&text, "courier_delivered_total");
+    let delivered_end = metric_sum(&text, "courier_delivered_total");
     if delivered_end > s.events as f64 {
         disturbed.push(format!(
             "{} events delivered more than once",
@@ -296,7 +297,7 @@ pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<Courie
             .fold(0.0, f64::max),
         p50_ms: ms(hist.quantile(0.5)),
         p99_ms: ms(hist.quantile(0.99)),
-        mean_ms: Some(counter(&text, "courier_delivery_latency_seconds_sum"))
+        mean_ms: Some(metric_sum(&text, "courier_delivery_latency_seconds_sum"))
             .filter(|_| hist.count() > 0.0)
             .map(|sum| sum * 1e3 / hist.count()),
         latency_samples: hist.count(),

@@ -1,10 +1,6 @@
-//! Reading Courier's Prometheus text exposition: counters and histograms, and
-//! quantiles interpolated the way PromQL's `histogram_quantile` does.
-
-/// The value of every series of `name` (exact metric name, any labels), summed.
-pub fn counter(text: &str, name: &str) -> f64 {
-    series(text, name).map(|(_, v)| v).sum()
-}
+//! Reading Courier's histograms from its Prometheus text exposition, and quantiles
+//! interpolated the way PromQL's `histogram_quantile` does (counters and gauges:
+//! `courier::testkit::metric_sum`).
 
 /// `(labels, value)` of each sample of the metric `name`.
 fn series<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {

@@ -6,7 +6,9 @@
 //! the old read position that were already polled are fenced off (dropped) until
 //! the first record of the new read position arrives.
 
-use crate::actors::partition::{PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, Src};
+use crate::actors::partition::{
+    PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, Positions, Src,
+};
 use crate::core::offsets::NextOffset;
 use crate::health::Verdict;
 use crate::kafka::poller::Poller;
@@ -35,8 +37,8 @@ pub enum ConsumerMsg {
     Health(Verdict),
     /// Time to look at DLQ lag.
     LagTick,
-    /// Result of a lag check: partition → (DLQ end offset, DLQ start position).
-    Lag(Vec<(i32, i64, i64)>),
+    /// Result of a lag check, per partition.
+    Lag(Vec<(i32, Positions)>),
 }
 
 pub struct ConsumerArgs {
@@ -67,8 +69,9 @@ pub struct ConsumerState {
     /// (up to `fetch.wait.max.ms`), which made the first check after an assignment
     /// take ~12 s while every partition waited in `drain_dlq` (docs/BENCHMARKS.md).
     lag_client: Arc<BaseConsumer>,
-    /// A lag check is running: ticks skip instead of piling up behind it.
-    lag_running: Arc<AtomicBool>,
+    /// A lag check is running (until its `Lag` message arrives): ticks skip
+    /// instead of piling up behind it.
+    lag_running: bool,
     /// Partitions were assigned while a check was running: check again when it ends.
     lag_again: bool,
 }
@@ -173,7 +176,7 @@ impl Actor for ConsumerActor {
             parts: HashMap::new(),
             generation: 0,
             lag_client: Arc::new(lag_client),
-            lag_running: Arc::new(AtomicBool::new(false)),
+            lag_running: false,
             lag_again: false,
         })
     }
@@ -200,9 +203,7 @@ impl Actor for ConsumerActor {
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
                 // New partitions read DLQ p before main p until their DLQ lag is
                 // known: look it up now rather than at the next tick.
-                if !s.check_lag(&myself) {
-                    s.lag_again = true;
-                }
+                s.check_lag(&myself, true);
             }
             ConsumerMsg::Revoked { partitions, ack } => {
                 let deadline =
@@ -222,18 +223,15 @@ impl Actor for ConsumerActor {
                     let _ = part.actor.send_message(PartitionMsg::Health(v));
                 }
             }
-            ConsumerMsg::LagTick => {
-                s.check_lag(&myself);
-            }
+            ConsumerMsg::LagTick => s.check_lag(&myself, false),
             ConsumerMsg::Lag(lags) => {
+                s.lag_running = false;
                 if std::mem::take(&mut s.lag_again) {
-                    s.check_lag(&myself);
+                    s.check_lag(&myself, false);
                 }
-                for (p, high, start) in lags {
+                for (p, positions) in lags {
                     if let Some(part) = s.parts.get(&p) {
-                        let _ = part
-                            .actor
-                            .send_message(PartitionMsg::DlqPosition { high, start });
+                        let _ = part.actor.send_message(PartitionMsg::Positions(positions));
                     }
                 }
             }
@@ -396,33 +394,29 @@ impl ConsumerState {
         Ok(())
     }
 
-    /// Looks up, off the runtime, each assigned partition's consumer lag and each
-    /// DLQ partition's end offset and the group's committed position there (where
-    /// reading starts when nothing was read). Returns false when a check is
-    /// already running (this one is skipped).
-    fn check_lag(&self, myself: &ActorRef<ConsumerMsg>) -> bool {
+    /// Looks up, off the runtime, each assigned partition's end offsets and the
+    /// group's committed DLQ position (where reading starts when nothing was read).
+    /// While one check runs, a tick is skipped; an assignment (`again_if_busy`)
+    /// asks for one more run after it, since the running check predates it.
+    fn check_lag(&mut self, myself: &ActorRef<ConsumerMsg>, again_if_busy: bool) {
         if self.parts.is_empty() {
-            return true;
+            return;
         }
-        if self.lag_running.swap(true, Ordering::SeqCst) {
-            return false;
+        if self.lag_running {
+            self.lag_again |= again_if_busy;
+            return;
         }
+        self.lag_running = true;
         let c = self.lag_client.clone();
-        let running = self.lag_running.clone();
         let dlq = self.pipeline.dlq_topic.clone();
         let main = self.pipeline.config.kafka.topic.clone();
-        let stored: Vec<(i32, Option<i64>)> = self
-            .parts
-            .iter()
-            .map(|(p, part)| (*p, part.shared.stored(Src::Main)))
-            .collect();
+        let parts: Vec<i32> = self.parts.keys().copied().collect();
         let me = myself.clone();
-        tokio::task::spawn_blocking(move || {
-            let out = lag_lookup(&c, &main, &dlq, &stored);
-            running.store(false, Ordering::SeqCst);
-            let _ = me.send_message(ConsumerMsg::Lag(out));
+        tokio::spawn(async move {
+            let lookup = tokio::task::spawn_blocking(move || lag_lookup(&c, &main, &dlq, &parts));
+            // Always answer, even if the lookup panicked: the answer ends the check.
+            let _ = me.send_message(ConsumerMsg::Lag(lookup.await.unwrap_or_default()));
         });
-        true
     }
 
     /// Drains the given partitions concurrently (bounded) and stops their actors.
@@ -492,20 +486,14 @@ impl ConsumerState {
 }
 
 /// One batched `ListOffsets` per topic and kind (not one per partition), plus one
-/// `OffsetFetch`: partition → (DLQ end offset, DLQ start position). Sets the
-/// consumer-lag gauge on the way.
-fn lag_lookup(
-    c: &BaseConsumer,
-    main: &str,
-    dlq: &str,
-    parts: &[(i32, Option<i64>)],
-) -> Vec<(i32, i64, i64)> {
+/// `OffsetFetch`.
+fn lag_lookup(c: &BaseConsumer, main: &str, dlq: &str, parts: &[i32]) -> Vec<(i32, Positions)> {
     let timeout = Duration::from_secs(5);
     // `offsets_for_times` with the special timestamps -1 (latest) and -2
     // (earliest) answers the end and start offsets of every partition at once.
     let lookup = |topic: &str, at: Offset| {
         let mut tpl = TopicPartitionList::new();
-        for (p, _) in parts {
+        for p in parts {
             tpl.add_partition_offset(topic, *p, at).ok()?;
         }
         let answer = c.offsets_for_times(tpl, timeout).ok()?;
@@ -520,28 +508,27 @@ fn lag_lookup(
             .collect();
         Some(found)
     };
-    if let Some(ends) = lookup(main, Offset::End) {
-        for (p, wm) in parts {
-            if let (Some(high), Some(wm)) = (ends.get(p), wm) {
-                metrics::gauge!(m::CONSUMER_LAG, "partition" => p.to_string())
-                    .set((high - wm).max(0) as f64);
-            }
-        }
-    }
+    let main_highs = lookup(main, Offset::End).unwrap_or_default();
     let highs = lookup(dlq, Offset::End).unwrap_or_default();
     let lows = lookup(dlq, Offset::Beginning).unwrap_or_default();
     let mut tpl = TopicPartitionList::new();
-    for (p, _) in parts {
+    for p in parts {
         tpl.add_partition(dlq, *p);
     }
     let committed = c.committed_offsets(tpl, timeout).ok();
     parts
         .iter()
-        .map(|(p, _)| {
+        .map(|p| {
+            let main_high = main_highs.get(p).copied();
             let (Some(&high), Some(&low)) = (highs.get(p), lows.get(p)) else {
                 // No DLQ partition to look at (e.g. the topic does not exist yet):
                 // nothing to drain there.
-                return (*p, 0, 0);
+                let none = Positions {
+                    main_high,
+                    dlq_high: 0,
+                    dlq_start: 0,
+                };
+                return (*p, none);
             };
             let start = committed
                 .as_ref()
@@ -551,7 +538,12 @@ fn lag_lookup(
                     _ => None,
                 })
                 .unwrap_or(low);
-            (*p, high, start)
+            let positions = Positions {
+                main_high,
+                dlq_high: high,
+                dlq_start: start,
+            };
+            (*p, positions)
         })
         .collect()
 }

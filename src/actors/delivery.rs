@@ -8,7 +8,7 @@
 //! redeliveries come as messages; they do not use the API permits and start at
 //! once (the drain has its own limit and pace).
 
-use crate::delivery::{Deliverer, Job, Work};
+use crate::delivery::{Deliverer, Job};
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
@@ -16,6 +16,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 pub enum DeliveryMsg {
+    /// A job that does not take an API permit: a parking-lot write or a DLQ
+    /// redelivery. Deliveries go to `Pipeline::delivery_queue` instead.
     Run(Job),
 }
 
@@ -23,7 +25,6 @@ pub struct DeliveryPool;
 
 pub struct DeliveryState {
     deliverer: Arc<Deliverer>,
-    queue: mpsc::UnboundedSender<Job>,
     _dispatcher: AbortOnDrop,
 }
 
@@ -52,10 +53,9 @@ impl Actor for DeliveryPool {
         let deliverer = Arc::new(Deliverer::new(pipeline.clone())?);
         let (queue, jobs) = mpsc::unbounded_channel();
         let dispatcher = AbortOnDrop(tokio::spawn(dispatch(deliverer.clone(), jobs)));
-        pipeline.set_delivery_queue(queue.clone());
+        pipeline.set_delivery_queue(queue);
         Ok(DeliveryState {
             deliverer,
-            queue,
             _dispatcher: dispatcher,
         })
     }
@@ -67,14 +67,9 @@ impl Actor for DeliveryPool {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
+            // Parking-lot writes and DLQ redeliveries (deliveries go to the queue).
             DeliveryMsg::Run(job) => {
-                if matches!(job.item.work, Work::Deliver(_)) {
-                    // Fails only if the dispatcher is gone; the job is then dropped
-                    // and its token reports errored.
-                    let _ = state.queue.send(job);
-                } else {
-                    tokio::spawn(state.deliverer.clone().run(job, None));
-                }
+                tokio::spawn(state.deliverer.clone().run(job, None));
             }
         }
         Ok(())

@@ -50,15 +50,23 @@ pub enum PartitionMsg {
     DrainTimeout,
     /// The health verdict changed.
     Health(Verdict),
-    /// DLQ partition p: end offset, and where reading starts if nothing was read.
-    DlqPosition {
-        high: i64,
-        start: i64,
-    },
+    /// The consumer's periodic lag check.
+    Positions(Positions),
     /// Re-evaluate the FSM (a dwell ended or a DLQ event became due).
     Wake,
     /// Store the watermarks that advanced since the last store.
     Store,
+}
+
+/// What the consumer's lag check found for one partition pair.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Positions {
+    /// End offset of main p (None: not known).
+    pub main_high: Option<i64>,
+    /// End offset of DLQ p.
+    pub dlq_high: i64,
+    /// Where reading DLQ p starts when nothing was read (committed or earliest).
+    pub dlq_start: i64,
 }
 
 /// State that outlives one incarnation of the actor (the consumer actor reads it
@@ -267,7 +275,7 @@ impl Actor for PartitionActor {
             draining: None,
             store_scheduled: false,
             queue: None,
-            inbox: Arc::new(Inbox::default()),
+            inbox: Arc::new(Inbox::new(myself.clone())),
             gauges,
             a,
         };
@@ -299,7 +307,7 @@ impl Actor for PartitionActor {
             PartitionMsg::Completed => s.on_completed(&myself),
             PartitionMsg::Redispatch(src, offset) => {
                 if s.draining.is_none() && s.held.contains_key(&(src, offset)) {
-                    s.dispatch(&myself, src, offset);
+                    s.dispatch(src, offset);
                 }
             }
             PartitionMsg::Drain(reply) => {
@@ -329,11 +337,14 @@ impl Actor for PartitionActor {
                 s.verdict = v;
                 s.evaluate(&myself);
             }
-            PartitionMsg::DlqPosition { high, start } => {
-                s.dlq_high = Some(high);
-                s.dlq_start = Some(start);
-                let next = s.dlq_next().unwrap_or(start);
-                s.gauges.dlq_lag.set((high - next).max(0) as f64);
+            PartitionMsg::Positions(p) => {
+                s.dlq_high = Some(p.dlq_high);
+                s.dlq_start = Some(p.dlq_start);
+                let next = s.dlq_next().unwrap_or(p.dlq_start);
+                s.gauges.dlq_lag.set((p.dlq_high - next).max(0) as f64);
+                if let (Some(high), Some(wm)) = (p.main_high, s.sides[Src::Main as usize].stored) {
+                    s.gauges.lag.set((high - wm.get()).max(0) as f64);
+                }
                 s.evaluate(&myself);
             }
             PartitionMsg::Wake => {
@@ -369,7 +380,7 @@ impl PartitionState {
                 continue;
             }
             taken += 1;
-            self.begin(myself, r);
+            self.begin(r);
         }
         self.taken_in(taken);
         self.evaluate(myself);
@@ -385,20 +396,20 @@ impl PartitionState {
     }
 
     /// Begins backlog records while the partition has room.
-    fn fill(&mut self, myself: &ActorRef<PartitionMsg>) {
+    fn fill(&mut self) {
         let mut n = 0;
         while self.main_held < self.limit && self.draining.is_none() {
             let Some(r) = self.backlog.pop_front() else {
                 break;
             };
             n += 1;
-            self.begin(myself, r);
+            self.begin(r);
         }
         self.taken_in(n);
     }
 
     /// Takes one record in: tracker, decode, held, and dispatch if its key is free.
-    fn begin(&mut self, myself: &ActorRef<PartitionMsg>, r: Record) {
+    fn begin(&mut self, r: Record) {
         let src = if r.dlq { Src::Dlq } else { Src::Main };
         if let Err(e) = self.side(src).tracker.begin(r.offset) {
             // An offset at or below one already begun is in flight or done;
@@ -443,7 +454,7 @@ impl PartitionState {
         if queued {
             self.dlq_queue.push_back(r.offset);
         } else if key_free {
-            self.dispatch(myself, src, r.offset);
+            self.dispatch(src, r.offset);
         }
     }
 
@@ -470,7 +481,7 @@ impl PartitionState {
             advanced |= self.on_finished(myself, c);
         }
         if advanced {
-            self.fill(myself);
+            self.fill();
             self.schedule_store(myself);
             self.evaluate(myself);
         }
@@ -510,7 +521,7 @@ impl PartitionState {
                     if matches!(held.item.work, Work::Deliver(_)) {
                         if let Some(next) = self.lanes.finish(held.item.key.as_deref(), offset) {
                             if self.draining.is_none() {
-                                self.dispatch(myself, Src::Main, next);
+                                self.dispatch(Src::Main, next);
                             }
                         }
                     }
@@ -556,20 +567,14 @@ impl PartitionState {
         }
     }
 
-    fn dispatch(&mut self, myself: &ActorRef<PartitionMsg>, src: Src, offset: i64) {
+    fn dispatch(&mut self, src: Src, offset: i64) {
         let Some(held) = self.held.get(&(src, offset)) else {
             return;
         };
         self.dispatched += 1;
         let job = Job {
             item: held.item.clone(),
-            token: CompletionToken::new(
-                myself.clone(),
-                self.inbox.clone(),
-                self.a.generation,
-                src,
-                offset,
-            ),
+            token: CompletionToken::new(self.inbox.clone(), self.a.generation, src, offset),
         };
         // If the pool is missing or gone, the job is dropped here and its token
         // reports errored: the event is re-dispatched after a backoff.
@@ -671,7 +676,7 @@ impl PartitionState {
                     }
                     _ => {
                         self.dlq_queue.pop_front();
-                        self.dispatch(myself, Src::Dlq, off);
+                        self.dispatch(Src::Dlq, off);
                     }
                 }
             }

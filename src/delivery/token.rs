@@ -40,25 +40,42 @@ pub struct Completion {
 /// No wake-up is lost: whenever the inbox is not empty, the push that made it
 /// non-empty sent a message that has not yet been handled (handling takes the
 /// whole inbox, and the next push into the empty inbox sends again).
-#[derive(Debug, Default)]
-pub struct Inbox(Mutex<Vec<Completion>>);
+pub struct Inbox {
+    owner: ActorRef<PartitionMsg>,
+    queue: Mutex<Vec<Completion>>,
+}
 
 impl Inbox {
-    /// Adds a completion; true when the inbox was empty (the caller wakes the actor).
-    fn push(&self, c: Completion) -> bool {
-        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn new(owner: ActorRef<PartitionMsg>) -> Inbox {
+        Inbox {
+            owner,
+            queue: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Adds a completion and wakes the owner if the inbox was empty. If the owner
+    /// is gone (revoked, crashed), nobody takes it: the offset was not stored, so
+    /// the event is redelivered.
+    fn put(&self, c: Completion) {
+        if Self::push(&self.queue, c) {
+            let _ = self.owner.send_message(PartitionMsg::Completed);
+        }
+    }
+
+    /// Adds a completion; true when the queue was empty.
+    fn push(queue: &Mutex<Vec<Completion>>, c: Completion) -> bool {
+        let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
         q.push(c);
         q.len() == 1
     }
 
     /// Everything that arrived since the last take, in arrival order.
     pub fn take(&self) -> Vec<Completion> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
 pub struct CompletionToken {
-    owner: ActorRef<PartitionMsg>,
     inbox: Arc<Inbox>,
     generation: u64,
     src: Src,
@@ -67,15 +84,8 @@ pub struct CompletionToken {
 }
 
 impl CompletionToken {
-    pub fn new(
-        owner: ActorRef<PartitionMsg>,
-        inbox: Arc<Inbox>,
-        generation: u64,
-        src: Src,
-        offset: i64,
-    ) -> Self {
+    pub fn new(inbox: Arc<Inbox>, generation: u64, src: Src, offset: i64) -> Self {
         CompletionToken {
-            owner,
             inbox,
             generation,
             src,
@@ -88,8 +98,7 @@ impl CompletionToken {
         self.offset
     }
 
-    /// Reports the durable outcome. If the owner is gone (revoked, crashed), the
-    /// report is dropped: the offset was not stored, so the event is redelivered.
+    /// Reports the durable outcome.
     pub fn finish(mut self, outcome: Finished) {
         self.reported = true;
         self.report(Some(outcome));
@@ -102,9 +111,7 @@ impl CompletionToken {
             offset: self.offset,
             outcome,
         };
-        if self.inbox.push(c) {
-            let _ = self.owner.send_message(PartitionMsg::Completed);
-        }
+        self.inbox.put(c);
     }
 }
 
@@ -131,13 +138,16 @@ mod tests {
 
     #[test]
     fn only_the_push_into_an_empty_inbox_wakes() {
-        let inbox = Inbox::default();
-        assert!(inbox.push(c(1)));
-        assert!(!inbox.push(c(2)));
-        assert!(!inbox.push(c(3)));
-        let got: Vec<i64> = inbox.take().iter().map(|c| c.offset).collect();
+        let queue = Mutex::new(Vec::new());
+        assert!(Inbox::push(&queue, c(1)));
+        assert!(!Inbox::push(&queue, c(2)));
+        assert!(!Inbox::push(&queue, c(3)));
+        let taken = std::mem::take(&mut *queue.lock().unwrap());
+        let got: Vec<i64> = taken.iter().map(|c| c.offset).collect();
         assert_eq!(got, vec![1, 2, 3]);
-        assert!(inbox.take().is_empty());
-        assert!(inbox.push(c(4)), "empty again: the next push wakes");
+        assert!(
+            Inbox::push(&queue, c(4)),
+            "empty again: the next push wakes"
+        );
     }
 }

@@ -63,6 +63,12 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         .set("queued.max.messages.kbytes", "4096")
         .set("queued.min.messages", "2000")
         .set("fetch.queue.backoff.ms", "20");
+    with_user_settings(c, k)
+}
+
+/// `[kafka.properties]` last, so they override Courier's defaults, then the SASL
+/// password from the environment.
+fn with_user_settings(mut c: ClientConfig, k: &KafkaConfig) -> ClientConfig {
     for (key, v) in &k.properties {
         c.set(key, v);
     }
@@ -89,11 +95,7 @@ fn set_sasl_password(c: &mut ClientConfig, k: &KafkaConfig) {
 pub fn client_base(k: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &k.brokers);
-    for (key, v) in &k.properties {
-        c.set(key, v);
-    }
-    set_sasl_password(&mut c, k);
-    c
+    with_user_settings(c, k)
 }
 
 /// Idempotent producer (acks=all, safe retries) for DLQ and parking-lot writes.
