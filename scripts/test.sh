@@ -10,5 +10,5 @@ bash scripts/services.sh up
 source "${COURIER_STATE:-/tmp/courier-services}/services.env"
 
 cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
-cargo test --all-targets -- --test-threads="${COURIER_TEST_THREADS:-2}"
+cargo clippy --all-targets --features test-hooks -- -D warnings
+cargo test --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"

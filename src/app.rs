@@ -37,7 +37,7 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     config.validate()?;
     config.check_secrets()?;
-    let ready = Arc::new(Readiness::new(config.metrics.stuck_after_ms));
+    let ready = Arc::new(Readiness::new(config.metrics.stuck_after));
     let http = if config.metrics.listen.is_empty() {
         None
     } else {
@@ -90,10 +90,10 @@ impl Running {
     /// Graceful stop: stop fetching, let in-flight work finish within the grace
     /// period, store and commit, leave the group.
     pub async fn shutdown(self) {
-        let grace = self.pipeline.config.pipeline.shutdown_grace_ms + 30_000;
+        let grace = self.pipeline.config.pipeline.shutdown_grace + Duration::from_secs(30);
         let _ = self
             .supervisor
-            .call(SupervisorMsg::Shutdown, Some(Duration::from_millis(grace)))
+            .call(SupervisorMsg::Shutdown, Some(grace))
             .await;
         let _ = tokio::time::timeout(Duration::from_secs(5), self.join).await;
         if let Some(h) = self.http {

@@ -195,19 +195,23 @@ fn demo_config(brokers: &str) -> Config {
     c.kafka.brokers = brokers.to_string();
     c.kafka.topic = TOPIC.into();
     c.kafka.group_id = GROUP.into();
-    c.kafka.auto_commit_interval_ms = 200;
-    c.api.retry_base_ms = 20;
-    c.api.retry_max_delay_ms = 200;
-    c.api.retry_budget_ms = 600;
+    c.kafka.auto_commit_interval = ms(200);
+    c.api.retry_base = ms(20);
+    c.api.retry_max_delay = ms(200);
+    c.api.retry_budget = ms(600);
     c.pipeline.concurrency = 256;
     c.metrics.listen = String::new();
     // Quick degraded-mode timings, so the story fits in a minute.
-    c.degraded.breaker_open_ms = 2_000;
-    c.degraded.min_pause_ms = 500;
-    c.degraded.dlq_backoff_base_ms = 500;
-    c.degraded.dlq_backoff_cap_ms = 5_000;
+    c.degraded.breaker_open = ms(2_000);
+    c.degraded.min_pause = ms(500);
+    c.degraded.dlq_backoff_base = ms(500);
+    c.degraded.dlq_backoff_cap = ms(5_000);
     c.degraded.drain_rate_per_sec = 100.0;
-    c.degraded.lag_check_interval_ms = 250;
-    c.redis.connect_timeout_ms = 200;
+    c.degraded.lag_check_interval = ms(250);
+    c.redis.connect_timeout = ms(200);
     c
+}
+
+fn ms(n: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(n)
 }

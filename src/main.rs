@@ -208,6 +208,9 @@ fn load(path: &std::path::Path) -> anyhow::Result<Config> {
 fn check_config(path: PathBuf) -> anyhow::Result<u8> {
     let cfg = load(&path)?;
     cfg.check_secrets()?;
+    for d in &cfg.deprecations {
+        println!("warning: {d}");
+    }
     println!(
         "config ok: topic {} (DLQ {}, parking lot {}), group {}, API {}",
         cfg.kafka.topic,
@@ -229,6 +232,9 @@ async fn run(path: PathBuf, log_format: Option<String>) -> anyhow::Result<u8> {
         };
     }
     init_logging(cfg.log.format, &cfg.log.level);
+    for d in &cfg.deprecations {
+        tracing::warn!("config: {d}");
+    }
     let prometheus = courier::metrics::install();
     let running = courier::app::start(cfg, prometheus).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

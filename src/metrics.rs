@@ -223,7 +223,7 @@ pub fn describe() {
 
 /// Readiness as seen by `/readyz`: the instance has an assignment and is making
 /// progress. It is *stuck* when events are held but none finished for
-/// `metrics.stuck_after_ms` while the API is judged available (a paused pipeline
+/// `metrics.stuck_after` while the API is judged available (a paused pipeline
 /// during an outage is waiting, not stuck).
 pub struct Readiness {
     pub assigned: AtomicBool,
@@ -236,13 +236,13 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    pub fn new(stuck_after_ms: u64) -> Readiness {
+    pub fn new(stuck_after: std::time::Duration) -> Readiness {
         Readiness {
             assigned: AtomicBool::new(false),
             held: AtomicI64::new(0),
             last_progress_ms: AtomicI64::new(crate::runtime::now_ms()),
             api_unavailable: AtomicBool::new(false),
-            stuck_after_ms: stuck_after_ms as i64,
+            stuck_after_ms: i64::try_from(stuck_after.as_millis()).unwrap_or(i64::MAX),
         }
     }
 
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn readiness_needs_an_assignment_and_progress() {
-        let r = Readiness::new(1_000);
+        let r = Readiness::new(std::time::Duration::from_secs(1));
         let t0 = r.last_progress_ms.load(Ordering::Relaxed);
         assert_eq!(r.check(t0), Err("not assigned"));
         r.assigned.store(true, Ordering::SeqCst);

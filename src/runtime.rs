@@ -12,7 +12,7 @@ use crate::health::Health;
 use ractor::ActorRef;
 use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub struct Pipeline {
     pub config: Config,
@@ -38,10 +38,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(config: Config) -> Pipeline {
-        let budget = RestartBudget::new(
-            config.supervision.max_restarts,
-            Duration::from_millis(config.supervision.window_ms),
-        );
+        let budget = RestartBudget::new(config.supervision.max_restarts, config.supervision.window);
         Pipeline {
             dlq_topic: config.kafka.dlq_topic(),
             parking_topic: config.kafka.parking_topic(),

@@ -80,18 +80,18 @@ async fn deadline_policy_consults_the_source_of_truth() {
     .await
     .unwrap();
     let pg = s.pg_url.replace("courier:courier@", "courier@");
-    let degraded = "poll_interval_ms = 100
+    let degraded = "poll_interval = \"100ms\"
 breaker_consecutive_failures = 0
-min_pause_ms = 200
-dlq_backoff_base_ms = 500
-dlq_backoff_cap_ms = 1000
-lag_check_interval_ms = 200";
+min_pause = \"200ms\"
+dlq_backoff_base = \"500ms\"
+dlq_backoff_cap = \"1s\"
+lag_check_interval = \"200ms\"";
     let toml = toml_with(&n, &api.url(), degraded)
         + &format!(
             r#"
 [enrichment]
 url = "{pg}"
-query_timeout_ms = 500
+query_timeout = "500ms"
 
 [retry]
 default = {{ kind = "counter", max_retries = 5 }}
@@ -99,11 +99,11 @@ source_query = "SELECT version FROM {table} WHERE key = $1"
 
 [retry.types."order.paid"]
 kind = "deadline"
-deadline_ms = 60000
+deadline = "1m"
 
 [retry.types."order.short"]
 kind = "deadline"
-deadline_ms = 200
+deadline = "200ms"
 "#
         );
     let mut c = Courier::start(&n.topic, &s, &toml);

@@ -304,7 +304,7 @@ async fn flapping_api_does_not_make_the_fsm_oscillate() {
         *counts.entry(to.clone()).or_default() += 1;
     }
     println!("[flap] mode transitions over 30 s of flapping (4 partitions): {counts:?}");
-    // Entering `paused` is immediate; leaving it waits `min_pause_ms` (500 ms).
+    // Entering `paused` is immediate; leaving it waits `min_pause` (500 ms).
     let mut entered: HashMap<i32, i64> = HashMap::new();
     for (ts, p, from, to) in &changes {
         if from == "paused" {

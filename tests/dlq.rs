@@ -53,8 +53,8 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
         *e = (*e).min(o);
     }
     let toml = base_toml(&n, &api.url()).replace(
-        "auto_commit_interval_ms = 200",
-        "auto_commit_interval_ms = 200\nproducer_timeout_ms = 2000",
+        "auto_commit_interval = \"200ms\"",
+        "auto_commit_interval = \"200ms\"\nproducer_timeout = \"2s\"",
     );
     let mut c = Courier::start(&n.topic, &s, &toml);
 

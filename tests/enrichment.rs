@@ -60,7 +60,7 @@ async fn enrichment_from_postgres_and_db_outage_is_transient() {
     let pg_no_password = s.pg_url.replace("courier:courier@", "courier@");
     let toml = base_toml(&n, &api.url())
         + &format!(
-            "\n[enrichment]\nenabled = true\nurl = \"{pg_no_password}\"\nquery = \"SELECT doc FROM {table} WHERE key = $1\"\nquery_timeout_ms = 500\n"
+            "\n[enrichment]\nenabled = true\nurl = \"{pg_no_password}\"\nquery = \"SELECT doc FROM {table} WHERE key = $1\"\nquery_timeout = \"500ms\"\n"
         );
     let mut c = Courier::start(&n.topic, &s, &toml);
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;

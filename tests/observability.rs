@@ -516,7 +516,7 @@ async fn dashboards_and_alerts_against_real_prometheus() {
 enabled = true
 url = "{pg}"
 query = "SELECT doc FROM {profiles} WHERE key = $1"
-query_timeout_ms = 500
+query_timeout = "500ms"
 
 [retry]
 default = {{ kind = "counter", max_retries = 2 }}
@@ -524,7 +524,7 @@ source_query = "SELECT version FROM {versions} WHERE key = $1"
 
 [retry.types."order.paid"]
 kind = "deadline"
-deadline_ms = 600000
+deadline = "10m"
 
 [testing]
 crash_on_event_id = "{crash_on}"

@@ -70,7 +70,7 @@ async fn secrets_are_used_and_never_logged() {
     let toml = toml_with(
         &n,
         &api.url(),
-        "poll_interval_ms = 100\nbreaker_open_ms = 1000\nmin_pause_ms = 200",
+        "poll_interval = \"100ms\"\nbreaker_open = \"1s\"\nmin_pause = \"200ms\"",
     )
     .replace("concurrency = 256", "concurrency = 16")
         + &format!(

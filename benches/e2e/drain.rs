@@ -51,15 +51,15 @@ topic = "{topic}"
 dlq_topic = "{topic}.dlq"
 parking_topic = "{topic}.parking"
 group_id = "{topic}-group"
-auto_commit_interval_ms = 100
-session_timeout_ms = 10000
+auto_commit_interval = \"100ms\"
+session_timeout = \"10s\"
 
 [api]
 url = "{api_url}"
 
 [pipeline]
-drain_timeout_ms = 3000
-shutdown_grace_ms = 5000
+drain_timeout = \"3s\"
+shutdown_grace = \"5s\"
 
 [degraded]
 drain_rate_per_sec = {rate}

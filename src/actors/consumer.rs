@@ -118,7 +118,7 @@ impl Actor for ConsumerActor {
         let p = &args.pipeline;
         let cfg = &p.config;
         let closing = Arc::new(AtomicBool::new(false));
-        let revoke_wait = Duration::from_millis(cfg.pipeline.drain_timeout_ms + 2_000);
+        let revoke_wait = cfg.pipeline.drain_timeout + Duration::from_millis(2_000);
         let ctx = CourierContext::new(
             cfg.kafka.topic.clone(),
             p.dlq_topic.clone(),
@@ -158,10 +158,7 @@ impl Actor for ConsumerActor {
         }
         // Main p and DLQ p are read by the same member (range assignment).
         consumer.subscribe(&[cfg.kafka.topic.as_str(), p.dlq_topic.as_str()])?;
-        myself.send_interval(
-            Duration::from_millis(cfg.degraded.lag_check_interval_ms),
-            || ConsumerMsg::LagTick,
-        );
+        myself.send_interval(cfg.degraded.lag_check_interval, || ConsumerMsg::LagTick);
         let mut lag_cfg = consumer_config(&cfg.kafka);
         lag_cfg.set("enable.auto.commit", "false");
         let lag_client: BaseConsumer = lag_cfg.create()?;
@@ -207,7 +204,7 @@ impl Actor for ConsumerActor {
             }
             ConsumerMsg::Revoked { partitions, ack } => {
                 let deadline =
-                    Duration::from_millis(s.pipeline.config.pipeline.drain_timeout_ms + 1_000);
+                    s.pipeline.config.pipeline.drain_timeout + Duration::from_millis(1_000);
                 s.drain(&partitions, deadline).await;
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
                 if s.parts.is_empty() {
@@ -449,7 +446,7 @@ impl ConsumerState {
             let _ = consumer.pause(&assignment);
         }
         let partitions: Vec<i32> = self.parts.keys().copied().collect();
-        let grace = Duration::from_millis(self.pipeline.config.pipeline.shutdown_grace_ms);
+        let grace = self.pipeline.config.pipeline.shutdown_grace;
         self.drain(&partitions, grace).await;
         let mut poller = self.poller.take();
         let c = consumer.clone();

@@ -15,7 +15,7 @@ use crate::runtime::Pipeline;
 use fred::prelude::*;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub enum HealthMsg {
     Tick,
@@ -41,8 +41,8 @@ fn redis_client(p: &Pipeline) -> Result<Client, fred::error::Error> {
     }
     // Start degraded rather than fail when Redis is down at start-up.
     cfg.fail_fast = false;
-    let timeout = Duration::from_millis(r.command_timeout_ms);
-    let connect = Duration::from_millis(r.connect_timeout_ms);
+    let timeout = r.command_timeout;
+    let connect = r.connect_timeout;
     Builder::from_config(cfg)
         .with_performance_config(|pc| pc.default_command_timeout = timeout)
         .with_connection_config(|cc| {
@@ -77,15 +77,13 @@ impl Actor for HealthActor {
             }
         };
         let d = &pipeline.config.degraded;
-        myself.send_interval(Duration::from_millis(d.poll_interval_ms), || {
-            HealthMsg::Tick
-        });
+        myself.send_interval(d.poll_interval, || HealthMsg::Tick);
         Ok(HealthState {
             key: format!(
                 "{}:{}:api-down",
                 pipeline.config.redis.key_prefix, pipeline.config.kafka.group_id
             ),
-            ttl_ms: d.marker_ttl_ms as i64,
+            ttl_ms: crate::config::millis(d.marker_ttl) as i64,
             redis,
             _conn: conn,
             pipeline,

@@ -267,7 +267,7 @@ impl Actor for PartitionActor {
             dispatched: 0,
             main_held: 0,
             main_full: false,
-            fsm: PartitionFsm::new(Duration::from_millis(cfg.degraded.min_pause_ms)),
+            fsm: PartitionFsm::new(cfg.degraded.min_pause),
             verdict: a.pipeline.health.verdict(),
             dlq_high: None,
             dlq_start: None,
@@ -319,7 +319,7 @@ impl Actor for PartitionActor {
                 if s.dispatched == 0 {
                     s.reply_drained();
                 } else {
-                    let wait = Duration::from_millis(s.a.pipeline.config.pipeline.drain_timeout_ms);
+                    let wait = s.a.pipeline.config.pipeline.drain_timeout;
                     myself.send_after(wait, || PartitionMsg::DrainTimeout);
                 }
             }

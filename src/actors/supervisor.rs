@@ -95,10 +95,8 @@ impl Actor for Supervisor {
             SupervisorMsg::Shutdown(reply) => {
                 s.stopping = true;
                 if let Some(c) = &s.consumer {
-                    let grace = s.pipeline.config.pipeline.shutdown_grace_ms + 15_000;
-                    let _ = c
-                        .call(ConsumerMsg::Shutdown, Some(Duration::from_millis(grace)))
-                        .await;
+                    let grace = s.pipeline.config.pipeline.shutdown_grace + Duration::from_secs(15);
+                    let _ = c.call(ConsumerMsg::Shutdown, Some(grace)).await;
                 }
                 myself.stop_children(Some("shutdown".into()));
                 let _ = reply.send(());

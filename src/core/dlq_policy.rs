@@ -27,12 +27,33 @@ pub mod reason {
 }
 
 /// Config: `{ kind = "counter", max_retries = 5 }` or
-/// `{ kind = "deadline", deadline_ms = 86400000 }`.
+/// `{ kind = "deadline", deadline = "24h" }` (a humantime duration; the core keeps
+/// it in milliseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum RetryPolicy {
-    Counter { max_retries: u32 },
-    Deadline { deadline_ms: u64 },
+    Counter {
+        max_retries: u32,
+    },
+    Deadline {
+        #[serde(rename = "deadline", with = "millis_as_humantime")]
+        deadline_ms: u64,
+    },
+}
+
+/// (De)serializes a millisecond count as a humantime string (`"90s"`, `"24h"`).
+mod millis_as_humantime {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+        humantime_serde::serialize(&Duration::from_millis(*ms), s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let d: Duration = humantime_serde::Serde::<Duration>::deserialize(d)?.into_inner();
+        u64::try_from(d.as_millis()).map_err(|_| serde::de::Error::custom("duration too large"))
+    }
 }
 
 impl RetryPolicy {
@@ -216,7 +237,7 @@ mod tests {
         let c: RetryPolicy = serde_json::from_str(r#"{"kind":"counter","max_retries":5}"#).unwrap();
         assert_eq!(c, RetryPolicy::Counter { max_retries: 5 });
         let d: RetryPolicy =
-            serde_json::from_str(r#"{"kind":"deadline","deadline_ms":60000}"#).unwrap();
+            serde_json::from_str(r#"{"kind":"deadline","deadline":"60s"}"#).unwrap();
         assert_eq!(
             d,
             RetryPolicy::Deadline {
@@ -226,6 +247,14 @@ mod tests {
         assert_eq!(
             serde_json::to_value(c).unwrap(),
             serde_json::json!({"kind": "counter", "max_retries": 5})
+        );
+        assert_eq!(
+            serde_json::to_value(d).unwrap(),
+            serde_json::json!({"kind": "deadline", "deadline": "1m"})
+        );
+        assert!(
+            serde_json::from_str::<RetryPolicy>(r#"{"kind":"deadline","deadline_ms":60000}"#)
+                .is_err()
         );
         assert!(
             serde_json::from_str::<RetryPolicy>(r#"{"kind":"Counter","max_retries":5}"#).is_err()

@@ -45,7 +45,7 @@ pub fn pg_pool(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Pool,
     if let Some(p) = password {
         pg.password(p);
     }
-    pg.connect_timeout(Duration::from_millis(cfg.query_timeout_ms.max(500)));
+    pg.connect_timeout(cfg.query_timeout.max(Duration::from_millis(500)));
     let mgr = Manager::from_config(
         pg,
         tokio_postgres::NoTls,
@@ -67,13 +67,13 @@ impl Enricher {
         let pool = pg_pool(cfg, password)?;
         let cache = Cache::builder()
             .max_capacity(cfg.cache_capacity)
-            .time_to_live(Duration::from_millis(cfg.cache_ttl_ms))
+            .time_to_live(cfg.cache_ttl)
             .build();
         Ok(Enricher {
             pool,
             query: cfg.query.clone(),
             cache,
-            timeout: Duration::from_millis(cfg.query_timeout_ms),
+            timeout: cfg.query_timeout,
         })
     }
 

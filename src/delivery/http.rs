@@ -55,8 +55,8 @@ impl ApiClient {
         }
         let mut b = reqwest::Client::builder()
             .default_headers(headers)
-            .timeout(Duration::from_millis(cfg.request_timeout_ms))
-            .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
+            .timeout(cfg.request_timeout)
+            .connect_timeout(cfg.connect_timeout)
             .pool_max_idle_per_host(cfg.pool_max_idle_per_host.max(max_conns))
             .tcp_nodelay(true)
             // Courier retries by itself (with the breaker and the DLQ in the loop),

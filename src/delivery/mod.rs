@@ -135,7 +135,7 @@ impl Deliverer {
             Some(SourceOfTruth::new(
                 enrich::pg_pool(&cfg.enrichment, password())?,
                 cfg.retry.source_query.clone(),
-                Duration::from_millis(cfg.enrichment.query_timeout_ms),
+                cfg.enrichment.query_timeout,
             ))
         };
         let d = &cfg.degraded;
@@ -279,8 +279,8 @@ impl Deliverer {
                 let not_before = dlq_policy::next_not_before(
                     now,
                     env.dlq_retries.max(1),
-                    cfg.degraded.dlq_backoff_base_ms,
-                    cfg.degraded.dlq_backoff_cap_ms,
+                    cfg.degraded.dlq_backoff_base_ms(),
+                    cfg.degraded.dlq_backoff_cap_ms(),
                 );
                 let mut again = env.clone();
                 again.not_before_ms = not_before;
@@ -408,8 +408,8 @@ impl Deliverer {
             again.not_before_ms = dlq_policy::next_not_before(
                 now,
                 env.dlq_retries.max(1),
-                cfg.degraded.dlq_backoff_base_ms,
-                cfg.degraded.dlq_backoff_cap_ms,
+                cfg.degraded.dlq_backoff_base_ms(),
+                cfg.degraded.dlq_backoff_cap_ms(),
             );
             again.last_error = error;
             self.rewrite_dlq(item, again).await;
@@ -424,8 +424,8 @@ impl Deliverer {
         let not_before = dlq_policy::next_not_before(
             now,
             retries,
-            cfg.degraded.dlq_backoff_base_ms,
-            cfg.degraded.dlq_backoff_cap_ms,
+            cfg.degraded.dlq_backoff_base_ms(),
+            cfg.degraded.dlq_backoff_cap_ms(),
         );
         let again = env.retried(error, not_before);
         self.rewrite_dlq(item, again).await;
@@ -648,7 +648,7 @@ impl Deliverer {
                 .unwrap_or_default(),
             dlq_retries: 0,
             first_dlq_at_ms: now,
-            not_before_ms: now + self.pipeline.config.degraded.dlq_backoff_base_ms as i64,
+            not_before_ms: now + self.pipeline.config.degraded.dlq_backoff_base_ms() as i64,
             last_error: error,
             origin: Origin {
                 topic: item.topic.to_string(),

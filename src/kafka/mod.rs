@@ -39,11 +39,17 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         .set("enable.auto.offset.store", "false")
         .set(
             "auto.commit.interval.ms",
-            k.auto_commit_interval_ms.to_string(),
+            crate::config::millis(k.auto_commit_interval).to_string(),
         )
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", k.session_timeout_ms.to_string())
-        .set("max.poll.interval.ms", k.max_poll_interval_ms.to_string())
+        .set(
+            "session.timeout.ms",
+            crate::config::millis(k.session_timeout).to_string(),
+        )
+        .set(
+            "max.poll.interval.ms",
+            crate::config::millis(k.max_poll_interval).to_string(),
+        )
         // Main p and DLQ p must land on the same member: `range` assigns equal
         // indices of co-subscribed topics together.
         .set("partition.assignment.strategy", "range")
@@ -107,7 +113,10 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
         .set("linger.ms", "5")
         // A write that cannot be acknowledged within this time is reported as
         // failed and retried by Courier; the event's offset waits meanwhile.
-        .set("message.timeout.ms", k.producer_timeout_ms.to_string());
+        .set(
+            "message.timeout.ms",
+            crate::config::millis(k.producer_timeout).to_string(),
+        );
     for (key, v) in &k.properties {
         // Consumer-only properties would make the producer refuse to start.
         if !key.starts_with("fetch.")

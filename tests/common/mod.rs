@@ -256,16 +256,16 @@ pub fn courier_cli(s: &Services, cfg: &std::path::Path, args: &[&str]) -> (i32, 
 }
 
 /// `[degraded]` settings that make outages, pauses and drains quick enough to test.
-pub const FAST: &str = "marker_ttl_ms = 3000
-poll_interval_ms = 100
+pub const FAST: &str = "marker_ttl = \"3s\"
+poll_interval = \"100ms\"
 breaker_min_calls = 10
-breaker_open_ms = 1500
-min_pause_ms = 500
+breaker_open = \"1s 500ms\"
+min_pause = \"500ms\"
 drain_rate_per_sec = 20.0
 drain_concurrency = 4
-dlq_backoff_base_ms = 300
-dlq_backoff_cap_ms = 2000
-lag_check_interval_ms = 250";
+dlq_backoff_base = \"300ms\"
+dlq_backoff_cap = \"2s\"
+lag_check_interval = \"250ms\"";
 
 /// The config every test starts from: its topics, the API stand-in, quick retries
 /// and frequent auto-commits so the tests finish fast. DLQ entries wait an hour
@@ -274,7 +274,7 @@ pub fn base_toml(n: &Names, api_url: &str) -> String {
     toml_with(
         n,
         api_url,
-        "dlq_backoff_base_ms = 3600000\ndlq_backoff_cap_ms = 3600000",
+        "dlq_backoff_base = \"1h\"\ndlq_backoff_cap = \"1h\"",
     )
 }
 
@@ -287,22 +287,22 @@ topic = "{topic}"
 dlq_topic = "{dlq}"
 parking_topic = "{parking}"
 group_id = "{group}"
-auto_commit_interval_ms = 200
-session_timeout_ms = 10000
+auto_commit_interval = "200ms"
+session_timeout = "10s"
 
 [degraded]
 {degraded}
 
 [api]
 url = "{api_url}"
-retry_base_ms = 20
-retry_max_delay_ms = 100
-retry_budget_ms = 500
+retry_base = "20ms"
+retry_max_delay = "100ms"
+retry_budget = "500ms"
 
 [pipeline]
 concurrency = 256
-drain_timeout_ms = 3000
-shutdown_grace_ms = 5000
+drain_timeout = "3s"
+shutdown_grace = "5s"
 "#,
         topic = n.topic,
         dlq = n.dlq,

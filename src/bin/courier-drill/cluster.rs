@@ -166,16 +166,16 @@ pub struct ClusterCfg {
 
 /// Quick degraded-mode timings (as in tests/degraded.rs), so a drill's outage,
 /// pause, drain and resume all fit in seconds.
-const DEGRADED: &str = "marker_ttl_ms = 3000
-poll_interval_ms = 100
+const DEGRADED: &str = "marker_ttl = \"3s\"
+poll_interval = \"100ms\"
 breaker_min_calls = 10
-breaker_open_ms = 1500
-min_pause_ms = 500
+breaker_open = \"1s 500ms\"
+min_pause = \"500ms\"
 drain_rate_per_sec = 200.0
 drain_concurrency = 8
-dlq_backoff_base_ms = 300
-dlq_backoff_cap_ms = 2000
-lag_check_interval_ms = 250";
+dlq_backoff_base = \"300ms\"
+dlq_backoff_cap = \"2s\"
+lag_check_interval = \"250ms\"";
 
 pub fn courier_toml(n: &Names, api_url: &str, concurrency: usize) -> String {
     format!(
@@ -185,8 +185,8 @@ topic = "{topic}"
 dlq_topic = "{dlq}"
 parking_topic = "{parking}"
 group_id = "{group}"
-auto_commit_interval_ms = 200
-session_timeout_ms = 10000
+auto_commit_interval = "200ms"
+session_timeout = "10s"
 
 [degraded]
 {DEGRADED}
@@ -194,14 +194,14 @@ session_timeout_ms = 10000
 [api]
 url = "{api_url}"
 token_env = "{TOKEN_ENV}"
-retry_base_ms = 20
-retry_max_delay_ms = 100
-retry_budget_ms = 500
+retry_base = "20ms"
+retry_max_delay = "100ms"
+retry_budget = "500ms"
 
 [pipeline]
 concurrency = {concurrency}
-drain_timeout_ms = 3000
-shutdown_grace_ms = 5000
+drain_timeout = "3s"
+shutdown_grace = "5s"
 "#,
         topic = n.topic,
         dlq = n.dlq,

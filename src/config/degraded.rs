@@ -1,0 +1,132 @@
+//! `[degraded]`: when the API is judged unavailable, partitions pause; when it
+//! recovers, the DLQ drains at a limited rate, then the main topic resumes.
+
+use super::{invalid, ConfigError};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DegradedConfig {
+    /// Lifetime of the shared "API down" marker in Redis.
+    #[serde(with = "humantime_serde")]
+    pub marker_ttl: Duration,
+    /// How often each instance looks at the marker.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Local circuit breaker: sliding window of call outcomes.
+    #[serde(with = "humantime_serde")]
+    pub breaker_window: Duration,
+    pub breaker_min_calls: u32,
+    /// Failure share (0–1] in the window that opens the breaker.
+    pub breaker_failure_rate: f64,
+    #[serde(with = "humantime_serde")]
+    pub breaker_open: Duration,
+    pub breaker_half_open_probes: u32,
+    /// Failures in a row that open the breaker at once (0 = rate only).
+    pub breaker_consecutive_failures: u32,
+    /// A partition stays paused at least this long (anti-flapping).
+    #[serde(with = "humantime_serde")]
+    pub min_pause: Duration,
+    /// DLQ drain: events in delivery at once (process-wide) and events per second.
+    pub drain_concurrency: usize,
+    pub drain_rate_per_sec: f64,
+    /// Backoff between DLQ rounds of one event (`not_before`), doubling, capped.
+    #[serde(with = "humantime_serde")]
+    pub dlq_backoff_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub dlq_backoff_cap: Duration,
+    /// DLQ writes per second (process-wide) above which the failure is treated as
+    /// systemic and the breaker trips; 0 disables the guard.
+    pub flood_dlq_per_sec: f64,
+    /// How often DLQ lag is checked per partition.
+    #[serde(with = "humantime_serde")]
+    pub lag_check_interval: Duration,
+}
+
+impl Default for DegradedConfig {
+    fn default() -> Self {
+        DegradedConfig {
+            marker_ttl: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(200),
+            breaker_window: Duration::from_secs(10),
+            breaker_min_calls: 20,
+            breaker_failure_rate: 0.5,
+            breaker_open: Duration::from_secs(5),
+            breaker_half_open_probes: 3,
+            breaker_consecutive_failures: 10,
+            min_pause: Duration::from_secs(1),
+            drain_concurrency: 16,
+            drain_rate_per_sec: 50.0,
+            dlq_backoff_base: Duration::from_secs(1),
+            dlq_backoff_cap: Duration::from_secs(60),
+            flood_dlq_per_sec: 200.0,
+            lag_check_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl DegradedConfig {
+    pub fn breaker(&self) -> crate::core::breaker::BreakerConfig {
+        crate::core::breaker::BreakerConfig {
+            window: self.breaker_window,
+            min_calls: self.breaker_min_calls,
+            failure_rate: self.breaker_failure_rate,
+            open_for: self.breaker_open,
+            half_open_probes: self.breaker_half_open_probes,
+            consecutive_failures: self.breaker_consecutive_failures,
+        }
+    }
+
+    /// `dlq_backoff_base` in milliseconds, for wall-clock arithmetic on envelopes.
+    pub fn dlq_backoff_base_ms(&self) -> u64 {
+        millis(self.dlq_backoff_base)
+    }
+
+    /// `dlq_backoff_cap` in milliseconds.
+    pub fn dlq_backoff_cap_ms(&self) -> u64 {
+        millis(self.dlq_backoff_cap)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.breaker()
+            .validate()
+            .map_err(|e| invalid("degraded.breaker_*", e.to_string()))?;
+        if self.drain_concurrency == 0 {
+            return Err(invalid("degraded.drain_concurrency", "must be at least 1"));
+        }
+        if !self.drain_rate_per_sec.is_finite() || self.drain_rate_per_sec <= 0.0 {
+            return Err(invalid(
+                "degraded.drain_rate_per_sec",
+                "must be a finite number above 0",
+            ));
+        }
+        if !self.flood_dlq_per_sec.is_finite() || self.flood_dlq_per_sec < 0.0 {
+            return Err(invalid(
+                "degraded.flood_dlq_per_sec",
+                "must be a finite number, 0 or above (0 disables the guard)",
+            ));
+        }
+        if self.poll_interval.is_zero() || self.poll_interval >= self.marker_ttl {
+            return Err(invalid(
+                "degraded.poll_interval",
+                "must be above 0 and below degraded.marker_ttl",
+            ));
+        }
+        if self.dlq_backoff_base.is_zero() || self.dlq_backoff_cap < self.dlq_backoff_base {
+            return Err(invalid(
+                "degraded.dlq_backoff_base",
+                "must be above 0 and at most degraded.dlq_backoff_cap",
+            ));
+        }
+        if self.lag_check_interval.is_zero() {
+            return Err(invalid("degraded.lag_check_interval", "must be above 0"));
+        }
+        Ok(())
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,353 @@
+//! Configuration: a TOML file, every field defaulted where a default is sane,
+//! overridable from the environment as `COURIER__<SECTION>__<KEY>`.
+//!
+//! One file per section, each with its own `validate`; `Config::validate` runs
+//! them and checks what relates two sections. Durations are humantime strings
+//! (`"5s"`, `"250ms"`); the previous release's `*_ms` integers are still accepted
+//! and reported (`legacy`).
+//!
+//! Secrets never live in the file: the API token, database and Redis passwords are
+//! read from environment variables whose *names* the file may set.
+
+mod api;
+mod degraded;
+mod enrichment;
+mod kafka;
+mod legacy;
+mod ops;
+mod pipeline;
+mod redis;
+mod retry;
+
+pub use api::ApiConfig;
+pub(crate) use degraded::millis;
+pub use degraded::DegradedConfig;
+pub use enrichment::{EnrichmentConfig, OnMissing};
+pub use kafka::KafkaConfig;
+pub use ops::{LogConfig, LogFormat, MetricsConfig, SupervisionConfig, TestingConfig};
+pub use pipeline::PipelineConfig;
+pub use redis::RedisConfig;
+pub use retry::RetryConfig;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::Dict;
+use figment::{Figment, Provider};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config: {0}")]
+    Load(String),
+    #[error("config field `{field}`: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub kafka: KafkaConfig,
+    pub api: ApiConfig,
+    pub pipeline: PipelineConfig,
+    pub enrichment: EnrichmentConfig,
+    pub supervision: SupervisionConfig,
+    pub metrics: MetricsConfig,
+    pub redis: RedisConfig,
+    pub degraded: DegradedConfig,
+    pub retry: RetryConfig,
+    pub log: LogConfig,
+    /// Fault hooks for tests (cargo feature `test-hooks` only). Inert unless set.
+    pub testing: TestingConfig,
+    /// Deprecated keys this config used (see `legacy`), one line each: logged at
+    /// start and printed by `check-config`.
+    #[serde(skip)]
+    pub deprecations: Vec<String>,
+}
+
+impl Config {
+    /// Loads defaults ← file (if given and present) ← `COURIER__*` environment.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut sources = Sources::default();
+        if let Some(p) = path {
+            if !p.exists() {
+                return Err(ConfigError::Load(format!("{} does not exist", p.display())));
+            }
+            sources.add(Toml::file(p))?;
+        }
+        sources.add(Env::prefixed("COURIER__").split("__"))?;
+        sources.finish()
+    }
+
+    /// Parses a TOML string (no environment): for tests and `check-config`.
+    pub fn from_toml(s: &str) -> Result<Config, ConfigError> {
+        let mut sources = Sources::default();
+        sources.add(Toml::string(s))?;
+        sources.finish()
+    }
+
+    /// Checks what the types cannot: ranges, names, relations between fields.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.kafka.validate()?;
+        self.pipeline.validate()?;
+        self.api.validate()?;
+        self.enrichment.validate(self.retry.uses_deadline())?;
+        self.metrics.validate()?;
+        self.degraded.validate()?;
+        self.redis.validate()?;
+        self.retry.validate()?;
+        self.supervision.validate()?;
+        self.log.validate()?;
+        self.testing.validate()?;
+        // Revocation must finish inside the rebalance: the drain deadline has to stay
+        // below the session timeout and well below max.poll.interval.ms.
+        let (p, k) = (&self.pipeline, &self.kafka);
+        if p.drain_timeout >= k.session_timeout {
+            return Err(invalid(
+                "pipeline.drain_timeout",
+                format!(
+                    "must be below kafka.session_timeout ({})",
+                    humantime::format_duration(k.session_timeout)
+                ),
+            ));
+        }
+        if p.drain_timeout * 2 >= k.max_poll_interval {
+            return Err(invalid(
+                "pipeline.drain_timeout",
+                format!(
+                    "must be below half of kafka.max_poll_interval ({})",
+                    humantime::format_duration(k.max_poll_interval)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that every secret the config names is present in the environment.
+    pub fn check_secrets(&self) -> Result<(), ConfigError> {
+        self.api_token()?;
+        self.kafka_sasl_password()?;
+        Ok(())
+    }
+
+    /// The SASL password, read from the environment variable the config names.
+    pub fn kafka_sasl_password(&self) -> Result<Option<String>, ConfigError> {
+        secret(
+            "kafka.sasl_password_env",
+            self.kafka.sasl_password_env.as_deref(),
+        )
+    }
+
+    /// The bearer token, read from the environment variable the config names.
+    pub fn api_token(&self) -> Result<Option<String>, ConfigError> {
+        secret("api.token_env", self.api.token_env.as_deref())
+    }
+}
+
+/// The value of the environment variable a `*_env` field names; a named but
+/// missing (or empty) variable is an error naming the field and the variable.
+fn secret(field: &str, name: Option<&str>) -> Result<Option<String>, ConfigError> {
+    match name {
+        None => Ok(None),
+        Some(name) => match std::env::var(name) {
+            Ok(v) if !v.is_empty() => Ok(Some(v)),
+            _ => Err(invalid(
+                field,
+                format!("environment variable {name} is not set"),
+            )),
+        },
+    }
+}
+
+/// The sources of one config, each rewritten by `legacy::migrate` before it is
+/// merged over the defaults (so an old key in the file and a new one in the
+/// environment do not collide).
+#[derive(Default)]
+struct Sources {
+    merged: Vec<Dict>,
+    deprecations: Vec<String>,
+}
+
+impl Sources {
+    fn add(&mut self, provider: impl Provider) -> Result<(), ConfigError> {
+        let mut dict: Dict = Figment::from(provider)
+            .extract()
+            .map_err(|e| ConfigError::Load(e.to_string()))?;
+        self.deprecations.extend(legacy::migrate(&mut dict)?);
+        self.merged.push(dict);
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Config, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        for d in self.merged {
+            fig = fig.merge(Serialized::defaults(d));
+        }
+        let mut cfg: Config = fig.extract().map_err(|e| match e.into_iter().next() {
+            Some(e) => {
+                let field = e.path.join(".");
+                let reason = e.kind.to_string();
+                if field.is_empty() {
+                    ConfigError::Load(reason)
+                } else {
+                    invalid(&field, reason)
+                }
+            }
+            None => ConfigError::Load("unknown error".into()),
+        })?;
+        cfg.deprecations = self.deprecations;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::ordering::OrderingMode;
+    use std::time::Duration;
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = Config::from_toml("").unwrap();
+        assert_eq!(c.kafka.dlq_topic(), "events.dlq");
+        assert_eq!(c.kafka.parking_topic(), "events.parking");
+        assert_eq!(c.pipeline.ordering, OrderingMode::Key);
+    }
+
+    #[test]
+    fn shipped_config_is_valid() {
+        let s =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/courier.toml"))
+                .unwrap();
+        let c = Config::from_toml(&s).unwrap();
+        assert!(
+            c.deprecations.is_empty(),
+            "the shipped config uses deprecated keys: {:?}",
+            c.deprecations
+        );
+    }
+
+    fn field_of(toml: &str) -> String {
+        match Config::from_toml(toml) {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected an invalid field, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(
+            field_of("[pipeline]\nconcurrency = 0"),
+            "pipeline.concurrency"
+        );
+        assert_eq!(
+            field_of("[pipeline]\nconcurrency = \"many\""),
+            "pipeline.concurrency"
+        );
+        assert_eq!(
+            field_of("[pipeline]\nordering = \"random\""),
+            "pipeline.ordering"
+        );
+        assert_eq!(field_of("[kafka]\ntopic = \"a b\""), "kafka.topic");
+        assert_eq!(field_of("[kafka]\nbrokerz = \"x\""), "kafka.brokerz");
+        assert_eq!(field_of("[api]\nurl = \"ftp://x\""), "api.url");
+        assert_eq!(field_of("[api]\nurl = \"http://u:p@x/\""), "api.url");
+        assert_eq!(
+            field_of("[kafka.properties]\n\"sasl.password\" = \"hunter2\""),
+            "kafka.properties.sasl.password"
+        );
+        assert_eq!(
+            field_of("[kafka.properties]\n\"enable.auto.offset.store\" = \"true\""),
+            "kafka.properties.enable.auto.offset.store"
+        );
+        assert_eq!(
+            field_of("[pipeline]\ndrain_timeout = \"60s\""),
+            "pipeline.drain_timeout"
+        );
+        assert_eq!(
+            field_of("[api]\nrequest_timeout = \"soon\""),
+            "api.request_timeout"
+        );
+        assert_eq!(
+            field_of("[degraded]\ndrain_rate_per_sec = inf"),
+            "degraded.drain_rate_per_sec"
+        );
+        assert_eq!(field_of("[enrichment]\nenabled = true"), "enrichment.query");
+        assert_eq!(
+            field_of("[metrics]\nlisten = \"nowhere\""),
+            "metrics.listen"
+        );
+        assert_eq!(field_of("[log]\nlevel = \"[[\""), "log.level");
+    }
+
+    #[test]
+    fn durations_are_humantime_strings() {
+        let c = Config::from_toml(
+            "[api]\nrequest_timeout = \"2s 500ms\"\n[degraded]\nmin_pause = \"250ms\"\n\
+             [retry.default]\nkind = \"deadline\"\ndeadline = \"1h\"\n\
+             [retry]\nsource_query = \"select 1 where $1 = $1\"",
+        )
+        .unwrap();
+        assert_eq!(c.api.request_timeout, Duration::from_millis(2_500));
+        assert_eq!(c.degraded.min_pause, Duration::from_millis(250));
+        assert_eq!(
+            c.retry.default,
+            crate::core::dlq_policy::RetryPolicy::Deadline {
+                deadline_ms: 3_600_000
+            }
+        );
+        assert!(c.deprecations.is_empty());
+    }
+
+    /// The previous release's `*_ms` integers still work for one release, and
+    /// each one is reported with the key to write instead.
+    #[test]
+    fn legacy_millisecond_keys_are_migrated_and_reported() {
+        let c = Config::from_toml(
+            "[api]\nrequest_timeout_ms = 2500\n[pipeline]\ndrain_timeout_ms = 3000\n\
+             [retry]\nsource_query = \"select 1 where $1 = $1\"\n\
+             [retry.types.\"order.paid\"]\nkind = \"deadline\"\ndeadline_ms = 60000",
+        )
+        .unwrap();
+        assert_eq!(c.api.request_timeout, Duration::from_millis(2_500));
+        assert_eq!(c.pipeline.drain_timeout, Duration::from_secs(3));
+        assert_eq!(
+            c.retry.types["order.paid"],
+            crate::core::dlq_policy::RetryPolicy::Deadline {
+                deadline_ms: 60_000
+            }
+        );
+        assert_eq!(c.deprecations.len(), 3, "{:?}", c.deprecations);
+        assert!(c
+            .deprecations
+            .iter()
+            .any(|d| d.contains("`api.request_timeout_ms`")
+                && d.contains("api.request_timeout = \"2s 500ms\"")));
+        // Both spellings in one source is ambiguous: refused, naming the old key.
+        assert_eq!(
+            field_of("[api]\nrequest_timeout_ms = 1\nrequest_timeout = \"1s\""),
+            "api.request_timeout_ms"
+        );
+        assert_eq!(
+            field_of("[api]\nrequest_timeout_ms = -5"),
+            "api.request_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn test_hooks_only_in_a_test_build() {
+        let r = Config::from_toml("[testing]\ncrash_on_event_id = \"x\"");
+        if TestingConfig::HOOKS_BUILT_IN {
+            assert!(r.is_ok(), "{r:?}");
+        } else {
+            assert_eq!(field_of("[testing]\ncrash_on_event_id = \"x\""), "testing");
+        }
+    }
+}

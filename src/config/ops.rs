@@ -1,0 +1,132 @@
+//! The operational sections: `[supervision]`, `[metrics]`, `[log]` and `[testing]`.
+
+use super::{invalid, ConfigError};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SupervisionConfig {
+    /// Child crashes absorbed within `window` before the process exits non-zero.
+    pub max_restarts: u32,
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+impl Default for SupervisionConfig {
+    fn default() -> Self {
+        SupervisionConfig {
+            max_restarts: 10,
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
+impl SupervisionConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_restarts == 0 {
+            return Err(invalid("supervision.max_restarts", "must be at least 1"));
+        }
+        if self.window.is_zero() {
+            return Err(invalid("supervision.window", "must be above 0"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `/metrics`, `/healthz`, `/readyz`. Empty string disables the listener.
+    pub listen: String,
+    /// `/readyz` reports "stuck" when events are held but none finished for this
+    /// long while the API is judged available.
+    #[serde(with = "humantime_serde")]
+    pub stuck_after: Duration,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: "127.0.0.1:9464".into(),
+            stuck_after: Duration::from_secs(120),
+        }
+    }
+}
+
+impl MetricsConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.listen.is_empty() && self.listen.parse::<SocketAddr>().is_err() {
+            return Err(invalid(
+                "metrics.listen",
+                "must be an address like 127.0.0.1:9464",
+            ));
+        }
+        if self.stuck_after.is_zero() {
+            return Err(invalid("metrics.stuck_after", "must be above 0"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// `tracing` filter directive, e.g. `info` or `courier=debug,rdkafka=warn`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Human,
+            level: "info".into(),
+        }
+    }
+}
+
+impl LogConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        tracing_subscriber::EnvFilter::try_new(&self.level)
+            .map_err(|e| invalid("log.level", e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Fault hooks for the tests. Only a build with the cargo feature `test-hooks`
+/// (which `scripts/test.sh` enables and release builds do not) accepts them: a
+/// production binary refuses a config that sets one.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TestingConfig {
+    /// The partition actor panics (once per process) when it receives this event id.
+    pub crash_on_event_id: Option<String>,
+    /// With `crash_on_event_id`: panic every time the event is received, not once
+    /// (exercises the restart budget).
+    pub crash_repeatedly: bool,
+}
+
+impl TestingConfig {
+    /// Whether this build honours test hooks.
+    pub const HOOKS_BUILT_IN: bool = cfg!(feature = "test-hooks");
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !Self::HOOKS_BUILT_IN && *self != TestingConfig::default() {
+            return Err(invalid(
+                "testing",
+                "test fault hooks are not built into this binary (cargo feature `test-hooks`); remove the [testing] section",
+            ));
+        }
+        Ok(())
+    }
+}

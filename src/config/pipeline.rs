@@ -1,0 +1,83 @@
+//! `[pipeline]`: concurrency, ordering, in-memory limits, drain and shutdown waits.
+
+use super::{invalid, ConfigError};
+use crate::core::event::DecodeOptions;
+use crate::core::ordering::OrderingMode;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Global limit of events being delivered (enrich + HTTP) at once.
+    pub concurrency: usize,
+    pub ordering: OrderingMode,
+    /// Events held per partition (queued + in flight); a full partition is paused.
+    pub max_in_flight_per_partition: usize,
+    /// Records fetched but not yet taken in by a partition actor, process-wide:
+    /// the poll thread fetches nothing more above this.
+    pub max_buffered: usize,
+    pub max_event_bytes: usize,
+    /// CloudEvents extension attribute (integer) carrying the entity version.
+    pub entity_version_attribute: String,
+    /// On revoke: how long to wait for in-flight work before handing the partition over.
+    #[serde(with = "humantime_serde")]
+    pub drain_timeout: Duration,
+    /// On SIGTERM: how long in-flight work may take before Courier stores, commits and exits.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            concurrency: 512,
+            ordering: OrderingMode::Key,
+            max_in_flight_per_partition: 1_000,
+            max_buffered: 8_192,
+            max_event_bytes: 1024 * 1024,
+            entity_version_attribute: "entityversion".into(),
+            drain_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(15),
+        }
+    }
+}
+
+impl PipelineConfig {
+    pub fn decode_options(&self) -> DecodeOptions {
+        DecodeOptions {
+            max_event_bytes: self.max_event_bytes,
+            entity_version_attribute: self.entity_version_attribute.clone(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.concurrency == 0 {
+            return Err(invalid("pipeline.concurrency", "must be at least 1"));
+        }
+        if self.max_in_flight_per_partition == 0 {
+            return Err(invalid(
+                "pipeline.max_in_flight_per_partition",
+                "must be at least 1",
+            ));
+        }
+        if self.max_buffered == 0 {
+            return Err(invalid("pipeline.max_buffered", "must be at least 1"));
+        }
+        if self.max_event_bytes == 0 {
+            return Err(invalid("pipeline.max_event_bytes", "must be at least 1"));
+        }
+        if self.entity_version_attribute.is_empty()
+            || !self
+                .entity_version_attribute
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        {
+            return Err(invalid(
+                "pipeline.entity_version_attribute",
+                "a CloudEvents extension name: lowercase letters and digits only",
+            ));
+        }
+        Ok(())
+    }
+}
