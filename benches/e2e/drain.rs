@@ -6,7 +6,7 @@
 //! last one with a redelivery (both partial, so left out).
 
 use crate::Sink;
-use courier::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION};
+use courier::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
 use courier::testkit::{CourierProcess, Launch};
 use rdkafka::producer::FutureRecord;
 use std::path::Path;
@@ -75,7 +75,8 @@ fn envelope(s: &DrainSetup<'_>, i: usize, now_ms: i64) -> (String, Envelope) {
     let key = courier::loadgen::key_of(i, 1000);
     let payload = courier::loadgen::event_json(&id, "profile.updated", &key, i, s.event_bytes);
     let env = Envelope {
-        version: ENVELOPE_VERSION,
+        version: ENVELOPE_VERSION_PAYLOAD,
+        omitted: None,
         event_id: Some(id.clone()),
         event_type: Some("profile.updated".into()),
         key: Some(key.into_bytes()),

@@ -54,7 +54,8 @@ impl RetryPolicy {
         if let Some(ra) = retry_after {
             delay = delay.max(ra);
         }
-        if elapsed + delay > self.total_budget {
+        // Saturating: a server's `Retry-After` can be any size.
+        if elapsed.saturating_add(delay) > self.total_budget {
             return None;
         }
         Some(delay)
@@ -68,10 +69,25 @@ pub fn persistent_delay(attempts_done: u32, base: Duration, cap: Duration) -> Du
     base.saturating_mul(1u32 << exp).min(cap)
 }
 
-/// Parses `Retry-After` in its delta-seconds form (the HTTP-date form is rare for
-/// APIs and is ignored rather than guessed at).
-pub fn parse_retry_after(value: &str) -> Option<Duration> {
-    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+/// The longest `Retry-After` taken at its word. A server may send any number; a
+/// wait beyond the in-place budget sends the event to the DLQ anyway, so a cap
+/// only keeps the arithmetic (and the DLQ's `not_before`) sane.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// Parses `Retry-After` (RFC 9110 §10.2.3) in both forms: delta-seconds, or an
+/// HTTP-date, which is turned into a wait from `now` (a date in the past means no
+/// wait). Clamped to [`MAX_RETRY_AFTER`]; anything else (negative, fractional,
+/// garbage) is ignored.
+pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let wait = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // All digits, possibly more than a u64 holds: that is just "very long".
+        Duration::from_secs(value.parse::<u64>().unwrap_or(u64::MAX))
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 #[cfg(test)]
@@ -118,6 +134,49 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_in_both_forms_clamped_and_never_overflowing() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // Wed, 21 Oct 2015 07:28:00 GMT
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(parse_retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        // A date in the past: no wait.
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        // Huge values are clamped, whatever their form.
+        for huge in [
+            "18446744073709551615",
+            "99999999999999999999999999999",
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+        ] {
+            assert_eq!(
+                parse_retry_after(huge, now),
+                Some(MAX_RETRY_AFTER),
+                "{huge}"
+            );
+        }
+        for bad in ["", "-1", "1.5", "soon", "12 s"] {
+            assert_eq!(parse_retry_after(bad, now), None, "{bad:?}");
+        }
+        // The policy never overflows on any wait: it gives up in place.
+        let p = p();
+        for ra in [
+            MAX_RETRY_AFTER,
+            Duration::MAX,
+            Duration::from_secs(u64::MAX),
+        ] {
+            assert_eq!(p.next_delay(1, Duration::from_secs(1), Some(ra), 0.5), None);
+        }
+    }
+
+    #[test]
     fn budget_and_retry_after() {
         let p = p();
         assert_eq!(
@@ -132,8 +191,6 @@ mod tests {
             p.next_delay(1, Duration::ZERO, Some(Duration::from_secs(3)), 0.0),
             None
         );
-        assert_eq!(parse_retry_after(" 2 "), Some(Duration::from_secs(2)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
     }
 
     #[test]

@@ -6,7 +6,37 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const ENVELOPE_VERSION: u32 = 1;
+/// The version written for an envelope that carries its payload. Version 2 (see
+/// [`ENVELOPE_VERSION_REFERENCE`]) is written only when the payload had to be left
+/// out, so a Courier of the previous release, which knows version 1 only, parks
+/// such a record as unreadable instead of redelivering an empty payload.
+pub const ENVELOPE_VERSION: u32 = 2;
+pub const ENVELOPE_VERSION_PAYLOAD: u32 = 1;
+pub const ENVELOPE_VERSION_REFERENCE: u32 = 2;
+
+/// Error messages and header values longer than this are cut (on a character
+/// boundary, marked with `…`).
+pub const MAX_TEXT_BYTES: usize = 1024;
+
+/// More DLQ rounds than any real event can have had: even at one round per
+/// second (the backoff's floor is far above that) it is more than a day.
+pub const MAX_PLAUSIBLE_DLQ_RETRIES: u32 = 100_000;
+
+/// Control characters replaced by a space and the text cut to `max` bytes: what
+/// goes into a header value, a log line or `last_error.message` comes from the
+/// network or from input and must not carry line breaks or escape sequences.
+pub fn clean_text(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max));
+    for c in s.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if out.len() + c.len_utf8() > max.saturating_sub('…'.len_utf8()) {
+            out.push('…');
+            return out;
+        }
+        out.push(c);
+    }
+    out
+}
 
 /// Header names. The `kafka_dlt-*` names follow Spring Kafka's dead-letter
 /// convention, which most Kafka tooling already knows.
@@ -53,8 +83,14 @@ pub struct Envelope {
     pub event_type: Option<String>,
     #[serde(with = "b64_opt")]
     pub key: Option<Vec<u8>>,
+    /// The original bytes; empty when `omitted` says the payload was left out.
     #[serde(with = "b64")]
     pub payload: Vec<u8>,
+    /// Set when the record would not fit the topic's `max.message.bytes` with the
+    /// payload in it: the payload stays in the origin topic at `origin`, and this
+    /// says how to recognise it there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<Omitted>,
     /// How many times this event went (back) into the DLQ after its first entry.
     /// Only ever incremented, by the writer side, see [`Envelope::retried`].
     pub dlq_retries: u32,
@@ -64,12 +100,37 @@ pub struct Envelope {
     pub origin: Origin,
 }
 
+/// What was left out of an envelope that carries a reference instead of bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Omitted {
+    /// Always true: `payload_omitted` in the JSON, for whoever greps for it.
+    pub payload_omitted: bool,
+    pub payload_bytes: u64,
+    /// SHA-256 of the payload, lowercase hex.
+    pub payload_sha256: String,
+    /// The key was left out too (it alone would not fit).
+    #[serde(default)]
+    pub key_omitted: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EnvelopeError {
     #[error("envelope is not valid JSON of the expected shape: {0}")]
     Malformed(#[from] serde_json::Error),
     #[error("envelope version {0} is newer than this Courier understands ({ENVELOPE_VERSION})")]
     UnknownVersion(u32),
+    #[error("envelope is not one Courier could have written: {0}")]
+    Implausible(String),
+}
+
+impl EnvelopeError {
+    /// The parking-lot reason for a DLQ record that cannot be taken as an envelope.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            EnvelopeError::Malformed(_) | EnvelopeError::UnknownVersion(_) => "unreadable_envelope",
+            EnvelopeError::Implausible(_) => "invalid_envelope",
+        }
+    }
 }
 
 impl Envelope {
@@ -86,6 +147,88 @@ impl Envelope {
         Ok(env)
     }
 
+    /// Whether a DLQ record read back could have been written by Courier: a forged
+    /// or corrupted one (negative coordinates, absurd round counts, a `not_before`
+    /// years away) would otherwise sit at the head of its DLQ partition and block
+    /// the drain, or overflow the arithmetic on it. `now_ms` and `max_wait_ms` (how
+    /// far ahead a `not_before` may be: the DLQ backoff cap plus clock skew) come
+    /// from the caller.
+    pub fn check(&self, now_ms: i64, max_wait_ms: i64) -> Result<(), EnvelopeError> {
+        let bad = |why: String| Err(EnvelopeError::Implausible(why));
+        if self.version == 0 {
+            return bad("version 0".into());
+        }
+        if self.origin.partition < 0 || self.origin.offset < 0 {
+            return bad(format!(
+                "origin partition {} offset {}",
+                self.origin.partition, self.origin.offset
+            ));
+        }
+        if self.dlq_retries > MAX_PLAUSIBLE_DLQ_RETRIES {
+            return bad(format!("{} DLQ rounds", self.dlq_retries));
+        }
+        let horizon = now_ms.saturating_add(max_wait_ms.max(0));
+        if self.not_before_ms > horizon {
+            return bad(format!(
+                "not_before {} ms is more than {max_wait_ms} ms ahead",
+                self.not_before_ms
+            ));
+        }
+        if self.first_dlq_at_ms < 0 || self.first_dlq_at_ms > horizon {
+            return bad(format!("first_dlq_at {} ms", self.first_dlq_at_ms));
+        }
+        if let Some(id) = &self.event_id {
+            if !crate::core::event::valid_id(id) {
+                return bad("event id not fit for a header".into());
+            }
+        }
+        if self.omitted.is_none() && self.version > ENVELOPE_VERSION_PAYLOAD {
+            return bad("a version-2 envelope without its payload reference".into());
+        }
+        Ok(())
+    }
+
+    /// The envelope as it will be written to a topic that takes records of at
+    /// most `max_bytes`: unchanged when it fits, otherwise with the payload (and
+    /// if still needed, the key) replaced by a reference to the origin record.
+    /// `None`: not even the reference fits (`max_bytes` is absurdly small).
+    pub fn fitted(self, max_bytes: usize) -> Option<Envelope> {
+        if self.record_bytes() <= max_bytes {
+            return Some(self);
+        }
+        let mut r = self;
+        if r.omitted.is_none() {
+            r.omitted = Some(Omitted {
+                payload_omitted: true,
+                payload_bytes: r.payload.len() as u64,
+                payload_sha256: sha256_hex(&r.payload),
+                key_omitted: false,
+            });
+        }
+        r.payload = Vec::new();
+        r.version = ENVELOPE_VERSION_REFERENCE;
+        if r.record_bytes() <= max_bytes {
+            return Some(r);
+        }
+        if let Some(o) = &mut r.omitted {
+            o.key_omitted = true;
+        }
+        r.key = None;
+        (r.record_bytes() <= max_bytes).then_some(r)
+    }
+
+    /// What the record costs against `max.message.bytes`: key, value, headers
+    /// and the record batch's own overhead (generous: 512 bytes).
+    pub fn record_bytes(&self) -> usize {
+        const BATCH_OVERHEAD: usize = 512;
+        let headers: usize = self
+            .headers()
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 8)
+            .sum();
+        self.key.as_ref().map_or(0, Vec::len) + self.to_bytes().len() + headers + BATCH_OVERHEAD
+    }
+
     /// The envelope for one more DLQ round: `dlq_retries + 1`, new error and
     /// `not_before`; everything that identifies the event is kept.
     pub fn retried(&self, error: ErrorInfo, not_before_ms: i64) -> Envelope {
@@ -97,8 +240,19 @@ impl Envelope {
         }
     }
 
-    /// Headers mirroring the envelope's context.
+    /// Headers mirroring the envelope's context, each value cleaned and capped at
+    /// [`MAX_TEXT_BYTES`].
     pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut h = self.raw_headers();
+        for (_, v) in &mut h {
+            if v.len() > MAX_TEXT_BYTES || v.chars().any(char::is_control) {
+                *v = clean_text(v, MAX_TEXT_BYTES);
+            }
+        }
+        h
+    }
+
+    fn raw_headers(&self) -> Vec<(&'static str, String)> {
         let mut h = vec![
             (header::ORIGINAL_TOPIC, self.origin.topic.clone()),
             (
@@ -122,6 +276,14 @@ impl Envelope {
         }
         h
     }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 mod b64 {
@@ -163,11 +325,12 @@ pub(crate) mod tests {
 
     pub fn sample() -> Envelope {
         Envelope {
-            version: ENVELOPE_VERSION,
+            version: ENVELOPE_VERSION_PAYLOAD,
             event_id: Some("e-1".into()),
             event_type: Some("profile.updated".into()),
             key: Some(b"k\x00\xff".to_vec()),
             payload: b"\xff\xfe not utf8".to_vec(),
+            omitted: None,
             dlq_retries: 0,
             first_dlq_at_ms: 1_000,
             not_before_ms: 2_000,
@@ -215,6 +378,107 @@ pub(crate) mod tests {
             Err(EnvelopeError::UnknownVersion(_))
         ));
         assert!(Envelope::from_bytes(b"{}").is_err());
+    }
+
+    /// A forged or corrupted DLQ record is refused with `invalid_envelope` (and
+    /// so parked) instead of blocking the drain or overflowing arithmetic.
+    #[test]
+    fn forged_envelopes_are_implausible() {
+        let now = 1_700_000_000_000;
+        let wait = 120_000;
+        let mut ok = sample();
+        ok.first_dlq_at_ms = now - 5_000;
+        ok.not_before_ms = now + 60_000;
+        assert!(ok.check(now, wait).is_ok());
+        type Forge = Box<dyn Fn(&mut Envelope)>;
+        let forged: Vec<(&str, Forge)> = vec![
+            ("u32::MAX retries", Box::new(|e| e.dlq_retries = u32::MAX)),
+            (
+                "year 9999",
+                Box::new(|e| e.not_before_ms = 253_402_300_799_000),
+            ),
+            (
+                "i64::MAX not_before",
+                Box::new(|e| e.not_before_ms = i64::MAX),
+            ),
+            ("negative offset", Box::new(|e| e.origin.offset = -1)),
+            (
+                "negative partition",
+                Box::new(|e| e.origin.partition = i32::MIN),
+            ),
+            (
+                "future first entry",
+                Box::new(|e| e.first_dlq_at_ms = i64::MAX),
+            ),
+            (
+                "negative first entry",
+                Box::new(|e| e.first_dlq_at_ms = i64::MIN),
+            ),
+            (
+                "id with a newline",
+                Box::new(|e| e.event_id = Some("a\nb".into())),
+            ),
+            ("version 0", Box::new(|e| e.version = 0)),
+            ("v2 without reference", Box::new(|e| e.version = 2)),
+        ];
+        for (what, forge) in forged {
+            let mut e = ok.clone();
+            forge(&mut e);
+            // It parses (the shape is right) but is not plausible.
+            let parsed = Envelope::from_bytes(&e.to_bytes()).unwrap();
+            let err = parsed.check(now, wait).unwrap_err();
+            assert_eq!(err.reason(), "invalid_envelope", "{what}");
+        }
+        // A past not_before (an old DLQ record) is fine.
+        ok.not_before_ms = 0;
+        assert!(ok.check(now, wait).is_ok());
+    }
+
+    #[test]
+    fn an_envelope_too_large_for_the_topic_carries_a_reference() {
+        let mut e = sample();
+        e.payload = vec![b'x'; 900_000];
+        let limit = 1_000_000;
+        assert!(e.record_bytes() > limit, "base64 makes 900 KB about 1.2 MB");
+        let r = e.clone().fitted(limit).unwrap();
+        assert!(r.record_bytes() <= limit);
+        assert!(r.payload.is_empty());
+        assert_eq!(r.version, ENVELOPE_VERSION_REFERENCE);
+        let o = r.omitted.clone().unwrap();
+        assert!(o.payload_omitted && !o.key_omitted);
+        assert_eq!(o.payload_bytes, 900_000);
+        assert_eq!(o.payload_sha256, sha256_hex(&e.payload));
+        assert_eq!(r.key, e.key);
+        assert_eq!(r.origin, e.origin);
+        // The reference round-trips and is a plausible envelope.
+        let back = Envelope::from_bytes(&r.to_bytes()).unwrap();
+        assert_eq!(back, r);
+        assert!(back.check(r.not_before_ms, 0).is_ok());
+        assert!(String::from_utf8(r.to_bytes())
+            .unwrap()
+            .contains("\"payload_omitted\":true"));
+        // A small one is left alone.
+        let small = sample();
+        assert_eq!(small.clone().fitted(limit), Some(small));
+        // A huge key goes too; nothing fits below the envelope's own size.
+        let mut k = e.clone();
+        k.key = Some(vec![b'k'; 2_000_000]);
+        let r = k.fitted(limit).unwrap();
+        assert!(r.key.is_none() && r.omitted.as_ref().unwrap().key_omitted);
+        assert_eq!(sample().fitted(100), None);
+    }
+
+    #[test]
+    fn header_values_are_cleaned_and_capped() {
+        let mut e = sample();
+        e.last_error.message = format!("line1\r\nline2\x1b[31m{}", "é".repeat(2_000));
+        let h: std::collections::HashMap<_, _> = e.headers().into_iter().collect();
+        let m = &h[header::EXCEPTION_MESSAGE];
+        assert!(m.len() <= MAX_TEXT_BYTES, "{}", m.len());
+        assert!(!m.chars().any(char::is_control), "{m:?}");
+        assert!(m.starts_with("line1  line2 [31m") && m.ends_with('…'));
+        assert_eq!(clean_text("short", 10), "short");
+        assert_eq!(clean_text("abcdefghijkl", 8), "abcde…");
     }
 
     #[test]

@@ -59,7 +59,24 @@ pub enum DecodeError {
     },
     #[error("specversion `{0}` is not supported (only 1.0)")]
     UnsupportedSpecVersion(String),
+    #[error("the id must be 1 to {MAX_ID_BYTES} visible ASCII characters (it is sent as the Idempotency-Key header)")]
+    InvalidId,
+    #[error("JSON nested deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+    #[error("a JSON number is out of the range of a 64-bit float: {0}")]
+    NumberOutOfRange(String),
+    #[error("a JSON string has a broken escape or is not valid Unicode: {0}")]
+    InvalidString(String),
 }
+
+/// The longest event id accepted (it travels as the `Idempotency-Key` header).
+pub const MAX_ID_BYTES: usize = 256;
+
+/// The deepest nesting accepted anywhere in an event. serde_json refuses deeper
+/// documents when it builds a tree (its recursion limit is 128), so an event that
+/// could not be turned back into a tree — for enrichment, for a `data`-only
+/// body — is refused here, before any work is scheduled.
+pub const MAX_DEPTH: usize = 100;
 
 impl DecodeError {
     /// Stable, bounded reason code (used in metrics labels and parking-lot records).
@@ -73,6 +90,10 @@ impl DecodeError {
             DecodeError::MissingAttribute(_) => "missing_attribute",
             DecodeError::WrongType { .. } => "wrong_type",
             DecodeError::UnsupportedSpecVersion(_) => "unsupported_specversion",
+            DecodeError::InvalidId => "invalid_id",
+            DecodeError::TooDeep => "too_deep",
+            DecodeError::NumberOutOfRange(_) => "number_out_of_range",
+            DecodeError::InvalidString(_) => "invalid_string",
         }
     }
 }
@@ -98,7 +119,11 @@ pub fn decode(value: Option<&Bytes>, opts: &DecodeOptions) -> Result<Event, Deco
     if specversion != "1.0" {
         return Err(DecodeError::UnsupportedSpecVersion(specversion.to_string()));
     }
-    let id = required_str(&attrs.id, "id")?.to_string();
+    let id = required_str(&attrs.id, "id")?;
+    if !valid_id(id) {
+        return Err(DecodeError::InvalidId);
+    }
+    let id = id.to_string();
     let source = required_str(&attrs.source, "source")?.to_string();
     let event_type = required_str(&attrs.event_type, "type")?.to_string();
     let subject = optional_str(&attrs.subject, "subject")?;
@@ -122,6 +147,11 @@ pub fn decode(value: Option<&Bytes>, opts: &DecodeOptions) -> Result<Event, Deco
         entity_version,
         raw: raw.clone(),
     })
+}
+
+/// An id fit for a header value and a log line: visible ASCII, bounded.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_ID_BYTES && id.bytes().all(|b| b.is_ascii_graphic())
 }
 
 fn required_str<'a>(
@@ -154,6 +184,80 @@ fn optional_str(
             expected: "a string",
         }),
     }
+}
+
+/// Why a request body could not be built from an event (a permanent failure of
+/// that event: it is parked, never sent as something else).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    #[error("the event is not a JSON object")]
+    NotAnObject,
+    #[error("the event cannot be re-encoded with the added attribute: {0}")]
+    Reencode(String),
+}
+
+/// The event's JSON object with one more top-level attribute `name` = `value`
+/// (enrichment). The original bytes are kept as they are — numbers beyond i64,
+/// escapes and attribute order included — and the attribute is appended before
+/// the closing brace. Only when the event already has an attribute of that name
+/// is the object rebuilt as a tree, so the added value replaces the old one
+/// instead of appearing twice. Never falls back to an empty object.
+pub fn with_attribute(
+    raw: &[u8],
+    name: &str,
+    value: &serde_json::Value,
+) -> Result<Bytes, BodyError> {
+    let start = raw.iter().position(|b| !b.is_ascii_whitespace());
+    let end = raw.iter().rposition(|b| !b.is_ascii_whitespace());
+    let (Some(start), Some(end)) = (start, end) else {
+        return Err(BodyError::NotAnObject);
+    };
+    if raw[start] != b'{' || raw[end] != b'}' || start >= end {
+        return Err(BodyError::NotAnObject);
+    }
+    let has_name = top_level_has(raw, name).map_err(|e| BodyError::Reencode(e.to_string()))?;
+    let enc = |e: serde_json::Error| BodyError::Reencode(e.to_string());
+    if has_name {
+        let mut obj: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(raw).map_err(enc)?;
+        obj.insert(name.to_string(), value.clone());
+        return serde_json::to_vec(&obj).map(Bytes::from).map_err(enc);
+    }
+    let empty = raw[start + 1..end].iter().all(u8::is_ascii_whitespace);
+    let name = serde_json::to_vec(name).map_err(enc)?;
+    let value = serde_json::to_vec(value).map_err(enc)?;
+    let mut out = Vec::with_capacity(end + name.len() + value.len() + 3);
+    out.extend_from_slice(&raw[..end]);
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(&name);
+    out.push(b':');
+    out.extend_from_slice(&value);
+    out.push(b'}');
+    Ok(Bytes::from(out))
+}
+
+/// Whether the JSON object `raw` has a top-level attribute `name` (keys compared
+/// after unescaping).
+fn top_level_has(raw: &[u8], name: &str) -> Result<bool, serde_json::Error> {
+    struct Has<'n>(&'n str);
+    impl<'de> de::Visitor<'de> for Has<'_> {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            let mut found = false;
+            while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                found |= k == self.0;
+                map.next_value::<de::IgnoredAny>()?;
+            }
+            Ok(found)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    de::Deserializer::deserialize_map(&mut de, Has(name))
 }
 
 // Parsing without a `serde_json::Value`: the whole document is still parsed (so
@@ -198,8 +302,89 @@ fn parse_attributes<'a>(
         },
     )
     .and_then(|attrs| de.end().map(|()| attrs))
-    .map_err(|e| DecodeError::MalformedJson(e.to_string()))?;
+    .map_err(json_error)?;
     parsed.ok_or(DecodeError::NotAnObject)
+}
+
+/// A serde_json error as a decode error. Depth is checked by [`Checked`] (the
+/// message it raises is ours); the rest are serde_json's own messages.
+fn json_error(e: serde_json::Error) -> DecodeError {
+    let msg = e.to_string();
+    if msg.starts_with(TOO_DEEP) || msg.starts_with("recursion limit exceeded") {
+        DecodeError::TooDeep
+    } else if msg.starts_with("number out of range") {
+        DecodeError::NumberOutOfRange(msg)
+    } else if msg.contains("surrogate")
+        || msg.contains("hex escape")
+        || msg.starts_with("invalid unicode code point")
+    {
+        DecodeError::InvalidString(msg)
+    } else {
+        DecodeError::MalformedJson(msg)
+    }
+}
+
+const TOO_DEEP: &str = "courier: nested too deep";
+
+/// A JSON value that is checked, not kept: every number is parsed (so one out of
+/// the f64 range is refused, as a tree would refuse it), every string unescaped
+/// (so a lone surrogate is refused), and nesting is bounded by [`MAX_DEPTH`].
+/// serde_json's `IgnoredAny` skips values without any of these checks, which let
+/// `1e400`, `"\ud800"` and 200 levels of `[` through the decoder and then broke
+/// the request body built from a tree.
+struct Checked;
+
+/// The seed carrying the depth of the value being checked.
+#[derive(Clone, Copy)]
+struct Depth(usize);
+
+impl<'de> de::DeserializeSeed<'de> for Depth {
+    type Value = Checked;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Checked, D::Error> {
+        if self.0 > MAX_DEPTH {
+            return Err(de::Error::custom(TOO_DEEP));
+        }
+        d.deserialize_any(CheckVisitor(self.0))
+    }
+}
+
+struct CheckVisitor(usize);
+
+impl<'de> de::Visitor<'de> for CheckVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element_seed(Depth(self.0 + 1))?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_key_seed(Depth(self.0 + 1))?.is_some() {
+            map.next_value_seed(Depth(self.0 + 1))?;
+        }
+        Ok(Checked)
+    }
 }
 
 /// The document: `Some(attributes)` for an object, `None` for any other JSON value.
@@ -226,7 +411,7 @@ impl<'de> de::Visitor<'de> for TopLevel<'_> {
                 "time" => &mut a.time,
                 k if k == self.entity_version_attribute => &mut a.entity_version,
                 _ => {
-                    map.next_value::<de::IgnoredAny>()?;
+                    map.next_value_seed(Depth(2))?;
                     continue;
                 }
             };
@@ -236,7 +421,7 @@ impl<'de> de::Visitor<'de> for TopLevel<'_> {
     }
 
     fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        while seq.next_element_seed(Depth(2))?.is_some() {}
         Ok(None)
     }
 
@@ -312,14 +497,13 @@ impl<'de> de::Deserialize<'de> for Attr<'de> {
                 Ok(Attr::Other)
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Attr<'de>, A::Error> {
-                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                while seq.next_element_seed(Depth(3))?.is_some() {}
                 Ok(Attr::Other)
             }
             fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Attr<'de>, A::Error> {
-                while map
-                    .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
-                    .is_some()
-                {}
+                while map.next_key_seed(Depth(3))?.is_some() {
+                    map.next_value_seed(Depth(3))?;
+                }
                 Ok(Attr::Other)
             }
         }
@@ -461,6 +645,131 @@ mod tests {
         }
         // Whitespace around the document is fine.
         assert!(ok(format!(" \n{{{base},\"id\":\"a\"}}\n ")).is_ok());
+    }
+
+    /// The id travels as the `Idempotency-Key` header: it must be visible ASCII
+    /// and at most 256 bytes, or the event is parked `invalid_id` at decode.
+    #[test]
+    fn ids_that_cannot_be_a_header_are_parked() {
+        let doc = |id: &str| {
+            let id = serde_json::to_string(id).unwrap();
+            format!(r#"{{"specversion":"1.0","id":{id},"source":"/s","type":"t"}}"#)
+        };
+        let long_opts = DecodeOptions {
+            max_event_bytes: 4096,
+            ..opts()
+        };
+        let dec_long = |d: String| decode(Some(&Bytes::from(d)), &long_opts);
+        for bad in ["a b", "a\nb", "tab\there", "caf\u{e9}", "\u{0}", "x\u{7f}"] {
+            assert_eq!(
+                dec_long(doc(bad)).unwrap_err().reason(),
+                "invalid_id",
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            dec_long(doc(&"a".repeat(257))).unwrap_err().reason(),
+            "invalid_id"
+        );
+        assert_eq!(dec_long(doc(&"a".repeat(256))).unwrap().id.len(), 256);
+        assert!(dec_long(doc("order-1:2/3~!@#$%^&*()_+={}[]|;'<>,.?")).is_ok());
+    }
+
+    /// What a full JSON parse refuses is refused at decode, with its own reason,
+    /// even deep inside `data` (where only validation, not a tree, is built).
+    #[test]
+    fn values_a_json_parser_refuses_are_parked_with_their_reason() {
+        let base = r#""specversion":"1.0","id":"a","source":"/s","type":"t""#;
+        let big = DecodeOptions {
+            max_event_bytes: 1 << 20,
+            ..opts()
+        };
+        let reason = |doc: String| {
+            decode(Some(&Bytes::from(doc.clone())), &big)
+                .map(|_| ())
+                .map_err(|e| e.reason())
+                .err()
+                .unwrap_or_else(|| panic!("accepted: {doc:.120}"))
+        };
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(reason(format!(r#"{{{base},"data":{deep}}}"#)), "too_deep");
+        let deep_obj = format!("{}1{}", r#"{"a":"#.repeat(200), "}".repeat(200));
+        assert_eq!(
+            reason(format!(r#"{{{base},"data":{deep_obj}}}"#)),
+            "too_deep"
+        );
+        for n in ["1e400", "-1e400", "1E999999"] {
+            assert_eq!(
+                reason(format!(r#"{{{base},"data":{{"x":[{n}]}}}}"#)),
+                "number_out_of_range",
+                "{n}"
+            );
+        }
+        for s in [r#""\ud800""#, r#""x\udc00y""#, r#""\ud800\u0041""#] {
+            assert_eq!(
+                reason(format!(r#"{{{base},"data":{{"k":{s}}}}}"#)),
+                "invalid_string",
+                "{s}"
+            );
+            assert_eq!(
+                reason(format!(r#"{{{base},"data":{{{s}:1}}}}"#)),
+                "invalid_string",
+                "key {s}"
+            );
+        }
+        // A raw control character inside a string is a syntax error.
+        assert_eq!(
+            reason(format!("{{{base},\"data\":\"a\u{1}b\"}}")),
+            "malformed_json"
+        );
+        // Large but finite numbers and valid surrogate pairs are fine.
+        let ok = format!(
+            r#"{{{base},"data":{{"n":1e300,"i":123456789012345678901234567890,"s":"\ud83d\ude00"}}}}"#
+        );
+        assert!(decode(Some(&Bytes::from(ok)), &big).is_ok());
+        // The document may be MAX_DEPTH levels deep (the event object is level 1,
+        // `data` level 2, so `data` holds at most MAX_DEPTH - 2 nested arrays).
+        let nested = |k: usize| format!("{}1{}", "[".repeat(k), "]".repeat(k));
+        let fine = format!(r#"{{{base},"data":{}}}"#, nested(MAX_DEPTH - 2));
+        assert!(decode(Some(&Bytes::from(fine)), &big).is_ok());
+        let deep = format!(r#"{{{base},"data":{}}}"#, nested(MAX_DEPTH - 1));
+        assert_eq!(reason(deep), "too_deep");
+    }
+
+    #[test]
+    fn enrichment_is_appended_without_touching_the_original_bytes() {
+        let v = serde_json::json!({"tier": "gold"});
+        let raw = br#" {"id":"a","n":123456789012345678901234567890,"s":"\u00e9"} "#;
+        let out = with_attribute(raw, "enrichment", &v).unwrap();
+        assert_eq!(
+            &out[..],
+            &br#" {"id":"a","n":123456789012345678901234567890,"s":"\u00e9","enrichment":{"tier":"gold"}}"#[..]
+        );
+        assert_eq!(
+            &with_attribute(b"{ }", "e", &v).unwrap()[..],
+            &br#"{ "e":{"tier":"gold"}}"#[..]
+        );
+        // The attribute exists already: replaced, not duplicated.
+        let out = with_attribute(br#"{"a":1,"e":"old"}"#, "e", &v).unwrap();
+        let back: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back, serde_json::json!({"a": 1, "e": {"tier": "gold"}}));
+        let out = with_attribute(br#"{"a":1,"\u0065":"old"}"#, "e", &v).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()["e"],
+            v
+        );
+        // Never an empty object in place of the event.
+        for bad in [&b""[..], b"  ", b"[1]", b"\"x\"", b"{", b"}"] {
+            assert_eq!(
+                with_attribute(bad, "e", &v),
+                Err(BodyError::NotAnObject),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            with_attribute(br#"{"a":1e400,"e":1}"#, "e", &v),
+            Err(BodyError::Reencode(_))
+        ));
     }
 
     proptest! {

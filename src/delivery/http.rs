@@ -95,7 +95,7 @@ impl ApiClient {
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
+            .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
         // Read the (small) body so the connection goes back to the pool.
         let _ = resp.bytes().await;
         Ok(Answer {

@@ -11,7 +11,7 @@ use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
 use crate::core::classify::{classify_status, FailureClass, Verdict};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
-use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION};
+use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
 use crate::core::event::Event;
 use crate::health::CallOutcome;
 use crate::metrics as m;
@@ -59,6 +59,17 @@ impl Item {
             Work::Park { .. } => None,
         }
     }
+}
+
+/// What an event's request body turned out to be.
+enum Body {
+    Send(Bytes),
+    /// The event cannot be sent (no enrichment row and the config says park, or
+    /// the body cannot be built): parked with this reason, never retried.
+    Park {
+        reason: &'static str,
+        message: String,
+    },
 }
 
 pub struct Job {
@@ -347,7 +358,7 @@ impl Deliverer {
             }
         };
         let answer = match self.body(item, &event).await {
-            Ok(Some(body)) => {
+            Ok(Body::Send(body)) => {
                 let Ok(_permit) = self.drain_permits.acquire().await else {
                     return std::future::pending::<Finished>().await;
                 };
@@ -355,15 +366,8 @@ impl Deliverer {
                 self.pipeline.health.gate().await;
                 self.api.post(&id, body, Some(env.dlq_retries + 1)).await
             }
-            Ok(None) => {
-                return self
-                    .drop_from_dlq(
-                        item,
-                        env,
-                        "enrichment_missing",
-                        "no enrichment row for the event's key".into(),
-                    )
-                    .await
+            Ok(Body::Park { reason, message }) => {
+                return self.drop_from_dlq(item, env, reason, message).await
             }
             // The database, not the API: back to the DLQ without counting against the API.
             Err(_) => Err(crate::core::classify::TransportFailure::Other),
@@ -500,7 +504,7 @@ impl Deliverer {
             attempts += 1;
             self.hot.attempts.increment(1);
             let (class, reason, status, retry_after) = match self.body(item, ev).await {
-                Ok(Some(body)) => match self.call(&ev.id, body).await {
+                Ok(Body::Send(body)) => match self.call(&ev.id, body).await {
                     Ok(answer) => match classify_status(answer.status) {
                         Verdict::Delivered => {
                             gauge.decrement(1.0);
@@ -521,14 +525,14 @@ impl Deliverer {
                     },
                     Err(t) => (t.class(), t.as_str().to_string(), None, None),
                 },
-                Ok(None) => {
+                Ok(Body::Park { reason, message }) => {
                     gauge.decrement(1.0);
                     drop(permit);
                     let info = ErrorInfo {
                         class: "permanent".into(),
-                        reason: "enrichment_missing".into(),
+                        reason: reason.into(),
                         status: None,
-                        message: "no enrichment row for the event's key".into(),
+                        message,
                     };
                     return Box::pin(self.park(item, info)).await;
                 }
@@ -604,28 +608,31 @@ impl Deliverer {
     }
 
     /// The body to POST: the original bytes, or the event with its enrichment.
-    /// `Ok(None)`: the enrichment row is missing and the config says park.
-    async fn body(&self, item: &Item, ev: &Event) -> Result<Option<Bytes>, EnrichError> {
+    async fn body(&self, item: &Item, ev: &Event) -> Result<Body, EnrichError> {
         let (Some(enricher), Some(key)) = (&self.enricher, &item.key) else {
-            return Ok(Some(ev.raw.clone()));
+            return Ok(Body::Send(ev.raw.clone()));
         };
         let cfg = &self.pipeline.config.enrichment;
         let key = String::from_utf8_lossy(key);
         // Boxed: the lookup (moka + deadpool + tokio-postgres) is a large future,
         // and unboxed it would size every delivery's state machine, enrichment or not.
         match Box::pin(enricher.lookup(&key)).await? {
-            Some(doc) => {
-                let mut obj: serde_json::Map<String, serde_json::Value> =
-                    serde_json::from_slice(&ev.raw).unwrap_or_default();
-                obj.insert(cfg.field.clone(), (*doc).clone());
-                Ok(Some(Bytes::from(
-                    serde_json::to_vec(&obj).unwrap_or_default(),
-                )))
-            }
-            None => match cfg.on_missing {
-                OnMissing::Deliver => Ok(Some(ev.raw.clone())),
-                OnMissing::Park => Ok(None),
-            },
+            Some(doc) => Ok(
+                match crate::core::event::with_attribute(&ev.raw, &cfg.field, &doc) {
+                    Ok(body) => Body::Send(body),
+                    Err(e) => Body::Park {
+                        reason: "body_unbuildable",
+                        message: e.to_string(),
+                    },
+                },
+            ),
+            None => Ok(match cfg.on_missing {
+                OnMissing::Deliver => Body::Send(ev.raw.clone()),
+                OnMissing::Park => Body::Park {
+                    reason: "enrichment_missing",
+                    message: "no enrichment row for the event's key".into(),
+                },
+            }),
         }
     }
 
@@ -637,7 +644,7 @@ impl Deliverer {
             Work::Park { .. } => (None, None),
         };
         Envelope {
-            version: ENVELOPE_VERSION,
+            version: ENVELOPE_VERSION_PAYLOAD,
             event_id,
             event_type,
             key: item.key.clone(),
@@ -646,6 +653,7 @@ impl Deliverer {
                 .as_ref()
                 .map(|b| b.to_vec())
                 .unwrap_or_default(),
+            omitted: None,
             dlq_retries: 0,
             first_dlq_at_ms: now,
             not_before_ms: now + self.pipeline.config.degraded.dlq_backoff_base_ms() as i64,
