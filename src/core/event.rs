@@ -223,19 +223,45 @@ pub fn with_attribute(
         obj.insert(name.to_string(), value.clone());
         return serde_json::to_vec(&obj).map(Bytes::from).map_err(enc);
     }
-    let empty = raw[start + 1..end].iter().all(u8::is_ascii_whitespace);
-    let name = serde_json::to_vec(name).map_err(enc)?;
     let value = serde_json::to_vec(value).map_err(enc)?;
-    let mut out = Vec::with_capacity(end + name.len() + value.len() + 3);
+    append_member(raw, name, &value)
+}
+
+/// Appends `"name": value_json` to the JSON object `raw` (whose top-level keys
+/// the caller knows not to include `name`), before its closing brace. `value_json`
+/// must be one valid JSON value; it is copied as it is.
+pub(crate) fn append_member(raw: &[u8], name: &str, value_json: &[u8]) -> Result<Bytes, BodyError> {
+    let start = raw.iter().position(|b| !b.is_ascii_whitespace());
+    let end = raw.iter().rposition(|b| !b.is_ascii_whitespace());
+    let (Some(start), Some(end)) = (start, end) else {
+        return Err(BodyError::NotAnObject);
+    };
+    if raw[start] != b'{' || raw[end] != b'}' || start >= end {
+        return Err(BodyError::NotAnObject);
+    }
+    let empty = raw[start + 1..end].iter().all(u8::is_ascii_whitespace);
+    let name = serde_json::to_vec(name).map_err(|e| BodyError::Reencode(e.to_string()))?;
+    let mut out = Vec::with_capacity(end + name.len() + value_json.len() + 3);
     out.extend_from_slice(&raw[..end]);
     if !empty {
         out.push(b',');
     }
     out.extend_from_slice(&name);
     out.push(b':');
-    out.extend_from_slice(&value);
+    out.extend_from_slice(value_json.trim_ascii());
     out.push(b'}');
     Ok(Bytes::from(out))
+}
+
+/// Checks that `bytes` is one JSON document a parser accepts — syntax, numbers
+/// in range, valid strings, nesting within [`MAX_DEPTH`] counting from `depth`
+/// (1 for a whole event, 2 for a value that will sit inside one) — without
+/// building it.
+pub fn check_json(bytes: &[u8], depth: usize) -> Result<(), DecodeError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    de::DeserializeSeed::deserialize(Depth(depth), &mut de)
+        .and_then(|_| de.end())
+        .map_err(json_error)
 }
 
 /// Whether the JSON object `raw` has a top-level attribute `name` (keys compared

@@ -8,6 +8,7 @@ pub mod dlq_policy;
 pub mod envelope;
 pub mod event;
 pub mod fsm;
+pub mod input;
 pub mod offsets;
 pub mod ordering;
 pub mod restart;

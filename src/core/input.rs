@@ -1,0 +1,585 @@
+//! Input formats: what a Kafka record may look like, and how it becomes an
+//! [`Event`]. Chosen per pipeline by `input.format`:
+//!
+//! - `cloudevents`: CloudEvents 1.0 in either content mode of the Kafka protocol
+//!   binding, detected per record. *Structured* (the record value is the event,
+//!   `core::event::decode`) unless the record has a `ce_specversion` header; then
+//!   *binary*: the attributes are `ce_*` headers, `content-type` is the data's
+//!   content type and the value is the data. A binary event is posted to the API
+//!   in structured form (`application/cloudevents+json`, `data` as JSON when the
+//!   content type is JSON, `data_base64` otherwise), so the API sees one shape.
+//! - `json`: any JSON object. Its id, type and key are read with JSON pointers
+//!   (RFC 6901, e.g. `/order/id`); without an id, the record's coordinates
+//!   `<topic>-<partition>-<offset>` can stand in as the idempotency key (when the
+//!   config says so: they are stable for a record, but a producer's retry that
+//!   wrote the event twice gets two ids). Posted unchanged as `application/json`.
+//!
+//! Every format applies the same checks as structured CloudEvents: size, UTF-8,
+//! JSON a parser accepts (depth, number range, escapes), an id fit for a header.
+
+use super::event::{self, valid_id, DecodeError, DecodeOptions, Event};
+use base64::Engine;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// `input.format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum InputFormat {
+    #[default]
+    CloudEvents,
+    Json,
+}
+
+/// What to do with a `json` event whose id pointer finds nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum IdFallback {
+    /// Park it (`missing_attribute`).
+    #[default]
+    Park,
+    /// Use `<topic>-<partition>-<offset>`.
+    Coordinates,
+}
+
+/// How `json` events are read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonInput {
+    /// JSON pointer to the id (a string or an integer). Empty: no pointer.
+    pub id: String,
+    pub id_fallback: IdFallback,
+    /// JSON pointer to the type (a string); when empty or absent, `default_type`.
+    pub event_type: String,
+    pub default_type: String,
+    /// JSON pointer to the entity key (a string or an integer), used instead of
+    /// the Kafka key for ordering and enrichment. Empty: the Kafka key.
+    pub key: String,
+}
+
+/// The body type posted to the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BodyType {
+    #[default]
+    CloudEventsJson,
+    Json,
+}
+
+impl BodyType {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            BodyType::CloudEventsJson => "application/cloudevents+json",
+            BodyType::Json => "application/json",
+        }
+    }
+}
+
+/// One Kafka record, as decoding sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordIn<'a> {
+    pub value: Option<&'a Bytes>,
+    /// Header names and values, in record order (a value may be absent).
+    pub headers: &'a [(String, Option<Bytes>)],
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl RecordIn<'_> {
+    /// The last value of a header (names compared without case: HTTP-derived
+    /// names such as `content-type` come in any case).
+    fn header(&self, name: &str) -> Option<Option<&Bytes>> {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_ref())
+    }
+}
+
+/// A decoded event and, for formats that name it, its entity key.
+#[derive(Debug, Clone)]
+pub struct Decoded {
+    pub event: Event,
+    pub body_type: BodyType,
+    /// The entity key from the body (`json` with `input.key`); `None`: the record's key.
+    pub key: Option<Vec<u8>>,
+}
+
+/// Decodes one record in the configured format.
+pub fn decode_record(
+    r: &RecordIn<'_>,
+    format: InputFormat,
+    json: &JsonInput,
+    opts: &DecodeOptions,
+) -> Result<Decoded, DecodeError> {
+    match format {
+        InputFormat::CloudEvents if r.header("ce_specversion").is_some() => Ok(Decoded {
+            event: binary_cloudevent(r, opts)?,
+            body_type: BodyType::CloudEventsJson,
+            key: None,
+        }),
+        InputFormat::CloudEvents => Ok(Decoded {
+            event: event::decode(r.value, opts)?,
+            body_type: BodyType::CloudEventsJson,
+            key: None,
+        }),
+        InputFormat::Json => json_event(r, json, opts),
+    }
+}
+
+/// The checks every format shares: present, not too large, UTF-8, a JSON
+/// document a parser accepts (when `json`).
+fn checked_bytes<'a>(
+    value: Option<&'a Bytes>,
+    opts: &DecodeOptions,
+) -> Result<&'a Bytes, DecodeError> {
+    let raw = value.ok_or(DecodeError::Empty)?;
+    if raw.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    if raw.len() > opts.max_event_bytes {
+        return Err(DecodeError::TooLarge {
+            size: raw.len(),
+            max: opts.max_event_bytes,
+        });
+    }
+    Ok(raw)
+}
+
+fn header_str<'a>(
+    r: &'a RecordIn<'_>,
+    name: &'static str,
+    attribute: &'static str,
+) -> Result<Option<&'a str>, DecodeError> {
+    match r.header(name) {
+        None | Some(None) => Ok(None),
+        Some(Some(v)) => std::str::from_utf8(v)
+            .map(Some)
+            .map_err(|_| DecodeError::WrongType {
+                attribute: attribute.to_string(),
+                expected: "a UTF-8 string",
+            }),
+    }
+}
+
+fn required_header<'a>(
+    r: &'a RecordIn<'_>,
+    name: &'static str,
+    attribute: &'static str,
+) -> Result<&'a str, DecodeError> {
+    match header_str(r, name, attribute)? {
+        None => Err(DecodeError::MissingAttribute(attribute)),
+        Some("") => Err(DecodeError::WrongType {
+            attribute: attribute.to_string(),
+            expected: "a non-empty string",
+        }),
+        Some(s) => Ok(s),
+    }
+}
+
+/// Whether a content type says JSON (`application/json`, `text/json`, `…+json`).
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json" || essence == "text/json" || essence.ends_with("+json")
+}
+
+/// A binary-mode CloudEvent, turned into the structured form it is posted in.
+fn binary_cloudevent(r: &RecordIn<'_>, opts: &DecodeOptions) -> Result<Event, DecodeError> {
+    let specversion = required_header(r, "ce_specversion", "specversion")?;
+    if specversion != "1.0" {
+        return Err(DecodeError::UnsupportedSpecVersion(specversion.to_string()));
+    }
+    let id = required_header(r, "ce_id", "id")?;
+    if !valid_id(id) {
+        return Err(DecodeError::InvalidId);
+    }
+    let source = required_header(r, "ce_source", "source")?;
+    let event_type = required_header(r, "ce_type", "type")?;
+    let subject = header_str(r, "ce_subject", "subject")?;
+    let time = header_str(r, "ce_time", "time")?;
+    let content_type = header_str(r, "content-type", "datacontenttype")?;
+    let version_header = format!("ce_{}", opts.entity_version_attribute);
+    let entity_version = match r
+        .headers
+        .iter()
+        .rev()
+        .find(|(n, _)| n.eq_ignore_ascii_case(&version_header))
+    {
+        None | Some((_, None)) => None,
+        Some((_, Some(v))) => Some(
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .ok_or_else(|| DecodeError::WrongType {
+                    attribute: opts.entity_version_attribute.clone(),
+                    expected: "an integer",
+                })?,
+        ),
+    };
+    let mut doc = serde_json::Map::new();
+    // Extensions first (every other `ce_` header), so the standard attributes
+    // below win if a producer sent both spellings.
+    for (name, value) in r.headers {
+        let Some(ext) = name.strip_prefix("ce_") else {
+            continue;
+        };
+        // Attribute names are lowercase letters and digits; `data` and
+        // `data_base64` are the body, never attributes.
+        if ext.is_empty()
+            || ext == "data"
+            || !ext
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
+            continue;
+        }
+        if let Some(v) = value {
+            let v = std::str::from_utf8(v).map_err(|_| DecodeError::WrongType {
+                attribute: ext.to_string(),
+                expected: "a UTF-8 string",
+            })?;
+            doc.insert(ext.to_string(), serde_json::Value::String(v.to_string()));
+        }
+    }
+    let mut put = |k: &str, v: Option<&str>| {
+        if let Some(v) = v {
+            doc.insert(k.to_string(), serde_json::Value::String(v.to_string()));
+        }
+    };
+    put("specversion", Some(specversion));
+    put("id", Some(id));
+    put("source", Some(source));
+    put("type", Some(event_type));
+    put("subject", subject);
+    put("time", time);
+    put("datacontenttype", content_type);
+    if let Some(v) = entity_version {
+        doc.insert(opts.entity_version_attribute.clone(), v.into());
+    }
+    let mut json_data = None;
+    match r.value {
+        None => {}
+        Some(data) if data.len() > opts.max_event_bytes => {
+            return Err(DecodeError::TooLarge {
+                size: data.len(),
+                max: opts.max_event_bytes,
+            })
+        }
+        Some(data) if content_type.is_none_or(is_json) => {
+            // JSON data goes in as JSON, byte for byte; it must be a document a
+            // parser accepts, at the depth it will have inside the event.
+            std::str::from_utf8(data).map_err(|e| DecodeError::InvalidUtf8(e.valid_up_to()))?;
+            event::check_json(data, 2)?;
+            json_data = Some(data);
+        }
+        Some(data) => {
+            doc.insert(
+                "data_base64".into(),
+                base64::engine::general_purpose::STANDARD
+                    .encode(data)
+                    .into(),
+            );
+        }
+    }
+    let attrs = serde_json::to_vec(&doc).map_err(|e| DecodeError::MalformedJson(e.to_string()))?;
+    let raw = match json_data {
+        // `doc` has no `data` key (`ce_data` is not an attribute of the binding).
+        Some(data) => event::append_member(&attrs, "data", data)
+            .map_err(|e| DecodeError::MalformedJson(e.to_string()))?
+            .to_vec(),
+        None => attrs,
+    };
+    if raw.len() > opts.max_event_bytes {
+        return Err(DecodeError::TooLarge {
+            size: raw.len(),
+            max: opts.max_event_bytes,
+        });
+    }
+    Ok(Event {
+        id: id.to_string(),
+        source: source.to_string(),
+        event_type: event_type.to_string(),
+        subject: subject.map(str::to_string),
+        time: time.map(str::to_string),
+        entity_version,
+        raw: Bytes::from(raw),
+    })
+}
+
+/// A string or an integer at `pointer`, as text.
+fn scalar_at(doc: &serde_json::Value, pointer: &str) -> Option<String> {
+    match doc.pointer(pointer)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// A plain JSON event.
+fn json_event(
+    r: &RecordIn<'_>,
+    cfg: &JsonInput,
+    opts: &DecodeOptions,
+) -> Result<Decoded, DecodeError> {
+    let raw = checked_bytes(r.value, opts)?;
+    std::str::from_utf8(raw).map_err(|e| DecodeError::InvalidUtf8(e.valid_up_to()))?;
+    event::check_json(raw, 1)?;
+    let doc: serde_json::Value =
+        serde_json::from_slice(raw).map_err(|e| DecodeError::MalformedJson(e.to_string()))?;
+    if !doc.is_object() {
+        return Err(DecodeError::NotAnObject);
+    }
+    let id = match (!cfg.id.is_empty())
+        .then(|| scalar_at(&doc, &cfg.id))
+        .flatten()
+    {
+        Some(id) => id,
+        None => match cfg.id_fallback {
+            IdFallback::Coordinates => format!("{}-{}-{}", r.topic, r.partition, r.offset),
+            IdFallback::Park => return Err(DecodeError::MissingAttribute("id")),
+        },
+    };
+    if !valid_id(&id) {
+        return Err(DecodeError::InvalidId);
+    }
+    let event_type = (!cfg.event_type.is_empty())
+        .then(|| scalar_at(&doc, &cfg.event_type))
+        .flatten()
+        .unwrap_or_else(|| cfg.default_type.clone());
+    let key = (!cfg.key.is_empty())
+        .then(|| scalar_at(&doc, &cfg.key))
+        .flatten()
+        .map(String::into_bytes);
+    Ok(Decoded {
+        event: Event {
+            id,
+            source: r.topic.to_string(),
+            event_type,
+            subject: None,
+            time: None,
+            entity_version: None,
+            raw: raw.clone(),
+        },
+        body_type: BodyType::Json,
+        key,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> DecodeOptions {
+        DecodeOptions {
+            max_event_bytes: 4096,
+            entity_version_attribute: "entityversion".into(),
+        }
+    }
+
+    fn json_cfg() -> JsonInput {
+        JsonInput {
+            id: "/order/id".into(),
+            id_fallback: IdFallback::Park,
+            event_type: "/kind".into(),
+            default_type: "order".into(),
+            key: "/order/customer".into(),
+        }
+    }
+
+    fn h(pairs: &[(&str, &str)]) -> Vec<(String, Option<Bytes>)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Some(Bytes::copy_from_slice(v.as_bytes()))))
+            .collect()
+    }
+
+    fn rec<'a>(value: Option<&'a Bytes>, headers: &'a [(String, Option<Bytes>)]) -> RecordIn<'a> {
+        RecordIn {
+            value,
+            headers,
+            topic: "orders",
+            partition: 3,
+            offset: 42,
+        }
+    }
+
+    fn ce(r: &RecordIn<'_>) -> Result<Decoded, DecodeError> {
+        decode_record(r, InputFormat::CloudEvents, &json_cfg(), &opts())
+    }
+
+    fn js(r: &RecordIn<'_>) -> Result<Decoded, DecodeError> {
+        decode_record(r, InputFormat::Json, &json_cfg(), &opts())
+    }
+
+    const BINARY: &[(&str, &str)] = &[
+        ("ce_specversion", "1.0"),
+        ("ce_id", "e-1"),
+        ("ce_source", "/orders"),
+        ("ce_type", "order.paid"),
+        ("ce_subject", "o-9"),
+        ("ce_entityversion", "7"),
+        (
+            "ce_traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ),
+        ("content-type", "application/json; charset=utf-8"),
+    ];
+
+    #[test]
+    fn binary_mode_becomes_a_structured_event() {
+        let headers = h(BINARY);
+        let data =
+            Bytes::from_static(br#"{"amount": 12.5, "big": 123456789012345678901234567890}"#);
+        let d = ce(&rec(Some(&data), &headers)).unwrap();
+        assert_eq!(d.event.id, "e-1");
+        assert_eq!(d.event.event_type, "order.paid");
+        assert_eq!(d.event.subject.as_deref(), Some("o-9"));
+        assert_eq!(d.event.entity_version, Some(7));
+        assert_eq!(d.body_type, BodyType::CloudEventsJson);
+        // The structured form decodes as a structured event, with the same data.
+        let again = event::decode(Some(&d.event.raw), &opts()).unwrap();
+        assert_eq!(again.id, "e-1");
+        assert_eq!(again.entity_version, Some(7));
+        let v: serde_json::Value = serde_json::from_slice(&d.event.raw).unwrap();
+        assert_eq!(v["data"]["amount"], 12.5);
+        assert_eq!(v["datacontenttype"], "application/json; charset=utf-8");
+        assert_eq!(v["traceparent"], BINARY[6].1);
+        // A `ce_data` header is not an attribute: the data is the record value.
+        let mut with_data_header = headers.clone();
+        with_data_header.push(("ce_data".into(), Some(Bytes::from_static(b"\"x\""))));
+        let d2 = ce(&rec(Some(&data), &with_data_header)).unwrap();
+        let v2: serde_json::Value = serde_json::from_slice(&d2.event.raw).unwrap();
+        assert_eq!(v2["data"]["amount"], 12.5);
+        assert_eq!(
+            String::from_utf8_lossy(&d2.event.raw)
+                .matches("\"data\"")
+                .count(),
+            1
+        );
+        // The data's numbers are kept as written (no f64 round trip).
+        assert!(String::from_utf8_lossy(&d.event.raw).contains("123456789012345678901234567890"));
+    }
+
+    #[test]
+    fn binary_mode_with_non_json_data_uses_data_base64() {
+        let mut headers = h(&BINARY[..4]);
+        headers.push((
+            "content-type".into(),
+            Some(Bytes::from_static(b"application/octet-stream")),
+        ));
+        let data = Bytes::from_static(&[0, 159, 146, 150]);
+        let d = ce(&rec(Some(&data), &headers)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&d.event.raw).unwrap();
+        assert_eq!(v["data_base64"], "AJ+Slg==");
+        assert!(v.get("data").is_none());
+        // No value at all: an event without data.
+        let d = ce(&rec(None, &headers)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&d.event.raw).unwrap();
+        assert!(v.get("data").is_none() && v.get("data_base64").is_none());
+    }
+
+    #[test]
+    fn binary_mode_is_validated_like_structured_mode() {
+        let data = Bytes::from_static(b"{}");
+        let reason = |hs: Vec<(String, Option<Bytes>)>, value: Option<&Bytes>| {
+            ce(&rec(value, &hs)).map(|_| ()).map_err(|e| e.reason())
+        };
+        let without = |name: &str| {
+            h(&BINARY
+                .iter()
+                .copied()
+                .filter(|(k, _)| *k != name)
+                .collect::<Vec<_>>())
+        };
+        let with = |name: &str, v: &str| {
+            let mut hs = without(name);
+            hs.push((name.to_string(), Some(Bytes::copy_from_slice(v.as_bytes()))));
+            hs
+        };
+        assert_eq!(
+            reason(without("ce_id"), Some(&data)),
+            Err("missing_attribute")
+        );
+        assert_eq!(
+            reason(without("ce_type"), Some(&data)),
+            Err("missing_attribute")
+        );
+        assert_eq!(
+            reason(with("ce_specversion", "0.3"), Some(&data)),
+            Err("unsupported_specversion")
+        );
+        assert_eq!(reason(with("ce_id", "a b"), Some(&data)), Err("invalid_id"));
+        assert_eq!(reason(with("ce_id", ""), Some(&data)), Err("wrong_type"));
+        assert_eq!(
+            reason(with("ce_entityversion", "x"), Some(&data)),
+            Err("wrong_type")
+        );
+        let mut bad_utf8 = without("ce_source");
+        bad_utf8.push(("ce_source".into(), Some(Bytes::from_static(&[0xff]))));
+        assert_eq!(reason(bad_utf8, Some(&data)), Err("wrong_type"));
+        let deep = Bytes::from(format!("{}1{}", "[".repeat(200), "]".repeat(200)));
+        assert_eq!(reason(h(BINARY), Some(&deep)), Err("too_deep"));
+        let huge = Bytes::from_static(b"[1e400]");
+        assert_eq!(reason(h(BINARY), Some(&huge)), Err("number_out_of_range"));
+        let broken = Bytes::from_static(b"{not json");
+        assert_eq!(reason(h(BINARY), Some(&broken)), Err("malformed_json"));
+        let big = Bytes::from(vec![b'1'; 5000]);
+        assert_eq!(reason(h(BINARY), Some(&big)), Err("too_large"));
+    }
+
+    #[test]
+    fn structured_mode_when_there_is_no_ce_specversion_header() {
+        let hs = h(&[("content-type", "application/cloudevents+json")]);
+        let v = Bytes::from_static(br#"{"specversion":"1.0","id":"s","source":"/s","type":"t"}"#);
+        let d = ce(&rec(Some(&v), &hs)).unwrap();
+        assert_eq!(d.event.id, "s");
+        assert_eq!(d.event.raw, v);
+    }
+
+    #[test]
+    fn plain_json_with_pointers() {
+        let v = Bytes::from_static(
+            br#"{"order":{"id":981,"customer":"c-7"},"kind":"order.created","n":1}"#,
+        );
+        let d = js(&rec(Some(&v), &[])).unwrap();
+        assert_eq!(d.event.id, "981");
+        assert_eq!(d.event.event_type, "order.created");
+        assert_eq!(d.key.as_deref(), Some(&b"c-7"[..]));
+        assert_eq!(d.body_type, BodyType::Json);
+        assert_eq!(d.event.raw, v, "posted unchanged");
+        // No type at the pointer: the default type.
+        let v = Bytes::from_static(br#"{"order":{"id":"x"}}"#);
+        let d = js(&rec(Some(&v), &[])).unwrap();
+        assert_eq!(d.event.event_type, "order");
+        assert_eq!(d.key, None);
+    }
+
+    #[test]
+    fn plain_json_id_fallback_and_refusals() {
+        let v = Bytes::from_static(br#"{"other":1}"#);
+        let r = rec(Some(&v), &[]);
+        assert_eq!(js(&r).unwrap_err().reason(), "missing_attribute");
+        let mut cfg = json_cfg();
+        cfg.id_fallback = IdFallback::Coordinates;
+        let d = decode_record(&r, InputFormat::Json, &cfg, &opts()).unwrap();
+        assert_eq!(d.event.id, "orders-3-42");
+        let reason = |v: &'static [u8]| {
+            let b = Bytes::from_static(v);
+            js(&rec(Some(&b), &[])).map(|_| ()).map_err(|e| e.reason())
+        };
+        assert_eq!(reason(br#"[1]"#), Err("not_an_object"));
+        assert_eq!(reason(br#"{"order":{"id":"a b"}}"#), Err("invalid_id"));
+        assert_eq!(reason(br#"{"order":{"id":1.5}}"#), Err("missing_attribute"));
+        assert_eq!(
+            reason(br#"{"order":{"id":"x"},"n":1e999}"#),
+            Err("number_out_of_range")
+        );
+        assert_eq!(reason(b"\xff"), Err("invalid_utf8"));
+        assert_eq!(reason(b""), Err("empty"));
+    }
+}
