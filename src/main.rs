@@ -107,13 +107,24 @@ enum DlqCmd {
         /// Show what would be replayed; write nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Events per second.
-        #[arg(long, default_value_t = 100.0)]
+        /// Events per second (a number above 0).
+        #[arg(long, default_value_t = 100.0, value_parser = positive_rate)]
         rate: f64,
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
     },
+}
+
+/// `--rate`: a finite number of events per second above 0 (`inf`, `nan`, 0 and
+/// negative numbers are refused: the pacing interval is 1/rate).
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "`{s}` is not a rate: give events per second, a number above 0 (e.g. 100 or 0.5)"
+        )),
+    }
 }
 
 /// ractor instruments every actor's processing loop with an INFO span, entered and
@@ -282,16 +293,17 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             };
             cfg.kafka_sasl_password()?;
             let (k, t) = (cfg.kafka.clone(), topic.clone());
-            let records =
-                tokio::task::spawn_blocking(move || courier::kafka::admin::read_all(&k, &t))
-                    .await??;
             let now = courier::runtime::now_ms();
-            let s = inspect::summarize(
-                &topic,
-                records.iter().map(|r| r.payload.as_deref()),
-                now,
-                samples,
-            );
+            // Streamed: the summary keeps counts and samples, not the records.
+            let s = tokio::task::spawn_blocking(move || {
+                let mut s = inspect::Summarizer::new(&t, now, samples);
+                courier::kafka::admin::scan(&k, &t, |r| {
+                    s.add(r.payload.as_deref());
+                    std::ops::ControlFlow::Continue(())
+                })
+                .map(|()| s.finish())
+            })
+            .await??;
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
@@ -329,20 +341,26 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             cfg.kafka_sasl_password()?;
             let plan = replay::prepare(&cfg.kafka, &source, &filter).await?;
             println!(
-                "{source}: {} to replay to {}, {} already replayed, {} not matching, {} unreadable",
+                "{source}: {} to replay to {} ({} with the payload read back from the origin topic), {} already replayed, {} not matching, {} unreadable",
                 plan.selected_count,
                 cfg.kafka.topic,
+                plan.payload_omitted,
                 plan.already_replayed,
                 plan.not_matching,
                 plan.unreadable
             );
             if dry_run || plan.selected_count == 0 {
-                for c in plan.selected.iter().take(20) {
+                for c in &plan.samples {
                     println!(
-                        "  would replay {}/{} {}",
+                        "  would replay {}/{} {}{}",
                         c.partition,
                         c.offset,
-                        c.envelope.event_id.as_deref().unwrap_or("(no id)")
+                        c.envelope.event_id.as_deref().unwrap_or("(no id)"),
+                        if c.envelope.omitted.is_some() {
+                            " (payload from the origin topic)"
+                        } else {
+                            ""
+                        }
                     );
                 }
                 return Ok(0);
@@ -361,9 +379,22 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                     return Ok(1);
                 }
             }
-            let n = replay::execute(&cfg.kafka, &source, &cfg.kafka.topic, &plan, rate).await?;
-            println!("replayed {n} events");
-            Ok(0)
+            let out = replay::execute(&cfg.kafka, &source, &cfg.kafka.topic, &filter, rate).await?;
+            println!(
+                "replayed {} events ({} with the payload read back from the origin topic)",
+                out.replayed, out.payload_fetched
+            );
+            if out.payload_unavailable.is_empty() {
+                return Ok(0);
+            }
+            println!(
+                "{} events NOT replayed: their payload is no longer in the origin topic",
+                out.payload_unavailable.len()
+            );
+            for line in &out.payload_unavailable {
+                println!("  {line}");
+            }
+            Ok(3)
         }
     }
 }

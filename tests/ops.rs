@@ -102,6 +102,18 @@ async fn inspect_and_replay_parked_events() {
     })
     .await;
 
+    // A rate that is not a rate is refused before anything is read or written.
+    for bad in ["inf", "0", "-5", "NaN"] {
+        let rate = format!("--rate={bad}");
+        let (code, out) = courier_cli(
+            &s,
+            &cfg,
+            &["dlq", "replay", "--reason", "http_400", "--yes", &rate],
+        );
+        assert_eq!(code, 2, "--rate {bad}: {out}");
+        assert!(out.contains("is not a rate"), "--rate {bad}: {out}");
+    }
+
     // Running it again replays nothing.
     let (code, out) = courier_cli(
         &s,

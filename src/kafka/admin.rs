@@ -179,6 +179,37 @@ pub async fn create_topics(
     .map_err(|e| AdminError::Timeout(e.to_string()))?
 }
 
+/// Creates `topic` with the cluster's default replication factor (and its other
+/// topic defaults) unless it exists. For topics Courier itself owns, such as the
+/// replay log; a principal not allowed to create topics gets an error that says
+/// to create it.
+pub async fn ensure_topic(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+    partitions: i32,
+) -> Result<(), AdminError> {
+    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
+    // -1: the broker's `default.replication.factor` (KIP-464).
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
+    let results = admin
+        .create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await?;
+    for r in results {
+        if let Err((name, code)) = r {
+            if code != RDKafkaErrorCode::TopicAlreadyExists {
+                return Err(AdminError::Create(
+                    name,
+                    format!("{code}; create it yourself (with your cluster's replication) or allow this principal to create topics"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// High watermarks (end offsets) of every partition of `topic`.
 pub fn end_offsets(
     cluster: &(impl Connection + ?Sized),
@@ -231,75 +262,212 @@ pub struct ReadRecord {
     pub headers: BTreeMap<String, String>,
 }
 
-/// Reads every record of `topic` up to its current end offsets (a snapshot).
+/// Reads every record of `topic` up to its current end offsets (a snapshot),
+/// into memory: for the tests, the audit and small topics. The operator commands
+/// stream with [`scan`] instead.
 pub fn read_all(
     cluster: &(impl Connection + ?Sized),
     topic: &str,
 ) -> Result<Vec<ReadRecord>, AdminError> {
-    let mut cfg = cluster.client_config();
-    cfg.set("group.id", "courier-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false");
-    let c = reader(&cfg)?;
+    let mut out = Vec::new();
+    scan(cluster, topic, |r| {
+        out.push(r);
+        std::ops::ControlFlow::Continue(())
+    })?;
+    Ok(out)
+}
+
+/// How long a scan may go without receiving a record it still expects before it
+/// gives up (it has no total deadline: a large topic takes as long as it takes).
+const SCAN_STALL: Duration = Duration::from_secs(60);
+
+/// End offsets of every partition of `topic` that has records, with their start
+/// (low watermark): the snapshot a scan reads. Empty when the topic does not exist.
+pub fn snapshot(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
+    let c = reader(&cluster.client_config())?;
+    snapshot_with(&c, topic)
+}
+
+fn snapshot_with(c: &Reader, topic: &str) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
     let md = c
         .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(|e| failure(&c, e))?;
+        .map_err(|e| failure(c, e))?;
     let Some(t) = md
         .topics()
         .iter()
         .find(|t| t.name() == topic && t.error().is_none())
     else {
-        return Ok(Vec::new());
+        return Ok(BTreeMap::new());
     };
-    let mut tpl = TopicPartitionList::new();
-    let mut remaining: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut out = BTreeMap::new();
     for p in t.partitions() {
         let (lo, hi) = c
             .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
-            .map_err(|e| failure(&c, e))?;
+            .map_err(|e| failure(c, e))?;
         if hi > lo {
-            tpl.add_partition_offset(topic, p.id(), Offset::Offset(lo))?;
-            remaining.insert(p.id(), hi);
+            out.insert(p.id(), (lo, hi));
         }
     }
+    Ok(out)
+}
+
+/// Streams the records of `topic` up to its end offsets as they are now, one at
+/// a time, to `each` (which may stop the scan). Memory stays flat whatever the
+/// topic's size. Gives up only when no expected record arrives for a minute.
+pub fn scan(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+    mut each: impl FnMut(ReadRecord) -> std::ops::ControlFlow<()>,
+) -> Result<(), AdminError> {
+    let mut cfg = cluster.client_config();
+    cfg.set("group.id", "courier-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    let c = reader(&cfg)?;
+    let mut remaining: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut tpl = TopicPartitionList::new();
+    for (p, (lo, hi)) in snapshot_with(&c, topic)? {
+        tpl.add_partition_offset(topic, p, Offset::Offset(lo))?;
+        remaining.insert(p, hi);
+    }
     if remaining.is_empty() {
-        return Ok(Vec::new());
+        return Ok(());
     }
     c.assign(&tpl)?;
-    let mut out = Vec::new();
-    let until = Instant::now() + Duration::from_secs(60);
+    let mut last_progress = Instant::now();
     while !remaining.is_empty() {
-        if Instant::now() > until {
-            return Err(AdminError::Timeout(format!("reading {topic}")));
+        if last_progress.elapsed() > SCAN_STALL {
+            return Err(AdminError::Timeout(format!(
+                "reading {topic}: no record for {}s with {} partitions unfinished",
+                SCAN_STALL.as_secs(),
+                remaining.len()
+            )));
         }
         match c.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 let p = m.partition();
-                if let Some(&hi) = remaining.get(&p) {
-                    if m.offset() < hi {
-                        let mut headers = BTreeMap::new();
-                        if let Some(h) = m.headers() {
-                            for hdr in h.iter() {
-                                let v = hdr.value.map(|v| String::from_utf8_lossy(v).into_owned());
-                                headers.insert(hdr.key.to_string(), v.unwrap_or_default());
-                            }
-                        }
-                        out.push(ReadRecord {
-                            partition: p,
-                            offset: m.offset(),
-                            key: m.key().map(<[u8]>::to_vec),
-                            payload: m.payload().map(<[u8]>::to_vec),
-                            headers,
-                        });
+                let Some(&hi) = remaining.get(&p) else {
+                    continue;
+                };
+                last_progress = Instant::now();
+                if m.offset() + 1 >= hi {
+                    remaining.remove(&p);
+                }
+                if m.offset() < hi {
+                    let r = read_record(&m);
+                    if each(r).is_break() {
+                        return Ok(());
                     }
-                    if m.offset() + 1 >= hi {
-                        remaining.remove(&p);
-                    }
+                    // `each` may take its time (a rate-limited replay): that is
+                    // not the broker stalling.
+                    last_progress = Instant::now();
                 }
             }
             Some(Err(e)) => return Err(failure(&c, e)),
             None => {}
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+fn read_record(m: &rdkafka::message::BorrowedMessage<'_>) -> ReadRecord {
+    let mut headers = BTreeMap::new();
+    if let Some(h) = m.headers() {
+        for hdr in h.iter() {
+            let v = hdr.value.map(|v| String::from_utf8_lossy(v).into_owned());
+            headers.insert(hdr.key.to_string(), v.unwrap_or_default());
+        }
+    }
+    ReadRecord {
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key().map(<[u8]>::to_vec),
+        payload: m.payload().map(<[u8]>::to_vec),
+        headers,
+    }
+}
+
+/// Why one record could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{topic}/{partition}@{offset} is gone: the partition now starts at offset {start} (retention or compaction removed it)")]
+    Gone {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        start: i64,
+    },
+    #[error("{topic}/{partition}@{offset} does not exist (the partition ends at {end})")]
+    Beyond {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        end: i64,
+    },
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+}
+
+/// Reads the one record at `topic`/`partition`@`offset` (e.g. the origin of a
+/// DLQ envelope that carries a reference instead of its payload).
+pub fn fetch_one(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<ReadRecord, FetchError> {
+    let mut cfg = cluster.client_config();
+    cfg.set("group.id", "courier-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    let c = reader(&cfg)?;
+    let (lo, hi) = c
+        .fetch_watermarks(topic, partition, Duration::from_secs(10))
+        .map_err(|e| failure(&c, e))?;
+    let coords = || (topic.to_string(), partition, offset);
+    if offset < lo {
+        let (topic, partition, offset) = coords();
+        return Err(FetchError::Gone {
+            topic,
+            partition,
+            offset,
+            start: lo,
+        });
+    }
+    if offset >= hi {
+        let (topic, partition, offset) = coords();
+        return Err(FetchError::Beyond {
+            topic,
+            partition,
+            offset,
+            end: hi,
+        });
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+        .map_err(AdminError::Kafka)?;
+    c.assign(&tpl).map_err(AdminError::Kafka)?;
+    let until = Instant::now() + SCAN_STALL;
+    while Instant::now() < until {
+        match c.poll(Duration::from_millis(200)) {
+            // A compacted topic may have no record at exactly `offset`: the next
+            // one read is past it.
+            Some(Ok(m)) if m.offset() == offset => return Ok(read_record(&m)),
+            Some(Ok(m)) if m.offset() > offset => {
+                let (topic, partition, offset) = coords();
+                return Err(FetchError::Gone {
+                    topic,
+                    partition,
+                    offset,
+                    start: m.offset(),
+                });
+            }
+            Some(Ok(_)) | None => {}
+            Some(Err(e)) => return Err(failure(&c, e).into()),
+        }
+    }
+    Err(AdminError::Timeout(format!("reading {topic}/{partition}@{offset}")).into())
 }

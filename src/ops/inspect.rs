@@ -21,6 +21,9 @@ pub struct Summary {
     pub total: usize,
     /// Records that are not Courier envelopes (counted, not interpreted).
     pub unreadable: usize,
+    /// Envelopes that carry a reference to the origin record instead of the
+    /// payload (it did not fit the topic's `max.message.bytes`).
+    pub payload_omitted: usize,
     pub by_reason: BTreeMap<String, usize>,
     pub by_type: BTreeMap<String, usize>,
     pub by_age: BTreeMap<String, usize>,
@@ -44,16 +47,47 @@ pub fn summarize<'a>(
     now_ms: i64,
     max_samples: usize,
 ) -> Summary {
-    let mut s = Summary {
-        topic: topic.to_string(),
-        ..Summary::default()
-    };
+    let mut s = Summarizer::new(topic, now_ms, max_samples);
     for v in values {
+        s.add(v);
+    }
+    s.finish()
+}
+
+/// A summary built one record at a time (the records are not kept).
+pub struct Summarizer {
+    s: Summary,
+    now_ms: i64,
+    max_samples: usize,
+}
+
+impl Summarizer {
+    pub fn new(topic: &str, now_ms: i64, max_samples: usize) -> Summarizer {
+        Summarizer {
+            s: Summary {
+                topic: topic.to_string(),
+                ..Summary::default()
+            },
+            now_ms,
+            max_samples,
+        }
+    }
+
+    pub fn finish(self) -> Summary {
+        self.s
+    }
+
+    /// One record's value (`None` = tombstone).
+    pub fn add(&mut self, v: Option<&[u8]>) {
+        let (s, now_ms, max_samples) = (&mut self.s, self.now_ms, self.max_samples);
         s.total += 1;
         let Some(env) = v.and_then(|b| Envelope::from_bytes(b).ok()) else {
             s.unreadable += 1;
-            continue;
+            return;
         };
+        if env.omitted.is_some() {
+            s.payload_omitted += 1;
+        }
         *s.by_reason
             .entry(env.last_error.reason.clone())
             .or_default() += 1;
@@ -72,7 +106,6 @@ pub fn summarize<'a>(
             s.samples.push(env);
         }
     }
-    s
 }
 
 fn ago(now_ms: i64, at: Option<i64>) -> String {
@@ -90,8 +123,8 @@ impl fmt::Display for Table<'_> {
         let (s, now) = (self.0, self.1);
         writeln!(
             f,
-            "{}: {} records ({} unreadable)",
-            s.topic, s.total, s.unreadable
+            "{}: {} records ({} unreadable, {} with the payload omitted)",
+            s.topic, s.total, s.unreadable, s.payload_omitted
         )?;
         writeln!(
             f,
@@ -123,6 +156,22 @@ impl fmt::Display for Table<'_> {
                     e.last_error.reason,
                     e.last_error.message
                 )?;
+                if let Some(o) = &e.omitted {
+                    writeln!(
+                        f,
+                        "    payload omitted: {} bytes, sha256 {}; it stays in {}/{}@{}{}",
+                        o.payload_bytes,
+                        o.payload_sha256,
+                        e.origin.topic,
+                        e.origin.partition,
+                        e.origin.offset,
+                        if o.key_omitted {
+                            " (key omitted too)"
+                        } else {
+                            ""
+                        }
+                    )?;
+                }
             }
         }
         Ok(())

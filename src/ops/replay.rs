@@ -2,19 +2,27 @@
 //! main topic after a fix. Replayed events keep their bytes, so they keep their ids
 //! and the API's idempotency key still deduplicates them.
 //!
+//! Both passes (the count, then the replay) stream the topics: memory does not
+//! grow with the parking lot's size. An envelope that carries a reference
+//! instead of its payload (`payload_omitted`, see `core::envelope`) is replayed
+//! with the origin record's value, read back and checked against the reference's
+//! size and SHA-256; when retention has removed it, the run says so and skips it.
+//!
 //! Idempotence: every replayed record is noted in a log topic (`<source>.replayed`,
 //! key `partition/offset`) *after* the main-topic write is acknowledged. A second run
 //! skips what the log lists. A crash between the two writes can replay one record
 //! twice (a duplicate the idempotency key absorbs), never skip one.
 
 use crate::config::KafkaConfig;
+use crate::core::envelope::sha256_hex;
 use crate::core::envelope::Envelope;
-use crate::kafka::admin::{create_topics, read_all, AdminError, ReadRecord};
+use crate::kafka::admin::{ensure_topic, fetch_one, scan, AdminError, ReadRecord};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use serde::Serialize;
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 /// Which records to replay. Empty lists match everything.
@@ -52,45 +60,84 @@ pub struct Candidate {
     pub envelope: Envelope,
 }
 
+/// What a run would do, counted while streaming the source (only the first
+/// [`Plan::SAMPLES`] candidates are kept, for the dry run's listing).
 #[derive(Debug, Default, Serialize)]
 pub struct Plan {
     #[serde(skip)]
-    pub selected: Vec<Candidate>,
+    pub samples: Vec<Candidate>,
     pub selected_count: usize,
+    /// Of those, envelopes that carry a reference instead of the payload: the
+    /// payload is read back from the origin topic when replayed.
+    pub payload_omitted: usize,
     pub already_replayed: usize,
     pub not_matching: usize,
     pub unreadable: usize,
+}
+
+impl Plan {
+    pub const SAMPLES: usize = 20;
 }
 
 pub fn log_key(partition: i32, offset: i64) -> String {
     format!("{partition}/{offset}")
 }
 
-/// Decides what a run would replay (pure).
+/// What one source record means for a run (pure).
+#[derive(Debug)]
+pub enum Decision {
+    Unreadable,
+    NotMatching,
+    AlreadyReplayed,
+    Replay(Candidate),
+}
+
+pub fn decide(r: &ReadRecord, filter: &Filter, already: &HashSet<String>) -> Decision {
+    let Some(env) = r
+        .payload
+        .as_deref()
+        .and_then(|b| Envelope::from_bytes(b).ok())
+    else {
+        return Decision::Unreadable;
+    };
+    if !filter.matches(&env) {
+        Decision::NotMatching
+    } else if already.contains(&log_key(r.partition, r.offset)) {
+        Decision::AlreadyReplayed
+    } else {
+        Decision::Replay(Candidate {
+            partition: r.partition,
+            offset: r.offset,
+            envelope: env,
+        })
+    }
+}
+
+impl Plan {
+    fn count(&mut self, d: Decision) {
+        match d {
+            Decision::Unreadable => self.unreadable += 1,
+            Decision::NotMatching => self.not_matching += 1,
+            Decision::AlreadyReplayed => self.already_replayed += 1,
+            Decision::Replay(c) => {
+                self.selected_count += 1;
+                if c.envelope.omitted.is_some() {
+                    self.payload_omitted += 1;
+                }
+                if self.samples.len() < Self::SAMPLES {
+                    self.samples.push(c);
+                }
+            }
+        }
+    }
+}
+
+/// Decides what a run over these records would replay (pure).
 pub fn plan(records: &[ReadRecord], filter: &Filter, already: &HashSet<String>) -> Plan {
     let mut p = Plan::default();
     for r in records {
-        let Some(env) = r
-            .payload
-            .as_deref()
-            .and_then(|b| Envelope::from_bytes(b).ok())
-        else {
-            p.unreadable += 1;
-            continue;
-        };
-        if !filter.matches(&env) {
-            p.not_matching += 1;
-        } else if already.contains(&log_key(r.partition, r.offset)) {
-            p.already_replayed += 1;
-        } else {
-            p.selected.push(Candidate {
-                partition: r.partition,
-                offset: r.offset,
-                envelope: env,
-            });
-        }
+        p.count(decide(r, filter, already));
     }
-    p.selected_count = p.selected.len();
     p
 }
 
@@ -102,53 +149,136 @@ pub enum ReplayError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("write to {0} failed: {1}")]
     Write(String, String),
+    #[error("--rate must be a number of events per second above 0, got {0}")]
+    Rate(f64),
 }
 
 pub fn log_topic(source: &str) -> String {
     format!("{source}.replayed")
 }
 
-/// Reads the source topic and the replay log, and plans. Connects with the whole
-/// Kafka config (`[kafka.properties]`, the SASL password from the environment).
+/// The keys of the replay log: what earlier runs replayed.
+fn replayed_before(kafka: &KafkaConfig, source: &str) -> Result<HashSet<String>, AdminError> {
+    let mut already = HashSet::new();
+    scan(kafka, &log_topic(source), |r| {
+        if let Some(k) = r.key {
+            already.insert(String::from_utf8_lossy(&k).into_owned());
+        }
+        ControlFlow::Continue(())
+    })?;
+    Ok(already)
+}
+
+/// Streams the replay log and the source topic and counts what a run would do.
+/// Connects with the whole Kafka config (`[kafka.properties]`, the SASL password
+/// from the environment).
 pub async fn prepare(
     kafka: &KafkaConfig,
     source: &str,
     filter: &Filter,
 ) -> Result<Plan, ReplayError> {
-    let (k, s) = (kafka.clone(), source.to_string());
-    let (records, logged) = tokio::task::spawn_blocking(move || {
-        Ok::<_, AdminError>((read_all(&k, &s)?, read_all(&k, &log_topic(&s))?))
+    let (k, s, f) = (kafka.clone(), source.to_string(), filter.clone());
+    tokio::task::spawn_blocking(move || {
+        let already = replayed_before(&k, &s)?;
+        let mut p = Plan::default();
+        scan(&k, &s, |r| {
+            p.count(decide(&r, &f, &already));
+            ControlFlow::Continue(())
+        })?;
+        Ok::<_, AdminError>(p)
     })
     .await
-    .map_err(|e| AdminError::Timeout(e.to_string()))??;
-    let already: HashSet<String> = logged
-        .iter()
-        .filter_map(|r| {
-            r.key
-                .as_deref()
-                .map(|k| String::from_utf8_lossy(k).into_owned())
-        })
-        .collect();
-    Ok(plan(&records, filter, &already))
+    .map_err(|e| AdminError::Timeout(e.to_string()))?
+    .map_err(ReplayError::from)
 }
 
-/// Replays the plan to `main_topic` at no more than `rate_per_sec`, with the
+/// What a run did.
+#[derive(Debug, Default, Serialize)]
+pub struct Outcome {
+    pub replayed: usize,
+    /// Envelopes whose payload was read back from the origin topic.
+    pub payload_fetched: usize,
+    /// Envelopes whose payload could not be read back (retention removed it, or
+    /// what is there is not the event): not replayed, one line each.
+    pub payload_unavailable: Vec<String>,
+}
+
+/// The bytes to replay for an envelope: its payload, or — when it carries a
+/// reference — the origin record's value, checked against the size and SHA-256
+/// the reference names.
+fn payload_of(kafka: &KafkaConfig, env: &Envelope) -> Result<Vec<u8>, String> {
+    let Some(o) = &env.omitted else {
+        return Ok(env.payload.clone());
+    };
+    let origin = &env.origin;
+    let r = fetch_one(kafka, &origin.topic, origin.partition, origin.offset)
+        .map_err(|e| e.to_string())?;
+    let value = r.payload.unwrap_or_default();
+    if value.len() as u64 != o.payload_bytes || sha256_hex(&value) != o.payload_sha256 {
+        return Err(format!(
+            "{}/{}@{} holds {} bytes that do not match the reference ({} bytes, sha256 {})",
+            origin.topic,
+            origin.partition,
+            origin.offset,
+            value.len(),
+            o.payload_bytes,
+            o.payload_sha256
+        ));
+    }
+    Ok(value)
+}
+
+/// Streams the source again and replays what the filter selects and the log
+/// does not list, to `main_topic`, at no more than `rate_per_sec`, with the
 /// pipeline's own producer configuration (idempotent, `acks=all`,
-/// `[kafka.properties]`, the SASL password from the environment).
+/// `[kafka.properties]`, the SASL password from the environment). Records
+/// written to the source after `prepare` are left for the next run.
 pub async fn execute(
     kafka: &KafkaConfig,
     source: &str,
     main_topic: &str,
-    plan: &Plan,
+    filter: &Filter,
     rate_per_sec: f64,
-) -> Result<usize, ReplayError> {
+) -> Result<Outcome, ReplayError> {
+    if !rate_per_sec.is_finite() || rate_per_sec <= 0.0 {
+        return Err(ReplayError::Rate(rate_per_sec));
+    }
     let log = log_topic(source);
-    create_topics(kafka, &[(log.as_str(), 1)]).await?;
+    ensure_topic(kafka, &log, 1).await?;
     let producer: FutureProducer = crate::kafka::producer_config(kafka).create()?;
-    let interval = Duration::from_secs_f64(1.0 / rate_per_sec.max(0.001));
-    let mut tick = tokio::time::interval(interval);
-    let mut done = 0;
-    for c in &plan.selected {
+    // The scan runs on a blocking thread and hands candidates over a small
+    // bounded channel: memory stays flat, and the rate limit below holds the
+    // scan back.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Candidate, Result<Vec<u8>, String>)>(16);
+    let (k, s, f) = (kafka.clone(), source.to_string(), filter.clone());
+    let scanner = tokio::task::spawn_blocking(move || {
+        let already = replayed_before(&k, &s)?;
+        scan(&k, &s, |r| match decide(&r, &f, &already) {
+            Decision::Replay(c) => {
+                let payload = payload_of(&k, &c.envelope);
+                match tx.blocking_send((c, payload)) {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(_) => ControlFlow::Break(()),
+                }
+            }
+            _ => ControlFlow::Continue(()),
+        })
+    });
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate_per_sec));
+    let mut out = Outcome::default();
+    while let Some((c, payload)) = rx.recv().await {
+        let id = c.envelope.event_id.clone().unwrap_or_default();
+        let payload = match payload {
+            Ok(p) => p,
+            Err(why) => {
+                out.payload_unavailable.push(format!(
+                    "{} ({}): {why}",
+                    log_key(c.partition, c.offset),
+                    id
+                ));
+                continue;
+            }
+        };
         tick.tick().await; // the rate limit
         let from = format!("{source}/{}", log_key(c.partition, c.offset));
         let headers = OwnedHeaders::new().insert(Header {
@@ -156,7 +286,7 @@ pub async fn execute(
             value: Some(from.as_bytes()),
         });
         let mut rec = FutureRecord::to(main_topic)
-            .payload(&c.envelope.payload)
+            .payload(&payload)
             .headers(headers);
         if let Some(k) = &c.envelope.key {
             rec = rec.key(k);
@@ -166,7 +296,6 @@ pub async fn execute(
             .await
             .map_err(|(e, _)| ReplayError::Write(main_topic.into(), e.to_string()))?;
         let key = log_key(c.partition, c.offset);
-        let id = c.envelope.event_id.clone().unwrap_or_default();
         producer
             .send(
                 FutureRecord::to(&log).key(&key).payload(&id),
@@ -174,9 +303,15 @@ pub async fn execute(
             )
             .await
             .map_err(|(e, _)| ReplayError::Write(log.clone(), e.to_string()))?;
-        done += 1;
+        out.replayed += 1;
+        if c.envelope.omitted.is_some() {
+            out.payload_fetched += 1;
+        }
     }
-    Ok(done)
+    scanner
+        .await
+        .map_err(|e| AdminError::Timeout(e.to_string()))??;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -240,7 +375,7 @@ mod tests {
             &already,
         );
         assert_eq!(p.selected_count, 1);
-        assert_eq!((p.selected[0].partition, p.selected[0].offset), (0, 1));
+        assert_eq!((p.samples[0].partition, p.samples[0].offset), (0, 1));
         assert_eq!(p.already_replayed, 1);
         assert_eq!(p.not_matching, 1);
     }
