@@ -89,7 +89,7 @@ pub enum Decision {
     Unreadable,
     NotMatching,
     AlreadyReplayed,
-    Replay(Candidate),
+    Replay(Box<Candidate>),
 }
 
 pub fn decide(r: &ReadRecord, filter: &Filter, already: &HashSet<String>) -> Decision {
@@ -105,11 +105,11 @@ pub fn decide(r: &ReadRecord, filter: &Filter, already: &HashSet<String>) -> Dec
     } else if already.contains(&log_key(r.partition, r.offset)) {
         Decision::AlreadyReplayed
     } else {
-        Decision::Replay(Candidate {
+        Decision::Replay(Box::new(Candidate {
             partition: r.partition,
             offset: r.offset,
             envelope: env,
-        })
+        }))
     }
 }
 
@@ -125,7 +125,7 @@ impl Plan {
                     self.payload_omitted += 1;
                 }
                 if self.samples.len() < Self::SAMPLES {
-                    self.samples.push(c);
+                    self.samples.push(*c);
                 }
             }
         }
@@ -256,7 +256,7 @@ pub async fn execute(
         scan(&k, &s, |r| match decide(&r, &f, &already) {
             Decision::Replay(c) => {
                 let payload = payload_of(&k, &c.envelope);
-                match tx.blocking_send((c, payload)) {
+                match tx.blocking_send((*c, payload)) {
                     Ok(()) => ControlFlow::Continue(()),
                     Err(_) => ControlFlow::Break(()),
                 }
