@@ -19,6 +19,13 @@ pub enum StartError {
     Spawn(String),
     #[error("metrics listener on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
+    #[error("pipeline.oversize = \"refuse\": an envelope for an event of pipeline.max_event_bytes ({max_event_bytes} bytes) takes {envelope_bytes} bytes, over {topic}'s max.message.bytes of {limit}; raise the topic's max.message.bytes, lower pipeline.max_event_bytes, or set pipeline.oversize = \"reference\"")]
+    Oversize {
+        max_event_bytes: usize,
+        envelope_bytes: usize,
+        topic: String,
+        limit: usize,
+    },
 }
 
 pub struct Running {
@@ -37,6 +44,9 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     config.validate()?;
     config.check_secrets()?;
+    if config.pipeline.oversize == crate::config::Oversize::Refuse {
+        check_envelopes_fit(&config).await?;
+    }
     let ready = Arc::new(Readiness::new(config.metrics.stuck_after));
     let http = if config.metrics.listen.is_empty() {
         None
@@ -72,6 +82,24 @@ pub async fn start(
         ready,
         http,
     })
+}
+
+/// `pipeline.oversize = "refuse"`: the largest event Courier accepts must fit the
+/// DLQ and the parking lot with its payload.
+async fn check_envelopes_fit(config: &Config) -> Result<(), StartError> {
+    let limits = crate::actors::dlq_writer::topic_limits(&config.kafka).await;
+    let envelope_bytes =
+        crate::core::envelope::Envelope::largest_for(config.pipeline.max_event_bytes)
+            .record_bytes();
+    match limits.iter().find(|(_, &limit)| envelope_bytes > limit) {
+        Some((topic, &limit)) => Err(StartError::Oversize {
+            max_event_bytes: config.pipeline.max_event_bytes,
+            envelope_bytes,
+            topic: topic.clone(),
+            limit,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// ractor wraps a failed `pre_start` in layers; the innermost message is the one

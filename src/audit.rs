@@ -45,27 +45,37 @@ impl AuditReport {
 
 impl fmt::Display for AuditReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "┌──────────────┬──────────┐")?;
-        writeln!(f, "│ produced     │ {:>8} │", self.produced)?;
-        writeln!(f, "│ delivered    │ {:>8} │", self.delivered)?;
-        writeln!(f, "│ in DLQ       │ {:>8} │", self.in_dlq)?;
-        writeln!(f, "│ parked       │ {:>8} │", self.parked)?;
+        let mut rows: Vec<(String, String)> = vec![
+            ("produced".into(), self.produced.to_string()),
+            ("delivered".into(), self.delivered.to_string()),
+            ("in DLQ".into(), self.in_dlq.to_string()),
+            ("parked".into(), self.parked.to_string()),
+        ];
         for (r, n) in &self.parked_by_reason {
-            writeln!(f, "│   {:<10} │ {:>8} │", truncate(r, 10), n)?;
+            rows.push((format!("  {r}"), n.to_string()));
         }
-        writeln!(f, "│ LOST         │ {:>8} │", self.lost.len())?;
-        writeln!(
-            f,
-            "│ duplicates   │ {:>8} │  ({:.2}% of delivered)",
-            self.duplicates,
-            self.duplicate_pct()
-        )?;
-        write!(f, "└──────────────┴──────────┘")
+        rows.push(("LOST".into(), self.lost.len().to_string()));
+        rows.push(("duplicates".into(), self.duplicates.to_string()));
+        // Columns as wide as their content: reason names are never cut.
+        let w0 = rows
+            .iter()
+            .map(|(k, _)| k.chars().count())
+            .max()
+            .unwrap_or(0);
+        let w1 = rows.iter().map(|(_, v)| v.len()).max().unwrap_or(0).max(8);
+        let line = |l: &str, m: &str, r: &str| {
+            format!("{l}{}{m}{}{r}", "─".repeat(w0 + 2), "─".repeat(w1 + 2))
+        };
+        writeln!(f, "{}", line("┌", "┬", "┐"))?;
+        for (k, v) in &rows {
+            write!(f, "│ {k:<w0$} │ {v:>w1$} │")?;
+            if k == "duplicates" {
+                write!(f, "  ({:.2}% of delivered)", self.duplicate_pct())?;
+            }
+            writeln!(f)?;
+        }
+        write!(f, "{}", line("└", "┴", "┘"))
     }
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
 }
 
 /// Reads the DLQ and the parking lot (through `cluster`: a broker list, or the
@@ -131,4 +141,36 @@ pub fn audit(
         }
     }
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_fits_its_content() {
+        let rep = AuditReport {
+            produced: 20_000,
+            delivered: 19_913,
+            in_dlq: 7,
+            parked: 80,
+            parked_by_reason: [
+                ("invalid_utf8".to_string(), 40),
+                ("unsupported_specversion".to_string(), 40),
+            ]
+            .into_iter()
+            .collect(),
+            lost: Vec::new(),
+            duplicates: 0,
+        };
+        let t = rep.to_string();
+        assert!(t.contains("│   invalid_utf8            │"), "{t}");
+        assert!(t.contains("  unsupported_specversion │"), "{t}");
+        // Every line has the same width.
+        let widths: Vec<usize> = t
+            .lines()
+            .map(|l| l.split("  (").next().unwrap_or(l).chars().count())
+            .collect();
+        assert!(widths.windows(2).all(|w| w[0] == w[1]), "{t}");
+    }
 }

@@ -18,6 +18,8 @@ pub const IN_FLIGHT: &str = "courier_in_flight";
 pub const PARKED: &str = "courier_parked_total";
 pub const DLQ_WRITTEN: &str = "courier_dlq_written_total";
 pub const DLQ_WRITE_FAILURES: &str = "courier_dlq_write_failures_total";
+pub const PRODUCE_REFUSED: &str = "courier_produce_refused_total";
+pub const ENVELOPE_REFERENCES: &str = "courier_envelope_payload_omitted_total";
 pub const COMMIT_WATERMARK: &str = "courier_commit_watermark";
 pub const PARTITION_PAUSED: &str = "courier_partition_paused";
 pub const ACTOR_RESTARTS: &str = "courier_actor_restarts_total";
@@ -75,6 +77,14 @@ pub const ALL: &[(&str, &str)] = &[
     (
         DLQ_WRITE_FAILURES,
         "DLQ / parking-lot writes the broker did not acknowledge (retried).",
+    ),
+    (
+        PRODUCE_REFUSED,
+        "DLQ / parking-lot writes refused for good (too_large, not_authorized, unknown_topic, invalid_record), by topic and reason: never retried forever.",
+    ),
+    (
+        ENVELOPE_REFERENCES,
+        "DLQ / parking-lot envelopes written with a reference to the origin record instead of the payload (too large for the topic), by topic.",
     ),
     (
         COMMIT_WATERMARK,

@@ -1,14 +1,25 @@
 //! DLQ writer: the idempotent producer (acks=all) for the DLQ and the parking lot.
 //! Each write is confirmed back to its caller only once the broker acknowledged
 //! it; only then may the event's offset count as done.
+//!
+//! Every record fits its topic: at start the writer reads the DLQ and parking
+//! topics' `max.message.bytes` (DescribeConfigs) and sizes its producer for them;
+//! an envelope that would not fit with its payload carries a reference to the
+//! origin record instead (`Envelope::fitted`). A write the broker refuses for good
+//! (too large after all, not authorized, an unknown topic, an invalid record) is
+//! reported as a [`Refusal`], never retried forever: the caller parks the event
+//! or, for the parking lot itself, ends the process.
 
 use crate::core::envelope::Envelope;
 use crate::kafka::producer_config;
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// One record for the DLQ or the parking lot.
@@ -22,15 +33,120 @@ pub struct DlqRecord {
     pub envelope: Envelope,
 }
 
+/// A write the broker or the producer will never accept as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `MSG_SIZE_TOO_LARGE`, `RECORD_LIST_TOO_LARGE`, `INVALID_MSG_SIZE`.
+    TooLarge,
+    /// `TOPIC_AUTHORIZATION_FAILED`.
+    NotAuthorized,
+    /// `UNKNOWN_TOPIC_OR_PART` (the caller retries it for a grace period first:
+    /// a topic being created, a partition being moved).
+    UnknownTopic,
+    /// `INVALID_RECORD`, `INVALID_MSG`, `POLICY_VIOLATION`.
+    InvalidRecord,
+}
+
+impl Refusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::TooLarge => "too_large",
+            Refusal::NotAuthorized => "not_authorized",
+            Refusal::UnknownTopic => "unknown_topic",
+            Refusal::InvalidRecord => "invalid_record",
+        }
+    }
+
+    fn of(e: &KafkaError) -> Option<Refusal> {
+        use RDKafkaErrorCode as C;
+        match e.rdkafka_error_code()? {
+            C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize => {
+                Some(Refusal::TooLarge)
+            }
+            C::TopicAuthorizationFailed => Some(Refusal::NotAuthorized),
+            C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition => {
+                Some(Refusal::UnknownTopic)
+            }
+            C::InvalidRecord | C::InvalidMessage | C::PolicyViolation => {
+                Some(Refusal::InvalidRecord)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Why a write was not acknowledged.
+#[derive(Debug, Clone)]
+pub enum WriteError {
+    /// May succeed if tried again (broker down, timeout, leader moving).
+    Retry(String),
+    /// Will not succeed as it is.
+    Refused(Refusal, String),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Retry(e) => f.write_str(e),
+            WriteError::Refused(r, e) => write!(f, "refused ({}): {e}", r.as_str()),
+        }
+    }
+}
+
 pub enum DlqWriterMsg {
-    /// Reply: `Ok(offset)` once acknowledged by the broker, `Err(reason)` otherwise.
-    Write(Box<DlqRecord>, RpcReplyPort<Result<i64, String>>),
+    /// Reply: `Ok(offset)` once acknowledged by the broker.
+    Write(Box<DlqRecord>, RpcReplyPort<Result<i64, WriteError>>),
 }
 
 pub struct DlqWriter;
 
 pub struct DlqWriterState {
     producer: FutureProducer,
+    limits: Arc<Limits>,
+}
+
+/// `max.message.bytes` of the DLQ and parking topics.
+#[derive(Debug)]
+struct Limits {
+    by_topic: BTreeMap<String, usize>,
+}
+
+impl Limits {
+    fn of(&self, topic: &str) -> usize {
+        self.by_topic
+            .get(topic)
+            .copied()
+            .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES)
+    }
+}
+
+/// The broker's default `max.message.bytes` (and the producer's default
+/// `message.max.bytes`), assumed when a topic's config cannot be read.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_000_000;
+
+/// The DLQ and parking topics' `max.message.bytes`; the default for a topic
+/// whose config cannot be read (it may not exist yet, or the principal may not
+/// be allowed DescribeConfigs), with a warning.
+pub async fn topic_limits(cfg: &crate::config::KafkaConfig) -> BTreeMap<String, usize> {
+    let topics = [cfg.dlq_topic(), cfg.parking_topic()];
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let mut got = match crate::kafka::admin::max_message_bytes(cfg, &names).await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read max.message.bytes of the DLQ and parking topics; assuming {DEFAULT_MAX_MESSAGE_BYTES}");
+            BTreeMap::new()
+        }
+    };
+    for t in names {
+        got.entry(t.to_string()).or_insert_with(|| {
+            tracing::warn!(
+                topic = t,
+                "max.message.bytes unknown; assuming {DEFAULT_MAX_MESSAGE_BYTES}"
+            );
+            DEFAULT_MAX_MESSAGE_BYTES
+        });
+    }
+    got
 }
 
 impl Actor for DlqWriter {
@@ -43,8 +159,25 @@ impl Actor for DlqWriter {
         _myself: ActorRef<Self::Msg>,
         pipeline: Arc<Pipeline>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let producer: FutureProducer = producer_config(&pipeline.config.kafka).create()?;
-        Ok(DlqWriterState { producer })
+        let by_topic = topic_limits(&pipeline.config.kafka).await;
+        let largest = by_topic
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES);
+        let mut cfg = producer_config(&pipeline.config.kafka);
+        // The producer checks sizes itself, before the broker: let it take the
+        // largest record a topic accepts (it checks against 1,000,000 otherwise).
+        cfg.set(
+            "message.max.bytes",
+            largest.max(DEFAULT_MAX_MESSAGE_BYTES).to_string(),
+        );
+        let producer: FutureProducer = cfg.create()?;
+        tracing::info!(limits = ?by_topic, "DLQ writer ready");
+        Ok(DlqWriterState {
+            producer,
+            limits: Arc::new(Limits { by_topic }),
+        })
     }
 
     async fn handle(
@@ -61,12 +194,20 @@ impl Actor for DlqWriter {
         match msg {
             DlqWriterMsg::Write(rec, reply) => {
                 let producer = state.producer.clone();
+                let limit = state.limits.of(&rec.topic);
                 // Sends run concurrently; the actor only hands them out.
                 tokio::spawn(async move {
-                    let result = send(&producer, &rec).await;
-                    if result.is_err() {
-                        metrics::counter!(crate::metrics::DLQ_WRITE_FAILURES, "topic" => rec.topic.clone())
-                            .increment(1);
+                    let result = send(&producer, &rec, limit).await;
+                    match &result {
+                        Ok(_) => {}
+                        Err(WriteError::Retry(_)) => {
+                            metrics::counter!(crate::metrics::DLQ_WRITE_FAILURES, "topic" => rec.topic.clone())
+                                .increment(1);
+                        }
+                        Err(WriteError::Refused(r, _)) => {
+                            metrics::counter!(crate::metrics::PRODUCE_REFUSED, "topic" => rec.topic.clone(), "reason" => r.as_str())
+                                .increment(1);
+                        }
                     }
                     let _ = reply.send(result);
                 });
@@ -76,10 +217,37 @@ impl Actor for DlqWriter {
     }
 }
 
-async fn send(producer: &FutureProducer, rec: &DlqRecord) -> Result<i64, String> {
-    let payload = rec.envelope.to_bytes();
+async fn send(producer: &FutureProducer, rec: &DlqRecord, limit: usize) -> Result<i64, WriteError> {
+    let Some(envelope) = rec.envelope.clone().fitted(limit) else {
+        return Err(WriteError::Refused(
+            Refusal::TooLarge,
+            format!(
+                "not even a reference envelope fits {}'s max.message.bytes of {limit}",
+                rec.topic
+            ),
+        ));
+    };
+    if envelope.omitted.is_some() && rec.envelope.omitted.is_none() {
+        metrics::counter!(crate::metrics::ENVELOPE_REFERENCES, "topic" => rec.topic.clone())
+            .increment(1);
+        tracing::info!(
+            topic = %rec.topic,
+            id = envelope.event_id.as_deref().unwrap_or("-"),
+            origin_partition = envelope.origin.partition,
+            origin_offset = envelope.origin.offset,
+            payload_bytes = rec.envelope.payload.len(),
+            limit,
+            "envelope too large for the topic: writing a reference to the origin record instead of the payload"
+        );
+    }
+    let key = if envelope.omitted.as_ref().is_some_and(|o| o.key_omitted) {
+        None
+    } else {
+        rec.key.as_ref()
+    };
+    let payload = envelope.to_bytes();
     let mut headers = OwnedHeaders::new();
-    for (name, value) in rec.envelope.headers() {
+    for (name, value) in envelope.headers() {
         headers = headers.insert(Header {
             key: name,
             value: Some(value.as_bytes()),
@@ -91,11 +259,14 @@ async fn send(producer: &FutureProducer, rec: &DlqRecord) -> Result<i64, String>
     if let Some(p) = rec.partition {
         record = record.partition(p);
     }
-    if let Some(k) = &rec.key {
+    if let Some(k) = key {
         record = record.key(k);
     }
     match producer.send(record, Timeout::Never).await {
         Ok(delivery) => Ok(delivery.offset),
-        Err((e, _)) => Err(e.to_string()),
+        Err((e, _)) => Err(match Refusal::of(&e) {
+            Some(r) => WriteError::Refused(r, e.to_string()),
+            None => WriteError::Retry(e.to_string()),
+        }),
     }
 }

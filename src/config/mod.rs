@@ -25,7 +25,7 @@ pub use degraded::DegradedConfig;
 pub use enrichment::{EnrichmentConfig, OnMissing};
 pub use kafka::KafkaConfig;
 pub use ops::{LogConfig, LogFormat, MetricsConfig, SupervisionConfig, TestingConfig};
-pub use pipeline::PipelineConfig;
+pub use pipeline::{Oversize, PipelineConfig};
 pub use redis::RedisConfig;
 pub use retry::RetryConfig;
 

@@ -6,6 +6,19 @@ use crate::core::ordering::OrderingMode;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// What to do when an envelope with the event's payload would not fit the DLQ
+/// or parking-lot topic's `max.message.bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Oversize {
+    /// Write a reference to the origin record (topic, partition, offset, size,
+    /// SHA-256) instead of the payload; `courier dlq replay` reads it back.
+    #[default]
+    Reference,
+    /// Refuse to start when `max_event_bytes` cannot fit an envelope.
+    Refuse,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PipelineConfig {
@@ -18,6 +31,8 @@ pub struct PipelineConfig {
     /// the poll thread fetches nothing more above this.
     pub max_buffered: usize,
     pub max_event_bytes: usize,
+    /// Envelopes too large for the DLQ / parking topics: `reference` or `refuse`.
+    pub oversize: Oversize,
     /// CloudEvents extension attribute (integer) carrying the entity version.
     pub entity_version_attribute: String,
     /// On revoke: how long to wait for in-flight work before handing the partition over.
@@ -36,6 +51,7 @@ impl Default for PipelineConfig {
             max_in_flight_per_partition: 1_000,
             max_buffered: 8_192,
             max_event_bytes: 1024 * 1024,
+            oversize: Oversize::Reference,
             entity_version_attribute: "entityversion".into(),
             drain_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(15),

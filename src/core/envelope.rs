@@ -217,6 +217,37 @@ impl Envelope {
         (r.record_bytes() <= max_bytes).then_some(r)
     }
 
+    /// An envelope as large as one for an event of `payload_bytes` can get
+    /// (the longest id, a long error message, every header): for checking at
+    /// start that such an event fits a topic with its payload.
+    pub fn largest_for(payload_bytes: usize) -> Envelope {
+        let text = "x".repeat(MAX_TEXT_BYTES);
+        Envelope {
+            version: ENVELOPE_VERSION_PAYLOAD,
+            event_id: Some("i".repeat(crate::core::event::MAX_ID_BYTES)),
+            event_type: Some(text.clone()),
+            key: None,
+            payload: vec![0xff; payload_bytes],
+            omitted: None,
+            dlq_retries: MAX_PLAUSIBLE_DLQ_RETRIES,
+            first_dlq_at_ms: i64::MAX,
+            not_before_ms: i64::MAX,
+            last_error: ErrorInfo {
+                class: "transient".into(),
+                reason: "x".repeat(64),
+                status: Some(599),
+                message: text,
+            },
+            origin: Origin {
+                topic: "t".repeat(249),
+                partition: i32::MAX,
+                offset: i64::MAX,
+                timestamp_ms: Some(i64::MAX),
+                consumer_group: "g".repeat(255),
+            },
+        }
+    }
+
     /// What the record costs against `max.message.bytes`: key, value, headers
     /// and the record batch's own overhead (generous: 512 bytes).
     pub fn record_bytes(&self) -> usize {

@@ -6,7 +6,7 @@ pub mod enrich;
 pub mod http;
 pub mod token;
 
-use crate::actors::dlq_writer::{DlqRecord, DlqWriterMsg};
+use crate::actors::dlq_writer::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
 use crate::core::classify::{classify_status, FailureClass, Verdict};
@@ -296,13 +296,17 @@ impl Deliverer {
                 let mut again = env.clone();
                 again.not_before_ms = not_before;
                 again.last_error.message = format!("kept in the DLQ: {reason}");
-                self.rewrite_dlq(item, again).await;
+                if let Err(parked) = self.rewrite_dlq(item, again).await {
+                    return parked;
+                }
                 Finished::DeadLettered {
                     reason: reason.to_string(),
                 }
             }
             DlqDecision::NotYet { .. } => {
-                self.rewrite_dlq(item, env.clone()).await;
+                if let Err(parked) = self.rewrite_dlq(item, env.clone()).await {
+                    return parked;
+                }
                 Finished::DeadLettered {
                     reason: "not_yet".into(),
                 }
@@ -416,7 +420,9 @@ impl Deliverer {
                 cfg.degraded.dlq_backoff_cap_ms(),
             );
             again.last_error = error;
-            self.rewrite_dlq(item, again).await;
+            if let Err(parked) = self.rewrite_dlq(item, again).await {
+                return parked;
+            }
             return Finished::DeadLettered { reason };
         }
         let retries = env.dlq_retries.saturating_add(1);
@@ -432,20 +438,18 @@ impl Deliverer {
             cfg.degraded.dlq_backoff_cap_ms(),
         );
         let again = env.retried(error, not_before);
-        self.rewrite_dlq(item, again).await;
+        if let Err(parked) = self.rewrite_dlq(item, again).await {
+            return parked;
+        }
         metrics::counter!(m::DLQ_RETRIED, "reason" => reason.clone()).increment(1);
         Finished::DeadLettered { reason }
     }
 
-    /// Back into DLQ partition p (the envelope only ever gains retries).
-    async fn rewrite_dlq(&self, item: &Item, env: Envelope) {
-        let rec = DlqRecord {
-            topic: self.pipeline.dlq_topic.clone(),
-            partition: Some(item.partition),
-            key: env.key.clone(),
-            envelope: env,
-        };
-        write_durably(&self.pipeline, rec).await;
+    /// Back into DLQ partition p (the envelope only ever gains retries). A DLQ
+    /// that refuses the record for good parks the event instead (`Err`, with
+    /// what the caller returns).
+    async fn rewrite_dlq(&self, item: &Item, env: Envelope) -> Result<(), Finished> {
+        self.to_dlq(item.partition, env).await
     }
 
     async fn drop_from_dlq(
@@ -468,21 +472,57 @@ impl Deliverer {
     /// A drop is never silent: the envelope goes to the parking lot with its
     /// reason, and `dlq_dropped{reason}` counts it.
     async fn drop_enveloped(&self, env: Envelope, reason: &str) -> Finished {
-        let rec = DlqRecord {
-            topic: self.pipeline.parking_topic.clone(),
-            partition: None,
-            key: env.key.clone(),
-            envelope: env,
-        };
-        write_durably(&self.pipeline, rec).await;
+        let done = self.to_parking(env).await;
         metrics::counter!(m::DLQ_DROPPED, "reason" => reason.to_string()).increment(1);
-        metrics::counter!(m::PARKED, "reason" => reason.to_string()).increment(1);
-        Finished::Parked {
-            reason: reason.to_string(),
-        }
+        done
     }
 
     async fn park_envelope(&self, _item: &Item, env: Envelope) -> Finished {
+        self.to_parking(env).await
+    }
+
+    /// Writes `env` to DLQ partition `partition`. When the DLQ refuses it for
+    /// good (too large even as a reference, not authorized, no such topic after
+    /// the grace period), the event is parked with the refusal as its reason
+    /// (`dlq_too_large`, …): it never waits forever.
+    async fn to_dlq(&self, partition: i32, env: Envelope) -> Result<(), Finished> {
+        let rec = DlqRecord {
+            topic: self.pipeline.dlq_topic.clone(),
+            partition: Some(partition),
+            key: env.key.clone(),
+            envelope: env,
+        };
+        let Err((refusal, detail)) = write_durably(&self.pipeline, &rec).await else {
+            return Ok(());
+        };
+        let mut env = rec.envelope;
+        tracing::error!(
+            topic = %rec.topic,
+            id = env.event_id.as_deref().unwrap_or("-"),
+            origin_partition = env.origin.partition,
+            origin_offset = env.origin.offset,
+            refusal = refusal.as_str(),
+            error = %detail,
+            "the DLQ refuses this event for good; parking it"
+        );
+        env.last_error = ErrorInfo {
+            class: "systemic".into(),
+            reason: format!("dlq_{}", refusal.as_str()),
+            status: None,
+            message: crate::core::envelope::clean_text(
+                &format!("DLQ write refused: {detail}"),
+                crate::core::envelope::MAX_TEXT_BYTES,
+            ),
+        };
+        Err(self.to_parking(env).await)
+    }
+
+    /// Parks `env` (its `last_error.reason` says why); the offset waits for the
+    /// broker's acknowledgement. A parking lot that refuses the record for good
+    /// leaves nowhere durable to put the event: Courier names it and exits
+    /// non-zero (the orchestrator restarts it, the offset stays before the event)
+    /// rather than stall silently or lose it.
+    async fn to_parking(&self, env: Envelope) -> Finished {
         let reason = env.last_error.reason.clone();
         let rec = DlqRecord {
             topic: self.pipeline.parking_topic.clone(),
@@ -490,7 +530,23 @@ impl Deliverer {
             key: env.key.clone(),
             envelope: env,
         };
-        write_durably(&self.pipeline, rec).await;
+        if let Err((refusal, detail)) = write_durably(&self.pipeline, &rec).await {
+            let e = &rec.envelope;
+            let why = format!(
+                "the parking lot {} refuses event {} ({}/{}@{}) for good ({}: {detail}); fix the topic (size limit, ACLs, existence) and restart",
+                rec.topic,
+                e.event_id.as_deref().unwrap_or("-"),
+                e.origin.topic,
+                e.origin.partition,
+                e.origin.offset,
+                refusal.as_str()
+            );
+            self.pipeline.fatal(why);
+            // The event is neither delivered nor durable: its token must not
+            // report an outcome (the offset stays before it) while the process
+            // shuts down.
+            return std::future::pending().await;
+        }
         metrics::counter!(m::PARKED, "reason" => reason.clone()).increment(1);
         Finished::Parked { reason }
     }
@@ -669,27 +725,17 @@ impl Deliverer {
     }
 
     async fn park(&self, item: &Item, error: ErrorInfo) -> Finished {
-        let reason = error.reason.clone();
-        let rec = DlqRecord {
-            topic: self.pipeline.parking_topic.clone(),
-            partition: None,
-            key: item.key.clone(),
-            envelope: self.envelope(item, error),
-        };
-        write_durably(&self.pipeline, rec).await;
-        metrics::counter!(m::PARKED, "reason" => reason.clone()).increment(1);
-        Finished::Parked { reason }
+        self.to_parking(self.envelope(item, error)).await
     }
 
     async fn dead_letter(&self, item: &Item, error: ErrorInfo) -> Finished {
         let reason = error.reason.clone();
-        let rec = DlqRecord {
-            topic: self.pipeline.dlq_topic.clone(),
-            partition: Some(item.partition),
-            key: item.key.clone(),
-            envelope: self.envelope(item, error),
-        };
-        write_durably(&self.pipeline, rec).await;
+        if let Err(parked) = self
+            .to_dlq(item.partition, self.envelope(item, error))
+            .await
+        {
+            return parked;
+        }
         metrics::counter!(m::DLQ_WRITTEN, "reason" => reason.clone()).increment(1);
         // Flood guard: many events going to the DLQ at once is systemic.
         if let Some(t) = self.pipeline.health.dlq_written() {
@@ -699,15 +745,22 @@ impl Deliverer {
     }
 }
 
-/// Writes until the broker acknowledges. The event's offset waits for this, so
-/// it never gives up by itself; shutdown abandons it (the token then reports
-/// errored and the offset stays unstored).
-async fn write_durably(pipeline: &Pipeline, rec: DlqRecord) {
+/// How long a write to a topic the broker says does not exist is retried before
+/// it counts as refused (a topic being created, a partition being moved).
+const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(120);
+
+/// Writes until the broker acknowledges (`Ok`), or until it refuses the record
+/// for good (`Err`: too large, not authorized, invalid, or an unknown topic for
+/// longer than [`UNKNOWN_TOPIC_GRACE`]). The event's offset waits for this;
+/// shutdown abandons it (the token then reports errored and the offset stays
+/// unstored).
+async fn write_durably(pipeline: &Pipeline, rec: &DlqRecord) -> Result<(), (Refusal, String)> {
     let mut tries = 0u32;
+    let mut unknown_since: Option<Instant> = None;
     loop {
         tries += 1;
         let err = match pipeline.dlq_writer() {
-            None => "DLQ writer not running".to_string(),
+            None => WriteError::Retry("DLQ writer not running".into()),
             Some(writer) => {
                 let r = writer
                     .call(
@@ -716,13 +769,23 @@ async fn write_durably(pipeline: &Pipeline, rec: DlqRecord) {
                     )
                     .await;
                 match r {
-                    Ok(ractor::rpc::CallResult::Success(Ok(_offset))) => return,
+                    Ok(ractor::rpc::CallResult::Success(Ok(_offset))) => return Ok(()),
                     Ok(ractor::rpc::CallResult::Success(Err(e))) => e,
-                    Ok(_) => "DLQ writer did not answer".to_string(),
-                    Err(e) => format!("DLQ writer unreachable: {e}"),
+                    Ok(_) => WriteError::Retry("DLQ writer did not answer".into()),
+                    Err(e) => WriteError::Retry(format!("DLQ writer unreachable: {e}")),
                 }
             }
         };
+        match &err {
+            WriteError::Refused(Refusal::UnknownTopic, detail) => {
+                let since = *unknown_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= UNKNOWN_TOPIC_GRACE {
+                    return Err((Refusal::UnknownTopic, detail.clone()));
+                }
+            }
+            WriteError::Refused(refusal, detail) => return Err((*refusal, detail.clone())),
+            WriteError::Retry(_) => {}
+        }
         let delay = persistent_delay(tries, Duration::from_millis(200), Duration::from_secs(5));
         tracing::warn!(
             topic = %rec.topic,

@@ -8,7 +8,10 @@
 //! operator commands).
 
 use crate::config::KafkaConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, NewTopic, OwnedResourceSpecifier, ResourceSpecifier,
+    TopicReplication,
+};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -208,6 +211,38 @@ pub async fn ensure_topic(
         }
     }
     Ok(())
+}
+
+/// `max.message.bytes` of each topic (DescribeConfigs): the largest record batch
+/// the broker accepts for it. A topic that does not exist, or whose config
+/// cannot be read, is missing from the result.
+pub async fn max_message_bytes(
+    cluster: &(impl Connection + ?Sized),
+    topics: &[&str],
+) -> Result<BTreeMap<String, usize>, AdminError> {
+    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
+    let specs: Vec<ResourceSpecifier> =
+        topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+    let results = admin
+        .describe_configs(
+            specs.iter(),
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
+        )
+        .await?;
+    let mut out = BTreeMap::new();
+    for r in results.into_iter().flatten() {
+        let OwnedResourceSpecifier::Topic(name) = &r.specifier else {
+            continue;
+        };
+        if let Some(v) = r
+            .get("max.message.bytes")
+            .and_then(|e| e.value.as_deref())
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            out.insert(name.clone(), v);
+        }
+    }
+    Ok(out)
 }
 
 /// High watermarks (end offsets) of every partition of `topic`.
