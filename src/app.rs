@@ -47,7 +47,10 @@ pub async fn start(
     if config.pipeline.oversize == crate::config::Oversize::Refuse {
         check_envelopes_fit(&config).await?;
     }
-    let ready = Arc::new(Readiness::new(config.metrics.stuck_after));
+    let ready = Arc::new(Readiness::new(
+        config.metrics.stuck_after,
+        config.metrics.wedged_after,
+    ));
     let http = if config.metrics.listen.is_empty() {
         None
     } else {

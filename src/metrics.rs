@@ -243,16 +243,19 @@ pub struct Readiness {
     pub last_progress_ms: AtomicI64,
     pub api_unavailable: AtomicBool,
     pub stuck_after_ms: i64,
+    /// `/healthz` fails after this long stuck (0: never).
+    pub wedged_after_ms: i64,
 }
 
 impl Readiness {
-    pub fn new(stuck_after: std::time::Duration) -> Readiness {
+    pub fn new(stuck_after: std::time::Duration, wedged_after: std::time::Duration) -> Readiness {
         Readiness {
             assigned: AtomicBool::new(false),
             held: AtomicI64::new(0),
             last_progress_ms: AtomicI64::new(crate::runtime::now_ms()),
             api_unavailable: AtomicBool::new(false),
             stuck_after_ms: i64::try_from(stuck_after.as_millis()).unwrap_or(i64::MAX),
+            wedged_after_ms: i64::try_from(wedged_after.as_millis()).unwrap_or(i64::MAX),
         }
     }
 
@@ -266,19 +269,32 @@ impl Readiness {
             .store(crate::runtime::now_ms(), Ordering::Relaxed);
     }
 
-    /// `Err(reason)` when not ready.
+    fn progress(&self, now_ms: i64) -> crate::core::liveness::Progress {
+        crate::core::liveness::Progress {
+            assigned: self.assigned.load(Ordering::SeqCst),
+            held: self.held.load(Ordering::Relaxed),
+            idle_ms: now_ms - self.last_progress_ms.load(Ordering::Relaxed),
+            api_unavailable: self.api_unavailable.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `Err(reason)` when not ready (`/readyz`).
     pub fn check(&self, now_ms: i64) -> Result<(), &'static str> {
-        if !self.assigned.load(Ordering::SeqCst) {
-            return Err("not assigned");
-        }
-        let idle = now_ms - self.last_progress_ms.load(Ordering::Relaxed);
-        if self.held.load(Ordering::Relaxed) > 0
-            && idle > self.stuck_after_ms
-            && !self.api_unavailable.load(Ordering::Relaxed)
-        {
-            return Err("stuck: events held, none finished");
-        }
-        Ok(())
+        self.progress(now_ms)
+            .ready(self.stuck_after_ms)
+            .map_err(|e| e.as_str())
+    }
+
+    /// `Err(reason)` when wedged (`/healthz`): see `core::liveness`.
+    pub fn live(&self, now_ms: i64) -> Result<(), String> {
+        self.progress(now_ms)
+            .live(self.wedged_after_ms)
+            .map_err(|w| {
+                format!(
+                    "wedged: events held, none finished for {}s with the API available",
+                    w.idle_ms / 1000
+                )
+            })
     }
 }
 
@@ -306,7 +322,7 @@ pub async fn serve(
     }
     let app = Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(HttpState { handle, ready });
     let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -342,6 +358,13 @@ fn allocator_stats() -> Option<(u64, u64)> {
     None
 }
 
+async fn healthz(State(s): State<HttpState>) -> (StatusCode, String) {
+    match s.ready.live(crate::runtime::now_ms()) {
+        Ok(()) => (StatusCode::OK, "ok".into()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+    }
+}
+
 async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
     match s.ready.check(crate::runtime::now_ms()) {
         Ok(()) => (StatusCode::OK, "ready"),
@@ -355,7 +378,10 @@ mod tests {
 
     #[test]
     fn readiness_needs_an_assignment_and_progress() {
-        let r = Readiness::new(std::time::Duration::from_secs(1));
+        let r = Readiness::new(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(3),
+        );
         let t0 = r.last_progress_ms.load(Ordering::Relaxed);
         assert_eq!(r.check(t0), Err("not assigned"));
         r.assigned.store(true, Ordering::SeqCst);

@@ -373,7 +373,8 @@ async fn tight_backpressure_limits_lose_nothing_and_keep_order() {
 
 /// `/readyz`: ready once assigned; "stuck" (503) while events are held but none
 /// finishes for `metrics.stuck_after` with the API judged available; ready
-/// again when work completes.
+/// again when work completes. `/healthz` (liveness) fails the same way after the
+/// longer `metrics.wedged_after`, and recovers too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_reports_assignment_and_stuck_work() {
     let s = services();
@@ -382,10 +383,11 @@ async fn readyz_reports_assignment_and_stuck_work() {
     let api = sink(4_000).await;
     let toml = base_toml(&n, &api.url()).replace(
         "[api]\n",
-        "[metrics]\nstuck_after = \"1s\"\n\n[api]\nrequest_timeout = \"10s\"\n",
+        "[metrics]\nstuck_after = \"1s\"\nwedged_after = \"2s\"\n\n[api]\nrequest_timeout = \"10s\"\n",
     );
     let mut c = Courier::start(&n.topic, &s, &toml);
     let url = format!("http://127.0.0.1:{}/readyz", c.metrics_port);
+    let live = format!("http://127.0.0.1:{}/healthz", c.metrics_port);
     let probe = |url: String| async move {
         match reqwest::get(&url).await {
             Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
@@ -403,6 +405,7 @@ async fn readyz_reports_assignment_and_stuck_work() {
         ..Spec::default()
     };
     let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    assert_eq!(block(probe(live.clone())).0, 200, "live while idle");
     wait_until(
         Duration::from_secs(30),
         "not ready while work is stuck",
@@ -412,6 +415,11 @@ async fn readyz_reports_assignment_and_stuck_work() {
         },
     )
     .await;
+    wait_until(Duration::from_secs(30), "not live once wedged", || {
+        let (code, body) = block(probe(live.clone()));
+        code == 503 && body.contains("wedged")
+    })
+    .await;
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     wait_until(
         Duration::from_secs(30),
@@ -419,6 +427,11 @@ async fn readyz_reports_assignment_and_stuck_work() {
         || block(probe(url.clone())).0 == 200,
     )
     .await;
+    assert_eq!(
+        block(probe(live.clone())).0,
+        200,
+        "live again after progress"
+    );
     c.terminate(Duration::from_secs(30)).await;
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("readyz", &rep);

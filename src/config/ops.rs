@@ -44,6 +44,11 @@ pub struct MetricsConfig {
     /// long while the API is judged available.
     #[serde(with = "humantime_serde")]
     pub stuck_after: Duration,
+    /// `/healthz` (the liveness probe) fails when the instance has been stuck
+    /// this long: events held, none finished, the API judged available. "0s"
+    /// turns it off. At least `stuck_after`.
+    #[serde(with = "humantime_serde")]
+    pub wedged_after: Duration,
 }
 
 impl Default for MetricsConfig {
@@ -51,6 +56,7 @@ impl Default for MetricsConfig {
         MetricsConfig {
             listen: "127.0.0.1:9464".into(),
             stuck_after: Duration::from_secs(120),
+            wedged_after: Duration::from_secs(600),
         }
     }
 }
@@ -65,6 +71,12 @@ impl MetricsConfig {
         }
         if self.stuck_after.is_zero() {
             return Err(invalid("metrics.stuck_after", "must be above 0"));
+        }
+        if !self.wedged_after.is_zero() && self.wedged_after < self.stuck_after {
+            return Err(invalid(
+                "metrics.wedged_after",
+                "must be at least metrics.stuck_after (or \"0s\" to turn the liveness check off)",
+            ));
         }
         Ok(())
     }

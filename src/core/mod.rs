@@ -9,6 +9,7 @@ pub mod envelope;
 pub mod event;
 pub mod fsm;
 pub mod input;
+pub mod liveness;
 pub mod offsets;
 pub mod ordering;
 pub mod restart;
