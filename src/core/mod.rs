@@ -10,4 +10,5 @@ pub mod event;
 pub mod fsm;
 pub mod offsets;
 pub mod ordering;
+pub mod partition;
 pub mod restart;

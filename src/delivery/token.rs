@@ -7,7 +7,8 @@
 //! never leave an offset silently done. (Vector's finalizers count a dropped event
 //! as delivered; Courier deliberately does not.)
 
-use crate::actors::partition::{PartitionMsg, Src};
+use crate::actors::partition::PartitionMsg;
+use crate::core::partition::Src;
 use ractor::ActorRef;
 use std::sync::{Arc, Mutex};
 

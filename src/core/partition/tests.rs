@@ -1,0 +1,267 @@
+//! Unit tests of the partition machine, one behaviour each, with plain-data
+//! records ([`Rec`]); `model.rs` holds the model-based property test.
+
+use super::*;
+
+/// A record as the tests feed it: its kind is decided up front.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Rec {
+    pub src: Src,
+    pub offset: i64,
+    pub key: Option<u8>,
+    pub kind: Kind,
+    /// Set when the machine substituted the parking of an errored job.
+    pub parked_after: Option<u32>,
+}
+
+impl Rec {
+    pub fn main(offset: i64, key: Option<u8>) -> Rec {
+        Rec {
+            src: Src::Main,
+            offset,
+            key,
+            kind: Kind::Ordered,
+            parked_after: None,
+        }
+    }
+
+    pub fn dlq(offset: i64, not_before_ms: i64) -> Rec {
+        Rec {
+            src: Src::Dlq,
+            offset,
+            key: None,
+            kind: Kind::Queued { not_before_ms },
+            parked_after: None,
+        }
+    }
+}
+
+pub(super) struct Plain;
+
+impl Intake for Plain {
+    type Raw = Rec;
+    type Item = Rec;
+
+    fn position(raw: &Rec) -> (Src, i64) {
+        (raw.src, raw.offset)
+    }
+
+    fn begin(&mut self, _src: Src, raw: Rec) -> Begun<Rec> {
+        let kind = raw.kind;
+        Begun { item: raw, kind }
+    }
+
+    fn key(item: &Rec) -> Option<&[u8]> {
+        item.key.as_ref().map(std::slice::from_ref)
+    }
+
+    fn park_internal(item: &Rec, times: u32) -> Rec {
+        Rec {
+            kind: Kind::Immediate,
+            parked_after: Some(times),
+            ..item.clone()
+        }
+    }
+}
+
+pub(super) const GEN: u64 = 7;
+
+pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize) -> Settings {
+    Settings {
+        generation: GEN,
+        ordering,
+        limit,
+        backlog_cap,
+        min_pause: Duration::from_millis(1_000),
+        drain_timeout: Duration::from_millis(10_000),
+        start: [None, None],
+        stored: [None, None],
+    }
+}
+
+/// A machine under test with a clock of its own.
+struct T {
+    m: PartitionMachine<Plain>,
+    base: Instant,
+    ms: u64,
+}
+
+impl T {
+    fn new(s: Settings) -> T {
+        T {
+            m: PartitionMachine::new(s, Plain),
+            base: Instant::now(),
+            ms: 0,
+        }
+    }
+
+    fn now(&self) -> Now {
+        Now {
+            mono: self.base + Duration::from_millis(self.ms),
+            wall_ms: 1_000_000 + self.ms as i64,
+        }
+    }
+
+    fn feed(&mut self, input: Input<Rec>) -> Vec<Effect<Rec>> {
+        let now = self.now();
+        self.m.handle(input, now)
+    }
+
+    /// API up and the DLQ known to be empty: `Normal`.
+    fn normal(&mut self) {
+        self.feed(Input::Verdict {
+            api_unavailable: false,
+        });
+        self.feed(Input::Positions(Positions {
+            main_high: None,
+            dlq_high: 0,
+            dlq_start: 0,
+        }));
+        assert_eq!(self.m.mode(), Mode::Normal);
+    }
+
+    fn done(&mut self, src: Src, offsets: &[i64]) -> Vec<Effect<Rec>> {
+        let reports = offsets
+            .iter()
+            .map(|&offset| Report {
+                generation: GEN,
+                src,
+                offset,
+                outcome: Outcome::Done,
+            })
+            .collect();
+        self.feed(Input::Reports(reports))
+    }
+
+    fn errored(&mut self, src: Src, offset: i64) -> Vec<Effect<Rec>> {
+        let r = Report {
+            generation: GEN,
+            src,
+            offset,
+            outcome: Outcome::Errored,
+        };
+        self.feed(Input::Reports(vec![r]))
+    }
+}
+
+pub(super) fn dispatched<I>(fx: &[Effect<I>]) -> Vec<(Src, i64)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Dispatch { src, offset, .. } => Some((*src, *offset)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stores<I>(fx: &[Effect<I>]) -> Vec<(Src, i64)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Store { src, offset } => Some((*src, offset.get())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn readings<I>(fx: &[Effect<I>]) -> Vec<(Src, bool)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::SetReading { src, on } => Some((*src, *on)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn main_recs(offsets: std::ops::Range<i64>, key: impl Fn(i64) -> Option<u8>) -> Input<Rec> {
+    Input::Records(offsets.map(|o| Rec::main(o, key(o))).collect())
+}
+
+#[test]
+fn first_verdict_applies_the_reading_and_a_new_assignment_drains_first() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    let fx = t.feed(Input::Verdict {
+        api_unavailable: false,
+    });
+    // The DLQ lag is not known yet: DLQ p is looked at before main p is read.
+    assert_eq!(t.m.mode(), Mode::DrainDlq);
+    assert_eq!(readings(&fx), vec![(Src::Main, false), (Src::Dlq, true)]);
+    let fx = t.feed(Input::Positions(Positions {
+        main_high: Some(5),
+        dlq_high: 3,
+        dlq_start: 3,
+    }));
+    assert_eq!(t.m.mode(), Mode::Normal);
+    assert_eq!(readings(&fx), vec![(Src::Main, true), (Src::Dlq, false)]);
+}
+
+#[test]
+fn key_lanes_dispatch_in_order_and_the_watermark_waits() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    t.normal();
+    let fx = t.feed(main_recs(0..4, |o| Some((o % 2) as u8)));
+    assert_eq!(dispatched(&fx), vec![(Src::Main, 0), (Src::Main, 1)]);
+    assert_eq!(stores(&fx), vec![(Src::Main, 0)]);
+    let fx = t.done(Src::Main, &[1]);
+    assert_eq!(dispatched(&fx), vec![(Src::Main, 3)]);
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert!(stores(&fx).is_empty(), "offset 0 is unfinished");
+    t.done(Src::Main, &[0, 3]);
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert_eq!(stores(&fx), vec![(Src::Main, 2)]);
+}
+
+#[test]
+fn an_errored_job_is_redispatched_after_a_back_off() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    t.normal();
+    t.feed(main_recs(0..1, |_| Some(1)));
+    let fx = t.errored(Src::Main, 0);
+    let timers: Vec<_> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Schedule { after, timer } => Some((*after, *timer)),
+            _ => None,
+        })
+        .collect();
+    let redispatch = Timer::Redispatch {
+        src: Src::Main,
+        offset: 0,
+    };
+    assert_eq!(timers, vec![(REDISPATCH_BASE, redispatch)]);
+    assert_eq!(t.m.in_flight(), 0);
+    let fx = t.feed(Input::Timer(redispatch));
+    assert_eq!(dispatched(&fx), vec![(Src::Main, 0)]);
+}
+
+#[test]
+fn the_drain_dispatches_due_dlq_records_in_order_and_waits_for_the_head() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    t.feed(Input::Verdict {
+        api_unavailable: false,
+    });
+    let wall = t.now().wall_ms;
+    let fx = t.feed(Input::Records(vec![
+        Rec::dlq(0, wall - 1),
+        Rec::dlq(1, wall + 500),
+        Rec::dlq(2, wall - 1),
+    ]));
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 0)]);
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::Schedule {
+            timer: Timer::Wake,
+            ..
+        }
+    )));
+    // The head is not due: main p is read meanwhile.
+    t.feed(Input::Positions(Positions {
+        main_high: None,
+        dlq_high: 3,
+        dlq_start: 0,
+    }));
+    assert_eq!(t.m.mode(), Mode::Normal);
+    t.ms += 501;
+    let fx = t.feed(Input::Timer(Timer::Wake));
+    assert_eq!(t.m.mode(), Mode::DrainDlq);
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 1), (Src::Dlq, 2)]);
+    assert_eq!(readings(&fx), vec![(Src::Main, false), (Src::Dlq, true)]);
+}
