@@ -241,6 +241,17 @@ pub struct Settings {
     pub stored: [Option<NextOffset>; 2],
 }
 
+/// Where a drain (revoke, shutdown) stands. Once requested it never ends: the
+/// partition is being handed over, and whatever arrives after the answer (records
+/// still in the mailbox, completions) must not start new work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drain {
+    Off,
+    /// Requested: waiting for the jobs in flight (or the deadline).
+    Waiting,
+    Answered,
+}
+
 struct Held<I> {
     item: Arc<I>,
     kind: Kind,
@@ -285,7 +296,7 @@ pub struct PartitionMachine<X: Intake> {
     dlq_start: Option<i64>,
     /// The earliest [`Timer::Wake`] pending.
     wake_at: Option<Instant>,
-    draining: bool,
+    drain: Drain,
     /// A [`Timer::Store`] is pending.
     store_scheduled: bool,
     fx: Vec<Effect<X::Item>>,
@@ -325,7 +336,7 @@ impl<X: Intake> PartitionMachine<X> {
             dlq_high: None,
             dlq_start: None,
             wake_at: None,
-            draining: false,
+            drain: Drain::Off,
             store_scheduled: false,
             fx: Vec::new(),
             begun: 0,
@@ -364,6 +375,11 @@ impl<X: Intake> PartitionMachine<X> {
         self.sides[src.index()].stored
     }
 
+    /// A drain was requested (answered or not): nothing is begun or dispatched.
+    pub fn draining(&self) -> bool {
+        self.drain != Drain::Off
+    }
+
     /// Takes one input; returns what to do, in order.
     pub fn handle(&mut self, input: Input<X::Raw>, now: Now) -> Vec<Effect<X::Item>> {
         match input {
@@ -383,12 +399,12 @@ impl<X: Intake> PartitionMachine<X> {
                 self.store_all();
             }
             Input::Timer(Timer::Redispatch { src, offset }) => {
-                if !self.draining && self.held.contains_key(&(src, offset)) {
+                if !self.draining() && self.held.contains_key(&(src, offset)) {
                     self.dispatch(src, offset);
                 }
             }
             Input::Timer(Timer::DrainTimeout) => {
-                if self.draining {
+                if self.drain == Drain::Waiting {
                     let in_flight = self.dispatched;
                     self.fx
                         .push(Effect::Note(Note::DrainDeadline { in_flight }));
@@ -415,7 +431,7 @@ impl<X: Intake> PartitionMachine<X> {
     }
 
     fn on_records(&mut self, records: Vec<X::Raw>, now: Now) {
-        if self.draining {
+        if self.draining() {
             // Not begun, not stored: the next owner reads them again.
             self.taken_in(records.len());
             return;
@@ -449,7 +465,7 @@ impl<X: Intake> PartitionMachine<X> {
     /// Begins backlog records while the partition has room.
     fn fill(&mut self) {
         let mut n = 0;
-        while self.sides[Src::Main.index()].held < self.limit && !self.draining {
+        while self.sides[Src::Main.index()].held < self.limit && !self.draining() {
             let Some(r) = self.backlog.pop_front() else {
                 break;
             };
@@ -499,7 +515,7 @@ impl<X: Intake> PartitionMachine<X> {
             self.schedule_store();
             self.evaluate(now);
         }
-        if self.draining && self.dispatched == 0 {
+        if self.drain == Drain::Waiting && self.dispatched == 0 {
             self.reply_drained();
         }
     }
@@ -525,7 +541,7 @@ impl<X: Intake> PartitionMachine<X> {
             self.finished += 1;
             if held.kind == Kind::Ordered {
                 if let Some(next) = self.lanes.finish(X::key(&held.item), r.offset) {
-                    if !self.draining {
+                    if !self.draining() {
                         self.dispatch(Src::Main, next);
                     }
                 }
@@ -549,7 +565,7 @@ impl<X: Intake> PartitionMachine<X> {
             held.item = Arc::new(X::park_internal(&held.item, n));
             held.kind = Kind::Immediate;
         }
-        if !self.draining {
+        if !self.draining() {
             let after = persistent_delay(n, REDISPATCH_BASE, REDISPATCH_CAP);
             let timer = Timer::Redispatch { src, offset };
             self.fx.push(Effect::Schedule { after, timer });
@@ -632,7 +648,7 @@ impl<X: Intake> PartitionMachine<X> {
         self.apply(Src::Dlq, reading.dlq);
         // Drain: dispatch due records in order, at most `limit` jobs at a time.
         let mut next_due: Option<i64> = None;
-        if self.fsm.mode() == Mode::DrainDlq && !self.draining {
+        if self.fsm.mode() == Mode::DrainDlq && !self.draining() {
             while let Some(&off) = self.dlq_queue.front() {
                 if self.dispatched >= self.limit {
                     break;
@@ -705,7 +721,13 @@ impl<X: Intake> PartitionMachine<X> {
     }
 
     fn on_drain(&mut self) {
-        self.draining = true;
+        match self.drain {
+            // Already waiting: the answer is still to come.
+            Drain::Waiting => return,
+            // Asked again: answer again.
+            Drain::Answered => return self.reply_drained(),
+            Drain::Off => self.drain = Drain::Waiting,
+        }
         // Not begun, not stored: the next owner reads them again.
         let waiting = std::mem::take(&mut self.backlog);
         self.taken_in(waiting.len());
@@ -722,7 +744,7 @@ impl<X: Intake> PartitionMachine<X> {
 
     fn reply_drained(&mut self) {
         self.store_all();
-        self.draining = false;
+        self.drain = Drain::Answered;
         self.fx.push(Effect::Drained);
     }
 }

@@ -265,3 +265,36 @@ fn the_drain_dispatches_due_dlq_records_in_order_and_waits_for_the_head() {
     assert_eq!(dispatched(&fx), vec![(Src::Dlq, 1), (Src::Dlq, 2)]);
     assert_eq!(readings(&fx), vec![(Src::Main, false), (Src::Dlq, true)]);
 }
+
+/// Found by the model test: the drain used to end with its answer, so records or
+/// completions arriving between the answer and the actor's stop were begun and
+/// dispatched again — and a DLQ record handed back during the drain could then be
+/// stored past by a later one.
+#[test]
+fn a_drain_is_final_even_after_its_answer() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    t.normal();
+    t.feed(main_recs(0..2, |_| Some(1)));
+    let fx = t.feed(Input::Drain);
+    assert!(!fx.iter().any(|e| matches!(e, Effect::Drained)));
+    let fx = t.done(Src::Main, &[0]);
+    assert!(dispatched(&fx).is_empty(), "offset 1 waits: draining");
+    assert!(fx.iter().any(|e| matches!(e, Effect::Drained)));
+    // After the answer: nothing is begun or dispatched any more.
+    let fx = t.feed(Input::Records(vec![Rec::main(2, Some(2)), Rec::dlq(5, 0)]));
+    assert!(
+        dispatched(&fx).is_empty(),
+        "dispatched after the drain: {fx:?}"
+    );
+    assert!(fx.iter().any(|e| matches!(e, Effect::TakenIn(2))));
+    let fx = t.feed(Input::Timer(Timer::Redispatch {
+        src: Src::Main,
+        offset: 1,
+    }));
+    assert!(dispatched(&fx).is_empty());
+    let fx = t.feed(Input::Drain);
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Drained)),
+        "a second request is answered too"
+    );
+}
