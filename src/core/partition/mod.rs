@@ -255,6 +255,9 @@ enum Drain {
 struct Held<I> {
     item: Arc<I>,
     kind: Kind,
+    /// Admitted to an ordering lane: its completion frees the lane, whatever its
+    /// work became meanwhile (a parked errored job included).
+    in_lane: bool,
     errored: u32,
 }
 
@@ -492,6 +495,7 @@ impl<X: Intake> PartitionMachine<X> {
         let held = Held {
             item: Arc::new(item),
             kind,
+            in_lane: kind == Kind::Ordered,
             errored: 0,
         };
         self.held.insert((src, offset), held);
@@ -539,7 +543,7 @@ impl<X: Intake> PartitionMachine<X> {
         if let Some(held) = self.held.remove(&(r.src, r.offset)) {
             side.held -= 1;
             self.finished += 1;
-            if held.kind == Kind::Ordered {
+            if held.in_lane {
                 if let Some(next) = self.lanes.finish(X::key(&held.item), r.offset) {
                     if !self.draining() {
                         self.dispatch(Src::Main, next);

@@ -298,3 +298,36 @@ fn a_drain_is_final_even_after_its_answer() {
         "a second request is answered too"
     );
 }
+
+/// Issue 13 item 4 (the model test finds it too): a job that errored
+/// [`MAX_ERRORED`] times is parked instead; when that park completed, only items
+/// still delivering freed their key lane, so the key's later events never ran.
+#[test]
+fn a_parked_errored_job_frees_its_lane() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    t.normal();
+    t.feed(main_recs(0..2, |_| Some(9)));
+    let redispatch = Timer::Redispatch {
+        src: Src::Main,
+        offset: 0,
+    };
+    let mut last = Vec::new();
+    for _ in 0..MAX_ERRORED {
+        let fx = t.errored(Src::Main, 0);
+        assert!(dispatched(&fx).is_empty());
+        last = t.feed(Input::Timer(redispatch));
+    }
+    let parked = last.iter().find_map(|e| match e {
+        Effect::Dispatch { item, .. } => Some(item.clone()),
+        _ => None,
+    });
+    let parked = parked.expect("dispatched again after its back-off");
+    assert_eq!(parked.parked_after, Some(MAX_ERRORED));
+    assert_eq!(parked.kind, Kind::Immediate);
+    let fx = t.done(Src::Main, &[0]);
+    assert_eq!(
+        dispatched(&fx),
+        vec![(Src::Main, 1)],
+        "the key's next event runs"
+    );
+}
