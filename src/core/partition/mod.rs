@@ -169,7 +169,8 @@ pub enum Input<R> {
     /// [`Effect::Drained`] once nothing is in flight (or at the deadline).
     Drain,
     /// An [`Effect::Store`] failed (expected while a rebalance takes the
-    /// partition away): the watermark counts as not stored.
+    /// partition away): the watermark counts as not stored, and is stored again
+    /// after [`STORE_DELAY`] unless a drain was requested.
     StoreFailed {
         src: Src,
         offset: NextOffset,
@@ -181,7 +182,7 @@ pub enum Input<R> {
     },
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub enum Effect<I> {
     /// Hand this job to the delivery side; its token reports back as a [`Report`].
     Dispatch { src: Src, offset: i64, item: Arc<I> },
@@ -419,6 +420,10 @@ impl<X: Intake> PartitionMachine<X> {
                 let side = &mut self.sides[src.index()];
                 if side.stored == Some(offset) {
                     side.stored = side.stored_before;
+                }
+                // Try again soon; after a drain the partition is gone anyway.
+                if !self.draining() {
+                    self.schedule_store();
                 }
             }
             Input::ReadingFailed { src } => self.sides[src.index()].reading = None,

@@ -331,3 +331,27 @@ fn a_parked_errored_job_frees_its_lane() {
         "the key's next event runs"
     );
 }
+
+/// Found by the model test: a failed store was not tried again until the next
+/// completion advanced the watermark, so after the last one it stayed unstored.
+#[test]
+fn a_failed_store_is_tried_again() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    t.normal();
+    t.feed(main_recs(0..1, |_| None));
+    t.done(Src::Main, &[0]);
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert_eq!(stores(&fx), vec![(Src::Main, 1)]);
+    let fx = t.feed(Input::StoreFailed {
+        src: Src::Main,
+        offset: NextOffset::at(1),
+    });
+    assert_eq!(t.m.stored(Src::Main), Some(NextOffset::at(0)));
+    let retry = Effect::<Rec>::Schedule {
+        after: STORE_DELAY,
+        timer: Timer::Store,
+    };
+    assert!(fx.contains(&retry), "no retry scheduled: {fx:?}");
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert_eq!(stores(&fx), vec![(Src::Main, 1)]);
+}
