@@ -26,7 +26,7 @@ use crate::core::backoff::persistent_delay;
 use crate::core::fsm::{Change, Mode, PartitionFsm};
 use crate::core::offsets::{NextOffset, OffsetTracker, TrackerError};
 use crate::core::ordering::{OrderingMode, Scheduler};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -294,6 +294,8 @@ pub struct PartitionMachine<X: Intake> {
     dlq_queue: VecDeque<i64>,
     /// Jobs dispatched and not answered.
     dispatched: usize,
+    /// Jobs whose turn came while the mode was `Paused`: dispatched when it ends.
+    ready: BTreeSet<(Src, i64)>,
     fsm: PartitionFsm,
     api_unavailable: bool,
     dlq_high: Option<i64>,
@@ -335,6 +337,7 @@ impl<X: Intake> PartitionMachine<X> {
             main_full: false,
             dlq_queue: VecDeque::new(),
             dispatched: 0,
+            ready: BTreeSet::new(),
             fsm: PartitionFsm::new(settings.min_pause),
             api_unavailable: false,
             dlq_high: None,
@@ -581,10 +584,17 @@ impl<X: Intake> PartitionMachine<X> {
         }
     }
 
+    /// Dispatches a job whose turn came — unless the mode is `Paused`: nothing
+    /// goes out while the API is judged down (the verdict may rest on another
+    /// instance's marker, with this instance's breaker closed).
     fn dispatch(&mut self, src: Src, offset: i64) {
         let Some(held) = self.held.get(&(src, offset)) else {
             return;
         };
+        if self.fsm.mode() == Mode::Paused {
+            self.ready.insert((src, offset));
+            return;
+        }
         self.dispatched += 1;
         let item = held.item.clone();
         self.fx.push(Effect::Dispatch { src, offset, item });
@@ -655,6 +665,11 @@ impl<X: Intake> PartitionMachine<X> {
         }
         self.apply(Src::Main, reading.main && !self.main_full);
         self.apply(Src::Dlq, reading.dlq);
+        if self.fsm.mode() != Mode::Paused && !self.draining() {
+            for (src, offset) in std::mem::take(&mut self.ready) {
+                self.dispatch(src, offset);
+            }
+        }
         // Drain: dispatch due records in order, at most `limit` jobs at a time.
         let mut next_due: Option<i64> = None;
         if self.fsm.mode() == Mode::DrainDlq && !self.draining() {

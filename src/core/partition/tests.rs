@@ -355,3 +355,59 @@ fn a_failed_store_is_tried_again() {
     let fx = t.feed(Input::Timer(Timer::Store));
     assert_eq!(stores(&fx), vec![(Src::Main, 1)]);
 }
+
+/// Found by the model test: records that arrived while the partition was
+/// `paused` (already polled, or waiting in the backlog) were dispatched anyway —
+/// to an API the group judged down when the verdict came from another instance's
+/// marker. Now they wait in the partition until the mode leaves `paused`.
+#[test]
+fn nothing_is_dispatched_while_paused() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    t.normal();
+    t.feed(main_recs(0..1, |_| Some(1)));
+    let fx = t.feed(Input::Verdict {
+        api_unavailable: true,
+    });
+    assert_eq!(t.m.mode(), Mode::Paused);
+    assert_eq!(readings(&fx), vec![(Src::Main, false)]);
+    // Still in the mailbox when main p was paused: a delivery, bad input, a DLQ
+    // record that cannot be read, and the next of key 1.
+    let mut bad = Rec::main(2, None);
+    bad.kind = Kind::Immediate;
+    let mut unreadable = Rec::dlq(0, 0);
+    unreadable.kind = Kind::Immediate;
+    let fx = t.feed(Input::Records(vec![
+        Rec::main(1, Some(1)),
+        bad,
+        Rec::main(3, Some(2)),
+        unreadable,
+    ]));
+    assert_eq!(dispatched(&fx), vec![], "dispatched while paused");
+    // An errored job's back-off ends while paused: it waits too.
+    let fx = t.errored(Src::Main, 0);
+    assert_eq!(dispatched(&fx), vec![]);
+    let fx = t.feed(Input::Timer(Timer::Redispatch {
+        src: Src::Main,
+        offset: 0,
+    }));
+    assert_eq!(dispatched(&fx), vec![]);
+    // The API is back: after the minimum pause, everything whose turn came goes.
+    let fx = t.feed(Input::Verdict {
+        api_unavailable: false,
+    });
+    assert_eq!(dispatched(&fx), vec![], "the minimum pause holds");
+    t.ms += 1_001;
+    let fx = t.feed(Input::Timer(Timer::Wake));
+    assert_eq!(t.m.mode(), Mode::Normal);
+    assert_eq!(
+        dispatched(&fx),
+        vec![
+            (Src::Main, 0),
+            (Src::Main, 2),
+            (Src::Main, 3),
+            (Src::Dlq, 0)
+        ]
+    );
+    let fx = t.done(Src::Main, &[0]);
+    assert_eq!(dispatched(&fx), vec![(Src::Main, 1)]);
+}
