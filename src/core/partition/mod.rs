@@ -227,8 +227,9 @@ pub struct Settings {
     /// The assignment generation; reports of another one are ignored.
     pub generation: u64,
     pub ordering: OrderingMode,
-    /// Events held (begun, not finished) per side; main records beyond it wait in
-    /// the backlog.
+    /// Events held (begun, not finished) per side: main records beyond it wait in
+    /// the backlog; DLQ p is paused at it (resumed at half). Also the most jobs
+    /// the DLQ drain has in flight.
     pub limit: usize,
     /// A backlog this long pauses main p in the consumer (resumed at half).
     pub backlog_cap: usize,
@@ -290,6 +291,8 @@ pub struct PartitionMachine<X: Intake> {
     /// backlog of `backlog_cap` pauses main p there.
     backlog: VecDeque<X::Raw>,
     main_full: bool,
+    /// The partition holds `limit` DLQ records: DLQ p is paused (resumed at half).
+    dlq_full: bool,
     /// Begun DLQ offsets waiting for the drain, in order.
     dlq_queue: VecDeque<i64>,
     /// Jobs dispatched and not answered.
@@ -335,6 +338,7 @@ impl<X: Intake> PartitionMachine<X> {
             held: HashMap::new(),
             backlog: VecDeque::new(),
             main_full: false,
+            dlq_full: false,
             dlq_queue: VecDeque::new(),
             dispatched: 0,
             ready: BTreeSet::new(),
@@ -663,8 +667,18 @@ impl<X: Intake> PartitionMachine<X> {
         } else if self.backlog.len() <= self.backlog_cap / 2 {
             self.main_full = false;
         }
+        // DLQ records are begun as they arrive (the drain needs their
+        // `not_before`) but go out paced: a partition holding `limit` of them
+        // stops fetching DLQ p until it is down to half (what was already polled
+        // still arrives, bounded by the fetch budget).
+        let dlq_held = self.sides[Src::Dlq.index()].held;
+        if dlq_held >= self.limit {
+            self.dlq_full = true;
+        } else if dlq_held <= self.limit / 2 {
+            self.dlq_full = false;
+        }
         self.apply(Src::Main, reading.main && !self.main_full);
-        self.apply(Src::Dlq, reading.dlq);
+        self.apply(Src::Dlq, reading.dlq && !self.dlq_full);
         if self.fsm.mode() != Mode::Paused && !self.draining() {
             for (src, offset) in std::mem::take(&mut self.ready) {
                 self.dispatch(src, offset);

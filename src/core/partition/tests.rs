@@ -411,3 +411,34 @@ fn nothing_is_dispatched_while_paused() {
     let fx = t.done(Src::Main, &[0]);
     assert_eq!(dispatched(&fx), vec![(Src::Main, 1)]);
 }
+
+/// Issue 13 item 4: DLQ records were begun and queued as fast as DLQ p could be
+/// fetched, however slowly the drain went (it is paced), so a large DLQ filled
+/// memory. DLQ p is now paused while the partition holds `limit` DLQ records, and
+/// resumed at half.
+#[test]
+fn dlq_p_pauses_while_the_partition_holds_its_limit_of_dlq_records() {
+    let mut t = T::new(settings(OrderingMode::Key, 4, 100));
+    t.feed(Input::Verdict {
+        api_unavailable: false,
+    });
+    t.feed(Input::Positions(Positions {
+        main_high: None,
+        dlq_high: 1_000,
+        dlq_start: 0,
+    }));
+    assert_eq!(t.m.mode(), Mode::DrainDlq);
+    let fx = t.feed(Input::Records((0..3).map(|o| Rec::dlq(o, 0)).collect()));
+    assert_eq!(dispatched(&fx).len(), 3);
+    assert_eq!(readings(&fx), vec![], "below the limit: still reading");
+    let fx = t.feed(Input::Records((3..6).map(|o| Rec::dlq(o, 0)).collect()));
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 3)], "at most `limit` jobs");
+    assert_eq!(readings(&fx), vec![(Src::Dlq, false)]);
+    assert_eq!(t.m.mode(), Mode::DrainDlq, "still draining what it holds");
+    // Completions: the queue goes out; DLQ p is read again at half the limit.
+    let fx = t.done(Src::Dlq, &[0, 1]);
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 4), (Src::Dlq, 5)]);
+    assert_eq!(readings(&fx), vec![]);
+    let fx = t.done(Src::Dlq, &[2, 3]);
+    assert_eq!(readings(&fx), vec![(Src::Dlq, true)]);
+}
