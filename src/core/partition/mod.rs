@@ -31,6 +31,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[cfg(test)]
+mod model;
+#[cfg(test)]
 mod tests;
 
 /// A job that errored this many times (its task vanished without an outcome) is
