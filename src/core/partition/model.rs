@@ -109,23 +109,15 @@ struct Scenario {
 /// Wall-clock ms at the harness's start.
 const WALL0: i64 = 1_700_000_000_000;
 
-fn scenario() -> impl Strategy<Value = Scenario> {
-    let ordering = prop_oneof![
-        3 => Just(OrderingMode::Key),
-        1 => Just(OrderingMode::Partition),
-        1 => Just(OrderingMode::Unordered),
-    ];
-    // Offsets with gaps (compaction, transaction markers); keys from a small set,
-    // some events without one; a few bad records (parked at once).
-    let main = prop::collection::vec(
-        (
-            1i64..3,
-            prop::option::weighted(0.85, 0u8..4),
-            prop::bool::weighted(0.1),
-        ),
-        0..120,
-    )
-    .prop_map(|v| {
+/// Offsets with gaps (compaction, transaction markers); keys from a small set,
+/// some events without one; a few bad records (parked at once).
+fn main_log() -> impl Strategy<Value = Vec<Rec>> {
+    let rec = (
+        1i64..3,
+        prop::option::weighted(0.85, 0u8..4),
+        prop::bool::weighted(0.1),
+    );
+    prop::collection::vec(rec, 0..120).prop_map(|v| {
         let mut offset = 99;
         v.into_iter()
             .map(|(gap, key, bad)| {
@@ -136,13 +128,14 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 }
                 r
             })
-            .collect::<Vec<_>>()
-    });
-    let dlq = prop::collection::vec(
-        (1i64..3, -2_000i64..3_000, prop::bool::weighted(0.05)),
-        0..25,
-    )
-    .prop_map(|v| {
+            .collect()
+    })
+}
+
+/// DLQ records due from 2 s ago to 3 s ahead; a few unreadable ones.
+fn dlq_log() -> impl Strategy<Value = Vec<Rec>> {
+    let rec = (1i64..3, -2_000i64..3_000, prop::bool::weighted(0.05));
+    prop::collection::vec(rec, 0..25).prop_map(|v| {
         let mut offset = 9;
         v.into_iter()
             .map(|(gap, due_in, unreadable)| {
@@ -153,42 +146,32 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 }
                 r
             })
-            .collect::<Vec<_>>()
-    });
-    (
-        ordering,
-        1usize..6,
-        1usize..10,
-        prop_oneof![Just(0u64), Just(50), Just(400)],
-        main,
-        dlq,
-        prop::collection::vec(action(), 1..300),
-        prop::option::weighted(0.3, any::<prop::sample::Index>()),
-        any::<bool>(),
-    )
-        .prop_map(
-            |(
-                ordering,
-                limit,
-                backlog_cap,
-                min_pause_ms,
-                main,
-                dlq,
-                actions,
-                drain_at,
-                drain_stalls,
-            )| Scenario {
-                ordering,
-                limit,
-                backlog_cap,
-                min_pause_ms,
-                main,
-                dlq,
-                actions,
-                drain_at,
-                drain_stalls,
-            },
-        )
+            .collect()
+    })
+}
+
+fn ordering() -> impl Strategy<Value = OrderingMode> {
+    prop_oneof![
+        3 => Just(OrderingMode::Key),
+        1 => Just(OrderingMode::Partition),
+        1 => Just(OrderingMode::Unordered),
+    ]
+}
+
+prop_compose! {
+    fn scenario()(
+        ordering in ordering(),
+        limit in 1usize..6,
+        backlog_cap in 1usize..10,
+        min_pause_ms in prop_oneof![Just(0u64), Just(50), Just(400)],
+        main in main_log(),
+        dlq in dlq_log(),
+        actions in prop::collection::vec(action(), 1..300),
+        drain_at in prop::option::weighted(0.3, any::<prop::sample::Index>()),
+        drain_stalls in any::<bool>(),
+    ) -> Scenario {
+        Scenario { ordering, limit, backlog_cap, min_pause_ms, main, dlq, actions, drain_at, drain_stalls }
+    }
 }
 
 struct Harness {

@@ -107,16 +107,37 @@ impl T {
         self.m.handle(input, now)
     }
 
-    /// API up and the DLQ known to be empty: `Normal`.
-    fn normal(&mut self) {
-        self.feed(Input::Verdict {
-            api_unavailable: false,
-        });
+    /// `Normal`, key mode, limit 10, main offset 0 (key 1) in flight.
+    fn one_in_flight() -> T {
+        let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+        t.normal();
+        t.feed(main_recs(0..1, |_| Some(1)));
+        t
+    }
+
+    /// The store timer fires: what is stored.
+    fn store_timer(&mut self) -> Vec<(Src, i64)> {
+        let fx = self.feed(Input::Timer(Timer::Store));
+        stores(&fx)
+    }
+
+    fn verdict(&mut self, api_unavailable: bool) -> Vec<Effect<Rec>> {
+        self.feed(Input::Verdict { api_unavailable })
+    }
+
+    /// A lag check: DLQ p ends at `dlq_high`, nothing of it was read.
+    fn dlq_high(&mut self, dlq_high: i64) -> Vec<Effect<Rec>> {
         self.feed(Input::Positions(Positions {
             main_high: None,
-            dlq_high: 0,
+            dlq_high,
             dlq_start: 0,
-        }));
+        }))
+    }
+
+    /// API up and the DLQ known to be empty: `Normal`.
+    fn normal(&mut self) {
+        self.verdict(false);
+        self.dlq_high(0);
         assert_eq!(self.m.mode(), Mode::Normal);
     }
 
@@ -178,9 +199,7 @@ fn main_recs(offsets: std::ops::Range<i64>, key: impl Fn(i64) -> Option<u8>) -> 
 #[test]
 fn first_verdict_applies_the_reading_and_a_new_assignment_drains_first() {
     let mut t = T::new(settings(OrderingMode::Key, 10, 100));
-    let fx = t.feed(Input::Verdict {
-        api_unavailable: false,
-    });
+    let fx = t.verdict(false);
     // The DLQ lag is not known yet: DLQ p is looked at before main p is read.
     assert_eq!(t.m.mode(), Mode::DrainDlq);
     assert_eq!(readings(&fx), vec![(Src::Main, false), (Src::Dlq, true)]);
@@ -202,18 +221,14 @@ fn key_lanes_dispatch_in_order_and_the_watermark_waits() {
     assert_eq!(stores(&fx), vec![(Src::Main, 0)]);
     let fx = t.done(Src::Main, &[1]);
     assert_eq!(dispatched(&fx), vec![(Src::Main, 3)]);
-    let fx = t.feed(Input::Timer(Timer::Store));
-    assert!(stores(&fx).is_empty(), "offset 0 is unfinished");
+    assert!(t.store_timer().is_empty(), "offset 0 is unfinished");
     t.done(Src::Main, &[0, 3]);
-    let fx = t.feed(Input::Timer(Timer::Store));
-    assert_eq!(stores(&fx), vec![(Src::Main, 2)]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 2)]);
 }
 
 #[test]
 fn an_errored_job_is_redispatched_after_a_back_off() {
-    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
-    t.normal();
-    t.feed(main_recs(0..1, |_| Some(1)));
+    let mut t = T::one_in_flight();
     let fx = t.errored(Src::Main, 0);
     let timers: Vec<_> = fx
         .iter()
@@ -235,9 +250,7 @@ fn an_errored_job_is_redispatched_after_a_back_off() {
 #[test]
 fn the_drain_dispatches_due_dlq_records_in_order_and_waits_for_the_head() {
     let mut t = T::new(settings(OrderingMode::Key, 10, 100));
-    t.feed(Input::Verdict {
-        api_unavailable: false,
-    });
+    t.verdict(false);
     let wall = t.now().wall_ms;
     let fx = t.feed(Input::Records(vec![
         Rec::dlq(0, wall - 1),
@@ -253,11 +266,7 @@ fn the_drain_dispatches_due_dlq_records_in_order_and_waits_for_the_head() {
         }
     )));
     // The head is not due: main p is read meanwhile.
-    t.feed(Input::Positions(Positions {
-        main_high: None,
-        dlq_high: 3,
-        dlq_start: 0,
-    }));
+    t.dlq_high(3);
     assert_eq!(t.m.mode(), Mode::Normal);
     t.ms += 501;
     let fx = t.feed(Input::Timer(Timer::Wake));
@@ -340,8 +349,7 @@ fn a_failed_store_is_tried_again() {
     t.normal();
     t.feed(main_recs(0..1, |_| None));
     t.done(Src::Main, &[0]);
-    let fx = t.feed(Input::Timer(Timer::Store));
-    assert_eq!(stores(&fx), vec![(Src::Main, 1)]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 1)]);
     let fx = t.feed(Input::StoreFailed {
         src: Src::Main,
         offset: NextOffset::at(1),
@@ -352,8 +360,7 @@ fn a_failed_store_is_tried_again() {
         timer: Timer::Store,
     };
     assert!(fx.contains(&retry), "no retry scheduled: {fx:?}");
-    let fx = t.feed(Input::Timer(Timer::Store));
-    assert_eq!(stores(&fx), vec![(Src::Main, 1)]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 1)]);
 }
 
 /// Found by the model test: records that arrived while the partition was
@@ -362,12 +369,8 @@ fn a_failed_store_is_tried_again() {
 /// marker. Now they wait in the partition until the mode leaves `paused`.
 #[test]
 fn nothing_is_dispatched_while_paused() {
-    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
-    t.normal();
-    t.feed(main_recs(0..1, |_| Some(1)));
-    let fx = t.feed(Input::Verdict {
-        api_unavailable: true,
-    });
+    let mut t = T::one_in_flight();
+    let fx = t.verdict(true);
     assert_eq!(t.m.mode(), Mode::Paused);
     assert_eq!(readings(&fx), vec![(Src::Main, false)]);
     // Still in the mailbox when main p was paused: a delivery, bad input, a DLQ
@@ -392,9 +395,7 @@ fn nothing_is_dispatched_while_paused() {
     }));
     assert_eq!(dispatched(&fx), vec![]);
     // The API is back: after the minimum pause, everything whose turn came goes.
-    let fx = t.feed(Input::Verdict {
-        api_unavailable: false,
-    });
+    let fx = t.verdict(false);
     assert_eq!(dispatched(&fx), vec![], "the minimum pause holds");
     t.ms += 1_001;
     let fx = t.feed(Input::Timer(Timer::Wake));
@@ -419,14 +420,8 @@ fn nothing_is_dispatched_while_paused() {
 #[test]
 fn dlq_p_pauses_while_the_partition_holds_its_limit_of_dlq_records() {
     let mut t = T::new(settings(OrderingMode::Key, 4, 100));
-    t.feed(Input::Verdict {
-        api_unavailable: false,
-    });
-    t.feed(Input::Positions(Positions {
-        main_high: None,
-        dlq_high: 1_000,
-        dlq_start: 0,
-    }));
+    t.verdict(false);
+    t.dlq_high(1_000);
     assert_eq!(t.m.mode(), Mode::DrainDlq);
     let fx = t.feed(Input::Records((0..3).map(|o| Rec::dlq(o, 0)).collect()));
     assert_eq!(dispatched(&fx).len(), 3);
