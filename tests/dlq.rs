@@ -154,3 +154,95 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
         assert_eq!(r.headers["courier-event-id"], id);
     }
 }
+
+/// A forged DLQ record at the head of DLQ p — a `not_before` in the year 9999,
+/// or `u32::MAX` rounds — is parked `invalid_envelope`; it never blocks the
+/// drain of the real DLQ record behind it. Ends with the audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_envelopes_are_parked_and_never_block_the_drain() {
+    use courier::core::envelope::{ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
+    use rdkafka::producer::FutureRecord;
+    use rdkafka::util::Timeout;
+    let s = services();
+    let n = Names::new("forged", 1);
+    n.create(&s, true).await;
+    let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
+        .await
+        .unwrap();
+    let now = courier::runtime::now_ms();
+    let envelope = |id: &str, offset: i64| Envelope {
+        version: ENVELOPE_VERSION_PAYLOAD,
+        event_id: Some(id.to_string()),
+        event_type: Some("t".into()),
+        key: Some(b"k".to_vec()),
+        payload: loadgen::event_json(id, "t", "k", 0, 300),
+        omitted: None,
+        dlq_retries: 0,
+        first_dlq_at_ms: now - 1_000,
+        not_before_ms: now - 500,
+        last_error: ErrorInfo {
+            class: "transient".into(),
+            reason: "http_503".into(),
+            status: Some(503),
+            message: "API answered 503".into(),
+        },
+        origin: Origin {
+            topic: n.topic.clone(),
+            partition: 0,
+            offset,
+            timestamp_ms: None,
+            consumer_group: n.group.clone(),
+        },
+    };
+    let mut year_9999 = envelope("forged-9999", 0);
+    year_9999.not_before_ms = 253_402_300_799_000;
+    let mut retries = envelope("forged-retries", 1);
+    retries.dlq_retries = u32::MAX;
+    let real = envelope("real-1", 2);
+    let producer = loadgen::producer(&s.brokers).unwrap();
+    for env in [&year_9999, &retries, &real] {
+        producer
+            .send(
+                FutureRecord::to(&n.dlq)
+                    .partition(0)
+                    .key("k")
+                    .payload(&env.to_bytes()),
+                Timeout::After(Duration::from_secs(10)),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let spec = Spec {
+        count: 100,
+        keys: 10,
+        id_prefix: "forged".into(),
+        ..Spec::default()
+    };
+    let mut produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    produced.ids.push("real-1".into());
+    produced.offsets.push((0, 2));
+    let toml = toml_with(&n, &api.url(), FAST);
+    let mut c = Courier::start(&n.topic, &s, &toml);
+    wait_until(
+        Duration::from_secs(60),
+        "the real DLQ record delivered",
+        || api.audit().delivered.contains_key("real-1"),
+    )
+    .await;
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    c.terminate(Duration::from_secs(30)).await;
+    // Parked as records of DLQ p (offsets 0 and 1), their bytes kept as they were.
+    let parked: Vec<(String, i64, String)> = envelopes(&s, &n.parking)
+        .into_iter()
+        .map(|e| (e.origin.topic, e.origin.offset, e.last_error.reason))
+        .collect();
+    for offset in [0, 1] {
+        assert!(
+            parked.contains(&(n.dlq.clone(), offset, "invalid_envelope".into())),
+            "DLQ offset {offset}: {parked:?}"
+        );
+    }
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("forged envelopes", &rep);
+}

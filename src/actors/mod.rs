@@ -1,5 +1,6 @@
-//! The actor tree (ractor). Actors own state and I/O and stay thin: every decision
-//! worth testing lives in `crate::core`.
+//! The actor tree (ractor). Actors own I/O and stay thin: every decision worth
+//! testing lives in `crate::core` — the partition actor, for one, only carries out
+//! the effects of its `core::partition::PartitionMachine`.
 //!
 //! ```text
 //! Supervisor
@@ -7,7 +8,7 @@
 //! ├── DlqWriter      idempotent producer for DLQ and parking lot
 //! ├── DeliveryPool   spawns enrich + HTTP tasks under a global concurrency limit
 //! └── Consumer       rdkafka consumer, poll thread, rebalances
-//!     └── Partition(p)  one per assigned partition: tracker, lanes, dispatch
+//!     └── Partition(p)  one per assigned partition pair: interprets core::partition
 //! ```
 
 pub mod consumer;

@@ -12,4 +12,5 @@ pub mod input;
 pub mod liveness;
 pub mod offsets;
 pub mod ordering;
+pub mod partition;
 pub mod restart;

@@ -7,7 +7,8 @@
 //! never leave an offset silently done. (Vector's finalizers count a dropped event
 //! as delivered; Courier deliberately does not.)
 
-use crate::actors::partition::{PartitionMsg, Src};
+use crate::actors::partition::PartitionMsg;
+use crate::core::partition::{Outcome, Report, Src};
 use ractor::ActorRef;
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +31,21 @@ pub struct Completion {
     pub src: Src,
     pub offset: i64,
     pub outcome: Option<Finished>,
+}
+
+impl Completion {
+    /// What the partition machine needs to know of it.
+    pub fn report(self) -> Report {
+        Report {
+            generation: self.generation,
+            src: self.src,
+            offset: self.offset,
+            outcome: match self.outcome {
+                Some(_) => Outcome::Done,
+                None => Outcome::Errored,
+            },
+        }
+    }
 }
 
 /// Where a partition actor's tokens leave their outcomes. The actor takes them in

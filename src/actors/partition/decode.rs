@@ -1,0 +1,135 @@
+//! The partition machine's [`Intake`]: decodes records as they are begun.
+
+use super::Src;
+use crate::core::envelope::Envelope;
+use crate::core::event::{decode, DecodeOptions};
+use crate::core::partition::{Begun, Intake, Kind};
+use crate::delivery::{Item, Work};
+use crate::kafka::Record;
+use crate::metrics as m;
+use crate::runtime::{now_ms, Pipeline};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Decodes records as the machine begins them: CloudEvents on main p, envelopes
+/// on DLQ p; bad input becomes `Work::Park` with its reason.
+pub struct Decoder {
+    pipeline: Arc<Pipeline>,
+    partition: i32,
+    topics: [Arc<str>; 2],
+    options: DecodeOptions,
+    consumed: [metrics::Counter; 2],
+    /// How far ahead a DLQ envelope's `not_before` may plausibly be: twice the
+    /// DLQ backoff cap, plus a minute of clock skew between instances.
+    max_wait_ms: i64,
+}
+
+impl Intake for Decoder {
+    type Raw = Record;
+    type Item = Item;
+
+    fn position(r: &Record) -> (Src, i64) {
+        (if r.dlq { Src::Dlq } else { Src::Main }, r.offset)
+    }
+
+    fn begin(&mut self, src: Src, r: Record) -> Begun<Item> {
+        self.consumed[src.index()].increment(1);
+        let park = |reason: &str, message: String| Work::Park {
+            reason: reason.into(),
+            message,
+        };
+        let work = match (src, r.payload.as_deref()) {
+            (Src::Main, _) => match decode(r.payload.as_ref(), &self.options) {
+                Ok(ev) => {
+                    self.crash_hook(&ev.id);
+                    Work::Deliver(ev)
+                }
+                Err(e) => {
+                    tracing::info!(partition = self.partition, offset = r.offset, reason = e.reason(), error = %e, "bad input, parking");
+                    park(e.reason(), e.to_string())
+                }
+            },
+            // A forged or corrupted envelope (absurd retries, a `not_before`
+            // years ahead, negative coordinates) is parked `invalid_envelope`
+            // instead of blocking the drain at the head of DLQ p.
+            (Src::Dlq, Some(bytes)) => match Envelope::from_bytes(bytes)
+                .and_then(|env| env.check(now_ms(), self.max_wait_ms).map(|()| env))
+            {
+                Ok(env) => Work::FromDlq(Box::new(env)),
+                Err(e) => {
+                    tracing::warn!(partition = self.partition, offset = r.offset, reason = e.reason(), error = %e, "DLQ record is not a usable envelope, parking");
+                    park(e.reason(), e.to_string())
+                }
+            },
+            (Src::Dlq, None) => park("unreadable_envelope", "DLQ record without a value".into()),
+        };
+        let kind = match &work {
+            Work::Deliver(_) => Kind::Ordered,
+            Work::FromDlq(env) => Kind::Queued {
+                not_before_ms: env.not_before_ms,
+            },
+            Work::Park { .. } => Kind::Immediate,
+        };
+        let item = Item {
+            topic: self.topics[src.index()].clone(),
+            partition: self.partition,
+            offset: r.offset,
+            timestamp_ms: r.timestamp_ms,
+            key: r.key,
+            payload: r.payload,
+            work,
+        };
+        Begun { item, kind }
+    }
+
+    fn key(item: &Item) -> Option<&[u8]> {
+        item.key.as_deref()
+    }
+
+    fn park_internal(old: &Item, times: u32) -> Item {
+        Item {
+            topic: old.topic.clone(),
+            partition: old.partition,
+            offset: old.offset,
+            timestamp_ms: old.timestamp_ms,
+            key: old.key.clone(),
+            payload: old.payload.clone(),
+            work: Work::Park {
+                reason: "internal_error".into(),
+                message: format!("delivery work vanished {times} times without an outcome"),
+            },
+        }
+    }
+}
+
+impl Decoder {
+    pub fn new(pipeline: Arc<Pipeline>, partition: i32, topics: [&str; 2]) -> Decoder {
+        let cap = i64::try_from(pipeline.config.degraded.dlq_backoff_cap_ms()).unwrap_or(i64::MAX);
+        Decoder {
+            max_wait_ms: cap.saturating_mul(2).saturating_add(60_000),
+            options: pipeline.config.pipeline.decode_options(),
+            consumed: topics.map(|t| metrics::counter!(m::CONSUMED, "topic" => t.to_string())),
+            topics: topics.map(Arc::from),
+            pipeline,
+            partition,
+        }
+    }
+
+    /// The topic of one side.
+    pub fn topic(&self, src: Src) -> &str {
+        &self.topics[src.index()]
+    }
+
+    /// Test fault hook (`testing.crash_on_event_id`): panics once per process, or
+    /// every time with `testing.crash_repeatedly`.
+    fn crash_hook(&self, id: &str) {
+        let cfg = &self.pipeline.config.testing;
+        if cfg.crash_on_event_id.as_deref() != Some(id) {
+            return;
+        }
+        let first = !self.pipeline.crash_hook_fired.swap(true, Ordering::SeqCst);
+        if first || cfg.crash_repeatedly {
+            panic!("test fault hook: partition actor crashes on event {id}");
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! What the partition actor shows: its metric handles and log lines.
+
+use crate::core::fsm::{Change, Mode};
+use crate::core::partition::Note;
+use crate::metrics as m;
+
+/// The partition's metric handles, registered once: building a labelled key per
+/// record showed in the profile.
+pub(super) struct Gauges {
+    pub(super) watermark: metrics::Gauge,
+    pub(super) paused: metrics::Gauge,
+    dlq_lag: metrics::Gauge,
+    lag: metrics::Gauge,
+    mode: [(Mode, metrics::Gauge); 3],
+}
+
+impl Gauges {
+    pub(super) fn new(partition: i32) -> Gauges {
+        let label = partition.to_string();
+        let g = |name: &'static str| metrics::gauge!(name, "partition" => label.clone());
+        let mode = |mode: Mode| {
+            let g = metrics::gauge!(m::PARTITION_MODE, "partition" => label.clone(), "mode" => mode.as_str());
+            (mode, g)
+        };
+        Gauges {
+            watermark: g(m::COMMIT_WATERMARK),
+            paused: g(m::PARTITION_PAUSED),
+            dlq_lag: g(m::DLQ_LAG),
+            lag: g(m::CONSUMER_LAG),
+            mode: [mode(Mode::Normal), mode(Mode::Paused), mode(Mode::DrainDlq)],
+        }
+    }
+
+    /// The FSM's mode (and the change that led to it).
+    pub(super) fn show_mode(&self, partition: i32, mode: Mode, change: Option<Change>) {
+        if let Some(c) = change {
+            tracing::info!(
+                partition,
+                from = c.from.as_str(),
+                to = c.to.as_str(),
+                "partition mode"
+            );
+            metrics::counter!(m::MODE_TRANSITIONS, "to" => c.to.as_str()).increment(1);
+        }
+        for (shown, g) in &self.mode {
+            g.set(if *shown == mode { 1.0 } else { 0.0 });
+        }
+    }
+
+    pub(super) fn show_lag(&self, dlq: i64, main: Option<i64>) {
+        self.dlq_lag.set(dlq as f64);
+        if let Some(lag) = main {
+            self.lag.set(lag as f64);
+        }
+    }
+
+    /// The partition is no longer ours: its per-partition gauges go to 0 so a
+    /// revoked partition does not keep showing as paused or lagging here (the
+    /// exporter cannot delete a series; dashboards take `max by (partition)`).
+    pub(super) fn clear(&self) {
+        for (_, g) in &self.mode {
+            g.set(0.0);
+        }
+        self.paused.set(0.0);
+        self.dlq_lag.set(0.0);
+        self.lag.set(0.0);
+    }
+}
+
+/// The log line for a machine's [`Note`].
+pub(super) fn log(partition: i32, note: Note) {
+    match note {
+        Note::OutOfOrder { src, error } => {
+            tracing::warn!(partition, ?src, error = %error, "record out of order, dropped")
+        }
+        Note::RefusedCompletion { src, error } => {
+            tracing::error!(partition, ?src, error = %error, "impossible completion refused")
+        }
+        Note::ParkingErrored { src, offset, times } => tracing::error!(
+            partition,
+            ?src,
+            offset,
+            "work for this event vanished {times} times; parking it"
+        ),
+        Note::DrainDeadline { in_flight } => tracing::warn!(
+            partition,
+            in_flight,
+            "drain deadline passed; unfinished events will be redelivered"
+        ),
+    }
+}

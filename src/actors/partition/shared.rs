@@ -1,0 +1,73 @@
+//! What a partition actor shares with the consumer actor and the process-wide
+//! counts, and gives back when it stops or crashes.
+
+use super::Src;
+use crate::core::offsets::NextOffset;
+use crate::metrics::Readiness;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// State that outlives one incarnation of the actor (the consumer actor reads it
+/// to recover after a crash).
+#[derive(Debug)]
+pub struct PartitionShared {
+    /// Last stored watermark per side, -1 when none.
+    pub stored: [AtomicI64; 2],
+    /// Events this partition counts in `Readiness::held` (given back when the
+    /// actor stops or crashes).
+    pub held: AtomicI64,
+    /// Records routed to this partition's actor and not yet taken in (its share of
+    /// `Pipeline::buffered`, given back when the actor stops or crashes).
+    pub buffered: AtomicI64,
+}
+
+impl Default for PartitionShared {
+    fn default() -> Self {
+        PartitionShared {
+            stored: [AtomicI64::new(-1), AtomicI64::new(-1)],
+            held: AtomicI64::new(0),
+            buffered: AtomicI64::new(0),
+        }
+    }
+}
+
+impl PartitionShared {
+    /// Gives back the records routed to the actor that it never took in.
+    pub fn release_buffered(&self, total: &AtomicI64) {
+        let n = self.buffered.swap(0, Ordering::SeqCst);
+        total.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// Gives this partition's held events back to the readiness count.
+    pub fn release_held(&self, ready: &Readiness) {
+        let n = self.held.swap(0, Ordering::SeqCst);
+        ready.held.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Records left the fetch budget (begun, or handed back): the poll thread may
+    /// fetch again.
+    pub(super) fn taken_in(&self, n: usize, total: &AtomicI64) {
+        self.buffered.fetch_sub(n as i64, Ordering::SeqCst);
+        total.fetch_sub(n as i64, Ordering::SeqCst);
+    }
+
+    pub(super) fn begun(&self, n: usize, ready: &Readiness) {
+        ready.begun(n);
+        self.held.fetch_add(n as i64, Ordering::Relaxed);
+    }
+
+    pub(super) fn finished(&self, n: usize, ready: &Readiness) {
+        for _ in 0..n {
+            ready.finished();
+        }
+        self.held.fetch_sub(n as i64, Ordering::Relaxed);
+    }
+
+    pub(super) fn set_stored(&self, src: Src, offset: NextOffset) {
+        self.stored[src.index()].store(offset.get(), Ordering::SeqCst);
+    }
+
+    pub fn stored(&self, src: Src) -> Option<i64> {
+        let v = self.stored[src.index()].load(Ordering::SeqCst);
+        (v >= 0).then_some(v)
+    }
+}

@@ -1,0 +1,790 @@
+//! The partition pair (main p + DLQ p) as a pure state machine.
+//!
+//! [`PartitionMachine`] makes every decision the partition actor used to make
+//! inline: which records to begin and which wait in the backlog, what to dispatch
+//! and when (ordering lanes, the DLQ drain and its `not_before` pacing, errored
+//! jobs and their back-off), when to pause or resume either topic (degraded-mode
+//! FSM, backlog hysteresis), which watermark to store and when, and how a drain on
+//! revoke or shutdown ends. It reads no clock and does no I/O: time comes in with
+//! every [`Input`] as a [`Now`], and what is to be done goes out as [`Effect`]s,
+//! which `actors::partition` carries out (rdkafka, the delivery queue, timers,
+//! metrics).
+//!
+//! What it guarantees: every [`Effect::Store`] carries
+//! [`OffsetTracker::watermark`], so no stored offset passes a record that was taken
+//! in and whose outcome is not durable; a stored offset never goes back. What it
+//! relies on: records of each side arrive in offset order (duplicates and
+//! replays below the highest begun offset are dropped), every dispatched job is
+//! answered once by a [`Report`] (done, or errored), and the effects are carried
+//! out in order.
+//!
+//! The machine is generic over what a record is and what a dispatched job carries
+//! ([`Intake`]): the actor decodes Kafka records into `delivery::Item`s, the tests
+//! use plain data.
+
+use crate::core::backoff::persistent_delay;
+use crate::core::fsm::{Change, Mode, PartitionFsm};
+use crate::core::offsets::{NextOffset, OffsetTracker, TrackerError};
+use crate::core::ordering::{OrderingMode, Scheduler};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[cfg(test)]
+mod model;
+#[cfg(test)]
+mod tests;
+
+/// A job that errored this many times (its task vanished without an outcome) is
+/// parked with reason `internal_error` instead of being retried forever.
+pub const MAX_ERRORED: u32 = 20;
+
+/// How long an advanced watermark may wait before it is stored. Storing costs a
+/// librdkafka call (and a lock) per store; per completion that showed in the
+/// profile. Auto-commit runs every `auto_commit_interval_ms` anyway, and a later
+/// store only ever means re-reading a little more after a crash.
+pub const STORE_DELAY: Duration = Duration::from_millis(10);
+
+/// Back-off before an errored job is dispatched again (doubling per error).
+const REDISPATCH_BASE: Duration = Duration::from_millis(100);
+const REDISPATCH_CAP: Duration = Duration::from_secs(5);
+
+/// Which topic of the pair an offset belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Src {
+    Main,
+    Dlq,
+}
+
+impl Src {
+    pub const BOTH: [Src; 2] = [Src::Main, Src::Dlq];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The time of an input: monotonic for the FSM's dwell and wake-ups, wall clock
+/// for the DLQ's `not_before`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub mono: Instant,
+    pub wall_ms: i64,
+}
+
+/// What the consumer's lag check found for one partition pair.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Positions {
+    /// End offset of main p (None: not known).
+    pub main_high: Option<i64>,
+    /// End offset of DLQ p.
+    pub dlq_high: i64,
+    /// Where reading DLQ p starts when nothing was read (committed or earliest).
+    pub dlq_start: i64,
+}
+
+/// How a begun record is scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An event to deliver: waits behind its ordering lane (`core::ordering`).
+    Ordered,
+    /// No ordering promise (bad input on its way to the parking lot): dispatched
+    /// at once.
+    Immediate,
+    /// A DLQ record to redeliver: queued in offset order, dispatched by the drain
+    /// once the wall clock reaches `not_before_ms`. Only DLQ records are queued.
+    Queued { not_before_ms: i64 },
+}
+
+/// A record once begun: the job's payload and how it is scheduled.
+#[derive(Debug)]
+pub struct Begun<I> {
+    pub item: I,
+    pub kind: Kind,
+}
+
+/// What the machine needs to know about records and jobs. The actor's
+/// implementation decodes (CloudEvents, DLQ envelopes) in [`Intake::begin`].
+pub trait Intake {
+    /// A record as polled (it may wait in the backlog, undecoded).
+    type Raw;
+    /// What a dispatch hands to the delivery side.
+    type Item;
+    /// The record's side and offset.
+    fn position(raw: &Self::Raw) -> (Src, i64);
+    /// Decodes a record being begun: called once per record taken in, in offset
+    /// order per side.
+    fn begin(&mut self, src: Src, raw: Self::Raw) -> Begun<Self::Item>;
+    /// The item's ordering key.
+    fn key(item: &Self::Item) -> Option<&[u8]>;
+    /// The work replacing an item whose job errored `times` times: to the parking
+    /// lot with reason `internal_error`.
+    fn park_internal(item: &Self::Item, times: u32) -> Self::Item;
+}
+
+/// How a dispatched job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its outcome is durable (delivered, or acknowledged in the DLQ or parking lot).
+    Done,
+    /// The work vanished without an outcome: dispatch it again.
+    Errored,
+}
+
+/// One job's answer, as its completion token reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    pub generation: u64,
+    pub src: Src,
+    pub offset: i64,
+    pub outcome: Outcome,
+}
+
+/// A timer the machine asked for ([`Effect::Schedule`]); it comes back as
+/// [`Input::Timer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// Re-evaluate the FSM (a dwell ended or a DLQ record became due).
+    Wake,
+    /// Store the watermarks that advanced since the last store.
+    Store,
+    /// An errored job's back-off is over.
+    Redispatch { src: Src, offset: i64 },
+    /// The drain's deadline.
+    DrainTimeout,
+}
+
+#[derive(Debug)]
+pub enum Input<R> {
+    /// Records routed to this partition, in offset order per side.
+    Records(Vec<R>),
+    /// Answers of dispatched jobs, in arrival order.
+    Reports(Vec<Report>),
+    /// The health verdict (also the first input: it applies the initial reading).
+    Verdict {
+        api_unavailable: bool,
+    },
+    /// The consumer's lag check.
+    Positions(Positions),
+    Timer(Timer),
+    /// Revoke or shutdown: stop dispatching, hand the backlog back, answer
+    /// [`Effect::Drained`] once nothing is in flight (or at the deadline).
+    Drain,
+    /// An [`Effect::Store`] failed (expected while a rebalance takes the
+    /// partition away): the watermark counts as not stored, and is stored again
+    /// after [`STORE_DELAY`] unless a drain was requested.
+    StoreFailed {
+        src: Src,
+        offset: NextOffset,
+    },
+    /// An [`Effect::SetReading`] failed (e.g. DLQ p is not assigned): the reading
+    /// counts as unknown and is applied again at the next evaluation.
+    ReadingFailed {
+        src: Src,
+    },
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Effect<I> {
+    /// Hand this job to the delivery side; its token reports back as a [`Report`].
+    Dispatch { src: Src, offset: i64, item: Arc<I> },
+    /// Resume (`on`) or pause fetching one topic of the pair.
+    SetReading { src: Src, on: bool },
+    /// Store this position (librdkafka's auto-commit commits it).
+    Store { src: Src, offset: NextOffset },
+    /// Send [`Input::Timer`] after `after`.
+    Schedule { after: Duration, timer: Timer },
+    /// The drain is over: answer it (with the stored main position).
+    Drained,
+    /// This many routed records left the fetch budget (begun, or handed back).
+    TakenIn(usize),
+    /// Events begun (for readiness' held count).
+    Begun(usize),
+    /// Events finished (durable outcome).
+    Finished(usize),
+    /// The FSM's mode: after a change, and once at the first evaluation.
+    Mode { mode: Mode, change: Option<Change> },
+    /// Lag figures after a lag check (main: `None` when not known).
+    Lag { dlq: i64, main: Option<i64> },
+    /// Something worth a log line.
+    Note(Note),
+}
+
+/// Things the log should say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// A record at or below one already begun: dropped (it is in flight or done).
+    OutOfOrder { src: Src, error: TrackerError },
+    /// A completion the tracker refused (a bug upstream).
+    RefusedCompletion { src: Src, error: TrackerError },
+    /// A job errored [`MAX_ERRORED`] times or more: it is parked instead.
+    ParkingErrored { src: Src, offset: i64, times: u32 },
+    /// The drain's deadline passed with jobs still in flight.
+    DrainDeadline { in_flight: usize },
+}
+
+/// The machine's fixed parameters.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The assignment generation; reports of another one are ignored.
+    pub generation: u64,
+    pub ordering: OrderingMode,
+    /// Events held (begun, not finished) per side: main records beyond it wait in
+    /// the backlog; DLQ p is paused at it (resumed at half). Also the most jobs
+    /// the DLQ drain has in flight.
+    pub limit: usize,
+    /// A backlog this long pauses main p in the consumer (resumed at half).
+    pub backlog_cap: usize,
+    /// Minimum dwell in `Paused` (see `core::fsm`).
+    pub min_pause: Duration,
+    /// How long a drain waits for in-flight jobs.
+    pub drain_timeout: Duration,
+    /// Known start positions (after a seek); otherwise learnt from the first record.
+    pub start: [Option<NextOffset>; 2],
+    /// What an earlier incarnation stored for this partition.
+    pub stored: [Option<NextOffset>; 2],
+}
+
+/// Where a drain (revoke, shutdown) stands. Once requested it never ends: the
+/// partition is being handed over, and whatever arrives after the answer (records
+/// still in the mailbox, completions) must not start new work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drain {
+    Off,
+    /// Requested: waiting for the jobs in flight (or the deadline).
+    Waiting,
+    Answered,
+}
+
+struct Held<I> {
+    item: Arc<I>,
+    kind: Kind,
+    /// Admitted to an ordering lane: its completion frees the lane, whatever its
+    /// work became meanwhile (a parked errored job included).
+    in_lane: bool,
+    errored: u32,
+}
+
+/// One topic of the pair.
+struct Side {
+    tracker: OffsetTracker,
+    stored: Option<NextOffset>,
+    /// `stored` before the last [`Effect::Store`] (restored if it fails).
+    stored_before: Option<NextOffset>,
+    /// What was last applied to the consumer (None: unknown).
+    reading: Option<bool>,
+    /// Begun, not finished.
+    held: usize,
+}
+
+pub struct PartitionMachine<X: Intake> {
+    intake: X,
+    generation: u64,
+    limit: usize,
+    backlog_cap: usize,
+    drain_timeout: Duration,
+    sides: [Side; 2],
+    lanes: Scheduler,
+    held: HashMap<(Src, i64), Held<X::Item>>,
+    /// Main records taken from the consumer but not begun because the partition
+    /// holds `limit` events: still part of the fetch budget. Backpressure works
+    /// through that budget rather than the consumer's pause, which throws the
+    /// partition's prefetched records away (see docs/ARCHITECTURE.md); only a
+    /// backlog of `backlog_cap` pauses main p there.
+    backlog: VecDeque<X::Raw>,
+    main_full: bool,
+    /// The partition holds `limit` DLQ records: DLQ p is paused (resumed at half).
+    dlq_full: bool,
+    /// Begun DLQ offsets waiting for the drain, in order.
+    dlq_queue: VecDeque<i64>,
+    /// Jobs dispatched and not answered.
+    dispatched: usize,
+    /// Jobs whose turn came while the mode was `Paused`: dispatched when it ends.
+    ready: BTreeSet<(Src, i64)>,
+    fsm: PartitionFsm,
+    api_unavailable: bool,
+    dlq_high: Option<i64>,
+    dlq_start: Option<i64>,
+    /// The earliest [`Timer::Wake`] pending.
+    wake_at: Option<Instant>,
+    drain: Drain,
+    /// A [`Timer::Store`] is pending.
+    store_scheduled: bool,
+    fx: Vec<Effect<X::Item>>,
+    begun: usize,
+    finished: usize,
+}
+
+impl<X: Intake> PartitionMachine<X> {
+    /// A machine in `Paused` that has applied nothing yet: its first input should
+    /// be [`Input::Verdict`], which applies the reading the FSM chooses.
+    pub fn new(settings: Settings, intake: X) -> Self {
+        let side = |src: Src| Side {
+            tracker: match settings.start[src.index()] {
+                Some(s) => OffsetTracker::starting_at(settings.generation, s),
+                None => OffsetTracker::new(settings.generation),
+            },
+            stored: settings.stored[src.index()],
+            stored_before: settings.stored[src.index()],
+            reading: None,
+            held: 0,
+        };
+        PartitionMachine {
+            intake,
+            generation: settings.generation,
+            limit: settings.limit.max(1),
+            backlog_cap: settings.backlog_cap.max(1),
+            drain_timeout: settings.drain_timeout,
+            sides: [side(Src::Main), side(Src::Dlq)],
+            lanes: Scheduler::new(settings.ordering),
+            held: HashMap::new(),
+            backlog: VecDeque::new(),
+            main_full: false,
+            dlq_full: false,
+            dlq_queue: VecDeque::new(),
+            dispatched: 0,
+            ready: BTreeSet::new(),
+            fsm: PartitionFsm::new(settings.min_pause),
+            api_unavailable: false,
+            dlq_high: None,
+            dlq_start: None,
+            wake_at: None,
+            drain: Drain::Off,
+            store_scheduled: false,
+            fx: Vec::new(),
+            begun: 0,
+            finished: 0,
+        }
+    }
+
+    pub fn intake(&self) -> &X {
+        &self.intake
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.fsm.mode()
+    }
+
+    /// Jobs dispatched and not answered.
+    pub fn in_flight(&self) -> usize {
+        self.dispatched
+    }
+
+    /// Events begun and not finished on one side.
+    pub fn held(&self, src: Src) -> usize {
+        self.sides[src.index()].held
+    }
+
+    pub fn backlog(&self) -> usize {
+        self.backlog.len()
+    }
+
+    /// The last stored position of one side (as far as the machine knows).
+    pub fn stored(&self, src: Src) -> Option<NextOffset> {
+        self.sides[src.index()].stored
+    }
+
+    /// A drain was requested (answered or not): nothing is begun or dispatched.
+    pub fn draining(&self) -> bool {
+        self.drain != Drain::Off
+    }
+
+    /// Takes one input; returns what to do, in order.
+    pub fn handle(&mut self, input: Input<X::Raw>, now: Now) -> Vec<Effect<X::Item>> {
+        match input {
+            Input::Records(records) => self.on_records(records, now),
+            Input::Reports(reports) => self.on_reports(reports, now),
+            Input::Verdict { api_unavailable } => {
+                self.api_unavailable = api_unavailable;
+                self.evaluate(now);
+            }
+            Input::Positions(p) => self.on_positions(p, now),
+            Input::Timer(Timer::Wake) => {
+                self.wake_at = None;
+                self.evaluate(now);
+            }
+            Input::Timer(Timer::Store) => {
+                self.store_scheduled = false;
+                self.store_all();
+            }
+            Input::Timer(Timer::Redispatch { src, offset }) => {
+                if !self.draining() && self.held.contains_key(&(src, offset)) {
+                    self.dispatch(src, offset);
+                }
+            }
+            Input::Timer(Timer::DrainTimeout) => {
+                if self.drain == Drain::Waiting {
+                    let in_flight = self.dispatched;
+                    self.fx
+                        .push(Effect::Note(Note::DrainDeadline { in_flight }));
+                    self.reply_drained();
+                }
+            }
+            Input::Drain => self.on_drain(),
+            Input::StoreFailed { src, offset } => {
+                let side = &mut self.sides[src.index()];
+                if side.stored == Some(offset) {
+                    side.stored = side.stored_before;
+                }
+                // Try again soon; after a drain the partition is gone anyway.
+                if !self.draining() {
+                    self.schedule_store();
+                }
+            }
+            Input::ReadingFailed { src } => self.sides[src.index()].reading = None,
+        }
+        if self.begun > 0 {
+            self.fx.push(Effect::Begun(std::mem::take(&mut self.begun)));
+        }
+        if self.finished > 0 {
+            self.fx
+                .push(Effect::Finished(std::mem::take(&mut self.finished)));
+        }
+        std::mem::take(&mut self.fx)
+    }
+
+    fn on_records(&mut self, records: Vec<X::Raw>, now: Now) {
+        if self.draining() {
+            // Not begun, not stored: the next owner reads them again.
+            self.taken_in(records.len());
+            return;
+        }
+        let mut taken = 0;
+        for r in records {
+            // Main records wait in the backlog while the partition holds its limit
+            // (and behind those already waiting, to keep offset order).
+            let (src, _) = X::position(&r);
+            if src == Src::Main
+                && (!self.backlog.is_empty() || self.sides[Src::Main.index()].held >= self.limit)
+            {
+                self.backlog.push_back(r);
+                continue;
+            }
+            taken += 1;
+            self.begin(r);
+        }
+        self.taken_in(taken);
+        self.evaluate(now);
+        self.store_all();
+    }
+
+    /// Records leave the fetch budget once begun or handed back.
+    fn taken_in(&mut self, n: usize) {
+        if n > 0 {
+            self.fx.push(Effect::TakenIn(n));
+        }
+    }
+
+    /// Begins backlog records while the partition has room.
+    fn fill(&mut self) {
+        let mut n = 0;
+        while self.sides[Src::Main.index()].held < self.limit && !self.draining() {
+            let Some(r) = self.backlog.pop_front() else {
+                break;
+            };
+            n += 1;
+            self.begin(r);
+        }
+        self.taken_in(n);
+    }
+
+    /// Takes one record in: tracker, decode, held, and dispatch if its lane is free.
+    fn begin(&mut self, r: X::Raw) {
+        let (src, offset) = X::position(&r);
+        if let Err(error) = self.sides[src.index()].tracker.begin(offset) {
+            // At or below an offset already begun: in flight or done. Dropping it
+            // is safe (the watermark cannot pass it).
+            self.fx.push(Effect::Note(Note::OutOfOrder { src, error }));
+            return;
+        }
+        let Begun { item, kind } = self.intake.begin(src, r);
+        let lane_free = match kind {
+            Kind::Ordered => self.lanes.admit(X::key(&item), offset),
+            _ => true,
+        };
+        let held = Held {
+            item: Arc::new(item),
+            kind,
+            in_lane: kind == Kind::Ordered,
+            errored: 0,
+        };
+        self.held.insert((src, offset), held);
+        self.sides[src.index()].held += 1;
+        self.begun += 1;
+        if matches!(kind, Kind::Queued { .. }) {
+            self.dlq_queue.push_back(offset);
+        } else if lane_free {
+            self.dispatch(src, offset);
+        }
+    }
+
+    /// Takes a batch of answers, then re-evaluates once.
+    fn on_reports(&mut self, reports: Vec<Report>, now: Now) {
+        let mut advanced = false;
+        for r in reports {
+            advanced |= self.on_report(r);
+        }
+        if advanced {
+            self.fill();
+            self.schedule_store();
+            self.evaluate(now);
+        }
+        if self.drain == Drain::Waiting && self.dispatched == 0 {
+            self.reply_drained();
+        }
+    }
+
+    /// One answer; true when an offset completed.
+    fn on_report(&mut self, r: Report) -> bool {
+        if r.generation != self.generation {
+            return false; // A late report from an older incarnation: fenced off.
+        }
+        self.dispatched = self.dispatched.saturating_sub(1);
+        if r.outcome == Outcome::Errored {
+            self.on_errored(r.src, r.offset);
+            return false;
+        }
+        let side = &mut self.sides[r.src.index()];
+        if let Err(error) = side.tracker.complete(r.generation, r.offset) {
+            self.fx
+                .push(Effect::Note(Note::RefusedCompletion { src: r.src, error }));
+            return false;
+        }
+        if let Some(held) = self.held.remove(&(r.src, r.offset)) {
+            side.held -= 1;
+            self.finished += 1;
+            if held.in_lane {
+                if let Some(next) = self.lanes.finish(X::key(&held.item), r.offset) {
+                    if !self.draining() {
+                        self.dispatch(Src::Main, next);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn on_errored(&mut self, src: Src, offset: i64) {
+        let Some(held) = self.held.get_mut(&(src, offset)) else {
+            return;
+        };
+        held.errored += 1;
+        let n = held.errored;
+        if n >= MAX_ERRORED {
+            self.fx.push(Effect::Note(Note::ParkingErrored {
+                src,
+                offset,
+                times: n,
+            }));
+            held.item = Arc::new(X::park_internal(&held.item, n));
+            held.kind = Kind::Immediate;
+        }
+        if !self.draining() {
+            let after = persistent_delay(n, REDISPATCH_BASE, REDISPATCH_CAP);
+            let timer = Timer::Redispatch { src, offset };
+            self.fx.push(Effect::Schedule { after, timer });
+        }
+    }
+
+    /// Dispatches a job whose turn came — unless the mode is `Paused`: nothing
+    /// goes out while the API is judged down (the verdict may rest on another
+    /// instance's marker, with this instance's breaker closed).
+    fn dispatch(&mut self, src: Src, offset: i64) {
+        let Some(held) = self.held.get(&(src, offset)) else {
+            return;
+        };
+        if self.fsm.mode() == Mode::Paused {
+            self.ready.insert((src, offset));
+            return;
+        }
+        self.dispatched += 1;
+        let item = held.item.clone();
+        self.fx.push(Effect::Dispatch { src, offset, item });
+    }
+
+    fn on_positions(&mut self, p: Positions, now: Now) {
+        self.dlq_high = Some(p.dlq_high);
+        self.dlq_start = Some(p.dlq_start);
+        let next = self.dlq_next().unwrap_or(p.dlq_start);
+        let main = match (p.main_high, self.sides[Src::Main.index()].stored) {
+            (Some(high), Some(wm)) => Some((high - wm.get()).max(0)),
+            _ => None,
+        };
+        let dlq = (p.dlq_high - next).max(0);
+        self.fx.push(Effect::Lag { dlq, main });
+        self.evaluate(now);
+    }
+
+    /// The next DLQ offset this partition would read.
+    fn dlq_next(&self) -> Option<i64> {
+        self.sides[Src::Dlq.index()]
+            .tracker
+            .highest_begun()
+            .map(|h| h + 1)
+            .or(self.dlq_start)
+    }
+
+    fn not_before(&self, offset: i64) -> Option<i64> {
+        match self.held.get(&(Src::Dlq, offset))?.kind {
+            Kind::Queued { not_before_ms } => Some(not_before_ms),
+            _ => None,
+        }
+    }
+
+    /// DLQ partition p has something to drain now: a due record at the head of the
+    /// queue, or unread records (whose head may turn out not to be due yet), or a
+    /// lag not known yet.
+    fn dlq_has_unread(&self, now_ms: i64) -> bool {
+        match self.dlq_queue.front() {
+            Some(&off) => self.not_before(off).is_none_or(|t| t <= now_ms),
+            None => match (self.dlq_high, self.dlq_next()) {
+                (Some(high), Some(next)) => high > next,
+                // Lag not known yet (a new assignment): assume there is a backlog,
+                // so main p is not read before DLQ p was looked at.
+                _ => true,
+            },
+        }
+    }
+
+    /// Runs the FSM and applies its reading; dispatches due DLQ records while
+    /// draining; schedules the next wake-up.
+    fn evaluate(&mut self, now: Now) {
+        let first = self.sides[Src::Main.index()].reading.is_none();
+        let unread = self.dlq_has_unread(now.wall_ms);
+        let change = self.fsm.update(now.mono, self.api_unavailable, unread);
+        if change.is_some() || first {
+            // Also at the first evaluation, so a partition that starts paused shows.
+            let mode = self.fsm.mode();
+            self.fx.push(Effect::Mode { mode, change });
+        }
+        let reading = self.fsm.reading();
+        // A backlog hogging the fetch budget pauses main p in the consumer, with
+        // hysteresis: resume at half.
+        if self.backlog.len() >= self.backlog_cap {
+            self.main_full = true;
+        } else if self.backlog.len() <= self.backlog_cap / 2 {
+            self.main_full = false;
+        }
+        // DLQ records are begun as they arrive (the drain needs their
+        // `not_before`) but go out paced: a partition holding `limit` of them
+        // stops fetching DLQ p until it is down to half (what was already polled
+        // still arrives, bounded by the fetch budget).
+        let dlq_held = self.sides[Src::Dlq.index()].held;
+        if dlq_held >= self.limit {
+            self.dlq_full = true;
+        } else if dlq_held <= self.limit / 2 {
+            self.dlq_full = false;
+        }
+        self.apply(Src::Main, reading.main && !self.main_full);
+        self.apply(Src::Dlq, reading.dlq && !self.dlq_full);
+        if self.fsm.mode() != Mode::Paused && !self.draining() {
+            for (src, offset) in std::mem::take(&mut self.ready) {
+                self.dispatch(src, offset);
+            }
+        }
+        // Drain: dispatch due records in order, at most `limit` jobs at a time.
+        let mut next_due: Option<i64> = None;
+        if self.fsm.mode() == Mode::DrainDlq && !self.draining() {
+            while let Some(&off) = self.dlq_queue.front() {
+                if self.dispatched >= self.limit {
+                    break;
+                }
+                match self.not_before(off) {
+                    Some(t) if t > now.wall_ms => {
+                        next_due = Some(t);
+                        break;
+                    }
+                    _ => {
+                        self.dlq_queue.pop_front();
+                        self.dispatch(Src::Dlq, off);
+                    }
+                }
+            }
+        } else if let Some(&off) = self.dlq_queue.front() {
+            next_due = self.not_before(off).filter(|t| *t > now.wall_ms);
+        }
+        let mut wake = self.fsm.dwell_until(now.mono);
+        if let Some(t) = next_due {
+            let at = now.mono + Duration::from_millis((t - now.wall_ms).max(0) as u64);
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        if let Some(at) = wake {
+            if self.wake_at.is_none_or(|w| at < w) {
+                self.wake_at = Some(at);
+                // One millisecond late rather than early: the dwell is over at `at`.
+                let after = at.saturating_duration_since(now.mono) + Duration::from_millis(1);
+                self.fx.push(Effect::Schedule {
+                    after,
+                    timer: Timer::Wake,
+                });
+            }
+        }
+    }
+
+    fn apply(&mut self, src: Src, on: bool) {
+        let side = &mut self.sides[src.index()];
+        if side.reading != Some(on) {
+            side.reading = Some(on);
+            self.fx.push(Effect::SetReading { src, on });
+        }
+    }
+
+    /// Stores the advanced watermarks soon (see [`STORE_DELAY`]), once for many
+    /// completions.
+    fn schedule_store(&mut self) {
+        if !self.store_scheduled {
+            self.store_scheduled = true;
+            self.fx.push(Effect::Schedule {
+                after: STORE_DELAY,
+                timer: Timer::Store,
+            });
+        }
+    }
+
+    fn store_all(&mut self) {
+        for src in Src::BOTH {
+            let side = &mut self.sides[src.index()];
+            let Some(wm) = side.tracker.watermark() else {
+                continue;
+            };
+            if side.stored.is_some_and(|s| s >= wm) {
+                continue;
+            }
+            side.stored_before = side.stored;
+            side.stored = Some(wm);
+            self.fx.push(Effect::Store { src, offset: wm });
+        }
+    }
+
+    fn on_drain(&mut self) {
+        match self.drain {
+            // Already waiting: the answer is still to come.
+            Drain::Waiting => return,
+            // Asked again: answer again.
+            Drain::Answered => return self.reply_drained(),
+            Drain::Off => self.drain = Drain::Waiting,
+        }
+        // Not begun, not stored: the next owner reads them again.
+        let waiting = std::mem::take(&mut self.backlog);
+        self.taken_in(waiting.len());
+        self.store_all();
+        if self.dispatched == 0 {
+            self.reply_drained();
+        } else {
+            self.fx.push(Effect::Schedule {
+                after: self.drain_timeout,
+                timer: Timer::DrainTimeout,
+            });
+        }
+    }
+
+    fn reply_drained(&mut self) {
+        self.store_all();
+        self.drain = Drain::Answered;
+        self.fx.push(Effect::Drained);
+    }
+}

@@ -1,0 +1,724 @@
+//! Model-based property test of the partition machine.
+//!
+//! A harness plays the rest of the world: the consumer (records of a main log and
+//! a DLQ log, in order, with duplicates; lag checks, accurate or stale), the
+//! delivery side (answers jobs in any order, makes jobs vanish, even
+//! [`MAX_ERRORED`] times in a row), the clock (timers fire in due order), the
+//! health verdict (flapping), failing stores and pauses, late reports of an
+//! earlier generation, and a revoke at any point. After every input it checks the
+//! effects against a reference model that only knows what was fed and answered:
+//!
+//! - a stored offset never passes a record taken in and not answered done, never
+//!   goes past the end of what was taken in, and never goes back;
+//! - `key` mode: a key's events are dispatched one at a time, each only once every
+//!   earlier event of the key is done; `partition` mode: the same for the
+//!   partition's events;
+//! - DLQ records are dispatched first in offset order and only once due; main p is
+//!   never resumed while a due DLQ record waits at the head of the queue, nor while
+//!   the API is judged down;
+//! - nothing is dispatched while the API is judged down (mode `paused`), nothing
+//!   after a drain was requested, no job twice at once;
+//! - DLQ p is not read while the partition holds `limit` DLQ records;
+//! - the fetch budget and readiness counts add up (records fed − taken in = the
+//!   backlog; begun − finished = held);
+//! - the drain is answered exactly once, when nothing is in flight or at its
+//!   deadline;
+//! - liveness: once the API is up and every job is answered, every record is done
+//!   and the stored positions equal the ends of both logs.
+
+use super::tests::{Plain, Rec, GEN};
+use super::*;
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug, Clone)]
+enum Action {
+    /// The next `n` main records; `dup` also re-sends one already sent.
+    FeedMain {
+        n: usize,
+        dup: bool,
+    },
+    FeedDlq {
+        n: usize,
+    },
+    /// Answers one in-flight job.
+    Answer {
+        pick: usize,
+        errored: bool,
+    },
+    AnswerAll,
+    /// One job vanishes `times` times in a row (each time dispatched again after
+    /// its back-off).
+    Vanish {
+        pick: usize,
+        times: u32,
+    },
+    /// A report of the previous generation.
+    LateReport {
+        offset: i64,
+        errored: bool,
+    },
+    Verdict {
+        api_unavailable: bool,
+    },
+    Positions {
+        stale: bool,
+    },
+    Advance {
+        ms: u64,
+    },
+    FailNextStore,
+    FailNextReading,
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        6 => (1usize..8, prop::bool::weighted(0.15)).prop_map(|(n, dup)| Action::FeedMain { n, dup }),
+        3 => (1usize..4).prop_map(|n| Action::FeedDlq { n }),
+        8 => (any::<usize>(), prop::bool::weighted(0.1))
+            .prop_map(|(pick, errored)| Action::Answer { pick, errored }),
+        2 => Just(Action::AnswerAll),
+        1 => (any::<usize>(), prop_oneof![1u32..4, (MAX_ERRORED - 1)..(MAX_ERRORED + 3)])
+            .prop_map(|(pick, times)| Action::Vanish { pick, times }),
+        1 => (0i64..200, any::<bool>()).prop_map(|(offset, errored)| Action::LateReport { offset, errored }),
+        2 => prop::bool::weighted(0.3).prop_map(|api_unavailable| Action::Verdict { api_unavailable }),
+        2 => any::<bool>().prop_map(|stale| Action::Positions { stale }),
+        4 => prop_oneof![0u64..20, 0u64..3_000].prop_map(|ms| Action::Advance { ms }),
+        1 => Just(Action::FailNextStore),
+        1 => Just(Action::FailNextReading),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    ordering: OrderingMode,
+    limit: usize,
+    backlog_cap: usize,
+    min_pause_ms: u64,
+    main: Vec<Rec>,
+    dlq: Vec<Rec>,
+    actions: Vec<Action>,
+    /// Revoke (drain) before this action.
+    drain_at: Option<prop::sample::Index>,
+    /// After the drain request, jobs in flight are answered only after the
+    /// drain's deadline.
+    drain_stalls: bool,
+}
+
+/// Wall-clock ms at the harness's start.
+const WALL0: i64 = 1_700_000_000_000;
+
+/// Offsets with gaps (compaction, transaction markers); keys from a small set,
+/// some events without one; a few bad records (parked at once).
+fn main_log() -> impl Strategy<Value = Vec<Rec>> {
+    let rec = (
+        1i64..3,
+        prop::option::weighted(0.85, 0u8..4),
+        prop::bool::weighted(0.1),
+    );
+    prop::collection::vec(rec, 0..120).prop_map(|v| {
+        let mut offset = 99;
+        v.into_iter()
+            .map(|(gap, key, bad)| {
+                offset += gap;
+                let mut r = Rec::main(offset, key);
+                if bad {
+                    r.kind = Kind::Immediate;
+                }
+                r
+            })
+            .collect()
+    })
+}
+
+/// DLQ records due from 2 s ago to 3 s ahead; a few unreadable ones.
+fn dlq_log() -> impl Strategy<Value = Vec<Rec>> {
+    let rec = (1i64..3, -2_000i64..3_000, prop::bool::weighted(0.05));
+    prop::collection::vec(rec, 0..25).prop_map(|v| {
+        let mut offset = 9;
+        v.into_iter()
+            .map(|(gap, due_in, unreadable)| {
+                offset += gap;
+                let mut r = Rec::dlq(offset, WALL0 + due_in);
+                if unreadable {
+                    r.kind = Kind::Immediate;
+                }
+                r
+            })
+            .collect()
+    })
+}
+
+fn ordering() -> impl Strategy<Value = OrderingMode> {
+    prop_oneof![
+        3 => Just(OrderingMode::Key),
+        1 => Just(OrderingMode::Partition),
+        1 => Just(OrderingMode::Unordered),
+    ]
+}
+
+prop_compose! {
+    fn scenario()(
+        ordering in ordering(),
+        limit in 1usize..6,
+        backlog_cap in 1usize..10,
+        min_pause_ms in prop_oneof![Just(0u64), Just(50), Just(400)],
+        main in main_log(),
+        dlq in dlq_log(),
+        actions in prop::collection::vec(action(), 1..300),
+        drain_at in prop::option::weighted(0.3, any::<prop::sample::Index>()),
+        drain_stalls in any::<bool>(),
+    ) -> Scenario {
+        Scenario { ordering, limit, backlog_cap, min_pause_ms, main, dlq, actions, drain_at, drain_stalls }
+    }
+}
+
+struct Harness {
+    m: PartitionMachine<Plain>,
+    ordering: OrderingMode,
+    limit: usize,
+    base: Instant,
+    ms: u64,
+    logs: [Vec<Rec>; 2],
+    /// How many records of each log were sent.
+    sent: [usize; 2],
+    /// Records sent once (not duplicates), by offset: the model's "taken in".
+    taken: [BTreeMap<i64, Rec>; 2],
+    done: [BTreeSet<i64>; 2],
+    /// Positions the harness saw stored successfully.
+    stored: [Option<i64>; 2],
+    in_flight: Vec<(Src, i64)>,
+    ever_dispatched: [BTreeSet<i64>; 2],
+    timers: Vec<(u64, Timer)>,
+    api_unavailable: bool,
+    reading: [Option<bool>; 2],
+    drain_requested: bool,
+    drain_deadline_passed: bool,
+    drained: u32,
+    /// Records sent − `TakenIn`.
+    outstanding: usize,
+    /// `Begun` − `Finished`.
+    held: usize,
+    fail_store: bool,
+    fail_reading: bool,
+}
+
+impl Harness {
+    fn new(s: &Scenario, api_unavailable: bool) -> Result<Harness, TestCaseError> {
+        let settings = Settings {
+            generation: GEN,
+            ordering: s.ordering,
+            limit: s.limit,
+            backlog_cap: s.backlog_cap,
+            min_pause: Duration::from_millis(s.min_pause_ms),
+            drain_timeout: Duration::from_millis(2_000),
+            start: [None, None],
+            stored: [None, None],
+        };
+        let mut h = Harness {
+            m: PartitionMachine::new(settings, Plain),
+            ordering: s.ordering,
+            limit: s.limit,
+            base: Instant::now(),
+            ms: 0,
+            logs: [s.main.clone(), s.dlq.clone()],
+            sent: [0, 0],
+            taken: [BTreeMap::new(), BTreeMap::new()],
+            done: [BTreeSet::new(), BTreeSet::new()],
+            stored: [None, None],
+            in_flight: Vec::new(),
+            ever_dispatched: [BTreeSet::new(), BTreeSet::new()],
+            timers: Vec::new(),
+            api_unavailable,
+            reading: [None, None],
+            drain_requested: false,
+            drain_deadline_passed: false,
+            drained: 0,
+            outstanding: 0,
+            held: 0,
+            fail_store: false,
+            fail_reading: false,
+        };
+        h.feed(Input::Verdict { api_unavailable })?;
+        Ok(h)
+    }
+
+    fn now(&self) -> Now {
+        Now {
+            mono: self.base + Duration::from_millis(self.ms),
+            wall_ms: WALL0 + self.ms as i64,
+        }
+    }
+
+    /// Feeds one input, checks and carries out its effects (failures go back in).
+    fn feed(&mut self, input: Input<Rec>) -> Result<(), TestCaseError> {
+        let mut inputs = vec![input];
+        while let Some(input) = inputs.pop() {
+            let late = matches!(&input, Input::Reports(r) if r.iter().all(|r| r.generation != GEN));
+            let fx = self.m.handle(input, self.now());
+            if late {
+                prop_assert!(fx.is_empty(), "a late report changed something: {fx:?}");
+            }
+            for e in fx {
+                inputs.extend(self.effect(e)?);
+            }
+            self.check_state()?;
+        }
+        Ok(())
+    }
+
+    fn effect(&mut self, e: Effect<Rec>) -> Result<Option<Input<Rec>>, TestCaseError> {
+        match e {
+            Effect::Dispatch { src, offset, item } => {
+                prop_assert_eq!((item.src, item.offset), (src, offset));
+                self.on_dispatch(src, offset)?;
+            }
+            Effect::SetReading { src, on } => {
+                if std::mem::take(&mut self.fail_reading) {
+                    self.reading[src.index()] = None;
+                    return Ok(Some(Input::ReadingFailed { src }));
+                }
+                if src == Src::Main && on && !self.drain_requested {
+                    prop_assert!(
+                        !self.api_unavailable,
+                        "main p resumed while the API is down"
+                    );
+                    if let Some((&head, r)) = self.dlq_head() {
+                        let Kind::Queued { not_before_ms } = r.kind else {
+                            unreachable!()
+                        };
+                        prop_assert!(
+                            not_before_ms > self.now().wall_ms,
+                            "main p resumed while DLQ record {} is due",
+                            head
+                        );
+                    }
+                }
+                self.reading[src.index()] = Some(on);
+            }
+            Effect::Store { src, offset } => {
+                let offset = offset.get();
+                let taken = &self.taken[src.index()];
+                let done = &self.done[src.index()];
+                if let Some(&unfinished) = taken.keys().find(|o| !done.contains(o)) {
+                    prop_assert!(
+                        offset <= unfinished,
+                        "{:?} stored {} past unfinished {}",
+                        src,
+                        offset,
+                        unfinished
+                    );
+                }
+                let end = taken.keys().next_back().map_or(i64::MIN, |o| o + 1);
+                prop_assert!(
+                    offset <= end,
+                    "{:?} stored {} past the end {}",
+                    src,
+                    offset,
+                    end
+                );
+                if let Some(before) = self.stored[src.index()] {
+                    prop_assert!(
+                        offset > before,
+                        "{:?} stored {} after {}",
+                        src,
+                        offset,
+                        before
+                    );
+                }
+                if std::mem::take(&mut self.fail_store) {
+                    return Ok(Some(Input::StoreFailed {
+                        src,
+                        offset: NextOffset::at(offset),
+                    }));
+                }
+                self.stored[src.index()] = Some(offset);
+            }
+            Effect::Schedule { after, timer } => {
+                let due = self.ms + after.as_millis() as u64;
+                self.timers.push((due, timer));
+            }
+            Effect::Drained => {
+                prop_assert!(self.drain_requested, "drained without a request");
+                prop_assert!(
+                    self.in_flight.is_empty() || self.drain_deadline_passed,
+                    "drained with {} in flight before the deadline",
+                    self.in_flight.len()
+                );
+                self.drained += 1;
+                prop_assert_eq!(self.drained, 1, "drained twice");
+            }
+            Effect::TakenIn(n) => {
+                prop_assert!(n <= self.outstanding);
+                self.outstanding -= n;
+            }
+            Effect::Begun(n) => self.held += n,
+            Effect::Finished(n) => {
+                prop_assert!(n <= self.held);
+                self.held -= n;
+            }
+            Effect::Note(Note::RefusedCompletion { src, error }) => {
+                prop_assert!(false, "{:?}: a real completion was refused: {}", src, error);
+            }
+            Effect::Mode { .. } | Effect::Lag { .. } | Effect::Note(_) => {}
+        }
+        Ok(None)
+    }
+
+    /// The lowest DLQ record taken in, queued for the drain and never dispatched.
+    fn dlq_head(&self) -> Option<(&i64, &Rec)> {
+        let dlq = Src::Dlq.index();
+        self.taken[dlq].iter().find(|(o, r)| {
+            matches!(r.kind, Kind::Queued { .. }) && !self.ever_dispatched[dlq].contains(o)
+        })
+    }
+
+    fn on_dispatch(&mut self, src: Src, offset: i64) -> Result<(), TestCaseError> {
+        prop_assert!(
+            !self.api_unavailable,
+            "{:?} {} dispatched while the API is down",
+            src,
+            offset
+        );
+        prop_assert!(self.m.mode() != Mode::Paused, "dispatched while paused");
+        prop_assert!(
+            !self.drain_requested,
+            "{:?} {} dispatched after the drain request",
+            src,
+            offset
+        );
+        prop_assert!(
+            !self.in_flight.contains(&(src, offset)),
+            "{:?} {} dispatched twice at once",
+            src,
+            offset
+        );
+        let i = src.index();
+        let Some(rec) = self.taken[i].get(&offset).cloned() else {
+            return Err(TestCaseError::fail(format!(
+                "{src:?} {offset} dispatched, never taken in"
+            )));
+        };
+        prop_assert!(
+            !self.done[i].contains(&offset),
+            "{:?} {} dispatched after done",
+            src,
+            offset
+        );
+        let first = self.ever_dispatched[i].insert(offset);
+        match (src, rec.kind) {
+            (Src::Main, Kind::Ordered) => {
+                let lane = |r: &Rec| match self.ordering {
+                    OrderingMode::Key => rec.key.is_some() && r.key == rec.key,
+                    OrderingMode::Partition => true,
+                    OrderingMode::Unordered => false,
+                };
+                let same_lane = |o: &i64| {
+                    let r = &self.taken[i][o];
+                    r.kind == Kind::Ordered && lane(r)
+                };
+                if let Some(&(_, busy)) = self
+                    .in_flight
+                    .iter()
+                    .find(|(s, o)| *s == Src::Main && same_lane(o))
+                {
+                    prop_assert!(
+                        false,
+                        "main {} dispatched while {} of its lane is in flight",
+                        offset,
+                        busy
+                    );
+                }
+                if let Some(earlier) = self.taken[i]
+                    .range(..offset)
+                    .map(|(o, _)| o)
+                    .find(|o| same_lane(o) && !self.done[i].contains(o))
+                {
+                    prop_assert!(
+                        false,
+                        "main {} dispatched before {} of its lane is done",
+                        offset,
+                        earlier
+                    );
+                }
+            }
+            (Src::Dlq, Kind::Queued { not_before_ms }) if first => {
+                prop_assert!(
+                    not_before_ms <= self.now().wall_ms,
+                    "DLQ {} dispatched before due",
+                    offset
+                );
+                let skipped = self.taken[i].range(..offset).find(|(o, r)| {
+                    matches!(r.kind, Kind::Queued { .. }) && !self.ever_dispatched[i].contains(o)
+                });
+                prop_assert!(
+                    skipped.is_none(),
+                    "DLQ {} dispatched before {:?}",
+                    offset,
+                    skipped
+                );
+            }
+            _ => {}
+        }
+        self.in_flight.push((src, offset));
+        Ok(())
+    }
+
+    fn check_state(&self) -> Result<(), TestCaseError> {
+        prop_assert_eq!(
+            self.outstanding,
+            self.m.backlog(),
+            "fetch budget: sent − taken in ≠ backlog"
+        );
+        prop_assert_eq!(self.held, self.m.held(Src::Main) + self.m.held(Src::Dlq));
+        if self.reading[Src::Dlq.index()] == Some(true) && !self.drain_requested {
+            prop_assert!(
+                self.m.held(Src::Dlq) < self.limit,
+                "DLQ p read while {} DLQ records are held (limit {})",
+                self.m.held(Src::Dlq),
+                self.limit
+            );
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, src: Src, n: usize, dup: bool) -> Result<(), TestCaseError> {
+        let i = src.index();
+        let from = self.sent[i];
+        let to = (from + n).min(self.logs[i].len());
+        let mut batch: Vec<Rec> = self.logs[i][from..to].to_vec();
+        for r in &batch {
+            self.taken[i].insert(r.offset, r.clone());
+        }
+        if dup && from > 0 {
+            // A record already sent comes again (a replay after a seek, say).
+            let again = self.logs[i][from - 1 - (n % from)].clone();
+            batch.insert(batch.len() / 2, again);
+        }
+        self.sent[i] = to;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.outstanding += batch.len();
+        self.feed(Input::Records(batch))
+    }
+
+    fn answer(&mut self, idx: usize, outcome: Outcome) -> Result<(), TestCaseError> {
+        let (src, offset) = self.in_flight.remove(idx);
+        if outcome == Outcome::Done {
+            prop_assert!(self.done[src.index()].insert(offset));
+        }
+        let report = Report {
+            generation: GEN,
+            src,
+            offset,
+            outcome,
+        };
+        self.feed(Input::Reports(vec![report]))
+    }
+
+    fn answer_all(&mut self) -> Result<(), TestCaseError> {
+        let reports: Vec<Report> = std::mem::take(&mut self.in_flight)
+            .into_iter()
+            .map(|(src, offset)| {
+                self.done[src.index()].insert(offset);
+                Report {
+                    generation: GEN,
+                    src,
+                    offset,
+                    outcome: Outcome::Done,
+                }
+            })
+            .collect();
+        if reports.is_empty() {
+            return Ok(());
+        }
+        self.feed(Input::Reports(reports))
+    }
+
+    /// Fires every timer due by `until`, in due order, moving the clock along.
+    fn advance_to(&mut self, until: u64) -> Result<(), TestCaseError> {
+        loop {
+            let next = (0..self.timers.len())
+                .filter(|&i| self.timers[i].0 <= until)
+                .min_by_key(|&i| self.timers[i].0);
+            let Some(i) = next else { break };
+            let (due, timer) = self.timers.remove(i);
+            self.ms = self.ms.max(due);
+            if timer == Timer::DrainTimeout {
+                self.drain_deadline_passed = true;
+            }
+            self.feed(Input::Timer(timer))?;
+        }
+        self.ms = self.ms.max(until);
+        Ok(())
+    }
+
+    fn positions(&mut self, stale: bool) -> Result<(), TestCaseError> {
+        let dlq = &self.logs[Src::Dlq.index()];
+        let end = |log: &[Rec], n: usize| log[..n].last().map_or(0, |r| r.offset + 1);
+        let dlq_high = if stale {
+            end(dlq, self.sent[Src::Dlq.index()])
+        } else {
+            end(dlq, dlq.len())
+        };
+        let p = Positions {
+            main_high: Some(end(&self.logs[0], self.logs[0].len())),
+            dlq_high: dlq_high.max(10),
+            dlq_start: 10,
+        };
+        self.feed(Input::Positions(p))
+    }
+
+    fn step(&mut self, a: &Action) -> Result<(), TestCaseError> {
+        match *a {
+            Action::FeedMain { n, dup } => self.send(Src::Main, n, dup),
+            Action::FeedDlq { n } => self.send(Src::Dlq, n, false),
+            Action::Answer { pick, errored } if !self.in_flight.is_empty() => {
+                let outcome = if errored {
+                    Outcome::Errored
+                } else {
+                    Outcome::Done
+                };
+                self.answer(pick % self.in_flight.len(), outcome)
+            }
+            Action::Answer { .. } => Ok(()),
+            Action::AnswerAll => self.answer_all(),
+            Action::Vanish { pick, times } if !self.in_flight.is_empty() => {
+                let job = self.in_flight[pick % self.in_flight.len()];
+                for _ in 0..times {
+                    let Some(idx) = self.in_flight.iter().position(|j| *j == job) else {
+                        break; // Not dispatched again (paused, or drained).
+                    };
+                    self.answer(idx, Outcome::Errored)?;
+                    let redispatch = Timer::Redispatch {
+                        src: job.0,
+                        offset: job.1,
+                    };
+                    let Some(&(due, _)) = self.timers.iter().find(|(_, t)| *t == redispatch) else {
+                        break;
+                    };
+                    self.advance_to(due)?;
+                }
+                Ok(())
+            }
+            Action::Vanish { .. } => Ok(()),
+            Action::LateReport { offset, errored } => {
+                let report = Report {
+                    generation: GEN - 1,
+                    src: Src::Main,
+                    offset: 100 + offset,
+                    outcome: if errored {
+                        Outcome::Errored
+                    } else {
+                        Outcome::Done
+                    },
+                };
+                self.feed(Input::Reports(vec![report]))
+            }
+            Action::Verdict { api_unavailable } => {
+                self.api_unavailable = api_unavailable;
+                self.feed(Input::Verdict { api_unavailable })
+            }
+            Action::Positions { stale } => self.positions(stale),
+            Action::Advance { ms } => self.advance_to(self.ms + ms),
+            Action::FailNextStore => {
+                self.fail_store = true;
+                Ok(())
+            }
+            Action::FailNextReading => {
+                self.fail_reading = true;
+                Ok(())
+            }
+        }
+    }
+
+    /// Revoke or shutdown.
+    fn drain(&mut self) -> Result<(), TestCaseError> {
+        self.drain_requested = true;
+        self.feed(Input::Drain)
+    }
+
+    /// The world turns benign: the API is up, the consumer sends everything left,
+    /// every job is answered done, time runs. Then everything must be done and
+    /// stored to the end (or, after a drain request, the drain answered).
+    fn settle(&mut self, drain_stalls: bool) -> Result<(), TestCaseError> {
+        self.fail_store = false;
+        self.fail_reading = false;
+        if !self.drain_requested {
+            self.api_unavailable = false;
+            self.feed(Input::Verdict {
+                api_unavailable: false,
+            })?;
+            self.positions(false)?;
+        }
+        for _ in 0..100_000 {
+            if !self.drain_requested {
+                self.send(Src::Main, 16, false)?;
+                self.send(Src::Dlq, 16, false)?;
+            }
+            let stalled = drain_stalls && self.drain_requested && self.drained == 0;
+            if !self.in_flight.is_empty() && !stalled {
+                self.answer_all()?;
+                continue;
+            }
+            let Some(&(due, _)) = self.timers.iter().min_by_key(|(due, _)| *due) else {
+                if stalled {
+                    prop_assert!(false, "a drain with jobs in flight has no deadline");
+                }
+                break;
+            };
+            self.advance_to(due)?;
+        }
+        prop_assert!(
+            self.in_flight.is_empty() && self.timers.is_empty(),
+            "never settled"
+        );
+        if self.drain_requested {
+            prop_assert_eq!(self.drained, 1, "the drain was never answered");
+            return Ok(());
+        }
+        prop_assert_eq!(self.outstanding, 0);
+        prop_assert_eq!(self.held, 0, "events still held");
+        for src in Src::BOTH {
+            let i = src.index();
+            let undone: Vec<i64> = self.taken[i]
+                .keys()
+                .filter(|o| !self.done[i].contains(o))
+                .copied()
+                .collect();
+            prop_assert!(undone.is_empty(), "{:?} never done: {:?}", src, undone);
+            let end = self.logs[i].last().map(|r| r.offset + 1);
+            prop_assert_eq!(self.stored[i], end, "{:?} not stored to the end", src);
+        }
+        Ok(())
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 20_000,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_machine_keeps_its_invariants(s in scenario(), api_down_at_start in prop::bool::weighted(0.2)) {
+        let mut h = Harness::new(&s, api_down_at_start)?;
+        for (i, a) in s.actions.iter().enumerate() {
+            if s.drain_at.map(|at| at.index(s.actions.len())) == Some(i) {
+                h.drain()?;
+            }
+            h.step(a)?;
+        }
+        h.settle(s.drain_stalls)?;
+    }
+}
