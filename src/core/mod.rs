@@ -4,6 +4,7 @@
 pub mod backoff;
 pub mod breaker;
 pub mod classify;
+pub mod completed;
 pub mod dlq_policy;
 pub mod envelope;
 pub mod event;

@@ -1,0 +1,269 @@
+//! The offsets completed above the watermark, encoded for a commit's metadata.
+//!
+//! The committed offset of a partition is its watermark: the lowest unfinished
+//! offset. Everything above it that was already finished would be delivered a
+//! second time by the next owner. So, like Confluent's Parallel Consumer, Courier
+//! commits with each offset a compact list of the offsets already done above it;
+//! the next owner skips them and redelivers only what was really in flight.
+//!
+//! Format (ASCII, within Kafka's `offset.metadata.max.bytes`, 4,096 by default):
+//! `c1:` followed by URL-safe base64 (no padding) of LEB128 varints —
+//! the watermark `W`, then run lengths alternating *unfinished*, *done*,
+//! *unfinished*, … covering `[W, W + Σ runs)`. The first run is unfinished (`W`
+//! itself is, by definition). Offsets past the last run are unknown, never done.
+//!
+//! Safety: decoding only ever yields offsets that were done when the metadata
+//! was made, and only for the watermark it was made for (a metadata string whose
+//! `W` differs from the committed offset is ignored). When the encoding would not
+//! fit, runs are dropped from the end: fewer offsets are skipped (more duplicates),
+//! never a wrong one.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+
+/// Kafka's default `offset.metadata.max.bytes`.
+pub const DEFAULT_MAX_METADATA_BYTES: usize = 4096;
+
+const PREFIX: &str = "c1:";
+
+/// Encodes the done offsets in `[watermark, begun_end)`: every offset there that
+/// is not in `unfinished` (ascending, all within the range). Returns the
+/// metadata string, at most `max_bytes` long (empty when nothing is done above
+/// the watermark, or nothing fits).
+pub fn encode(
+    watermark: i64,
+    begun_end: i64,
+    unfinished: impl IntoIterator<Item = i64>,
+    max_bytes: usize,
+) -> String {
+    if begun_end <= watermark {
+        return String::new();
+    }
+    // Runs: unfinished, done, unfinished, done, …
+    let mut runs: Vec<u64> = Vec::new();
+    let mut cursor = watermark;
+    let mut pending_unfinished = 0u64;
+    for o in unfinished {
+        if o < cursor || o >= begun_end {
+            continue; // Not in range (or not ascending): ignore, never trust.
+        }
+        let done = (o - cursor) as u64;
+        if done > 0 {
+            runs.push(pending_unfinished);
+            runs.push(done);
+            pending_unfinished = 0;
+        }
+        pending_unfinished += 1;
+        cursor = o + 1;
+    }
+    let tail_done = (begun_end - cursor) as u64;
+    if tail_done > 0 {
+        runs.push(pending_unfinished);
+        runs.push(tail_done);
+    }
+    // `runs` ends with a done run (or is empty): trailing unfinished offsets
+    // need no mention.
+    let budget = max_bytes.saturating_sub(PREFIX.len());
+    let fits = |n: usize| n.div_ceil(3) * 4 <= budget;
+    // A prefix of the runs encodes to a prefix of the bytes: keep whole
+    // (unfinished, done) pairs while they fit, drop the rest.
+    let mut bytes = Vec::with_capacity(10 * (runs.len() + 1));
+    leb128(watermark as u64, &mut bytes);
+    let mut kept = None;
+    for pair in runs.chunks(2) {
+        for r in pair {
+            leb128(*r, &mut bytes);
+        }
+        if !fits(bytes.len()) {
+            break;
+        }
+        kept = Some(bytes.len());
+    }
+    match kept {
+        Some(n) => format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(&bytes[..n])),
+        None => String::new(),
+    }
+}
+
+/// The done offsets a commit's metadata names.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Completed {
+    /// Half-open ranges `[start, end)` of done offsets, ascending.
+    ranges: Vec<(i64, i64)>,
+}
+
+impl Completed {
+    /// Whether `offset` was done when the metadata was made.
+    pub fn contains(&self, offset: i64) -> bool {
+        let i = self.ranges.partition_point(|&(_, end)| end <= offset);
+        self.ranges
+            .get(i)
+            .is_some_and(|&(start, end)| start <= offset && offset < end)
+    }
+
+    /// How many offsets it names.
+    pub fn len(&self) -> u64 {
+        self.ranges.iter().map(|(s, e)| (e - s) as u64).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The offsets up to which it says anything (the end of its last range).
+    pub fn end(&self) -> Option<i64> {
+        self.ranges.last().map(|&(_, e)| e)
+    }
+}
+
+/// Decodes `metadata` committed with offset `committed`. `None` for anything
+/// that is not Courier's, is malformed, or was made for another watermark.
+pub fn decode(committed: i64, metadata: &str) -> Option<Completed> {
+    let body = metadata.strip_prefix(PREFIX)?;
+    let bytes = URL_SAFE_NO_PAD.decode(body).ok()?;
+    let mut it = Leb128Iter { bytes: &bytes };
+    let watermark = i64::try_from(it.next()?).ok()?;
+    if watermark != committed {
+        return None;
+    }
+    let mut cursor = watermark;
+    let mut ranges = Vec::new();
+    loop {
+        let Some(unfinished) = it.next() else { break };
+        let done = it.next()?;
+        let start = cursor.checked_add(i64::try_from(unfinished).ok()?)?;
+        let end = start.checked_add(i64::try_from(done).ok()?)?;
+        if done > 0 {
+            ranges.push((start, end));
+        }
+        cursor = end;
+    }
+    if it.bytes.is_empty() {
+        Some(Completed { ranges })
+    } else {
+        None
+    }
+}
+
+fn leb128(mut v: u64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+struct Leb128Iter<'a> {
+    bytes: &'a [u8],
+}
+
+impl Iterator for Leb128Iter<'_> {
+    type Item = u64;
+    /// `None` at the end, and for a truncated or over-long varint (the caller
+    /// then sees fewer values than it needs and refuses the whole string).
+    fn next(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for (i, &b) in self.bytes.iter().enumerate() {
+            if i >= 10 {
+                self.bytes = &[];
+                return None;
+            }
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                self.bytes = &self.bytes[i + 1..];
+                return Some(v);
+            }
+        }
+        self.bytes = &[];
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn named_cases() {
+        // Nothing above the watermark, or nothing done there: no metadata.
+        assert_eq!(encode(10, 10, [], 4096), "");
+        assert_eq!(encode(10, 13, [10, 11, 12], 4096), "");
+        // 10 unfinished, 11..13 done, 13 unfinished, 14 done.
+        let m = encode(10, 15, [10, 13], 4096);
+        let c = decode(10, &m).unwrap();
+        let done: Vec<i64> = (8..20).filter(|o| c.contains(*o)).collect();
+        assert_eq!(done, vec![11, 12, 14]);
+        assert_eq!(c.len(), 3);
+        // Made for another watermark, or not ours: ignored.
+        assert_eq!(decode(11, &m), None);
+        assert_eq!(decode(10, ""), None);
+        assert_eq!(decode(10, "something else"), None);
+        assert_eq!(decode(10, "c1:!!"), None);
+    }
+
+    #[test]
+    fn a_long_gap_pattern_degrades_to_a_prefix() {
+        // Every other offset unfinished over 100,000 offsets: far beyond 4 KB.
+        let unfinished: Vec<i64> = (0..100_000).step_by(2).collect();
+        let m = encode(0, 100_000, unfinished.iter().copied(), 4096);
+        assert!(m.len() <= 4096, "{}", m.len());
+        let c = decode(0, &m).unwrap();
+        assert!(c.len() > 1_000, "still useful: {}", c.len());
+        assert!(c.end().unwrap() < 100_000);
+        assert!(unfinished.iter().all(|o| !c.contains(*o)));
+        // A budget too small for anything: no metadata at all.
+        assert_eq!(encode(0, 100, [0], 5), "");
+    }
+
+    proptest! {
+        /// Whatever the in-flight pattern and budget: decoding names only offsets
+        /// that were done, all of them when it fits, and stays within the budget.
+        #[test]
+        fn never_names_an_unfinished_offset(
+            watermark in 0i64..1_000_000_000_000,
+            span in 0i64..2_000,
+            holes in proptest::collection::btree_set(0i64..2_000, 0..300),
+            max_bytes in prop_oneof![Just(4096usize), 0usize..200],
+        ) {
+            let end = watermark + span;
+            // The watermark is unfinished by definition when anything was begun.
+            let mut unfinished: BTreeSet<i64> =
+                holes.iter().map(|h| watermark + h).filter(|o| *o < end).collect();
+            if span > 0 {
+                unfinished.insert(watermark);
+            }
+            let m = encode(watermark, end, unfinished.iter().copied(), max_bytes);
+            prop_assert!(m.len() <= max_bytes);
+            if m.is_empty() {
+                return Ok(());
+            }
+            let c = decode(watermark, &m).expect("decodes what it encoded");
+            for o in watermark.saturating_sub(3)..end + 3 {
+                let done = o >= watermark && o < end && !unfinished.contains(&o);
+                if c.contains(o) {
+                    prop_assert!(done, "{} named done", o);
+                }
+            }
+            if max_bytes == 4096 {
+                prop_assert_eq!(c.len() as usize, (span as usize) - unfinished.len());
+            }
+        }
+
+        /// Arbitrary strings never panic the decoder and never name an offset
+        /// below the committed one.
+        #[test]
+        fn decode_survives_anything(committed in 0i64..1000, s in "c1:[A-Za-z0-9_-]{0,40}|\\PC{0,40}") {
+            if let Some(c) = decode(committed, &s) {
+                for o in 0..committed {
+                    prop_assert!(!c.contains(o));
+                }
+            }
+        }
+    }
+}
