@@ -128,8 +128,7 @@ pub fn decode(committed: i64, metadata: &str) -> Option<Completed> {
     }
     let mut cursor = watermark;
     let mut ranges = Vec::new();
-    loop {
-        let Some(unfinished) = it.next() else { break };
+    while let Some(unfinished) = it.next() {
         let done = it.next()?;
         let start = cursor.checked_add(i64::try_from(unfinished).ok()?)?;
         let end = start.checked_add(i64::try_from(done).ok()?)?;
