@@ -151,6 +151,8 @@ expect_refusal "helm: image.tag=latest" '`latest` is not allowed' render x --set
 expect_refusal "helm: a *_env no Secret provides" 'neither secrets.env nor extraEnv provides it' render x --set config.api.token_env=COURIER_API_TOKEN
 expect_refusal "helm: metrics on loopback" 'must be 0.0.0.0:<port>' render x --set config.metrics.listen=127.0.0.1:9464
 expect_refusal "helm: not a duration" 'is not a duration' render x --set config.pipeline.shutdown_grace=soon
+expect_refusal "helm: a misspelled option" "additional properties 'replicaCnt' not allowed" render x --set replicaCnt=3
+expect_refusal "helm: a nested *_env no Secret provides" 'config.kafka.tls.key_password_env names' render x --set config.kafka.tls.key_password_env=KEY_PASSWORD
 sed 's/^listen = .*/listen = "0.0.0.0:9464"\nlisten_typo = 1/' "$work/configs-default/1.toml" >"$work/bad.toml"
 expect_refusal "check-config: unknown key" 'listen_typo' "$courier" check-config --config "$work/bad.toml"
 

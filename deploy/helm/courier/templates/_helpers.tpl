@@ -170,18 +170,21 @@ courier.toml from .Values.config, with the derived fields: kafka.group_id.
 {{ end -}}
 
 {{/*
-Environment variables named by the config's `*_env` fields (any section, any depth).
+Environment variables named by the config's `*_env` fields (any section, any depth):
+"field.path=VARIABLE" lines.
 */}}
 {{- define "courier.namedEnv" -}}
-{{- $out := list -}}
-{{- range $section, $table := .Values.config -}}
-{{- if kindIs "map" $table -}}
-{{- range $k, $v := $table -}}
-{{- if and (hasSuffix "_env" $k) (kindIs "string" $v) $v -}}
-{{- $out = append $out (printf "%s.%s=%s" $section $k $v) -}}
+{{- include "courier.namedEnvIn" (dict "table" .Values.config "path" "") -}}
 {{- end -}}
+
+{{- define "courier.namedEnvIn" -}}
+{{- $path := .path -}}
+{{- range $k, $v := .table -}}
+{{- $field := ternary $k (printf "%s.%s" $path $k) (eq $path "") -}}
+{{- if kindIs "map" $v -}}
+{{- include "courier.namedEnvIn" (dict "table" $v "path" $field) -}}
+{{- else if and (hasSuffix "_env" $k) (kindIs "string" $v) $v -}}
+{{ printf "%s=%s" $field $v }}
+{{ end -}}
 {{- end -}}
-{{- end -}}
-{{- end -}}
-{{- join "\n" $out -}}
 {{- end -}}
