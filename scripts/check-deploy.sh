@@ -17,6 +17,8 @@
 #   - scripts/check-dockerfile.sh.
 # Usage: scripts/check-deploy.sh [--update]   (--update rewrites deploy/courier.yaml)
 set -euo pipefail
+# The Go toolchain of this kind of machine lives in /usr/local/go.
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 cd "$(dirname "$0")/.."
 
 HELM_VERSION=v3.22.0

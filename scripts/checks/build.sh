@@ -3,6 +3,8 @@
 # binary is cached under ~/.cache/courier/bin, keyed by a hash of the module's sources,
 # so it is rebuilt only when they change. Usage: bash scripts/checks/build.sh dashcheck
 set -euo pipefail
+# The Go toolchain of this kind of machine lives in /usr/local/go.
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 name=${1:?usage: build.sh dashcheck|k8scheck}
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${COURIER_TOOL_CACHE:-$HOME/.cache/courier}/bin
