@@ -1,26 +1,61 @@
-# Multi-stage build: a release binary on a small Debian runtime, run as non-root.
-FROM rust:1-bookworm AS build
-WORKDIR /src
-# librdkafka is compiled from the rdkafka-sys crate (configure + make).
-RUN apt-get update && apt-get install -y --no-install-recommends build-essential python3 libssl-dev pkg-config \
-    && rm -rf /var/lib/apt/lists/*
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
-# Cargo.toml declares the benchmark target; its sources must be present to build.
-COPY benches ./benches
-RUN cargo build --release --locked --bin courier
+# Courier's image: a release binary on a slim Debian runtime, run as a numeric non-root
+# user. Build: docker build -t courier:0.1.0 .   (tag with Cargo.toml's version: the Helm
+# chart's default image tag is its appVersion, never `latest`).
+#
+# Base images are pinned by version tag, builder and runtime on the same Debian release
+# (13, trixie: the binary links its glibc and libssl). Rust >= 1.95 is required (the
+# newest rust-version in Cargo.lock). Pin digests on top where your registry policy asks
+# for them: `docker buildx imagetools inspect rust:1.95.0-slim-trixie` prints the digest
+# to append as @sha256:... (none is written here: none could be verified from where this
+# file was written). scripts/check-dockerfile.sh checks the rules this file claims.
+ARG RUST_IMAGE=rust:1.95.0-slim-trixie
+ARG RUNTIME_IMAGE=debian:13.1-slim
 
-FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl libssl3 \
+FROM ${RUST_IMAGE} AS build
+WORKDIR /src
+# librdkafka is compiled from the rdkafka-sys crate (configure + make), against OpenSSL.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential python3 libssl-dev pkg-config \
+    && rm -rf /var/lib/apt/lists/*
+
+# 1. Dependencies only, with stand-ins for the sources: this layer (librdkafka, jemalloc,
+#    every crate: most of the build time) is reused until Cargo.toml or Cargo.lock change.
+COPY Cargo.toml Cargo.lock ./
+COPY deploy/docker/stub-crate.sh /usr/local/bin/
+RUN stub-crate.sh \
+    && cargo build --release --locked --bin courier \
+    && rm -rf src target/release/courier target/release/deps/courier-* \
+       target/release/deps/libcourier-* target/release/.fingerprint/courier-*
+
+# 2. Courier itself. COPY keeps the files' modification times, which can be older than
+#    the stand-ins' build: touch them so Cargo never mistakes the stand-ins for the crate.
+COPY src ./src
+RUN find src -name '*.rs' -exec touch {} + \
+    && cargo build --release --locked --bin courier
+
+# The image's default config: config/courier.toml with the listener on all interfaces.
+COPY config/courier.toml deploy/docker/image-config.sh ./
+RUN sh image-config.sh courier.toml courier.image.toml
+
+FROM ${RUNTIME_IMAGE}
+# Runtime libraries only: CA certificates, OpenSSL (librdkafka's TLS). No curl, no shell
+# tools beyond the base image's: nothing here probes Courier (see HEALTHCHECK below).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates libssl3t64 \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --no-create-home courier
+    && groupadd --system --gid 10001 courier \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin courier
 COPY --from=build /src/target/release/courier /usr/local/bin/courier
-COPY config/courier.toml /etc/courier/courier.toml
-USER courier
-# Metrics and health must be reachable from outside the container.
-ENV COURIER__METRICS__LISTEN=0.0.0.0:9464
+COPY --from=build /src/courier.image.toml /etc/courier/courier.toml
+# Numeric, so Kubernetes' runAsNonRoot can verify it without a passwd lookup.
+USER 10001:10001
+# The metrics listener (/metrics, /healthz, /readyz): config's metrics.listen, 0.0.0.0:9464
+# in the image's default config. No COURIER__METRICS__LISTEN here: an environment variable
+# beats the config file, and would silently override a mounted config's metrics.listen.
 EXPOSE 9464
-HEALTHCHECK --interval=10s --timeout=3s --retries=3 CMD curl -fsS http://127.0.0.1:9464/healthz || exit 1
+# No HEALTHCHECK: the runtime has no HTTP client, and on Kubernetes the probes on
+# /healthz and /readyz do the checking (deploy/helm/courier). Outside Kubernetes, probe
+# http://<host>:9464/healthz from your orchestrator.
 # Mount your own config over /etc/courier/courier.toml (or set COURIER__* variables).
 ENTRYPOINT ["courier"]
 CMD ["run", "--config", "/etc/courier/courier.toml"]

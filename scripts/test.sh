@@ -11,4 +11,11 @@ source "${COURIER_STATE:-/tmp/courier-services}/services.env"
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --features test-hooks -- -D warnings
+# The binary the deploy checks run (`courier check-config`); cargo test reuses it.
+cargo build --bin courier --features test-hooks
+# Static checks of dashboards/ and deploy/ (promtool, Grafana schema, helm, Kubernetes
+# schemas, Pod Security "restricted", Dockerfile): no services, about 10 s once the tools
+# are cached under ~/.cache/courier (the first run installs helm and builds the checkers).
+bash scripts/check-dashboards.sh
+bash scripts/check-deploy.sh
 cargo test --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"

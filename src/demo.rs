@@ -76,7 +76,7 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
     let mut cfg = cfg;
     cfg.api.url = sink.url();
     let started = Instant::now();
-    let prometheus = crate::metrics::install();
+    let prometheus = crate::metrics::install(&cfg.kafka.group_id, &cfg.kafka.topic);
     let running = crate::app::start(cfg.clone(), prometheus.clone()).await?;
     println!("The story: at a quarter of the way the API goes down for 6 s; watch the partitions pause, the DLQ drain, and delivery resume.");
     println!("(No Redis in the demo: each instance's local circuit breaker decides on its own.)\n");

@@ -246,7 +246,7 @@ async fn run(path: PathBuf, log_format: Option<String>) -> anyhow::Result<u8> {
     for d in &cfg.deprecations {
         tracing::warn!("config: {d}");
     }
-    let prometheus = courier::metrics::install();
+    let prometheus = courier::metrics::install(&cfg.kafka.group_id, &cfg.kafka.topic);
     let running = courier::app::start(cfg, prometheus).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot install the SIGTERM handler")?;

@@ -1,5 +1,6 @@
 //! Metric names (prefix `courier_`) and the HTTP listener serving `/metrics`,
-//! `/healthz` and `/readyz`. Labels stay within bounded sets: topic, partition,
+//! `/healthz` and `/readyz`. Every series carries `group` and `main_topic` (the
+//! deployment's identity). Other labels stay within bounded sets: topic, partition,
 //! outcome, class, reason, actor — never event ids or keys.
 
 use axum::{extract::State, http::StatusCode, routing::get, Router};
@@ -172,14 +173,32 @@ pub const AGE_BUCKETS: &[f64] = &[
     120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
 ];
 
-/// Installs the global Prometheus recorder (once per process).
-pub fn install() -> Option<PrometheusHandle> {
-    let builder = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.into()), LATENCY_BUCKETS)
-        .ok()?
-        .set_buckets_for_metric(Matcher::Full(EVENT_AGE.into()), AGE_BUCKETS)
-        .ok()?;
-    let handle = builder.install_recorder().ok()?;
+/// Label on every series: the consumer group (`kafka.group_id`).
+pub const GROUP_LABEL: &str = "group";
+/// Label on every series: the main topic (`kafka.topic`). Not `topic`: that label
+/// already tells the main topic from the DLQ on `courier_consumed_total`.
+pub const MAIN_TOPIC_LABEL: &str = "main_topic";
+
+/// The exporter's configuration: histogram buckets, and the deployment's identity
+/// (consumer group, main topic) as labels on every series, so the series of two
+/// deployments scraped by one Prometheus never merge (partition 0 of one group is not
+/// partition 0 of another) and alerts can aggregate per group.
+fn builder(group: &str, main_topic: &str) -> Option<PrometheusBuilder> {
+    Some(
+        PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.into()), LATENCY_BUCKETS)
+            .ok()?
+            .set_buckets_for_metric(Matcher::Full(EVENT_AGE.into()), AGE_BUCKETS)
+            .ok()?
+            .add_global_label(GROUP_LABEL, group)
+            .add_global_label(MAIN_TOPIC_LABEL, main_topic),
+    )
+}
+
+/// Installs the global Prometheus recorder (once per process), labelling every series
+/// with the consumer group and the main topic.
+pub fn install(group: &str, main_topic: &str) -> Option<PrometheusHandle> {
+    let handle = builder(group, main_topic)?.install_recorder().ok()?;
     describe();
     register_known_series();
     Some(handle)
@@ -216,6 +235,9 @@ pub fn register_known_series() {
     metrics::counter!(DLQ_REDELIVERED).absolute(0);
     metrics::counter!(DELIVERED).absolute(0);
     metrics::gauge!(API_UNAVAILABLE).set(0.0);
+    // Present from the start (0 until the first assignment): alerts tell an idle
+    // standby from a missing instance by it, and `absent()` by its absence.
+    metrics::gauge!(ASSIGNED_PARTITIONS).set(0.0);
 }
 
 /// Registers help texts (they appear as `# HELP` lines on `/metrics`).
@@ -375,6 +397,35 @@ async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_series_carries_the_group_and_the_main_topic() {
+        let recorder = builder("orders-courier", "orders")
+            .unwrap()
+            .build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            metrics::counter!(CONSUMED, "topic" => "orders.dlq").increment(2);
+            metrics::gauge!(COMMIT_WATERMARK, "partition" => "0").set(7.0);
+            metrics::histogram!(DELIVERY_LATENCY).record(0.004);
+        });
+        let text = handle.render();
+        let series: Vec<&str> = text.lines().filter(|l| l.starts_with("courier_")).collect();
+        assert!(series.len() > 3, "{text}");
+        for line in &series {
+            assert!(
+                line.contains("group=\"orders-courier\"") && line.contains("main_topic=\"orders\""),
+                "no group/main_topic label: {line}"
+            );
+        }
+        // The metric's own `topic` label keeps its value (main vs DLQ).
+        assert!(
+            series
+                .iter()
+                .any(|l| l.starts_with(CONSUMED) && l.contains("topic=\"orders.dlq\"")),
+            "{text}"
+        );
+    }
 
     #[test]
     fn readiness_needs_an_assignment_and_progress() {

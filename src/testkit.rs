@@ -305,18 +305,42 @@ pub async fn metrics_page(port: u16, timeout: Option<Duration>) -> Result<String
 }
 
 /// The sum of all samples of `name` in a Prometheus text page. `name` is a metric
-/// name (its series with any labels, but not `name_other`), or the start of a
-/// series with a label set, e.g. `x_total{result="miss"`.
+/// name (its series with any labels, but not `name_other`), or a metric name with
+/// labels the series must have, e.g. `x_total{result="miss"` (the closing brace is
+/// optional): other labels (the exporter's `group` and `main_topic` on every series)
+/// and the order of the labels do not matter.
 pub fn metric_sum(text: &str, name: &str) -> f64 {
+    let (metric, wanted) = match name.split_once('{') {
+        Some((m, labels)) => (m, labels_of(labels.trim_end_matches('}'))),
+        None => (name, Vec::new()),
+    };
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.starts_with(name)
-                && (name.contains('{')
-                    || matches!(l.as_bytes().get(name.len()), Some(b' ') | Some(b'{')))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(metric)?;
+            let (labels, value) = if let Some(r) = rest.strip_prefix('{') {
+                r.split_once("} ")?
+            } else {
+                ("", rest.strip_prefix(' ')?)
+            };
+            let have = labels_of(labels);
+            wanted
+                .iter()
+                .all(|w| have.contains(w))
+                .then(|| value.split_whitespace().next()?.parse::<f64>().ok())?
         })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// `a="x",b="y"` as `[("a", "x"), ("b", "y")]` (values without escaped quotes, as
+/// Courier's bounded label values are).
+fn labels_of(s: &str) -> Vec<(&str, &str)> {
+    s.split("\",")
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once("=\"")?;
+            Some((k.trim_start_matches(','), v.trim_end_matches('"')))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -330,6 +354,22 @@ x_total{result=\"hit\"} 3\nx_total{result=\"miss\"} 4\nx_total_other 100\nx_tota
         assert_eq!(metric_sum(text, "x_total"), 8.0);
         assert_eq!(metric_sum(text, "x_total{result=\"miss\""), 4.0);
         assert_eq!(metric_sum(text, "y_total"), 0.0);
+    }
+
+    #[test]
+    fn label_filters_ignore_other_labels_and_their_order() {
+        // The exporter puts its global labels (group, main_topic) first.
+        let text = "x_total{group=\"g\",main_topic=\"t\",result=\"hit\"} 3\n\
+x_total{group=\"g\",main_topic=\"t\",result=\"miss\"} 4\n\
+x_total{group=\"g\",main_topic=\"t\",result=\"miss_other\"} 100\n";
+        assert_eq!(metric_sum(text, "x_total"), 107.0);
+        assert_eq!(metric_sum(text, "x_total{result=\"miss\""), 4.0);
+        assert_eq!(metric_sum(text, "x_total{result=\"miss\"}"), 4.0);
+        assert_eq!(
+            metric_sum(text, "x_total{main_topic=\"t\",result=\"hit\""),
+            3.0
+        );
+        assert_eq!(metric_sum(text, "x_total{result=\"none\""), 0.0);
     }
 
     #[tokio::test]

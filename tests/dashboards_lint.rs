@@ -1,9 +1,13 @@
 //! Lints `dashboards/` without any service: every metric a dashboard panel, a dashboard
 //! variable or an alert rule uses must be one Courier registers (`courier::metrics::ALL`),
 //! histograms only through their `_bucket`/`_sum`/`_count` series; dashboard queries use
-//! the template variables (`$instance`, `$partition`, `$__rate_interval`, `$__range`) and
-//! the `datasource` variable; every alert has a severity, a summary, a description and a
-//! runbook hint. `tests/observability.rs` runs the same files against a real Prometheus.
+//! the template variables (`$group`, `$instance`, `$partition`, `$__rate_interval`,
+//! `$__range`) and the `datasource` variable; every alert has a severity, a summary, a
+//! description and a `runbook_url` whose anchor exists in dashboards/README.md, every
+//! selector of a rule carries `group!=""` (the Helm chart scopes it to its release's
+//! group), and every alert fires in at least one case of alerts_test.yml.
+//! `scripts/check-dashboards.sh` runs promtool and the Grafana schema/lint check on the
+//! same files; `tests/observability.rs` runs them against a real Prometheus.
 //!
 //! No YAML parser here (no new dependency): alert expressions are taken from the `expr:`
 //! lines textually; `promtool check rules` (in the observability test) parses them properly.
@@ -19,15 +23,27 @@ const REQUIRED_ALERTS: &[&str] = &[
     "CourierApiUnavailable",
     "CourierDlqGrowing",
     "CourierDlqDropped",
+    "CourierApiRejectedEvents",
     "CourierLagGrowing",
+    "CourierFreshnessSlo",
     "CourierBreakerOpenTooLong",
     "CourierRedisUnreachable",
     "CourierActorRestarts",
-    "CourierNotReady",
+    "CourierInstanceDown",
+    "CourierNotConsuming",
+    "CourierGroupGone",
+    "CourierAbsent",
+    "CourierDlqWriteFailing",
 ];
+
+/// The matcher every selector of a Courier series in alerts.yml carries; the Helm chart
+/// replaces it with `group="<the release's group>"`.
+const GROUP_MATCHER: &str = "group!=\"\"";
 
 /// Template variables a dashboard query may use.
 const KNOWN_VARIABLES: &[&str] = &[
+    "$group",
+    "${group}",
     "$instance",
     "${instance}",
     "$partition",
@@ -111,8 +127,8 @@ fn variable_queries(dash: &Value) -> Vec<(String, String)> {
     out
 }
 
-/// The alert rules' `expr:` values (block scalars `>-`, `|` ... joined into one line),
-/// with the name of the alert they belong to.
+/// The rules' `expr:` values (block scalars `>-`, `|` ... joined into one line), with the
+/// name of the alert or recording rule they belong to.
 fn alert_exprs(yaml: &str) -> Vec<(String, String)> {
     let lines: Vec<&str> = yaml.lines().collect();
     let indent = |l: &str| l.len() - l.trim_start().len();
@@ -122,7 +138,10 @@ fn alert_exprs(yaml: &str) -> Vec<(String, String)> {
     while i < lines.len() {
         let l = lines[i];
         let t = l.trim_start().trim_start_matches("- ");
-        if let Some(name) = t.strip_prefix("alert:") {
+        if let Some(name) = t
+            .strip_prefix("alert:")
+            .or_else(|| t.strip_prefix("record:"))
+        {
             alert = name.trim().to_string();
         }
         if let Some(v) = t.strip_prefix("expr:") {
@@ -211,15 +230,12 @@ fn unknown_metrics(exprs: &[(String, String)]) -> Vec<String> {
     bad
 }
 
-/// Dashboard-only rules: queries use the variables, and only known ones.
-fn query_style_problems(title: &str, expr: &str) -> Vec<String> {
+/// Every selector of a courier metric in `expr` that lacks one of the `required`
+/// matchers (a bare metric name has none).
+fn selector_problems(title: &str, expr: &str, required: &[&str]) -> Vec<String> {
     let mut bad = Vec::new();
-    if expr.trim().is_empty() {
-        bad.push(format!("{title}: empty expr"));
-        return bad;
-    }
-    // Every selector of a courier metric filters on the instance variable.
-    for n in metric_names(expr) {
+    let names: std::collections::BTreeSet<String> = metric_names(expr).into_iter().collect();
+    for n in names {
         let mut from = 0;
         while let Some(off) = expr[from..].find(n.as_str()) {
             let at = from + off + n.len();
@@ -228,20 +244,40 @@ fn query_style_problems(title: &str, expr: &str) -> Vec<String> {
                 .bytes()
                 .next()
                 .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_');
-            if !next_is_ident {
+            let prev_is_ident = expr[..from + off]
+                .bytes()
+                .last()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b':');
+            if !next_is_ident && !prev_is_ident {
                 let sel = rest
                     .strip_prefix('{')
                     .and_then(|r| r.split_once('}'))
                     .map(|(s, _)| s);
-                if !sel.is_some_and(|s| s.contains("instance=~\"$instance\"")) {
-                    bad.push(format!(
-                        "{title}: `{n}` without instance=~\"$instance\" in `{expr}`"
-                    ));
+                for m in required {
+                    if !sel.is_some_and(|s| s.contains(m)) {
+                        bad.push(format!("{title}: `{n}` without {m} in `{expr}`"));
+                    }
                 }
             }
             from = at;
         }
     }
+    bad
+}
+
+/// Dashboard-only rules: queries use the variables, and only known ones.
+fn query_style_problems(title: &str, expr: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    if expr.trim().is_empty() {
+        bad.push(format!("{title}: empty expr"));
+        return bad;
+    }
+    // Every selector of a courier metric filters on the group and instance variables.
+    bad.extend(selector_problems(
+        title,
+        expr,
+        &["group=~\"$group\"", "instance=~\"$instance\""],
+    ));
     // Range selectors use Grafana's intervals, never a fixed window.
     let mut rest = expr;
     while let Some(i) = rest.find('[') {
@@ -347,7 +383,13 @@ fn alert_rules_are_complete() {
         }
     }
     for (name, block) in names.iter().zip(&blocks) {
-        for key in ["expr:", "severity:", "summary:", "description:", "runbook"] {
+        for key in [
+            "expr:",
+            "severity:",
+            "summary:",
+            "description:",
+            "runbook_url:",
+        ] {
             if !block.contains(key) {
                 bad.push(format!("{name}: no {key}"));
             }
@@ -392,11 +434,15 @@ fn overview_dashboard_structure() {
             .unwrap_or_default()
     };
     for (name, want) in [
+        ("group", "label_values(courier_assigned_partitions, group)"),
         (
             "instance",
-            "label_values(courier_assigned_partitions, instance)",
+            "label_values(courier_assigned_partitions{group=~\"$group\"}, instance)",
         ),
-        ("partition", "label_values(courier_commit_watermark"),
+        (
+            "partition",
+            "label_values(courier_commit_watermark{group=~\"$group\"",
+        ),
     ] {
         match var(name) {
             Some(v) if v["multi"] == true && v["includeAll"] == true => {
@@ -482,6 +528,130 @@ fn overview_dashboard_structure() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// Alerts and recording rules with the name of each, split at `- alert:` / `- record:`.
+fn rule_blocks(yaml: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in yaml.lines() {
+        let t = line.trim_start().trim_start_matches("- ");
+        if line.trim_start().starts_with("- ") {
+            if let Some(name) = t
+                .strip_prefix("alert:")
+                .or_else(|| t.strip_prefix("record:"))
+            {
+                out.push((name.trim().to_string(), String::new()));
+                continue;
+            }
+        }
+        if let Some((_, block)) = out.last_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    out
+}
+
+/// Problems with the group scoping of rule expressions: every selector of a courier
+/// series carries `group!=""`.
+fn group_scope_problems(exprs: &[(String, String)]) -> Vec<String> {
+    exprs
+        .iter()
+        .flat_map(|(name, e)| selector_problems(name, e, &[GROUP_MATCHER]))
+        .collect()
+}
+
+/// The `runbook_url` of each alert, and whether dashboards/README.md has its anchor
+/// (a `### Heading` whose GitHub-style anchor is the URL's fragment).
+fn runbook_problems(yaml: &str, readme: &str) -> Vec<String> {
+    let anchors: Vec<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .map(|h| {
+            h.trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == '-' || *c == ' ')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect();
+    let mut bad = Vec::new();
+    for (name, block) in rule_blocks(yaml) {
+        if !block.contains("severity:") {
+            continue; // a recording rule
+        }
+        let url = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("runbook_url:"))
+            .map(|u| u.trim().trim_matches('"').to_string());
+        match url.as_deref().and_then(|u| u.split_once('#')) {
+            Some(("dashboards/README.md", anchor)) if anchors.iter().any(|a| a == anchor) => {}
+            _ => bad.push(format!(
+                "{name}: runbook_url {url:?} is not dashboards/README.md#<an anchor of a ### heading>"
+            )),
+        }
+    }
+    bad
+}
+
+/// The alerts that fire (have `exp_labels`) in some case of a promtool test file, and the
+/// names the file mentions at all (recording rules are tested by `promql_expr_test`).
+fn tested_alerts(test_yaml: &str) -> std::collections::BTreeSet<String> {
+    let mut fired = std::collections::BTreeSet::new();
+    let mut current = String::new();
+    for line in test_yaml.lines() {
+        let t = line.trim().trim_start_matches("- ");
+        if let Some(a) = t.strip_prefix("alertname:") {
+            current = a.trim().to_string();
+        } else if t.starts_with("exp_labels:") && !current.is_empty() {
+            fired.insert(current.clone());
+        } else if t.starts_with("eval_time:") || t.starts_with("interval:") {
+            current.clear();
+        }
+    }
+    fired
+}
+
+#[test]
+fn every_rule_is_scoped_to_a_group_and_has_a_runbook() {
+    let yaml = std::fs::read_to_string(dashboards_dir().join("alerts.yml")).expect("alerts.yml");
+    let readme =
+        std::fs::read_to_string(dashboards_dir().join("README.md")).expect("dashboards/README.md");
+    let mut bad = group_scope_problems(&alert_exprs(&yaml));
+    bad.extend(runbook_problems(&yaml, &readme));
+    // No rule may depend on the scrape job's name (it differs between a plain scrape
+    // config and a ServiceMonitor).
+    for (name, e) in alert_exprs(&yaml) {
+        if e.contains("job=") || e.contains("job!") || e.contains("job=~") {
+            bad.push(format!("{name}: selects on the job label in `{e}`"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn every_rule_is_unit_tested() {
+    let yaml = std::fs::read_to_string(dashboards_dir().join("alerts.yml")).expect("alerts.yml");
+    let tests =
+        std::fs::read_to_string(dashboards_dir().join("alerts_test.yml")).expect("alerts_test.yml");
+    let fired = tested_alerts(&tests);
+    let mut bad = Vec::new();
+    for (name, block) in rule_blocks(&yaml) {
+        let is_alert = block.contains("severity:");
+        if is_alert && !fired.contains(&name) {
+            bad.push(format!(
+                "{name}: no case in alerts_test.yml in which it fires"
+            ));
+        }
+        if !is_alert && !tests.contains(&format!("expr: {name}")) {
+            bad.push(format!(
+                "recording rule {name}: no promql_expr_test in alerts_test.yml"
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    println!("{} alerts fire in alerts_test.yml", fired.len());
+}
+
 /// The checks themselves catch what they are for: a panel with an unknown metric, a
 /// histogram used without its suffix, a selector without the instance filter, a fixed
 /// window, an unknown variable; and the YAML extraction sees block-scalar exprs.
@@ -506,12 +676,31 @@ fn the_lint_catches_mistakes() {
     assert!(bad[1].contains("is a histogram"));
     assert!(bad[2].contains("not a histogram"));
 
-    assert!(query_style_problems("ok", "sum(rate(courier_delivered_total{instance=~\"$instance\"}[$__rate_interval])) / sum(courier_in_flight{instance=~\"$instance\", partition=~\"$partition\"})").is_empty());
+    assert!(query_style_problems("ok", "sum by (group) (rate(courier_delivered_total{group=~\"$group\", instance=~\"$instance\"}[$__rate_interval])) / sum by (group) (courier_in_flight{group=~\"$group\", instance=~\"$instance\", partition=~\"$partition\"})").is_empty());
     let p = query_style_problems("x", "rate(courier_delivered_total[5m])");
-    assert_eq!(p.len(), 2, "{p:#?}");
-    let p = query_style_problems("x", "courier_in_flight{instance=~\"$instance\"} * $foo");
+    assert_eq!(p.len(), 3, "{p:#?}");
+    let p = query_style_problems(
+        "x",
+        "courier_in_flight{group=~\"$group\", instance=~\"$instance\"} * $foo",
+    );
     assert_eq!(p.len(), 1, "{p:#?}");
     assert!(p[0].contains("unknown variable $foo"), "{p:#?}");
+    let p = query_style_problems("x", "courier_in_flight{instance=~\"$instance\"}");
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert!(p[0].contains("without group=~\"$group\""), "{p:#?}");
+
+    // Rules: a selector without the group matcher, a bare metric, a job selector, a
+    // runbook anchor that does not exist, an alert no test makes fire.
+    let rules = "groups:\n  - name: courier\n    rules:\n      - record: courier:x\n        expr: sum(courier_in_flight{group!=\"\"})\n      - alert: A\n        expr: >-\n          sum by (group) (courier_in_flight{group!=\"\"})\n          / sum by (group) (courier_in_flight)\n        labels:\n          severity: warning\n        annotations:\n          runbook_url: dashboards/README.md#a\n      - alert: B\n        expr: up{job=\"courier\"} == 0 and courier_in_flight{job=\"x\"}\n        labels:\n          severity: critical\n        annotations:\n          runbook_url: dashboards/README.md#nope\n";
+    let p = group_scope_problems(&alert_exprs(rules));
+    assert_eq!(p.len(), 2, "{p:#?}");
+    assert!(p[0].starts_with("A:") && p[1].starts_with("B:"), "{p:#?}");
+    let p = runbook_problems(rules, "# Alerts\n### A\ntext\n");
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert!(p[0].starts_with("B:"), "{p:#?}");
+    let tests = "tests:\n  - interval: 1m\n    alert_rule_test:\n      - eval_time: 1m\n        alertname: A\n        exp_alerts: []\n      - eval_time: 2m\n        alertname: B\n        exp_alerts:\n          - exp_labels: {severity: critical}\n";
+    let fired = tested_alerts(tests);
+    assert!(fired.contains("B") && !fired.contains("A"), "{fired:?}");
 
     let yaml = "groups:\n  - name: courier\n    rules:\n      - alert: A\n        expr: >-\n          sum(\n            courier_nope_total)\n          > 0\n        for: 1m\n      - alert: B\n        expr: courier_in_flight > 1\n";
     let ex = alert_exprs(yaml);

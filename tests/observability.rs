@@ -40,6 +40,8 @@ const TEST_FOR: &str = "3s";
 /// Grafana's values for the variables the dashboards use: "All" is `.*` (the variables'
 /// `allValue`), `$__rate_interval` at least four scrape intervals (1 s here).
 const SUBSTITUTIONS: &[(&str, &str)] = &[
+    ("${group}", ".*"),
+    ("$group", ".*"),
     ("${instance}", ".*"),
     ("$instance", ".*"),
     ("${partition}", ".*"),
@@ -423,7 +425,9 @@ async fn dashboards_and_alerts_against_real_prometheus() {
     let prometheus_bin = env_path("COURIER_TEST_PROMETHEUS");
     let alerts_path = dashboards_dir().join("alerts.yml");
     let alerts_yaml = std::fs::read_to_string(&alerts_path).expect("dashboards/alerts.yml");
-    let alert_count = alerts_yaml.matches("- alert:").count();
+    // Alerts and recording rules (the freshness objective).
+    let alert_count =
+        alerts_yaml.matches("- alert:").count() + alerts_yaml.matches("- record:").count();
 
     // (a) The rules as committed are valid, and their unit tests pass (run against a
     // copy without annotations: promtool compares those verbatim, the tests are about
@@ -770,7 +774,7 @@ crash_on_event_id = "{crash_on}"
     }
     for a in [
         "CourierRedisUnreachable",
-        "CourierNotReady",
+        "CourierInstanceDown",
         "CourierDlqWriteFailing",
     ] {
         assert!(
