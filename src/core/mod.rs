@@ -14,3 +14,4 @@ pub mod offsets;
 pub mod ordering;
 pub mod partition;
 pub mod restart;
+pub mod status;
