@@ -65,8 +65,10 @@ impl Health {
 
     fn noted(&self, t: Option<Transition>) -> Option<Transition> {
         if let Some(t) = t {
-            *self.last.lock().unwrap_or_else(|e| e.into_inner()) =
-                Some((t, crate::runtime::now_ms()));
+            let wall_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((t, wall_ms));
         }
         t
     }

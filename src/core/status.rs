@@ -2,8 +2,8 @@
 //! its transitions, which source the health verdict rests on, and the delivery
 //! errors of the last few minutes from periodic samples of cumulative counts.
 //!
-//! The board that holds the live state (`crate::status`) and the page that shows
-//! it only carry these decisions out.
+//! The status board that holds the live state and the page that shows it only
+//! carry these decisions out.
 
 use std::collections::{BTreeMap, VecDeque};
 

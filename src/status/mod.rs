@@ -95,7 +95,7 @@ pub struct PartitionRow {
     lag: AtomicI64,
     dlq_lag: AtomicI64,
     held: AtomicI64,
-    in_flight: AtomicI64,
+    dispatched: AtomicI64,
 }
 
 const MODES: [Mode; 3] = [Mode::Normal, Mode::Paused, Mode::DrainDlq];
@@ -115,7 +115,7 @@ impl PartitionRow {
             lag: AtomicI64::new(-1),
             dlq_lag: AtomicI64::new(-1),
             held: AtomicI64::new(0),
-            in_flight: AtomicI64::new(0),
+            dispatched: AtomicI64::new(0),
         }
     }
 
@@ -131,14 +131,15 @@ impl PartitionRow {
         }
     }
 
-    /// The stored main watermark, events held (begun, not finished) and jobs in
-    /// flight.
-    pub fn set_progress(&self, watermark: Option<i64>, held: i64, in_flight: usize) {
+    /// The stored main watermark, events in flight (held: begun, not finished)
+    /// and jobs dispatched to the delivery pool and not answered (queued for a
+    /// permit or being delivered).
+    pub fn set_progress(&self, watermark: Option<i64>, held: i64, dispatched: usize) {
         self.watermark
             .store(watermark.unwrap_or(-1), Ordering::Relaxed);
         self.held.store(held, Ordering::Relaxed);
-        self.in_flight.store(
-            i64::try_from(in_flight).unwrap_or(i64::MAX),
+        self.dispatched.store(
+            i64::try_from(dispatched).unwrap_or(i64::MAX),
             Ordering::Relaxed,
         );
     }
@@ -151,7 +152,7 @@ impl PartitionRow {
             watermark: known(&self.watermark),
             lag: known(&self.lag),
             held: self.held.load(Ordering::Relaxed),
-            in_flight: self.in_flight.load(Ordering::Relaxed),
+            dispatched: self.dispatched.load(Ordering::Relaxed),
             dlq_lag: known(&self.dlq_lag),
         }
     }
@@ -458,10 +459,11 @@ pub struct PartitionSnapshot {
     pub watermark: Option<i64>,
     /// Records of main p not yet finished (end offset minus watermark).
     pub lag: Option<i64>,
-    /// Events begun and not finished (main and DLQ).
+    /// Events in flight: begun and not finished (main and DLQ).
     pub held: i64,
-    /// Jobs handed to the delivery pool and not answered.
-    pub in_flight: i64,
+    /// Jobs handed to the delivery pool and not answered (waiting for a permit,
+    /// or being delivered); while paused, the rest of `held` waits in the partition.
+    pub dispatched: i64,
     /// Unread records of DLQ p.
     pub dlq_lag: Option<i64>,
 }
@@ -519,7 +521,7 @@ mod tests {
             (p0.mode.as_str(), p0.watermark, p0.lag, p0.dlq_lag),
             ("drain_dlq", Some(42), Some(10), Some(4))
         );
-        assert_eq!((p0.held, p0.in_flight), (3, 2));
+        assert_eq!((p0.held, p0.dispatched), (3, 2));
         assert_eq!(s.partitions[1].mode, "paused", "a new row starts paused");
         assert_eq!(s.partitions[1].watermark, None);
         // Partition 1 revoked: its row goes.

@@ -185,7 +185,7 @@ pub fn render(s: &Snapshot) -> String {
     } else {
         o.push_str(
             "<table id=\"partitions\"><tr><th>partition</th><th>mode</th><th>watermark</th>\
-             <th>lag</th><th>held</th><th>in flight</th><th>DLQ lag</th></tr>",
+             <th>lag</th><th>in flight (held)</th><th>dispatched</th><th>DLQ lag</th></tr>",
         );
         for p in &s.partitions {
             let _ = write!(
@@ -198,7 +198,7 @@ pub fn render(s: &Snapshot) -> String {
                 wm = opt(p.watermark),
                 lag = opt(p.lag),
                 held = p.held,
-                fl = p.in_flight,
+                fl = p.dispatched,
                 dl = opt(p.dlq_lag),
             );
         }
@@ -259,8 +259,8 @@ mod tests {
             "marker": {"state": "present", "last": null}
           },
           "partitions": [
-            {"partition": 0, "mode": "paused", "watermark": 120, "lag": 880, "held": 12, "in_flight": 4, "dlq_lag": 0},
-            {"partition": 1, "mode": "paused", "watermark": null, "lag": null, "held": 0, "in_flight": 0, "dlq_lag": null}
+            {"partition": 0, "mode": "paused", "watermark": 120, "lag": 880, "held": 12, "dispatched": 4, "dlq_lag": 0},
+            {"partition": 1, "mode": "paused", "watermark": null, "lag": null, "held": 0, "dispatched": 0, "dlq_lag": null}
           ],
           "errors": {"window_s": 300, "span_s": 300, "by_reason": [
             {"class": "transient", "reason": "http_503", "recent": 37, "total": 40}
@@ -342,7 +342,7 @@ mod tests {
                 watermark: Some(1),
                 lag: Some(2),
                 held: 3,
-                in_flight: 4,
+                dispatched: 4,
                 dlq_lag: Some(5),
             }],
             errors: ErrorsSnapshot {
