@@ -63,6 +63,8 @@ impl Health {
         *self.last.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Keeps `t` as the last transition. Called with the breaker's lock held, so
+    /// transitions are kept in the order they happened.
     fn noted(&self, t: Option<Transition>) -> Option<Transition> {
         if let Some(t) = t {
             let wall_ms = std::time::SystemTime::now()
@@ -106,11 +108,11 @@ impl Health {
     pub async fn gate(&self) {
         loop {
             let now = Instant::now();
-            let (moved, allowed) = {
+            let allowed = {
                 let mut b = self.breaker();
-                (b.advance(now), b.allow(now))
+                self.noted(b.advance(now));
+                b.allow(now)
             };
-            self.noted(moved);
             if allowed {
                 return;
             }
@@ -134,7 +136,6 @@ impl Health {
                 b.trip(now, "systemic").or(recorded)
             }
         };
-        drop(b);
         self.noted(t)
     }
 
@@ -159,7 +160,8 @@ impl Health {
             f.count as f64 > self.flood_limit
         };
         if over {
-            let t = self.breaker().trip(now, "dlq_flood");
+            let mut b = self.breaker();
+            let t = b.trip(now, "dlq_flood");
             self.noted(t)
         } else {
             None

@@ -175,10 +175,7 @@ impl PartitionState {
         }
         self.gauges.row.set_progress(
             self.a.shared.stored(Src::Main),
-            self.a
-                .shared
-                .held
-                .load(std::sync::atomic::Ordering::Relaxed),
+            self.a.shared.held(),
             self.machine.in_flight(),
         );
     }
