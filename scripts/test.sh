@@ -6,6 +6,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/services.sh up
+
+# Debian's Chromium for the status page's browser test (tests/status_page.rs renders
+# /status headless). Installed here, not by services.sh: it is a test tool, not a service.
+if ! command -v chromium >/dev/null; then
+    echo "[test] installing chromium (headless browser for tests/status_page.rs)" >&2
+    sudo_=()
+    if [[ $(id -u) -ne 0 ]]; then sudo_=(sudo); fi
+    "${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+    "${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        chromium >/dev/null
+fi
+
 # shellcheck disable=SC1091
 source "${COURIER_STATE:-/tmp/courier-services}/services.env"
 

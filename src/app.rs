@@ -5,6 +5,7 @@ use crate::actors::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 use crate::config::Config;
 use crate::metrics::Readiness;
 use crate::runtime::Pipeline;
+use crate::status::{BoardInfo, StatusBoard};
 use metrics_exporter_prometheus::PrometheusHandle;
 use ractor::{Actor, ActorRef};
 use std::net::SocketAddr;
@@ -34,6 +35,8 @@ pub struct Running {
     pub pipeline: Arc<Pipeline>,
     pub ready: Arc<Readiness>,
     http: Option<tokio::task::JoinHandle<()>>,
+    /// Samples the error counts for `/status`.
+    sampler: tokio::task::JoinHandle<()>,
 }
 
 /// Starts the actor tree. Fails fast on what cannot work (missing token, missing
@@ -51,6 +54,14 @@ pub async fn start(
         config.metrics.stuck_after,
         config.metrics.wedged_after,
     ));
+    let status = Arc::new(StatusBoard::new(
+        BoardInfo::new(&config, crate::runtime::instance_id()),
+        crate::runtime::now_ms(),
+    ));
+    let sampler = tokio::spawn(crate::status::http::sample_errors(
+        status.clone(),
+        crate::runtime::now_ms,
+    ));
     let http = if config.metrics.listen.is_empty() {
         None
     } else {
@@ -63,14 +74,14 @@ pub async fn start(
         let listener =
             std::net::TcpListener::bind(addr).map_err(|e| StartError::Listen(addr, e))?;
         drop(listener);
-        let r = ready.clone();
+        let (r, board) = (ready.clone(), status.clone());
         Some(tokio::spawn(async move {
-            if let Err(e) = crate::metrics::serve(addr, prometheus, r).await {
+            if let Err(e) = crate::metrics::serve(addr, prometheus, r, board).await {
                 tracing::error!(error = %e, "metrics listener failed");
             }
         }))
     };
-    let pipeline = Arc::new(Pipeline::new(config));
+    let pipeline = Arc::new(Pipeline::new(config, status));
     let args = SupervisorArgs {
         pipeline: pipeline.clone(),
         ready: ready.clone(),
@@ -84,6 +95,7 @@ pub async fn start(
         pipeline,
         ready,
         http,
+        sampler,
     })
 }
 
@@ -130,6 +142,7 @@ impl Running {
         if let Some(h) = self.http {
             h.abort();
         }
+        self.sampler.abort();
     }
 
     /// Resolves when the supervisor gave up (restart budget exhausted).

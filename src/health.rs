@@ -42,6 +42,8 @@ pub struct Health {
     flood: Mutex<RateCounter>,
     flood_limit: f64,
     started: Instant,
+    /// The breaker's last transition and its wall-clock time (ms), for `/status`.
+    last: Mutex<Option<(Transition, i64)>>,
 }
 
 impl Health {
@@ -52,7 +54,25 @@ impl Health {
             flood: Mutex::new(RateCounter::default()),
             flood_limit: cfg.flood_dlq_per_sec,
             started: Instant::now(),
+            last: Mutex::new(None),
         }
+    }
+
+    /// The breaker's last transition and when it happened (wall-clock ms).
+    pub fn last_transition(&self) -> Option<(Transition, i64)> {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps `t` as the last transition. Called with the breaker's lock held, so
+    /// transitions are kept in the order they happened.
+    fn noted(&self, t: Option<Transition>) -> Option<Transition> {
+        if let Some(t) = t {
+            let wall_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((t, wall_ms));
+        }
+        t
     }
 
     fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
@@ -87,7 +107,13 @@ impl Health {
     /// (the events wait, their partitions pause); half-open admits a few probes.
     pub async fn gate(&self) {
         loop {
-            if self.breaker().allow(Instant::now()) {
+            let now = Instant::now();
+            let allowed = {
+                let mut b = self.breaker();
+                self.noted(b.advance(now));
+                b.allow(now)
+            };
+            if allowed {
                 return;
             }
             // The breaker changes state with time (open → half-open), so a short
@@ -100,7 +126,7 @@ impl Health {
     pub fn record(&self, outcome: CallOutcome) -> Option<Transition> {
         let now = Instant::now();
         let mut b = self.breaker();
-        match outcome {
+        let t = match outcome {
             CallOutcome::Up => b.record(now, true),
             CallOutcome::Failed => b.record(now, false),
             CallOutcome::Systemic => {
@@ -109,7 +135,8 @@ impl Health {
                 let recorded = b.record(now, false);
                 b.trip(now, "systemic").or(recorded)
             }
-        }
+        };
+        self.noted(t)
     }
 
     /// Counts a DLQ write for the flood guard; trips the breaker (and returns the
@@ -133,7 +160,9 @@ impl Health {
             f.count as f64 > self.flood_limit
         };
         if over {
-            self.breaker().trip(now, "dlq_flood")
+            let mut b = self.breaker();
+            let t = b.trip(now, "dlq_flood");
+            self.noted(t)
         } else {
             None
         }
@@ -160,6 +189,10 @@ mod tests {
             .expect("401/403 open the breaker");
         assert_eq!(t.to, BreakerStateKind::Open);
         assert!(h.breaker_is_open(Instant::now()));
+        let (last, at_ms) = h
+            .last_transition()
+            .expect("the transition is kept for /status");
+        assert_eq!((last, at_ms > 0), (t, true));
     }
 
     #[test]
@@ -181,6 +214,10 @@ mod tests {
             .dlq_written_at(t0 + Duration::from_millis(1_900))
             .expect("over the flood limit");
         assert_eq!(t.reason.as_str(), "dlq_flood");
+        assert_eq!(
+            h.last_transition().map(|(t, _)| t.reason.as_str()),
+            Some("dlq_flood")
+        );
         assert!(h.breaker_is_open(t0 + Duration::from_millis(1_901)));
     }
 

@@ -326,11 +326,13 @@ struct HttpState {
     ready: Arc<Readiness>,
 }
 
-/// Serves `/metrics`, `/healthz`, `/readyz` until the task is dropped.
+/// Serves `/metrics`, `/healthz`, `/readyz`, and `/status` (`/status.json`) from
+/// `status`, until the task is dropped.
 pub async fn serve(
     listen: SocketAddr,
     handle: Option<PrometheusHandle>,
     ready: Arc<Readiness>,
+    status: Arc<crate::status::StatusBoard>,
 ) -> std::io::Result<()> {
     if let Some(h) = handle.clone() {
         // Histogram memory grows unless upkeep runs.
@@ -346,10 +348,27 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(HttpState { handle, ready });
+        .with_state(HttpState {
+            handle,
+            ready: ready.clone(),
+        })
+        .merge(crate::status::http::routes(status, probes(ready)));
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(%listen, "metrics and health listener up");
     axum::serve(listener, app).await
+}
+
+/// `/readyz` and `/healthz` as the status page shows them.
+fn probes(ready: Arc<Readiness>) -> crate::status::http::ProbeFn {
+    use crate::status::{http::Probes, Probe};
+    Arc::new(move || {
+        let now_ms = crate::runtime::now_ms();
+        Probes {
+            now_ms,
+            ready: Probe::of(ready.check(now_ms)),
+            live: Probe::of(ready.live(now_ms)),
+        }
+    })
 }
 
 async fn metrics(State(s): State<HttpState>) -> (StatusCode, String) {

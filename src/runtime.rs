@@ -9,6 +9,7 @@ use crate::actors::health::HealthMsg;
 use crate::config::Config;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
 use crate::health::Health;
+use crate::status::StatusBoard;
 use ractor::ActorRef;
 use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::{Arc, Mutex, RwLock};
@@ -24,6 +25,8 @@ pub struct Pipeline {
     /// Identifies this instance in logs and in the Redis marker's value.
     pub instance: String,
     pub health: Health,
+    /// What `/status` shows; each actor publishes its own part.
+    pub status: Arc<StatusBoard>,
     delivery: RwLock<Option<ActorRef<DeliveryMsg>>>,
     /// The current delivery pool's queue of deliveries (see `actors::delivery`).
     delivery_queue: RwLock<Option<tokio::sync::mpsc::UnboundedSender<crate::delivery::Job>>>,
@@ -37,16 +40,14 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(config: Config) -> Pipeline {
+    /// `status` is the board of this instance (its id is the instance's).
+    pub fn new(config: Config, status: Arc<StatusBoard>) -> Pipeline {
         let budget = RestartBudget::new(config.supervision.max_restarts, config.supervision.window);
         Pipeline {
             dlq_topic: config.kafka.dlq_topic(),
             parking_topic: config.kafka.parking_topic(),
-            instance: format!(
-                "{}-{}",
-                std::env::var("HOSTNAME").unwrap_or_else(|_| "courier".into()),
-                std::process::id()
-            ),
+            instance: status.instance().to_string(),
+            status,
             health: Health::new(&config.degraded),
             buffered: Arc::new(AtomicI64::new(0)),
             config,
@@ -151,6 +152,15 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// This process's instance id: `<HOSTNAME>-<pid>` (the pod name in Kubernetes).
+pub fn instance_id() -> String {
+    format!(
+        "{}-{}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "courier".into()),
+        std::process::id()
+    )
 }
 
 pub fn now_ms() -> i64 {

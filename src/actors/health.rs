@@ -12,6 +12,7 @@ use crate::actors::consumer::ConsumerMsg;
 use crate::health::Verdict;
 use crate::metrics as m;
 use crate::runtime::Pipeline;
+use crate::status::HealthReport;
 use fred::prelude::*;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
@@ -99,6 +100,7 @@ impl Actor for HealthActor {
         let health = &s.pipeline.health;
         let now = Instant::now();
         let breaker_open = health.breaker_is_open(now);
+        let mut set_here = false;
         let (marker, redis_ok) = match &s.redis {
             // Not connected (down, or reconnecting): decide on the breaker alone
             // right away instead of waiting for command timeouts.
@@ -117,6 +119,7 @@ impl Actor for HealthActor {
                         )
                         .await;
                     if let Ok(Some(_)) = &r {
+                        set_here = true;
                         tracing::warn!(key = %s.key, ttl_ms = s.ttl_ms, "API unavailable: marker set for the whole group");
                     }
                     ok = r.is_ok();
@@ -134,7 +137,19 @@ impl Actor for HealthActor {
             redis_ok,
         };
         let before = health.verdict();
-        metrics::gauge!(m::BREAKER_STATE).set(health.breaker_state(now).as_gauge());
+        let breaker = health.breaker_state(now);
+        s.pipeline.status.publish_health(
+            HealthReport {
+                breaker,
+                breaker_last: health.last_transition(),
+                redis_ok,
+                marker,
+                set_here,
+                api_unavailable: v.api_unavailable,
+            },
+            crate::runtime::now_ms(),
+        );
+        metrics::gauge!(m::BREAKER_STATE).set(breaker.as_gauge());
         metrics::gauge!(m::MARKER).set(if marker { 1.0 } else { 0.0 });
         metrics::gauge!(m::HEALTH_SOURCE, "source" => "redis").set(if redis_ok {
             1.0

@@ -102,7 +102,10 @@ impl Actor for PartitionActor {
             draining: None,
             queue: None,
             inbox: Arc::new(Inbox::new(myself.clone())),
-            gauges: Gauges::new(a.partition),
+            gauges: Gauges::new(
+                a.partition,
+                a.pipeline.status.partition(a.partition, a.generation),
+            ),
             a,
         };
         // Pauses do not survive rebalances reliably: the first evaluation applies
@@ -124,6 +127,9 @@ impl Actor for PartitionActor {
         s.a.shared.release_held(&s.a.ready);
         s.a.shared.release_buffered(&s.a.pipeline.buffered);
         s.gauges.clear();
+        s.a.pipeline
+            .status
+            .remove_partition(s.a.partition, s.a.generation);
         Ok(())
     }
 
@@ -167,6 +173,11 @@ impl PartitionState {
                 inputs.extend(self.apply(myself, effect));
             }
         }
+        self.gauges.row.set_progress(
+            self.a.shared.stored(Src::Main),
+            self.a.shared.held(),
+            self.machine.in_flight(),
+        );
     }
 
     fn apply(&mut self, myself: &ActorRef<PartitionMsg>, e: Effect<Item>) -> Option<Input<Record>> {

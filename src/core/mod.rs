@@ -15,3 +15,4 @@ pub mod offsets;
 pub mod ordering;
 pub mod partition;
 pub mod restart;
+pub mod status;

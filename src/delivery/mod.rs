@@ -602,6 +602,7 @@ impl Deliverer {
             };
             metrics::counter!(m::DELIVERY_ERRORS, "class" => class.as_str(), "reason" => reason.clone())
                 .increment(1);
+            self.pipeline.status.errors.record(class.as_str(), &reason);
             if class == FailureClass::Systemic {
                 // Credentials or the API itself, not this event: the breaker has
                 // tripped, so the next try waits at the gate. It does not use up the

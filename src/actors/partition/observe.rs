@@ -1,8 +1,11 @@
-//! What the partition actor shows: its metric handles and log lines.
+//! What the partition actor shows: its metric handles, its row on the status
+//! board, and log lines.
 
 use crate::core::fsm::{Change, Mode};
 use crate::core::partition::Note;
 use crate::metrics as m;
+use crate::status::PartitionRow;
+use std::sync::Arc;
 
 /// The partition's metric handles, registered once: building a labelled key per
 /// record showed in the profile.
@@ -12,10 +15,12 @@ pub(super) struct Gauges {
     dlq_lag: metrics::Gauge,
     lag: metrics::Gauge,
     mode: [(Mode, metrics::Gauge); 3],
+    /// This incarnation's row on the status board (removed in `post_stop`).
+    pub(super) row: Arc<PartitionRow>,
 }
 
 impl Gauges {
-    pub(super) fn new(partition: i32) -> Gauges {
+    pub(super) fn new(partition: i32, row: Arc<PartitionRow>) -> Gauges {
         let label = partition.to_string();
         let g = |name: &'static str| metrics::gauge!(name, "partition" => label.clone());
         let mode = |mode: Mode| {
@@ -28,6 +33,7 @@ impl Gauges {
             dlq_lag: g(m::DLQ_LAG),
             lag: g(m::CONSUMER_LAG),
             mode: [mode(Mode::Normal), mode(Mode::Paused), mode(Mode::DrainDlq)],
+            row,
         }
     }
 
@@ -45,6 +51,7 @@ impl Gauges {
         for (shown, g) in &self.mode {
             g.set(if *shown == mode { 1.0 } else { 0.0 });
         }
+        self.row.set_mode(mode);
     }
 
     pub(super) fn show_lag(&self, dlq: i64, main: Option<i64>) {
@@ -52,6 +59,7 @@ impl Gauges {
         if let Some(lag) = main {
             self.lag.set(lag as f64);
         }
+        self.row.set_lag(dlq, main);
     }
 
     /// The partition is no longer ours: its per-partition gauges go to 0 so a

@@ -66,6 +66,11 @@ impl PartitionShared {
         self.stored[src.index()].store(offset.get(), Ordering::SeqCst);
     }
 
+    /// Events this partition holds (begun, not finished).
+    pub fn held(&self) -> i64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
     pub fn stored(&self, src: Src) -> Option<i64> {
         let v = self.stored[src.index()].load(Ordering::SeqCst);
         (v >= 0).then_some(v)
