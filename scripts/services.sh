@@ -181,10 +181,14 @@ ensure_packages() {
     command -v pg_isready >/dev/null || pkgs+=(postgresql-client)
     command -v "$(java_bin)" >/dev/null || pkgs+=(openjdk-17-jre-headless)
     command -v mvn >/dev/null || pkgs+=(maven)
-    # Build dependencies of Courier itself: librdkafka is built with OpenSSL (TLS and
-    # SASL/SCRAM), found through pkg-config.
+    # Build dependencies of Courier itself: librdkafka is built with CMake (the
+    # rdkafka crate's `cmake-build`: it links the bundled static libcurl for OIDC)
+    # and a C/C++ compiler, with OpenSSL (TLS, SASL/SCRAM/OAUTHBEARER) found
+    # through pkg-config. zstd and curl are compiled from the crates' sources.
     command -v pkg-config >/dev/null || pkgs+=(pkg-config)
     dpkg -s libssl-dev >/dev/null 2>&1 || pkgs+=(libssl-dev)
+    command -v cmake >/dev/null || pkgs+=(cmake)
+    command -v c++ >/dev/null || pkgs+=(g++)
     if ((${#pkgs[@]})); then
         log "installing missing packages: ${pkgs[*]}"
         as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
