@@ -15,6 +15,8 @@ use std::time::Duration;
 pub enum StartError {
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Postgres(#[from] crate::delivery::enrich::EnrichSetupError),
     #[error("cannot start: {0}")]
     Spawn(String),
     #[error("metrics listener on {0}: {1}")]
@@ -37,6 +39,10 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     config.validate()?;
     config.check_secrets()?;
+    if config.uses_postgres() {
+        crate::delivery::enrich::check_at_start(&config.enrichment, config.enrichment_password()?)
+            .await?;
+    }
     let ready = Arc::new(Readiness::new(config.metrics.stuck_after));
     let http = if config.metrics.listen.is_empty() {
         None

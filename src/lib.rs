@@ -15,4 +15,5 @@ pub mod metrics;
 pub mod ops;
 pub mod runtime;
 pub mod sink;
+pub mod store_tls;
 pub mod testkit;

@@ -280,7 +280,7 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             } else {
                 cfg.kafka.dlq_topic()
             };
-            cfg.kafka_sasl_password()?;
+            cfg.kafka.secret_properties()?;
             let (k, t) = (cfg.kafka.clone(), topic.clone());
             let records =
                 tokio::task::spawn_blocking(move || courier::kafka::admin::read_all(&k, &t))
@@ -326,7 +326,7 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 since_ms: since.as_deref().map(parse_time).transpose()?,
                 until_ms: until.as_deref().map(parse_time).transpose()?,
             };
-            cfg.kafka_sasl_password()?;
+            cfg.kafka.secret_properties()?;
             let plan = replay::prepare(&cfg.kafka, &source, &filter).await?;
             println!(
                 "{source}: {} to replay to {}, {} already replayed, {} not matching, {} unreadable",
