@@ -15,7 +15,7 @@ use std::time::Duration;
 pub enum StartError {
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
-    #[error("{0}")]
+    #[error(transparent)]
     Postgres(#[from] crate::delivery::enrich::EnrichSetupError),
     #[error("cannot start: {0}")]
     Spawn(String),

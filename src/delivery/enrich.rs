@@ -110,7 +110,7 @@ pub async fn check_at_start(
         Ok(Err(deadpool_postgres::PoolError::Backend(e))) if is_tls_failure(&e) => {
             Err(EnrichSetupError::Handshake {
                 mode: mode.as_str(),
-                reason: e.to_string(),
+                reason: with_causes(&e),
             })
         }
         Ok(Err(e)) => {
@@ -125,6 +125,18 @@ pub async fn check_at_start(
             Ok(())
         }
     }
+}
+
+/// An error and its causes, `: `-separated (tokio-postgres's own text leaves
+/// the cause out).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
 }
 
 /// tokio-postgres reports every TLS failure — the server refusing TLS under
