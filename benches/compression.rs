@@ -121,6 +121,9 @@ fn envelope(rng: &mut impl Rng, seq: usize) -> Envelope {
     }
 }
 
+/// A DLQ record as the writer sends it: key, envelope, headers.
+type Record = (Vec<u8>, Vec<u8>, Vec<(&'static str, String)>);
+
 struct Row {
     codec: Compression,
     pattern: &'static str,
@@ -135,7 +138,7 @@ async fn run(
     brokers: &str,
     codec: Compression,
     pattern: &'static str,
-    records: &[(Vec<u8>, Vec<u8>, Vec<(&'static str, String)>)],
+    records: &[Record],
 ) -> anyhow::Result<Row> {
     let topic = format!(
         "compression-bench-{}-{pattern}-{:x}",
@@ -153,7 +156,7 @@ async fn run(
     let stats = Stats::default();
     let producer: FutureProducer<Stats> = cfg.create_with_context(stats.clone())?;
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
-    let send = |(key, payload, headers): &(Vec<u8>, Vec<u8>, Vec<(&'static str, String)>)| {
+    let send = |(key, payload, headers): &Record| {
         let mut h = OwnedHeaders::new();
         for (k, v) in headers {
             h = h.insert(Header {
@@ -161,24 +164,26 @@ async fn run(
                 value: Some(v.as_bytes()),
             });
         }
-        producer.send_result(
-            FutureRecord::to(&topic)
-                .key(key.as_slice())
-                .payload(payload.as_slice())
-                .headers(h),
-        )
+        producer
+            .send_result(
+                FutureRecord::to(&topic)
+                    .key(key.as_slice())
+                    .payload(payload.as_slice())
+                    .headers(h),
+            )
+            .map_err(|(e, _)| e)
     };
     if pattern == "burst" {
         let mut pending = Vec::with_capacity(records.len());
         for r in records {
-            pending.push(send(r).map_err(|(e, _)| e)?);
+            pending.push(send(r)?);
         }
         for p in pending {
             p.await?.map_err(|(e, _)| e)?;
         }
     } else {
         for r in records {
-            send(r).map_err(|(e, _)| e)?.await?.map_err(|(e, _)| e)?;
+            send(r)?.await?.map_err(|(e, _)| e)?;
         }
     }
     let (cpu_s, wall_s) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());

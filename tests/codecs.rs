@@ -4,6 +4,9 @@
 //! 0x4) … Not implemented") and that partition never moved. Each codec's topic
 //! is checked on the broker's disk to really hold batches of that codec, then
 //! Courier must deliver every valid event and park every bad one: lost = 0.
+//! Each run also sets `kafka.producer_compression` to the same codec: the
+//! parking lot's batches on disk must carry it (Courier's own producer writes
+//! every codec too).
 
 mod common;
 
@@ -78,10 +81,10 @@ fn produce_with_kcat(brokers: &str, topic: &str, codec: &str) -> Produced {
 /// The compression codec of every record batch in the broker's log segments
 /// of `topic` (record batch format v2: attributes at byte 21, codec in the low
 /// three bits; the next batch starts 12 + batchLength bytes later).
-fn codecs_on_disk(topic: &str) -> Vec<u16> {
+fn codecs_on_disk(topic: &str, partitions: i32) -> Vec<u16> {
     let state = std::env::var("COURIER_STATE").expect("COURIER_STATE (services.env)");
     let mut codecs = Vec::new();
-    for p in 0..PARTITIONS {
+    for p in 0..partitions {
         let dir = PathBuf::from(&state)
             .join("kafka/data")
             .join(format!("{topic}-{p}"));
@@ -127,13 +130,17 @@ async fn topics_compressed_by_another_client_are_delivered() {
             vec![PER_PARTITION as i64; PARTITIONS as usize],
             "kcat wrote every record of {codec}"
         );
-        let on_disk = codecs_on_disk(&n.topic);
+        let on_disk = codecs_on_disk(&n.topic, PARTITIONS);
         assert!(
             !on_disk.is_empty() && on_disk.iter().all(|c| *c == id),
             "{codec}: every batch on the broker is compressed with codec {id}: {on_disk:?}"
         );
         println!("[codecs] {codec}: {} batches of codec {id}", on_disk.len());
-        let c = Courier::start(&n.topic, &s, &base_toml(&n, &api.url()));
+        let toml = base_toml(&n, &api.url()).replace(
+            "[kafka]\n",
+            &format!("[kafka]\nproducer_compression = \"{codec}\"\n"),
+        );
+        let c = Courier::start(&n.topic, &s, &toml);
         runs.push((codec, n, produced, c));
     }
 
@@ -167,6 +174,12 @@ async fn topics_compressed_by_another_client_are_delivered() {
         assert!(
             !c.log_text().contains("Decompression"),
             "{codec}: a decompression error was logged"
+        );
+        let parked = codecs_on_disk(&n.parking, 1);
+        let id = CODECS.iter().find(|(name, _)| name == codec).unwrap().1;
+        assert!(
+            !parked.is_empty() && parked.iter().all(|c| *c == id),
+            "{codec}: Courier's parking-lot batches are compressed with codec {id}: {parked:?}"
         );
     }
 }
