@@ -377,11 +377,11 @@ mod tests {
 
     #[test]
     fn kafka_secrets_and_codecs() {
-        let c = Config::from_toml("[kafka]\nproducer_compression = \"zstd\"").unwrap();
-        assert_eq!(c.kafka.producer_compression, Compression::Zstd);
+        let c = Config::from_toml("[kafka]\nproducer_compression = \"lz4\"").unwrap();
+        assert_eq!(c.kafka.producer_compression, Compression::Lz4);
         assert_eq!(
             Config::from_toml("").unwrap().kafka.producer_compression,
-            Compression::Lz4
+            Compression::Zstd
         );
         assert_eq!(
             field_of("[kafka]\nproducer_compression = \"brotli\""),
