@@ -40,7 +40,8 @@ if [[ -f $PORTS_FILE ]]; then
     while IFS='=' read -r k v; do
         case $k in
             COURIER_KAFKA_PORT | COURIER_KAFKA_CONTROLLER_PORT | COURIER_KAFKA_SASL_PORT | COURIER_REDIS_PORT | COURIER_PG_PORT | \
-            COURIER_KAFKA_SSL_PORT | COURIER_KAFKA_SASL_SSL_PORT | COURIER_REDIS_TLS_PORT)
+            COURIER_KAFKA_SSL_PORT | COURIER_KAFKA_SASL_SSL_PORT | COURIER_REDIS_TLS_PORT | \
+            COURIER_KAFKA_PROXIED_PORT | COURIER_KAFKA_PROXIED_ADVERTISED_PORT)
                 if [[ -z ${!k:-} && $v =~ ^[0-9]+$ ]]; then printf -v "SAVED_$k" '%s' "$v"; fi ;;
         esac
     done <"$PORTS_FILE"
@@ -56,8 +57,10 @@ SASL_PASSWORD=courier-scram-test
 # KAFKA_PROXIED_PORT but advertises KAFKA_PROXIED_ADVERTISED_PORT, where Toxiproxy
 # (scripts/toxiproxy.sh) forwards to it, so a client bootstrapped there keeps going through
 # the proxy and can be cut off from Kafka alone.
-KAFKA_PROXIED_PORT="${COURIER_KAFKA_PROXIED_PORT:-19095}"
-KAFKA_PROXIED_ADVERTISED_PORT="${COURIER_KAFKA_PROXIED_ADVERTISED_PORT:-19096}"
+# Saved with the others: `kafka-start` of a second instance must not fall back to the
+# default instance's ports.
+KAFKA_PROXIED_PORT="${COURIER_KAFKA_PROXIED_PORT:-${SAVED_COURIER_KAFKA_PROXIED_PORT:-19095}}"
+KAFKA_PROXIED_ADVERTISED_PORT="${COURIER_KAFKA_PROXIED_ADVERTISED_PORT:-${SAVED_COURIER_KAFKA_PROXIED_ADVERTISED_PORT:-19096}}"
 # TLS listeners (certificates made by `up` with openssl, see tls_ensure): SSL with a required
 # client certificate, and SASL_SSL with SCRAM-SHA-256 (the user above), PLAIN (a user in the
 # listener's JAAS) and OAUTHBEARER (the broker's default validator of unsecured JWTs: the
@@ -758,6 +761,8 @@ export COURIER_STATE=$STATE
 export COURIER_KAFKA_PORT=$KAFKA_PORT
 export COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT
 export COURIER_KAFKA_SASL_PORT=$KAFKA_SASL_PORT
+export COURIER_KAFKA_PROXIED_PORT=$KAFKA_PROXIED_PORT
+export COURIER_KAFKA_PROXIED_ADVERTISED_PORT=$KAFKA_PROXIED_ADVERTISED_PORT
 export COURIER_KAFKA_SSL_PORT=$KAFKA_SSL_PORT
 export COURIER_KAFKA_SASL_SSL_PORT=$KAFKA_SASL_SSL_PORT
 export COURIER_REDIS_PORT=$REDIS_PORT
@@ -783,6 +788,8 @@ cmd_up() {
     printf '%s\n' "COURIER_KAFKA_PORT=$KAFKA_PORT" "COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT" \
         "COURIER_KAFKA_SASL_PORT=$KAFKA_SASL_PORT" "COURIER_KAFKA_SSL_PORT=$KAFKA_SSL_PORT" \
         "COURIER_KAFKA_SASL_SSL_PORT=$KAFKA_SASL_SSL_PORT" "COURIER_REDIS_TLS_PORT=$REDIS_TLS_PORT" \
+        "COURIER_KAFKA_PROXIED_PORT=$KAFKA_PROXIED_PORT" \
+        "COURIER_KAFKA_PROXIED_ADVERTISED_PORT=$KAFKA_PROXIED_ADVERTISED_PORT" \
         "COURIER_REDIS_PORT=$REDIS_PORT" "COURIER_PG_PORT=$PG_PORT" >"$PORTS_FILE"
     ensure_packages
     ensure_kafka_jars
