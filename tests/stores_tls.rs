@@ -405,6 +405,14 @@ async fn postgres_tls_that_cannot_be_had_is_refused_at_start() {
             Some(var("COURIER_TEST_TLS_OTHER_CA")),
             "UnknownIssuer",
         ),
+        (
+            // Reached at 127.0.0.1, but named otherwise: the certificate is not
+            // valid for that name.
+            "verify-full-wrong-host",
+            wrong_host_url(&s, "verify-full"),
+            Some(var("COURIER_TEST_TLS_CA")),
+            "certificate not valid for name",
+        ),
     ];
     for (what, url, ca, expect) in cases {
         let toml = base.clone() + &enrichment_toml(&url, "t", ca.as_deref());
@@ -418,6 +426,26 @@ async fn postgres_tls_that_cannot_be_had_is_refused_at_start() {
         );
     }
 
+    // verify-ca checks the chain, not the name: the same host starts.
+    let toml = base.clone()
+        + &enrichment_toml(
+            &wrong_host_url(&s, "verify-ca"),
+            "t",
+            Some(&var("COURIER_TEST_TLS_CA")),
+        );
+    let mut c = Courier::start(&format!("{}-verify-ca", n.topic), &s, &toml);
+    // Started: past the check (which would have exited with 2), consuming.
+    wait_until(
+        Duration::from_secs(60),
+        "verify-ca connects whatever the host name",
+        || {
+            let log = c.log_text();
+            log.contains("PostgreSQL reachable") && log.contains("partitions assigned")
+        },
+    )
+    .await;
+    c.terminate(Duration::from_secs(30)).await;
+
     // The same URL without TLS demands works against that server: the refusal
     // above is about TLS, not about reaching it.
     let ok_url = format!(
@@ -429,6 +457,16 @@ async fn postgres_tls_that_cannot_be_had_is_refused_at_start() {
         .expect("the plain PostgreSQL answers");
     tokio::spawn(conn);
     db.simple_query("SELECT 1").await.unwrap();
+}
+
+/// The services' PostgreSQL under a name its certificate does not carry
+/// (`hostaddr` says where it really is).
+fn wrong_host_url(s: &Services, mode: &str) -> String {
+    let port = s.pg_url.rsplit(':').next().unwrap_or_default();
+    let port = port.split('/').next().unwrap_or_default();
+    format!(
+        "postgres://courier@wrong-name.invalid:{port}/courier?hostaddr=127.0.0.1&sslmode={mode}"
+    )
 }
 
 #[test]
