@@ -9,7 +9,9 @@
 //! - PostgreSQL (`ssl = on`): enrichment with `sslmode=verify-full` and
 //!   `enrichment.tls_ca_file`, every connection of Courier's pool encrypted (seen
 //!   from the server, `pg_stat_ssl`); `sslmode=require` against a PostgreSQL
-//!   without TLS, and `verify-full` with the wrong CA, refused at start.
+//!   without TLS, `verify-full` with the wrong CA and `verify-full` under a host
+//!   name the certificate lacks, refused at start (`verify-ca` under that name
+//!   starts: it checks the chain only).
 //! - `check-config` names a missing Redis or PostgreSQL password variable.
 
 mod common;
