@@ -15,6 +15,9 @@
 #   COURIER_REDIS_PORT (16379) COURIER_PG_PORT (15432)
 #   COURIER_KAFKA_PROXIED_PORT (19095) COURIER_KAFKA_PROXIED_ADVERTISED_PORT (19096): the chaos
 #     drills' listener, advertised at the port Toxiproxy forwards from (scripts/toxiproxy.sh)
+#   COURIER_KAFKA_SSL_PORT (19097): TLS listener requiring a client certificate
+#   COURIER_KAFKA_SASL_SSL_PORT (19098): SASL over TLS (SCRAM-SHA-256, PLAIN, OAUTHBEARER)
+#   COURIER_REDIS_TLS_PORT (16380): Redis's TLS port (PostgreSQL takes TLS on its own port)
 #   COURIER_KAFKA_READY_TIMEOUT seconds (60), COURIER_PG_BIN (newest /usr/lib/postgresql/*/bin)
 #
 # After `up`, $COURIER_STATE/services.env holds the exports the tests read.
@@ -36,7 +39,9 @@ PORTS_FILE="$STATE/ports.env"
 if [[ -f $PORTS_FILE ]]; then
     while IFS='=' read -r k v; do
         case $k in
-            COURIER_KAFKA_PORT | COURIER_KAFKA_CONTROLLER_PORT | COURIER_KAFKA_SASL_PORT | COURIER_REDIS_PORT | COURIER_PG_PORT)
+            COURIER_KAFKA_PORT | COURIER_KAFKA_CONTROLLER_PORT | COURIER_KAFKA_SASL_PORT | COURIER_REDIS_PORT | COURIER_PG_PORT | \
+            COURIER_KAFKA_SSL_PORT | COURIER_KAFKA_SASL_SSL_PORT | COURIER_REDIS_TLS_PORT | \
+            COURIER_KAFKA_PROXIED_PORT | COURIER_KAFKA_PROXIED_ADVERTISED_PORT)
                 if [[ -z ${!k:-} && $v =~ ^[0-9]+$ ]]; then printf -v "SAVED_$k" '%s' "$v"; fi ;;
         esac
     done <"$PORTS_FILE"
@@ -52,11 +57,24 @@ SASL_PASSWORD=courier-scram-test
 # KAFKA_PROXIED_PORT but advertises KAFKA_PROXIED_ADVERTISED_PORT, where Toxiproxy
 # (scripts/toxiproxy.sh) forwards to it, so a client bootstrapped there keeps going through
 # the proxy and can be cut off from Kafka alone.
-KAFKA_PROXIED_PORT="${COURIER_KAFKA_PROXIED_PORT:-19095}"
-KAFKA_PROXIED_ADVERTISED_PORT="${COURIER_KAFKA_PROXIED_ADVERTISED_PORT:-19096}"
+# Saved with the others: `kafka-start` of a second instance must not fall back to the
+# default instance's ports.
+KAFKA_PROXIED_PORT="${COURIER_KAFKA_PROXIED_PORT:-${SAVED_COURIER_KAFKA_PROXIED_PORT:-19095}}"
+KAFKA_PROXIED_ADVERTISED_PORT="${COURIER_KAFKA_PROXIED_ADVERTISED_PORT:-${SAVED_COURIER_KAFKA_PROXIED_ADVERTISED_PORT:-19096}}"
+# TLS listeners (certificates made by `up` with openssl, see tls_ensure): SSL with a required
+# client certificate, and SASL_SSL with SCRAM-SHA-256 (the user above), PLAIN (a user in the
+# listener's JAAS) and OAUTHBEARER (the broker's default validator of unsecured JWTs: the
+# tests' token endpoint issues them). The passwords are test fixtures.
+KAFKA_SSL_PORT="${COURIER_KAFKA_SSL_PORT:-${SAVED_COURIER_KAFKA_SSL_PORT:-19097}}"
+KAFKA_SASL_SSL_PORT="${COURIER_KAFKA_SASL_SSL_PORT:-${SAVED_COURIER_KAFKA_SASL_SSL_PORT:-19098}}"
+PLAIN_PASSWORD=courier-plain-test
+TLS_STORE_PASSWORD=courier-keystore-test
+CLIENT_KEY_PASSWORD=courier-client-key-test
 REDIS_PORT="${COURIER_REDIS_PORT:-${SAVED_COURIER_REDIS_PORT:-16379}}"
+REDIS_TLS_PORT="${COURIER_REDIS_TLS_PORT:-${SAVED_COURIER_REDIS_TLS_PORT:-16380}}"
 PG_PORT="${COURIER_PG_PORT:-${SAVED_COURIER_PG_PORT:-15432}}"
-for _p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_PROXIED_PORT" "$KAFKA_PROXIED_ADVERTISED_PORT" "$REDIS_PORT" "$PG_PORT"; do
+for _p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_PROXIED_PORT" "$KAFKA_PROXIED_ADVERTISED_PORT" \
+    "$KAFKA_SSL_PORT" "$KAFKA_SASL_SSL_PORT" "$REDIS_PORT" "$REDIS_TLS_PORT" "$PG_PORT"; do
     [[ $_p =~ ^[0-9]+$ ]] || { echo "[services] ERROR: port '$_p' is not a number" >&2; exit 1; }
 done
 KAFKA_READY_TIMEOUT="${COURIER_KAFKA_READY_TIMEOUT:-60}"
@@ -83,6 +101,8 @@ PG_SOCK="$PG_DIR/run"
 PG_LOG="$PG_DIR/postgres.log"
 
 ENV_FILE="$STATE/services.env"
+
+TLS_DIR="$STATE/tls"
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { printf '[services] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -174,6 +194,7 @@ ensure_packages() {
     command -v redis-server >/dev/null || pkgs+=(redis-server)
     command -v redis-cli >/dev/null || pkgs+=(redis-tools)
     command -v kcat >/dev/null || pkgs+=(kcat)
+    command -v openssl >/dev/null || pkgs+=(openssl)
     local pb; pb=$(pg_bin)
     if [[ -z $pb || ! -x $pb/initdb || ! -x $pb/postgres ]] || ! id postgres >/dev/null 2>&1; then
         pkgs+=(postgresql)
@@ -181,10 +202,14 @@ ensure_packages() {
     command -v pg_isready >/dev/null || pkgs+=(postgresql-client)
     command -v "$(java_bin)" >/dev/null || pkgs+=(openjdk-17-jre-headless)
     command -v mvn >/dev/null || pkgs+=(maven)
-    # Build dependencies of Courier itself: librdkafka is built with OpenSSL (TLS and
-    # SASL/SCRAM), found through pkg-config.
+    # Build dependencies of Courier itself: librdkafka is built with CMake (the
+    # rdkafka crate's `cmake-build`: it links the bundled static libcurl for OIDC)
+    # and a C/C++ compiler, with OpenSSL (TLS, SASL/SCRAM/OAUTHBEARER) found
+    # through pkg-config. zstd and curl are compiled from the crates' sources.
     command -v pkg-config >/dev/null || pkgs+=(pkg-config)
     dpkg -s libssl-dev >/dev/null 2>&1 || pkgs+=(libssl-dev)
+    command -v cmake >/dev/null || pkgs+=(cmake)
+    command -v c++ >/dev/null || pkgs+=(g++)
     if ((${#pkgs[@]})); then
         log "installing missing packages: ${pkgs[*]}"
         as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
@@ -275,6 +300,56 @@ EOF
 }
 
 # ---------------------------------------------------------------------------------------------
+# TLS: one test CA signs the services' certificate (127.0.0.1 and localhost) and a client
+# certificate whose key is encrypted; a second CA that signs nothing is the "wrong CA".
+# EC P-256 keys: made in milliseconds. Made again when missing or expiring within a day.
+
+tls_cert_ok() { [[ -s $1 ]] && openssl x509 -in "$1" -noout -checkend 86400 >/dev/null 2>&1; }
+
+tls_ensure() {
+    if tls_cert_ok "$TLS_DIR/server.pem" && tls_cert_ok "$TLS_DIR/client.pem" \
+        && tls_cert_ok "$TLS_DIR/other-ca.pem" && [[ -s $TLS_DIR/kafka.p12 ]]; then
+        return 0
+    fi
+    command -v openssl >/dev/null || die "openssl not found (apt-get install openssl)"
+    log "making test certificates in $TLS_DIR"
+    local d="$TLS_DIR.tmp.$$"
+    rm -rf "$d"
+    mkdir -p "$d"
+    (
+        cd "$d"
+        ec() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
+        ec ca.key
+        openssl req -x509 -new -key ca.key -sha256 -days 825 -subj "/CN=courier test CA" \
+            -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign -out ca.pem
+        ec other-ca.key
+        openssl req -x509 -new -key other-ca.key -sha256 -days 825 -subj "/CN=courier other CA" \
+            -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign -out other-ca.pem
+        ec server.key
+        openssl req -new -key server.key -subj "/CN=localhost" -out server.csr
+        printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" "extendedKeyUsage=serverAuth" \
+            "basicConstraints=CA:FALSE" >server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 825 -sha256 \
+            -extfile server.ext -out server.pem
+        ec client.plain.key
+        openssl req -new -key client.plain.key -subj "/CN=courier" -out client.csr
+        printf '%s\n' "extendedKeyUsage=clientAuth" "basicConstraints=CA:FALSE" >client.ext
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 825 -sha256 \
+            -extfile client.ext -out client.pem
+        openssl pkcs8 -topk8 -v2 aes-256-cbc -in client.plain.key -passout "pass:$CLIENT_KEY_PASSWORD" -out client.key
+        # The broker's keystore (PKCS12: key and chain); its truststore is ca.pem (PEM).
+        openssl pkcs12 -export -in server.pem -inkey server.key -certfile ca.pem -name kafka \
+            -passout "pass:$TLS_STORE_PASSWORD" -out kafka.p12
+        rm -f ./*.csr ./*.ext ./*.srl client.plain.key
+    ) >"$d.log" 2>&1 || { cat "$d.log" >&2; rm -rf "$d"; die "making test certificates failed"; }
+    rm -f "$d.log"
+    chmod 644 "$d"/*.pem "$d"/kafka.p12 "$d"/client.key
+    rm -rf "$TLS_DIR"
+    mv "$d" "$TLS_DIR"
+    chmod 755 "$TLS_DIR"
+}
+
+# ---------------------------------------------------------------------------------------------
 # kafka
 
 # kafka_config: the broker's server.properties, on stdout.
@@ -284,11 +359,22 @@ kafka_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@$HOST:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT,PROXIED://$HOST:$KAFKA_PROXIED_PORT
-advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT,SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT,PROXIED://$HOST:$KAFKA_PROXIED_ADVERTISED_PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,PROXIED:PLAINTEXT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT,PROXIED://$HOST:$KAFKA_PROXIED_PORT,SSL://$HOST:$KAFKA_SSL_PORT,SASL_SSL://$HOST:$KAFKA_SASL_SSL_PORT
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT,SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT,PROXIED://$HOST:$KAFKA_PROXIED_ADVERTISED_PORT,SSL://$HOST:$KAFKA_SSL_PORT,SASL_SSL://$HOST:$KAFKA_SASL_SSL_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,PROXIED:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL
 sasl.enabled.mechanisms=SCRAM-SHA-256
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$TLS_DIR/kafka.p12
+ssl.keystore.password=$TLS_STORE_PASSWORD
+ssl.key.password=$TLS_STORE_PASSWORD
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_DIR/ca.pem
+listener.name.ssl.ssl.client.auth=required
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-256,PLAIN,OAUTHBEARER
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$PLAIN_PASSWORD";
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$KAFKA_DATA
@@ -420,6 +506,8 @@ kafka_launch() {
     check_port_free "$KAFKA_CONTROLLER_PORT" "kafka controller"
     check_port_free "$KAFKA_SASL_PORT" "kafka SASL listener"
     check_port_free "$KAFKA_PROXIED_PORT" "kafka PROXIED listener"
+    check_port_free "$KAFKA_SSL_PORT" "kafka SSL listener"
+    check_port_free "$KAFKA_SASL_SSL_PORT" "kafka SASL_SSL listener"
     kafka_write_config
     kafka_format_if_needed
     KAFKA_WAIT_OFFSET=0
@@ -473,25 +561,38 @@ redis_running() { pid_alive "$REDIS_PID" "redis-server"; }
 
 redis_ping() { [[ $(timeout 3 redis-cli -h "$HOST" -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
 
+redis_tls_ping() {
+    [[ $(timeout 3 redis-cli -h "$HOST" -p "$REDIS_TLS_PORT" --tls --cacert "$TLS_DIR/ca.pem" ping 2>/dev/null) == PONG ]]
+}
+
 redis_start() {
+    # A Redis started by an older version of this script has no TLS port: restart it.
+    if redis_running && redis_ping && ! redis_tls_ping; then
+        log "running redis has no TLS port $REDIS_TLS_PORT: restarting it"
+        redis_stop
+    fi
     if redis_running && redis_ping; then
-        log "redis already running (pid $(<"$REDIS_PID")) on $HOST:$REDIS_PORT"
+        log "redis already running (pid $(<"$REDIS_PID")) on $HOST:$REDIS_PORT (TLS $REDIS_TLS_PORT)"
         return 0
     fi
     command -v redis-server >/dev/null || die "redis-server not installed: run '$SCRIPT_PATH up'"
     if ! redis_running; then
         check_port_free "$REDIS_PORT" redis
+        check_port_free "$REDIS_TLS_PORT" "redis TLS"
         mkdir -p "$REDIS_DIR"
         rm -f "$REDIS_PID"
-        log "starting redis on $HOST:$REDIS_PORT"
+        log "starting redis on $HOST:$REDIS_PORT (TLS $REDIS_TLS_PORT)"
         redis-server --bind "$HOST" --port "$REDIS_PORT" --daemonize yes \
+            --tls-port "$REDIS_TLS_PORT" --tls-cert-file "$TLS_DIR/server.pem" \
+            --tls-key-file "$TLS_DIR/server.key" --tls-ca-cert-file "$TLS_DIR/ca.pem" \
+            --tls-auth-clients no \
             --pidfile "$REDIS_PID" --logfile "$REDIS_LOG" --dir "$REDIS_DIR" \
             --save '' --appendonly no </dev/null >/dev/null 2>&1 9>&- \
             || { tail -n 20 "$REDIS_LOG" >&2 2>/dev/null || true; die "redis-server failed to start (log: $REDIS_LOG)"; }
     fi
     local i
     for ((i = 0; i < 100; i++)); do
-        redis_ping && { log "redis ready (pid $(<"$REDIS_PID"))"; return 0; }
+        redis_ping && redis_tls_ping && { log "redis ready (pid $(<"$REDIS_PID"))"; return 0; }
         sleep 0.1
     done
     tail -n 20 "$REDIS_LOG" >&2 2>/dev/null || true
@@ -578,6 +679,14 @@ pg_start() {
     [[ -n $pb && -x $pb/pg_ctl ]] || die "PostgreSQL not installed: run '$SCRIPT_PATH up'"
     pg_prepare_dirs
     pg_initdb_if_needed
+    # The server's certificate and key, owned by postgres (it refuses a key others can read).
+    install -o postgres -g postgres -m 644 "$TLS_DIR/server.pem" "$PG_DIR/server.pem"
+    install -o postgres -g postgres -m 600 "$TLS_DIR/server.key" "$PG_DIR/server.key"
+    # A PostgreSQL started by an older version of this script runs without TLS: restart it.
+    if pg_running && pg_ready && [[ $(pg_psql -tAc "SHOW ssl" 2>/dev/null) != on ]]; then
+        log "running postgres has ssl = off: restarting it"
+        pg_stop
+    fi
     if pg_running; then
         if pg_ready; then
             log "postgres already running on $HOST:$PG_PORT"
@@ -588,7 +697,8 @@ pg_start() {
         check_port_free "$PG_PORT" postgres
         log "starting postgres on $HOST:$PG_PORT"
         as_pg "$pb/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 \
-            -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$HOST" start >/dev/null 9>&- \
+            -o "-p $PG_PORT -k $PG_SOCK -c listen_addresses=$HOST -c ssl=on -c ssl_cert_file=$PG_DIR/server.pem -c ssl_key_file=$PG_DIR/server.key" \
+            start >/dev/null 9>&- \
             || { tail -n 30 "$PG_LOG" >&2 2>/dev/null || true; die "postgres failed to start (log: $PG_LOG)"; }
     fi
     local i
@@ -635,12 +745,28 @@ export COURIER_TEST_SASL_USER=$SASL_USER
 export COURIER_TEST_SASL_PASSWORD=$SASL_PASSWORD
 export COURIER_TEST_REDIS_URL=redis://$HOST:$REDIS_PORT
 export COURIER_TEST_PG_URL=postgres://courier:courier@$HOST:$PG_PORT/courier
+export COURIER_TEST_TLS_CA=$TLS_DIR/ca.pem
+export COURIER_TEST_TLS_OTHER_CA=$TLS_DIR/other-ca.pem
+export COURIER_TEST_TLS_SERVER_CERT=$TLS_DIR/server.pem
+export COURIER_TEST_TLS_SERVER_KEY=$TLS_DIR/server.key
+export COURIER_TEST_SSL_BROKERS=$HOST:$KAFKA_SSL_PORT
+export COURIER_TEST_SASL_SSL_BROKERS=$HOST:$KAFKA_SASL_SSL_PORT
+export COURIER_TEST_TLS_CLIENT_CERT=$TLS_DIR/client.pem
+export COURIER_TEST_TLS_CLIENT_KEY=$TLS_DIR/client.key
+export COURIER_TEST_TLS_CLIENT_KEY_PASSWORD=$CLIENT_KEY_PASSWORD
+export COURIER_TEST_SASL_PLAIN_PASSWORD=$PLAIN_PASSWORD
+export COURIER_TEST_REDIS_TLS_URL=rediss://$HOST:$REDIS_TLS_PORT
 export COURIER_TEST_SERVICES=$SCRIPT_PATH
 export COURIER_STATE=$STATE
 export COURIER_KAFKA_PORT=$KAFKA_PORT
 export COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT
 export COURIER_KAFKA_SASL_PORT=$KAFKA_SASL_PORT
+export COURIER_KAFKA_PROXIED_PORT=$KAFKA_PROXIED_PORT
+export COURIER_KAFKA_PROXIED_ADVERTISED_PORT=$KAFKA_PROXIED_ADVERTISED_PORT
+export COURIER_KAFKA_SSL_PORT=$KAFKA_SSL_PORT
+export COURIER_KAFKA_SASL_SSL_PORT=$KAFKA_SASL_SSL_PORT
 export COURIER_REDIS_PORT=$REDIS_PORT
+export COURIER_REDIS_TLS_PORT=$REDIS_TLS_PORT
 export COURIER_PG_PORT=$PG_PORT
 export COURIER_TEST_PROMETHEUS=$(command -v prometheus)
 export COURIER_TEST_PROMTOOL=$(command -v promtool)
@@ -660,10 +786,14 @@ cmd_up() {
         [[ $saved == "$want" ]] || die "services in $STATE are running with other ports ($saved): run '$SCRIPT_PATH down' first"
     fi
     printf '%s\n' "COURIER_KAFKA_PORT=$KAFKA_PORT" "COURIER_KAFKA_CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT" \
-        "COURIER_KAFKA_SASL_PORT=$KAFKA_SASL_PORT" \
+        "COURIER_KAFKA_SASL_PORT=$KAFKA_SASL_PORT" "COURIER_KAFKA_SSL_PORT=$KAFKA_SSL_PORT" \
+        "COURIER_KAFKA_SASL_SSL_PORT=$KAFKA_SASL_SSL_PORT" "COURIER_REDIS_TLS_PORT=$REDIS_TLS_PORT" \
+        "COURIER_KAFKA_PROXIED_PORT=$KAFKA_PROXIED_PORT" \
+        "COURIER_KAFKA_PROXIED_ADVERTISED_PORT=$KAFKA_PROXIED_ADVERTISED_PORT" \
         "COURIER_REDIS_PORT=$REDIS_PORT" "COURIER_PG_PORT=$PG_PORT" >"$PORTS_FILE"
     ensure_packages
     ensure_kafka_jars
+    tls_ensure
     # Kafka's JVM start is the slow part: launch it first, start the others while it boots.
     kafka_launch
     redis_start

@@ -16,6 +16,8 @@ use std::time::Duration;
 pub enum StartError {
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Postgres(#[from] crate::delivery::enrich::EnrichSetupError),
     #[error("cannot start: {0}")]
     Spawn(String),
     #[error("metrics listener on {0}: {1}")]
@@ -49,6 +51,10 @@ pub async fn start(
     config.check_secrets()?;
     if config.pipeline.oversize == crate::config::Oversize::Refuse {
         check_envelopes_fit(&config).await?;
+    }
+    if config.uses_postgres() {
+        crate::delivery::enrich::check_at_start(&config.enrichment, config.enrichment_password()?)
+            .await?;
     }
     let ready = Arc::new(Readiness::new(
         config.metrics.stuck_after,

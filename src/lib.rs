@@ -16,4 +16,5 @@ pub mod ops;
 pub mod runtime;
 pub mod sink;
 pub mod status;
+pub mod store_tls;
 pub mod testkit;

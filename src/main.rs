@@ -291,7 +291,7 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             } else {
                 cfg.kafka.dlq_topic()
             };
-            cfg.kafka_sasl_password()?;
+            cfg.kafka.secret_properties()?;
             let (k, t) = (cfg.kafka.clone(), topic.clone());
             let now = courier::runtime::now_ms();
             // Streamed: the summary keeps counts and samples, not the records.
@@ -338,7 +338,7 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 since_ms: since.as_deref().map(parse_time).transpose()?,
                 until_ms: until.as_deref().map(parse_time).transpose()?,
             };
-            cfg.kafka_sasl_password()?;
+            cfg.kafka.secret_properties()?;
             let plan = replay::prepare(&cfg.kafka, &source, &filter).await?;
             println!(
                 "{source}: {} to replay to {} ({} with the payload read back from the origin topic), {} already replayed, {} not matching, {} unreadable",

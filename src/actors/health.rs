@@ -34,9 +34,35 @@ pub struct HealthState {
     _conn: Option<fred::types::ConnectHandle>,
 }
 
-fn redis_client(p: &Pipeline) -> Result<Client, fred::error::Error> {
+#[derive(Debug, thiserror::Error)]
+enum RedisSetupError {
+    #[error("redis.url: {0}")]
+    Client(#[from] fred::error::Error),
+    #[error("redis.tls_ca_file: {0}")]
+    Tls(#[from] crate::store_tls::StoreTlsError),
+}
+
+fn redis_client(p: &Pipeline) -> Result<Client, RedisSetupError> {
     let r = &p.config.redis;
-    let mut cfg = Config::from_url(&r.url)?;
+    // With `rediss://`, fred would build TLS settings of its own (the platform's
+    // roots only): the URL is parsed as plain and TLS set here, from
+    // `redis.tls_ca_file`. A TLS URL never connects without TLS.
+    let (url, tls) = if r.tls() {
+        // rediss → redis, valkeys → valkey, rediss-cluster → redis-cluster.
+        let plain = match r.url.split_once("://") {
+            Some((scheme, rest)) => format!("{}://{rest}", scheme.replacen("s", "", 1)),
+            None => r.url.clone(),
+        };
+        let config = crate::store_tls::client_config(
+            r.tls_ca_file.as_deref(),
+            crate::store_tls::Verify::Full,
+        )?;
+        (plain, Some(config))
+    } else {
+        (r.url.clone(), None)
+    };
+    let mut cfg = Config::from_url(&url)?;
+    cfg.tls = tls.map(|c| fred::types::config::TlsConnector::from(c).into());
     if let Some(pw) = r.password_env.as_ref().and_then(|n| std::env::var(n).ok()) {
         cfg.password = Some(pw);
     }
@@ -44,14 +70,30 @@ fn redis_client(p: &Pipeline) -> Result<Client, fred::error::Error> {
     cfg.fail_fast = false;
     let timeout = r.command_timeout;
     let connect = r.connect_timeout;
-    Builder::from_config(cfg)
+    Ok(Builder::from_config(cfg)
         .with_performance_config(|pc| pc.default_command_timeout = timeout)
         .with_connection_config(|cc| {
             cc.connection_timeout = connect;
             cc.internal_command_timeout = timeout;
         })
         .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2))
-        .build()
+        .build()?)
+}
+
+/// Logs connection errors (refused, TLS handshake, authentication) when their
+/// text changes: a Redis that cannot be reached leaves the verdict to the local
+/// breaker, and the log says why.
+fn log_connection_errors(c: &Client, tls: bool) {
+    let last = std::sync::Mutex::new(String::new());
+    c.on_error(move |(error, server)| {
+        let text = error.to_string();
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        if *last != text {
+            tracing::warn!(error = %text, server = ?server.map(|s| s.to_string()), tls, "Redis connection failed: the health verdict rests on the local breaker until it connects");
+            *last = text;
+        }
+        async { Ok(()) }
+    });
 }
 
 impl Actor for HealthActor {
@@ -69,6 +111,7 @@ impl Actor for HealthActor {
             Ok(c) => {
                 // Connects (and reconnects) in the background; commands meanwhile
                 // fail after their timeout and the verdict rests on the breaker.
+                log_connection_errors(&c, pipeline.config.redis.tls());
                 conn = Some(c.connect());
                 Some(c)
             }

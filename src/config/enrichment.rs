@@ -1,7 +1,8 @@
 //! `[enrichment]`: the PostgreSQL lookup (and cache) that adds a document to each event.
 
-use super::{invalid, ConfigError};
+use super::{check_ca_file, invalid, ConfigError};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -18,8 +19,14 @@ pub enum OnMissing {
 #[serde(default, deny_unknown_fields)]
 pub struct EnrichmentConfig {
     pub enabled: bool,
-    /// `postgres://user@host:port/db` — without the password.
+    /// `postgres://user@host:port/db[?sslmode=…]` — without the password.
+    /// `sslmode` as libpq: `disable`, `prefer` (the default), `require`,
+    /// `verify-ca`, `verify-full`.
     pub url: String,
+    /// PEM bundle of the CA(s) that sign the server's certificate; replaces the
+    /// platform's roots. With `require`/`prefer` it makes the chain verified
+    /// (as libpq's root certificate file does).
+    pub tls_ca_file: Option<PathBuf>,
     /// Name of the environment variable holding the database password.
     pub password_env: Option<String>,
     /// Query with one parameter (`$1`, the Kafka key as text) returning one column
@@ -41,6 +48,7 @@ impl Default for EnrichmentConfig {
         EnrichmentConfig {
             enabled: false,
             url: "postgres://courier@127.0.0.1:5432/courier".into(),
+            tls_ca_file: None,
             password_env: None,
             query: String::new(),
             field: "enrichment".into(),
@@ -86,7 +94,104 @@ impl EnrichmentConfig {
             if self.query_timeout.is_zero() {
                 return Err(invalid("enrichment.query_timeout", "must be above 0"));
             }
+            let mode = self.ssl_mode()?;
+            if let Some(ca) = &self.tls_ca_file {
+                if mode == SslMode::Disable {
+                    return Err(invalid(
+                        "enrichment.tls_ca_file",
+                        "is set but enrichment.url says sslmode=disable: the connection would not use TLS",
+                    ));
+                }
+                check_ca_file("enrichment.tls_ca_file", ca)?;
+            }
         }
         Ok(())
+    }
+
+    /// The URL's `sslmode` (libpq's default, `prefer`, when absent).
+    pub fn ssl_mode(&self) -> Result<SslMode, ConfigError> {
+        let url = reqwest::Url::parse(&self.url)
+            .map_err(|err| invalid("enrichment.url", err.to_string()))?;
+        let mut mode = SslMode::Prefer;
+        for (k, v) in url.query_pairs() {
+            match k.as_ref() {
+                "sslmode" => {
+                    mode = SslMode::parse(&v).ok_or_else(|| {
+                        invalid(
+                            "enrichment.url",
+                            format!("sslmode={v} is not one of disable, prefer, require, verify-ca, verify-full"),
+                        )
+                    })?
+                }
+                "sslrootcert" | "sslcert" | "sslkey" | "sslpassword" => {
+                    return Err(invalid(
+                        "enrichment.url",
+                        format!("{k} is not read from the URL: give the CA bundle in enrichment.tls_ca_file"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(mode)
+    }
+
+    /// The URL without `sslmode` (which tokio-postgres only knows as
+    /// disable/prefer/require): Courier applies the mode itself.
+    pub fn url_for_driver(&self) -> String {
+        match reqwest::Url::parse(&self.url) {
+            Ok(mut url) => {
+                let rest: Vec<(String, String)> = url
+                    .query_pairs()
+                    .filter(|(k, _)| k != "sslmode")
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect();
+                if rest.is_empty() {
+                    url.set_query(None);
+                } else {
+                    url.query_pairs_mut().clear().extend_pairs(rest);
+                }
+                url.to_string()
+            }
+            Err(_) => self.url.clone(),
+        }
+    }
+}
+
+/// libpq's `sslmode` values (`allow` is not offered: it starts in plain text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    /// Plain text.
+    Disable,
+    /// TLS if the server offers it, plain text otherwise; certificate not
+    /// checked unless `tls_ca_file` is set.
+    Prefer,
+    /// TLS or no connection; certificate not checked unless `tls_ca_file` is set.
+    Require,
+    /// TLS, the chain checked, any host name.
+    VerifyCa,
+    /// TLS, the chain and the host name checked.
+    VerifyFull,
+}
+
+impl SslMode {
+    fn parse(s: &str) -> Option<SslMode> {
+        Some(match s {
+            "disable" => SslMode::Disable,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
     }
 }

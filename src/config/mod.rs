@@ -22,8 +22,8 @@ mod retry;
 pub use api::ApiConfig;
 pub(crate) use degraded::millis;
 pub use degraded::DegradedConfig;
-pub use enrichment::{EnrichmentConfig, OnMissing};
-pub use kafka::KafkaConfig;
+pub use enrichment::{EnrichmentConfig, OnMissing, SslMode};
+pub use kafka::{Compression, KafkaConfig};
 pub use ops::{LogConfig, LogFormat, MetricsConfig, SupervisionConfig, TestingConfig};
 pub use pipeline::{Oversize, PipelineConfig};
 pub use redis::RedisConfig;
@@ -129,11 +129,23 @@ impl Config {
         Ok(())
     }
 
-    /// Checks that every secret the config names is present in the environment.
+    /// Checks that every secret the config names is present in the environment:
+    /// the API token, Kafka's (SASL password, OIDC client secret, TLS key
+    /// passphrase), Redis's password, and PostgreSQL's when PostgreSQL is used.
     pub fn check_secrets(&self) -> Result<(), ConfigError> {
         self.api_token()?;
-        self.kafka_sasl_password()?;
+        self.kafka.secret_properties()?;
+        self.redis_password()?;
+        if self.uses_postgres() {
+            self.enrichment_password()?;
+        }
         Ok(())
+    }
+
+    /// PostgreSQL is used for enrichment and for the deadline policies'
+    /// source-of-truth query.
+    pub fn uses_postgres(&self) -> bool {
+        self.enrichment.enabled || !self.retry.source_query.is_empty()
     }
 
     /// The SASL password, read from the environment variable the config names.
@@ -147,6 +159,19 @@ impl Config {
     /// The bearer token, read from the environment variable the config names.
     pub fn api_token(&self) -> Result<Option<String>, ConfigError> {
         secret("api.token_env", self.api.token_env.as_deref())
+    }
+
+    /// The Redis password, read from the environment variable the config names.
+    pub fn redis_password(&self) -> Result<Option<String>, ConfigError> {
+        secret("redis.password_env", self.redis.password_env.as_deref())
+    }
+
+    /// The PostgreSQL password, read from the environment variable the config names.
+    pub fn enrichment_password(&self) -> Result<Option<String>, ConfigError> {
+        secret(
+            "enrichment.password_env",
+            self.enrichment.password_env.as_deref(),
+        )
     }
 }
 
@@ -163,6 +188,15 @@ fn secret(field: &str, name: Option<&str>) -> Result<Option<String>, ConfigError
             )),
         },
     }
+}
+
+/// A CA file a `*.tls_ca_file` field names must exist, be readable and hold at
+/// least one PEM certificate (checked by `check-config`, not only at the first
+/// connection).
+fn check_ca_file(field: &str, path: &Path) -> Result<(), ConfigError> {
+    crate::store_tls::read_ca_file(path)
+        .map(|_| ())
+        .map_err(|e| invalid(field, e.to_string()))
 }
 
 /// The sources of one config, each rewritten by `legacy::migrate` before it is
@@ -338,6 +372,141 @@ mod tests {
         assert_eq!(
             field_of("[api]\nrequest_timeout_ms = -5"),
             "api.request_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn kafka_secrets_and_codecs() {
+        let c = Config::from_toml("[kafka]\nproducer_compression = \"lz4\"").unwrap();
+        assert_eq!(c.kafka.producer_compression, Compression::Lz4);
+        assert_eq!(
+            Config::from_toml("").unwrap().kafka.producer_compression,
+            Compression::Zstd
+        );
+        assert_eq!(
+            field_of("[kafka]\nproducer_compression = \"brotli\""),
+            "kafka.producer_compression"
+        );
+        for (key, field) in [
+            ("compression.type", "kafka.producer_compression"),
+            (
+                "sasl.oauthbearer.client.secret",
+                "kafka.oauth_client_secret_env",
+            ),
+            ("ssl.key.password", "kafka.ssl_key_password_env"),
+            ("ssl.key.pem", "ssl.key.location"),
+        ] {
+            match Config::from_toml(&format!("[kafka.properties]\n\"{key}\" = \"x\"")) {
+                Err(ConfigError::Invalid { field: f, reason }) => {
+                    assert_eq!(f, format!("kafka.properties.{key}"));
+                    assert!(reason.contains(field), "{key}: {reason}");
+                }
+                other => panic!("{key}: expected an error, got {other:?}"),
+            }
+        }
+        let oidc = "[kafka.properties]\n\"sasl.oauthbearer.method\" = \"OIDC\"\n";
+        assert_eq!(
+            field_of(oidc),
+            "kafka.properties.sasl.oauthbearer.client.id"
+        );
+        let oidc = format!(
+            "{oidc}\"sasl.oauthbearer.client.id\" = \"c\"\n\"sasl.oauthbearer.token.endpoint.url\" = \"https://idp/token\"\n"
+        );
+        assert_eq!(field_of(&oidc), "kafka.oauth_client_secret_env");
+        let c = Config::from_toml(&format!(
+            "[kafka]\noauth_client_secret_env = \"COURIER_TEST_UNSET_OIDC\"\n{oidc}"
+        ))
+        .unwrap();
+        match c.check_secrets() {
+            Err(ConfigError::Invalid { field, reason }) => {
+                assert_eq!(field, "kafka.oauth_client_secret_env");
+                assert!(reason.contains("COURIER_TEST_UNSET_OIDC"), "{reason}");
+            }
+            other => panic!("expected the missing variable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn store_passwords_are_checked_where_the_store_is_used() {
+        let missing = |toml: &str| match Config::from_toml(toml).unwrap().check_secrets() {
+            Err(ConfigError::Invalid { field, reason }) => Some((field, reason)),
+            Ok(()) => None,
+            Err(e) => panic!("{e}"),
+        };
+        let (field, reason) =
+            missing("[redis]\npassword_env = \"COURIER_TEST_UNSET_REDIS\"").unwrap();
+        assert_eq!(field, "redis.password_env");
+        assert!(reason.contains("COURIER_TEST_UNSET_REDIS"));
+        let pg = "[enrichment]\npassword_env = \"COURIER_TEST_UNSET_PG\"\n";
+        // PostgreSQL unused: its password is not needed.
+        assert_eq!(missing(pg), None);
+        let (field, reason) = missing(&format!(
+            "{pg}enabled = true\nquery = \"select doc from t where k = $1\""
+        ))
+        .unwrap();
+        assert_eq!(field, "enrichment.password_env");
+        assert!(reason.contains("COURIER_TEST_UNSET_PG"));
+        let (field, _) = missing(&format!(
+            "{pg}[retry]\nsource_query = \"select v from t where k = $1\""
+        ))
+        .unwrap();
+        assert_eq!(field, "enrichment.password_env");
+    }
+
+    #[test]
+    fn store_tls_settings() {
+        assert_eq!(
+            field_of("[redis]\nurl = \"redis://h:6379\"\ntls_ca_file = \"/ca.pem\""),
+            "redis.tls_ca_file"
+        );
+        assert_eq!(
+            field_of("[redis]\nurl = \"rediss://h:6379\"\ntls_ca_file = \"/nonexistent/ca.pem\""),
+            "redis.tls_ca_file"
+        );
+        assert_eq!(field_of("[redis]\nurl = \"http://h:6379\""), "redis.url");
+        let c = Config::from_toml("[redis]\nurl = \"rediss://h:6379\"").unwrap();
+        assert!(c.redis.tls());
+        assert!(!Config::from_toml("").unwrap().redis.tls());
+
+        let on = "[enrichment]\nenabled = true\nquery = \"select d from t where k = $1\"\n";
+        for (mode, want) in [
+            ("", SslMode::Prefer),
+            ("?sslmode=disable", SslMode::Disable),
+            ("?sslmode=require", SslMode::Require),
+            ("?sslmode=verify-ca", SslMode::VerifyCa),
+            (
+                "?connect_timeout=3&sslmode=verify-full",
+                SslMode::VerifyFull,
+            ),
+        ] {
+            let c =
+                Config::from_toml(&format!("{on}url = \"postgres://u@h:5432/db{mode}\"")).unwrap();
+            assert_eq!(c.enrichment.ssl_mode().unwrap(), want, "{mode}");
+            assert!(!c.enrichment.url_for_driver().contains("sslmode"));
+        }
+        let c = Config::from_toml(&format!(
+            "{on}url = \"postgres://u@h:5432/db?connect_timeout=3&sslmode=verify-full\""
+        ))
+        .unwrap();
+        assert_eq!(
+            c.enrichment.url_for_driver(),
+            "postgres://u@h:5432/db?connect_timeout=3"
+        );
+        assert_eq!(
+            field_of(&format!("{on}url = \"postgres://u@h/db?sslmode=allow\"")),
+            "enrichment.url"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{on}url = \"postgres://u@h/db?sslrootcert=/ca.pem\""
+            )),
+            "enrichment.url"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{on}url = \"postgres://u@h/db?sslmode=disable\"\ntls_ca_file = \"/ca.pem\""
+            )),
+            "enrichment.tls_ca_file"
         );
     }
 

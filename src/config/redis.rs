@@ -1,14 +1,19 @@
 //! `[redis]`: where the shared "API down" marker lives.
 
-use super::{invalid, ConfigError};
+use super::{check_ca_file, invalid, ConfigError};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
-    /// `redis://host:port[/db]`, without a password (see `password_env`).
+    /// `redis://host:port[/db]`, or `rediss://` for TLS; without a password
+    /// (see `password_env`).
     pub url: String,
+    /// PEM bundle of the CA(s) that sign the server's certificate, with
+    /// `rediss://`; replaces the platform's roots. Unset: the platform's roots.
+    pub tls_ca_file: Option<PathBuf>,
     /// Name of the environment variable holding the Redis password.
     pub password_env: Option<String>,
     /// Key prefix; the marker is `<prefix>:<group>:api-down`.
@@ -25,6 +30,7 @@ impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             url: "redis://127.0.0.1:6379".into(),
+            tls_ca_file: None,
             password_env: None,
             key_prefix: "courier".into(),
             command_timeout: Duration::from_millis(250),
@@ -34,12 +40,41 @@ impl Default for RedisConfig {
 }
 
 impl RedisConfig {
+    /// `rediss://` (or `valkeys://`): TLS, the host name verified.
+    pub fn tls(&self) -> bool {
+        self.scheme()
+            .is_some_and(|s| s.starts_with("rediss") || s.starts_with("valkeys"))
+    }
+
+    fn scheme(&self) -> Option<String> {
+        reqwest::Url::parse(&self.url)
+            .ok()
+            .map(|u| u.scheme().to_ascii_lowercase())
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if reqwest::Url::parse(&self.url).map_or(true, |u| u.password().is_some()) {
+        let url = reqwest::Url::parse(&self.url).ok();
+        if url.as_ref().is_none_or(|u| u.password().is_some()) {
             return Err(invalid(
                 "redis.url",
-                "must be a redis:// URL without a password (use redis.password_env)",
+                "must be a redis:// or rediss:// URL without a password (use redis.password_env)",
             ));
+        }
+        let scheme = self.scheme().unwrap_or_default();
+        if !(scheme.starts_with("redis") || scheme.starts_with("valkey")) {
+            return Err(invalid(
+                "redis.url",
+                format!("`{scheme}://` is not a Redis URL: use redis:// or rediss:// (TLS)"),
+            ));
+        }
+        if let Some(ca) = &self.tls_ca_file {
+            if !self.tls() {
+                return Err(invalid(
+                    "redis.tls_ca_file",
+                    "is set but redis.url is not rediss://: the connection would not use TLS",
+                ));
+            }
+            check_ca_file("redis.tls_ca_file", ca)?;
         }
         if self.command_timeout.is_zero() {
             return Err(invalid("redis.command_timeout", "must be above 0"));

@@ -4,7 +4,8 @@
 //! to park it. Concurrent misses of one key are merged into one query
 //! (`try_get_with`), and errors are not cached.
 
-use crate::config::EnrichmentConfig;
+use crate::config::{EnrichmentConfig, SslMode};
+use crate::store_tls::{self, PgTls, Verify};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use moka::future::Cache;
 use serde_json::Value;
@@ -27,6 +28,14 @@ pub enum EnrichSetupError {
     Url(String),
     #[error("enrichment pool: {0}")]
     Pool(String),
+    #[error("enrichment.tls_ca_file: {0}")]
+    Tls(#[from] crate::store_tls::StoreTlsError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The URL asks for TLS (or a verified certificate) and the server cannot
+    /// give it: refused at start, never downgraded.
+    #[error("enrichment.url (sslmode={mode}): {reason}")]
+    Handshake { mode: &'static str, reason: String },
 }
 
 pub struct Enricher {
@@ -36,27 +45,105 @@ pub struct Enricher {
     timeout: Duration,
 }
 
-/// A small connection pool to PostgreSQL (also used by the source-of-truth check).
+/// A small connection pool to PostgreSQL (also used by the source-of-truth
+/// check), with TLS as the URL's `sslmode` asks (`config::SslMode`): no TLS
+/// for `disable`; rustls otherwise, the certificate checked as libpq would.
 pub fn pg_pool(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Pool, EnrichSetupError> {
+    let mode = cfg.ssl_mode()?;
     let mut pg: tokio_postgres::Config = cfg
-        .url
+        .url_for_driver()
         .parse()
         .map_err(|e: tokio_postgres::Error| EnrichSetupError::Url(e.to_string()))?;
     if let Some(p) = password {
         pg.password(p);
     }
     pg.connect_timeout(cfg.query_timeout.max(Duration::from_millis(500)));
-    let mgr = Manager::from_config(
-        pg,
-        tokio_postgres::NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
+    pg.application_name("courier");
+    let manager = ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    };
+    let verify = match mode {
+        SslMode::Disable => None,
+        SslMode::VerifyFull => Some(Verify::Full),
+        SslMode::VerifyCa => Some(Verify::Chain),
+        SslMode::Prefer | SslMode::Require if cfg.tls_ca_file.is_some() => Some(Verify::Chain),
+        SslMode::Prefer | SslMode::Require => Some(Verify::Nothing),
+    };
+    let mgr = match verify {
+        None => {
+            pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+            Manager::from_config(pg, tokio_postgres::NoTls, manager)
+        }
+        Some(verify) => {
+            pg.ssl_mode(if mode == SslMode::Prefer {
+                tokio_postgres::config::SslMode::Prefer
+            } else {
+                tokio_postgres::config::SslMode::Require
+            });
+            let tls = store_tls::client_config(cfg.tls_ca_file.as_deref(), verify)?;
+            Manager::from_config(pg, PgTls::new(tls), manager)
+        }
+    };
     Pool::builder(mgr)
         .max_size(cfg.pool_size)
         .build()
         .map_err(|e| EnrichSetupError::Pool(e.to_string()))
+}
+
+/// One connection at start, so that a URL asking for TLS the server cannot
+/// give (no TLS, an untrusted or expired certificate, another host name) stops
+/// the start with the reason instead of failing every lookup. A database that
+/// is merely unreachable does not stop it: its lookups are transient failures
+/// (retried, then the DLQ) until it is back.
+pub async fn check_at_start(
+    cfg: &EnrichmentConfig,
+    password: Option<String>,
+) -> Result<(), EnrichSetupError> {
+    let mode = cfg.ssl_mode()?;
+    let pool = pg_pool(cfg, password)?;
+    let deadline = cfg.query_timeout.max(Duration::from_secs(2));
+    match tokio::time::timeout(deadline, pool.get()).await {
+        Ok(Ok(_)) => {
+            tracing::info!(sslmode = mode.as_str(), "PostgreSQL reachable");
+            Ok(())
+        }
+        Ok(Err(deadpool_postgres::PoolError::Backend(e))) if is_tls_failure(&e) => {
+            Err(EnrichSetupError::Handshake {
+                mode: mode.as_str(),
+                reason: with_causes(&e),
+            })
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "PostgreSQL unreachable at start: lookups fail (transient: retried, then the DLQ) until it is back");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!(
+                timeout = ?deadline,
+                "PostgreSQL did not answer at start: lookups fail (transient: retried, then the DLQ) until it is back"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// An error and its causes, `: `-separated (tokio-postgres's own text leaves
+/// the cause out).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
+}
+
+/// tokio-postgres reports every TLS failure — the server refusing TLS under
+/// `require`, a failed handshake or certificate check — with this text (its
+/// error kind is not public); `tests/stores_tls.rs` exercises both.
+fn is_tls_failure(e: &tokio_postgres::Error) -> bool {
+    e.to_string().starts_with("error performing TLS handshake")
 }
 
 impl Enricher {

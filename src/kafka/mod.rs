@@ -9,6 +9,7 @@ use crate::config::KafkaConfig;
 use ractor::ActorRef;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaResult;
 use rdkafka::ClientContext;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,25 +73,24 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
     with_user_settings(c, k)
 }
 
-/// `[kafka.properties]` last, so they override Courier's defaults, then the SASL
-/// password from the environment.
+/// `[kafka.properties]` last, so they override Courier's defaults, then the
+/// secrets from the environment.
 fn with_user_settings(mut c: ClientConfig, k: &KafkaConfig) -> ClientConfig {
     for (key, v) in &k.properties {
         c.set(key, v);
     }
-    set_sasl_password(&mut c, k);
+    set_secrets(&mut c, k);
     c
 }
 
-/// The SASL password comes from the environment, never from the file. librdkafka
-/// treats `sasl.password` as sensitive and never prints it.
-fn set_sasl_password(c: &mut ClientConfig, k: &KafkaConfig) {
-    if let Some(pw) = k
-        .sasl_password_env
-        .as_ref()
-        .and_then(|n| std::env::var(n).ok())
-    {
-        c.set("sasl.password", pw);
+/// The SASL password, the OIDC client secret and the TLS key's passphrase come
+/// from the environment, never from the file (`KafkaConfig::secret_properties`).
+/// librdkafka treats these properties as sensitive and never prints them. A
+/// missing variable was reported at start (`Config::check_secrets`); here it
+/// leaves the property unset, and librdkafka's own error says what is missing.
+fn set_secrets(c: &mut ClientConfig, k: &KafkaConfig) {
+    for (property, value) in k.secret_properties().unwrap_or_default() {
+        c.set(property, value);
     }
 }
 
@@ -111,6 +111,7 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")
+        .set("compression.type", k.producer_compression.as_str())
         // A write that cannot be acknowledged within this time is reported as
         // failed and retried by Courier; the event's offset waits meanwhile.
         .set(
@@ -126,7 +127,7 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
             c.set(key, v);
         }
     }
-    set_sasl_password(&mut c, k);
+    set_secrets(&mut c, k);
     c
 }
 
@@ -263,5 +264,49 @@ impl ConsumerContext for CourierContext {
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => tracing::error!(error = %e, "rebalance error"),
         }
+    }
+}
+
+/// What this build's librdkafka can do (`builtin.features`: codecs, TLS, SASL
+/// mechanisms, `http`/`oidc` for OAUTHBEARER token fetching).
+pub fn builtin_features() -> KafkaResult<Vec<String>> {
+    let features = ClientConfig::new()
+        .create_native_config()?
+        .get("builtin.features")?;
+    Ok(features.split(',').map(str::to_string).collect())
+}
+
+/// What a deployment may need of librdkafka: every codec a producer may have
+/// written with, TLS, the SASL mechanisms Courier documents, OIDC.
+pub const REQUIRED_FEATURES: [&str; 10] = [
+    "gzip",
+    "snappy",
+    "lz4",
+    "zstd",
+    "ssl",
+    "sasl_plain",
+    "sasl_scram",
+    "sasl_oauthbearer",
+    "http",
+    "oidc",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without `zstd`, a topic written with zstd (the default of many producers)
+    /// delivers nothing; without `oidc`, OAUTHBEARER cannot fetch its token.
+    #[test]
+    fn librdkafka_is_built_with_every_codec_and_mechanism() {
+        let have = builtin_features().unwrap();
+        let missing: Vec<_> = REQUIRED_FEATURES
+            .iter()
+            .filter(|f| !have.iter().any(|h| h == *f))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "missing {missing:?}; built with {have:?}"
+        );
     }
 }
