@@ -13,9 +13,10 @@ ARG RUNTIME_IMAGE=debian:13.1-slim
 
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
-# librdkafka is compiled from the rdkafka-sys crate (configure + make), against OpenSSL.
+# librdkafka is compiled from the rdkafka-sys crate with CMake (its `cmake-build`
+# feature, which links the bundled static libcurl for OAUTHBEARER/OIDC), against OpenSSL.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential python3 libssl-dev pkg-config \
+    && apt-get install -y --no-install-recommends build-essential cmake python3 libssl-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 
 # 1. Dependencies only, with stand-ins for the sources: this layer (librdkafka, jemalloc,
@@ -29,8 +30,13 @@ RUN stub-crate.sh \
 
 # 2. Courier itself. COPY keeps the files' modification times, which can be older than
 #    the stand-ins' build: touch them so Cargo never mistakes the stand-ins for the crate.
+#    build.rs embeds the commit shown on /status: there is no .git in the build
+#    context, so pass it: docker build --build-arg COURIER_GIT_COMMIT=$(git rev-parse HEAD) .
+ARG COURIER_GIT_COMMIT=""
+ENV COURIER_GIT_COMMIT=${COURIER_GIT_COMMIT}
+COPY build.rs ./
 COPY src ./src
-RUN find src -name '*.rs' -exec touch {} + \
+RUN find src build.rs -name '*.rs' -exec touch {} + \
     && cargo build --release --locked --bin courier
 
 # The image's default config: config/courier.toml with the listener on all interfaces.
