@@ -16,3 +16,4 @@ pub mod ops;
 pub mod runtime;
 pub mod sink;
 pub mod testkit;
+pub mod tls;

@@ -62,6 +62,15 @@ enum Cmd {
         /// Probability of answering 503 to any request.
         #[arg(long, default_value_t = 0.0)]
         fail_rate: f64,
+        /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM, unencrypted).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Require client certificates signed by these CAs (PEM bundle): mTLS.
+        #[arg(long, requires = "tls_cert")]
+        tls_client_ca: Option<PathBuf>,
     },
 }
 
@@ -163,6 +172,9 @@ fn main() -> ExitCode {
             listen,
             latency_ms,
             fail_rate,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
         } => {
             init_logging(LogFormat::Human, "info");
             let b = courier::sink::Behaviour {
@@ -170,9 +182,19 @@ fn main() -> ExitCode {
                 fail_rate,
                 ..Default::default()
             };
-            runtime().and_then(|rt| {
-                rt.block_on(courier::sink::run_standalone(listen, b))
-                    .map(|_| 0)
+            let tls = match (tls_cert, tls_key) {
+                (Some(cert), Some(key)) => {
+                    courier::sink::SinkTls::from_files(&cert, &key, tls_client_ca.as_deref())
+                        .map(Some)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", e.field))
+                }
+                _ => Ok(None),
+            };
+            tls.and_then(|tls| {
+                runtime().and_then(|rt| {
+                    rt.block_on(courier::sink::run_standalone(listen, b, tls))
+                        .map(|_| 0)
+                })
             })
         }
     };
