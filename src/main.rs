@@ -129,12 +129,21 @@ enum DlqCmd {
 /// left on every poll: at `info` that cost ~10 % of Courier's CPU per event
 /// (docs/BENCHMARKS.md). Unless a filter names `ractor` itself, its spans and events
 /// below WARN are left out (its warnings and errors still show).
+///
+/// rustls-platform-verifier logs an ERROR for every certificate it refuses, i.e.
+/// for every connection attempt to an API with a bad certificate (hundreds at
+/// once at full concurrency, then each probe). Courier logs the failure itself,
+/// named (`tls_untrusted`, ...), on its first occurrence and then once every
+/// 10 s; the verifier's lines are off unless a filter names it.
 fn quiet_ractor(spec: &str) -> String {
-    if spec.contains("ractor") {
-        spec.to_string()
-    } else {
-        format!("{spec},ractor=warn")
+    let mut out = spec.to_string();
+    if !spec.contains("ractor") {
+        out.push_str(",ractor=warn");
     }
+    if !spec.contains("rustls_platform_verifier") {
+        out.push_str(",rustls_platform_verifier=off");
+    }
+    out
 }
 
 fn init_logging(format: LogFormat, level: &str) {
@@ -142,7 +151,9 @@ fn init_logging(format: LogFormat, level: &str) {
     let spec = quiet_ractor(from_env.as_deref().unwrap_or(level));
     let filter = tracing_subscriber::EnvFilter::try_new(&spec)
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(quiet_ractor(level)))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,ractor=warn"));
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("info,ractor=warn,rustls_platform_verifier=off")
+        });
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -396,11 +407,19 @@ mod tests {
 
     #[test]
     fn ractor_is_quiet_unless_named() {
-        assert_eq!(quiet_ractor("info"), "info,ractor=warn");
+        let quiet = ",rustls_platform_verifier=off";
+        assert_eq!(quiet_ractor("info"), format!("info,ractor=warn{quiet}"));
         assert_eq!(
             quiet_ractor("debug,librdkafka=warn"),
-            "debug,librdkafka=warn,ractor=warn"
+            format!("debug,librdkafka=warn,ractor=warn{quiet}")
         );
-        assert_eq!(quiet_ractor("info,ractor=debug"), "info,ractor=debug");
+        assert_eq!(
+            quiet_ractor("info,ractor=debug"),
+            format!("info,ractor=debug{quiet}")
+        );
+        assert_eq!(
+            quiet_ractor("info,rustls_platform_verifier=error"),
+            "info,rustls_platform_verifier=error,ractor=warn"
+        );
     }
 }

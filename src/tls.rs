@@ -152,6 +152,70 @@ pub fn check_pair(
     }
 }
 
+/// The files of a TLS client, loaded and checked: extra or replacement roots,
+/// and a client identity (certificate chain and key) for mTLS.
+#[derive(Debug, Default)]
+pub struct ClientFiles {
+    pub roots: Vec<CertificateDer<'static>>,
+    pub identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+}
+
+impl ClientFiles {
+    /// Reads `<section>.ca_file`, `<section>.cert_file` and `<section>.key_file`
+    /// (whichever are set; cert and key go together, which config validation
+    /// checks). Errors name the field.
+    pub fn load(
+        section: &str,
+        ca_file: Option<&Path>,
+        cert_file: Option<&Path>,
+        key_file: Option<&Path>,
+    ) -> Result<ClientFiles, TlsFileError> {
+        let roots = match ca_file {
+            Some(p) => load_certs(&format!("{section}.ca_file"), p)?,
+            None => Vec::new(),
+        };
+        let identity = match (cert_file, key_file) {
+            (Some(c), Some(k)) => Some(certified_key(
+                &format!("{section}.cert_file"),
+                c,
+                &format!("{section}.key_file"),
+                k,
+            )?),
+            _ => None,
+        };
+        Ok(ClientFiles { roots, identity })
+    }
+
+    /// The identity as one PEM document (chain, then key), re-encoded from
+    /// what was parsed, so only the sections that were checked are in it.
+    pub fn identity_pem(&self) -> Option<Vec<u8>> {
+        let (certs, key) = self.identity.as_ref()?;
+        let mut out = String::new();
+        for c in certs {
+            out.push_str(&pem_section("CERTIFICATE", c.as_ref()));
+        }
+        let label = match key {
+            PrivateKeyDer::Pkcs1(_) => "RSA PRIVATE KEY",
+            PrivateKeyDer::Sec1(_) => "EC PRIVATE KEY",
+            _ => "PRIVATE KEY",
+        };
+        out.push_str(&pem_section(label, key.secret_der()));
+        Some(out.into_bytes())
+    }
+}
+
+fn pem_section(label: &str, der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut s = format!("-----BEGIN {label}-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        s.push_str(&String::from_utf8_lossy(chunk));
+        s.push('\n');
+    }
+    s.push_str(&format!("-----END {label}-----\n"));
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

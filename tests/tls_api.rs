@@ -80,20 +80,44 @@ fn ca_line(ca: &Ca) -> String {
     format!("ca_file = \"{}\"\n", ca.pem.cert_file.display())
 }
 
-/// Waits until Courier's log has a line naming `reason`; returns that line.
+/// Courier's log without colour codes.
+fn plain_log(c: &Courier) -> String {
+    let raw = c.log_text();
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{1b}' {
+            // CSI: ESC [ parameters final-byte
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// Waits until Courier's log has the line naming `reason` (Courier's own, with
+/// what to do), and returns it.
 async fn reason_logged(c: &Courier, reason: &str) -> String {
-    let needle = format!("reason={reason}");
+    let needle =
+        format!("API call failed: the pipeline pauses until it works again reason={reason} ");
     wait_until(
         Duration::from_secs(30),
         &format!("the log names {reason}"),
-        || c.log_text().contains(&needle),
+        || plain_log(c).contains(&needle),
     )
     .await;
-    c.log_text()
+    let line = plain_log(c)
         .lines()
         .find(|l| l.contains(&needle))
         .map(str::to_string)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    assert!(line.contains("hint="), "the line says what to do: {line}");
+    line
 }
 
 /// The pipeline paused on a systemic failure: the breaker opened (with that
@@ -131,12 +155,9 @@ async fn paused_without_dlq(c: &Courier, s: &Services, n: &Names, reason: &str, 
     );
 }
 
-/// The time in ms since the epoch at the start of a log line (RFC 3339, maybe
-/// after colour codes).
+/// The time in ms since the epoch at the start of a log line (RFC 3339).
 fn log_time_ms(line: &str) -> Option<i64> {
-    let start = line.find(|c: char| c.is_ascii_digit())?;
-    let stamp = line[start..].split_whitespace().next()?;
-    let stamp = stamp.split('\u{1b}').next()?;
+    let stamp = line.split_whitespace().next()?;
     let t = humantime::parse_rfc3339_weak(stamp.trim_end_matches('Z')).ok()?;
     Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
 }

@@ -19,7 +19,7 @@ mod pipeline;
 mod redis;
 mod retry;
 
-pub use api::ApiConfig;
+pub use api::{ApiConfig, ApiTlsConfig, CaMode};
 pub(crate) use degraded::millis;
 pub use degraded::DegradedConfig;
 pub use enrichment::{EnrichmentConfig, OnMissing};
@@ -129,9 +129,11 @@ impl Config {
         Ok(())
     }
 
-    /// Checks that every secret the config names is present in the environment.
+    /// Checks that every secret the config names is present in the environment,
+    /// and that the TLS files it names are readable PEM.
     pub fn check_secrets(&self) -> Result<(), ConfigError> {
         self.api_token()?;
+        self.api.check_tls_files()?;
         self.kafka_sasl_password()?;
         Ok(())
     }
