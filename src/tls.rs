@@ -4,9 +4,9 @@
 //!
 //! Used by the API client (`delivery::http`), by `check-config` (through
 //! `config::ApiConfig::check_tls_files`) and by the API stand-in's HTTPS server.
-//! The crypto provider is always passed explicitly ([`provider`]), never taken
-//! from rustls' process-wide default, so other TLS users in the same build
-//! (Kafka, Redis, PostgreSQL clients) cannot change what this code does.
+//! The crypto provider is passed explicitly ([`provider`]), never chosen by
+//! rustls from its crate features, which panics once another dependency enables
+//! a second provider.
 
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
