@@ -112,8 +112,8 @@ topic = "{topic}"
 dlq_topic = "{topic}.dlq"
 parking_topic = "{topic}.parking"
 group_id = "{group}"
-auto_commit_interval = \"100ms\"
-session_timeout = \"10s\"
+auto_commit_interval = "100ms"
+session_timeout = "10s"
 
 [api]
 url = "{url}"
@@ -123,8 +123,8 @@ pool_max_idle_per_host = {pool}
 concurrency = {c}
 ordering = "{ordering}"
 {per_partition}
-drain_timeout = \"3s\"
-shutdown_grace = \"5s\"
+drain_timeout = "3s"
+shutdown_grace = "5s"
 
 
 [kafka.properties]

@@ -53,15 +53,15 @@ topic = "{topic}"
 dlq_topic = "{topic}.dlq"
 parking_topic = "{topic}.parking"
 group_id = "{topic}-group"
-auto_commit_interval = \"100ms\"
-session_timeout = \"10s\"
+auto_commit_interval = "100ms"
+session_timeout = "10s"
 
 [api]
 url = "{api_url}"
 {api}
 [pipeline]
-drain_timeout = \"3s\"
-shutdown_grace = \"5s\"
+drain_timeout = "3s"
+shutdown_grace = "5s"
 
 [degraded]
 drain_rate_per_sec = {rate}
