@@ -118,6 +118,11 @@ pub struct Opts {
     /// after, ratios against the mean).
     #[arg(long)]
     single_ceiling: bool,
+    /// Open the bare client's connections (one request per worker) before its
+    /// clock starts; by default connection set-up (over HTTPS: C handshakes at
+    /// once) is inside the measured phase.
+    #[arg(long)]
+    warm_ceiling: bool,
     /// HTTP/2 to the API stand-in, for Courier and the bare client alike: with
     /// prior knowledge (h2c, `api.http2_prior_knowledge = true`), or with --https
     /// negotiated by ALPN (`api.http2 = true`).
@@ -517,6 +522,7 @@ impl Bench {
             requests.clone(),
             self.ticks,
             &self.transport,
+            self.opts.warm_ceiling,
         )
         .await
     }

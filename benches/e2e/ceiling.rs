@@ -105,6 +105,10 @@ pub fn client(url: &str, concurrency: usize, transport: &Transport) -> anyhow::R
 }
 
 /// `concurrency` workers POST until `total` requests are done or `max` has passed.
+/// With `warm`, each worker first sends one request outside the clock, so the
+/// measured phase starts with `concurrency` connections open (over HTTPS: their
+/// handshakes done) instead of opening them all at its start.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     url: &str,
     concurrency: usize,
@@ -113,8 +117,22 @@ pub async fn run(
     requests: Arc<Requests>,
     ticks: f64,
     transport: &Transport,
+    warm: bool,
 ) -> anyhow::Result<CeilingResult> {
     let client = client(url, concurrency, transport)?;
+    if warm {
+        let mut warmers = tokio::task::JoinSet::new();
+        for i in 0..concurrency {
+            let (client, requests) = (client.clone(), requests.clone());
+            warmers.spawn(async move {
+                let (id, body) = &requests.bodies[i % requests.bodies.len()];
+                client.post(id, body.clone(), None).await.is_ok()
+            });
+        }
+        while let Some(done) = warmers.join_next().await {
+            anyhow::ensure!(done?, "a warm-up request failed");
+        }
+    }
     let next = Arc::new(AtomicUsize::new(0));
     let cpu0 = cpu_seconds(Pid::SelfProcess, ticks);
     let t0 = Instant::now();
