@@ -35,6 +35,9 @@ mod procs;
 mod prom;
 #[path = "e2e/report.rs"]
 mod report;
+// Test certificates (rcgen), shared with tests/tls_api.rs.
+#[path = "../tests/common/certs.rs"]
+mod certs;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
@@ -115,10 +118,21 @@ pub struct Opts {
     /// after, ratios against the mean).
     #[arg(long)]
     single_ceiling: bool,
-    /// HTTP/2 with prior knowledge (h2c) to the API stand-in, for Courier
-    /// (`api.http2_prior_knowledge = true`) and the bare client alike.
+    /// Open the bare client's connections (one request per worker) before its
+    /// clock starts; by default connection set-up (over HTTPS: C handshakes at
+    /// once) is inside the measured phase.
+    #[arg(long)]
+    warm_ceiling: bool,
+    /// HTTP/2 to the API stand-in, for Courier and the bare client alike: with
+    /// prior knowledge (h2c, `api.http2_prior_knowledge = true`), or with --https
+    /// negotiated by ALPN (`api.http2 = true`).
     #[arg(long)]
     http2: bool,
+    /// Serve the stand-in over HTTPS (a CA and a certificate for 127.0.0.1 made at
+    /// start with rcgen); Courier, the bare client and the classic loop trust that
+    /// CA (`api.tls.ca_file`). The ceiling is then the bare client over HTTPS.
+    #[arg(long)]
+    https: bool,
     /// `pipeline.max_in_flight_per_partition` for Courier (default: Courier's own
     /// default, 1,000 events held per partition).
     #[arg(long)]
@@ -311,15 +325,28 @@ struct Sink {
 }
 
 impl Sink {
-    async fn start(bin: &str, log_dir: &Path, http: reqwest::Client) -> anyhow::Result<Sink> {
+    /// With `tls` (certificate and key files), it serves HTTPS.
+    async fn start(
+        bin: &str,
+        log_dir: &Path,
+        http: reqwest::Client,
+        tls: Option<&certs::Pem>,
+    ) -> anyhow::Result<Sink> {
         let port = free_port()?;
         let mut cmd = Command::new(bin);
         cmd.args(["sink", "--listen", &format!("127.0.0.1:{port}")])
             .env("RUST_LOG", "warn");
+        if let Some(t) = tls {
+            cmd.arg("--tls-cert")
+                .arg(&t.cert_file)
+                .arg("--tls-key")
+                .arg(&t.key_file);
+        }
         let guard = ChildGuard::spawn("sink", &mut cmd, &log_dir.join("sink.log"))?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let sink = Sink {
             guard,
-            base: format!("http://127.0.0.1:{port}"),
+            base: format!("{scheme}://127.0.0.1:{port}"),
             http,
         };
         let until = Instant::now() + Duration::from_secs(15);
@@ -427,6 +454,7 @@ struct Bench {
     log_dir: PathBuf,
     http: reqwest::Client,
     sink: Sink,
+    transport: ceiling::Transport,
 }
 
 impl Bench {
@@ -493,7 +521,8 @@ impl Bench {
             Duration::from_secs(self.opts.ceiling_secs),
             requests.clone(),
             self.ticks,
-            self.opts.http2,
+            &self.transport,
+            self.opts.warm_ceiling,
         )
         .await
     }
@@ -619,7 +648,7 @@ impl Bench {
             perf_dwarf: o.perf_dwarf,
             kafka_properties: &o.kafka_properties,
             env: &o.courier_env,
-            http2: o.http2,
+            transport: &self.transport,
             max_in_flight_per_partition: o.max_in_flight_per_partition,
         };
         let cr = courier_run::run(&setup, &self.http).await?;
@@ -657,11 +686,11 @@ impl Bench {
                 self.sink.url(),
                 format!("{topic}-classic"),
             );
-            let (max_events, max, ticks, http2) = (
+            let (max_events, max, ticks, transport) = (
                 o.classic_events,
                 Duration::from_secs(o.classic_secs),
                 self.ticks,
-                o.http2,
+                self.transport.clone(),
             );
             let handle = tokio::runtime::Handle::current();
             let res = tokio::task::spawn_blocking(move || {
@@ -673,7 +702,7 @@ impl Bench {
                     max_events,
                     max,
                     ticks,
-                    http2,
+                    transport,
                 }
                 .run(&handle)
             })
@@ -741,9 +770,24 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
     let cells = opts.cells()?;
     let log_dir = log_dir()?;
     let ticks = procs::clock_ticks();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
+    // --https: a CA and the stand-in's certificate, made for this run.
+    let tls = if opts.https {
+        let dir = log_dir.join("tls");
+        let ca = certs::Ca::new(&dir, "bench");
+        let server = ca.server("sink", certs::LOOPBACK, certs::Validity::Current);
+        Some((ca.pem, server))
+    } else {
+        None
+    };
+    let transport = ceiling::Transport {
+        http2: opts.http2,
+        ca_file: tls.as_ref().map(|(ca, _)| ca.cert_file.clone()),
+    };
+    let mut http = reqwest::Client::builder().timeout(Duration::from_secs(10));
+    if let Some((ca, _)) = &tls {
+        http = http.tls_certs_only([reqwest::Certificate::from_pem(ca.cert.as_bytes())?]);
+    }
+    let http = http.build()?;
     let machine = machine();
     eprintln!(
         "e2e: {} cells, {} events max per cell, {} partitions, {} keys, {} B events; {} CPUs; courier = {COURIER}; logs in {}",
@@ -760,7 +804,7 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
     let pinned = log_dir.join(format!("courier-{}", std::process::id()));
     std::fs::copy(COURIER, &pinned).with_context(|| format!("copying {COURIER}"))?;
     let bin = pinned.display().to_string();
-    let sink = Sink::start(&bin, &log_dir, http.clone()).await?;
+    let sink = Sink::start(&bin, &log_dir, http.clone(), tls.as_ref().map(|(_, s)| s)).await?;
     let run_id = format!(
         "bench-e2e-{}-{:x}",
         std::process::id(),
@@ -774,6 +818,7 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
         log_dir,
         http,
         sink,
+        transport,
     };
     let mut results = Vec::new();
     let mut classics = Vec::new();
@@ -819,6 +864,7 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
                 rate,
                 secs: opts.drain_secs,
                 event_bytes: opts.event_bytes,
+                transport: &bench.transport,
             };
             let r = match drain::run(&setup, &mut bench.sink).await {
                 Ok(r) => r,

@@ -25,8 +25,10 @@ pub enum CallOutcome {
     Up,
     /// Timeout, connection error, 408, 429, 5xx.
     Failed,
-    /// 401/403 and the like: credentials or the API itself. Trips at once.
-    Systemic,
+    /// 401/403, TLS failures and the like: credentials, certificates or the API
+    /// itself. Trips at once; the breaker's transition carries the reason
+    /// (`http_401`, `tls_untrusted`, ...).
+    Systemic(&'static str),
 }
 
 /// Per-second counter for the flood guard.
@@ -129,11 +131,11 @@ impl Health {
         let t = match outcome {
             CallOutcome::Up => b.record(now, true),
             CallOutcome::Failed => b.record(now, false),
-            CallOutcome::Systemic => {
+            CallOutcome::Systemic(reason) => {
                 // Report whichever moved the breaker (a half-open probe failing, or
                 // the trip itself); tripping an already open breaker reports nothing.
                 let recorded = b.record(now, false);
-                b.trip(now, "systemic").or(recorded)
+                b.trip(now, reason).or(recorded)
             }
         };
         self.noted(t)
@@ -185,9 +187,10 @@ mod tests {
         let h = Health::new(&cfg());
         assert_eq!(h.record(CallOutcome::Up), None);
         let t = h
-            .record(CallOutcome::Systemic)
-            .expect("401/403 open the breaker");
+            .record(CallOutcome::Systemic("tls_untrusted"))
+            .expect("401/403 and TLS failures open the breaker");
         assert_eq!(t.to, BreakerStateKind::Open);
+        assert_eq!(t.reason.as_str(), "tls_untrusted");
         assert!(h.breaker_is_open(Instant::now()));
         let (last, at_ms) = h
             .last_transition()

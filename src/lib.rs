@@ -18,3 +18,4 @@ pub mod sink;
 pub mod status;
 pub mod store_tls;
 pub mod testkit;
+pub mod tls;

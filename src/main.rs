@@ -62,6 +62,15 @@ enum Cmd {
         /// Probability of answering 503 to any request.
         #[arg(long, default_value_t = 0.0)]
         fail_rate: f64,
+        /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM, unencrypted).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Require client certificates signed by these CAs (PEM bundle): mTLS.
+        #[arg(long, requires = "tls_cert")]
+        tls_client_ca: Option<PathBuf>,
     },
 }
 
@@ -131,12 +140,21 @@ fn positive_rate(s: &str) -> Result<f64, String> {
 /// left on every poll: at `info` that cost ~10 % of Courier's CPU per event
 /// (docs/BENCHMARKS.md). Unless a filter names `ractor` itself, its spans and events
 /// below WARN are left out (its warnings and errors still show).
+///
+/// rustls-platform-verifier logs an ERROR for every certificate it refuses, i.e.
+/// for every connection attempt to an API with a bad certificate (hundreds at
+/// once at full concurrency, then each probe). Courier logs the failure itself,
+/// named (`tls_untrusted`, ...), on its first occurrence and then once every
+/// 10 s; the verifier's lines are off unless a filter names it.
 fn quiet_ractor(spec: &str) -> String {
-    if spec.contains("ractor") {
-        spec.to_string()
-    } else {
-        format!("{spec},ractor=warn")
+    let mut out = spec.to_string();
+    if !spec.contains("ractor") {
+        out.push_str(",ractor=warn");
     }
+    if !spec.contains("rustls_platform_verifier") {
+        out.push_str(",rustls_platform_verifier=off");
+    }
+    out
 }
 
 fn init_logging(format: LogFormat, level: &str) {
@@ -144,7 +162,9 @@ fn init_logging(format: LogFormat, level: &str) {
     let spec = quiet_ractor(from_env.as_deref().unwrap_or(level));
     let filter = tracing_subscriber::EnvFilter::try_new(&spec)
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(quiet_ractor(level)))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,ractor=warn"));
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("info,ractor=warn,rustls_platform_verifier=off")
+        });
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -174,6 +194,9 @@ fn main() -> ExitCode {
             listen,
             latency_ms,
             fail_rate,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
         } => {
             init_logging(LogFormat::Human, "info");
             let b = courier::sink::Behaviour {
@@ -181,9 +204,19 @@ fn main() -> ExitCode {
                 fail_rate,
                 ..Default::default()
             };
-            runtime().and_then(|rt| {
-                rt.block_on(courier::sink::run_standalone(listen, b))
-                    .map(|_| 0)
+            let tls = match (tls_cert, tls_key) {
+                (Some(cert), Some(key)) => {
+                    courier::sink::SinkTls::from_files(&cert, &key, tls_client_ca.as_deref())
+                        .map(Some)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", e.field))
+                }
+                _ => Ok(None),
+            };
+            tls.and_then(|tls| {
+                runtime().and_then(|rt| {
+                    rt.block_on(courier::sink::run_standalone(listen, b, tls))
+                        .map(|_| 0)
+                })
             })
         }
     };
@@ -405,11 +438,19 @@ mod tests {
 
     #[test]
     fn ractor_is_quiet_unless_named() {
-        assert_eq!(quiet_ractor("info"), "info,ractor=warn");
+        let quiet = ",rustls_platform_verifier=off";
+        assert_eq!(quiet_ractor("info"), format!("info,ractor=warn{quiet}"));
         assert_eq!(
             quiet_ractor("debug,librdkafka=warn"),
-            "debug,librdkafka=warn,ractor=warn"
+            format!("debug,librdkafka=warn,ractor=warn{quiet}")
         );
-        assert_eq!(quiet_ractor("info,ractor=debug"), "info,ractor=debug");
+        assert_eq!(
+            quiet_ractor("info,ractor=debug"),
+            format!("info,ractor=debug{quiet}")
+        );
+        assert_eq!(
+            quiet_ractor("info,rustls_platform_verifier=error"),
+            "info,rustls_platform_verifier=error,ractor=warn"
+        );
     }
 }

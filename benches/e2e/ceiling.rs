@@ -5,8 +5,9 @@
 
 use crate::procs::{cpu_seconds, Pid};
 use bytes::Bytes;
-use courier::config::ApiConfig;
+use courier::config::{ApiConfig, ApiTlsConfig};
 use courier::delivery::http::ApiClient;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,19 +52,63 @@ pub struct CeilingResult {
     pub mean_ms: Option<f64>,
 }
 
+/// How the bench's clients and Courier reach the stand-in: HTTP/2 or not (the
+/// bench's `--http2`), and over HTTPS (`--https`) the CA to trust.
+#[derive(Debug, Clone, Default)]
+pub struct Transport {
+    pub http2: bool,
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Transport {
+    /// The `api.*` defaults with this transport: HTTP/2 by prior knowledge (h2c)
+    /// over http://, by ALPN (`api.http2`) over https://.
+    pub fn api_config(&self, url: &str) -> ApiConfig {
+        let https = url.starts_with("https://");
+        ApiConfig {
+            url: url.to_string(),
+            http2_prior_knowledge: self.http2 && !https,
+            http2: self.http2 && https,
+            tls: ApiTlsConfig {
+                ca_file: self.ca_file.clone(),
+                ..ApiTlsConfig::default()
+            },
+            ..ApiConfig::default()
+        }
+    }
+
+    /// The same for Courier's config file: lines for `[api]`, and an `[api.tls]`
+    /// section (empty over http://) to append.
+    pub fn toml(&self, url: &str) -> (String, String) {
+        let cfg = self.api_config(url);
+        let api = format!(
+            "http2 = {}\nhttp2_prior_knowledge = {}\n",
+            cfg.http2, cfg.http2_prior_knowledge
+        );
+        let tls = match &cfg.tls.ca_file {
+            Some(p) => format!("\n[api.tls]\nca_file = {:?}\n", p.display().to_string()),
+            None => String::new(),
+        };
+        (api, tls)
+    }
+}
+
 /// Courier's own API client (`src/delivery/http.rs`) with the `api.*` defaults:
 /// the same library, settings and request, by construction. HTTP/1.1 keep-alive,
-/// or HTTP/2 with prior knowledge when `http2` (the bench's `--http2`).
-pub fn client(url: &str, concurrency: usize, http2: bool) -> anyhow::Result<ApiClient> {
-    let cfg = ApiConfig {
-        url: url.to_string(),
-        http2_prior_knowledge: http2,
-        ..ApiConfig::default()
-    };
-    Ok(ApiClient::new(&cfg, None, concurrency)?)
+/// or HTTP/2 (`--http2`), over HTTPS with the bench's CA (`--https`).
+pub fn client(url: &str, concurrency: usize, transport: &Transport) -> anyhow::Result<ApiClient> {
+    Ok(ApiClient::new(
+        &transport.api_config(url),
+        None,
+        concurrency,
+    )?)
 }
 
 /// `concurrency` workers POST until `total` requests are done or `max` has passed.
+/// With `warm`, each worker first sends one request outside the clock, so the
+/// measured phase starts with `concurrency` connections open (over HTTPS: their
+/// handshakes done) instead of opening them all at its start.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     url: &str,
     concurrency: usize,
@@ -71,9 +116,23 @@ pub async fn run(
     max: Duration,
     requests: Arc<Requests>,
     ticks: f64,
-    http2: bool,
+    transport: &Transport,
+    warm: bool,
 ) -> anyhow::Result<CeilingResult> {
-    let client = client(url, concurrency, http2)?;
+    let client = client(url, concurrency, transport)?;
+    if warm {
+        let mut warmers = tokio::task::JoinSet::new();
+        for i in 0..concurrency {
+            let (client, requests) = (client.clone(), requests.clone());
+            warmers.spawn(async move {
+                let (id, body) = &requests.bodies[i % requests.bodies.len()];
+                client.post(id, body.clone(), None).await.is_ok()
+            });
+        }
+        while let Some(done) = warmers.join_next().await {
+            anyhow::ensure!(done?, "a warm-up request failed");
+        }
+    }
     let next = Arc::new(AtomicUsize::new(0));
     let cpu0 = cpu_seconds(Pid::SelfProcess, ticks);
     let t0 = Instant::now();

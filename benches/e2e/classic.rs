@@ -26,7 +26,7 @@ pub struct Classic<'a> {
     pub max_events: u64,
     pub max: Duration,
     pub ticks: f64,
-    pub http2: bool,
+    pub transport: crate::ceiling::Transport,
 }
 
 impl Classic<'_> {
@@ -40,7 +40,7 @@ impl Classic<'_> {
             .set("auto.offset.reset", "earliest")
             .create()?;
         consumer.subscribe(&[self.topic])?;
-        let client = crate::ceiling::client(self.url, 1, self.http2)?;
+        let client = crate::ceiling::client(self.url, 1, &self.transport)?;
         let join_deadline = Instant::now() + Duration::from_secs(60);
         let mut started: Option<(Instant, Option<f64>)> = None;
         let (mut events, mut failures) = (0u64, 0u64);

@@ -35,8 +35,8 @@ pub struct Setup<'a> {
     pub kafka_properties: &'a [(String, String)],
     /// Extra environment for the Courier process only (e.g. `LD_PRELOAD`).
     pub env: &'a [(String, String)],
-    /// `api.http2_prior_knowledge`.
-    pub http2: bool,
+    /// HTTP/2 and TLS settings of `[api]`.
+    pub transport: &'a crate::ceiling::Transport,
     /// `pipeline.max_in_flight_per_partition` (None: Courier's default).
     pub max_in_flight_per_partition: Option<usize>,
 }
@@ -100,6 +100,7 @@ pub struct Sample {
 const MB: f64 = 1024.0 * 1024.0;
 
 fn config(s: &Setup<'_>) -> String {
+    let (api, tls) = s.transport.toml(s.api_url);
     let per_partition = s
         .max_in_flight_per_partition
         .map(|n| format!("max_in_flight_per_partition = {n}"))
@@ -111,20 +112,19 @@ topic = "{topic}"
 dlq_topic = "{topic}.dlq"
 parking_topic = "{topic}.parking"
 group_id = "{group}"
-auto_commit_interval = \"100ms\"
-session_timeout = \"10s\"
+auto_commit_interval = "100ms"
+session_timeout = "10s"
 
 [api]
 url = "{url}"
 pool_max_idle_per_host = {pool}
-http2_prior_knowledge = {http2}
-
+{api}
 [pipeline]
 concurrency = {c}
 ordering = "{ordering}"
 {per_partition}
-drain_timeout = \"3s\"
-shutdown_grace = \"5s\"
+drain_timeout = "3s"
+shutdown_grace = "5s"
 
 
 [kafka.properties]
@@ -134,7 +134,6 @@ shutdown_grace = \"5s\"
         group = s.group,
         url = s.api_url,
         pool = s.concurrency.max(4096),
-        http2 = s.http2,
         c = s.concurrency,
         ordering = s.ordering,
         properties = s
@@ -143,7 +142,7 @@ shutdown_grace = \"5s\"
             .map(|(k, v)| format!("{k:?} = {v:?}"))
             .collect::<Vec<_>>()
             .join("\n"),
-    )
+    ) + &tls
 }
 
 async fn scrape(http: &reqwest::Client, port: u16) -> Option<String> {

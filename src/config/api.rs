@@ -4,6 +4,7 @@ use super::{invalid, ConfigError};
 use crate::core::backoff::RetryPolicy;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -28,9 +29,72 @@ pub struct ApiConfig {
     pub token_env: Option<String>,
     /// Extra request headers (not secrets: those come from `token_env`).
     pub headers: BTreeMap<String, String>,
-    /// Speak HTTP/2 without negotiation (h2c) to the API.
+    /// Speak HTTP/2 without negotiation (h2c) to an `http://` API.
     pub http2_prior_knowledge: bool,
+    /// Over `https://`: offer HTTP/2 in ALPN (the server chooses HTTP/2 or
+    /// HTTP/1.1). Off by default: reqwest keeps one HTTP/2 connection per host,
+    /// so the server's stream limit (often 100-250) would cap the calls in
+    /// flight below `pipeline.concurrency` (docs/BENCHMARKS.md).
+    pub http2: bool,
+    /// Allow `http://` to a host other than loopback (the token and the events
+    /// would cross the network in clear).
+    pub allow_plaintext: bool,
     pub pool_max_idle_per_host: usize,
+    /// TLS to an `https://` API.
+    pub tls: ApiTlsConfig,
+}
+
+/// `[api.tls]`: whom to trust, and the client certificate for mTLS. Paths to
+/// PEM files (read at start; never their contents in the config).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiTlsConfig {
+    /// CA certificates (PEM bundle) that may sign the API's certificate.
+    pub ca_file: Option<PathBuf>,
+    /// What `ca_file` does to the platform's roots.
+    pub ca_mode: CaMode,
+    /// Client certificate chain (PEM, leaf first), for an API that requires mTLS.
+    pub cert_file: Option<PathBuf>,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1, not encrypted).
+    pub key_file: Option<PathBuf>,
+}
+
+/// Whether `api.tls.ca_file` replaces the platform's root certificates or is
+/// added to them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaMode {
+    /// Trust only `ca_file` (the default): naming a CA file means "the API's
+    /// certificate comes from this CA", and no public CA can then vouch for
+    /// another server under the API's name. Same meaning as curl's `--cacert`,
+    /// librdkafka's `ssl.ca.location` and libpq's `sslrootcert`.
+    #[default]
+    Replace,
+    /// Trust `ca_file` and the platform's roots (e.g. while an API moves from a
+    /// public CA to a private one).
+    Add,
+}
+
+impl ApiTlsConfig {
+    /// The files, read and checked (errors name the field).
+    pub fn load(&self) -> Result<crate::tls::ClientFiles, ConfigError> {
+        crate::tls::ClientFiles::load(
+            "api.tls",
+            self.ca_file.as_deref(),
+            self.cert_file.as_deref(),
+            self.key_file.as_deref(),
+        )
+        .map_err(|e| invalid(&e.field, e.to_string()))
+    }
+}
+
+impl CaMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaMode::Replace => "replace",
+            CaMode::Add => "add",
+        }
+    }
 }
 
 impl Default for ApiConfig {
@@ -46,7 +110,10 @@ impl Default for ApiConfig {
             token_env: None,
             headers: BTreeMap::new(),
             http2_prior_knowledge: false,
+            http2: false,
+            allow_plaintext: false,
             pool_max_idle_per_host: 4096,
+            tls: ApiTlsConfig::default(),
         }
     }
 }
@@ -72,6 +139,7 @@ impl ApiConfig {
                 "must not carry credentials: use api.token_env",
             ));
         }
+        self.validate_transport(&url)?;
         if self.max_attempts == 0 {
             return Err(invalid("api.max_attempts", "must be at least 1"));
         }
@@ -105,5 +173,168 @@ impl ApiConfig {
             }
         }
         Ok(())
+    }
+
+    /// Plain HTTP only to loopback unless allowed; TLS settings only with https.
+    fn validate_transport(&self, url: &reqwest::Url) -> Result<(), ConfigError> {
+        let https = url.scheme() == "https";
+        if !https && !self.allow_plaintext && !is_loopback(url) {
+            return Err(invalid(
+                "api.url",
+                format!(
+                    "is plain http:// to {}, which is not loopback: the token and the \
+                     events would cross the network in clear. Use https://, or set \
+                     api.allow_plaintext = true if the network is trusted",
+                    url.host_str().unwrap_or("?")
+                ),
+            ));
+        }
+        let tls = &self.tls;
+        if !https {
+            let set = [
+                ("api.tls.ca_file", tls.ca_file.is_some()),
+                ("api.tls.cert_file", tls.cert_file.is_some()),
+                ("api.tls.key_file", tls.key_file.is_some()),
+            ];
+            if let Some((field, _)) = set.iter().find(|(_, on)| *on) {
+                return Err(invalid(
+                    field,
+                    "is set but api.url is http://: TLS settings apply to https:// only",
+                ));
+            }
+        }
+        match (&tls.cert_file, &tls.key_file) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    "api.tls.key_file",
+                    "is missing: mTLS needs both api.tls.cert_file and key_file",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "api.tls.cert_file",
+                    "is missing: mTLS needs both api.tls.cert_file and key_file",
+                ))
+            }
+            _ => {}
+        }
+        if https && self.http2_prior_knowledge {
+            return Err(invalid(
+                "api.http2_prior_knowledge",
+                "applies to http:// (h2c) only: over https:// set api.http2 = true, and \
+                 HTTP/2 is negotiated by ALPN",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads the TLS files the config names and checks them: present, readable,
+    /// PEM, and the key belonging to the certificate. I/O, so not part of
+    /// `validate`: `check-config` and `run` call it (through
+    /// `Config::check_secrets`); the API client loads the same files itself.
+    pub fn check_tls_files(&self) -> Result<(), ConfigError> {
+        self.tls.load().map(|_| ())
+    }
+}
+
+/// Loopback: `localhost` (and `*.localhost`, RFC 6761), 127.0.0.0/8 and ::1.
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    let d = host.trim_end_matches('.').to_ascii_lowercase();
+    d == "localhost" || d.ends_with(".localhost")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_url(url: &str) -> ApiConfig {
+        ApiConfig {
+            url: url.into(),
+            ..ApiConfig::default()
+        }
+    }
+
+    fn field(r: Result<(), ConfigError>) -> String {
+        match r {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected an invalid field, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plain_http_only_to_loopback_unless_allowed() {
+        for ok in [
+            "http://127.0.0.1:8080/events",
+            "http://127.8.9.10/e",
+            "http://localhost:1/e",
+            "http://LOCALHOST./e",
+            "http://api.localhost/e",
+            "http://[::1]:8080/e",
+            "https://api.example.com/e",
+            "https://10.1.2.3/e",
+        ] {
+            assert!(with_url(ok).validate().is_ok(), "{ok}");
+        }
+        for refused in [
+            "http://10.1.2.3:8080/events",
+            "http://api.example.com/e",
+            "http://localhost.example.com/e",
+            "http://[::2]/e",
+            "http://0.0.0.0/e",
+        ] {
+            assert_eq!(field(with_url(refused).validate()), "api.url", "{refused}");
+            let allowed = ApiConfig {
+                allow_plaintext: true,
+                ..with_url(refused)
+            };
+            assert!(allowed.validate().is_ok(), "{refused} with allow_plaintext");
+        }
+    }
+
+    #[test]
+    fn tls_settings_need_https_and_come_in_pairs() {
+        let tls = |t: ApiTlsConfig, url: &str| ApiConfig {
+            tls: t,
+            ..with_url(url)
+        };
+        let ca = ApiTlsConfig {
+            ca_file: Some("/ca.pem".into()),
+            ..ApiTlsConfig::default()
+        };
+        assert_eq!(
+            field(tls(ca.clone(), "http://127.0.0.1/e").validate()),
+            "api.tls.ca_file"
+        );
+        assert!(tls(ca, "https://x/e").validate().is_ok());
+        // Certificate and key go together: the missing one is named.
+        for (cert, key, missing) in [
+            (Some("/c.pem"), None, "api.tls.key_file"),
+            (None, Some("/k.pem"), "api.tls.cert_file"),
+        ] {
+            let half = ApiTlsConfig {
+                cert_file: cert.map(Into::into),
+                key_file: key.map(Into::into),
+                ..ApiTlsConfig::default()
+            };
+            assert_eq!(field(tls(half, "https://x/e").validate()), missing);
+        }
+        let h2c = ApiConfig {
+            http2_prior_knowledge: true,
+            ..with_url("https://x/e")
+        };
+        assert_eq!(field(h2c.validate()), "api.http2_prior_knowledge");
+    }
+
+    #[test]
+    fn ca_mode_defaults_to_replace() {
+        assert_eq!(ApiTlsConfig::default().ca_mode, CaMode::Replace);
+        assert_eq!(CaMode::Add.as_str(), "add");
     }
 }

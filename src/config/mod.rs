@@ -19,7 +19,7 @@ mod pipeline;
 mod redis;
 mod retry;
 
-pub use api::ApiConfig;
+pub use api::{ApiConfig, ApiTlsConfig, CaMode};
 pub(crate) use degraded::millis;
 pub use degraded::DegradedConfig;
 pub use enrichment::{EnrichmentConfig, OnMissing, SslMode};
@@ -131,9 +131,11 @@ impl Config {
 
     /// Checks that every secret the config names is present in the environment:
     /// the API token, Kafka's (SASL password, OIDC client secret, TLS key
-    /// passphrase), Redis's password, and PostgreSQL's when PostgreSQL is used.
+    /// passphrase), Redis's password, and PostgreSQL's when PostgreSQL is used;
+    /// and that the API's TLS files are readable PEM.
     pub fn check_secrets(&self) -> Result<(), ConfigError> {
         self.api_token()?;
+        self.api.check_tls_files()?;
         self.kafka.secret_properties()?;
         self.redis_password()?;
         if self.uses_postgres() {

@@ -1,12 +1,15 @@
 //! Error classification: what an API answer or a transport failure means for the event.
 //!
 //! - `Delivered`: 2xx, and 409 (the API already has this idempotency key).
-//! - `Transient`: timeouts, connection errors, 408, 429, 5xx — retry, then DLQ.
+//! - `Transient`: timeouts, DNS and connection errors, 408, 429, 5xx — retry,
+//!   then DLQ.
 //! - `Permanent`: the event itself is wrong (400, 404, 422 and other 4xx) —
 //!   never retried, parked at once.
 //! - `Systemic`: the API or our credentials are wrong, not the event (401, 403,
-//!   and answers Courier cannot act on, 1xx/3xx). Retried like transient failures;
-//!   the degraded mode treats it as a signal to pause rather than fill the DLQ.
+//!   answers Courier cannot act on, 1xx/3xx, and every TLS failure: untrusted,
+//!   expired or wrong-host certificates, a refused client certificate). The
+//!   breaker trips at once and the event waits at its gate: the pipeline pauses
+//!   instead of filling the DLQ.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verdict {
@@ -46,23 +49,233 @@ pub fn classify_status(status: u16) -> Verdict {
     }
 }
 
-/// Failures that happen before an HTTP status exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What to do about a failing answer, for the log line; `None` when the
+/// status says it all.
+pub fn status_hint(status: u16) -> Option<&'static str> {
+    match status {
+        401 => Some(
+            "the API refused the credentials: check the token in the variable api.token_env names",
+        ),
+        403 => Some("the API forbids this client: check the token's permissions"),
+        300..=399 => Some(
+            "the API redirects, and Courier does not follow: point api.url at the final address",
+        ),
+        _ => None,
+    }
+}
+
+/// Failures that happen before an HTTP status exists, each with its reason code
+/// (`as_str`: in the log, in `courier_delivery_errors_total{reason}` and in the
+/// DLQ envelope's `last_error.reason`).
+///
+/// TLS failures are *systemic*: a certificate the API's name cannot be trusted
+/// with, or a client certificate the API refuses, is wrong for every event
+/// alike and stays wrong until someone changes a certificate or the config. The
+/// rest are *transient*: the API or the network may be back on the next try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TransportFailure {
-    Timeout,
+    /// The host name did not resolve.
+    Dns,
+    /// Nothing listens at the address (TCP RST).
+    ConnectRefused,
+    /// No connection within `api.connect_timeout`.
+    ConnectTimeout,
+    /// Another failure while connecting (network unreachable, ...).
     Connect,
+    /// No answer within `api.request_timeout`.
+    Timeout,
+    /// The connection was closed or reset before the answer.
+    ConnectionClosed,
+    /// The answer was not valid HTTP.
+    Protocol,
+    /// The API's certificate does not chain to a trusted root.
+    TlsUntrusted,
+    /// The API's certificate has expired.
+    TlsExpired,
+    /// The API's certificate is not valid yet.
+    TlsNotYetValid,
+    /// The API's certificate is not for the URL's host name.
+    TlsHostname,
+    /// The API's certificate was revoked.
+    TlsRevoked,
+    /// The API refused our client certificate, or wanted one.
+    TlsClientCert,
+    /// Any other TLS failure (versions, ciphers, not TLS at all on this port).
+    TlsHandshake,
+    /// Anything else before an answer.
     Other,
 }
 
 impl TransportFailure {
+    pub const ALL: [TransportFailure; 15] = [
+        TransportFailure::Dns,
+        TransportFailure::ConnectRefused,
+        TransportFailure::ConnectTimeout,
+        TransportFailure::Connect,
+        TransportFailure::Timeout,
+        TransportFailure::ConnectionClosed,
+        TransportFailure::Protocol,
+        TransportFailure::TlsUntrusted,
+        TransportFailure::TlsExpired,
+        TransportFailure::TlsNotYetValid,
+        TransportFailure::TlsHostname,
+        TransportFailure::TlsRevoked,
+        TransportFailure::TlsClientCert,
+        TransportFailure::TlsHandshake,
+        TransportFailure::Other,
+    ];
+
     pub fn class(self) -> FailureClass {
-        FailureClass::Transient
+        if self.is_tls() {
+            FailureClass::Systemic
+        } else {
+            FailureClass::Transient
+        }
     }
+
+    pub fn is_tls(self) -> bool {
+        use TransportFailure::*;
+        matches!(
+            self,
+            TlsUntrusted
+                | TlsExpired
+                | TlsNotYetValid
+                | TlsHostname
+                | TlsRevoked
+                | TlsClientCert
+                | TlsHandshake
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
+        use TransportFailure::*;
         match self {
-            TransportFailure::Timeout => "timeout",
-            TransportFailure::Connect => "connect",
-            TransportFailure::Other => "transport",
+            Dns => "dns",
+            ConnectRefused => "connect_refused",
+            ConnectTimeout => "connect_timeout",
+            Connect => "connect",
+            Timeout => "timeout",
+            ConnectionClosed => "connection_closed",
+            Protocol => "protocol",
+            TlsUntrusted => "tls_untrusted",
+            TlsExpired => "tls_expired",
+            TlsNotYetValid => "tls_not_yet_valid",
+            TlsHostname => "tls_hostname",
+            TlsRevoked => "tls_revoked",
+            TlsClientCert => "tls_client_cert",
+            TlsHandshake => "tls_handshake",
+            Other => "transport",
+        }
+    }
+
+    /// What failed and what to do, for the log line.
+    pub fn hint(self) -> &'static str {
+        use TransportFailure::*;
+        match self {
+            Dns => "the API's host name does not resolve: check api.url and the DNS",
+            ConnectRefused => {
+                "nothing listens at api.url's host and port: the API is down or the port is wrong"
+            }
+            ConnectTimeout => {
+                "no connection to the API within api.connect_timeout: network, firewall or an overloaded API"
+            }
+            Connect => "the connection to the API could not be set up",
+            Timeout => "the API did not answer within api.request_timeout",
+            ConnectionClosed => "the API closed the connection before answering",
+            Protocol => "the API's answer was not valid HTTP",
+            TlsUntrusted => {
+                "the API's certificate is not signed by a CA Courier trusts: set api.tls.ca_file \
+                 to the CA that signed it"
+            }
+            TlsExpired => {
+                "the API's certificate has expired (or this machine's clock is wrong): the API \
+                 must renew it"
+            }
+            TlsNotYetValid => {
+                "the API's certificate is not valid yet: check this machine's and the API's clocks"
+            }
+            TlsHostname => {
+                "the API's certificate is not for api.url's host name: fix the host in api.url \
+                 or the API's certificate"
+            }
+            TlsRevoked => "the API's certificate was revoked: the API must replace it",
+            TlsClientCert => {
+                "the API refused Courier's client certificate, or wanted one: set \
+                 api.tls.cert_file and api.tls.key_file to a certificate the API accepts"
+            }
+            TlsHandshake => {
+                "the TLS handshake with the API failed: TLS versions or ciphers in common, or \
+                 the port does not speak TLS"
+            }
+            Other => "the request failed before an answer",
+        }
+    }
+}
+
+/// Which failures to log: the first of each reason at once, then at most one
+/// line per reason per `every`, carrying how many were left out in between.
+/// An operator sees what failed on its first occurrence without a line per
+/// event. Pure: time is an input.
+#[derive(Debug)]
+pub struct FailureLog {
+    every: std::time::Duration,
+    seen: std::collections::HashMap<String, Seen>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    logged_at: std::time::Instant,
+    left_out: u64,
+}
+
+/// A failure to log now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogNow {
+    /// The first failure with this reason since the process started.
+    pub first: bool,
+    /// Failures with this reason not logged since the previous line.
+    pub left_out: u64,
+}
+
+impl FailureLog {
+    pub fn new(every: std::time::Duration) -> FailureLog {
+        FailureLog {
+            every,
+            seen: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Counts one failure with `reason` at `now`; `Some` if it is to be logged.
+    pub fn observe(&mut self, reason: &str, now: std::time::Instant) -> Option<LogNow> {
+        match self.seen.get_mut(reason) {
+            None => {
+                self.seen.insert(
+                    reason.to_string(),
+                    Seen {
+                        logged_at: now,
+                        left_out: 0,
+                    },
+                );
+                Some(LogNow {
+                    first: true,
+                    left_out: 0,
+                })
+            }
+            Some(s) if now.saturating_duration_since(s.logged_at) >= self.every => {
+                let left_out = s.left_out;
+                *s = Seen {
+                    logged_at: now,
+                    left_out: 0,
+                };
+                Some(LogNow {
+                    first: false,
+                    left_out,
+                })
+            }
+            Some(s) => {
+                s.left_out += 1;
+                None
+            }
         }
     }
 }
@@ -99,5 +312,63 @@ mod tests {
         assert!(!Permanent.is_retryable());
         assert!(Transient.is_retryable());
         assert_eq!(TransportFailure::Timeout.class(), Transient);
+        assert_eq!(TransportFailure::TlsUntrusted.class(), Systemic);
+    }
+
+    #[test]
+    fn reasons_are_distinct_and_only_tls_is_systemic() {
+        let names: std::collections::HashSet<_> =
+            TransportFailure::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(names.len(), TransportFailure::ALL.len());
+        for t in TransportFailure::ALL {
+            assert_eq!(
+                t.class() == Systemic,
+                t.as_str().starts_with("tls_"),
+                "{t:?}"
+            );
+            assert!(!t.hint().is_empty());
+        }
+    }
+
+    use proptest::prelude::*;
+    use std::time::{Duration, Instant};
+
+    proptest! {
+        /// For any sequence of failures: the first of each reason is logged, lines
+        /// of one reason are at least `every` apart, and every failure is either
+        /// logged or counted in the next line's `left_out`.
+        #[test]
+        fn failure_log_reports_first_then_at_most_one_per_interval(
+            steps in proptest::collection::vec((0usize..4, 0u64..3_000), 1..300)
+        ) {
+            let every = Duration::from_secs(10);
+            let reasons = ["tls_untrusted", "dns", "http_503", "timeout"];
+            let t0 = Instant::now();
+            let mut log = FailureLog::new(every);
+            let mut now = t0;
+            let mut last: [Option<Instant>; 4] = [None; 4];
+            let mut total = [0u64; 4];
+            let mut accounted = [0u64; 4];
+            for (r, dt) in steps {
+                now += Duration::from_millis(dt);
+                total[r] += 1;
+                match log.observe(reasons[r], now) {
+                    Some(l) => {
+                        prop_assert_eq!(l.first, last[r].is_none());
+                        if let Some(prev) = last[r] {
+                            prop_assert!(now - prev >= every);
+                        }
+                        last[r] = Some(now);
+                        accounted[r] += 1 + l.left_out;
+                    }
+                    None => prop_assert!(last[r].is_some_and(|p| now - p < every)),
+                }
+            }
+            // What is not yet accounted for is what the next line would report.
+            for r in 0..4 {
+                let pending = log.seen.get(reasons[r]).map_or(0, |s| s.left_out);
+                prop_assert_eq!(accounted[r] + pending, total[r]);
+            }
+        }
     }
 }

@@ -1,17 +1,30 @@
 //! The HTTP client for the external API: one POST per event, with the event id as
 //! `Idempotency-Key`, a per-request timeout and a bounded connection setup time.
+//!
+//! Over `https://` it speaks TLS with rustls: the platform's root certificates,
+//! or `api.tls.ca_file` instead of them (`ca_mode = "replace"`, the default) or
+//! in addition (`"add"`); a client certificate for mTLS from `api.tls.cert_file`
+//! and `key_file`; HTTP/2 offered in ALPN only with `api.http2 = true`.
+//!
+//! A failed call says what failed: [`classify`] walks the error's `source()`
+//! chain down to rustls, hyper and I/O errors and names a [`TransportFailure`]
+//! (`tls_untrusted`, `dns`, `connect_refused`, ...), with a short detail that
+//! holds neither the URL nor anything the API sent.
 
-use crate::config::ApiConfig;
+use crate::config::{ApiConfig, CaMode};
 use crate::core::backoff::parse_retry_after;
 use crate::core::classify::TransportFailure;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use std::error::Error as StdError;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("invalid header `{0}`")]
     Header(String),
-    #[error("cannot build HTTP client: {0}")]
+    #[error(transparent)]
+    Tls(#[from] crate::config::ConfigError),
+    #[error("cannot build the HTTP client: {}", error_chain(.0))]
     Build(#[from] reqwest::Error),
 }
 
@@ -22,6 +35,23 @@ pub struct Answer {
     pub retry_after: Option<Duration>,
 }
 
+/// A call that got no HTTP answer: what failed, and the innermost error's text
+/// (no URL, no secret, nothing from a response body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportError {
+    pub kind: TransportFailure,
+    pub detail: String,
+}
+
+impl TransportError {
+    pub fn new(kind: TransportFailure, detail: impl Into<String>) -> TransportError {
+        TransportError {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct ApiClient {
     client: reqwest::Client,
@@ -30,7 +60,7 @@ pub struct ApiClient {
 
 impl ApiClient {
     /// `token` comes from the environment; it goes into a sensitive header value,
-    /// which reqwest and Courier's logs never print.
+    /// which reqwest and Courier's logs never print. The TLS files are read here.
     pub fn new(
         cfg: &ApiConfig,
         token: Option<&str>,
@@ -53,6 +83,7 @@ impl ApiClient {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
+        let url = reqwest::Url::parse(&cfg.url).map_err(|_| ClientError::Header("url".into()))?;
         let mut b = reqwest::Client::builder()
             .default_headers(headers)
             .timeout(cfg.request_timeout)
@@ -63,11 +94,18 @@ impl ApiClient {
             // and a redirected POST is not a delivery: an API answering 3xx is
             // misconfigured, and the 3xx is classified and reported as such.
             .redirect(reqwest::redirect::Policy::none())
-            .retry(reqwest::retry::never());
+            .retry(reqwest::retry::never())
+            // An https API redirecting nowhere else: never fall back to http.
+            .https_only(url.scheme() == "https");
         if cfg.http2_prior_knowledge {
             b = b.http2_prior_knowledge();
+        } else if !cfg.http2 {
+            // ALPN offers only http/1.1 over TLS (and no h2c upgrade over http).
+            b = b.http1_only();
         }
-        let url = reqwest::Url::parse(&cfg.url).map_err(|_| ClientError::Header("url".into()))?;
+        if url.scheme() == "https" {
+            b = tls(b, cfg)?;
+        }
         Ok(ApiClient {
             client: b.build()?,
             url,
@@ -80,7 +118,7 @@ impl ApiClient {
         event_id: &str,
         body: bytes::Bytes,
         redelivery: Option<u32>,
-    ) -> Result<Answer, TransportFailure> {
+    ) -> Result<Answer, TransportError> {
         let mut req = self
             .client
             .post(self.url.clone())
@@ -89,7 +127,7 @@ impl ApiClient {
         if let Some(n) = redelivery {
             req = req.header("Courier-Redelivery", n.to_string());
         }
-        let resp = req.send().await.map_err(classify_reqwest)?;
+        let resp = req.send().await.map_err(|e| classify_reqwest(&e))?;
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
@@ -105,12 +143,276 @@ impl ApiClient {
     }
 }
 
-fn classify_reqwest(e: reqwest::Error) -> TransportFailure {
-    if e.is_timeout() {
-        TransportFailure::Timeout
-    } else if e.is_connect() {
-        TransportFailure::Connect
+/// Roots and client identity from `[api.tls]`.
+fn tls(b: reqwest::ClientBuilder, cfg: &ApiConfig) -> Result<reqwest::ClientBuilder, ClientError> {
+    let files = cfg.tls.load()?;
+    let roots = files
+        .roots
+        .iter()
+        .map(|c| reqwest::Certificate::from_der(c.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut b = if roots.is_empty() {
+        // The platform's roots (rustls-platform-verifier).
+        b
     } else {
-        TransportFailure::Other
+        match cfg.tls.ca_mode {
+            CaMode::Replace => b.tls_certs_only(roots),
+            CaMode::Add => b.tls_certs_merge(roots),
+        }
+    };
+    if let Some(pem) = files.identity_pem() {
+        b = b.identity(reqwest::Identity::from_pem(&pem)?);
+    }
+    Ok(b)
+}
+
+fn classify_reqwest(e: &reqwest::Error) -> TransportError {
+    // Start below reqwest's own error: its text holds the URL.
+    let (kind, detail) = match e.source() {
+        Some(src) => classify(src, e.is_connect(), e.is_timeout()),
+        None => (fallback(e.is_connect(), e.is_timeout()), String::new()),
+    };
+    TransportError::new(kind, detail)
+}
+
+fn fallback(connecting: bool, timed_out: bool) -> TransportFailure {
+    match (connecting, timed_out) {
+        (true, true) => TransportFailure::ConnectTimeout,
+        (false, true) => TransportFailure::Timeout,
+        (true, false) => TransportFailure::Connect,
+        (false, false) => TransportFailure::Other,
+    }
+}
+
+/// The errors of a chain, innermost last. An `io::Error` wrapping another error
+/// reports that error's *source* as its own, so the wrapped error itself is
+/// taken from `get_ref`.
+fn chain<'a>(err: &'a (dyn StdError + 'static)) -> Vec<&'a (dyn StdError + 'static)> {
+    let mut out = Vec::new();
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        out.push(e);
+        if out.len() > 16 {
+            break;
+        }
+        cur = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn StdError + 'static)),
+            None => e.source(),
+        };
+    }
+    out
+}
+
+/// What failed, from an error chain (`connecting` / `timed_out`: what the
+/// client itself says about the error), and the innermost error's text.
+pub fn classify(
+    err: &(dyn StdError + 'static),
+    connecting: bool,
+    timed_out: bool,
+) -> (TransportFailure, String) {
+    let chain = chain(err);
+    let detail = chain.last().map(|e| e.to_string()).unwrap_or_default();
+    // The most specific finding wins: TLS, then I/O, then HTTP.
+    for e in &chain {
+        if let Some(t) = e.downcast_ref::<rustls::Error>() {
+            return (tls_failure(t), t.to_string());
+        }
+    }
+    for e in &chain {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if let Some(kind) = io_failure(io.kind(), connecting) {
+                return (kind, detail);
+            }
+        }
+    }
+    if timed_out {
+        return (fallback(connecting, true), detail);
+    }
+    for e in &chain {
+        // hyper-util's connector reports a failed lookup as "dns error".
+        if e.to_string() == "dns error" {
+            return (TransportFailure::Dns, detail);
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
+                return (TransportFailure::ConnectionClosed, detail);
+            }
+            if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
+                return (TransportFailure::Protocol, detail);
+            }
+        }
+    }
+    (fallback(connecting, false), detail)
+}
+
+fn io_failure(kind: std::io::ErrorKind, connecting: bool) -> Option<TransportFailure> {
+    use std::io::ErrorKind::*;
+    Some(match kind {
+        ConnectionRefused => TransportFailure::ConnectRefused,
+        TimedOut if connecting => TransportFailure::ConnectTimeout,
+        TimedOut => TransportFailure::Timeout,
+        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
+            TransportFailure::ConnectionClosed
+        }
+        _ => return None,
+    })
+}
+
+/// A rustls error, as seen by a client: a certificate the client refused, an
+/// alert the server sent (about our certificate), or another handshake failure.
+pub fn tls_failure(e: &rustls::Error) -> TransportFailure {
+    use rustls::{AlertDescription as A, CertificateError as C};
+    match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::Expired | C::ExpiredContext { .. } => TransportFailure::TlsExpired,
+            C::NotValidYet | C::NotValidYetContext { .. } => TransportFailure::TlsNotYetValid,
+            C::NotValidForName | C::NotValidForNameContext { .. } => TransportFailure::TlsHostname,
+            C::Revoked => TransportFailure::TlsRevoked,
+            C::BadEncoding => TransportFailure::TlsHandshake,
+            // Unknown issuer, bad signature, wrong purpose, unknown revocation
+            // status, ...: the chain does not vouch for this server.
+            _ => TransportFailure::TlsUntrusted,
+        },
+        // The server refused the handshake over our certificate (or its absence).
+        rustls::Error::AlertReceived(
+            A::BadCertificate
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::CertificateUnknown
+            | A::UnknownCA
+            | A::CertificateRequired
+            | A::AccessDenied,
+        ) => TransportFailure::TlsClientCert,
+        _ => TransportFailure::TlsHandshake,
+    }
+}
+
+/// `e` and its sources, joined, for an error Courier reports at start.
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        parts.push(s.to_string());
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::{AlertDescription, CertificateError};
+    use std::fmt;
+    use std::io;
+
+    /// An error with a source, like hyper-util's and reqwest's layers.
+    #[derive(Debug)]
+    struct Layer(&'static str, Box<dyn StdError + Send + Sync>);
+    impl fmt::Display for Layer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl StdError for Layer {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            Some(&*self.1)
+        }
+    }
+
+    fn wrapped_tls(e: rustls::Error) -> Layer {
+        // tokio-rustls reports rustls errors as `io::Error(InvalidData, e)`.
+        Layer(
+            "client error (Connect)",
+            Box::new(io::Error::new(io::ErrorKind::InvalidData, e)),
+        )
+    }
+
+    fn kind(e: &(dyn StdError + 'static), connecting: bool, timed_out: bool) -> TransportFailure {
+        classify(e, connecting, timed_out).0
+    }
+
+    #[test]
+    fn certificate_problems_have_their_own_reasons() {
+        let cases = [
+            (CertificateError::UnknownIssuer, "tls_untrusted"),
+            (CertificateError::BadSignature, "tls_untrusted"),
+            (CertificateError::Expired, "tls_expired"),
+            (CertificateError::NotValidYet, "tls_not_yet_valid"),
+            (CertificateError::NotValidForName, "tls_hostname"),
+            (CertificateError::Revoked, "tls_revoked"),
+            (CertificateError::BadEncoding, "tls_handshake"),
+        ];
+        for (c, reason) in cases {
+            let e = wrapped_tls(rustls::Error::InvalidCertificate(c.clone()));
+            let (k, detail) = classify(&e, true, false);
+            assert_eq!(k.as_str(), reason, "{c:?}");
+            assert!(detail.contains("certificate"), "{detail}");
+            assert_eq!(k.class(), crate::core::classify::FailureClass::Systemic);
+        }
+    }
+
+    #[test]
+    fn alerts_about_our_certificate_are_client_cert_failures() {
+        for a in [
+            AlertDescription::CertificateRequired,
+            AlertDescription::BadCertificate,
+            AlertDescription::UnknownCA,
+        ] {
+            let e = wrapped_tls(rustls::Error::AlertReceived(a));
+            assert_eq!(
+                kind(&e, false, false),
+                TransportFailure::TlsClientCert,
+                "{a:?}"
+            );
+        }
+        let e = wrapped_tls(rustls::Error::AlertReceived(
+            AlertDescription::ProtocolVersion,
+        ));
+        assert_eq!(kind(&e, true, false), TransportFailure::TlsHandshake);
+        let e = wrapped_tls(rustls::Error::General("no CA certificates".into()));
+        assert_eq!(kind(&e, true, false), TransportFailure::TlsHandshake);
+    }
+
+    #[test]
+    fn io_errors_name_the_connection_failure() {
+        let io_layer = |k: io::ErrorKind| {
+            Layer(
+                "client error (Connect)",
+                Box::new(Layer("tcp connect error", Box::new(io::Error::from(k)))),
+            )
+        };
+        use io::ErrorKind as K;
+        use TransportFailure as T;
+        for (io_kind, connecting, timed_out, expected) in [
+            (K::ConnectionRefused, true, false, T::ConnectRefused),
+            (K::TimedOut, true, true, T::ConnectTimeout),
+            (K::TimedOut, false, true, T::Timeout),
+            (K::ConnectionReset, false, false, T::ConnectionClosed),
+            (K::UnexpectedEof, false, false, T::ConnectionClosed),
+        ] {
+            let e = io_layer(io_kind);
+            assert_eq!(kind(&e, connecting, timed_out), expected, "{io_kind:?}");
+        }
+        // reqwest's own timeout error carries no io::Error.
+        let t = Layer("operation timed out", Box::new(io::Error::other("x")));
+        assert_eq!(kind(&t, true, true), TransportFailure::ConnectTimeout);
+        assert_eq!(kind(&t, false, true), TransportFailure::Timeout);
+        let dns = Layer(
+            "client error (Connect)",
+            Box::new(Layer(
+                "dns error",
+                Box::new(io::Error::other("failed to lookup address information")),
+            )),
+        );
+        let (k, detail) = classify(&dns, true, false);
+        assert_eq!(k, TransportFailure::Dns);
+        assert_eq!(detail, "failed to lookup address information");
+        let other = Layer("client error (Connect)", Box::new(io::Error::other("?")));
+        assert_eq!(kind(&other, true, false), TransportFailure::Connect);
+        assert_eq!(kind(&other, false, false), TransportFailure::Other);
     }
 }

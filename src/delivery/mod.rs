@@ -9,7 +9,7 @@ pub mod token;
 use crate::actors::dlq_writer::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
-use crate::core::classify::{classify_status, FailureClass, Verdict};
+use crate::core::classify::{classify_status, FailureClass, FailureLog, TransportFailure, Verdict};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
 use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
 use crate::core::event::Event;
@@ -18,7 +18,7 @@ use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
 use bytes::Bytes;
 use enrich::{EnrichError, Enricher, SourceOfTruth};
-use http::ApiClient;
+use http::{ApiClient, TransportError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use token::{CompletionToken, Finished};
@@ -90,6 +90,62 @@ pub struct Deliverer {
     source: Option<SourceOfTruth>,
     pipeline: Arc<Pipeline>,
     hot: HotMetrics,
+    /// Which failed calls get a log line (the first of each reason, then one per
+    /// reason every [`FAILURE_LOG_EVERY`]).
+    failure_log: std::sync::Mutex<FailureLog>,
+}
+
+/// At most one log line per failure reason per this interval (after the first).
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// What one failed try said: for `courier_delivery_errors_total`, the log line
+/// and the envelope's `last_error`.
+struct Failure {
+    class: FailureClass,
+    reason: String,
+    /// The reason as a static label, for the breaker's transition when systemic.
+    breaker_reason: &'static str,
+    status: Option<u16>,
+    retry_after: Option<Duration>,
+    /// The innermost error's text for a failure without an answer (no URL, no
+    /// secret, nothing the API sent).
+    detail: Option<String>,
+    hint: Option<&'static str>,
+}
+
+impl Failure {
+    fn status(class: FailureClass, a: &http::Answer) -> Failure {
+        Failure {
+            class,
+            reason: format!("http_{}", a.status),
+            breaker_reason: systemic_status_reason(a.status),
+            status: Some(a.status),
+            retry_after: a.retry_after,
+            detail: None,
+            hint: crate::core::classify::status_hint(a.status),
+        }
+    }
+
+    fn transport(t: TransportError) -> Failure {
+        Failure {
+            class: t.kind.class(),
+            reason: t.kind.as_str().to_string(),
+            breaker_reason: t.kind.as_str(),
+            status: None,
+            retry_after: None,
+            detail: Some(t.detail),
+            hint: Some(t.kind.hint()),
+        }
+    }
+
+    /// `last_error.message`: what the API answered, or what failed and why.
+    fn message(&self, what: &str) -> String {
+        match (self.status, &self.detail) {
+            (Some(s), _) => format!("API answered {s} {what}"),
+            (None, Some(d)) if !d.is_empty() => format!("{} {what}: {d}", self.reason),
+            (None, _) => format!("{} {what}", self.reason),
+        }
+    }
 }
 
 /// Handles of the metrics every delivery touches, registered once (looking a
@@ -161,7 +217,35 @@ impl Deliverer {
             source,
             pipeline,
             hot: HotMetrics::new(),
+            failure_log: std::sync::Mutex::new(FailureLog::new(FAILURE_LOG_EVERY)),
         })
+    }
+
+    /// Counts a failed try in `courier_delivery_errors_total{class, reason}` and
+    /// logs it on the first occurrence of its reason (then once per
+    /// [`FAILURE_LOG_EVERY`], with the count left out): systemic failures at WARN,
+    /// since someone must act, the others at INFO.
+    fn report(&self, f: &Failure) {
+        metrics::counter!(m::DELIVERY_ERRORS, "class" => f.class.as_str(), "reason" => f.reason.clone())
+            .increment(1);
+        self.pipeline
+            .status
+            .errors
+            .record(f.class.as_str(), &f.reason);
+        let log = self
+            .failure_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(&f.reason, Instant::now());
+        let Some(l) = log else { return };
+        let (detail, hint, status) = (f.detail.as_deref(), f.hint, f.status);
+        if f.class == FailureClass::Systemic {
+            tracing::warn!(reason = %f.reason, class = f.class.as_str(), status, detail, hint, first = l.first, left_out = l.left_out,
+                "API call failed: the pipeline pauses until it works again");
+        } else {
+            tracing::info!(reason = %f.reason, class = f.class.as_str(), status, detail, hint, first = l.first, left_out = l.left_out,
+                "API call failed");
+        }
     }
 
     /// The global limit on API calls in flight (`pipeline.concurrency`): a
@@ -373,11 +457,14 @@ impl Deliverer {
             Ok(Body::Park { reason, message }) => {
                 return self.drop_from_dlq(item, env, reason, message).await
             }
-            // The database, not the API: back to the DLQ without counting against the API.
-            Err(_) => Err(crate::core::classify::TransportFailure::Other),
+            // The database, not the API: back to the DLQ.
+            Err(e) => Err(TransportError::new(
+                TransportFailure::Other,
+                format!("enrichment: {e}"),
+            )),
         };
         let cfg = &self.pipeline.config;
-        let (class, reason, status) = match answer {
+        let failure = match answer {
             Ok(a) => match classify_status(a.status) {
                 Verdict::Delivered => {
                     self.observe(CallOutcome::Up);
@@ -385,24 +472,20 @@ impl Deliverer {
                     self.hot.delivered.increment(1);
                     return Finished::Delivered;
                 }
-                Verdict::Failed(c) => (c, format!("http_{}", a.status), Some(a.status)),
+                Verdict::Failed(c) => Failure::status(c, &a),
             },
-            Err(t) => (t.class(), t.as_str().to_string(), None),
+            Err(t) => Failure::transport(t),
         };
-        self.observe(match class {
-            FailureClass::Permanent => CallOutcome::Up,
-            FailureClass::Systemic => CallOutcome::Systemic,
-            FailureClass::Transient => CallOutcome::Failed,
-        });
+        self.observe(outcome_of(failure.class, failure.breaker_reason));
+        self.report(&failure);
+        let (class, reason, status) = (failure.class, failure.reason.clone(), failure.status);
         let error = ErrorInfo {
             class: class.as_str().into(),
             reason: reason.clone(),
             status,
-            message: format!(
-                "DLQ round {}: {}",
-                env.dlq_retries + 1,
-                status.map_or(reason.clone(), |s| format!("API answered {s}"))
-            ),
+            message: format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""))
+                .trim_end()
+                .to_string(),
         };
         if class == FailureClass::Permanent {
             let mut parked = env.clone();
@@ -559,7 +642,7 @@ impl Deliverer {
         let failure = loop {
             attempts += 1;
             self.hot.attempts.increment(1);
-            let (class, reason, status, retry_after) = match self.body(item, ev).await {
+            let failure = match self.body(item, ev).await {
                 Ok(Body::Send(body)) => match self.call(&ev.id, body).await {
                     Ok(answer) => match classify_status(answer.status) {
                         Verdict::Delivered => {
@@ -572,14 +655,9 @@ impl Deliverer {
                             self.hot.delivered.increment(1);
                             return Finished::Delivered;
                         }
-                        Verdict::Failed(class) => (
-                            class,
-                            format!("http_{}", answer.status),
-                            Some(answer.status),
-                            answer.retry_after,
-                        ),
+                        Verdict::Failed(class) => Failure::status(class, &answer),
                     },
-                    Err(t) => (t.class(), t.as_str().to_string(), None, None),
+                    Err(t) => Failure::transport(t),
                 },
                 Ok(Body::Park { reason, message }) => {
                     gauge.decrement(1.0);
@@ -597,12 +675,19 @@ impl Deliverer {
                         EnrichError::Timeout => "enrichment_timeout",
                         _ => "enrichment_unavailable",
                     };
-                    (FailureClass::Transient, reason.to_string(), None, None)
+                    Failure {
+                        class: FailureClass::Transient,
+                        reason: reason.to_string(),
+                        breaker_reason: reason,
+                        status: None,
+                        retry_after: None,
+                        detail: Some(e.to_string()),
+                        hint: None,
+                    }
                 }
             };
-            metrics::counter!(m::DELIVERY_ERRORS, "class" => class.as_str(), "reason" => reason.clone())
-                .increment(1);
-            self.pipeline.status.errors.record(class.as_str(), &reason);
+            self.report(&failure);
+            let class = failure.class;
             if class == FailureClass::Systemic {
                 // Credentials or the API itself, not this event: the breaker has
                 // tripped, so the next try waits at the gate. It does not use up the
@@ -614,26 +699,23 @@ impl Deliverer {
                 let jitter: f64 = rand::random();
                 if let Some(d) =
                     self.policy
-                        .next_delay(attempts, start.elapsed(), retry_after, jitter)
+                        .next_delay(attempts, start.elapsed(), failure.retry_after, jitter)
                 {
-                    tracing::debug!(attempts, %reason, delay_ms = d.as_millis() as u64, "transient failure, retrying in place");
+                    tracing::debug!(attempts, reason = %failure.reason, delay_ms = d.as_millis() as u64, "transient failure, retrying in place");
                     tokio::time::sleep(d).await;
                     continue;
                 }
             }
-            break (class, reason, status);
+            break failure;
         };
         gauge.decrement(1.0);
         drop(permit);
-        let (class, reason, status) = failure;
+        let class = failure.class;
         let info = ErrorInfo {
             class: class.as_str().into(),
-            reason: reason.clone(),
-            status,
-            message: match status {
-                Some(s) => format!("API answered {s} after {attempts} tries"),
-                None => format!("{reason} after {attempts} tries"),
-            },
+            reason: failure.reason.clone(),
+            status: failure.status,
+            message: failure.message(&format!("after {attempts} tries")),
         };
         // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
         // would otherwise size every delivery's state machine.
@@ -646,20 +728,15 @@ impl Deliverer {
 
     /// One API call on the main path: waits while the breaker is open, and feeds
     /// the breaker with what the answer says about the API.
-    async fn call(
-        &self,
-        id: &str,
-        body: Bytes,
-    ) -> Result<http::Answer, crate::core::classify::TransportFailure> {
+    async fn call(&self, id: &str, body: Bytes) -> Result<http::Answer, TransportError> {
         self.pipeline.health.gate().await;
         let r = self.api.post(id, body, None).await;
         self.observe(match &r {
             Ok(a) => match classify_status(a.status) {
-                Verdict::Delivered | Verdict::Failed(FailureClass::Permanent) => CallOutcome::Up,
-                Verdict::Failed(FailureClass::Systemic) => CallOutcome::Systemic,
-                Verdict::Failed(FailureClass::Transient) => CallOutcome::Failed,
+                Verdict::Delivered => CallOutcome::Up,
+                Verdict::Failed(c) => outcome_of(c, systemic_status_reason(a.status)),
             },
-            Err(_) => CallOutcome::Failed,
+            Err(t) => outcome_of(t.kind.class(), t.kind.as_str()),
         });
         r
     }
@@ -743,6 +820,26 @@ impl Deliverer {
             self.on_transition(t);
         }
         Finished::DeadLettered { reason }
+    }
+}
+
+/// What a failed call says about the API (not the event): a permanent failure
+/// is the event's, so the API is up; a systemic one trips the breaker with its
+/// reason.
+fn outcome_of(class: FailureClass, reason: &'static str) -> CallOutcome {
+    match class {
+        FailureClass::Permanent => CallOutcome::Up,
+        FailureClass::Systemic => CallOutcome::Systemic(reason),
+        FailureClass::Transient => CallOutcome::Failed,
+    }
+}
+
+/// The breaker's reason for a systemic answer (a bounded set of label values).
+fn systemic_status_reason(status: u16) -> &'static str {
+    match status {
+        401 => "http_401",
+        403 => "http_403",
+        _ => "systemic",
     }
 }
 

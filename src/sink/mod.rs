@@ -27,6 +27,10 @@
 //! record the attempt, sleep the simulated latency, then decide the answer
 //! (`down_status` → `fail_ids` rule → `fail_rate` → 200) and book it.
 //!
+//! With [`SinkHandle::start_tls`] (`courier sink --tls-cert/--tls-key`) it serves
+//! HTTPS instead, HTTP/2 or HTTP/1.1 by ALPN, optionally requiring client
+//! certificates (`--tls-client-ca`); see [`tls`].
+//!
 //! It must stay fast (tens of thousands of requests/s on loopback) so that the
 //! benchmarks measure Courier, not the stand-in. Hence: one short-held mutex for the
 //! bookkeeping, the behaviour shared as an `Arc` snapshot (never cloned per request),
@@ -51,6 +55,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+mod tls;
+pub use tls::{SinkTls, SinkTlsError};
 
 /// Header that must carry the event id on every delivery.
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -149,6 +156,16 @@ pub struct Audit {
     /// Last body received per id; only filled while
     /// [`SinkHandle::set_record_bodies`] is on.
     pub bodies_sample: HashMap<String, Value>,
+    /// Delivery requests that arrived over HTTP/2 (h2c or negotiated by ALPN).
+    #[serde(default)]
+    pub http2_requests: u64,
+    /// TLS handshakes that failed (the client refused the certificate, or sent
+    /// none when one is required, ...). Not cleared by a reset.
+    #[serde(default)]
+    pub tls_handshake_failures: u64,
+    /// Unix time in ms of the first failed TLS handshake; 0 if none.
+    #[serde(default)]
+    pub tls_first_failure_unix_ms: i64,
 }
 
 impl Audit {
@@ -182,6 +199,8 @@ pub struct SinkHandle {
     shared: Arc<Shared>,
     addr: SocketAddr,
     stopped: watch::Receiver<bool>,
+    /// The certificate of an HTTPS stand-in.
+    cert: Option<Arc<tls::SwappableCert>>,
 }
 
 impl std::fmt::Debug for SinkHandle {
@@ -205,8 +224,90 @@ impl SinkHandle {
                 tracing::trace!("sink: cannot set TCP_NODELAY: {err}");
             }
         });
+        let (shared, shutdown_rx) = Shared::new(behaviour);
+        let stopped = serve(listener, addr, shared.clone(), shutdown_rx);
+        Ok(SinkHandle {
+            shared,
+            addr,
+            stopped,
+            cert: None,
+        })
+    }
 
-        let (shutdown, mut shutdown_rx) = watch::channel(false);
+    /// Like [`SinkHandle::start`], serving HTTPS with `tls` (HTTP/2 or HTTP/1.1,
+    /// as the client's ALPN offers; client certificates required if
+    /// `tls.client_ca_pem` is set). A certificate that cannot be used is an
+    /// `InvalidInput` error.
+    pub async fn start_tls(
+        listen: SocketAddr,
+        behaviour: Behaviour,
+        tls: &SinkTls,
+    ) -> std::io::Result<SinkHandle> {
+        let (acceptor, cert) = tls::server(tls)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let tcp = TcpListener::bind(listen).await?;
+        let addr = tcp.local_addr()?;
+        let (shared, shutdown_rx) = Shared::new(behaviour);
+        let listener = tls::TlsListener::spawn(tcp, acceptor, shared.handshakes.clone())?;
+        let stopped = serve(listener, addr, shared.clone(), shutdown_rx);
+        Ok(SinkHandle {
+            shared,
+            addr,
+            stopped,
+            cert: Some(cert),
+        })
+    }
+
+    /// Serves a new certificate and key (PEM) from the next handshake on. Only
+    /// for a stand-in started with [`SinkHandle::start_tls`].
+    pub fn set_tls_cert(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), SinkTlsError> {
+        match &self.cert {
+            Some(c) => c.set(cert_pem, key_pem),
+            None => Err(SinkTlsError::not_tls()),
+        }
+    }
+}
+
+/// Runs the router on `listener` in a background task until `shutdown_rx` says
+/// stop; the returned receiver turns `true` once the server has stopped.
+fn serve<L>(
+    listener: L,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    mut shutdown_rx: watch::Receiver<bool>,
+) -> watch::Receiver<bool>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let app = Router::new()
+        .route("/events", post(post_event))
+        .route("/audit", get(get_audit))
+        .route("/behaviour", get(get_behaviour).put(put_behaviour))
+        .route("/reset", post(post_reset))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(shared);
+    let (stopped_tx, stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        let signal = async move {
+            // An error means the sender is gone, which cannot happen while the
+            // router (holding `Shared`) is alive; treat it as a stop anyway.
+            let _ = shutdown_rx.wait_for(|&stop| stop).await;
+        };
+        if let Err(err) = axum::serve(listener, app)
+            .with_graceful_shutdown(signal)
+            .await
+        {
+            tracing::error!("sink on {addr} failed: {err}");
+        }
+        let _ = stopped_tx.send(true);
+    });
+    stopped
+}
+
+impl Shared {
+    fn new(behaviour: Behaviour) -> (Arc<Shared>, watch::Receiver<bool>) {
+        let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             behaviour: RwLock::new(Arc::new(behaviour)),
             book: Mutex::new(Book::new(0)),
@@ -214,48 +315,24 @@ impl SinkHandle {
             in_flight: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             record_bodies: AtomicBool::new(false),
+            http2_requests: AtomicU64::new(0),
+            handshakes: Arc::default(),
             shutdown,
         });
-
-        let app = Router::new()
-            .route("/events", post(post_event))
-            .route("/audit", get(get_audit))
-            .route("/behaviour", get(get_behaviour).put(put_behaviour))
-            .route("/reset", post(post_reset))
-            .route("/healthz", get(|| async { "ok" }))
-            .with_state(shared.clone());
-
-        let (stopped_tx, stopped) = watch::channel(false);
-        tokio::spawn(async move {
-            let signal = async move {
-                // An error means the sender is gone, which cannot happen while the
-                // router (holding `Shared`) is alive; treat it as a stop anyway.
-                let _ = shutdown_rx.wait_for(|&stop| stop).await;
-            };
-            if let Err(err) = axum::serve(listener, app)
-                .with_graceful_shutdown(signal)
-                .await
-            {
-                tracing::error!("sink on {addr} failed: {err}");
-            }
-            let _ = stopped_tx.send(true);
-        });
-
-        Ok(SinkHandle {
-            shared,
-            addr,
-            stopped,
-        })
+        (shared, shutdown_rx)
     }
+}
 
+impl SinkHandle {
     /// The bound address (with the real port when started on port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// The delivery endpoint, `http://{addr}/events`.
+    /// The delivery endpoint, `http://{addr}/events` (`https://` when serving TLS).
     pub fn url(&self) -> String {
-        format!("http://{}/events", self.addr)
+        let scheme = if self.cert.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}/events", self.addr)
     }
 
     /// Replaces the behaviour. Requests already sleeping their latency decide their
@@ -314,10 +391,17 @@ impl SinkHandle {
 }
 
 /// Runs a stand-in until ctrl-c: the `courier sink` subcommand.
-pub async fn run_standalone(listen: SocketAddr, behaviour: Behaviour) -> anyhow::Result<()> {
-    let sink = SinkHandle::start(listen, behaviour)
-        .await
-        .with_context(|| format!("starting the sink on {listen}"))?;
+/// With `tls`, it serves HTTPS.
+pub async fn run_standalone(
+    listen: SocketAddr,
+    behaviour: Behaviour,
+    tls: Option<SinkTls>,
+) -> anyhow::Result<()> {
+    let sink = match &tls {
+        None => SinkHandle::start(listen, behaviour).await,
+        Some(t) => SinkHandle::start_tls(listen, behaviour, t).await,
+    }
+    .with_context(|| format!("starting the sink on {listen}"))?;
     tracing::info!(
         url = %sink.url(),
         "sink listening (GET /audit, GET|PUT /behaviour, POST /reset, GET /healthz)"
@@ -350,6 +434,8 @@ struct Shared {
     in_flight: AtomicU64,
     peak: AtomicU64,
     record_bodies: AtomicBool,
+    http2_requests: AtomicU64,
+    handshakes: Arc<tls::HandshakeStats>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -432,6 +518,9 @@ impl Shared {
             per_second: book.per_second.clone(),
             per_second_redelivery: book.per_second_redelivery.clone(),
             bodies_sample: book.bodies_sample.clone(),
+            http2_requests: self.http2_requests.load(Relaxed),
+            tls_handshake_failures: self.handshakes.failures.load(Relaxed),
+            tls_first_failure_unix_ms: self.handshakes.first_failure_unix_ms.load(Relaxed),
         }
     }
 
@@ -440,6 +529,7 @@ impl Shared {
         *book = Book::new(book.generation + 1);
         self.delivered_count.store(0, Relaxed);
         self.peak.store(0, Relaxed);
+        self.http2_requests.store(0, Relaxed);
     }
 
     fn record_bad_request(&self, received: Instant) {
@@ -609,11 +699,15 @@ fn latency(behaviour: &Behaviour) -> Duration {
 
 async fn post_event(
     State(shared): State<Arc<Shared>>,
+    version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let _in_flight = InFlight::enter(&shared);
     let received = Instant::now();
+    if version == axum::http::Version::HTTP_2 {
+        shared.http2_requests.fetch_add(1, Relaxed);
+    }
 
     let keep_body = shared.record_bodies.load(Relaxed);
     let (id, body) = match parse_delivery(&headers, &body, keep_body) {
