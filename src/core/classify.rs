@@ -102,12 +102,16 @@ pub enum TransportFailure {
     TlsClientCert,
     /// Any other TLS failure (versions, ciphers, not TLS at all on this port).
     TlsHandshake,
+    /// The request could not even be built here (a header value the HTTP stack
+    /// refuses, say): the event's fault, not the API's — *permanent*, parked at
+    /// once, and never fed to the breaker.
+    Request,
     /// Anything else before an answer.
     Other,
 }
 
 impl TransportFailure {
-    pub const ALL: [TransportFailure; 15] = [
+    pub const ALL: [TransportFailure; 16] = [
         TransportFailure::Dns,
         TransportFailure::ConnectRefused,
         TransportFailure::ConnectTimeout,
@@ -122,15 +126,24 @@ impl TransportFailure {
         TransportFailure::TlsRevoked,
         TransportFailure::TlsClientCert,
         TransportFailure::TlsHandshake,
+        TransportFailure::Request,
         TransportFailure::Other,
     ];
 
     pub fn class(self) -> FailureClass {
         if self.is_tls() {
             FailureClass::Systemic
+        } else if self == TransportFailure::Request {
+            FailureClass::Permanent
         } else {
             FailureClass::Transient
         }
+    }
+
+    /// Whether the API was reached at all: a request that failed to build here
+    /// says nothing about the API, so the breaker does not hear of it.
+    pub fn reached_the_api(self) -> bool {
+        self != TransportFailure::Request
     }
 
     pub fn is_tls(self) -> bool {
@@ -164,6 +177,7 @@ impl TransportFailure {
             TlsRevoked => "tls_revoked",
             TlsClientCert => "tls_client_cert",
             TlsHandshake => "tls_handshake",
+            Request => "request_unbuildable",
             Other => "transport",
         }
     }
@@ -183,6 +197,9 @@ impl TransportFailure {
             Timeout => "the API did not answer within api.request_timeout",
             ConnectionClosed => "the API closed the connection before answering",
             Protocol => "the API's answer was not valid HTTP",
+            Request => {
+                "the request for this event could not be built (a header value the HTTP stack refuses): the event is parked"
+            }
             TlsUntrusted => {
                 "the API's certificate is not signed by a CA Courier trusts: set api.tls.ca_file \
                  to the CA that signed it"

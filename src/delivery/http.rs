@@ -167,6 +167,11 @@ fn tls(b: reqwest::ClientBuilder, cfg: &ApiConfig) -> Result<reqwest::ClientBuil
 }
 
 fn classify_reqwest(e: &reqwest::Error) -> TransportError {
+    if e.is_builder() {
+        // Built here, never sent: nothing about the API (the text may hold the
+        // URL, so only the kind is kept).
+        return TransportError::new(TransportFailure::Request, String::new());
+    }
     // Start below reqwest's own error: its text holds the URL.
     let (kind, detail) = match e.source() {
         Some(src) => classify(src, e.is_connect(), e.is_timeout()),
@@ -308,6 +313,25 @@ mod tests {
     use rustls::{AlertDescription, CertificateError};
     use std::fmt;
     use std::io;
+
+    /// A request the HTTP stack refuses to build (here: a header value with a
+    /// line break) is the event's fault: permanent, and not the API's business.
+    #[test]
+    fn a_request_that_cannot_be_built_is_permanent_and_not_the_apis() {
+        let err = reqwest::Client::new()
+            .post("http://127.0.0.1:1/events")
+            .header("Idempotency-Key", "a\nb")
+            .build()
+            .expect_err("a line break in a header value");
+        let t = classify_reqwest(&err);
+        assert_eq!(t.kind, TransportFailure::Request);
+        assert_eq!(
+            t.kind.class(),
+            crate::core::classify::FailureClass::Permanent
+        );
+        assert!(!t.kind.reached_the_api());
+        assert!(t.detail.is_empty(), "no URL in the detail: {}", t.detail);
+    }
 
     /// An error with a source, like hyper-util's and reqwest's layers.
     #[derive(Debug)]

@@ -445,6 +445,9 @@ impl Deliverer {
                     .await
             }
         };
+        // Whether the API was called: an enrichment database error is not the API's,
+        // and the breaker must not hear of it.
+        let mut called = true;
         let answer = match self.body(item, &event).await {
             Ok(Body::Send(body)) => {
                 let Ok(_permit) = self.drain_permits.acquire().await else {
@@ -458,10 +461,13 @@ impl Deliverer {
                 return self.drop_from_dlq(item, env, reason, message).await
             }
             // The database, not the API: back to the DLQ.
-            Err(e) => Err(TransportError::new(
-                TransportFailure::Other,
-                format!("enrichment: {e}"),
-            )),
+            Err(e) => {
+                called = false;
+                Err(TransportError::new(
+                    TransportFailure::Other,
+                    format!("enrichment: {e}"),
+                ))
+            }
         };
         let cfg = &self.pipeline.config;
         let failure = match answer {
@@ -476,7 +482,9 @@ impl Deliverer {
             },
             Err(t) => Failure::transport(t),
         };
-        self.observe(outcome_of(failure.class, failure.breaker_reason));
+        if called && answer_reached_api(&failure) {
+            self.observe(outcome_of(failure.class, failure.breaker_reason));
+        }
         self.report(&failure);
         let (class, reason, status) = (failure.class, failure.reason.clone(), failure.status);
         let error = ErrorInfo {
@@ -731,13 +739,17 @@ impl Deliverer {
     async fn call(&self, id: &str, body: Bytes) -> Result<http::Answer, TransportError> {
         self.pipeline.health.gate().await;
         let r = self.api.post(id, body, None).await;
-        self.observe(match &r {
-            Ok(a) => match classify_status(a.status) {
+        match &r {
+            Ok(a) => self.observe(match classify_status(a.status) {
                 Verdict::Delivered => CallOutcome::Up,
                 Verdict::Failed(c) => outcome_of(c, systemic_status_reason(a.status)),
-            },
-            Err(t) => outcome_of(t.kind.class(), t.kind.as_str()),
-        });
+            }),
+            Err(t) if t.kind.reached_the_api() => {
+                self.observe(outcome_of(t.kind.class(), t.kind.as_str()))
+            }
+            // A request that could not be built says nothing about the API.
+            Err(_) => {}
+        }
         r
     }
 
@@ -832,6 +844,12 @@ fn outcome_of(class: FailureClass, reason: &'static str) -> CallOutcome {
         FailureClass::Systemic => CallOutcome::Systemic(reason),
         FailureClass::Transient => CallOutcome::Failed,
     }
+}
+
+/// Whether a failed call reached the API (a request that could not be built
+/// here did not).
+fn answer_reached_api(f: &Failure) -> bool {
+    f.breaker_reason != TransportFailure::Request.as_str()
 }
 
 /// The breaker's reason for a systemic answer (a bounded set of label values).
