@@ -46,6 +46,9 @@ pub struct Health {
     started: Instant,
     /// The breaker's last transition and its wall-clock time (ms), for `/status`.
     last: Mutex<Option<(Transition, i64)>>,
+    /// The breaker is away from `closed` because of a systemic failure (a
+    /// certificate, the credentials): see [`Health::systemic_outage`].
+    systemic: std::sync::atomic::AtomicBool,
 }
 
 impl Health {
@@ -57,7 +60,19 @@ impl Health {
             flood_limit: cfg.flood_dlq_per_sec,
             started: Instant::now(),
             last: Mutex::new(None),
+            systemic: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether the breaker is open or half-open because of a systemic failure.
+    /// During such an outage any failure of a call is taken as the same outage
+    /// (e.g. a TLS 1.3 server that refuses the client certificate may close a
+    /// connection that a request already used: `connection_closed`, not the
+    /// alert): the event waits at the gate rather than going to the DLQ.
+    pub fn systemic_outage(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.systemic.load(Relaxed)
+            && self.breaker_state(Instant::now()) != BreakerStateKind::Closed
     }
 
     /// The breaker's last transition and when it happened (wall-clock ms).
@@ -69,6 +84,10 @@ impl Health {
     /// transitions are kept in the order they happened.
     fn noted(&self, t: Option<Transition>) -> Option<Transition> {
         if let Some(t) = t {
+            if t.to == BreakerStateKind::Closed {
+                self.systemic
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+            }
             let wall_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -132,6 +151,8 @@ impl Health {
             CallOutcome::Up => b.record(now, true),
             CallOutcome::Failed => b.record(now, false),
             CallOutcome::Systemic(reason) => {
+                self.systemic
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 // Report whichever moved the breaker (a half-open probe failing, or
                 // the trip itself); tripping an already open breaker reports nothing.
                 let recorded = b.record(now, false);
@@ -180,6 +201,31 @@ mod tests {
             flood_dlq_per_sec: 5.0,
             ..DegradedConfig::default()
         }
+    }
+
+    #[test]
+    fn a_systemic_trip_is_an_outage_until_the_breaker_closes() {
+        let h = Health::new(&DegradedConfig {
+            breaker_open: Duration::from_millis(1),
+            breaker_half_open_probes: 1,
+            ..cfg()
+        });
+        assert!(!h.systemic_outage());
+        h.record(CallOutcome::Failed);
+        assert!(!h.systemic_outage(), "a transient failure is not systemic");
+        h.record(CallOutcome::Systemic("tls_client_cert"));
+        assert!(h.systemic_outage());
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(h.systemic_outage(), "half-open still counts");
+        // The probe succeeds: closed, the outage is over.
+        {
+            let mut b = h.breaker();
+            b.advance(Instant::now());
+            assert!(b.allow(Instant::now()), "a half-open probe is admitted");
+        }
+        h.record(CallOutcome::Up);
+        assert_eq!(h.breaker_state(Instant::now()), BreakerStateKind::Closed);
+        assert!(!h.systemic_outage());
     }
 
     #[test]

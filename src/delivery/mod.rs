@@ -696,7 +696,9 @@ impl Deliverer {
             };
             self.report(&failure);
             let class = failure.class;
-            if class == FailureClass::Systemic {
+            if class == FailureClass::Systemic
+                || (class == FailureClass::Transient && self.pipeline.health.systemic_outage())
+            {
                 // Credentials or the API itself, not this event: the breaker has
                 // tripped, so the next try waits at the gate. It does not use up the
                 // event's tries, and the event never goes to the DLQ for it.
