@@ -34,6 +34,8 @@ pub struct Running {
     pub pipeline: Arc<Pipeline>,
     pub ready: Arc<Readiness>,
     http: Option<tokio::task::JoinHandle<()>>,
+    /// Sets the byte-budget gauges twice a second.
+    budgets: tokio::task::JoinHandle<()>,
 }
 
 /// Starts the actor tree. Fails fast on what cannot work (missing token, missing
@@ -71,19 +73,29 @@ pub async fn start(
         }))
     };
     let pipeline = Arc::new(Pipeline::new(config));
+    let p = pipeline.clone();
+    let budgets = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            p.show_budgets();
+        }
+    });
     let args = SupervisorArgs {
         pipeline: pipeline.clone(),
         ready: ready.clone(),
     };
-    let (supervisor, join) = Actor::spawn(None, Supervisor, args)
-        .await
-        .map_err(|e| StartError::Spawn(startup_reason(&e)))?;
+    let (supervisor, join) = Actor::spawn(None, Supervisor, args).await.map_err(|e| {
+        budgets.abort();
+        StartError::Spawn(startup_reason(&e))
+    })?;
     Ok(Running {
         supervisor,
         join,
         pipeline,
         ready,
         http,
+        budgets,
     })
 }
 
@@ -130,6 +142,7 @@ impl Running {
         if let Some(h) = self.http {
             h.abort();
         }
+        self.budgets.abort();
     }
 
     /// Resolves when the supervisor gave up (restart budget exhausted).

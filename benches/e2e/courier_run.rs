@@ -111,8 +111,8 @@ topic = "{topic}"
 dlq_topic = "{topic}.dlq"
 parking_topic = "{topic}.parking"
 group_id = "{group}"
-auto_commit_interval = \"100ms\"
-session_timeout = \"10s\"
+auto_commit_interval = "100ms"
+session_timeout = "10s"
 
 [api]
 url = "{url}"
@@ -123,8 +123,8 @@ http2_prior_knowledge = {http2}
 concurrency = {c}
 ordering = "{ordering}"
 {per_partition}
-drain_timeout = \"3s\"
-shutdown_grace = \"5s\"
+drain_timeout = "3s"
+shutdown_grace = "5s"
 
 
 [kafka.properties]

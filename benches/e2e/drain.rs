@@ -51,15 +51,15 @@ topic = "{topic}"
 dlq_topic = "{topic}.dlq"
 parking_topic = "{topic}.parking"
 group_id = "{topic}-group"
-auto_commit_interval = \"100ms\"
-session_timeout = \"10s\"
+auto_commit_interval = "100ms"
+session_timeout = "10s"
 
 [api]
 url = "{api_url}"
 
 [pipeline]
-drain_timeout = \"3s\"
-shutdown_grace = \"5s\"
+drain_timeout = "3s"
+shutdown_grace = "5s"
 
 [degraded]
 drain_rate_per_sec = {rate}
@@ -77,6 +77,7 @@ fn envelope(s: &DrainSetup<'_>, i: usize, now_ms: i64) -> (String, Envelope) {
     let env = Envelope {
         version: ENVELOPE_VERSION_PAYLOAD,
         omitted: None,
+        origin_headers: Vec::new(),
         event_id: Some(id.clone()),
         event_type: Some("profile.updated".into()),
         key: Some(key.into_bytes()),

@@ -10,7 +10,7 @@ use ractor::ActorRef;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::ClientContext;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +26,23 @@ pub struct Record {
     pub key: Option<Vec<u8>>,
     pub payload: Option<bytes::Bytes>,
     pub timestamp_ms: Option<i64>,
+    /// The record's headers, in order; `None` (nothing allocated) without any.
+    pub headers: Option<Box<[crate::core::input::Header]>>,
+}
+
+impl Record {
+    /// The bytes it holds (value, key, header names and values): what it costs
+    /// against the byte budgets.
+    pub fn size(&self) -> usize {
+        let headers = self.headers.as_deref().map_or(0, |h| {
+            h.iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+                .sum()
+        });
+        self.payload.as_ref().map_or(0, |p| p.len())
+            + self.key.as_ref().map_or(0, Vec::len)
+            + headers
+    }
 }
 
 /// Consumer configuration. `enable.auto.offset.store=false` is what makes auto
@@ -145,11 +162,12 @@ pub struct CourierContext {
     /// rebalance: a record of the old assignment must never reach a partition actor
     /// of the new one (it would make its tracker start past unread offsets).
     pub pending: Mutex<Vec<Record>>,
-    /// Records handed to the actors and not yet taken in by a partition actor
-    /// (shared with the actors, see `Pipeline::buffered`). The poll thread stops
-    /// fetching while it is over `pipeline.max_buffered`: actor mailboxes are
-    /// unbounded, so this is what keeps a large backlog out of memory.
-    pub buffered: Arc<AtomicI64>,
+    /// Records handed to the actors and not yet taken in by a partition actor,
+    /// and their bytes (shared with the actors, see `Pipeline::buffered`). The
+    /// poll thread stops fetching while it is over `pipeline.max_buffered` or
+    /// `pipeline.max_buffered_bytes`: actor mailboxes are unbounded, so this is
+    /// what keeps a large backlog out of memory.
+    pub buffered: Arc<poller::Buffered>,
 }
 
 impl CourierContext {
@@ -159,7 +177,7 @@ impl CourierContext {
         actor: ActorRef<ConsumerMsg>,
         revoke_wait: Duration,
         closing: Arc<AtomicBool>,
-        buffered: Arc<AtomicI64>,
+        buffered: Arc<poller::Buffered>,
     ) -> Self {
         CourierContext {
             topic,
@@ -181,8 +199,8 @@ impl CourierContext {
             }
             std::mem::take(&mut *p)
         };
-        self.buffered
-            .fetch_add(records.len() as i64, Ordering::SeqCst);
+        let bytes = records.iter().map(Record::size).sum();
+        self.buffered.add(records.len(), bytes);
         self.actor
             .send_message(ConsumerMsg::Records(records))
             .is_ok()
