@@ -30,9 +30,16 @@ pub struct Record {
     pub headers: Option<Box<[crate::core::input::Header]>>,
 }
 
+/// What a record costs against the byte budgets besides its value, key and
+/// headers: Courier's own state for it (the record, then the decoded event with
+/// its strings, the held-events map and ordering lane entries, the delivery
+/// queue entry, the completion token). Measured: with 512-byte events the heap
+/// held ~2.5–3 KB per event begun (docs/BENCHMARKS.md, "Memory and partitions").
+pub const RECORD_OVERHEAD: usize = 2048;
+
 impl Record {
-    /// The bytes it holds (value, key, header names and values): what it costs
-    /// against the byte budgets.
+    /// The bytes it holds (value, key, header names and values, plus
+    /// [`RECORD_OVERHEAD`]): what it costs against the byte budgets.
     pub fn size(&self) -> usize {
         let headers = self.headers.as_deref().map_or(0, |h| {
             h.iter()
@@ -42,6 +49,7 @@ impl Record {
         self.payload.as_ref().map_or(0, |p| p.len())
             + self.key.as_ref().map_or(0, Vec::len)
             + headers
+            + RECORD_OVERHEAD
     }
 }
 
@@ -85,7 +93,14 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         // short.
         .set("queued.max.messages.kbytes", "4096")
         .set("queued.min.messages", "2000")
-        .set("fetch.queue.backoff.ms", "20");
+        .set("fetch.queue.backoff.ms", "20")
+        // The queue limits above apply to the consumer's one queue (librdkafka
+        // 2.12 checks them against the forwarded queue, whatever the number of
+        // partitions), but each fetch response may overshoot them: it carries up
+        // to `max.partition.fetch.bytes` (1 MB) per partition, capped by
+        // `fetch.max.bytes` (50 MB by default). Capped here, the prefetch stays
+        // flat in the number of assigned partitions (docs/BENCHMARKS.md).
+        .set("fetch.max.bytes", "8388608");
     with_user_settings(c, k)
 }
 
