@@ -119,6 +119,7 @@ fn envelope(rng: &mut impl Rng, seq: usize) -> Envelope {
             timestamp_ms: Some(1_789_999_999_000),
             consumer_group: "courier".into(),
         },
+        origin_headers: Vec::new(),
     }
 }
 

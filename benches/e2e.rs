@@ -50,7 +50,11 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const COURIER: &str = env!("CARGO_BIN_EXE_courier");
+/// The binary measured: this build's, or `E2E_COURIER_BIN` (an A/B against
+/// another build).
+fn courier_bin() -> String {
+    std::env::var("E2E_COURIER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_courier").into())
+}
 
 // The same allocator as the `courier` binary, so the bare client's CPU per request
 // is measured on the same footing as Courier's.
@@ -789,8 +793,9 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
     }
     let http = http.build()?;
     let machine = machine();
+    let courier = courier_bin();
     eprintln!(
-        "e2e: {} cells, {} events max per cell, {} partitions, {} keys, {} B events; {} CPUs; courier = {COURIER}; logs in {}",
+        "e2e: {} cells, {} events max per cell, {} partitions, {} keys, {} B events; {} CPUs; courier = {courier}; logs in {}",
         cells.len(),
         opts.events,
         opts.partitions,
@@ -802,7 +807,7 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
     // Other builds may replace target/release/courier during a long run: every
     // process of this run starts from one copy.
     let pinned = log_dir.join(format!("courier-{}", std::process::id()));
-    std::fs::copy(COURIER, &pinned).with_context(|| format!("copying {COURIER}"))?;
+    std::fs::copy(&courier, &pinned).with_context(|| format!("copying {courier}"))?;
     let bin = pinned.display().to_string();
     let sink = Sink::start(&bin, &log_dir, http.clone(), tls.as_ref().map(|(_, s)| s)).await?;
     let run_id = format!(

@@ -39,6 +39,8 @@ pub struct Running {
     http: Option<tokio::task::JoinHandle<()>>,
     /// Samples the error counts for `/status`.
     sampler: tokio::task::JoinHandle<()>,
+    /// Sets the byte-budget gauges twice a second.
+    budgets: tokio::task::JoinHandle<()>,
 }
 
 /// Starts the actor tree. Fails fast on what cannot work (missing token, missing
@@ -88,13 +90,22 @@ pub async fn start(
         }))
     };
     let pipeline = Arc::new(Pipeline::new(config, status));
+    let p = pipeline.clone();
+    let budgets = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            p.show_budgets();
+        }
+    });
     let args = SupervisorArgs {
         pipeline: pipeline.clone(),
         ready: ready.clone(),
     };
-    let (supervisor, join) = Actor::spawn(None, Supervisor, args)
-        .await
-        .map_err(|e| StartError::Spawn(startup_reason(&e)))?;
+    let (supervisor, join) = Actor::spawn(None, Supervisor, args).await.map_err(|e| {
+        budgets.abort();
+        StartError::Spawn(startup_reason(&e))
+    })?;
     Ok(Running {
         supervisor,
         join,
@@ -102,6 +113,7 @@ pub async fn start(
         ready,
         http,
         sampler,
+        budgets,
     })
 }
 
@@ -149,6 +161,7 @@ impl Running {
             h.abort();
         }
         self.sampler.abort();
+        self.budgets.abort();
     }
 
     /// Resolves when the supervisor gave up (restart budget exhausted).

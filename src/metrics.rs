@@ -41,6 +41,9 @@ pub const DLQ_LAG: &str = "courier_dlq_lag";
 pub const CONSUMER_LAG: &str = "courier_consumer_lag";
 pub const MEMORY_ALLOCATED: &str = "courier_memory_allocated_bytes";
 pub const MEMORY_RESIDENT: &str = "courier_memory_resident_bytes";
+pub const MEMORY_BUDGET: &str = "courier_memory_budget_bytes";
+pub const MEMORY_BUDGET_USED: &str = "courier_memory_budget_used_bytes";
+pub const BUFFERED_RECORDS: &str = "courier_buffered_records";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -157,6 +160,18 @@ pub const ALL: &[(&str, &str)] = &[
     (
         MEMORY_RESIDENT,
         "Bytes of physically resident pages the allocator holds (jemalloc `stats.resident`); the rest of the RSS is code, stacks and librdkafka's buffers.",
+    ),
+    (
+        MEMORY_BUDGET,
+        "Each byte budget's limit, by budget: buffered (polled, not yet begun: pipeline.max_buffered_bytes), in_flight (begun, not yet durable, DLQ records included: pipeline.max_in_flight_bytes), enrichment_cache (enrichment.cache_max_bytes).",
+    ),
+    (
+        MEMORY_BUDGET_USED,
+        "Bytes each budget holds now, by budget (see courier_memory_budget_bytes); in_flight may pass its limit by one event.",
+    ),
+    (
+        BUFFERED_RECORDS,
+        "Records polled and not yet begun by a partition (the fetch budget in records: pipeline.max_buffered).",
     ),
 ];
 

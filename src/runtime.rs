@@ -7,11 +7,13 @@ use crate::actors::delivery::DeliveryMsg;
 use crate::actors::dlq_writer::DlqWriterMsg;
 use crate::actors::health::HealthMsg;
 use crate::config::Config;
+use crate::core::budget::ByteBudget;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
 use crate::health::Health;
+use crate::kafka::poller::Buffered;
 use crate::status::StatusBoard;
 use ractor::ActorRef;
-use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -20,8 +22,11 @@ pub struct Pipeline {
     pub dlq_topic: String,
     pub parking_topic: String,
     /// Records handed from the poll thread to the actors and not yet taken in by a
-    /// partition actor (see `kafka::CourierContext::buffered`).
-    pub buffered: Arc<AtomicI64>,
+    /// partition actor, and their bytes (see `kafka::CourierContext::buffered`).
+    pub buffered: Arc<Buffered>,
+    /// The in-flight byte budget (`pipeline.max_in_flight_bytes`), shared by the
+    /// partition machines.
+    pub in_flight: Arc<ByteBudget>,
     /// Identifies this instance in logs and in the Redis marker's value.
     pub instance: String,
     pub health: Health,
@@ -49,7 +54,8 @@ impl Pipeline {
             instance: status.instance().to_string(),
             status,
             health: Health::new(&config.degraded),
-            buffered: Arc::new(AtomicI64::new(0)),
+            buffered: Arc::new(Buffered::default()),
+            in_flight: Arc::new(ByteBudget::new(config.pipeline.max_in_flight_bytes as u64)),
             config,
             delivery: RwLock::new(None),
             delivery_queue: RwLock::new(None),
@@ -161,6 +167,23 @@ pub fn instance_id() -> String {
         std::env::var("HOSTNAME").unwrap_or_else(|_| "courier".into()),
         std::process::id()
     )
+}
+
+impl Pipeline {
+    /// Sets the byte-budget gauges (limits and use) of the fetch and in-flight
+    /// budgets; the enrichment cache shows its own (`delivery::enrich`).
+    pub fn show_budgets(&self) {
+        use crate::metrics as m;
+        let p = &self.config.pipeline;
+        let (records, bytes) = self.buffered.get();
+        metrics::gauge!(m::MEMORY_BUDGET, "budget" => "buffered").set(p.max_buffered_bytes as f64);
+        metrics::gauge!(m::MEMORY_BUDGET_USED, "budget" => "buffered").set(bytes.max(0) as f64);
+        metrics::gauge!(m::BUFFERED_RECORDS).set(records.max(0) as f64);
+        metrics::gauge!(m::MEMORY_BUDGET, "budget" => "in_flight")
+            .set(self.in_flight.limit() as f64);
+        metrics::gauge!(m::MEMORY_BUDGET_USED, "budget" => "in_flight")
+            .set(self.in_flight.used() as f64);
+    }
 }
 
 pub fn now_ms() -> i64 {

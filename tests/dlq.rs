@@ -177,6 +177,7 @@ async fn forged_envelopes_are_parked_and_never_block_the_drain() {
         key: Some(b"k".to_vec()),
         payload: loadgen::event_json(id, "t", "k", 0, 300),
         omitted: None,
+        origin_headers: Vec::new(),
         dlq_retries: 0,
         first_dlq_at_ms: now - 1_000,
         not_before_ms: now - 500,

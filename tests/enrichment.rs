@@ -23,25 +23,13 @@ async fn enrichment_from_postgres_and_db_outage_is_transient() {
     let s = services();
     let n = Names::new("enrich", 3);
     n.create(&s, true).await;
-    let table = format!("profiles_{}", n.topic.replace('-', "_"));
-    let (db, conn) = tokio_postgres::connect(&s.pg_url, tokio_postgres::NoTls)
-        .await
-        .expect("connect to PostgreSQL");
-    tokio::spawn(conn);
-    db.batch_execute(&format!(
-        "CREATE TABLE {table} (key text PRIMARY KEY, doc jsonb NOT NULL)"
-    ))
-    .await
-    .unwrap();
-    for k in 0..50 {
-        let doc = serde_json::json!({"tier": format!("gold-{k}"), "score": k});
-        db.execute(
-            &format!("INSERT INTO {table} (key, doc) VALUES ($1, $2)"),
-            &[&format!("key-{k}"), &doc],
-        )
-        .await
-        .unwrap();
-    }
+    let rows: Vec<(String, serde_json::Value)> = (0..50)
+        .map(|k| {
+            let doc = serde_json::json!({"tier": format!("gold-{k}"), "score": k});
+            (format!("key-{k}"), doc)
+        })
+        .collect();
+    let table = pg_table(&s, &n, "profiles", &rows).await;
 
     let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
         .await

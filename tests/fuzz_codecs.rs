@@ -322,6 +322,7 @@ fn envelope_codec_survives_and_round_trips() {
                     key,
                     payload,
                     omitted: None,
+                    origin_headers: Vec::new(),
                     dlq_retries: retries,
                     first_dlq_at_ms: at,
                     not_before_ms: at.saturating_add(1),

@@ -79,6 +79,7 @@ fn envelope(s: &DrainSetup<'_>, i: usize, now_ms: i64) -> (String, Envelope) {
     let env = Envelope {
         version: ENVELOPE_VERSION_PAYLOAD,
         omitted: None,
+        origin_headers: Vec::new(),
         event_id: Some(id.clone()),
         event_type: Some("profile.updated".into()),
         key: Some(key.into_bytes()),

@@ -162,7 +162,11 @@ impl Actor for ConsumerActor {
         let mut lag_cfg = consumer_config(&cfg.kafka);
         lag_cfg.set("enable.auto.commit", "false");
         let lag_client: BaseConsumer = lag_cfg.create()?;
-        let poller = Poller::start(consumer.clone(), cfg.pipeline.max_buffered)?;
+        let poller = Poller::start(
+            consumer.clone(),
+            cfg.pipeline.max_buffered,
+            cfg.pipeline.max_buffered_bytes,
+        )?;
         tracing::info!(topic = %cfg.kafka.topic, group = %cfg.kafka.group_id, partitions = main_n, "consumer started");
         Ok(ConsumerState {
             pipeline: args.pipeline,
@@ -310,16 +314,23 @@ impl ConsumerState {
 
     /// Splits a batch by partition (keeping order) and hands each part over.
     fn route(&mut self, records: Vec<Record>) {
-        let total = records.len() as i64;
+        // Dropped records were never going to be taken in by an actor.
+        let (mut dropped, mut dropped_bytes) = (0, 0);
         let mut by_part: HashMap<i32, Vec<Record>> = HashMap::new();
         for r in records {
             let Some(part) = self.parts.get_mut(&r.partition) else {
-                continue; // Not ours (any more): not stored, so re-read by the owner.
+                // Not ours (any more): not stored, so re-read by the owner.
+                dropped += 1;
+                dropped_bytes += r.size();
+                continue;
             };
             let side = if r.dlq { Src::Dlq } else { Src::Main } as usize;
             if let Some(f) = part.fence[side] {
                 if r.offset > f {
-                    continue; // Polled before the seek: the re-read brings it again.
+                    // Polled before the seek: the re-read brings it again.
+                    dropped += 1;
+                    dropped_bytes += r.size();
+                    continue;
                 }
                 part.fence[side] = None;
             }
@@ -327,21 +338,22 @@ impl ConsumerState {
             part.last_forwarded[side] = Some(r.offset);
             by_part.entry(r.partition).or_default().push(r);
         }
-        let mut forwarded = 0;
         for (p, recs) in by_part {
-            if let Some(part) = self.parts.get(&p) {
-                let n = recs.len() as i64;
-                part.shared.buffered.fetch_add(n, Ordering::SeqCst);
-                forwarded += n;
-                // If the actor just died, the records are lost with it; recovery
-                // seeks back to the watermark, which is below them.
-                let _ = part.actor.send_message(PartitionMsg::Records(recs));
+            let bytes = recs.iter().map(Record::size).sum();
+            match self.parts.get(&p) {
+                Some(part) => {
+                    part.shared.buffered.add(recs.len(), bytes);
+                    // If the actor just died, the records are lost with it;
+                    // recovery seeks back to the watermark, which is below them.
+                    let _ = part.actor.send_message(PartitionMsg::Records(recs));
+                }
+                None => {
+                    dropped += recs.len();
+                    dropped_bytes += bytes;
+                }
             }
         }
-        // Dropped records were never going to be taken in by an actor.
-        self.pipeline
-            .buffered
-            .fetch_sub(total - forwarded, Ordering::SeqCst);
+        self.pipeline.buffered.sub(dropped, dropped_bytes);
     }
 
     async fn recover(

@@ -90,6 +90,8 @@ impl Actor for PartitionActor {
             ordering: cfg.pipeline.ordering,
             limit: cfg.pipeline.max_in_flight_per_partition,
             backlog_cap: cfg.pipeline.max_buffered / 2,
+            backlog_bytes_cap: cfg.pipeline.max_buffered_bytes / 2,
+            budget: a.pipeline.in_flight.clone(),
             min_pause: cfg.degraded.min_pause,
             drain_timeout: cfg.pipeline.drain_timeout,
             start: a.start,
@@ -236,7 +238,17 @@ impl PartitionState {
                     let _ = reply.send(self.a.shared.stored(Src::Main));
                 }
             }
-            Effect::TakenIn(n) => self.a.shared.taken_in(n, &self.a.pipeline.buffered),
+            Effect::TakenIn { records, bytes } => {
+                self.a
+                    .shared
+                    .taken_in(records, bytes, &self.a.pipeline.buffered)
+            }
+            Effect::AwaitBudget => {
+                let me = myself.clone();
+                self.a.pipeline.in_flight.wait(Box::new(move || {
+                    let _ = me.send_message(PartitionMsg::Timer(Timer::Budget));
+                }));
+            }
             Effect::Begun(n) => self.a.shared.begun(n, &self.a.ready),
             Effect::Finished(n) => self.a.shared.finished(n, &self.a.ready),
             Effect::Mode { mode, change } => self.gauges.show_mode(partition, mode, change),

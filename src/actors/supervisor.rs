@@ -182,9 +182,7 @@ impl SupervisorState {
             Child::Consumer => {
                 // Whatever the previous consumer had handed over died with it and
                 // its partition actors.
-                self.pipeline
-                    .buffered
-                    .store(0, std::sync::atomic::Ordering::SeqCst);
+                self.pipeline.buffered.reset();
                 let args = ConsumerArgs {
                     pipeline: self.pipeline.clone(),
                     ready: self.ready.clone(),

@@ -36,6 +36,8 @@ pub struct EnrichmentConfig {
     pub field: String,
     pub on_missing: OnMissing,
     pub cache_capacity: u64,
+    /// The cache's size in bytes (keys and JSON documents, as serialised).
+    pub cache_max_bytes: u64,
     #[serde(with = "humantime_serde")]
     pub cache_ttl: Duration,
     pub pool_size: usize,
@@ -54,6 +56,7 @@ impl Default for EnrichmentConfig {
             field: "enrichment".into(),
             on_missing: OnMissing::Deliver,
             cache_capacity: 100_000,
+            cache_max_bytes: 64 * 1024 * 1024,
             cache_ttl: Duration::from_secs(60),
             pool_size: 8,
             query_timeout: Duration::from_secs(1),
@@ -80,6 +83,9 @@ impl EnrichmentConfig {
             }
             if self.pool_size == 0 {
                 return Err(invalid("enrichment.pool_size", "must be at least 1"));
+            }
+            if self.cache_max_bytes == 0 {
+                return Err(invalid("enrichment.cache_max_bytes", "must be at least 1"));
             }
         }
         if self.enabled || needed {

@@ -12,6 +12,7 @@
 mod api;
 mod degraded;
 mod enrichment;
+mod input;
 mod kafka;
 mod legacy;
 mod ops;
@@ -23,6 +24,7 @@ pub use api::{ApiConfig, ApiTlsConfig, CaMode};
 pub(crate) use degraded::millis;
 pub use degraded::DegradedConfig;
 pub use enrichment::{EnrichmentConfig, OnMissing, SslMode};
+pub use input::InputConfig;
 pub use kafka::{Compression, KafkaConfig};
 pub use ops::{LogConfig, LogFormat, MetricsConfig, SupervisionConfig, TestingConfig};
 pub use pipeline::{Oversize, PipelineConfig};
@@ -54,6 +56,7 @@ fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub kafka: KafkaConfig,
+    pub input: InputConfig,
     pub api: ApiConfig,
     pub pipeline: PipelineConfig,
     pub enrichment: EnrichmentConfig,
@@ -96,6 +99,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.kafka.validate()?;
         self.pipeline.validate()?;
+        self.input.validate()?;
         self.api.validate()?;
         self.enrichment.validate(self.retry.uses_deadline())?;
         self.metrics.validate()?;

@@ -30,6 +30,14 @@ pub struct PipelineConfig {
     /// Records fetched but not yet taken in by a partition actor, process-wide:
     /// the poll thread fetches nothing more above this.
     pub max_buffered: usize,
+    /// The same fetch budget in bytes (record values, keys and headers, plus
+    /// `kafka::RECORD_OVERHEAD` each).
+    pub max_buffered_bytes: usize,
+    /// Bytes of the events begun and not yet durable (DLQ records waiting for the
+    /// drain included), counted like `max_buffered_bytes`, process-wide: a
+    /// partition begins a record only while the held bytes are below this. An
+    /// event larger than the budget still goes.
+    pub max_in_flight_bytes: usize,
     pub max_event_bytes: usize,
     /// Envelopes too large for the DLQ / parking topics: `reference` or `refuse`.
     pub oversize: Oversize,
@@ -50,6 +58,8 @@ impl Default for PipelineConfig {
             ordering: OrderingMode::Key,
             max_in_flight_per_partition: 1_000,
             max_buffered: 8_192,
+            max_buffered_bytes: 16 * 1024 * 1024,
+            max_in_flight_bytes: 32 * 1024 * 1024,
             max_event_bytes: 1024 * 1024,
             oversize: Oversize::Reference,
             entity_version_attribute: "entityversion".into(),
@@ -79,6 +89,15 @@ impl PipelineConfig {
         }
         if self.max_buffered == 0 {
             return Err(invalid("pipeline.max_buffered", "must be at least 1"));
+        }
+        if self.max_buffered_bytes == 0 {
+            return Err(invalid("pipeline.max_buffered_bytes", "must be at least 1"));
+        }
+        if self.max_in_flight_bytes == 0 {
+            return Err(invalid(
+                "pipeline.max_in_flight_bytes",
+                "must be at least 1",
+            ));
         }
         if self.max_event_bytes == 0 {
             return Err(invalid("pipeline.max_event_bytes", "must be at least 1"));

@@ -91,6 +91,11 @@ pub struct Envelope {
     /// says how to recognise it there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub omitted: Option<Omitted>,
+    /// The origin record's headers, when it had any: a binary-mode CloudEvent
+    /// carries its attributes there, so redelivery and replay need them with
+    /// the payload.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub origin_headers: Vec<OriginHeader>,
     /// How many times this event went (back) into the DLQ after its first entry.
     /// Only ever incremented, by the writer side, see [`Envelope::retried`].
     pub dlq_retries: u32,
@@ -98,6 +103,41 @@ pub struct Envelope {
     pub not_before_ms: i64,
     pub last_error: ErrorInfo,
     pub origin: Origin,
+}
+
+/// One header of the origin record (the value as bytes, base64 in the JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginHeader {
+    pub name: String,
+    #[serde(with = "b64_opt")]
+    pub value: Option<Vec<u8>>,
+}
+
+impl OriginHeader {
+    /// The headers of a record, for an envelope.
+    pub fn from_record(headers: Option<&[crate::core::input::Header]>) -> Vec<OriginHeader> {
+        headers
+            .unwrap_or_default()
+            .iter()
+            .map(|(name, value)| OriginHeader {
+                name: name.clone(),
+                value: value.as_ref().map(|v| v.to_vec()),
+            })
+            .collect()
+    }
+
+    /// Back into record headers (decoding reads them as the record had them).
+    pub fn to_record(headers: &[OriginHeader]) -> Vec<crate::core::input::Header> {
+        headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.clone(),
+                    h.value.as_ref().map(|v| bytes::Bytes::copy_from_slice(v)),
+                )
+            })
+            .collect()
+    }
 }
 
 /// What was left out of an envelope that carries a reference instead of bytes.
@@ -214,6 +254,8 @@ impl Envelope {
             o.key_omitted = true;
         }
         r.key = None;
+        // Replay reads the origin record back, headers included.
+        r.origin_headers.clear();
         (r.record_bytes() <= max_bytes).then_some(r)
     }
 
@@ -229,6 +271,7 @@ impl Envelope {
             key: None,
             payload: vec![0xff; payload_bytes],
             omitted: None,
+            origin_headers: Vec::new(),
             dlq_retries: MAX_PLAUSIBLE_DLQ_RETRIES,
             first_dlq_at_ms: i64::MAX,
             not_before_ms: i64::MAX,
@@ -363,6 +406,10 @@ pub(crate) mod tests {
             key: Some(b"k\x00\xff".to_vec()),
             payload: b"\xff\xfe not utf8".to_vec(),
             omitted: None,
+            origin_headers: vec![OriginHeader {
+                name: "ce_id".into(),
+                value: Some(b"e-1".to_vec()),
+            }],
             dlq_retries: 0,
             first_dlq_at_ms: 1_000,
             not_before_ms: 2_000,

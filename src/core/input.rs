@@ -73,12 +73,15 @@ impl BodyType {
     }
 }
 
+/// One Kafka record header: its name and value (a value may be absent).
+pub type Header = (String, Option<Bytes>);
+
 /// One Kafka record, as decoding sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordIn<'a> {
     pub value: Option<&'a Bytes>,
-    /// Header names and values, in record order (a value may be absent).
-    pub headers: &'a [(String, Option<Bytes>)],
+    /// Header names and values, in record order.
+    pub headers: &'a [Header],
     pub topic: &'a str,
     pub partition: i32,
     pub offset: i64,

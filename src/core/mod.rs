@@ -3,6 +3,7 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod budget;
 pub mod classify;
 pub mod completed;
 pub mod dlq_policy;

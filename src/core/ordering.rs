@@ -71,6 +71,14 @@ impl Scheduler {
         next
     }
 
+    /// Gives back the map's room once no lane is left (see
+    /// `PartitionMachine::trim`).
+    pub fn trim(&mut self) {
+        if self.lanes.is_empty() {
+            self.lanes = HashMap::new();
+        }
+    }
+
     /// Number of offsets waiting behind a lane front.
     pub fn waiting(&self) -> usize {
         self.lanes.values().map(|q| q.len().saturating_sub(1)).sum()

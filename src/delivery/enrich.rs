@@ -43,6 +43,51 @@ pub struct Enricher {
     query: String,
     cache: Cache<String, Option<Arc<Value>>>,
     timeout: Duration,
+    /// The cache's weighted size (bytes), shown at each lookup.
+    cache_bytes: metrics::Gauge,
+}
+
+/// What one cached entry weighs besides its key and document (moka's entry,
+/// the `Arc`, the `Value` tree's nodes: a rough, deliberately generous figure).
+const ENTRY_OVERHEAD: u64 = 128;
+
+/// The enrichment cache, bounded in bytes: each entry weighs its key and its
+/// JSON document as serialised, but at least `cache_max_bytes /
+/// cache_capacity`, so the cache also never holds more than `cache_capacity`
+/// entries.
+fn cache(cfg: &EnrichmentConfig) -> Cache<String, Option<Arc<Value>>> {
+    let floor = cfg.cache_max_bytes / cfg.cache_capacity.max(1);
+    let max = if cfg.cache_capacity == 0 {
+        0
+    } else {
+        cfg.cache_max_bytes
+    };
+    Cache::builder()
+        .max_capacity(max)
+        .weigher(move |key: &String, doc: &Option<Arc<Value>>| {
+            let bytes = key.len() as u64 + doc.as_deref().map_or(0, json_bytes) + ENTRY_OVERHEAD;
+            u32::try_from(bytes.max(floor)).unwrap_or(u32::MAX)
+        })
+        .time_to_live(cfg.cache_ttl)
+        .build()
+}
+
+/// The size of `v` serialised as JSON.
+fn json_bytes(v: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    // Writing a `Value` to a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// A small connection pool to PostgreSQL (also used by the source-of-truth
@@ -152,20 +197,20 @@ impl Enricher {
         password: Option<String>,
     ) -> Result<Enricher, EnrichSetupError> {
         let pool = pg_pool(cfg, password)?;
-        let cache = Cache::builder()
-            .max_capacity(cfg.cache_capacity)
-            .time_to_live(cfg.cache_ttl)
-            .build();
+        let m = crate::metrics::MEMORY_BUDGET;
+        metrics::gauge!(m, "budget" => "enrichment_cache").set(cfg.cache_max_bytes as f64);
         Ok(Enricher {
             pool,
             query: cfg.query.clone(),
-            cache,
+            cache: cache(cfg),
             timeout: cfg.query_timeout,
+            cache_bytes: metrics::gauge!(crate::metrics::MEMORY_BUDGET_USED, "budget" => "enrichment_cache"),
         })
     }
 
     /// The enrichment document for `key`, `None` when the row does not exist.
     pub async fn lookup(&self, key: &str) -> Result<Option<Arc<Value>>, EnrichError> {
+        self.cache_bytes.set(self.cache.weighted_size() as f64);
         if let Some(hit) = self.cache.get(key).await {
             metrics::counter!(crate::metrics::ENRICH_CACHE, "result" => "hit").increment(1);
             return Ok(hit);
@@ -240,4 +285,52 @@ async fn lookup_row(
     tokio::time::timeout(timeout, work)
         .await
         .map_err(|_| EnrichError::Timeout)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(capacity: u64, max_bytes: u64) -> EnrichmentConfig {
+        EnrichmentConfig {
+            cache_capacity: capacity,
+            cache_max_bytes: max_bytes,
+            ..EnrichmentConfig::default()
+        }
+    }
+
+    fn doc(bytes: usize) -> Option<Arc<Value>> {
+        Some(Arc::new(serde_json::json!({ "pad": "x".repeat(bytes) })))
+    }
+
+    /// Issue 16 item 2: the cache was bounded in entries only, so large
+    /// documents could fill memory. It now weighs each entry in bytes.
+    #[tokio::test]
+    async fn the_cache_is_bounded_in_bytes() {
+        let c = cache(&cfg(100_000, 100_000));
+        for i in 0..200 {
+            c.insert(format!("k{i}"), doc(10_000)).await;
+        }
+        c.run_pending_tasks().await;
+        assert!(c.weighted_size() <= 100_000, "{}", c.weighted_size());
+        assert!(c.entry_count() <= 10, "{} entries", c.entry_count());
+        assert!(c.entry_count() > 0);
+    }
+
+    /// Small documents: the entry count still stays within `cache_capacity`.
+    #[tokio::test]
+    async fn small_entries_stay_within_the_capacity() {
+        let c = cache(&cfg(50, 1_000_000));
+        for i in 0..500 {
+            c.insert(format!("k{i}"), None).await;
+        }
+        c.run_pending_tasks().await;
+        assert!(c.entry_count() <= 50, "{} entries", c.entry_count());
+    }
+
+    #[test]
+    fn json_bytes_is_the_serialised_size() {
+        let v = serde_json::json!({"a": [1, "two", null], "b": {"c": true}});
+        assert_eq!(json_bytes(&v), serde_json::to_vec(&v).unwrap().len() as u64);
+    }
 }

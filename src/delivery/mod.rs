@@ -11,8 +11,11 @@ use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
 use crate::core::classify::{classify_status, FailureClass, FailureLog, TransportFailure, Verdict};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
+use crate::core::envelope::OriginHeader;
 use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
+use crate::core::event::DecodeError;
 use crate::core::event::Event;
+use crate::core::input::{decode_record, BodyType, Decoded, Header, RecordIn};
 use crate::health::CallOutcome;
 use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
@@ -46,12 +49,27 @@ pub struct Item {
     pub partition: i32,
     pub offset: i64,
     pub timestamp_ms: Option<i64>,
+    /// The record's key (the DLQ and parking-lot records carry it on).
     pub key: Option<Vec<u8>>,
+    /// The entity key read from the body (`input.format = "json"` with
+    /// `input.key`) when it differs from the record's key; see [`Item::entity_key`].
+    pub entity_key: Option<Vec<u8>>,
     pub payload: Option<Bytes>,
+    /// The record's headers, in order (`None` without any): what the API side
+    /// may forward, and what a binary-mode CloudEvent is read from.
+    pub headers: Option<Box<[Header]>>,
+    /// What the body posted to the API is (`Content-Type`).
+    pub body_type: BodyType,
     pub work: Work,
 }
 
 impl Item {
+    /// The key events are ordered and enriched by: the one read from the body,
+    /// or else the record's.
+    pub fn entity_key(&self) -> Option<&[u8]> {
+        self.entity_key.as_deref().or(self.key.as_deref())
+    }
+
     pub fn event_id(&self) -> Option<&str> {
         match &self.work {
             Work::Deliver(e) => Some(&e.id),
@@ -399,16 +417,42 @@ impl Deliverer {
         }
     }
 
+    /// The event an envelope carries, decoded in the configured input format
+    /// from its payload and the origin record's headers and coordinates (as
+    /// the main path decoded it). An envelope with a payload reference has
+    /// nothing to decode here (`courier dlq replay` reads it back).
+    fn decode_envelope(&self, env: &Envelope) -> Result<Decoded, DecodeError> {
+        if env.omitted.is_some() {
+            return Err(DecodeError::Empty);
+        }
+        let cfg = &self.pipeline.config;
+        let payload = Bytes::from(env.payload.clone());
+        let headers = OriginHeader::to_record(&env.origin_headers);
+        let rec = RecordIn {
+            value: (!payload.is_empty()).then_some(&payload),
+            headers: &headers,
+            topic: &env.origin.topic,
+            partition: env.origin.partition,
+            offset: env.origin.offset,
+        };
+        decode_record(
+            &rec,
+            cfg.input.format,
+            &cfg.input.json(),
+            &cfg.pipeline.decode_options(),
+        )
+    }
+
     async fn source_check(&self, env: &Envelope) -> SourceCheck {
-        let (Some(src), Some(key)) = (&self.source, &env.key) else {
+        let decoded = self.decode_envelope(env).ok();
+        let key = decoded
+            .as_ref()
+            .and_then(|d| d.key.as_ref())
+            .or(env.key.as_ref());
+        let (Some(src), Some(key)) = (&self.source, key) else {
             return SourceCheck::QueryFailed;
         };
-        let version = crate::core::event::decode(
-            Some(&Bytes::from(env.payload.clone())),
-            &self.pipeline.config.pipeline.decode_options(),
-        )
-        .ok()
-        .and_then(|e| e.entity_version);
+        let version = decoded.as_ref().and_then(|d| d.event.entity_version);
         match src.current_version(&String::from_utf8_lossy(key)).await {
             Ok(current) => dlq_policy::compare_versions(version, current),
             Err(e) => {
@@ -434,21 +478,19 @@ impl Deliverer {
                 )
                 .await;
         };
-        let event = match crate::core::event::decode(
-            Some(&Bytes::from(env.payload.clone())),
-            &self.pipeline.config.pipeline.decode_options(),
-        ) {
-            Ok(ev) => ev,
+        let Decoded { event, key, .. } = match self.decode_envelope(env) {
+            Ok(d) => d,
             Err(e) => {
                 return self
                     .drop_from_dlq(item, env, "unreadable_envelope", e.to_string())
                     .await
             }
         };
+        let key = key.as_deref().or(env.key.as_deref());
         // Whether the API was called: an enrichment database error is not the API's,
         // and the breaker must not hear of it.
         let mut called = true;
-        let answer = match self.body(item, &event).await {
+        let answer = match self.body(key, &event).await {
             Ok(Body::Send(body)) => {
                 let Ok(_permit) = self.drain_permits.acquire().await else {
                     return std::future::pending::<Finished>().await;
@@ -650,7 +692,7 @@ impl Deliverer {
         let failure = loop {
             attempts += 1;
             self.hot.attempts.increment(1);
-            let failure = match self.body(item, ev).await {
+            let failure = match self.body(item.entity_key(), ev).await {
                 Ok(Body::Send(body)) => match self.call(&ev.id, body).await {
                     Ok(answer) => match classify_status(answer.status) {
                         Verdict::Delivered => {
@@ -755,9 +797,10 @@ impl Deliverer {
         r
     }
 
-    /// The body to POST: the original bytes, or the event with its enrichment.
-    async fn body(&self, item: &Item, ev: &Event) -> Result<Body, EnrichError> {
-        let (Some(enricher), Some(key)) = (&self.enricher, &item.key) else {
+    /// The body to POST: the original bytes, or the event with its enrichment
+    /// (looked up by the entity `key`).
+    async fn body(&self, key: Option<&[u8]>, ev: &Event) -> Result<Body, EnrichError> {
+        let (Some(enricher), Some(key)) = (&self.enricher, key) else {
             return Ok(Body::Send(ev.raw.clone()));
         };
         let cfg = &self.pipeline.config.enrichment;
@@ -802,6 +845,9 @@ impl Deliverer {
                 .map(|b| b.to_vec())
                 .unwrap_or_default(),
             omitted: None,
+            origin_headers: crate::core::envelope::OriginHeader::from_record(
+                item.headers.as_deref(),
+            ),
             dlq_retries: 0,
             first_dlq_at_ms: now,
             not_before_ms: now + self.pipeline.config.degraded.dlq_backoff_base_ms() as i64,

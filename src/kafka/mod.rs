@@ -11,7 +11,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
 use rdkafka::ClientContext;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +27,31 @@ pub struct Record {
     pub key: Option<Vec<u8>>,
     pub payload: Option<bytes::Bytes>,
     pub timestamp_ms: Option<i64>,
+    /// The record's headers, in order; `None` (nothing allocated) without any.
+    pub headers: Option<Box<[crate::core::input::Header]>>,
+}
+
+/// What a record costs against the byte budgets besides its value, key and
+/// headers: Courier's own state for it (the record, then the decoded event with
+/// its strings, the held-events map and ordering lane entries, the delivery
+/// queue entry, the completion token). Measured: with 512-byte events the heap
+/// held ~2.5–3 KB per event begun (docs/BENCHMARKS.md, "Memory and partitions").
+pub const RECORD_OVERHEAD: usize = 2048;
+
+impl Record {
+    /// The bytes it holds (value, key, header names and values, plus
+    /// [`RECORD_OVERHEAD`]): what it costs against the byte budgets.
+    pub fn size(&self) -> usize {
+        let headers = self.headers.as_deref().map_or(0, |h| {
+            h.iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+                .sum()
+        });
+        self.payload.as_ref().map_or(0, |p| p.len())
+            + self.key.as_ref().map_or(0, Vec::len)
+            + headers
+            + RECORD_OVERHEAD
+    }
 }
 
 /// Consumer configuration. `enable.auto.offset.store=false` is what makes auto
@@ -69,7 +94,14 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         // short.
         .set("queued.max.messages.kbytes", "4096")
         .set("queued.min.messages", "2000")
-        .set("fetch.queue.backoff.ms", "20");
+        .set("fetch.queue.backoff.ms", "20")
+        // The queue limits above apply to the consumer's one queue (librdkafka
+        // 2.12 checks them against the forwarded queue, whatever the number of
+        // partitions), but each fetch response may overshoot them: it carries up
+        // to `max.partition.fetch.bytes` (1 MB) per partition, capped by
+        // `fetch.max.bytes` (50 MB by default). Capped here, the prefetch stays
+        // flat in the number of assigned partitions (docs/BENCHMARKS.md).
+        .set("fetch.max.bytes", "8388608");
     with_user_settings(c, k)
 }
 
@@ -146,11 +178,12 @@ pub struct CourierContext {
     /// rebalance: a record of the old assignment must never reach a partition actor
     /// of the new one (it would make its tracker start past unread offsets).
     pub pending: Mutex<Vec<Record>>,
-    /// Records handed to the actors and not yet taken in by a partition actor
-    /// (shared with the actors, see `Pipeline::buffered`). The poll thread stops
-    /// fetching while it is over `pipeline.max_buffered`: actor mailboxes are
-    /// unbounded, so this is what keeps a large backlog out of memory.
-    pub buffered: Arc<AtomicI64>,
+    /// Records handed to the actors and not yet taken in by a partition actor,
+    /// and their bytes (shared with the actors, see `Pipeline::buffered`). The
+    /// poll thread stops fetching while it is over `pipeline.max_buffered` or
+    /// `pipeline.max_buffered_bytes`: actor mailboxes are unbounded, so this is
+    /// what keeps a large backlog out of memory.
+    pub buffered: Arc<poller::Buffered>,
 }
 
 impl CourierContext {
@@ -160,7 +193,7 @@ impl CourierContext {
         actor: ActorRef<ConsumerMsg>,
         revoke_wait: Duration,
         closing: Arc<AtomicBool>,
-        buffered: Arc<AtomicI64>,
+        buffered: Arc<poller::Buffered>,
     ) -> Self {
         CourierContext {
             topic,
@@ -182,8 +215,8 @@ impl CourierContext {
             }
             std::mem::take(&mut *p)
         };
-        self.buffered
-            .fetch_add(records.len() as i64, Ordering::SeqCst);
+        let bytes = records.iter().map(Record::size).sum();
+        self.buffered.add(records.len(), bytes);
         self.actor
             .send_message(ConsumerMsg::Records(records))
             .is_ok()

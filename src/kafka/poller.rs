@@ -6,13 +6,65 @@
 
 use super::{KafkaConsumer, Record};
 use rdkafka::consumer::Consumer;
-use rdkafka::message::Message;
-use std::sync::atomic::{AtomicBool, Ordering};
+use rdkafka::message::{Headers, Message};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 const MAX_BATCH: usize = 512;
+
+/// The fetch budget's use: records handed from the poll thread to the actors
+/// and not yet taken in by a partition actor (begun, handed back or dropped),
+/// and their bytes ([`Record::size`]). The poll thread fetches nothing more
+/// while either is at its limit; one record larger than the whole byte budget
+/// is still fetched when nothing else is buffered.
+#[derive(Debug, Default)]
+pub struct Buffered {
+    records: AtomicI64,
+    bytes: AtomicI64,
+}
+
+impl Buffered {
+    pub fn add(&self, records: usize, bytes: usize) {
+        self.records.fetch_add(records as i64, Ordering::SeqCst);
+        self.bytes.fetch_add(bytes as i64, Ordering::SeqCst);
+    }
+
+    pub fn sub(&self, records: usize, bytes: usize) {
+        self.records.fetch_sub(records as i64, Ordering::SeqCst);
+        self.bytes.fetch_sub(bytes as i64, Ordering::SeqCst);
+    }
+
+    /// Nothing buffered (a new consumer: what the previous one handed over died
+    /// with it and its partition actors).
+    pub fn reset(&self) {
+        self.records.store(0, Ordering::SeqCst);
+        self.bytes.store(0, Ordering::SeqCst);
+    }
+
+    /// Records and bytes buffered now.
+    pub fn get(&self) -> (i64, i64) {
+        (
+            self.records.load(Ordering::SeqCst),
+            self.bytes.load(Ordering::SeqCst),
+        )
+    }
+
+    /// Gives back everything counted here (a partition actor's share, when it
+    /// stops or crashes) from `total` as well.
+    pub fn release_into(&self, total: &Buffered) {
+        let records = self.records.swap(0, Ordering::SeqCst);
+        let bytes = self.bytes.swap(0, Ordering::SeqCst);
+        total.records.fetch_sub(records, Ordering::SeqCst);
+        total.bytes.fetch_sub(bytes, Ordering::SeqCst);
+    }
+
+    fn full(&self, max_records: usize, max_bytes: usize) -> bool {
+        let (records, bytes) = self.get();
+        records >= max_records as i64 || bytes >= max_bytes as i64
+    }
+}
 
 pub struct Poller {
     stop: Arc<AtomicBool>,
@@ -20,12 +72,18 @@ pub struct Poller {
 }
 
 impl Poller {
-    pub fn start(consumer: Arc<KafkaConsumer>, max_buffered: usize) -> std::io::Result<Poller> {
+    /// Polls until stopped, holding at most `max_records` records and
+    /// `max_bytes` bytes that the actors have not taken in.
+    pub fn start(
+        consumer: Arc<KafkaConsumer>,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> std::io::Result<Poller> {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let handle = std::thread::Builder::new()
             .name("courier-poll".into())
-            .spawn(move || poll_loop(consumer, stop2, max_buffered as i64))?;
+            .spawn(move || poll_loop(consumer, stop2, max_records, max_bytes))?;
         Ok(Poller {
             stop,
             handle: Some(handle),
@@ -47,7 +105,12 @@ impl Drop for Poller {
     }
 }
 
-fn poll_loop(consumer: Arc<KafkaConsumer>, stop: Arc<AtomicBool>, max_buffered: i64) {
+fn poll_loop(
+    consumer: Arc<KafkaConsumer>,
+    stop: Arc<AtomicBool>,
+    max_records: usize,
+    max_bytes: usize,
+) {
     let ctx = consumer.context().clone();
     let dlq_topic = ctx.dlq_topic.clone();
     let mut waited = Duration::ZERO;
@@ -57,7 +120,7 @@ fn poll_loop(consumer: Arc<KafkaConsumer>, stop: Arc<AtomicBool>, max_buffered: 
         // (those are bounded by the per-partition limits), so this wait is short;
         // it is capped anyway so rebalance callbacks and group heartbeats keep
         // being served by `poll`.
-        if ctx.buffered.load(Ordering::SeqCst) >= max_buffered && waited < Duration::from_secs(1) {
+        if ctx.buffered.full(max_records, max_bytes) && waited < Duration::from_secs(1) {
             if !ctx.flush() {
                 return;
             }
@@ -81,6 +144,16 @@ fn poll_loop(consumer: Arc<KafkaConsumer>, stop: Arc<AtomicBool>, max_buffered: 
                     key: m.key().map(<[u8]>::to_vec),
                     payload: m.payload().map(bytes::Bytes::copy_from_slice),
                     timestamp_ms: m.timestamp().to_millis(),
+                    headers: m.headers().filter(|h| h.count() > 0).map(|h| {
+                        h.iter()
+                            .map(|h| {
+                                (
+                                    h.key.to_string(),
+                                    h.value.map(bytes::Bytes::copy_from_slice),
+                                )
+                            })
+                            .collect()
+                    }),
                 });
                 if n >= MAX_BATCH && !ctx.flush() {
                     return;

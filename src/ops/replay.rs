@@ -281,7 +281,16 @@ pub async fn execute(
         };
         tick.tick().await; // the rate limit
         let from = format!("{source}/{}", log_key(c.partition, c.offset));
-        let headers = OwnedHeaders::new().insert(Header {
+        // The origin record's own headers first (a binary-mode CloudEvent's
+        // attributes), then where the replay came from.
+        let mut headers = OwnedHeaders::new_with_capacity(c.envelope.origin_headers.len() + 1);
+        for h in &c.envelope.origin_headers {
+            headers = headers.insert(Header {
+                key: &h.name,
+                value: h.value.as_deref(),
+            });
+        }
+        let headers = headers.insert(Header {
             key: "courier-replayed-from",
             value: Some(from.as_bytes()),
         });

@@ -339,6 +339,31 @@ pub fn envelopes(s: &Services, topic: &str) -> Vec<courier::core::envelope::Enve
         .collect()
 }
 
+/// A fresh PostgreSQL table `<prefix>_<topic>` (`key text`, `doc jsonb`) holding
+/// `rows`, for enrichment; returns its name.
+pub async fn pg_table(
+    s: &Services,
+    n: &Names,
+    prefix: &str,
+    rows: &[(String, serde_json::Value)],
+) -> String {
+    let table = format!("{prefix}_{}", n.topic.replace('-', "_"));
+    let (db, conn) = tokio_postgres::connect(&s.pg_url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to PostgreSQL");
+    tokio::spawn(conn);
+    db.batch_execute(&format!(
+        "CREATE TABLE {table} (key text PRIMARY KEY, doc jsonb NOT NULL)"
+    ))
+    .await
+    .expect("create table");
+    let insert = format!("INSERT INTO {table} (key, doc) VALUES ($1, $2)");
+    for (key, doc) in rows {
+        db.execute(&insert, &[key, doc]).await.expect("insert row");
+    }
+    table
+}
+
 /// Runs a future to completion from inside a sync closure (the wait helper's
 /// condition is sync; the test runtime is multi-threaded).
 pub fn block<F: std::future::Future>(f: F) -> F::Output {

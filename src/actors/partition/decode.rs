@@ -2,7 +2,8 @@
 
 use super::Src;
 use crate::core::envelope::Envelope;
-use crate::core::event::{decode, DecodeOptions};
+use crate::core::event::DecodeOptions;
+use crate::core::input::{decode_record, BodyType, InputFormat, JsonInput, RecordIn};
 use crate::core::partition::{Begun, Intake, Kind};
 use crate::delivery::{Item, Work};
 use crate::kafka::Record;
@@ -11,13 +12,16 @@ use crate::runtime::{now_ms, Pipeline};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Decodes records as the machine begins them: CloudEvents on main p, envelopes
-/// on DLQ p; bad input becomes `Work::Park` with its reason.
+/// Decodes records as the machine begins them: the configured input format
+/// (`core::input`) on main p, envelopes on DLQ p; bad input becomes
+/// `Work::Park` with its reason.
 pub struct Decoder {
     pipeline: Arc<Pipeline>,
     partition: i32,
     topics: [Arc<str>; 2],
     options: DecodeOptions,
+    format: InputFormat,
+    json: JsonInput,
     consumed: [metrics::Counter; 2],
     /// How far ahead a DLQ envelope's `not_before` may plausibly be: twice the
     /// DLQ backoff cap, plus a minute of clock skew between instances.
@@ -38,11 +42,15 @@ impl Intake for Decoder {
             reason: reason.into(),
             message,
         };
+        let (mut entity_key, mut body_type) = (None, BodyType::default());
         let work = match (src, r.payload.as_deref()) {
-            (Src::Main, _) => match decode(r.payload.as_ref(), &self.options) {
-                Ok(ev) => {
-                    self.crash_hook(&ev.id);
-                    Work::Deliver(ev)
+            (Src::Main, _) => match self.decode(&r) {
+                Ok(d) => {
+                    self.crash_hook(&d.event.id);
+                    // The body's entity key, when it differs from the record's.
+                    entity_key = d.key.filter(|k| Some(k) != r.key.as_ref());
+                    body_type = d.body_type;
+                    Work::Deliver(d.event)
                 }
                 Err(e) => {
                     tracing::info!(partition = self.partition, offset = r.offset, reason = e.reason(), error = %e, "bad input, parking");
@@ -76,14 +84,21 @@ impl Intake for Decoder {
             offset: r.offset,
             timestamp_ms: r.timestamp_ms,
             key: r.key,
+            entity_key,
             payload: r.payload,
+            headers: r.headers,
+            body_type,
             work,
         };
         Begun { item, kind }
     }
 
     fn key(item: &Item) -> Option<&[u8]> {
-        item.key.as_deref()
+        item.entity_key()
+    }
+
+    fn size(r: &Record) -> usize {
+        r.size()
     }
 
     fn park_internal(old: &Item, times: u32) -> Item {
@@ -93,7 +108,10 @@ impl Intake for Decoder {
             offset: old.offset,
             timestamp_ms: old.timestamp_ms,
             key: old.key.clone(),
+            entity_key: old.entity_key.clone(),
             payload: old.payload.clone(),
+            headers: old.headers.clone(),
+            body_type: old.body_type,
             work: Work::Park {
                 reason: "internal_error".into(),
                 message: format!("delivery work vanished {times} times without an outcome"),
@@ -108,11 +126,28 @@ impl Decoder {
         Decoder {
             max_wait_ms: cap.saturating_mul(2).saturating_add(60_000),
             options: pipeline.config.pipeline.decode_options(),
+            format: pipeline.config.input.format,
+            json: pipeline.config.input.json(),
             consumed: topics.map(|t| metrics::counter!(m::CONSUMED, "topic" => t.to_string())),
             topics: topics.map(Arc::from),
             pipeline,
             partition,
         }
+    }
+
+    /// A main-topic record in the configured input format.
+    fn decode(
+        &self,
+        r: &Record,
+    ) -> Result<crate::core::input::Decoded, crate::core::event::DecodeError> {
+        let rec = RecordIn {
+            value: r.payload.as_ref(),
+            headers: r.headers.as_deref().unwrap_or_default(),
+            topic: &self.topics[Src::Main.index()],
+            partition: self.partition,
+            offset: r.offset,
+        };
+        decode_record(&rec, self.format, &self.json, &self.options)
     }
 
     /// The topic of one side.

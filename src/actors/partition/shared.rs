@@ -3,6 +3,7 @@
 
 use super::Src;
 use crate::core::offsets::NextOffset;
+use crate::kafka::poller::Buffered;
 use crate::metrics::Readiness;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -15,9 +16,10 @@ pub struct PartitionShared {
     /// Events this partition counts in `Readiness::held` (given back when the
     /// actor stops or crashes).
     pub held: AtomicI64,
-    /// Records routed to this partition's actor and not yet taken in (its share of
-    /// `Pipeline::buffered`, given back when the actor stops or crashes).
-    pub buffered: AtomicI64,
+    /// Records (and bytes) routed to this partition's actor and not yet taken in
+    /// (its share of `Pipeline::buffered`, given back when the actor stops or
+    /// crashes).
+    pub buffered: Buffered,
 }
 
 impl Default for PartitionShared {
@@ -25,16 +27,15 @@ impl Default for PartitionShared {
         PartitionShared {
             stored: [AtomicI64::new(-1), AtomicI64::new(-1)],
             held: AtomicI64::new(0),
-            buffered: AtomicI64::new(0),
+            buffered: Buffered::default(),
         }
     }
 }
 
 impl PartitionShared {
     /// Gives back the records routed to the actor that it never took in.
-    pub fn release_buffered(&self, total: &AtomicI64) {
-        let n = self.buffered.swap(0, Ordering::SeqCst);
-        total.fetch_sub(n, Ordering::SeqCst);
+    pub fn release_buffered(&self, total: &Buffered) {
+        self.buffered.release_into(total);
     }
 
     /// Gives this partition's held events back to the readiness count.
@@ -45,9 +46,9 @@ impl PartitionShared {
 
     /// Records left the fetch budget (begun, or handed back): the poll thread may
     /// fetch again.
-    pub(super) fn taken_in(&self, n: usize, total: &AtomicI64) {
-        self.buffered.fetch_sub(n as i64, Ordering::SeqCst);
-        total.fetch_sub(n as i64, Ordering::SeqCst);
+    pub(super) fn taken_in(&self, records: usize, bytes: usize, total: &Buffered) {
+        self.buffered.sub(records, bytes);
+        total.sub(records, bytes);
     }
 
     pub(super) fn begun(&self, n: usize, ready: &Readiness) {

@@ -23,6 +23,7 @@
 //! use plain data.
 
 use crate::core::backoff::persistent_delay;
+use crate::core::budget::ByteBudget;
 use crate::core::fsm::{Change, Mode, PartitionFsm};
 use crate::core::offsets::{NextOffset, OffsetTracker, TrackerError};
 use crate::core::ordering::{OrderingMode, Scheduler};
@@ -117,6 +118,9 @@ pub trait Intake {
     fn begin(&mut self, src: Src, raw: Self::Raw) -> Begun<Self::Item>;
     /// The item's ordering key.
     fn key(item: &Self::Item) -> Option<&[u8]>;
+    /// The bytes a record holds in memory (value, key, headers): what it costs
+    /// against the fetch budget while it waits and the in-flight budget once begun.
+    fn size(raw: &Self::Raw) -> usize;
     /// The work replacing an item whose job errored `times` times: to the parking
     /// lot with reason `internal_error`.
     fn park_internal(item: &Self::Item, times: u32) -> Self::Item;
@@ -152,6 +156,9 @@ pub enum Timer {
     Redispatch { src: Src, offset: i64 },
     /// The drain's deadline.
     DrainTimeout,
+    /// The in-flight byte budget has room again (the waker of
+    /// [`Effect::AwaitBudget`]).
+    Budget,
 }
 
 #[derive(Debug)]
@@ -196,8 +203,12 @@ pub enum Effect<I> {
     Schedule { after: Duration, timer: Timer },
     /// The drain is over: answer it (with the stored main position).
     Drained,
-    /// This many routed records left the fetch budget (begun, or handed back).
-    TakenIn(usize),
+    /// Routed records left the fetch budget (begun, or handed back).
+    TakenIn { records: usize, bytes: usize },
+    /// A record waits because the in-flight byte budget is used up: register a
+    /// waker with [`ByteBudget::wait`] that sends [`Input::Timer`]`(`[`Timer::Budget`]`)`.
+    /// Asked once until that timer comes.
+    AwaitBudget,
     /// Events begun (for readiness' held count).
     Begun(usize),
     /// Events finished (durable outcome).
@@ -235,6 +246,12 @@ pub struct Settings {
     pub limit: usize,
     /// A backlog this long pauses main p in the consumer (resumed at half).
     pub backlog_cap: usize,
+    /// A backlog of this many bytes does the same.
+    pub backlog_bytes_cap: usize,
+    /// The process-wide in-flight byte budget, shared by every partition's
+    /// machine: a record (main or DLQ) is begun only while it is not used up;
+    /// otherwise it waits in its side's backlog.
+    pub budget: Arc<ByteBudget>,
     /// Minimum dwell in `Paused` (see `core::fsm`).
     pub min_pause: Duration,
     /// How long a drain waits for in-flight jobs.
@@ -259,6 +276,8 @@ enum Drain {
 struct Held<I> {
     item: Arc<I>,
     kind: Kind,
+    /// What it took from the in-flight budget.
+    bytes: u64,
     /// Admitted to an ordering lane: its completion frees the lane, whatever its
     /// work became meanwhile (a parked errored job included).
     in_lane: bool,
@@ -283,17 +302,28 @@ pub struct PartitionMachine<X: Intake> {
     limit: usize,
     backlog_cap: usize,
     drain_timeout: Duration,
+    backlog_bytes_cap: usize,
     sides: [Side; 2],
     lanes: Scheduler,
     held: HashMap<(Src, i64), Held<X::Item>>,
-    /// Main records taken from the consumer but not begun because the partition
-    /// holds `limit` events: still part of the fetch budget. Backpressure works
+    budget: Arc<ByteBudget>,
+    /// Bytes this machine took from `budget` (given back as events finish, and
+    /// when the machine is dropped: a stopped or crashed actor returns its share).
+    held_bytes: u64,
+    /// An [`Effect::AwaitBudget`] is pending.
+    awaiting_budget: bool,
+    /// Records taken from the consumer but not begun, per side: main records
+    /// while the partition holds `limit` events, any record while the in-flight
+    /// budget is used up. Still part of the fetch budget. Backpressure works
     /// through that budget rather than the consumer's pause, which throws the
     /// partition's prefetched records away (see docs/ARCHITECTURE.md); only a
-    /// backlog of `backlog_cap` pauses main p there.
-    backlog: VecDeque<X::Raw>,
+    /// main backlog of `backlog_cap` records or `backlog_bytes_cap` bytes pauses
+    /// main p there, and DLQ p is paused while DLQ records wait.
+    backlog: [VecDeque<X::Raw>; 2],
+    backlog_bytes: [usize; 2],
     main_full: bool,
-    /// The partition holds `limit` DLQ records: DLQ p is paused (resumed at half).
+    /// The partition holds `limit` DLQ records, or DLQ records wait for the
+    /// budget: DLQ p is paused (resumed at half, with nothing waiting).
     dlq_full: bool,
     /// Begun DLQ offsets waiting for the drain, in order.
     dlq_queue: VecDeque<i64>,
@@ -334,11 +364,16 @@ impl<X: Intake> PartitionMachine<X> {
             generation: settings.generation,
             limit: settings.limit.max(1),
             backlog_cap: settings.backlog_cap.max(1),
+            backlog_bytes_cap: settings.backlog_bytes_cap.max(1),
             drain_timeout: settings.drain_timeout,
             sides: [side(Src::Main), side(Src::Dlq)],
             lanes: Scheduler::new(settings.ordering),
             held: HashMap::new(),
-            backlog: VecDeque::new(),
+            budget: settings.budget,
+            held_bytes: 0,
+            awaiting_budget: false,
+            backlog: [VecDeque::new(), VecDeque::new()],
+            backlog_bytes: [0, 0],
             main_full: false,
             dlq_full: false,
             dlq_queue: VecDeque::new(),
@@ -379,8 +414,24 @@ impl<X: Intake> PartitionMachine<X> {
         self.sides[src.index()].held
     }
 
+    /// Records waiting in the backlogs (both sides).
     pub fn backlog(&self) -> usize {
-        self.backlog.len()
+        self.backlog.iter().map(VecDeque::len).sum()
+    }
+
+    /// Records waiting in one side's backlog.
+    pub fn waiting(&self, src: Src) -> usize {
+        self.backlog[src.index()].len()
+    }
+
+    /// Bytes of the records waiting in the backlogs (both sides).
+    pub fn backlog_bytes(&self) -> usize {
+        self.backlog_bytes.iter().sum()
+    }
+
+    /// Bytes this machine holds of the in-flight budget.
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes
     }
 
     /// The last stored position of one side (as far as the machine knows).
@@ -410,6 +461,11 @@ impl<X: Intake> PartitionMachine<X> {
             Input::Timer(Timer::Store) => {
                 self.store_scheduled = false;
                 self.store_all();
+            }
+            Input::Timer(Timer::Budget) => {
+                self.awaiting_budget = false;
+                self.fill();
+                self.evaluate(now);
             }
             Input::Timer(Timer::Redispatch { src, offset }) => {
                 if !self.draining() && self.held.contains_key(&(src, offset)) {
@@ -450,57 +506,100 @@ impl<X: Intake> PartitionMachine<X> {
     fn on_records(&mut self, records: Vec<X::Raw>, now: Now) {
         if self.draining() {
             // Not begun, not stored: the next owner reads them again.
-            self.taken_in(records.len());
+            let bytes = records.iter().map(X::size).sum();
+            self.taken_in(records.len(), bytes);
             return;
         }
-        let mut taken = 0;
+        let (mut taken, mut bytes) = (0, 0);
         for r in records {
-            // Main records wait in the backlog while the partition holds its limit
+            // A record waits in its side's backlog while the side has no room
             // (and behind those already waiting, to keep offset order).
             let (src, _) = X::position(&r);
-            if src == Src::Main
-                && (!self.backlog.is_empty() || self.sides[Src::Main.index()].held >= self.limit)
-            {
-                self.backlog.push_back(r);
-                continue;
-            }
-            taken += 1;
-            self.begin(r);
+            let r = if self.backlog[src.index()].is_empty() {
+                match self.try_begin(r) {
+                    Ok(size) => {
+                        taken += 1;
+                        bytes += size;
+                        continue;
+                    }
+                    Err(r) => r,
+                }
+            } else {
+                r
+            };
+            self.backlog_bytes[src.index()] += X::size(&r);
+            self.backlog[src.index()].push_back(r);
         }
-        self.taken_in(taken);
+        self.taken_in(taken, bytes);
         self.evaluate(now);
         self.store_all();
     }
 
     /// Records leave the fetch budget once begun or handed back.
-    fn taken_in(&mut self, n: usize) {
-        if n > 0 {
-            self.fx.push(Effect::TakenIn(n));
+    fn taken_in(&mut self, records: usize, bytes: usize) {
+        if records > 0 {
+            self.fx.push(Effect::TakenIn { records, bytes });
         }
     }
 
-    /// Begins backlog records while the partition has room.
+    /// Begins backlog records, in order per side, while there is room.
     fn fill(&mut self) {
-        let mut n = 0;
-        while self.sides[Src::Main.index()].held < self.limit && !self.draining() {
-            let Some(r) = self.backlog.pop_front() else {
-                break;
-            };
-            n += 1;
-            self.begin(r);
+        let (mut n, mut bytes) = (0, 0);
+        for src in Src::BOTH {
+            let i = src.index();
+            while !self.draining() {
+                let Some(r) = self.backlog[i].pop_front() else {
+                    break;
+                };
+                let size = X::size(&r);
+                match self.try_begin(r) {
+                    Ok(_) => {
+                        self.backlog_bytes[i] -= size;
+                        n += 1;
+                        bytes += size;
+                    }
+                    Err(r) => {
+                        self.backlog[i].push_front(r);
+                        break;
+                    }
+                }
+            }
         }
-        self.taken_in(n);
+        self.taken_in(n, bytes);
     }
 
-    /// Takes one record in: tracker, decode, held, and dispatch if its lane is free.
-    fn begin(&mut self, r: X::Raw) {
+    /// Begins `r` if its side has room: main p below `limit` held events, and
+    /// the in-flight byte budget not used up (otherwise a waker is asked for).
+    /// `Ok`: taken in (begun, or dropped as a duplicate), with its size.
+    fn try_begin(&mut self, r: X::Raw) -> Result<usize, X::Raw> {
+        let (src, _) = X::position(&r);
+        if src == Src::Main && self.sides[src.index()].held >= self.limit {
+            return Err(r);
+        }
+        let size = X::size(&r);
+        if !self.budget.try_take(size as u64) {
+            if !self.awaiting_budget {
+                self.awaiting_budget = true;
+                self.fx.push(Effect::AwaitBudget);
+            }
+            return Err(r);
+        }
+        self.begin(r, size as u64);
+        Ok(size)
+    }
+
+    /// Takes one record in (its `bytes` taken from the budget): tracker, decode,
+    /// held, and dispatch if its lane is free.
+    fn begin(&mut self, r: X::Raw, bytes: u64) {
         let (src, offset) = X::position(&r);
         if let Err(error) = self.sides[src.index()].tracker.begin(offset) {
             // At or below an offset already begun: in flight or done. Dropping it
             // is safe (the watermark cannot pass it).
+            self.budget.give_back(bytes);
             self.fx.push(Effect::Note(Note::OutOfOrder { src, error }));
             return;
         }
+        self.held_bytes += bytes;
         let Begun { item, kind } = self.intake.begin(src, r);
         let lane_free = match kind {
             Kind::Ordered => self.lanes.admit(X::key(&item), offset),
@@ -509,6 +608,7 @@ impl<X: Intake> PartitionMachine<X> {
         let held = Held {
             item: Arc::new(item),
             kind,
+            bytes,
             in_lane: kind == Kind::Ordered,
             errored: 0,
         };
@@ -532,9 +632,30 @@ impl<X: Intake> PartitionMachine<X> {
             self.fill();
             self.schedule_store();
             self.evaluate(now);
+            self.trim();
         }
         if self.drain == Drain::Waiting && self.dispatched == 0 {
             self.reply_drained();
+        }
+    }
+
+    /// A partition that has emptied gives back the room its collections grew to.
+    /// Otherwise every partition keeps the capacity of its busiest moment, and
+    /// with many partitions that is memory the budgets do not see (measured:
+    /// ~40 KB of heap per partition at 512 partitions, docs/BENCHMARKS.md).
+    fn trim(&mut self) {
+        const KEEP: usize = 64;
+        if self.held.is_empty() && self.held.capacity() > KEEP {
+            self.held = HashMap::new();
+            self.lanes.trim();
+        }
+        for b in &mut self.backlog {
+            if b.is_empty() && b.capacity() > KEEP {
+                *b = VecDeque::new();
+            }
+        }
+        if self.dlq_queue.is_empty() && self.dlq_queue.capacity() > KEEP {
+            self.dlq_queue = VecDeque::new();
         }
     }
 
@@ -557,6 +678,8 @@ impl<X: Intake> PartitionMachine<X> {
         if let Some(held) = self.held.remove(&(r.src, r.offset)) {
             side.held -= 1;
             self.finished += 1;
+            self.held_bytes -= held.bytes;
+            self.budget.give_back(held.bytes);
             if held.in_lane {
                 if let Some(next) = self.lanes.finish(X::key(&held.item), r.offset) {
                     if !self.draining() {
@@ -636,11 +759,12 @@ impl<X: Intake> PartitionMachine<X> {
     }
 
     /// DLQ partition p has something to drain now: a due record at the head of the
-    /// queue, or unread records (whose head may turn out not to be due yet), or a
-    /// lag not known yet.
+    /// queue, or records not begun yet (waiting for the byte budget, or unread:
+    /// their head may turn out not to be due yet), or a lag not known yet.
     fn dlq_has_unread(&self, now_ms: i64) -> bool {
         match self.dlq_queue.front() {
             Some(&off) => self.not_before(off).is_none_or(|t| t <= now_ms),
+            None if !self.backlog[Src::Dlq.index()].is_empty() => true,
             None => match (self.dlq_high, self.dlq_next()) {
                 (Some(high), Some(next)) => high > next,
                 // Lag not known yet (a new assignment): assume there is a backlog,
@@ -662,19 +786,24 @@ impl<X: Intake> PartitionMachine<X> {
             self.fx.push(Effect::Mode { mode, change });
         }
         let reading = self.fsm.reading();
-        // A backlog hogging the fetch budget pauses main p in the consumer, with
-        // hysteresis: resume at half.
-        if self.backlog.len() >= self.backlog_cap {
+        // A backlog hogging the fetch budget (in records or in bytes) pauses
+        // main p in the consumer, with hysteresis: resume at half.
+        let (main, bytes) = (Src::Main.index(), self.backlog_bytes[Src::Main.index()]);
+        if self.backlog[main].len() >= self.backlog_cap || bytes >= self.backlog_bytes_cap {
             self.main_full = true;
-        } else if self.backlog.len() <= self.backlog_cap / 2 {
+        } else if self.backlog[main].len() <= self.backlog_cap / 2
+            && bytes <= self.backlog_bytes_cap / 2
+        {
             self.main_full = false;
         }
         // DLQ records are begun as they arrive (the drain needs their
         // `not_before`) but go out paced: a partition holding `limit` of them
         // stops fetching DLQ p until it is down to half (what was already polled
-        // still arrives, bounded by the fetch budget).
+        // still arrives, bounded by the fetch budget). DLQ records waiting for
+        // the in-flight byte budget stop it too, until none waits.
         let dlq_held = self.sides[Src::Dlq.index()].held;
-        if dlq_held >= self.limit {
+        let dlq_waiting = !self.backlog[Src::Dlq.index()].is_empty();
+        if dlq_held >= self.limit || dlq_waiting {
             self.dlq_full = true;
         } else if dlq_held <= self.limit / 2 {
             self.dlq_full = false;
@@ -769,8 +898,13 @@ impl<X: Intake> PartitionMachine<X> {
             Drain::Off => self.drain = Drain::Waiting,
         }
         // Not begun, not stored: the next owner reads them again.
-        let waiting = std::mem::take(&mut self.backlog);
-        self.taken_in(waiting.len());
+        let waiting: usize = self
+            .backlog
+            .iter_mut()
+            .map(|b| std::mem::take(b).len())
+            .sum();
+        let bytes = std::mem::take(&mut self.backlog_bytes).iter().sum();
+        self.taken_in(waiting, bytes);
         self.store_all();
         if self.dispatched == 0 {
             self.reply_drained();
@@ -786,5 +920,13 @@ impl<X: Intake> PartitionMachine<X> {
         self.store_all();
         self.drain = Drain::Answered;
         self.fx.push(Effect::Drained);
+    }
+}
+
+impl<X: Intake> Drop for PartitionMachine<X> {
+    /// A machine that ends (its actor stopped or crashed) gives back what it
+    /// holds of the in-flight budget: its events are not held any more.
+    fn drop(&mut self) {
+        self.budget.give_back(std::mem::take(&mut self.held_bytes));
     }
 }

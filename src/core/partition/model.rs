@@ -19,18 +19,27 @@
 //! - nothing is dispatched while the API is judged down (mode `paused`), nothing
 //!   after a drain was requested, no job twice at once;
 //! - DLQ p is not read while the partition holds `limit` DLQ records;
-//! - the fetch budget and readiness counts add up (records fed − taken in = the
-//!   backlog; begun − finished = held);
+//! - the fetch budget and readiness counts add up (records and bytes fed − taken
+//!   in = the backlog; begun − finished = held);
+//! - the in-flight byte budget, shared with other partitions (played by the
+//!   harness, which takes and gives back bytes of its own): every take found it
+//!   not used up, so the use never passes the limit by more than one record;
+//!   the machine's share and the harness's add up to the use; the machine asks
+//!   for a waker at most once until it comes; DLQ p is not read while DLQ
+//!   records wait for the budget; a dropped machine gives its share back;
 //! - the drain is answered exactly once, when nothing is in flight or at its
 //!   deadline;
-//! - liveness: once the API is up and every job is answered, every record is done
-//!   and the stored positions equal the ends of both logs.
+//! - liveness: once the API is up, every job is answered and the other
+//!   partitions give their bytes back, every record is done and the stored
+//!   positions equal the ends of both logs (a budget that never wakes a waiting
+//!   machine would leave records undone).
 
 use super::tests::{Plain, Rec, GEN};
 use super::*;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Debug, Clone)]
 enum Action {
@@ -70,6 +79,16 @@ enum Action {
     },
     FailNextStore,
     FailNextReading,
+    /// Another partition takes `n` bytes of the in-flight budget (if it is not
+    /// used up), or gives back one of its takes.
+    ExternalTake {
+        n: u64,
+    },
+    ExternalGive {
+        pick: usize,
+    },
+    /// The budget's waker message arrives.
+    Wake,
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -87,6 +106,9 @@ fn action() -> impl Strategy<Value = Action> {
         4 => prop_oneof![0u64..20, 0u64..3_000].prop_map(|ms| Action::Advance { ms }),
         1 => Just(Action::FailNextStore),
         1 => Just(Action::FailNextReading),
+        2 => (1u64..800).prop_map(|n| Action::ExternalTake { n }),
+        2 => any::<usize>().prop_map(|pick| Action::ExternalGive { pick }),
+        3 => Just(Action::Wake),
     ]
 }
 
@@ -95,6 +117,9 @@ struct Scenario {
     ordering: OrderingMode,
     limit: usize,
     backlog_cap: usize,
+    backlog_bytes_cap: usize,
+    /// The in-flight byte budget (`u64::MAX`: unlimited).
+    budget: u64,
     min_pause_ms: u64,
     main: Vec<Rec>,
     dlq: Vec<Rec>,
@@ -116,13 +141,15 @@ fn main_log() -> impl Strategy<Value = Vec<Rec>> {
         1i64..3,
         prop::option::weighted(0.85, 0u8..4),
         prop::bool::weighted(0.1),
+        size(),
     );
     prop::collection::vec(rec, 0..120).prop_map(|v| {
         let mut offset = 99;
         v.into_iter()
-            .map(|(gap, key, bad)| {
+            .map(|(gap, key, bad, size)| {
                 offset += gap;
                 let mut r = Rec::main(offset, key);
+                r.size = size;
                 if bad {
                     r.kind = Kind::Immediate;
                 }
@@ -134,13 +161,19 @@ fn main_log() -> impl Strategy<Value = Vec<Rec>> {
 
 /// DLQ records due from 2 s ago to 3 s ahead; a few unreadable ones.
 fn dlq_log() -> impl Strategy<Value = Vec<Rec>> {
-    let rec = (1i64..3, -2_000i64..3_000, prop::bool::weighted(0.05));
+    let rec = (
+        1i64..3,
+        -2_000i64..3_000,
+        prop::bool::weighted(0.05),
+        size(),
+    );
     prop::collection::vec(rec, 0..25).prop_map(|v| {
         let mut offset = 9;
         v.into_iter()
-            .map(|(gap, due_in, unreadable)| {
+            .map(|(gap, due_in, unreadable, size)| {
                 offset += gap;
                 let mut r = Rec::dlq(offset, WALL0 + due_in);
+                r.size = size;
                 if unreadable {
                     r.kind = Kind::Immediate;
                 }
@@ -149,6 +182,14 @@ fn dlq_log() -> impl Strategy<Value = Vec<Rec>> {
             .collect()
     })
 }
+
+/// Record sizes: mostly small, some larger than a small budget.
+fn size() -> impl Strategy<Value = usize> {
+    prop_oneof![8 => 1usize..300, 1 => 300usize..3_000]
+}
+
+/// The largest size [`size`] or an external take makes.
+const MAX_SIZE: u64 = 3_000;
 
 fn ordering() -> impl Strategy<Value = OrderingMode> {
     prop_oneof![
@@ -163,6 +204,8 @@ prop_compose! {
         ordering in ordering(),
         limit in 1usize..6,
         backlog_cap in 1usize..10,
+        backlog_bytes_cap in prop_oneof![Just(usize::MAX), 1usize..2_000],
+        budget in prop_oneof![Just(u64::MAX), 1u64..1_500],
         min_pause_ms in prop_oneof![Just(0u64), Just(50), Just(400)],
         main in main_log(),
         dlq in dlq_log(),
@@ -170,7 +213,7 @@ prop_compose! {
         drain_at in prop::option::weighted(0.3, any::<prop::sample::Index>()),
         drain_stalls in any::<bool>(),
     ) -> Scenario {
-        Scenario { ordering, limit, backlog_cap, min_pause_ms, main, dlq, actions, drain_at, drain_stalls }
+        Scenario { ordering, limit, backlog_cap, backlog_bytes_cap, budget, min_pause_ms, main, dlq, actions, drain_at, drain_stalls }
     }
 }
 
@@ -196,8 +239,16 @@ struct Harness {
     drain_requested: bool,
     drain_deadline_passed: bool,
     drained: u32,
-    /// Records sent − `TakenIn`.
+    /// Records sent − `TakenIn`, and their bytes.
     outstanding: usize,
+    outstanding_bytes: usize,
+    budget: Arc<ByteBudget>,
+    /// The other partitions' takes.
+    external: Vec<u64>,
+    /// The machine asked for a waker and its message has not come yet.
+    awaiting: bool,
+    /// The waker was called (its message is on its way).
+    woken: Arc<AtomicBool>,
     /// `Begun` − `Finished`.
     held: usize,
     fail_store: bool,
@@ -206,11 +257,14 @@ struct Harness {
 
 impl Harness {
     fn new(s: &Scenario, api_unavailable: bool) -> Result<Harness, TestCaseError> {
+        let budget = Arc::new(ByteBudget::new(s.budget));
         let settings = Settings {
             generation: GEN,
             ordering: s.ordering,
             limit: s.limit,
             backlog_cap: s.backlog_cap,
+            backlog_bytes_cap: s.backlog_bytes_cap,
+            budget: budget.clone(),
             min_pause: Duration::from_millis(s.min_pause_ms),
             drain_timeout: Duration::from_millis(2_000),
             start: [None, None],
@@ -236,6 +290,11 @@ impl Harness {
             drain_deadline_passed: false,
             drained: 0,
             outstanding: 0,
+            outstanding_bytes: 0,
+            budget,
+            external: Vec::new(),
+            awaiting: false,
+            woken: Arc::new(AtomicBool::new(false)),
             held: 0,
             fail_store: false,
             fail_reading: false,
@@ -349,9 +408,17 @@ impl Harness {
                 self.drained += 1;
                 prop_assert_eq!(self.drained, 1, "drained twice");
             }
-            Effect::TakenIn(n) => {
-                prop_assert!(n <= self.outstanding);
-                self.outstanding -= n;
+            Effect::TakenIn { records, bytes } => {
+                prop_assert!(records <= self.outstanding && bytes <= self.outstanding_bytes);
+                self.outstanding -= records;
+                self.outstanding_bytes -= bytes;
+            }
+            Effect::AwaitBudget => {
+                prop_assert!(!self.awaiting, "asked for a second waker");
+                self.awaiting = true;
+                let woken = self.woken.clone();
+                self.budget
+                    .wait(Box::new(move || woken.store(true, Ordering::SeqCst)));
             }
             Effect::Begun(n) => self.held += n,
             Effect::Finished(n) => {
@@ -471,6 +538,30 @@ impl Harness {
             self.m.backlog(),
             "fetch budget: sent − taken in ≠ backlog"
         );
+        prop_assert_eq!(
+            self.outstanding_bytes,
+            self.m.backlog_bytes(),
+            "fetch budget: bytes sent − taken in ≠ backlog bytes"
+        );
+        let external: u64 = self.external.iter().sum();
+        prop_assert_eq!(
+            self.budget.used(),
+            self.m.held_bytes() + external,
+            "the budget's use is not the machine's share plus the others'"
+        );
+        prop_assert!(
+            self.budget.used() < self.budget.limit().saturating_add(MAX_SIZE),
+            "budget use {} passed the limit {} by more than one record",
+            self.budget.used(),
+            self.budget.limit()
+        );
+        if self.reading[Src::Dlq.index()] == Some(true) && !self.drain_requested {
+            prop_assert_eq!(
+                self.m.waiting(Src::Dlq),
+                0,
+                "DLQ p read while DLQ records wait for the budget"
+            );
+        }
         prop_assert_eq!(self.held, self.m.held(Src::Main) + self.m.held(Src::Dlq));
         if self.reading[Src::Dlq.index()] == Some(true) && !self.drain_requested {
             prop_assert!(
@@ -501,6 +592,7 @@ impl Harness {
             return Ok(());
         }
         self.outstanding += batch.len();
+        self.outstanding_bytes += batch.iter().map(|r| r.size).sum::<usize>();
         self.feed(Input::Records(batch))
     }
 
@@ -631,7 +723,30 @@ impl Harness {
                 self.fail_reading = true;
                 Ok(())
             }
+            Action::ExternalTake { n } => {
+                if self.budget.try_take(n) {
+                    self.external.push(n);
+                }
+                self.check_state()
+            }
+            Action::ExternalGive { pick } if !self.external.is_empty() => {
+                let n = self.external.remove(pick % self.external.len());
+                self.budget.give_back(n);
+                self.check_state()
+            }
+            Action::ExternalGive { .. } => Ok(()),
+            Action::Wake => self.wake(),
         }
+    }
+
+    /// Delivers the waker's message, if the waker was called.
+    fn wake(&mut self) -> Result<(), TestCaseError> {
+        if !self.woken.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        prop_assert!(self.awaiting, "woken without a waker");
+        self.awaiting = false;
+        self.feed(Input::Timer(Timer::Budget))
     }
 
     /// Revoke or shutdown.
@@ -646,6 +761,10 @@ impl Harness {
     fn settle(&mut self, drain_stalls: bool) -> Result<(), TestCaseError> {
         self.fail_store = false;
         self.fail_reading = false;
+        // The other partitions finish their work.
+        for n in std::mem::take(&mut self.external) {
+            self.budget.give_back(n);
+        }
         if !self.drain_requested {
             self.api_unavailable = false;
             self.feed(Input::Verdict {
@@ -659,6 +778,10 @@ impl Harness {
                 self.send(Src::Dlq, 16, false)?;
             }
             let stalled = drain_stalls && self.drain_requested && self.drained == 0;
+            if self.woken.load(Ordering::SeqCst) {
+                self.wake()?;
+                continue;
+            }
             if !self.in_flight.is_empty() && !stalled {
                 self.answer_all()?;
                 continue;
@@ -681,6 +804,8 @@ impl Harness {
         }
         prop_assert_eq!(self.outstanding, 0);
         prop_assert_eq!(self.held, 0, "events still held");
+        prop_assert_eq!(self.m.held_bytes(), 0, "bytes still held");
+        prop_assert_eq!(self.budget.used(), 0);
         for src in Src::BOTH {
             let i = src.index();
             let undone: Vec<i64> = self.taken[i]
@@ -720,5 +845,10 @@ proptest! {
             h.step(a)?;
         }
         h.settle(s.drain_stalls)?;
+        // Whatever it still held (a drain answered at its deadline), a machine
+        // that is dropped gives back.
+        let budget = h.budget.clone();
+        drop(h);
+        prop_assert_eq!(budget.used(), 0, "a dropped machine kept its bytes");
     }
 }

@@ -12,6 +12,8 @@ pub(super) struct Rec {
     pub kind: Kind,
     /// Set when the machine substituted the parking of an errored job.
     pub parked_after: Option<u32>,
+    /// What it costs against the byte budgets.
+    pub size: usize,
 }
 
 impl Rec {
@@ -22,6 +24,7 @@ impl Rec {
             key,
             kind: Kind::Ordered,
             parked_after: None,
+            size: 100,
         }
     }
 
@@ -32,6 +35,7 @@ impl Rec {
             key: None,
             kind: Kind::Queued { not_before_ms },
             parked_after: None,
+            size: 100,
         }
     }
 }
@@ -55,6 +59,10 @@ impl Intake for Plain {
         item.key.as_ref().map(std::slice::from_ref)
     }
 
+    fn size(raw: &Rec) -> usize {
+        raw.size
+    }
+
     fn park_internal(item: &Rec, times: u32) -> Rec {
         Rec {
             kind: Kind::Immediate,
@@ -72,6 +80,8 @@ pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize)
         ordering,
         limit,
         backlog_cap,
+        backlog_bytes_cap: usize::MAX,
+        budget: Arc::new(ByteBudget::new(u64::MAX)),
         min_pause: Duration::from_millis(1_000),
         drain_timeout: Duration::from_millis(10_000),
         start: [None, None],
@@ -295,7 +305,13 @@ fn a_drain_is_final_even_after_its_answer() {
         dispatched(&fx).is_empty(),
         "dispatched after the drain: {fx:?}"
     );
-    assert!(fx.iter().any(|e| matches!(e, Effect::TakenIn(2))));
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::TakenIn {
+            records: 2,
+            bytes: 200
+        }
+    )));
     let fx = t.feed(Input::Timer(Timer::Redispatch {
         src: Src::Main,
         offset: 1,
@@ -436,4 +452,143 @@ fn dlq_p_pauses_while_the_partition_holds_its_limit_of_dlq_records() {
     assert_eq!(readings(&fx), vec![]);
     let fx = t.done(Src::Dlq, &[2, 3]);
     assert_eq!(readings(&fx), vec![(Src::Dlq, true)]);
+}
+
+fn awaits_budget<I>(fx: &[Effect<I>]) -> usize {
+    fx.iter()
+        .filter(|e| matches!(e, Effect::AwaitBudget))
+        .count()
+}
+
+fn sized(mut r: Rec, size: usize) -> Rec {
+    r.size = size;
+    r
+}
+
+/// Issue 16 item 2: the in-flight set was bounded in events only (per
+/// partition), so large events could hold gigabytes. A record is begun only
+/// while the process-wide byte budget is not used up; the others wait in the
+/// backlog (still in the fetch budget) and a waker brings them in.
+#[test]
+fn records_wait_while_the_in_flight_byte_budget_is_used_up() {
+    let budget = Arc::new(ByteBudget::new(250));
+    let mut t = T::new(Settings {
+        budget: budget.clone(),
+        ..settings(OrderingMode::Unordered, 10, 100)
+    });
+    t.normal();
+    let fx = t.feed(main_recs(0..5, |o| Some(o as u8)));
+    assert_eq!(
+        dispatched(&fx),
+        vec![(Src::Main, 0), (Src::Main, 1), (Src::Main, 2)],
+        "0, 100 and 200 bytes held are below 250: three begun"
+    );
+    assert_eq!(awaits_budget(&fx), 1);
+    assert_eq!((t.m.backlog(), t.m.backlog_bytes()), (2, 200));
+    assert_eq!((budget.used(), t.m.held_bytes()), (300, 300));
+    // Another partition gives back nothing; this one's completion makes room.
+    let fx = t.done(Src::Main, &[0]);
+    assert_eq!(dispatched(&fx), vec![(Src::Main, 3)]);
+    assert_eq!(
+        awaits_budget(&fx),
+        0,
+        "4 still waits, but the waker asked for is still to come"
+    );
+    // The budget's waker (what the actor registers) brings the rest in.
+    t.done(Src::Main, &[1, 2]);
+    let fx = t.feed(Input::Timer(Timer::Budget));
+    assert!(dispatched(&fx).is_empty(), "4 was begun by the completions");
+    assert_eq!(t.m.backlog(), 0);
+    t.done(Src::Main, &[3, 4]);
+    assert_eq!((budget.used(), t.m.held_bytes()), (0, 0));
+}
+
+/// An event larger than the whole budget still goes (never a deadlock), and
+/// nothing else is begun while it holds the budget.
+#[test]
+fn an_event_larger_than_the_budget_goes_and_the_rest_waits() {
+    let budget = Arc::new(ByteBudget::new(1_000));
+    let mut t = T::new(Settings {
+        budget: budget.clone(),
+        ..settings(OrderingMode::Unordered, 10, 100)
+    });
+    t.normal();
+    let fx = t.feed(Input::Records(vec![
+        sized(Rec::main(0, Some(1)), 5_000),
+        sized(Rec::main(1, Some(2)), 10),
+    ]));
+    assert_eq!(dispatched(&fx), vec![(Src::Main, 0)]);
+    assert_eq!(budget.used(), 5_000);
+    let fx = t.done(Src::Main, &[0]);
+    assert_eq!(dispatched(&fx), vec![(Src::Main, 1)]);
+}
+
+/// Issue 16 item 2: DLQ records (begun as they arrive, waiting for the drain)
+/// count against the same budget. While the budget keeps them out, they wait
+/// in the DLQ backlog, DLQ p is paused, and main p stays behind them.
+#[test]
+fn dlq_records_wait_for_the_budget_with_dlq_p_paused() {
+    let budget = Arc::new(ByteBudget::new(150));
+    let mut t = T::new(Settings {
+        budget: budget.clone(),
+        ..settings(OrderingMode::Key, 10, 100)
+    });
+    t.verdict(false);
+    t.dlq_high(1_000);
+    // Another partition holds the whole budget.
+    assert!(budget.try_take(150));
+    let fx = t.feed(Input::Records((0..3).map(|o| Rec::dlq(o, 0)).collect()));
+    assert!(dispatched(&fx).is_empty());
+    assert_eq!(awaits_budget(&fx), 1);
+    assert_eq!(readings(&fx), vec![(Src::Dlq, false)]);
+    assert_eq!(t.m.backlog(), 3);
+    assert_eq!(t.m.mode(), Mode::DrainDlq);
+    budget.give_back(150);
+    let fx = t.feed(Input::Timer(Timer::Budget));
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 0), (Src::Dlq, 1)]);
+    assert_eq!(
+        readings(&fx),
+        vec![],
+        "record 2 still waits: DLQ p stays paused"
+    );
+    let fx = t.done(Src::Dlq, &[0, 1]);
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 2)]);
+    assert_eq!(readings(&fx), vec![(Src::Dlq, true)]);
+}
+
+/// A machine that ends (its actor stopped or crashed) gives its share back:
+/// otherwise every other partition would wait for bytes no one holds.
+#[test]
+fn a_dropped_machine_gives_its_bytes_back() {
+    let budget = Arc::new(ByteBudget::new(1_000));
+    let mut t = T::new(Settings {
+        budget: budget.clone(),
+        ..settings(OrderingMode::Key, 10, 100)
+    });
+    t.normal();
+    t.feed(main_recs(0..3, |_| Some(1)));
+    assert_eq!(budget.used(), 300);
+    drop(t);
+    assert_eq!(budget.used(), 0);
+}
+
+/// A backlog of `backlog_bytes_cap` bytes pauses main p like one of
+/// `backlog_cap` records.
+#[test]
+fn a_backlog_heavy_in_bytes_pauses_main_p() {
+    let mut t = T::new(Settings {
+        backlog_bytes_cap: 1_000,
+        ..settings(OrderingMode::Key, 1, 100)
+    });
+    t.normal();
+    let fx = t.feed(Input::Records(vec![
+        Rec::main(0, Some(1)),
+        sized(Rec::main(1, Some(1)), 600),
+    ]));
+    assert_eq!(readings(&fx), vec![]);
+    let fx = t.feed(Input::Records(vec![sized(Rec::main(2, Some(1)), 400)]));
+    assert_eq!(readings(&fx), vec![(Src::Main, false)]);
+    // 1 is begun: 400 bytes wait, below half.
+    let fx = t.done(Src::Main, &[0]);
+    assert_eq!(readings(&fx), vec![(Src::Main, true)]);
 }

@@ -1,0 +1,191 @@
+//! A process-wide byte budget shared by the partition machines: the bytes of the
+//! events they hold (begun and not yet durable, DLQ records waiting for the drain
+//! included).
+//!
+//! The rule: a record may be taken in only while the budget is not used up
+//! (`used < limit`). The use can therefore exceed the limit by at most the one
+//! record taken last — which is what lets an event larger than the whole budget
+//! still go (never a deadlock), without letting two go past it. A machine that
+//! is refused waits with a *waker*: the first give-back that leaves the budget
+//! not used up calls it (once), and the machine tries again.
+//!
+//! No I/O and no clock: an atomic counter and a list of callbacks. What a waker
+//! does (the actor sends itself a message) is up to whoever registers it.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Called once when the budget has room again.
+pub type Waker = Box<dyn FnOnce() + Send>;
+
+pub struct ByteBudget {
+    limit: u64,
+    used: AtomicU64,
+    /// Registered wakers (and their count, read without the lock on the hot path).
+    waiting: AtomicUsize,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl std::fmt::Debug for ByteBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByteBudget")
+            .field("limit", &self.limit)
+            .field("used", &self.used())
+            .field("waiting", &self.waiting.load(Ordering::SeqCst))
+            .finish()
+    }
+}
+
+impl ByteBudget {
+    /// A budget of `limit` bytes (at least 1).
+    pub fn new(limit: u64) -> ByteBudget {
+        ByteBudget {
+            limit: limit.max(1),
+            used: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+            wakers: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::SeqCst)
+    }
+
+    /// The budget is used up: nothing more is taken in until some is given back.
+    pub fn exhausted(&self) -> bool {
+        self.used() >= self.limit
+    }
+
+    /// Takes `n` bytes if the budget is not used up; `false` (nothing taken)
+    /// otherwise.
+    pub fn try_take(&self, n: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                (used < self.limit).then(|| used.saturating_add(n))
+            })
+            .is_ok()
+    }
+
+    /// Gives `n` bytes back; wakes the waiting machines if that leaves room.
+    pub fn give_back(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let before = self
+            .used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                Some(used.saturating_sub(n))
+            })
+            .unwrap_or(0);
+        debug_assert!(before >= n, "gave back {n} bytes of {before} taken");
+        if self.waiting.load(Ordering::SeqCst) > 0 && !self.exhausted() {
+            self.wake_all();
+        }
+    }
+
+    /// Registers `waker`, to be called once the budget has room; at once if it
+    /// has room already (a give-back may have come between the refusal and this
+    /// call: no wake-up is lost).
+    pub fn wait(&self, waker: Waker) {
+        {
+            let mut w = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            w.push(waker);
+            self.waiting.store(w.len(), Ordering::SeqCst);
+        }
+        if !self.exhausted() {
+            self.wake_all();
+        }
+    }
+
+    fn wake_all(&self) {
+        let wakers = {
+            let mut w = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            self.waiting.store(0, Ordering::SeqCst);
+            std::mem::take(&mut *w)
+        };
+        // Called outside the lock: a waker may take or wait again.
+        for wake in wakers {
+            wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn takes_while_not_used_up_so_one_oversized_record_still_goes() {
+        let b = ByteBudget::new(100);
+        assert!(b.try_take(60));
+        assert!(b.try_take(60), "60 < 100: taken, the use goes to 120");
+        assert_eq!(b.used(), 120);
+        assert!(b.exhausted());
+        assert!(!b.try_take(1), "used up: nothing more");
+        b.give_back(120);
+        assert!(b.try_take(1_000), "larger than the whole budget, alone");
+        assert!(!b.try_take(1));
+        b.give_back(1_000);
+        assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn a_waiter_is_woken_once_when_room_comes_back() {
+        let b = Arc::new(ByteBudget::new(10));
+        assert!(b.try_take(10));
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        b.wait(Box::new(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert_eq!(woken.load(Ordering::SeqCst), 0, "still used up");
+        b.give_back(5);
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        b.give_back(5);
+        assert_eq!(woken.load(Ordering::SeqCst), 1, "woken once");
+    }
+
+    #[test]
+    fn a_waiter_registered_after_the_give_back_is_woken_at_once() {
+        let b = ByteBudget::new(10);
+        let woken = Arc::new(AtomicBool::new(false));
+        let w = woken.clone();
+        b.wait(Box::new(move || w.store(true, Ordering::SeqCst)));
+        assert!(woken.load(Ordering::SeqCst));
+    }
+
+    /// Threads taking and giving back: the use never passes the limit by more
+    /// than one take, and ends at zero.
+    #[test]
+    fn concurrent_takes_overshoot_by_at_most_one() {
+        let b = Arc::new(ByteBudget::new(1_000));
+        let peak = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (b, peak) = (b.clone(), peak.clone());
+                std::thread::spawn(move || {
+                    for i in 0..20_000u64 {
+                        let n = 1 + (i * 7 + t) % 300;
+                        if b.try_take(n) {
+                            peak.fetch_max(b.used(), Ordering::SeqCst);
+                            b.give_back(n);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // Every take found the use below the limit, so the use stays below the
+        // limit plus the largest take, whatever the interleaving.
+        assert!(peak.load(Ordering::SeqCst) < 1_000 + 300);
+        assert_eq!(b.used(), 0);
+    }
+}
