@@ -1,9 +1,10 @@
 //! Courier itself: `courier run` as a child process on a preloaded topic, measured
 //! from its first delivery until the group's committed offsets reach the end offsets.
 
-use crate::procs::{cpu_seconds, current_rss_bytes, peak_rss_bytes, ChildGuard, Pid};
-use crate::prom::Histogram;
+use crate::procs::{cpu_seconds, current_rss_bytes, peak_rss_bytes, Pid};
 use courier::testkit::metric_sum;
+use courier::testkit::prom::Histogram;
+use courier::testkit::ChildGuard;
 use courier::testkit::{CourierProcess, Launch};
 use std::path::Path;
 use std::process::Command;
@@ -343,7 +344,7 @@ impl Perf {
         cmd.arg("-o").arg(&path).arg("-p").arg(pid.to_string());
         let log = s.log_dir.join(format!("{}.perf.log", s.name));
         Ok(Perf {
-            guard: Some(ChildGuard::spawn("perf", &mut cmd, &log)?),
+            guard: Some(ChildGuard::spawn("perf", cmd, &log)?),
             path: path.display().to_string(),
             until: Instant::now() + Duration::from_secs(secs),
         })
