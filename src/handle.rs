@@ -32,37 +32,31 @@ impl<T: Clone> Handle<T> {
 
 /// The side that points a peer's handles at a new incarnation: held by whoever
 /// starts the peer (the supervisor; the delivery pool for its own queue).
-pub struct Binding<T> {
-    slot: Arc<RwLock<Option<T>>>,
-}
+pub struct Binding<T>(Handle<T>);
 
 impl<T> Clone for Binding<T> {
     fn clone(&self) -> Self {
-        Binding {
-            slot: self.slot.clone(),
-        }
+        Binding(self.0.clone())
     }
 }
 
 impl<T> Default for Binding<T> {
     fn default() -> Self {
-        Binding {
+        Binding(Handle {
             slot: Arc::new(RwLock::new(None)),
-        }
+        })
     }
 }
 
 impl<T> Binding<T> {
     /// Every handle of this binding now reaches `peer`.
     pub fn bind(&self, peer: T) {
-        *self.slot.write().unwrap_or_else(|e| e.into_inner()) = Some(peer);
+        *self.0.slot.write().unwrap_or_else(|e| e.into_inner()) = Some(peer);
     }
 
     /// A handle that follows this binding.
     pub fn handle(&self) -> Handle<T> {
-        Handle {
-            slot: self.slot.clone(),
-        }
+        self.0.clone()
     }
 }
 

@@ -13,7 +13,7 @@ use crate::actors::partition::{
 use crate::core::offsets::NextOffset;
 use crate::health::Verdict;
 use crate::kafka::poller::Poller;
-use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, PollEvent, PollSink, Record};
+use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, PollSink, Record};
 use crate::metrics::{self as m, Readiness};
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -51,13 +51,15 @@ pub struct ConsumerArgs {
 
 /// The poll thread's events arrive in the consumer's mailbox.
 impl PollSink for ActorRef<ConsumerMsg> {
-    fn send(&self, event: PollEvent) -> bool {
-        let msg = match event {
-            PollEvent::Records(r) => ConsumerMsg::Records(r),
-            PollEvent::Assigned(p) => ConsumerMsg::Assigned(p),
-            PollEvent::Revoked { partitions, ack } => ConsumerMsg::Revoked { partitions, ack },
-        };
-        self.send_message(msg).is_ok()
+    fn records(&self, records: Vec<Record>) -> bool {
+        self.send_message(ConsumerMsg::Records(records)).is_ok()
+    }
+    fn assigned(&self, partitions: Vec<i32>) -> bool {
+        self.send_message(ConsumerMsg::Assigned(partitions)).is_ok()
+    }
+    fn revoked(&self, partitions: Vec<i32>, ack: std::sync::mpsc::SyncSender<()>) -> bool {
+        self.send_message(ConsumerMsg::Revoked { partitions, ack })
+            .is_ok()
     }
 }
 

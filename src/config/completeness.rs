@@ -121,12 +121,33 @@ fn is_field(key: &str, all: &BTreeSet<String>) -> bool {
     all.contains(key) || (key.contains('.') && all.iter().any(|f| f.starts_with(&table)))
 }
 
+/// A file of the repository.
+fn read(path: &str) -> String {
+    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+/// Asserts that every one of `fields` is `listed` and every one of `keys` is a field.
+fn compare<'a>(
+    what: &str,
+    fields: impl Iterator<Item = &'a String>,
+    listed: &BTreeSet<String>,
+    keys: &BTreeSet<String>,
+    all: &BTreeSet<String>,
+) {
+    let missing: Vec<&String> = fields.filter(|f| !covered(f, listed)).collect();
+    assert!(missing.is_empty(), "{what} does not list {missing:?}");
+    let unknown: Vec<&String> = keys.iter().filter(|k| !is_field(k, all)).collect();
+    assert!(
+        unknown.is_empty(),
+        "{what} lists keys that are not fields: {unknown:?}"
+    );
+}
+
 #[test]
 fn courier_toml_lists_every_field_and_no_other() {
     let (all, maps) = fields();
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/courier.toml"))
-        .expect("config/courier.toml is readable");
-    let (headers, keys) = toml_listed(&text);
+    let (headers, keys) = toml_listed(&read("config/courier.toml"));
     // A map field is listed by its table header (`[kafka.properties]`).
     let listed: BTreeSet<String> = keys
         .iter()
@@ -135,45 +156,30 @@ fn courier_toml_lists_every_field_and_no_other() {
         .collect();
     // The `[testing]` fault hooks are left out of the production sample on purpose:
     // a release build refuses the section.
-    let missing: Vec<&String> = all
-        .iter()
-        .filter(|f| !f.starts_with("testing.") && !covered(f, &listed))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "config/courier.toml does not list {missing:?}"
-    );
-    let unknown: Vec<&String> = keys.iter().filter(|k| !is_field(k, &all)).collect();
-    assert!(
-        unknown.is_empty(),
-        "config/courier.toml lists keys that are not fields: {unknown:?}"
-    );
+    let fields = all.iter().filter(|f| !f.starts_with("testing."));
+    compare("config/courier.toml", fields, &listed, &keys, &all);
     let sections: BTreeSet<&str> = all.iter().filter_map(|f| f.split('.').next()).collect();
-    let stray: Vec<&String> = headers
+    let is_section = |h: &&String| sections.contains(h.as_str()) || h.as_str() == "api.tls";
+    let stray = headers
         .iter()
-        .filter(|h| !maps.contains(*h) && !sections.contains(h.as_str()) && h.as_str() != "api.tls")
-        .collect();
-    assert!(
-        stray.is_empty(),
-        "config/courier.toml has sections that are not: {stray:?}"
+        .filter(|h| !maps.contains(*h) && !is_section(h));
+    assert_eq!(
+        stray.count(),
+        0,
+        "config/courier.toml has [sections] that are not"
     );
 }
 
 #[test]
 fn readme_table_lists_every_field_and_no_other() {
     let (all, _) = fields();
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md is readable");
-    let rows = readme_rows(&text);
-    let missing: Vec<&String> = all.iter().filter(|f| !covered(f, &rows)).collect();
-    assert!(
-        missing.is_empty(),
-        "the README's configuration table does not list {missing:?}"
-    );
-    let unknown: Vec<&String> = rows.iter().filter(|r| !is_field(r, &all)).collect();
-    assert!(
-        unknown.is_empty(),
-        "the README's configuration table lists rows that are not fields: {unknown:?}"
+    let rows = readme_rows(&read("README.md"));
+    compare(
+        "the README's configuration table",
+        all.iter(),
+        &rows,
+        &rows,
+        &all,
     );
 }
 

@@ -161,22 +161,14 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
     c
 }
 
-/// What the poll thread hands to the consumer actor, in order.
-pub enum PollEvent {
-    Records(Vec<Record>),
-    Assigned(Vec<i32>),
-    /// Sent from inside the revoke callback, which waits on `ack`.
-    Revoked {
-        partitions: Vec<i32>,
-        ack: std::sync::mpsc::SyncSender<()>,
-    },
-}
-
-/// Where the poll thread's [`PollEvent`]s go (the consumer actor's mailbox: see
-/// `actors::consumer`).
+/// Where the poll thread hands records and rebalances, in order (the consumer
+/// actor's mailbox: see `actors::consumer`). Each returns `false` when the
+/// receiver is gone.
 pub trait PollSink: Send + Sync {
-    /// `false` when the receiver is gone.
-    fn send(&self, event: PollEvent) -> bool;
+    fn records(&self, records: Vec<Record>) -> bool;
+    fn assigned(&self, partitions: Vec<i32>) -> bool;
+    /// Called from inside the revoke callback, which then waits on `ack`.
+    fn revoked(&self, partitions: Vec<i32>, ack: std::sync::mpsc::SyncSender<()>) -> bool;
 }
 
 /// Rebalance callbacks run on the poll thread, inside `poll()`. On revoke they hand
@@ -233,7 +225,7 @@ impl CourierContext {
         };
         let bytes = records.iter().map(Record::size).sum();
         self.buffered.add(records.len(), bytes);
-        self.actor.send(PollEvent::Records(records))
+        self.actor.records(records)
     }
 
     /// Adds a polled record; returns the number pending.
@@ -281,10 +273,7 @@ impl ConsumerContext for CourierContext {
             tracing::info!(?partitions, "partitions revoked: draining");
             if !self.closing.load(Ordering::SeqCst) && !partitions.is_empty() {
                 let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                if self.actor.send(PollEvent::Revoked {
-                    partitions,
-                    ack: tx,
-                }) && rx.recv_timeout(self.revoke_wait).is_err()
+                if self.actor.revoked(partitions, tx) && rx.recv_timeout(self.revoke_wait).is_err()
                 {
                     tracing::warn!("revoke drain did not finish in time; in-flight events will be redelivered to the new owner");
                 }
@@ -302,7 +291,7 @@ impl ConsumerContext for CourierContext {
                 self.flush();
                 let partitions = self.partitions_of(tpl);
                 tracing::info!(?partitions, "partitions assigned");
-                self.actor.send(PollEvent::Assigned(partitions));
+                self.actor.assigned(partitions);
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => tracing::error!(error = %e, "rebalance error"),
