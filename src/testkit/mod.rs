@@ -1,6 +1,6 @@
 //! Helpers for tests, drills and the bench: run a Courier process (or any child
 //! process: [`ChildGuard`]), pick a free port, read metrics ([`prom`]). One of each:
-//! the tests (`tests/common`), `courier-drill` and `benches/e2e.rs` use these.
+//! the tests (`tests/common`), `courier-drill` and the bench (`benches/e2e/`) use these.
 //!
 //! Courier itself does not use this module. The integration tests (`tests/common`)
 //! and `courier-drill` start Courier the same way — `courier run --config

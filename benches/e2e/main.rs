@@ -21,20 +21,14 @@
 //! cargo bench --bench e2e -- --json target/bench-e2e.json
 //! ```
 
-#[path = "e2e/ceiling.rs"]
 mod ceiling;
-#[path = "e2e/classic.rs"]
 mod classic;
-#[path = "e2e/courier_run.rs"]
 mod courier_run;
-#[path = "e2e/drain.rs"]
 mod drain;
-#[path = "e2e/procs.rs"]
 mod procs;
-#[path = "e2e/report.rs"]
 mod report;
 // Test certificates (rcgen), shared with tests/tls_api.rs.
-#[path = "../tests/common/certs.rs"]
+#[path = "../../tests/common/certs.rs"]
 mod certs;
 
 use anyhow::Context as _;
