@@ -164,6 +164,21 @@ impl ChildGuard {
     }
 }
 
+impl Drop for ChildGuard {
+    /// SIGKILL, then reaped (waiting at most a second: a killed process exits at
+    /// once), so nothing it held outlives the guard.
+    fn drop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let _ = c.start_kill();
+        let until = std::time::Instant::now() + Duration::from_secs(1);
+        while matches!(c.try_wait(), Ok(None)) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +219,18 @@ mod tests {
         let r = g.terminate("-TERM", Duration::from_millis(300)).await;
         assert!(matches!(r, Err(TestkitError::ExitTimeout { .. })), "{r:?}");
         assert!(!g.is_live());
+
+        // Dropped: killed and reaped at once.
+        let mut sleeper = Command::new("sleep");
+        sleeper.arg("600");
+        let g = ChildGuard::spawn("sleep", sleeper, &dir.join("sleep.log")).unwrap();
+        let proc_dir = format!("/proc/{}", g.pid().unwrap());
+        assert!(Path::new(&proc_dir).exists());
+        drop(g);
+        assert!(
+            !Path::new(&proc_dir).exists(),
+            "{proc_dir} outlived its guard"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
