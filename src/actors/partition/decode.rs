@@ -15,6 +15,8 @@ use std::sync::Arc;
 /// (`core::input`) on main p, envelopes on DLQ p; bad input becomes
 /// `Work::Park` with its reason.
 pub struct Decoder {
+    /// For the test fault hook (`testing.crash_on_event_id`).
+    #[cfg(feature = "test-hooks")]
     pipeline: Arc<Pipeline>,
     partition: i32,
     topics: [Arc<str>; 2],
@@ -129,6 +131,7 @@ impl Decoder {
             json: pipeline.config.input.json(),
             consumed: topics.map(|t| metrics::counter!(m::CONSUMED, "topic" => t.to_string())),
             topics: topics.map(Arc::from),
+            #[cfg(feature = "test-hooks")]
             pipeline,
             partition,
         }
