@@ -9,6 +9,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// What the health actor (`actors::health`) takes: defined here, below the
+/// delivery tasks that send `Tripped`.
+pub enum HealthMsg {
+    Tick,
+    /// The local breaker just opened: act now, not at the next tick.
+    Tripped,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Verdict {
     pub api_unavailable: bool,

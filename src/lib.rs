@@ -4,10 +4,12 @@
 pub mod actors;
 pub mod app;
 pub mod audit;
+pub mod clock;
 pub mod config;
 pub mod core;
 pub mod delivery;
 pub mod demo;
+pub mod handle;
 pub mod health;
 pub mod kafka;
 pub mod loadgen;

@@ -289,7 +289,7 @@ impl Readiness {
         Readiness {
             assigned: AtomicBool::new(false),
             held: AtomicI64::new(0),
-            last_progress_ms: AtomicI64::new(crate::runtime::now_ms()),
+            last_progress_ms: AtomicI64::new(crate::clock::now_ms()),
             api_unavailable: AtomicBool::new(false),
             stuck_after_ms: i64::try_from(stuck_after.as_millis()).unwrap_or(i64::MAX),
             wedged_after_ms: i64::try_from(wedged_after.as_millis()).unwrap_or(i64::MAX),
@@ -303,7 +303,7 @@ impl Readiness {
     pub fn finished(&self) {
         self.held.fetch_sub(1, Ordering::Relaxed);
         self.last_progress_ms
-            .store(crate::runtime::now_ms(), Ordering::Relaxed);
+            .store(crate::clock::now_ms(), Ordering::Relaxed);
     }
 
     fn progress(&self, now_ms: i64) -> crate::core::liveness::Progress {
@@ -377,7 +377,7 @@ pub async fn serve(
 fn probes(ready: Arc<Readiness>) -> crate::status::http::ProbeFn {
     use crate::status::{http::Probes, Probe};
     Arc::new(move || {
-        let now_ms = crate::runtime::now_ms();
+        let now_ms = crate::clock::now_ms();
         Probes {
             now_ms,
             ready: Probe::of(ready.check(now_ms)),
@@ -415,14 +415,14 @@ fn allocator_stats() -> Option<(u64, u64)> {
 }
 
 async fn healthz(State(s): State<HttpState>) -> (StatusCode, String) {
-    match s.ready.live(crate::runtime::now_ms()) {
+    match s.ready.live(crate::clock::now_ms()) {
         Ok(()) => (StatusCode::OK, "ok".into()),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
     }
 }
 
 async fn readyz(State(s): State<HttpState>) -> (StatusCode, &'static str) {
-    match s.ready.check(crate::runtime::now_ms()) {
+    match s.ready.check(crate::clock::now_ms()) {
         Ok(()) => (StatusCode::OK, "ready"),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
     }

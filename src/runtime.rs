@@ -1,20 +1,16 @@
-//! What the actors share: configuration, handles to the current incarnation of each
-//! long-lived actor (they change when the supervisor re-spawns one), the restart
-//! budget and the Kafka consumer of the current consumer incarnation.
+//! What the actors and tasks share: configuration, the health verdict, the status
+//! board, the byte budgets, the restart budget and the fatal signal. Not the actors
+//! themselves: each one is given handles to the peers it talks to when it is
+//! constructed (`crate::handle`).
 
-use crate::actors::consumer::ConsumerMsg;
-use crate::actors::delivery::DeliveryMsg;
-use crate::actors::dlq_writer::DlqWriterMsg;
-use crate::actors::health::HealthMsg;
+pub use crate::clock::now_ms;
 use crate::config::Config;
 use crate::core::budget::ByteBudget;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
 use crate::health::Health;
 use crate::kafka::poller::Buffered;
 use crate::status::StatusBoard;
-use ractor::ActorRef;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 pub struct Pipeline {
@@ -32,15 +28,7 @@ pub struct Pipeline {
     pub health: Health,
     /// What `/status` shows; each actor publishes its own part.
     pub status: Arc<StatusBoard>,
-    delivery: RwLock<Option<ActorRef<DeliveryMsg>>>,
-    /// The current delivery pool's queue of deliveries (see `actors::delivery`).
-    delivery_queue: RwLock<Option<tokio::sync::mpsc::UnboundedSender<crate::delivery::Job>>>,
-    consumer: RwLock<Option<ActorRef<ConsumerMsg>>>,
-    health_actor: RwLock<Option<ActorRef<HealthMsg>>>,
-    dlq_writer: RwLock<Option<ActorRef<DlqWriterMsg>>>,
     budget: Mutex<RestartBudget>,
-    /// Test fault hook: set once the partition actor crashed on the marked event.
-    pub crash_hook_fired: AtomicBool,
     fatal: tokio::sync::watch::Sender<Option<String>>,
 }
 
@@ -57,68 +45,9 @@ impl Pipeline {
             buffered: Arc::new(Buffered::default()),
             in_flight: Arc::new(ByteBudget::new(config.pipeline.max_in_flight_bytes as u64)),
             config,
-            delivery: RwLock::new(None),
-            delivery_queue: RwLock::new(None),
-            consumer: RwLock::new(None),
-            health_actor: RwLock::new(None),
-            dlq_writer: RwLock::new(None),
             budget: Mutex::new(budget),
-            crash_hook_fired: AtomicBool::new(false),
             fatal: tokio::sync::watch::Sender::new(None),
         }
-    }
-
-    pub fn delivery(&self) -> Option<ActorRef<DeliveryMsg>> {
-        self.delivery
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-    pub fn set_delivery(&self, a: ActorRef<DeliveryMsg>) {
-        *self.delivery.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
-    }
-    /// The current delivery pool's queue. Partition actors keep a copy and come
-    /// back here only when a send fails (the pool was re-spawned).
-    pub fn delivery_queue(
-        &self,
-    ) -> Option<tokio::sync::mpsc::UnboundedSender<crate::delivery::Job>> {
-        self.delivery_queue
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-    pub fn set_delivery_queue(&self, q: tokio::sync::mpsc::UnboundedSender<crate::delivery::Job>) {
-        *self
-            .delivery_queue
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = Some(q);
-    }
-    pub fn consumer(&self) -> Option<ActorRef<ConsumerMsg>> {
-        self.consumer
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-    pub fn set_consumer(&self, a: ActorRef<ConsumerMsg>) {
-        *self.consumer.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
-    }
-    pub fn health_actor(&self) -> Option<ActorRef<HealthMsg>> {
-        self.health_actor
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-    pub fn set_health_actor(&self, a: ActorRef<HealthMsg>) {
-        *self.health_actor.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
-    }
-    pub fn dlq_writer(&self) -> Option<ActorRef<DlqWriterMsg>> {
-        self.dlq_writer
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-    pub fn set_dlq_writer(&self, a: ActorRef<DlqWriterMsg>) {
-        *self.dlq_writer.write().unwrap_or_else(|e| e.into_inner()) = Some(a);
     }
 
     /// Counts one actor restart against the budget shared by the whole process.
@@ -184,11 +113,4 @@ impl Pipeline {
         metrics::gauge!(m::MEMORY_BUDGET_USED, "budget" => "in_flight")
             .set(self.in_flight.used() as f64);
     }
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

@@ -26,12 +26,13 @@ use common::*;
 use courier::audit::Produced;
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier::testkit::ChildGuard;
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// `for:` of every alert in the temporary copy Prometheus loads.
@@ -160,7 +161,8 @@ fn urlencode(s: &str) -> String {
 
 /// A Prometheus server of the test's own, killed (and its data removed) on drop.
 struct Prometheus {
-    child: Option<Child>,
+    /// `None` only while being dropped.
+    child: Option<ChildGuard>,
     port: u16,
     dir: PathBuf,
     log: PathBuf,
@@ -191,20 +193,15 @@ scrape_configs:
         let config_path = dir.join("prometheus.yml");
         std::fs::write(&config_path, config).expect("write prometheus.yml");
         let log = log_dir().join(format!("{name}-prometheus.log"));
-        let out = std::fs::File::create(&log).expect("prometheus log");
         let port = free_port();
-        let child = Command::new(bin)
-            .arg(format!("--config.file={}", config_path.display()))
+        let mut cmd = Command::new(bin);
+        cmd.arg(format!("--config.file={}", config_path.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.join("data").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out)
-            .spawn()
-            .expect("spawn prometheus");
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+        let child = ChildGuard::spawn("prometheus", cmd, &log).expect("spawn prometheus");
         Prometheus {
             child: Some(child),
             port,
@@ -281,9 +278,9 @@ scrape_configs:
                     return;
                 }
             }
-            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+            if let Some(code) = self.child.as_mut().and_then(ChildGuard::exited) {
                 panic!(
-                    "prometheus exited ({st}):\n{}",
+                    "prometheus exited (code {code:?}):\n{}",
                     std::fs::read_to_string(&self.log).unwrap_or_default()
                 );
             }
@@ -299,10 +296,7 @@ scrape_configs:
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        drop(self.child.take()); // killed and reaped before its directory goes
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -8,39 +8,30 @@ mod common;
 use common::*;
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, SinkHandle};
-use std::process::{Child, Command, Stdio};
+use courier::testkit::ChildGuard;
+use std::process::Command;
 use std::time::Duration;
 
 const TOKEN: &str = "tok-9f8e7d6c5b4a-SECRET";
 const REDIS_PW: &str = "redis-pw-1a2b3c4d-SECRET";
 
-/// A Redis of the test's own, with `requirepass`.
-struct Redis(Child);
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn redis_with_password(port: u16) -> Redis {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(["--requirepass", REDIS_PW])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server (installed by scripts/services.sh)");
-    Redis(child)
+/// A Redis of the test's own, with `requirepass` (killed when dropped).
+fn redis_with_password(port: u16) -> ChildGuard {
+    let mut cmd = Command::new("redis-server");
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ])
+    .args(["--requirepass", REDIS_PW]);
+    let log = log_dir().join(format!("redis-{port}.log"));
+    ChildGuard::spawn("redis-server", cmd, &log)
+        .expect("redis-server (installed by scripts/services.sh)")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,8 +19,9 @@ mod common;
 use common::*;
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, SinkHandle};
+use courier::testkit::ChildGuard;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const REDIS_PW: &str = "redis-tls-pw-5e6f-SECRET";
@@ -32,33 +33,29 @@ fn var(k: &str) -> String {
 
 /// A Redis of the test's own: a plain port, a TLS port, a password.
 struct TlsRedis {
-    child: Child,
+    _child: ChildGuard,
     plain: u16,
     tls: u16,
-}
-
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl TlsRedis {
     async fn start() -> TlsRedis {
         let (plain, tls) = (free_port(), free_port());
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--port", &plain.to_string(), "--tls-port", &tls.to_string()])
             .args(["--tls-cert-file", &var("COURIER_TEST_TLS_SERVER_CERT")])
             .args(["--tls-key-file", &var("COURIER_TEST_TLS_SERVER_KEY")])
             .args(["--tls-ca-cert-file", &var("COURIER_TEST_TLS_CA")])
-            .args(["--tls-auth-clients", "no", "--requirepass", REDIS_PW])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
+            .args(["--tls-auth-clients", "no", "--requirepass", REDIS_PW]);
+        let log = log_dir().join(format!("redis-tls-{tls}.log"));
+        let child = ChildGuard::spawn("redis-server", cmd, &log)
             .expect("redis-server (installed by scripts/services.sh)");
-        let r = TlsRedis { child, plain, tls };
+        let r = TlsRedis {
+            _child: child,
+            plain,
+            tls,
+        };
         wait_until(Duration::from_secs(10), "the TLS Redis answers", || {
             r.cli(&["ping"]).as_deref() == Some("PONG")
         })

@@ -176,8 +176,10 @@ pub async fn run(
         .zip(cpu0)
         .map(|(b, a)| b - a);
     latencies.sort_by(f64::total_cmp);
-    let bucketed =
-        crate::prom::Histogram::from_samples(crate::prom::COURIER_LATENCY_BOUNDS, &latencies);
+    let bucketed = courier::testkit::prom::Histogram::from_samples(
+        courier::metrics::LATENCY_BUCKETS,
+        &latencies,
+    );
     let ms = |s: Option<f64>| s.map(|s| s * 1e3);
     let done = ok + failed;
     Ok(CeilingResult {
@@ -187,8 +189,8 @@ pub async fn run(
         secs,
         req_per_s: ok as f64 / secs,
         cpu_us_per_req: cpu.filter(|_| done > 0).map(|c| c * 1e6 / done as f64),
-        p50_ms_exact: ms(crate::prom::exact_quantile(&latencies, 0.5)),
-        p99_ms_exact: ms(crate::prom::exact_quantile(&latencies, 0.99)),
+        p50_ms_exact: ms(courier::testkit::prom::exact_quantile(&latencies, 0.5)),
+        p99_ms_exact: ms(courier::testkit::prom::exact_quantile(&latencies, 0.99)),
         p50_ms_bucketed: ms(bucketed.quantile(0.5)),
         p99_ms_bucketed: ms(bucketed.quantile(0.99)),
         mean_ms: ms(

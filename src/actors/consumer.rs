@@ -6,13 +6,14 @@
 //! the old read position that were already polled are fenced off (dropped) until
 //! the first record of the new read position arrives.
 
+use crate::actors::delivery::PoolHandles;
 use crate::actors::partition::{
     PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, Positions, Src,
 };
 use crate::core::offsets::NextOffset;
 use crate::health::Verdict;
 use crate::kafka::poller::Poller;
-use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, Record};
+use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, PollSink, Record};
 use crate::metrics::{self as m, Readiness};
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -44,6 +45,22 @@ pub enum ConsumerMsg {
 pub struct ConsumerArgs {
     pub pipeline: Arc<Pipeline>,
     pub ready: Arc<Readiness>,
+    /// Given to each partition actor: where its jobs go.
+    pub delivery: PoolHandles,
+}
+
+/// The poll thread's events arrive in the consumer's mailbox.
+impl PollSink for ActorRef<ConsumerMsg> {
+    fn records(&self, records: Vec<Record>) -> bool {
+        self.send_message(ConsumerMsg::Records(records)).is_ok()
+    }
+    fn assigned(&self, partitions: Vec<i32>) -> bool {
+        self.send_message(ConsumerMsg::Assigned(partitions)).is_ok()
+    }
+    fn revoked(&self, partitions: Vec<i32>, ack: std::sync::mpsc::SyncSender<()>) -> bool {
+        self.send_message(ConsumerMsg::Revoked { partitions, ack })
+            .is_ok()
+    }
 }
 
 struct Part {
@@ -59,6 +76,7 @@ struct Part {
 pub struct ConsumerState {
     pipeline: Arc<Pipeline>,
     ready: Arc<Readiness>,
+    delivery: PoolHandles,
     consumer: Option<Arc<KafkaConsumer>>,
     poller: Option<Poller>,
     closing: Arc<AtomicBool>,
@@ -171,6 +189,7 @@ impl Actor for ConsumerActor {
         Ok(ConsumerState {
             pipeline: args.pipeline,
             ready: args.ready,
+            delivery: args.delivery,
             consumer: Some(consumer),
             poller: Some(poller),
             closing,
@@ -292,6 +311,7 @@ impl ConsumerState {
         let args = PartitionArgs {
             ready: self.ready.clone(),
             pipeline: self.pipeline.clone(),
+            delivery: self.delivery.clone(),
             consumer: self.consumer()?.clone(),
             partition: p,
             generation: self.generation,

@@ -1,6 +1,6 @@
 //! Delivery pool: starts the work of each job. Deliveries (the API path) queue in
 //! order on the pool's queue, which partition actors send to directly
-//! (`Pipeline::delivery_queue`: one hop per event instead of an actor message and
+//! (`PoolHandles::queue`: one hop per event instead of an actor message and
 //! a channel), and a dispatcher task spawns each one only once it holds one of the
 //! `pipeline.concurrency` permits: waiting jobs cost a queue entry (an `Arc` and a
 //! token), not a task. The memory profile of a 2,048-permit run had 12 MB in tasks
@@ -8,7 +8,9 @@
 //! redeliveries come as messages; they do not use the API permits and start at
 //! once (the drain has its own limit and pace).
 
+use crate::delivery::peers::Peers;
 use crate::delivery::{Deliverer, Job};
+use crate::handle::{Binding, Handle};
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
@@ -17,11 +19,26 @@ use tokio::task::JoinHandle;
 
 pub enum DeliveryMsg {
     /// A job that does not take an API permit: a parking-lot write or a DLQ
-    /// redelivery. Deliveries go to `Pipeline::delivery_queue` instead.
+    /// redelivery. Deliveries go to `PoolHandles::queue` instead.
     Run(Job),
 }
 
 pub struct DeliveryPool;
+
+pub struct DeliveryArgs {
+    pub pipeline: Arc<Pipeline>,
+    pub peers: Peers,
+    /// Where this incarnation publishes its queue (partition actors hold the handles).
+    pub queue: Binding<mpsc::UnboundedSender<Job>>,
+}
+
+/// How partition actors reach the current delivery pool: its mailbox (parking-lot
+/// writes, DLQ redeliveries) and its queue of deliveries.
+#[derive(Clone)]
+pub struct PoolHandles {
+    pub pool: Handle<ActorRef<DeliveryMsg>>,
+    pub queue: Handle<mpsc::UnboundedSender<Job>>,
+}
 
 pub struct DeliveryState {
     deliverer: Arc<Deliverer>,
@@ -43,17 +60,17 @@ impl Drop for AbortOnDrop {
 impl Actor for DeliveryPool {
     type Msg = DeliveryMsg;
     type State = DeliveryState;
-    type Arguments = Arc<Pipeline>;
+    type Arguments = DeliveryArgs;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        pipeline: Arc<Pipeline>,
+        a: DeliveryArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let deliverer = Arc::new(Deliverer::new(pipeline.clone())?);
+        let deliverer = Arc::new(Deliverer::new(a.pipeline, a.peers)?);
         let (queue, jobs) = mpsc::unbounded_channel();
         let dispatcher = AbortOnDrop(tokio::spawn(dispatch(deliverer.clone(), jobs)));
-        pipeline.set_delivery_queue(queue);
+        a.queue.bind(queue);
         Ok(DeliveryState {
             deliverer,
             _dispatcher: dispatcher,

@@ -10,10 +10,10 @@
 //! reported as a [`Refusal`], never retried forever: the caller parks the event
 //! or, for the parking lot itself, ends the process.
 
-use crate::core::envelope::Envelope;
+pub use crate::delivery::peers::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::kafka::producer_config;
 use crate::runtime::Pipeline;
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -21,82 +21,6 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// One record for the DLQ or the parking lot.
-#[derive(Debug, Clone)]
-pub struct DlqRecord {
-    pub topic: String,
-    /// Explicit for the DLQ: a failed event from main partition p goes to DLQ
-    /// partition p. `None` (parking lot): the producer's partitioner decides.
-    pub partition: Option<i32>,
-    pub key: Option<Vec<u8>>,
-    pub envelope: Envelope,
-}
-
-/// A write the broker or the producer will never accept as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// `MSG_SIZE_TOO_LARGE`, `RECORD_LIST_TOO_LARGE`, `INVALID_MSG_SIZE`.
-    TooLarge,
-    /// `TOPIC_AUTHORIZATION_FAILED`.
-    NotAuthorized,
-    /// `UNKNOWN_TOPIC_OR_PART` (the caller retries it for a grace period first:
-    /// a topic being created, a partition being moved).
-    UnknownTopic,
-    /// `INVALID_RECORD`, `INVALID_MSG`, `POLICY_VIOLATION`.
-    InvalidRecord,
-}
-
-impl Refusal {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::TooLarge => "too_large",
-            Refusal::NotAuthorized => "not_authorized",
-            Refusal::UnknownTopic => "unknown_topic",
-            Refusal::InvalidRecord => "invalid_record",
-        }
-    }
-
-    fn of(e: &KafkaError) -> Option<Refusal> {
-        use RDKafkaErrorCode as C;
-        match e.rdkafka_error_code()? {
-            C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize => {
-                Some(Refusal::TooLarge)
-            }
-            C::TopicAuthorizationFailed => Some(Refusal::NotAuthorized),
-            C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition => {
-                Some(Refusal::UnknownTopic)
-            }
-            C::InvalidRecord | C::InvalidMessage | C::PolicyViolation => {
-                Some(Refusal::InvalidRecord)
-            }
-            _ => None,
-        }
-    }
-}
-
-/// Why a write was not acknowledged.
-#[derive(Debug, Clone)]
-pub enum WriteError {
-    /// May succeed if tried again (broker down, timeout, leader moving).
-    Retry(String),
-    /// Will not succeed as it is.
-    Refused(Refusal, String),
-}
-
-impl std::fmt::Display for WriteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WriteError::Retry(e) => f.write_str(e),
-            WriteError::Refused(r, e) => write!(f, "refused ({}): {e}", r.as_str()),
-        }
-    }
-}
-
-pub enum DlqWriterMsg {
-    /// Reply: `Ok(offset)` once acknowledged by the broker.
-    Write(Box<DlqRecord>, RpcReplyPort<Result<i64, WriteError>>),
-}
 
 pub struct DlqWriter;
 
@@ -264,9 +188,25 @@ async fn send(producer: &FutureProducer, rec: &DlqRecord, limit: usize) -> Resul
     }
     match producer.send(record, Timeout::Never).await {
         Ok(delivery) => Ok(delivery.offset),
-        Err((e, _)) => Err(match Refusal::of(&e) {
+        Err((e, _)) => Err(match refusal_of(&e) {
             Some(r) => WriteError::Refused(r, e.to_string()),
             None => WriteError::Retry(e.to_string()),
         }),
+    }
+}
+
+/// The [`Refusal`] a producer error means, if it is one.
+fn refusal_of(e: &KafkaError) -> Option<Refusal> {
+    use RDKafkaErrorCode as C;
+    match e.rdkafka_error_code()? {
+        C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize => {
+            Some(Refusal::TooLarge)
+        }
+        C::TopicAuthorizationFailed => Some(Refusal::NotAuthorized),
+        C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition => {
+            Some(Refusal::UnknownTopic)
+        }
+        C::InvalidRecord | C::InvalidMessage | C::PolicyViolation => Some(Refusal::InvalidRecord),
+        _ => None,
     }
 }

@@ -9,6 +9,8 @@
 //! point of failure, and every Redis call has a short timeout.
 
 use crate::actors::consumer::ConsumerMsg;
+use crate::handle::Handle;
+pub use crate::health::HealthMsg;
 use crate::health::Verdict;
 use crate::metrics as m;
 use crate::runtime::Pipeline;
@@ -18,16 +20,17 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub enum HealthMsg {
-    Tick,
-    /// The local breaker just opened: act now, not at the next tick.
-    Tripped,
-}
-
 pub struct HealthActor;
+
+pub struct HealthArgs {
+    pub pipeline: Arc<Pipeline>,
+    /// Where verdict changes go (the current consumer incarnation).
+    pub consumer: Handle<ActorRef<ConsumerMsg>>,
+}
 
 pub struct HealthState {
     pipeline: Arc<Pipeline>,
+    consumer: Handle<ActorRef<ConsumerMsg>>,
     redis: Option<Client>,
     key: String,
     ttl_ms: i64,
@@ -99,12 +102,12 @@ fn log_connection_errors(c: &Client, tls: bool) {
 impl Actor for HealthActor {
     type Msg = HealthMsg;
     type State = HealthState;
-    type Arguments = Arc<Pipeline>;
+    type Arguments = HealthArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        pipeline: Arc<Pipeline>,
+        HealthArgs { pipeline, consumer }: HealthArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let mut conn = None;
         let redis = match redis_client(&pipeline) {
@@ -131,6 +134,7 @@ impl Actor for HealthActor {
             redis,
             _conn: conn,
             pipeline,
+            consumer,
         })
     }
 
@@ -225,7 +229,7 @@ impl Actor for HealthActor {
                     "health verdict changed"
                 );
             }
-            if let Some(c) = s.pipeline.consumer() {
+            if let Some(c) = s.consumer.current() {
                 let _ = c.send_message(ConsumerMsg::Health(v));
             }
         }

@@ -14,7 +14,7 @@ mod decode;
 mod observe;
 mod shared;
 
-use crate::actors::delivery::DeliveryMsg;
+use crate::actors::delivery::{DeliveryMsg, PoolHandles};
 use crate::core::offsets::NextOffset;
 use crate::core::partition::{Effect, Input, Now, PartitionMachine, Settings, Timer};
 use crate::delivery::token::{CompletionToken, Inbox};
@@ -50,6 +50,8 @@ pub enum PartitionMsg {
 
 pub struct PartitionArgs {
     pub pipeline: Arc<Pipeline>,
+    /// The current delivery pool (it may be re-spawned while this actor lives).
+    pub delivery: PoolHandles,
     pub ready: Arc<crate::metrics::Readiness>,
     pub consumer: Arc<KafkaConsumer>,
     pub partition: i32,
@@ -72,6 +74,13 @@ pub struct PartitionState {
 }
 
 pub struct PartitionActor;
+
+/// Completion tokens wake the actor through its mailbox.
+impl crate::delivery::token::Wake for ActorRef<PartitionMsg> {
+    fn wake(&self) {
+        let _ = self.send_message(PartitionMsg::Completed);
+    }
+}
 
 impl Actor for PartitionActor {
     type Msg = PartitionMsg;
@@ -263,7 +272,7 @@ impl PartitionState {
     /// after a back-off.
     fn send(&mut self, job: Job) {
         if !matches!(job.item.work, Work::Deliver(_)) {
-            if let Some(pool) = self.a.pipeline.delivery() {
+            if let Some(pool) = self.a.delivery.pool.current() {
                 let _ = pool.send_message(DeliveryMsg::Run(job));
             }
             return;
@@ -276,7 +285,7 @@ impl PartitionState {
             None => job,
         };
         // Not known yet, or the pool was re-spawned: take its current queue.
-        self.queue = self.a.pipeline.delivery_queue();
+        self.queue = self.a.delivery.queue.current();
         if let Some(q) = &self.queue {
             let _ = q.send(job);
         }

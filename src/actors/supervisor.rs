@@ -2,11 +2,19 @@
 //! re-spawns any that fails from the configuration it keeps, counts restarts, and
 //! gives up — ending the process non-zero — after too many within the window.
 //! (ractor's default handler would stop the supervisor on the first child failure.)
+//!
+//! It also wires them: each child is given, at construction, handles to the peers it
+//! sends to (`crate::handle`), and the supervisor re-points a peer's handles when
+//! it re-spawns that peer. Dependents keep running: a re-spawned DLQ writer or
+//! delivery pool is reached through the handles they already hold.
 
 use crate::actors::consumer::{ConsumerActor, ConsumerArgs, ConsumerMsg};
-use crate::actors::delivery::{DeliveryMsg, DeliveryPool};
+use crate::actors::delivery::{DeliveryArgs, DeliveryMsg, DeliveryPool, PoolHandles};
 use crate::actors::dlq_writer::{DlqWriter, DlqWriterMsg};
-use crate::actors::health::{HealthActor, HealthMsg};
+use crate::actors::health::{HealthActor, HealthArgs, HealthMsg};
+use crate::delivery::peers::Peers;
+use crate::delivery::Job;
+use crate::handle::Binding;
 use crate::metrics::Readiness;
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -29,7 +37,19 @@ pub struct SupervisorState {
     delivery: Option<ActorRef<DeliveryMsg>>,
     writer: Option<ActorRef<DlqWriterMsg>>,
     health: Option<ActorRef<HealthMsg>>,
+    bindings: Bindings,
     stopping: bool,
+}
+
+/// The supervisor's side of every handle it gives out.
+#[derive(Default)]
+struct Bindings {
+    consumer: Binding<ActorRef<ConsumerMsg>>,
+    delivery: Binding<ActorRef<DeliveryMsg>>,
+    /// Bound by each delivery pool incarnation to its own queue.
+    queue: Binding<tokio::sync::mpsc::UnboundedSender<Job>>,
+    writer: Binding<ActorRef<DlqWriterMsg>>,
+    health: Binding<ActorRef<HealthMsg>>,
 }
 
 pub struct Supervisor;
@@ -70,6 +90,7 @@ impl Actor for Supervisor {
             delivery: None,
             writer: None,
             health: None,
+            bindings: Bindings::default(),
             stopping: false,
         };
         // Order matters: the consumer dispatches into the pool, the pool writes
@@ -170,13 +191,20 @@ impl SupervisorState {
             Child::Writer => {
                 let (a, _) =
                     Actor::spawn_linked(None, DlqWriter, self.pipeline.clone(), sup).await?;
-                self.pipeline.set_dlq_writer(a.clone());
+                self.bindings.writer.bind(a.clone());
                 self.writer = Some(a);
             }
             Child::Delivery => {
-                let (a, _) =
-                    Actor::spawn_linked(None, DeliveryPool, self.pipeline.clone(), sup).await?;
-                self.pipeline.set_delivery(a.clone());
+                let args = DeliveryArgs {
+                    pipeline: self.pipeline.clone(),
+                    peers: Peers {
+                        dlq_writer: self.bindings.writer.handle(),
+                        health: self.bindings.health.handle(),
+                    },
+                    queue: self.bindings.queue.clone(),
+                };
+                let (a, _) = Actor::spawn_linked(None, DeliveryPool, args, sup).await?;
+                self.bindings.delivery.bind(a.clone());
                 self.delivery = Some(a);
             }
             Child::Consumer => {
@@ -186,15 +214,22 @@ impl SupervisorState {
                 let args = ConsumerArgs {
                     pipeline: self.pipeline.clone(),
                     ready: self.ready.clone(),
+                    delivery: PoolHandles {
+                        pool: self.bindings.delivery.handle(),
+                        queue: self.bindings.queue.handle(),
+                    },
                 };
                 let (a, _) = Actor::spawn_linked(None, ConsumerActor, args, sup).await?;
-                self.pipeline.set_consumer(a.clone());
+                self.bindings.consumer.bind(a.clone());
                 self.consumer = Some(a);
             }
             Child::Health => {
-                let (a, _) =
-                    Actor::spawn_linked(None, HealthActor, self.pipeline.clone(), sup).await?;
-                self.pipeline.set_health_actor(a.clone());
+                let args = HealthArgs {
+                    pipeline: self.pipeline.clone(),
+                    consumer: self.bindings.consumer.handle(),
+                };
+                let (a, _) = Actor::spawn_linked(None, HealthActor, args, sup).await?;
+                self.bindings.health.bind(a.clone());
                 self.health = Some(a);
             }
         }

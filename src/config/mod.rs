@@ -10,6 +10,8 @@
 //! read from environment variables whose *names* the file may set.
 
 mod api;
+#[cfg(test)]
+mod completeness;
 mod degraded;
 mod enrichment;
 mod input;

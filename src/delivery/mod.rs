@@ -4,9 +4,9 @@
 
 pub mod enrich;
 pub mod http;
+pub mod peers;
 pub mod token;
 
-use crate::actors::dlq_writer::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
 use crate::core::classify::{classify_status, FailureClass, FailureLog, TransportFailure, Verdict};
@@ -22,6 +22,7 @@ use crate::runtime::{now_ms, Pipeline};
 use bytes::Bytes;
 use enrich::{EnrichError, Enricher, SourceOfTruth};
 use http::{ApiClient, TransportError};
+use peers::{DlqRecord, DlqWriterMsg, Peers, Refusal, WriteError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use token::{CompletionToken, Finished};
@@ -107,6 +108,7 @@ pub struct Deliverer {
     enricher: Option<Enricher>,
     source: Option<SourceOfTruth>,
     pipeline: Arc<Pipeline>,
+    peers: Peers,
     hot: HotMetrics,
     /// Which failed calls get a log line (the first of each reason, then one per
     /// reason every [`FAILURE_LOG_EVERY`]).
@@ -199,7 +201,7 @@ pub enum DelivererError {
 }
 
 impl Deliverer {
-    pub fn new(pipeline: Arc<Pipeline>) -> Result<Deliverer, DelivererError> {
+    pub fn new(pipeline: Arc<Pipeline>, peers: Peers) -> Result<Deliverer, DelivererError> {
         let cfg: &Config = &pipeline.config;
         let token = cfg.api_token()?;
         let api = ApiClient::new(&cfg.api, token.as_deref(), cfg.pipeline.concurrency)?;
@@ -234,6 +236,7 @@ impl Deliverer {
             enricher,
             source,
             pipeline,
+            peers,
             hot: HotMetrics::new(),
             failure_log: std::sync::Mutex::new(FailureLog::new(FAILURE_LOG_EVERY)),
         })
@@ -337,8 +340,8 @@ impl Deliverer {
             "circuit breaker"
         );
         if t.to == crate::core::breaker::BreakerStateKind::Open {
-            if let Some(h) = self.pipeline.health_actor() {
-                let _ = h.send_message(crate::actors::health::HealthMsg::Tripped);
+            if let Some(h) = self.peers.health.current() {
+                let _ = h.send_message(crate::health::HealthMsg::Tripped);
             }
         }
     }
@@ -625,7 +628,7 @@ impl Deliverer {
             key: env.key.clone(),
             envelope: env,
         };
-        let Err((refusal, detail)) = write_durably(&self.pipeline, &rec).await else {
+        let Err((refusal, detail)) = write_durably(&self.peers.dlq_writer, &rec).await else {
             return Ok(());
         };
         let mut env = rec.envelope;
@@ -663,7 +666,7 @@ impl Deliverer {
             key: env.key.clone(),
             envelope: env,
         };
-        if let Err((refusal, detail)) = write_durably(&self.pipeline, &rec).await {
+        if let Err((refusal, detail)) = write_durably(&self.peers.dlq_writer, &rec).await {
             let e = &rec.envelope;
             let why = format!(
                 "the parking lot {} refuses event {} ({}/{}@{}) for good ({}: {detail}); fix the topic (size limit, ACLs, existence) and restart",
@@ -918,12 +921,15 @@ const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(120);
 /// longer than [`UNKNOWN_TOPIC_GRACE`]). The event's offset waits for this;
 /// shutdown abandons it (the token then reports errored and the offset stays
 /// unstored).
-async fn write_durably(pipeline: &Pipeline, rec: &DlqRecord) -> Result<(), (Refusal, String)> {
+async fn write_durably(
+    writer: &crate::handle::Handle<ractor::ActorRef<DlqWriterMsg>>,
+    rec: &DlqRecord,
+) -> Result<(), (Refusal, String)> {
     let mut tries = 0u32;
     let mut unknown_since: Option<Instant> = None;
     loop {
         tries += 1;
-        let err = match pipeline.dlq_writer() {
+        let err = match writer.current() {
             None => WriteError::Retry("DLQ writer not running".into()),
             Some(writer) => {
                 let r = writer

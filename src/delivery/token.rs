@@ -7,9 +7,7 @@
 //! never leave an offset silently done. (Vector's finalizers count a dropped event
 //! as delivered; Courier deliberately does not.)
 
-use crate::actors::partition::PartitionMsg;
 use crate::core::partition::{Outcome, Report, Src};
-use ractor::ActorRef;
 use std::sync::{Arc, Mutex};
 
 /// How an event finished. Every variant means "its outcome is durable".
@@ -48,6 +46,11 @@ impl Completion {
     }
 }
 
+/// Wakes the owner of an [`Inbox`] (the partition actor: `PartitionMsg::Completed`).
+pub trait Wake: Send + Sync {
+    fn wake(&self);
+}
+
 /// Where a partition actor's tokens leave their outcomes. The actor takes them in
 /// batches: a token that finds the inbox empty sends one `PartitionMsg::Completed`
 /// to wake it, the others only push. At 30,000+ events/s this replaces an actor
@@ -57,14 +60,14 @@ impl Completion {
 /// non-empty sent a message that has not yet been handled (handling takes the
 /// whole inbox, and the next push into the empty inbox sends again).
 pub struct Inbox {
-    owner: ActorRef<PartitionMsg>,
+    owner: Box<dyn Wake>,
     queue: Mutex<Vec<Completion>>,
 }
 
 impl Inbox {
-    pub fn new(owner: ActorRef<PartitionMsg>) -> Inbox {
+    pub fn new(owner: impl Wake + 'static) -> Inbox {
         Inbox {
-            owner,
+            owner: Box::new(owner),
             queue: Mutex::new(Vec::new()),
         }
     }
@@ -74,7 +77,7 @@ impl Inbox {
     /// the event is redelivered.
     fn put(&self, c: Completion) {
         if Self::push(&self.queue, c) {
-            let _ = self.owner.send_message(PartitionMsg::Completed);
+            self.owner.wake();
         }
     }
 

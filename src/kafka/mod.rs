@@ -4,9 +4,7 @@
 pub mod admin;
 pub mod poller;
 
-use crate::actors::consumer::ConsumerMsg;
 use crate::config::KafkaConfig;
-use ractor::ActorRef;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
@@ -163,13 +161,23 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// Where the poll thread hands records and rebalances, in order (the consumer
+/// actor's mailbox: see `actors::consumer`). Each returns `false` when the
+/// receiver is gone.
+pub trait PollSink: Send + Sync {
+    fn records(&self, records: Vec<Record>) -> bool;
+    fn assigned(&self, partitions: Vec<i32>) -> bool;
+    /// Called from inside the revoke callback, which then waits on `ack`.
+    fn revoked(&self, partitions: Vec<i32>, ack: std::sync::mpsc::SyncSender<()>) -> bool;
+}
+
 /// Rebalance callbacks run on the poll thread, inside `poll()`. On revoke they hand
 /// the partitions to the consumer actor and wait (bounded) for it to drain and store,
 /// then commit synchronously: the last moment the partitions are ours.
 pub struct CourierContext {
     pub topic: String,
     pub dlq_topic: String,
-    pub actor: ActorRef<ConsumerMsg>,
+    pub actor: Box<dyn PollSink>,
     pub revoke_wait: Duration,
     /// Set during shutdown: the actor is busy closing and must not be waited for.
     pub closing: Arc<AtomicBool>,
@@ -190,7 +198,7 @@ impl CourierContext {
     pub fn new(
         topic: String,
         dlq_topic: String,
-        actor: ActorRef<ConsumerMsg>,
+        actor: impl PollSink + 'static,
         revoke_wait: Duration,
         closing: Arc<AtomicBool>,
         buffered: Arc<poller::Buffered>,
@@ -198,7 +206,7 @@ impl CourierContext {
         CourierContext {
             topic,
             dlq_topic,
-            actor,
+            actor: Box::new(actor),
             revoke_wait,
             closing,
             pending: Mutex::new(Vec::new()),
@@ -217,9 +225,7 @@ impl CourierContext {
         };
         let bytes = records.iter().map(Record::size).sum();
         self.buffered.add(records.len(), bytes);
-        self.actor
-            .send_message(ConsumerMsg::Records(records))
-            .is_ok()
+        self.actor.records(records)
     }
 
     /// Adds a polled record; returns the number pending.
@@ -267,14 +273,7 @@ impl ConsumerContext for CourierContext {
             tracing::info!(?partitions, "partitions revoked: draining");
             if !self.closing.load(Ordering::SeqCst) && !partitions.is_empty() {
                 let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                if self
-                    .actor
-                    .send_message(ConsumerMsg::Revoked {
-                        partitions,
-                        ack: tx,
-                    })
-                    .is_ok()
-                    && rx.recv_timeout(self.revoke_wait).is_err()
+                if self.actor.revoked(partitions, tx) && rx.recv_timeout(self.revoke_wait).is_err()
                 {
                     tracing::warn!("revoke drain did not finish in time; in-flight events will be redelivered to the new owner");
                 }
@@ -292,7 +291,7 @@ impl ConsumerContext for CourierContext {
                 self.flush();
                 let partitions = self.partitions_of(tpl);
                 tracing::info!(?partitions, "partitions assigned");
-                let _ = self.actor.send_message(ConsumerMsg::Assigned(partitions));
+                self.actor.assigned(partitions);
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => tracing::error!(error = %e, "rebalance error"),

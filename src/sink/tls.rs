@@ -119,7 +119,7 @@ pub(super) struct HandshakeStats {
 impl HandshakeStats {
     fn failed(&self) {
         self.failures.fetch_add(1, Relaxed);
-        let now = crate::runtime::now_ms();
+        let now = crate::clock::now_ms();
         let _ = self
             .first_failure_unix_ms
             .compare_exchange(0, now, Relaxed, Relaxed);

@@ -1,7 +1,7 @@
 //! Test certificates made with `rcgen`: a CA, server certificates for
 //! 127.0.0.1/localhost (valid, expired, for another host name), a client
 //! certificate, written as PEM files into a directory of the test's own.
-//! Shared with the HTTPS benchmark (`benches/e2e.rs` includes this file).
+//! Shared with the HTTPS benchmark (`benches/e2e/main.rs` includes this file).
 #![allow(dead_code)]
 
 use rcgen::{

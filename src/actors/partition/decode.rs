@@ -9,13 +9,14 @@ use crate::delivery::{Item, Work};
 use crate::kafka::Record;
 use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Decodes records as the machine begins them: the configured input format
 /// (`core::input`) on main p, envelopes on DLQ p; bad input becomes
 /// `Work::Park` with its reason.
 pub struct Decoder {
+    /// For the test fault hook (`testing.crash_on_event_id`).
+    #[cfg(feature = "test-hooks")]
     pipeline: Arc<Pipeline>,
     partition: i32,
     topics: [Arc<str>; 2],
@@ -130,6 +131,7 @@ impl Decoder {
             json: pipeline.config.input.json(),
             consumed: topics.map(|t| metrics::counter!(m::CONSUMED, "topic" => t.to_string())),
             topics: topics.map(Arc::from),
+            #[cfg(feature = "test-hooks")]
             pipeline,
             partition,
         }
@@ -156,13 +158,20 @@ impl Decoder {
     }
 
     /// Test fault hook (`testing.crash_on_event_id`): panics once per process, or
-    /// every time with `testing.crash_repeatedly`.
+    /// every time with `testing.crash_repeatedly`. Only in a build with the cargo
+    /// feature `test-hooks` (a release build refuses the `[testing]` section).
+    #[cfg(not(feature = "test-hooks"))]
+    fn crash_hook(&self, _id: &str) {}
+
+    #[cfg(feature = "test-hooks")]
     fn crash_hook(&self, id: &str) {
+        /// Set once the hook fired: "once" is per process.
+        static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         let cfg = &self.pipeline.config.testing;
         if cfg.crash_on_event_id.as_deref() != Some(id) {
             return;
         }
-        let first = !self.pipeline.crash_hook_fired.swap(true, Ordering::SeqCst);
+        let first = !FIRED.swap(true, std::sync::atomic::Ordering::SeqCst);
         if first || cfg.crash_repeatedly {
             panic!("test fault hook: partition actor crashes on event {id}");
         }

@@ -285,8 +285,8 @@ async fn run_inner(
     }
     let observed = c.finish().await;
     let merged = metrics::merge(observed.last.values());
-    rep.p99_latency_s = metrics::quantile(&merged, 0.99);
-    rep.p50_latency_s = metrics::quantile(&merged, 0.50);
+    rep.p99_latency_s = merged.quantile(0.99);
+    rep.p50_latency_s = merged.quantile(0.50);
     rep.paused_s = observed.paused_s;
     rep.paused_instance_s = observed.paused_instance_s;
     if let Some(e) = script_err {

@@ -1,4 +1,6 @@
-//! Helpers for tests and drills: run a Courier process and read its metrics.
+//! Helpers for tests, drills and the bench: run a Courier process (or any child
+//! process: [`ChildGuard`]), pick a free port, read metrics ([`prom`]). One of each:
+//! the tests (`tests/common`), `courier-drill` and the bench (`benches/e2e/`) use these.
 //!
 //! Courier itself does not use this module. The integration tests (`tests/common`)
 //! and `courier-drill` start Courier the same way — `courier run --config
@@ -9,10 +11,14 @@
 //! Spawning needs a Tokio runtime (the child is a `tokio::process::Child`, awaited
 //! rather than polled). A [`CourierProcess`] that is dropped kills its process.
 
+pub mod child;
+pub mod prom;
+
+pub use child::ChildGuard;
+pub use prom::metric_sum;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 /// The log filter both the tests and the drills use unless told otherwise.
 pub const DEFAULT_RUST_LOG: &str = "info,librdkafka=warn,rdkafka=warn";
@@ -117,9 +123,7 @@ impl Launch {
 
 /// A running `courier run` child process.
 pub struct CourierProcess {
-    /// `None` once the process was reaped (stopped, killed, or seen exited).
-    child: Option<Child>,
-    name: String,
+    child: ChildGuard,
     /// The config file it was started with.
     pub config: PathBuf,
     /// Its stdout and stderr.
@@ -143,11 +147,9 @@ impl CourierProcess {
         let config = l.dir.join(format!("{}.toml", l.name));
         std::fs::write(&config, &l.toml).map_err(file_err("writing", &config))?;
         let log = l.dir.join(format!("{}.log", l.name));
-        let out = std::fs::File::create(&log).map_err(file_err("creating", &log))?;
-        let err = out.try_clone().map_err(file_err("opening", &log))?;
         let metrics_port = free_port()?;
-        let child = Command::new(&l.binary)
-            .arg("run")
+        let mut cmd = Command::new(&l.binary);
+        cmd.arg("run")
             .arg("--config")
             .arg(&config)
             .env("COURIER__KAFKA__BROKERS", &l.brokers)
@@ -157,19 +159,9 @@ impl CourierProcess {
                 format!("127.0.0.1:{metrics_port}"),
             )
             .env("RUST_LOG", &l.rust_log)
-            .envs(l.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| TestkitError::Spawn {
-                binary: l.binary.clone(),
-                source,
-            })?;
+            .envs(l.env.iter().map(|(k, v)| (k, v)));
         Ok(CourierProcess {
-            child: Some(child),
-            name: l.name.clone(),
+            child: ChildGuard::spawn(&l.name, cmd, &log)?,
             config,
             log,
             metrics_port,
@@ -178,97 +170,39 @@ impl CourierProcess {
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        self.child.name()
     }
 
     /// Whether the process may still run: started, and not yet stopped, killed or
     /// seen exited through this handle.
     pub fn is_live(&self) -> bool {
-        self.child.is_some()
+        self.child.is_live()
     }
 
     /// The process id while the process is [live](Self::is_live).
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().and_then(Child::id)
+        self.child.pid()
     }
 
-    /// `Some(code)` if the process has exited on its own (the code is `None` when a
-    /// signal ended it); it is then reaped and no longer live. `None` while it runs.
+    /// See [`ChildGuard::exited`].
     pub fn exited(&mut self) -> Option<Option<i32>> {
-        let c = self.child.as_mut()?;
-        match c.try_wait() {
-            Ok(Some(st)) => {
-                self.child = None;
-                Some(st.code())
-            }
-            _ => None,
-        }
+        self.child.exited()
     }
 
     /// SIGKILL: no shutdown path runs. Returns once the process is gone.
     pub async fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // Fails only if the process was already reaped, and `wait` then
-            // returns at once.
-            let _ = c.start_kill();
-            let _ = c.wait().await;
-        }
+        self.child.kill().await
     }
 
-    /// SIGTERM, then waits for the graceful exit; see [`Self::wait_exit`] for the
-    /// result. `Ok(None)` if the process is not live.
+    /// SIGTERM, then waits for the graceful exit; see [`ChildGuard::wait_exit`]
+    /// for the result. `Ok(None)` if the process is not live.
     pub async fn terminate(&mut self, timeout: Duration) -> Result<Option<i32>, TestkitError> {
-        let Some(pid) = self.pid() else {
-            return Ok(None);
-        };
-        let sent = Command::new("kill")
-            .arg("-TERM")
-            .arg(pid.to_string())
-            .stdin(Stdio::null())
-            .output()
-            .await;
-        let reason = match sent {
-            Ok(out) if out.status.success() => None,
-            Ok(out) => Some(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-            Err(e) => Some(format!("running kill: {e}")),
-        };
-        if let Some(reason) = reason {
-            return Err(TestkitError::Signal {
-                name: self.name.clone(),
-                pid,
-                reason,
-            });
-        }
-        self.wait_exit(timeout).await
+        self.child.terminate("-TERM", timeout).await
     }
 
-    /// Waits for the process to exit and returns its exit code (`None` when a
-    /// signal ended it). After `timeout` it is killed (SIGKILL) and
-    /// [`TestkitError::ExitTimeout`] returned. `Ok(None)` if the process is not live.
+    /// See [`ChildGuard::wait_exit`].
     pub async fn wait_exit(&mut self, timeout: Duration) -> Result<Option<i32>, TestkitError> {
-        let Some(mut c) = self.child.take() else {
-            return Ok(None);
-        };
-        match tokio::time::timeout(timeout, c.wait()).await {
-            Ok(Ok(st)) => Ok(st.code()),
-            Ok(Err(source)) => {
-                let _ = c.start_kill();
-                let _ = c.wait().await;
-                Err(TestkitError::Wait {
-                    name: self.name.clone(),
-                    source,
-                })
-            }
-            Err(_) => {
-                let _ = c.start_kill();
-                let _ = c.wait().await;
-                Err(TestkitError::ExitTimeout {
-                    name: self.name.clone(),
-                    timeout,
-                    log: self.log.clone(),
-                })
-            }
-        }
+        self.child.wait_exit(timeout).await
     }
 
     /// The whole log so far.
@@ -304,73 +238,9 @@ pub async fn metrics_page(port: u16, timeout: Option<Duration>) -> Result<String
     resp.text().await.map_err(scrape_err)
 }
 
-/// The sum of all samples of `name` in a Prometheus text page. `name` is a metric
-/// name (its series with any labels, but not `name_other`), or a metric name with
-/// labels the series must have, e.g. `x_total{result="miss"` (the closing brace is
-/// optional): other labels (the exporter's `group` and `main_topic` on every series)
-/// and the order of the labels do not matter.
-pub fn metric_sum(text: &str, name: &str) -> f64 {
-    let (metric, wanted) = match name.split_once('{') {
-        Some((m, labels)) => (m, labels_of(labels.trim_end_matches('}'))),
-        None => (name, Vec::new()),
-    };
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let rest = l.strip_prefix(metric)?;
-            let (labels, value) = if let Some(r) = rest.strip_prefix('{') {
-                r.split_once("} ")?
-            } else {
-                ("", rest.strip_prefix(' ')?)
-            };
-            let have = labels_of(labels);
-            wanted
-                .iter()
-                .all(|w| have.contains(w))
-                .then(|| value.split_whitespace().next()?.parse::<f64>().ok())?
-        })
-        .sum()
-}
-
-/// `a="x",b="y"` as `[("a", "x"), ("b", "y")]` (values without escaped quotes, as
-/// Courier's bounded label values are).
-fn labels_of(s: &str) -> Vec<(&str, &str)> {
-    s.split("\",")
-        .filter_map(|pair| {
-            let (k, v) = pair.split_once("=\"")?;
-            Some((k.trim_start_matches(','), v.trim_end_matches('"')))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sums_the_series_of_a_metric() {
-        let text = "# HELP x_total x\n# TYPE x_total counter\n\
-x_total{result=\"hit\"} 3\nx_total{result=\"miss\"} 4\nx_total_other 100\nx_total 1\n";
-        assert_eq!(metric_sum(text, "x_total"), 8.0);
-        assert_eq!(metric_sum(text, "x_total{result=\"miss\""), 4.0);
-        assert_eq!(metric_sum(text, "y_total"), 0.0);
-    }
-
-    #[test]
-    fn label_filters_ignore_other_labels_and_their_order() {
-        // The exporter puts its global labels (group, main_topic) first.
-        let text = "x_total{group=\"g\",main_topic=\"t\",result=\"hit\"} 3\n\
-x_total{group=\"g\",main_topic=\"t\",result=\"miss\"} 4\n\
-x_total{group=\"g\",main_topic=\"t\",result=\"miss_other\"} 100\n";
-        assert_eq!(metric_sum(text, "x_total"), 107.0);
-        assert_eq!(metric_sum(text, "x_total{result=\"miss\""), 4.0);
-        assert_eq!(metric_sum(text, "x_total{result=\"miss\"}"), 4.0);
-        assert_eq!(
-            metric_sum(text, "x_total{main_topic=\"t\",result=\"hit\""),
-            3.0
-        );
-        assert_eq!(metric_sum(text, "x_total{result=\"none\""), 0.0);
-    }
 
     #[tokio::test]
     async fn a_process_that_cannot_start_is_an_error() {

@@ -21,27 +21,20 @@
 //! cargo bench --bench e2e -- --json target/bench-e2e.json
 //! ```
 
-#[path = "e2e/ceiling.rs"]
 mod ceiling;
-#[path = "e2e/classic.rs"]
 mod classic;
-#[path = "e2e/courier_run.rs"]
 mod courier_run;
-#[path = "e2e/drain.rs"]
 mod drain;
-#[path = "e2e/procs.rs"]
 mod procs;
-#[path = "e2e/prom.rs"]
-mod prom;
-#[path = "e2e/report.rs"]
 mod report;
 // Test certificates (rcgen), shared with tests/tls_api.rs.
-#[path = "../tests/common/certs.rs"]
+#[path = "../../tests/common/certs.rs"]
 mod certs;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
-use procs::{cpu_seconds, free_port, ChildGuard, Pid};
+use courier::testkit::{free_port, ChildGuard};
+use procs::{cpu_seconds, Pid};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -346,7 +339,7 @@ impl Sink {
                 .arg("--tls-key")
                 .arg(&t.key_file);
         }
-        let guard = ChildGuard::spawn("sink", &mut cmd, &log_dir.join("sink.log"))?;
+        let guard = ChildGuard::spawn("sink", cmd, &log_dir.join("sink.log"))?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let sink = Sink {
             guard,
@@ -376,7 +369,7 @@ impl Sink {
     /// Sets the latency and clears the books (they grow with every request).
     async fn prepare(&mut self, latency_ms: u64) -> anyhow::Result<()> {
         if let Some(st) = self.guard.exited() {
-            anyhow::bail!("the sink exited ({st})");
+            anyhow::bail!("the sink exited (code {st:?})");
         }
         self.http
             .put(format!("{}/behaviour", self.base))

@@ -1,0 +1,115 @@
+//! The module layers of `src/` (the library; `src/bin` and `main.rs` are left out):
+//! a module may use only modules of lower layers, so no two modules import each
+//! other, and `core` imports nothing else of Courier. docs/ARCHITECTURE.md
+//! ("Layers") explains the order. A use is any `crate::<module>` path in the file,
+//! comments included (a doc link to a higher layer is a hint of a wrong direction
+//! too).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Lowest first. Modules of one layer do not use each other.
+const LAYERS: &[&[&str]] = &[
+    &["core"],
+    &["clock", "handle", "tls", "store_tls", "testkit"],
+    &["config", "sink"],
+    &["health", "status", "kafka"],
+    &["metrics", "ops", "audit"],
+    &["runtime", "loadgen"],
+    &["delivery"],
+    &["actors"],
+    &["app"],
+    &["demo"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+/// The crate modules `text` names as `crate::<module>` or `super::super::<module>`.
+fn uses(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for prefix in ["crate::", "super::super::"] {
+        for (i, _) in text.match_indices(prefix) {
+            let rest = &text[i + prefix.len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// Each top-level module of `src/` and the files of it that use each other module.
+fn imports(src: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src/ is readable") {
+            let path = entry.expect("directory entry").path();
+            let rel = path.strip_prefix(src).expect("below src/");
+            if path.is_dir() {
+                if rel != Path::new("bin") {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let first = rel.components().next().expect("a path below src/");
+            let top = first.as_os_str().to_string_lossy();
+            let top = top.trim_end_matches(".rs").to_string();
+            if top == "lib" || top == "main" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("source is readable");
+            let used = out.entry(top.clone()).or_default();
+            for u in uses(&text) {
+                if u != top {
+                    used.entry(u).or_insert_with(|| rel.display().to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn modules_use_only_lower_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = imports(&src);
+    let mut wrong = Vec::new();
+    for (module, used) in &graph {
+        let Some(mine) = layer_of(module) else {
+            wrong.push(format!(
+                "`{module}` is in no layer: add it to LAYERS (and to docs/ARCHITECTURE.md)"
+            ));
+            continue;
+        };
+        for (other, file) in used {
+            match layer_of(other) {
+                Some(theirs) if theirs < mine => {}
+                Some(_) => wrong.push(format!(
+                    "src/{file} ({module}) uses `{other}`, which is not below it"
+                )),
+                // Not a module of ours (`crate::` in a string), or one of no
+                // layer, reported above.
+                None => {}
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
+    assert!(graph["core"].is_empty(), "core uses {:?}", graph["core"]);
+}
+
+#[test]
+fn the_check_sees_a_use_in_any_form() {
+    let text = "use crate::actors::x;\nfn f() { crate::runtime::now_ms(); super::super::kafka::Y }";
+    assert_eq!(uses(text), ["actors", "runtime", "kafka"]);
+    assert!(layer_of("core") < layer_of("delivery") && layer_of("delivery") < layer_of("actors"));
+}
