@@ -18,18 +18,7 @@ pub struct Verdict {
     pub redis_ok: bool,
 }
 
-/// What one API call told us about the API (not about the event).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallOutcome {
-    /// The API answered (2xx, 409, or a 4xx about the event itself).
-    Up,
-    /// Timeout, connection error, 408, 429, 5xx.
-    Failed,
-    /// 401/403, TLS failures and the like: credentials, certificates or the API
-    /// itself. Trips at once; the breaker's transition carries the reason
-    /// (`http_401`, `tls_untrusted`, ...).
-    Systemic(&'static str),
-}
+pub use crate::core::classify::CallOutcome;
 
 /// Per-second counter for the flood guard.
 #[derive(Debug, Default)]

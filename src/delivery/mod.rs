@@ -9,7 +9,10 @@ pub mod token;
 use crate::actors::dlq_writer::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
-use crate::core::classify::{classify_status, FailureClass, FailureLog, TransportFailure, Verdict};
+use crate::core::classify::{
+    classify_status, outcome_of, DlqRefusal, ErrorClass, FailureClass, FailureLog, Reason,
+    TransportFailure, Verdict,
+};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
 use crate::core::envelope::OriginHeader;
 use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
@@ -34,7 +37,7 @@ pub enum Work {
     Deliver(Event),
     /// Bad input: straight to the parking lot with this reason.
     Park {
-        reason: String,
+        reason: Reason,
         message: String,
     },
     /// A DLQ record whose turn has come (drain).
@@ -85,7 +88,7 @@ enum Body {
     /// The event cannot be sent (no enrichment row and the config says park, or
     /// the body cannot be built): parked with this reason, never retried.
     Park {
-        reason: &'static str,
+        reason: Reason,
         message: String,
     },
 }
@@ -120,9 +123,7 @@ const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 /// and the envelope's `last_error`.
 struct Failure {
     class: FailureClass,
-    reason: String,
-    /// The reason as a static label, for the breaker's transition when systemic.
-    breaker_reason: &'static str,
+    reason: Reason,
     status: Option<u16>,
     retry_after: Option<Duration>,
     /// The innermost error's text for a failure without an answer (no URL, no
@@ -135,8 +136,7 @@ impl Failure {
     fn status(class: FailureClass, a: &http::Answer) -> Failure {
         Failure {
             class,
-            reason: format!("http_{}", a.status),
-            breaker_reason: systemic_status_reason(a.status),
+            reason: Reason::Http(a.status),
             status: Some(a.status),
             retry_after: a.retry_after,
             detail: None,
@@ -147,13 +147,17 @@ impl Failure {
     fn transport(t: TransportError) -> Failure {
         Failure {
             class: t.kind.class(),
-            reason: t.kind.as_str().to_string(),
-            breaker_reason: t.kind.as_str(),
+            reason: Reason::Transport(t.kind),
             status: None,
             retry_after: None,
             detail: Some(t.detail),
             hint: Some(t.kind.hint()),
         }
+    }
+
+    /// The envelope's `last_error` for this failure, with `message`.
+    fn error(&self, message: &str) -> ErrorInfo {
+        ErrorInfo::new(self.class.into(), self.reason, self.status, message)
     }
 
     /// `last_error.message`: what the API answered, or what failed and why.
@@ -244,25 +248,39 @@ impl Deliverer {
     /// [`FAILURE_LOG_EVERY`], with the count left out): systemic failures at WARN,
     /// since someone must act, the others at INFO.
     fn report(&self, f: &Failure) {
-        metrics::counter!(m::DELIVERY_ERRORS, "class" => f.class.as_str(), "reason" => f.reason.clone())
+        let reason = f.reason.as_str();
+        metrics::counter!(m::DELIVERY_ERRORS, "class" => f.class.as_str(), "reason" => reason)
             .increment(1);
-        self.pipeline
-            .status
-            .errors
-            .record(f.class.as_str(), &f.reason);
+        self.pipeline.status.errors.record(f.class.as_str(), reason);
         let log = self
             .failure_log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .observe(&f.reason, Instant::now());
+            .observe(reason, Instant::now());
         let Some(l) = log else { return };
         let (detail, hint, status) = (f.detail.as_deref(), f.hint, f.status);
         if f.class == FailureClass::Systemic {
-            tracing::warn!(reason = %f.reason, class = f.class.as_str(), status, detail, hint, first = l.first, left_out = l.left_out,
-                "API call failed: the pipeline pauses until it works again");
+            tracing::warn!(
+                reason,
+                class = f.class.as_str(),
+                status,
+                detail,
+                hint,
+                first = l.first,
+                left_out = l.left_out,
+                "API call failed: the pipeline pauses until it works again"
+            );
         } else {
-            tracing::info!(reason = %f.reason, class = f.class.as_str(), status, detail, hint, first = l.first, left_out = l.left_out,
-                "API call failed");
+            tracing::info!(
+                reason,
+                class = f.class.as_str(),
+                status,
+                detail,
+                hint,
+                first = l.first,
+                left_out = l.left_out,
+                "API call failed"
+            );
         }
     }
 
@@ -305,12 +323,7 @@ impl Deliverer {
                 Box::pin(self.deliver(&item, ev, permit).instrument(span())).await
             }
             Work::Park { reason, message } => {
-                let info = ErrorInfo {
-                    class: "poison".into(),
-                    reason: reason.clone(),
-                    status: None,
-                    message: message.clone(),
-                };
+                let info = ErrorInfo::new(ErrorClass::Poison, *reason, None, message);
                 Box::pin(self.park(&item, info).instrument(span())).await
             }
             Work::FromDlq(env) => {
@@ -383,7 +396,7 @@ impl Deliverer {
                 self.drop_from_dlq(
                     item,
                     env,
-                    reason,
+                    Reason::DlqPolicy(reason),
                     format!("{} policy: {reason}", policy.as_str()),
                 )
                 .await
@@ -473,7 +486,7 @@ impl Deliverer {
                 .drop_from_dlq(
                     item,
                     env,
-                    "unreadable_envelope",
+                    Reason::UnreadableEnvelope,
                     "DLQ envelope without an event id".into(),
                 )
                 .await;
@@ -482,7 +495,7 @@ impl Deliverer {
             Ok(d) => d,
             Err(e) => {
                 return self
-                    .drop_from_dlq(item, env, "unreadable_envelope", e.to_string())
+                    .drop_from_dlq(item, env, Reason::UnreadableEnvelope, e.to_string())
                     .await
             }
         };
@@ -524,19 +537,13 @@ impl Deliverer {
             },
             Err(t) => Failure::transport(t),
         };
-        if called && answer_reached_api(&failure) {
-            self.observe(outcome_of(failure.class, failure.breaker_reason));
+        if called && failure.reason.reached_the_api() {
+            self.observe(outcome_of(failure.class, failure.reason));
         }
         self.report(&failure);
-        let (class, reason, status) = (failure.class, failure.reason.clone(), failure.status);
-        let error = ErrorInfo {
-            class: class.as_str().into(),
-            reason: reason.clone(),
-            status,
-            message: format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""))
-                .trim_end()
-                .to_string(),
-        };
+        let (class, reason) = (failure.class, failure.reason.as_str().to_string());
+        let message = format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""));
+        let error = failure.error(message.trim_end());
         if class == FailureClass::Permanent {
             let mut parked = env.clone();
             parked.last_error = error;
@@ -560,8 +567,13 @@ impl Deliverer {
         }
         let retries = env.dlq_retries.saturating_add(1);
         if let Some(why) = dlq_policy::exhausted(policy, retries, env.first_dlq_at_ms, now) {
-            let mut last = env.retried(error, now);
-            last.last_error.reason = why.to_string();
+            let why_error = ErrorInfo::new(
+                class.into(),
+                Reason::DlqPolicy(why),
+                failure.status,
+                message.trim_end(),
+            );
+            let last = env.retried(why_error, now);
             return self.drop_enveloped(last, why).await;
         }
         let not_before = dlq_policy::next_not_before(
@@ -589,17 +601,12 @@ impl Deliverer {
         &self,
         _item: &Item,
         env: &Envelope,
-        reason: &str,
+        reason: Reason,
         message: String,
     ) -> Finished {
         let mut last = env.clone();
-        last.last_error = ErrorInfo {
-            class: "dropped".into(),
-            reason: reason.to_string(),
-            status: None,
-            message,
-        };
-        self.drop_enveloped(last, reason).await
+        last.last_error = ErrorInfo::new(ErrorClass::Dropped, reason, None, &message);
+        self.drop_enveloped(last, reason.as_str()).await
     }
 
     /// A drop is never silent: the envelope goes to the parking lot with its
@@ -638,15 +645,12 @@ impl Deliverer {
             error = %detail,
             "the DLQ refuses this event for good; parking it"
         );
-        env.last_error = ErrorInfo {
-            class: "systemic".into(),
-            reason: format!("dlq_{}", refusal.as_str()),
-            status: None,
-            message: crate::core::envelope::clean_text(
-                &format!("DLQ write refused: {detail}"),
-                crate::core::envelope::MAX_TEXT_BYTES,
-            ),
-        };
+        env.last_error = ErrorInfo::new(
+            ErrorClass::Systemic,
+            Reason::DlqRefused(refusal_reason(refusal)),
+            None,
+            &format!("DLQ write refused: {detail}"),
+        );
         Err(self.to_parking(env).await)
     }
 
@@ -685,8 +689,7 @@ impl Deliverer {
     }
 
     async fn deliver(&self, item: &Item, ev: &Event, permit: OwnedSemaphorePermit) -> Finished {
-        let gauge = &self.hot.in_flight;
-        gauge.increment(1.0);
+        let in_flight = InFlight::new(&self.hot.in_flight);
         let start = Instant::now();
         let mut attempts = 0u32;
         let failure = loop {
@@ -696,7 +699,7 @@ impl Deliverer {
                 Ok(Body::Send(body)) => match self.call(&ev.id, body).await {
                     Ok(answer) => match classify_status(answer.status) {
                         Verdict::Delivered => {
-                            gauge.decrement(1.0);
+                            drop(in_flight);
                             self.hot.latency.record(start.elapsed().as_secs_f64());
                             if let Some(ts) = item.timestamp_ms {
                                 let age = (now_ms() - ts).max(0) as f64 / 1000.0;
@@ -710,25 +713,19 @@ impl Deliverer {
                     Err(t) => Failure::transport(t),
                 },
                 Ok(Body::Park { reason, message }) => {
-                    gauge.decrement(1.0);
+                    drop(in_flight);
                     drop(permit);
-                    let info = ErrorInfo {
-                        class: "permanent".into(),
-                        reason: reason.into(),
-                        status: None,
-                        message,
-                    };
+                    let info = ErrorInfo::new(ErrorClass::Permanent, reason, None, &message);
                     return Box::pin(self.park(item, info)).await;
                 }
                 Err(e) => {
                     let reason = match e {
-                        EnrichError::Timeout => "enrichment_timeout",
-                        _ => "enrichment_unavailable",
+                        EnrichError::Timeout => Reason::EnrichmentTimeout,
+                        _ => Reason::EnrichmentUnavailable,
                     };
                     Failure {
                         class: FailureClass::Transient,
-                        reason: reason.to_string(),
-                        breaker_reason: reason,
+                        reason,
                         status: None,
                         retry_after: None,
                         detail: Some(e.to_string()),
@@ -760,15 +757,10 @@ impl Deliverer {
             }
             break failure;
         };
-        gauge.decrement(1.0);
+        drop(in_flight);
         drop(permit);
         let class = failure.class;
-        let info = ErrorInfo {
-            class: class.as_str().into(),
-            reason: failure.reason.clone(),
-            status: failure.status,
-            message: failure.message(&format!("after {attempts} tries")),
-        };
+        let info = failure.error(&failure.message(&format!("after {attempts} tries")));
         // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
         // would otherwise size every delivery's state machine.
         if class == FailureClass::Permanent {
@@ -786,10 +778,10 @@ impl Deliverer {
         match &r {
             Ok(a) => self.observe(match classify_status(a.status) {
                 Verdict::Delivered => CallOutcome::Up,
-                Verdict::Failed(c) => outcome_of(c, systemic_status_reason(a.status)),
+                Verdict::Failed(c) => outcome_of(c, Reason::Http(a.status)),
             }),
             Err(t) if t.kind.reached_the_api() => {
-                self.observe(outcome_of(t.kind.class(), t.kind.as_str()))
+                self.observe(outcome_of(t.kind.class(), Reason::Transport(t.kind)))
             }
             // A request that could not be built says nothing about the API.
             Err(_) => {}
@@ -812,7 +804,7 @@ impl Deliverer {
                 match crate::core::event::with_attribute(&ev.raw, &cfg.field, &doc) {
                     Ok(body) => Body::Send(body),
                     Err(e) => Body::Park {
-                        reason: "body_unbuildable",
+                        reason: Reason::BodyUnbuildable,
                         message: e.to_string(),
                     },
                 },
@@ -820,7 +812,7 @@ impl Deliverer {
             None => Ok(match cfg.on_missing {
                 OnMissing::Deliver => Body::Send(ev.raw.clone()),
                 OnMissing::Park => Body::Park {
-                    reason: "enrichment_missing",
+                    reason: Reason::EnrichmentMissing,
                     message: "no enrichment row for the event's key".into(),
                 },
             }),
@@ -883,29 +875,30 @@ impl Deliverer {
     }
 }
 
-/// What a failed call says about the API (not the event): a permanent failure
-/// is the event's, so the API is up; a systemic one trips the breaker with its
-/// reason.
-fn outcome_of(class: FailureClass, reason: &'static str) -> CallOutcome {
-    match class {
-        FailureClass::Permanent => CallOutcome::Up,
-        FailureClass::Systemic => CallOutcome::Systemic(reason),
-        FailureClass::Transient => CallOutcome::Failed,
+/// The reason a DLQ refusal parks an event with.
+fn refusal_reason(r: Refusal) -> DlqRefusal {
+    match r {
+        Refusal::TooLarge => DlqRefusal::TooLarge,
+        Refusal::NotAuthorized => DlqRefusal::NotAuthorized,
+        Refusal::UnknownTopic => DlqRefusal::UnknownTopic,
+        Refusal::InvalidRecord => DlqRefusal::InvalidRecord,
     }
 }
 
-/// Whether a failed call reached the API (a request that could not be built
-/// here did not).
-fn answer_reached_api(f: &Failure) -> bool {
-    f.breaker_reason != TransportFailure::Request.as_str()
+/// Holds one unit of `courier_in_flight` from its creation until it is
+/// dropped, whichever way a delivery ends.
+struct InFlight<'a>(&'a metrics::Gauge);
+
+impl<'a> InFlight<'a> {
+    fn new(gauge: &'a metrics::Gauge) -> InFlight<'a> {
+        gauge.increment(1.0);
+        InFlight(gauge)
+    }
 }
 
-/// The breaker's reason for a systemic answer (a bounded set of label values).
-fn systemic_status_reason(status: u16) -> &'static str {
-    match status {
-        401 => "http_401",
-        403 => "http_403",
-        _ => "systemic",
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
     }
 }
 
