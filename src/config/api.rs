@@ -2,6 +2,7 @@
 
 use super::{invalid, ConfigError};
 use crate::core::backoff::RetryPolicy;
+use crate::core::status_policy::{StatusAction, StatusPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -42,7 +43,19 @@ pub struct ApiConfig {
     pub pool_max_idle_per_host: usize,
     /// TLS to an `https://` API.
     pub tls: ApiTlsConfig,
+    // --- Status policy, request mapping, trace context (issue 14 items 3-5) ---
+    /// `[api.status]`: codes (`"404"`) or ranges (`"500-599"`) mapped to
+    /// `ok | transient | permanent | systemic` over the defaults; the narrowest
+    /// rule wins.
+    pub status: BTreeMap<String, StatusAction>,
+    /// How much of a non-2xx answer's body (bytes, control characters
+    /// replaced) goes into the DLQ / parking-lot envelope's `last_error.message`.
+    pub error_body_bytes: usize,
 }
+
+/// The most `api.error_body_bytes` may be: the message around it must still fit
+/// the envelope's 1 KB limit.
+pub const MAX_ERROR_BODY_BYTES: usize = 768;
 
 /// `[api.tls]`: whom to trust, and the client certificate for mTLS. Paths to
 /// PEM files (read at start; never their contents in the config).
@@ -114,6 +127,8 @@ impl Default for ApiConfig {
             allow_plaintext: false,
             pool_max_idle_per_host: 4096,
             tls: ApiTlsConfig::default(),
+            status: BTreeMap::new(),
+            error_body_bytes: 256,
         }
     }
 }
@@ -128,7 +143,19 @@ impl ApiConfig {
         }
     }
 
+    /// The status-code policy (`[api.status]` over the defaults).
+    pub fn status_policy(&self) -> Result<StatusPolicy, ConfigError> {
+        StatusPolicy::new(&self.status).map_err(|e| invalid("api.status", e.to_string()))
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.status_policy()?;
+        if self.error_body_bytes > MAX_ERROR_BODY_BYTES {
+            return Err(invalid(
+                "api.error_body_bytes",
+                format!("must be at most {MAX_ERROR_BODY_BYTES} (the envelope's message is cut at 1 KB)"),
+            ));
+        }
         let url = reqwest::Url::parse(&self.url).map_err(|e| invalid("api.url", e.to_string()))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(invalid("api.url", "scheme must be http or https"));
@@ -330,6 +357,30 @@ mod tests {
             ..with_url("https://x/e")
         };
         assert_eq!(field(h2c.validate()), "api.http2_prior_knowledge");
+    }
+
+    #[test]
+    fn status_rules_are_checked() {
+        let cfg = |toml: &str| crate::config::Config::from_toml(toml);
+        let ok = cfg("[api.status]\n\"404\" = \"systemic\"\n\"500-599\" = \"transient\"\n\"409\" = \"ok\"\n\"422\" = \"permanent\"")
+            .expect("valid rules");
+        assert_eq!(ok.api.status.len(), 4);
+        for (bad, field) in [
+            ("[api.status]\n\"4o4\" = \"ok\"", "api.status"),
+            ("[api.status]\n\"700\" = \"ok\"", "api.status"),
+            (
+                "[api.status]\n\"500-549\" = \"ok\"\n\"520-569\" = \"systemic\"",
+                "api.status",
+            ),
+            ("[api]\nerror_body_bytes = 100000", "api.error_body_bytes"),
+        ] {
+            match cfg(bad) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{bad}"),
+                other => panic!("{bad}: expected {field} refused, got {other:?}"),
+            }
+        }
+        // An unknown action is refused when the config is read.
+        assert!(cfg("[api.status]\n\"404\" = \"maybe\"").is_err());
     }
 
     #[test]

@@ -170,7 +170,9 @@ impl Reason {
     /// label values on `courier_breaker_transitions_total`).
     pub fn breaker_reason(self) -> &'static str {
         match self {
-            Reason::Http(401 | 403) => self.as_str(),
+            // 401/403 by default; any 4xx/5xx `[api.status]` makes systemic.
+            Reason::Http(400..=599) => self.as_str(),
+            // 1xx/3xx: answers Courier cannot act on.
             Reason::Http(_) => "systemic",
             other => other.as_str(),
         }
@@ -531,8 +533,9 @@ mod tests {
             Reason::DlqRefused(DlqRefusal::TooLarge).as_str(),
             "dlq_too_large"
         );
-        // The breaker hears 401/403 by name, other systemic statuses as one label.
+        // The breaker hears 4xx/5xx by name, 1xx/3xx as one label.
         assert_eq!(Reason::Http(401).breaker_reason(), "http_401");
+        assert_eq!(Reason::Http(404).breaker_reason(), "http_404");
         assert_eq!(Reason::Http(302).breaker_reason(), "systemic");
         assert!(!Reason::Transport(TransportFailure::Request).reached_the_api());
         assert!(Reason::Http(500).reached_the_api());

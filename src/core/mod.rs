@@ -17,3 +17,4 @@ pub mod ordering;
 pub mod partition;
 pub mod restart;
 pub mod status;
+pub mod status_policy;

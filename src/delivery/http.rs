@@ -28,11 +28,24 @@ pub enum ClientError {
     Build(#[from] reqwest::Error),
 }
 
-/// An HTTP answer, reduced to what classification needs.
-#[derive(Debug, Clone, Copy)]
+/// An HTTP answer, reduced to what classification and the envelope need.
+#[derive(Debug, Clone)]
 pub struct Answer {
     pub status: u16,
     pub retry_after: Option<Duration>,
+    /// For a non-2xx answer: the start of its body (`api.error_body_bytes`,
+    /// control characters replaced), for the envelope's `last_error.message`
+    /// only — never a log line or a metric label.
+    pub body: Option<String>,
+}
+
+/// The first `max` bytes of an answer's body as text, control characters
+/// replaced; `None` when empty.
+pub fn body_excerpt(body: &[u8], max: usize) -> Option<String> {
+    let cut = &body[..body.len().min(max)];
+    let text = String::from_utf8_lossy(cut);
+    let text = crate::core::envelope::clean_text(text.trim(), usize::MAX);
+    (!text.is_empty()).then_some(text)
 }
 
 /// A call that got no HTTP answer: what failed, and the innermost error's text
@@ -56,6 +69,7 @@ impl TransportError {
 pub struct ApiClient {
     client: reqwest::Client,
     url: reqwest::Url,
+    error_body_bytes: usize,
 }
 
 impl ApiClient {
@@ -109,6 +123,7 @@ impl ApiClient {
         Ok(ApiClient {
             client: b.build()?,
             url,
+            error_body_bytes: cfg.error_body_bytes,
         })
     }
 
@@ -135,10 +150,17 @@ impl ApiClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
         // Read the (small) body so the connection goes back to the pool.
-        let _ = resp.bytes().await;
+        let body = resp.bytes().await;
+        let body = match body {
+            Ok(b) if !(200..300).contains(&status) && self.error_body_bytes > 0 => {
+                body_excerpt(&b, self.error_body_bytes)
+            }
+            _ => None,
+        };
         Ok(Answer {
             status,
             retry_after,
+            body,
         })
     }
 }
@@ -357,6 +379,20 @@ mod tests {
 
     fn kind(e: &(dyn StdError + 'static), connecting: bool, timed_out: bool) -> TransportFailure {
         classify(e, connecting, timed_out).0
+    }
+
+    #[test]
+    fn body_excerpts_are_cut_and_cleaned() {
+        assert_eq!(body_excerpt(b"", 256), None);
+        assert_eq!(body_excerpt(b"  \n", 256), None);
+        assert_eq!(
+            body_excerpt(b"{\"error\":\"no route\"}\r\n\x1b[31m", 256).as_deref(),
+            Some("{\"error\":\"no route\"}   [31m")
+        );
+        assert_eq!(body_excerpt(b"abcdef", 3).as_deref(), Some("abc"));
+        // A cut inside a character leaves a replacement character, not an error.
+        let e = body_excerpt("ééé".as_bytes(), 3).expect("text");
+        assert!(e.starts_with('é') && e.len() <= 5, "{e}");
     }
 
     #[test]

@@ -10,8 +10,7 @@ use crate::actors::dlq_writer::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
 use crate::core::classify::{
-    classify_status, outcome_of, DlqRefusal, ErrorClass, FailureClass, FailureLog, Reason,
-    TransportFailure, Verdict,
+    outcome_of, DlqRefusal, ErrorClass, FailureClass, FailureLog, Reason, TransportFailure, Verdict,
 };
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
 use crate::core::envelope::OriginHeader;
@@ -19,6 +18,7 @@ use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOA
 use crate::core::event::DecodeError;
 use crate::core::event::Event;
 use crate::core::input::{decode_record, BodyType, Decoded, Header, RecordIn};
+use crate::core::status_policy::StatusPolicy;
 use crate::health::CallOutcome;
 use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
@@ -100,6 +100,8 @@ pub struct Job {
 
 pub struct Deliverer {
     api: ApiClient,
+    /// What each HTTP status means (`[api.status]` over the defaults).
+    status: StatusPolicy,
     policy: RetryPolicy,
     permits: Arc<Semaphore>,
     /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
@@ -130,6 +132,8 @@ struct Failure {
     /// secret, nothing the API sent).
     detail: Option<String>,
     hint: Option<&'static str>,
+    /// The start of the API's answer (non-2xx): the envelope's message only.
+    body: Option<String>,
 }
 
 impl Failure {
@@ -141,6 +145,7 @@ impl Failure {
             retry_after: a.retry_after,
             detail: None,
             hint: crate::core::classify::status_hint(a.status),
+            body: a.body.clone(),
         }
     }
 
@@ -152,6 +157,7 @@ impl Failure {
             retry_after: None,
             detail: Some(t.detail),
             hint: Some(t.kind.hint()),
+            body: None,
         }
     }
 
@@ -163,7 +169,13 @@ impl Failure {
     /// `last_error.message`: what the API answered, or what failed and why.
     fn message(&self, what: &str) -> String {
         match (self.status, &self.detail) {
-            (Some(s), _) => format!("API answered {s} {what}"),
+            (Some(s), _) => {
+                let m = format!("API answered {s} {what}");
+                match &self.body {
+                    Some(b) => format!("{}: {b}", m.trim_end()),
+                    None => m,
+                }
+            }
             (None, Some(d)) if !d.is_empty() => format!("{} {what}: {d}", self.reason),
             (None, _) => format!("{} {what}", self.reason),
         }
@@ -230,6 +242,7 @@ impl Deliverer {
         let d = &cfg.degraded;
         Ok(Deliverer {
             api,
+            status: cfg.api.status_policy()?,
             policy: cfg.api.retry_policy(),
             permits: Arc::new(Semaphore::new(cfg.pipeline.concurrency)),
             drain_permits: Semaphore::new(d.drain_concurrency),
@@ -352,6 +365,17 @@ impl Deliverer {
         if t.to == crate::core::breaker::BreakerStateKind::Open {
             if let Some(h) = self.pipeline.health_actor() {
                 let _ = h.send_message(crate::actors::health::HealthMsg::Tripped);
+            }
+        }
+    }
+
+    /// The parking flood guard: an event parked because of the API's answer (a
+    /// permanent status, not bad input nor a request unbuildable here) counts;
+    /// too many per second trip the breaker (`park_flood`).
+    fn parked_after(&self, reason: Reason) {
+        if matches!(reason, Reason::Http(_)) {
+            if let Some(t) = self.pipeline.health.parked_by_api() {
+                self.on_transition(t);
             }
         }
     }
@@ -526,7 +550,7 @@ impl Deliverer {
         };
         let cfg = &self.pipeline.config;
         let failure = match answer {
-            Ok(a) => match classify_status(a.status) {
+            Ok(a) => match self.status.classify(a.status) {
                 Verdict::Delivered => {
                     self.observe(CallOutcome::Up);
                     metrics::counter!(m::DLQ_REDELIVERED).increment(1);
@@ -547,7 +571,9 @@ impl Deliverer {
         if class == FailureClass::Permanent {
             let mut parked = env.clone();
             parked.last_error = error;
-            return self.park_envelope(item, parked).await;
+            let done = self.park_envelope(item, parked).await;
+            self.parked_after(failure.reason);
+            return done;
         }
         let now = now_ms();
         if class == FailureClass::Systemic {
@@ -697,7 +723,7 @@ impl Deliverer {
             self.hot.attempts.increment(1);
             let failure = match self.body(item.entity_key(), ev).await {
                 Ok(Body::Send(body)) => match self.call(&ev.id, body).await {
-                    Ok(answer) => match classify_status(answer.status) {
+                    Ok(answer) => match self.status.classify(answer.status) {
                         Verdict::Delivered => {
                             drop(in_flight);
                             self.hot.latency.record(start.elapsed().as_secs_f64());
@@ -730,6 +756,7 @@ impl Deliverer {
                         retry_after: None,
                         detail: Some(e.to_string()),
                         hint: None,
+                        body: None,
                     }
                 }
             };
@@ -764,7 +791,9 @@ impl Deliverer {
         // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
         // would otherwise size every delivery's state machine.
         if class == FailureClass::Permanent {
-            Box::pin(self.park(item, info)).await
+            let done = Box::pin(self.park(item, info)).await;
+            self.parked_after(failure.reason);
+            done
         } else {
             Box::pin(self.dead_letter(item, info)).await
         }
@@ -776,7 +805,7 @@ impl Deliverer {
         self.pipeline.health.gate().await;
         let r = self.api.post(id, body, None).await;
         match &r {
-            Ok(a) => self.observe(match classify_status(a.status) {
+            Ok(a) => self.observe(match self.status.classify(a.status) {
                 Verdict::Delivered => CallOutcome::Up,
                 Verdict::Failed(c) => outcome_of(c, Reason::Http(a.status)),
             }),
