@@ -101,6 +101,7 @@ impl Config {
         self.pipeline.validate()?;
         self.input.validate()?;
         self.api.validate()?;
+        self.api.validate_for_input(self.input.format)?;
         self.enrichment.validate(self.retry.uses_deadline())?;
         self.metrics.validate()?;
         self.degraded.validate()?;

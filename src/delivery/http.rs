@@ -14,6 +14,7 @@
 use crate::config::{ApiConfig, CaMode};
 use crate::core::backoff::parse_retry_after;
 use crate::core::classify::TransportFailure;
+use crate::core::mapping::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use std::error::Error as StdError;
 use std::time::Duration;
@@ -63,6 +64,19 @@ impl TransportError {
             detail: detail.into(),
         }
     }
+}
+
+/// What one request carries beyond the event id and the body: the route's URL
+/// and method, the Content-Type, and extra headers (the route's, forwarded Kafka
+/// headers, the trace context). The default is today's request: POST to `api.url`.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    /// `None`: `api.url`.
+    pub url: Option<String>,
+    pub method: Method,
+    /// `None`: `application/cloudevents+json`.
+    pub content_type: Option<std::borrow::Cow<'static, str>>,
+    pub headers: Vec<(String, bytes::Bytes)>,
 }
 
 #[derive(Clone)]
@@ -134,11 +148,40 @@ impl ApiClient {
         body: bytes::Bytes,
         redelivery: Option<u32>,
     ) -> Result<Answer, TransportError> {
+        self.send(&Outgoing::default(), event_id, body, redelivery)
+            .await
+    }
+
+    /// One request as `out` says. A URL, header name or value the HTTP stack
+    /// refuses fails as `request_unbuildable` (the event's fault).
+    pub async fn send(
+        &self,
+        out: &Outgoing,
+        event_id: &str,
+        body: bytes::Bytes,
+        redelivery: Option<u32>,
+    ) -> Result<Answer, TransportError> {
+        let url = match &out.url {
+            None => self.url.clone(),
+            Some(u) => reqwest::Url::parse(u)
+                .map_err(|_| TransportError::new(TransportFailure::Request, String::new()))?,
+        };
+        let method = match out.method {
+            Method::Post => reqwest::Method::POST,
+            Method::Put => reqwest::Method::PUT,
+            Method::Patch => reqwest::Method::PATCH,
+        };
         let mut req = self
             .client
-            .post(self.url.clone())
+            .request(method, url)
             .header("Idempotency-Key", event_id)
             .body(body);
+        if let Some(ct) = &out.content_type {
+            req = req.header(CONTENT_TYPE, ct.as_ref());
+        }
+        for (name, value) in &out.headers {
+            req = req.header(name.as_str(), value.as_ref());
+        }
         if let Some(n) = redelivery {
             req = req.header("Courier-Redelivery", n.to_string());
         }

@@ -18,13 +18,16 @@ use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOA
 use crate::core::event::DecodeError;
 use crate::core::event::Event;
 use crate::core::input::{decode_record, BodyType, Decoded, Header, RecordIn};
+use crate::core::mapping::{Attributes, BodyMode, Routes};
 use crate::core::status_policy::StatusPolicy;
+use crate::core::trace;
 use crate::health::CallOutcome;
 use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
 use bytes::Bytes;
 use enrich::{EnrichError, Enricher, SourceOfTruth};
-use http::{ApiClient, TransportError};
+use http::{ApiClient, Outgoing, TransportError};
+use reqwest::header::HeaderValue;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use token::{CompletionToken, Finished};
@@ -82,9 +85,12 @@ impl Item {
     }
 }
 
-/// What an event's request body turned out to be.
+/// What an event's request turned out to be.
 enum Body {
-    Send(Bytes),
+    Send {
+        body: Bytes,
+        out: Outgoing,
+    },
     /// The event cannot be sent (no enrichment row and the config says park, or
     /// the body cannot be built): parked with this reason, never retried.
     Park {
@@ -100,6 +106,10 @@ pub struct Job {
 
 pub struct Deliverer {
     api: ApiClient,
+    /// `[[api.routes]]`, parsed.
+    routes: Routes,
+    /// `api.forward_headers`.
+    forward_headers: Vec<String>,
     /// What each HTTP status means (`[api.status]` over the defaults).
     status: StatusPolicy,
     policy: RetryPolicy,
@@ -242,6 +252,8 @@ impl Deliverer {
         let d = &cfg.degraded;
         Ok(Deliverer {
             api,
+            routes: cfg.api.routes()?,
+            forward_headers: cfg.api.forward_headers.clone(),
             status: cfg.api.status_policy()?,
             policy: cfg.api.retry_policy(),
             permits: Arc::new(Semaphore::new(cfg.pipeline.concurrency)),
@@ -515,7 +527,11 @@ impl Deliverer {
                 )
                 .await;
         };
-        let Decoded { event, key, .. } = match self.decode_envelope(env) {
+        let Decoded {
+            event,
+            key,
+            body_type,
+        } = match self.decode_envelope(env) {
             Ok(d) => d,
             Err(e) => {
                 return self
@@ -523,18 +539,27 @@ impl Deliverer {
                     .await
             }
         };
-        let key = key.as_deref().or(env.key.as_deref());
+        let headers = OriginHeader::to_record(&env.origin_headers);
+        let payload = Bytes::from(env.payload.clone());
+        let src = Source {
+            headers: Some(&headers),
+            key: key.as_deref().or(env.key.as_deref()),
+            body_type,
+            payload: Some(&payload),
+        };
         // Whether the API was called: an enrichment database error is not the API's,
         // and the breaker must not hear of it.
         let mut called = true;
-        let answer = match self.body(key, &event).await {
-            Ok(Body::Send(body)) => {
+        let answer = match self.request(&src, &event).await {
+            Ok(Body::Send { body, out }) => {
                 let Ok(_permit) = self.drain_permits.acquire().await else {
                     return std::future::pending::<Finished>().await;
                 };
                 self.drain_slot().await;
                 self.pipeline.health.gate().await;
-                self.api.post(&id, body, Some(env.dlq_retries + 1)).await
+                self.api
+                    .send(&out, &id, body, Some(env.dlq_retries + 1))
+                    .await
             }
             Ok(Body::Park { reason, message }) => {
                 return self.drop_from_dlq(item, env, reason, message).await
@@ -721,8 +746,14 @@ impl Deliverer {
         let failure = loop {
             attempts += 1;
             self.hot.attempts.increment(1);
-            let failure = match self.body(item.entity_key(), ev).await {
-                Ok(Body::Send(body)) => match self.call(&ev.id, body).await {
+            let src = Source {
+                headers: item.headers.as_deref(),
+                key: item.entity_key(),
+                body_type: item.body_type,
+                payload: item.payload.as_ref(),
+            };
+            let failure = match self.request(&src, ev).await {
+                Ok(Body::Send { body, out }) => match self.call(&ev.id, &out, body).await {
                     Ok(answer) => match self.status.classify(answer.status) {
                         Verdict::Delivered => {
                             drop(in_flight);
@@ -801,9 +832,14 @@ impl Deliverer {
 
     /// One API call on the main path: waits while the breaker is open, and feeds
     /// the breaker with what the answer says about the API.
-    async fn call(&self, id: &str, body: Bytes) -> Result<http::Answer, TransportError> {
+    async fn call(
+        &self,
+        id: &str,
+        out: &Outgoing,
+        body: Bytes,
+    ) -> Result<http::Answer, TransportError> {
         self.pipeline.health.gate().await;
-        let r = self.api.post(id, body, None).await;
+        let r = self.api.send(out, id, body, None).await;
         match &r {
             Ok(a) => self.observe(match self.status.classify(a.status) {
                 Verdict::Delivered => CallOutcome::Up,
@@ -818,11 +854,79 @@ impl Deliverer {
         r
     }
 
+    /// The request for an event: the route its type matches (URL, method,
+    /// headers, body = event or data), the Content-Type of its input format,
+    /// the Kafka headers `api.forward_headers` names and its trace context.
+    async fn request(&self, src: &Source<'_>, ev: &Event) -> Result<Body, EnrichError> {
+        let route = self.routes.find(&ev.event_type);
+        let mut out = Outgoing {
+            content_type: Some(src.body_type.content_type().into()),
+            ..Outgoing::default()
+        };
+        let body = match route {
+            Some(r) if r.body == BodyMode::Data => match data_of(src, ev) {
+                Some((data, ct)) => {
+                    out.content_type = Some(ct);
+                    data
+                }
+                None => {
+                    return Ok(Body::Park {
+                        reason: Reason::BodyUnbuildable,
+                        message: "the event's data_base64 is not base64".into(),
+                    })
+                }
+            },
+            _ => match self.body(src.key, ev).await? {
+                Body::Send { body, .. } => body,
+                park => return Ok(park),
+            },
+        };
+        if let Some(r) = route {
+            let key = src.key.map(String::from_utf8_lossy).unwrap_or_default();
+            let attrs = Attributes {
+                event_type: &ev.event_type,
+                subject: ev.subject.as_deref().unwrap_or(""),
+                id: &ev.id,
+                key: &key,
+            };
+            out.url = Some(r.url.render(&attrs, true));
+            out.method = r.method;
+            for (name, t) in &r.headers {
+                out.headers
+                    .push((name.clone(), Bytes::from(t.render(&attrs, false))));
+            }
+        }
+        let headers = src.headers.unwrap_or_default();
+        for name in &self.forward_headers {
+            let value = headers
+                .iter()
+                .rev()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .and_then(|(_, v)| v.clone());
+            // A value HTTP cannot carry is left out, not the event's failure.
+            if let Some(v) = value.filter(|v| HeaderValue::from_bytes(v).is_ok()) {
+                out.headers.push((name.clone(), v));
+            }
+        }
+        if let Some(tc) = trace::extract(&ev.raw, src.headers) {
+            out.headers
+                .push(("traceparent".into(), Bytes::from(tc.traceparent)));
+            if let Some(ts) = tc.tracestate {
+                out.headers.push(("tracestate".into(), Bytes::from(ts)));
+            }
+        }
+        Ok(Body::Send { body, out })
+    }
+
     /// The body to POST: the original bytes, or the event with its enrichment
     /// (looked up by the entity `key`).
     async fn body(&self, key: Option<&[u8]>, ev: &Event) -> Result<Body, EnrichError> {
+        let send = |body: Bytes| Body::Send {
+            body,
+            out: Outgoing::default(),
+        };
         let (Some(enricher), Some(key)) = (&self.enricher, key) else {
-            return Ok(Body::Send(ev.raw.clone()));
+            return Ok(send(ev.raw.clone()));
         };
         let cfg = &self.pipeline.config.enrichment;
         let key = String::from_utf8_lossy(key);
@@ -831,7 +935,7 @@ impl Deliverer {
         match Box::pin(enricher.lookup(&key)).await? {
             Some(doc) => Ok(
                 match crate::core::event::with_attribute(&ev.raw, &cfg.field, &doc) {
-                    Ok(body) => Body::Send(body),
+                    Ok(body) => send(body),
                     Err(e) => Body::Park {
                         reason: Reason::BodyUnbuildable,
                         message: e.to_string(),
@@ -839,7 +943,7 @@ impl Deliverer {
                 },
             ),
             None => Ok(match cfg.on_missing {
-                OnMissing::Deliver => Body::Send(ev.raw.clone()),
+                OnMissing::Deliver => send(ev.raw.clone()),
                 OnMissing::Park => Body::Park {
                     reason: Reason::EnrichmentMissing,
                     message: "no enrichment row for the event's key".into(),
@@ -902,6 +1006,45 @@ impl Deliverer {
         }
         Finished::DeadLettered { reason }
     }
+}
+
+/// Where an event's request is built from: its record (or, on a DLQ round,
+/// the origin record the envelope carries).
+struct Source<'a> {
+    headers: Option<&'a [Header]>,
+    /// The entity key (enrichment, `{key}`).
+    key: Option<&'a [u8]>,
+    body_type: BodyType,
+    payload: Option<&'a Bytes>,
+}
+
+/// An event's data, for `body = "data"`, with its Content-Type: a binary-mode
+/// event's record value (its `content-type` header), or a structured event's
+/// `data` member (JSON) or `data_base64` bytes. `None`: not base64.
+fn data_of(src: &Source<'_>, ev: &Event) -> Option<(Bytes, std::borrow::Cow<'static, str>)> {
+    let headers = src.headers.unwrap_or_default();
+    let header = |name: &str| {
+        headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    if header("ce_specversion").is_some() {
+        let ct = header("content-type")
+            .flatten()
+            .and_then(|v| String::from_utf8(v.to_vec()).ok())
+            .filter(|v| HeaderValue::from_str(v).is_ok())
+            .map_or("application/octet-stream".into(), Into::into);
+        return Some((src.payload.cloned().unwrap_or_default(), ct));
+    }
+    let (data, json) = crate::core::mapping::structured_data(&ev.raw)?;
+    let ct = if json {
+        "application/json"
+    } else {
+        "application/octet-stream"
+    };
+    Some((Bytes::from(data), ct.into()))
 }
 
 /// The reason a DLQ refusal parks an event with.
