@@ -345,7 +345,13 @@ impl Deliverer {
                         Err(_) => return,
                     },
                 };
-                Box::pin(self.deliver(&item, ev, permit).instrument(span())).await
+                if crate::otel::enabled() {
+                    let parent = trace::extract(&ev.raw, item.headers.as_deref());
+                    let span = crate::otel::delivery_span(&ev.id, parent.as_ref());
+                    Box::pin(self.deliver(&item, ev, permit).instrument(span)).await
+                } else {
+                    Box::pin(self.deliver(&item, ev, permit).instrument(span())).await
+                }
             }
             Work::Park { reason, message } => {
                 let info = ErrorInfo::new(ErrorClass::Poison, *reason, None, message);
@@ -908,7 +914,12 @@ impl Deliverer {
                 out.headers.push((name.clone(), v));
             }
         }
-        if let Some(tc) = trace::extract(&ev.raw, src.headers) {
+        // With OTLP on, the API's parent is Courier's delivery span (itself a
+        // child of the event's context); otherwise the event's context as it is.
+        let exported = crate::otel::enabled()
+            .then(|| crate::otel::headers_of(&tracing::Span::current()))
+            .flatten();
+        if let Some(tc) = exported.or_else(|| trace::extract(&ev.raw, src.headers)) {
             out.headers
                 .push(("traceparent".into(), Bytes::from(tc.traceparent)));
             if let Some(ts) = tc.tracestate {
