@@ -286,7 +286,8 @@ impl Deliverer {
         let (detail, hint, status) = (f.detail.as_deref(), f.hint, f.status);
         if f.class == FailureClass::Systemic {
             tracing::warn!(
-                reason,
+                // Display, as before: `reason=tls_expired` (operators grep for it).
+                reason = %reason,
                 class = f.class.as_str(),
                 status,
                 detail,
@@ -297,7 +298,8 @@ impl Deliverer {
             );
         } else {
             tracing::info!(
-                reason,
+                // Display, as before: `reason=tls_expired` (operators grep for it).
+                reason = %reason,
                 class = f.class.as_str(),
                 status,
                 detail,
