@@ -30,4 +30,7 @@ cargo build --bin courier --features test-hooks
 # are cached under ~/.cache/courier (the first run installs helm and builds the checkers).
 bash scripts/check-dashboards.sh
 bash scripts/check-deploy.sh
+# The OpenTelemetry Collector tests/otlp.rs exports to (built once, cached).
+COURIER_TEST_OTELCOL=$(bash scripts/otelcol.sh)
+export COURIER_TEST_OTELCOL
 cargo test --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"

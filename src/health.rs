@@ -26,18 +26,7 @@ pub struct Verdict {
     pub redis_ok: bool,
 }
 
-/// What one API call told us about the API (not about the event).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallOutcome {
-    /// The API answered (2xx, 409, or a 4xx about the event itself).
-    Up,
-    /// Timeout, connection error, 408, 429, 5xx.
-    Failed,
-    /// 401/403, TLS failures and the like: credentials, certificates or the API
-    /// itself. Trips at once; the breaker's transition carries the reason
-    /// (`http_401`, `tls_untrusted`, ...).
-    Systemic(&'static str),
-}
+pub use crate::core::classify::CallOutcome;
 
 /// Per-second counter for the flood guard.
 #[derive(Debug, Default)]
@@ -51,6 +40,8 @@ pub struct Health {
     verdict: watch::Sender<Verdict>,
     flood: Mutex<RateCounter>,
     flood_limit: f64,
+    park_flood: Mutex<RateCounter>,
+    park_flood_limit: f64,
     started: Instant,
     /// The breaker's last transition and its wall-clock time (ms), for `/status`.
     last: Mutex<Option<(Transition, i64)>>,
@@ -66,6 +57,8 @@ impl Health {
             verdict: watch::Sender::new(Verdict::default()),
             flood: Mutex::new(RateCounter::default()),
             flood_limit: cfg.flood_dlq_per_sec,
+            park_flood: Mutex::new(RateCounter::default()),
+            park_flood_limit: cfg.flood_parked_per_sec,
             started: Instant::now(),
             last: Mutex::new(None),
             systemic: std::sync::atomic::AtomicBool::new(false),
@@ -177,22 +170,45 @@ impl Health {
     }
 
     fn dlq_written_at(&self, now: Instant) -> Option<Transition> {
-        if self.flood_limit <= 0.0 {
+        self.count_flood(&self.flood, self.flood_limit, now, "dlq_flood")
+    }
+
+    /// Counts an event parked because of the API's answer (a permanent status:
+    /// not bad input) for the parking flood guard; trips the breaker
+    /// (`park_flood`) when such parkings exceed the configured rate — a wrong
+    /// path or a changed contract parks every event, and that is the API's
+    /// problem, not the events'.
+    pub fn parked_by_api(&self) -> Option<Transition> {
+        self.parked_by_api_at(Instant::now())
+    }
+
+    fn parked_by_api_at(&self, now: Instant) -> Option<Transition> {
+        self.count_flood(&self.park_flood, self.park_flood_limit, now, "park_flood")
+    }
+
+    fn count_flood(
+        &self,
+        counter: &Mutex<RateCounter>,
+        limit: f64,
+        now: Instant,
+        reason: &'static str,
+    ) -> Option<Transition> {
+        if limit <= 0.0 {
             return None;
         }
         let second = now.duration_since(self.started).as_secs();
         let over = {
-            let mut f = self.flood.lock().unwrap_or_else(|e| e.into_inner());
+            let mut f = counter.lock().unwrap_or_else(|e| e.into_inner());
             if f.second != second {
                 f.second = second;
                 f.count = 0;
             }
             f.count += 1;
-            f.count as f64 > self.flood_limit
+            f.count as f64 > limit
         };
         if over {
             let mut b = self.breaker();
-            let t = b.trip(now, "dlq_flood");
+            let t = b.trip(now, reason);
             self.noted(t)
         } else {
             None
@@ -276,6 +292,32 @@ mod tests {
             Some("dlq_flood")
         );
         assert!(h.breaker_is_open(t0 + Duration::from_millis(1_901)));
+    }
+
+    #[test]
+    fn a_parking_flood_trips_the_breaker_on_its_own_count() {
+        let h = Health::new(&DegradedConfig {
+            flood_parked_per_sec: 3.0,
+            ..cfg()
+        });
+        let t0 = h.started;
+        // DLQ writes do not count toward the parking guard, nor the reverse.
+        for i in 0..3 {
+            assert_eq!(h.parked_by_api_at(t0 + Duration::from_millis(10 * i)), None);
+            assert_eq!(h.dlq_written_at(t0 + Duration::from_millis(10 * i)), None);
+        }
+        let t = h
+            .parked_by_api_at(t0 + Duration::from_millis(500))
+            .expect("the fourth parking in one second is a flood");
+        assert_eq!(t.reason.as_str(), "park_flood");
+        assert_eq!(t.to, BreakerStateKind::Open);
+        let off = Health::new(&DegradedConfig {
+            flood_parked_per_sec: 0.0,
+            ..cfg()
+        });
+        for _ in 0..10_000 {
+            assert_eq!(off.parked_by_api(), None);
+        }
     }
 
     #[test]

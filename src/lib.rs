@@ -15,6 +15,7 @@ pub mod kafka;
 pub mod loadgen;
 pub mod metrics;
 pub mod ops;
+pub mod otel;
 pub mod runtime;
 pub mod sink;
 pub mod status;

@@ -157,7 +157,16 @@ fn quiet_ractor(spec: &str) -> String {
     out
 }
 
+use courier::otel::OtelLayer;
+
 fn init_logging(format: LogFormat, level: &str) {
+    init_logging_with(format, level, None);
+}
+
+fn init_logging_with(format: LogFormat, level: &str, otel: Option<OtelLayer>) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
     let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.is_empty());
     let spec = quiet_ractor(from_env.as_deref().unwrap_or(level));
     let filter = tracing_subscriber::EnvFilter::try_new(&spec)
@@ -165,13 +174,15 @@ fn init_logging(format: LogFormat, level: &str) {
         .unwrap_or_else(|_| {
             tracing_subscriber::EnvFilter::new("info,ractor=warn,rustls_platform_verifier=off")
         });
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => b.json().init(),
-        LogFormat::Human => b.init(),
-    }
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Json => fmt.json().boxed(),
+        LogFormat::Human => fmt.boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(otel)
+        .with(fmt.with_filter(filter))
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -275,7 +286,17 @@ async fn run(path: PathBuf, log_format: Option<String>) -> anyhow::Result<u8> {
             LogFormat::Human
         };
     }
-    init_logging(cfg.log.format, &cfg.log.level);
+    // Built off the async runtime: the exporter's blocking HTTP client must not
+    // be created or dropped on it.
+    let tracing_cfg = cfg.tracing.clone();
+    let otel = tokio::task::spawn_blocking(move || courier::otel::init(&tracing_cfg))
+        .await
+        .context("setting up OTLP export")??;
+    let (otel_guard, otel_layer) = match otel {
+        Some((g, l)) => (Some(g), Some(l)),
+        None => (None, None),
+    };
+    init_logging_with(cfg.log.format, &cfg.log.level, otel_layer);
     for d in &cfg.deprecations {
         tracing::warn!("config: {d}");
     }
@@ -292,6 +313,10 @@ async fn run(path: PathBuf, log_format: Option<String>) -> anyhow::Result<u8> {
         }
     };
     running.shutdown().await;
+    if let Some(g) = otel_guard {
+        // Flushes the last spans (blocking: off the runtime).
+        let _ = tokio::task::spawn_blocking(move || drop(g)).await;
+    }
     tracing::info!("stopped");
     Ok(code)
 }

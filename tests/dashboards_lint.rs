@@ -24,6 +24,7 @@ const REQUIRED_ALERTS: &[&str] = &[
     "CourierDlqGrowing",
     "CourierDlqDropped",
     "CourierApiRejectedEvents",
+    "CourierParkFlood",
     "CourierLagGrowing",
     "CourierFreshnessSlo",
     "CourierBreakerOpenTooLong",

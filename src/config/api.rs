@@ -2,6 +2,8 @@
 
 use super::{invalid, ConfigError};
 use crate::core::backoff::RetryPolicy;
+use crate::core::mapping::{BodyMode, Method, Route, Routes, Template};
+use crate::core::status_policy::{StatusAction, StatusPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -42,7 +44,66 @@ pub struct ApiConfig {
     pub pool_max_idle_per_host: usize,
     /// TLS to an `https://` API.
     pub tls: ApiTlsConfig,
+    // --- Status policy, request mapping, trace context (issue 14 items 3-5) ---
+    /// `[api.status]`: codes (`"404"`) or ranges (`"500-599"`) mapped to
+    /// `ok | transient | permanent | systemic` over the defaults; the narrowest
+    /// rule wins.
+    pub status: BTreeMap<String, StatusAction>,
+    /// How much of a non-2xx answer's body (bytes, control characters
+    /// replaced) goes into the DLQ / parking-lot envelope's `last_error.message`.
+    pub error_body_bytes: usize,
+    /// `[[api.routes]]`: per CloudEvents type, the URL, method, headers and
+    /// body; the first match wins, no match: `api.url`.
+    pub routes: Vec<RouteConfig>,
+    /// Kafka header names copied onto the request (never `Authorization`,
+    /// `Idempotency-Key`, `Content-Type` or hop-by-hop headers).
+    pub forward_headers: Vec<String>,
 }
+
+/// One `[[api.routes]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The CloudEvents type: exact, or a glob (`*`, `?`).
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// With `{type}`, `{subject}`, `{id}`, `{key}` in the path and query
+    /// (percent-encoded).
+    pub url: String,
+    #[serde(default)]
+    pub method: Method,
+    /// Header values with placeholders.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub body: BodyMode,
+}
+
+/// Headers Courier sets itself or that belong to one connection: never taken
+/// from config or forwarded from Kafka.
+pub const RESERVED_HEADERS: &[&str] = &[
+    "authorization",
+    "idempotency-key",
+    "content-type",
+    "content-length",
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "courier-redelivery",
+    "traceparent",
+    "tracestate",
+];
+
+/// The most `api.error_body_bytes` may be: the message around it must still fit
+/// the envelope's 1 KB limit.
+pub const MAX_ERROR_BODY_BYTES: usize = 768;
 
 /// `[api.tls]`: whom to trust, and the client certificate for mTLS. Paths to
 /// PEM files (read at start; never their contents in the config).
@@ -114,6 +175,10 @@ impl Default for ApiConfig {
             allow_plaintext: false,
             pool_max_idle_per_host: 4096,
             tls: ApiTlsConfig::default(),
+            status: BTreeMap::new(),
+            error_body_bytes: 256,
+            routes: Vec::new(),
+            forward_headers: Vec::new(),
         }
     }
 }
@@ -128,17 +193,85 @@ impl ApiConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let url = reqwest::Url::parse(&self.url).map_err(|e| invalid("api.url", e.to_string()))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(invalid("api.url", "scheme must be http or https"));
+    /// The status-code policy (`[api.status]` over the defaults).
+    pub fn status_policy(&self) -> Result<StatusPolicy, ConfigError> {
+        StatusPolicy::new(&self.status).map_err(|e| invalid("api.status", e.to_string()))
+    }
+
+    /// The routes, parsed (`[[api.routes]]`).
+    pub fn routes(&self) -> Result<Routes, ConfigError> {
+        let mut out = Vec::with_capacity(self.routes.len());
+        for (i, r) in self.routes.iter().enumerate() {
+            let field = |f: &str| format!("api.routes[{i}].{f}");
+            let url =
+                Template::parse_url(&r.url).map_err(|e| invalid(&field("url"), e.to_string()))?;
+            let mut headers = Vec::new();
+            for (name, value) in &r.headers {
+                check_header_name(&field(&format!("headers.{name}")), name)?;
+                let t = Template::parse(value)
+                    .map_err(|e| invalid(&field(&format!("headers.{name}")), e.to_string()))?;
+                headers.push((name.clone(), t));
+            }
+            if r.event_type.is_empty() {
+                return Err(invalid(&field("type"), "must name a type or a glob"));
+            }
+            out.push(Route {
+                types: r.event_type.clone(),
+                url,
+                method: r.method,
+                headers,
+                body: r.body,
+            });
         }
-        if !url.username().is_empty() || url.password().is_some() {
+        Routes::new(out).map_err(|e| invalid("api.routes", e.to_string()))
+    }
+
+    /// Checks what depends on the input format: `body = "data"` needs CloudEvents.
+    pub fn validate_for_input(
+        &self,
+        format: crate::core::input::InputFormat,
+    ) -> Result<(), ConfigError> {
+        if format == crate::core::input::InputFormat::Json {
+            if let Some(i) = self.routes.iter().position(|r| r.body == BodyMode::Data) {
+                return Err(invalid(
+                    &format!("api.routes[{i}].body"),
+                    "\"data\" needs CloudEvents input: with input.format = \"json\" the event has no data member (use \"event\")",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.status_policy()?;
+        self.routes()?;
+        let https = self.url.starts_with("https://");
+        for (i, r) in self.routes.iter().enumerate() {
+            let field = format!("api.routes[{i}].url");
+            // The URL with every placeholder filled: the same rules as api.url.
+            let sample = Template::parse_url(&r.url)
+                .map_err(|e| invalid(&field, e.to_string()))?
+                .render(&crate::core::mapping::Attributes::default(), true);
+            let url = reqwest::Url::parse(&sample).map_err(|e| invalid(&field, e.to_string()))?;
+            self.check_url(&field, &url)?;
+            if https && url.scheme() != "https" {
+                return Err(invalid(
+                    &field,
+                    "is http:// while api.url is https://: every route must use https:// too",
+                ));
+            }
+        }
+        for name in &self.forward_headers {
+            check_header_name(&format!("api.forward_headers ({name})"), name)?;
+        }
+        if self.error_body_bytes > MAX_ERROR_BODY_BYTES {
             return Err(invalid(
-                "api.url",
-                "must not carry credentials: use api.token_env",
+                "api.error_body_bytes",
+                format!("must be at most {MAX_ERROR_BODY_BYTES} (the envelope's message is cut at 1 KB)"),
             ));
         }
+        let url = reqwest::Url::parse(&self.url).map_err(|e| invalid("api.url", e.to_string()))?;
+        self.check_url("api.url", &url)?;
         self.validate_transport(&url)?;
         if self.max_attempts == 0 {
             return Err(invalid("api.max_attempts", "must be at least 1"));
@@ -150,19 +283,7 @@ impl ApiConfig {
             return Err(invalid("api.connect_timeout", "must be above 0"));
         }
         for name in self.headers.keys() {
-            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(invalid(
-                    &format!("api.headers.{name}"),
-                    "is not a valid header name",
-                ));
-            }
-            let lower = name.to_ascii_lowercase();
-            if lower == "authorization" || lower == "idempotency-key" {
-                return Err(invalid(
-                    &format!("api.headers.{name}"),
-                    "is set by Courier (use api.token_env for the token)",
-                ));
-            }
+            check_header_name(&format!("api.headers.{name}"), name)?;
         }
         if let Some(env) = &self.token_env {
             if env.is_empty() {
@@ -175,12 +296,20 @@ impl ApiConfig {
         Ok(())
     }
 
-    /// Plain HTTP only to loopback unless allowed; TLS settings only with https.
-    fn validate_transport(&self, url: &reqwest::Url) -> Result<(), ConfigError> {
-        let https = url.scheme() == "https";
-        if !https && !self.allow_plaintext && !is_loopback(url) {
+    /// http or https, no credentials, plain HTTP only to loopback unless allowed.
+    fn check_url(&self, field: &str, url: &reqwest::Url) -> Result<(), ConfigError> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(invalid(field, "scheme must be http or https"));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
             return Err(invalid(
-                "api.url",
+                field,
+                "must not carry credentials: use api.token_env",
+            ));
+        }
+        if url.scheme() != "https" && !self.allow_plaintext && !is_loopback(url) {
+            return Err(invalid(
+                field,
                 format!(
                     "is plain http:// to {}, which is not loopback: the token and the \
                      events would cross the network in clear. Use https://, or set \
@@ -189,6 +318,12 @@ impl ApiConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// TLS settings only with https.
+    fn validate_transport(&self, url: &reqwest::Url) -> Result<(), ConfigError> {
+        let https = url.scheme() == "https";
         let tls = &self.tls;
         if !https {
             let set = [
@@ -235,6 +370,23 @@ impl ApiConfig {
     pub fn check_tls_files(&self) -> Result<(), ConfigError> {
         self.tls.load().map(|_| ())
     }
+}
+
+/// A header name Courier may set from config or copy from Kafka: valid, and not
+/// one Courier sets itself or one that belongs to the connection.
+fn check_header_name(field: &str, name: &str) -> Result<(), ConfigError> {
+    if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(invalid(field, "is not a valid header name"));
+    }
+    let lower = name.to_ascii_lowercase();
+    if RESERVED_HEADERS.contains(&lower.as_str()) {
+        return Err(invalid(
+            field,
+            "is set by Courier or belongs to the connection (use api.token_env for the token; \
+             traceparent/tracestate are forwarded by themselves)",
+        ));
+    }
+    Ok(())
 }
 
 /// Loopback: `localhost` (and `*.localhost`, RFC 6761), 127.0.0.0/8 and ::1.
@@ -330,6 +482,79 @@ mod tests {
             ..with_url("https://x/e")
         };
         assert_eq!(field(h2c.validate()), "api.http2_prior_knowledge");
+    }
+
+    #[test]
+    fn status_rules_are_checked() {
+        let cfg = |toml: &str| crate::config::Config::from_toml(toml);
+        let ok = cfg("[api.status]\n\"404\" = \"systemic\"\n\"500-599\" = \"transient\"\n\"409\" = \"ok\"\n\"422\" = \"permanent\"")
+            .expect("valid rules");
+        assert_eq!(ok.api.status.len(), 4);
+        for (bad, field) in [
+            ("[api.status]\n\"4o4\" = \"ok\"", "api.status"),
+            ("[api.status]\n\"700\" = \"ok\"", "api.status"),
+            (
+                "[api.status]\n\"500-549\" = \"ok\"\n\"520-569\" = \"systemic\"",
+                "api.status",
+            ),
+            ("[api]\nerror_body_bytes = 100000", "api.error_body_bytes"),
+        ] {
+            match cfg(bad) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{bad}"),
+                other => panic!("{bad}: expected {field} refused, got {other:?}"),
+            }
+        }
+        // An unknown action is refused when the config is read.
+        assert!(cfg("[api.status]\n\"404\" = \"maybe\"").is_err());
+    }
+
+    #[test]
+    fn routes_and_forwarded_headers_are_checked() {
+        let cfg = |toml: &str| crate::config::Config::from_toml(toml);
+        let field_of = |toml: &str| match cfg(toml) {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("{toml}: expected a refusal, got {other:?}"),
+        };
+        let ok = cfg(r#"
+[api]
+forward_headers = ["X-Tenant"]
+[[api.routes]]
+type = "order.*"
+url = "http://127.0.0.1:1/orders/{subject}?key={key}"
+method = "PUT"
+body = "data"
+headers = { "X-Type" = "{type}" }
+"#)
+        .expect("valid routes");
+        assert_eq!(
+            ok.api
+                .routes()
+                .expect("parsed")
+                .find("order.paid")
+                .map(|r| r.method),
+            Some(Method::Put)
+        );
+        for (toml, field) in [
+            ("[[api.routes]]\ntype = \"a\"\nurl = \"http://127.0.0.1/{tenant}\"", "api.routes[0].url"),
+            ("[[api.routes]]\ntype = \"a\"\nurl = \"http://{subject}/x\"", "api.routes[0].url"),
+            ("[[api.routes]]\ntype = \"a\"\nurl = \"http://api.example.com/x\"", "api.routes[0].url"),
+            ("[[api.routes]]\ntype = \"a\"\nurl = \"http://u:p@127.0.0.1/x\"", "api.routes[0].url"),
+            ("[[api.routes]]\ntype = \"\"\nurl = \"http://127.0.0.1/x\"", "api.routes[0].type"),
+            ("[[api.routes]]\ntype = \"a\"\nurl = \"http://127.0.0.1/x\"\nheaders = { \"Authorization\" = \"x\" }", "api.routes[0].headers.Authorization"),
+            ("[[api.routes]]\ntype = \"a\"\nurl = \"http://127.0.0.1/x\"\nheaders = { \"X\" = \"{nope}\" }", "api.routes[0].headers.X"),
+            ("[api]\nurl = \"https://api.example.com/e\"\n[[api.routes]]\ntype = \"a\"\nurl = \"http://127.0.0.1/x\"", "api.routes[0].url"),
+            ("[input]\nformat = \"json\"\n[[api.routes]]\ntype = \"a\"\nurl = \"http://127.0.0.1/x\"\nbody = \"data\"", "api.routes[0].body"),
+            ("[api]\nforward_headers = [\"Idempotency-Key\"]", "api.forward_headers (Idempotency-Key)"),
+            ("[api]\nforward_headers = [\"transfer-encoding\"]", "api.forward_headers (transfer-encoding)"),
+            ("[api]\nforward_headers = [\"bad header\"]", "api.forward_headers (bad header)"),
+        ] {
+            assert_eq!(field_of(toml), field, "{toml}");
+        }
+        // An unknown method is refused when the config is read.
+        assert!(cfg(
+            "[[api.routes]]\ntype = \"a\"\nurl = \"http://127.0.0.1/x\"\nmethod = \"DELETE\""
+        )
+        .is_err());
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub struct DegradedConfig {
     /// DLQ writes per second (process-wide) above which the failure is treated as
     /// systemic and the breaker trips; 0 disables the guard.
     pub flood_dlq_per_sec: f64,
+    /// Events parked per second (process-wide) because of the API's answers
+    /// (a permanent status, not bad input) above which the breaker trips
+    /// (`park_flood`); 0 disables the guard.
+    pub flood_parked_per_sec: f64,
     /// How often DLQ lag is checked per partition.
     #[serde(with = "humantime_serde")]
     pub lag_check_interval: Duration,
@@ -61,6 +65,7 @@ impl Default for DegradedConfig {
             dlq_backoff_base: Duration::from_secs(1),
             dlq_backoff_cap: Duration::from_secs(60),
             flood_dlq_per_sec: 200.0,
+            flood_parked_per_sec: 100.0,
             lag_check_interval: Duration::from_secs(1),
         }
     }
@@ -101,11 +106,16 @@ impl DegradedConfig {
                 "must be a finite number above 0",
             ));
         }
-        if !self.flood_dlq_per_sec.is_finite() || self.flood_dlq_per_sec < 0.0 {
-            return Err(invalid(
-                "degraded.flood_dlq_per_sec",
-                "must be a finite number, 0 or above (0 disables the guard)",
-            ));
+        for (field, rate) in [
+            ("degraded.flood_dlq_per_sec", self.flood_dlq_per_sec),
+            ("degraded.flood_parked_per_sec", self.flood_parked_per_sec),
+        ] {
+            if !rate.is_finite() || rate < 0.0 {
+                return Err(invalid(
+                    field,
+                    "must be a finite number, 0 or above (0 disables the guard)",
+                ));
+            }
         }
         if self.poll_interval.is_zero() || self.poll_interval >= self.marker_ttl {
             return Err(invalid(

@@ -21,6 +21,7 @@ mod ops;
 mod pipeline;
 mod redis;
 mod retry;
+mod tracing;
 
 pub use api::{ApiConfig, ApiTlsConfig, CaMode};
 pub(crate) use degraded::millis;
@@ -32,6 +33,7 @@ pub use ops::{LogConfig, LogFormat, MetricsConfig, SupervisionConfig, TestingCon
 pub use pipeline::{Oversize, PipelineConfig};
 pub use redis::RedisConfig;
 pub use retry::RetryConfig;
+pub use tracing::TracingConfig;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::Dict;
@@ -68,6 +70,8 @@ pub struct Config {
     pub degraded: DegradedConfig,
     pub retry: RetryConfig,
     pub log: LogConfig,
+    /// Optional OTLP export of delivery spans.
+    pub tracing: TracingConfig,
     /// Fault hooks for tests (cargo feature `test-hooks` only). Inert unless set.
     pub testing: TestingConfig,
     /// Deprecated keys this config used (see `legacy`), one line each: logged at
@@ -103,6 +107,7 @@ impl Config {
         self.pipeline.validate()?;
         self.input.validate()?;
         self.api.validate()?;
+        self.api.validate_for_input(self.input.format)?;
         self.enrichment.validate(self.retry.uses_deadline())?;
         self.metrics.validate()?;
         self.degraded.validate()?;
@@ -110,6 +115,7 @@ impl Config {
         self.retry.validate()?;
         self.supervision.validate()?;
         self.log.validate()?;
+        self.tracing.validate()?;
         self.testing.validate()?;
         // Revocation must finish inside the rebalance: the drain deadline has to stay
         // below the session timeout and well below max.poll.interval.ms.

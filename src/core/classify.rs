@@ -38,6 +38,177 @@ impl FailureClass {
     }
 }
 
+/// The class an event's failure is recorded under in the DLQ / parking-lot
+/// envelope (`last_error.class`): the three classes of a failed call, plus
+/// `poison` (bad input, parked before any call) and `dropped` (a DLQ event its
+/// retry policy gave up on, or one that cannot be redelivered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    Transient,
+    Permanent,
+    Systemic,
+    Poison,
+    Dropped,
+}
+
+impl ErrorClass {
+    pub const ALL: [ErrorClass; 5] = [
+        ErrorClass::Transient,
+        ErrorClass::Permanent,
+        ErrorClass::Systemic,
+        ErrorClass::Poison,
+        ErrorClass::Dropped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Transient => "transient",
+            ErrorClass::Permanent => "permanent",
+            ErrorClass::Systemic => "systemic",
+            ErrorClass::Poison => "poison",
+            ErrorClass::Dropped => "dropped",
+        }
+    }
+}
+
+impl From<FailureClass> for ErrorClass {
+    fn from(c: FailureClass) -> ErrorClass {
+        match c {
+            FailureClass::Transient => ErrorClass::Transient,
+            FailureClass::Permanent => ErrorClass::Permanent,
+            FailureClass::Systemic => ErrorClass::Systemic,
+        }
+    }
+}
+
+/// Why an event failed: the bounded reason code of `last_error.reason`, of
+/// `courier_delivery_errors_total{reason}`, `courier_parked_total{reason}` and
+/// the log lines. Produced only from this type, so the set stays bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The API answered this status (`http_NNN`).
+    Http(u16),
+    /// No answer: what failed on the way.
+    Transport(TransportFailure),
+    /// Bad input, named by the decoder's typed errors
+    /// (`DecodeError::reason`, `EnvelopeError::reason`).
+    Input(&'static str),
+    /// The enrichment lookup timed out.
+    EnrichmentTimeout,
+    /// The enrichment database could not be asked.
+    EnrichmentUnavailable,
+    /// No enrichment row for the event's key (`on_missing = "park"`).
+    EnrichmentMissing,
+    /// The enriched body could not be built.
+    BodyUnbuildable,
+    /// The DLQ refused the record for good (`dlq_<refusal>`).
+    DlqRefused(DlqRefusal),
+    /// The DLQ retry policy's verdict (`dlq_policy::reason`).
+    DlqPolicy(&'static str),
+    /// A DLQ record whose event cannot be read back.
+    UnreadableEnvelope,
+    /// The delivery work vanished without an outcome, repeatedly.
+    InternalError,
+}
+
+/// How the DLQ topic refused a record for good (mirrors the DLQ writer's
+/// refusal, as a reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DlqRefusal {
+    TooLarge,
+    NotAuthorized,
+    UnknownTopic,
+    InvalidRecord,
+}
+
+/// `http_NNN` for every status an HTTP stack can parse (100-999), built once.
+fn http_reason(status: u16) -> &'static str {
+    static TABLE: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        (100u16..=999)
+            .map(|s| &*Box::leak(format!("http_{s}").into_boxed_str()))
+            .collect()
+    });
+    match status {
+        100..=999 => table[usize::from(status - 100)],
+        _ => "http_invalid",
+    }
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Http(s) => http_reason(s),
+            Reason::Transport(t) => t.as_str(),
+            Reason::Input(r) | Reason::DlqPolicy(r) => r,
+            Reason::EnrichmentTimeout => "enrichment_timeout",
+            Reason::EnrichmentUnavailable => "enrichment_unavailable",
+            Reason::EnrichmentMissing => "enrichment_missing",
+            Reason::BodyUnbuildable => "body_unbuildable",
+            Reason::DlqRefused(r) => match r {
+                DlqRefusal::TooLarge => "dlq_too_large",
+                DlqRefusal::NotAuthorized => "dlq_not_authorized",
+                DlqRefusal::UnknownTopic => "dlq_unknown_topic",
+                DlqRefusal::InvalidRecord => "dlq_invalid_record",
+            },
+            Reason::UnreadableEnvelope => "unreadable_envelope",
+            Reason::InternalError => "internal_error",
+        }
+    }
+
+    /// Whether the failed call reached the API (a request that could not be
+    /// built here, or a failure before any call, did not).
+    pub fn reached_the_api(self) -> bool {
+        match self {
+            Reason::Http(_) => true,
+            Reason::Transport(t) => t.reached_the_api(),
+            _ => false,
+        }
+    }
+
+    /// The reason a systemic failure trips the breaker with (a bounded set of
+    /// label values on `courier_breaker_transitions_total`).
+    pub fn breaker_reason(self) -> &'static str {
+        match self {
+            // 401/403 by default; any 4xx/5xx `[api.status]` makes systemic.
+            Reason::Http(400..=599) => self.as_str(),
+            // 1xx/3xx: answers Courier cannot act on.
+            Reason::Http(_) => "systemic",
+            other => other.as_str(),
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one API call told us about the API (not about the event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The API answered (2xx, 409, or a 4xx about the event itself).
+    Up,
+    /// Timeout, connection error, 408, 429, 5xx.
+    Failed,
+    /// 401/403, TLS failures and the like: credentials, certificates or the API
+    /// itself. Trips at once; the breaker's transition carries the reason
+    /// (`http_401`, `tls_untrusted`, ...).
+    Systemic(&'static str),
+}
+
+/// What a failed call says about the API (not the event): a permanent failure
+/// is the event's, so the API is up; a systemic one trips the breaker with its
+/// reason.
+pub fn outcome_of(class: FailureClass, reason: Reason) -> CallOutcome {
+    match class {
+        FailureClass::Permanent => CallOutcome::Up,
+        FailureClass::Systemic => CallOutcome::Systemic(reason.breaker_reason()),
+        FailureClass::Transient => CallOutcome::Failed,
+    }
+}
+
 pub fn classify_status(status: u16) -> Verdict {
     use FailureClass::*;
     match status {
@@ -345,6 +516,48 @@ mod tests {
             );
             assert!(!t.hint().is_empty());
         }
+    }
+
+    #[test]
+    fn reasons_name_what_they_carry() {
+        assert_eq!(Reason::Http(404).as_str(), "http_404");
+        assert_eq!(Reason::Http(100).as_str(), "http_100");
+        assert_eq!(Reason::Http(999).as_str(), "http_999");
+        assert_eq!(Reason::Http(0).as_str(), "http_invalid");
+        assert_eq!(Reason::Http(1000).as_str(), "http_invalid");
+        assert_eq!(
+            Reason::Transport(TransportFailure::Timeout).as_str(),
+            "timeout"
+        );
+        assert_eq!(
+            Reason::DlqRefused(DlqRefusal::TooLarge).as_str(),
+            "dlq_too_large"
+        );
+        // The breaker hears 4xx/5xx by name, 1xx/3xx as one label.
+        assert_eq!(Reason::Http(401).breaker_reason(), "http_401");
+        assert_eq!(Reason::Http(404).breaker_reason(), "http_404");
+        assert_eq!(Reason::Http(302).breaker_reason(), "systemic");
+        assert!(!Reason::Transport(TransportFailure::Request).reached_the_api());
+        assert!(Reason::Http(500).reached_the_api());
+        assert!(!Reason::EnrichmentTimeout.reached_the_api());
+        let classes: std::collections::HashSet<_> =
+            ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(classes.len(), 5);
+    }
+
+    #[test]
+    fn the_breaker_hears_the_api_not_the_event() {
+        let r = Reason::Http(503);
+        assert_eq!(outcome_of(Permanent, Reason::Http(422)), CallOutcome::Up);
+        assert_eq!(outcome_of(Transient, r), CallOutcome::Failed);
+        assert_eq!(
+            outcome_of(Systemic, Reason::Http(403)),
+            CallOutcome::Systemic("http_403")
+        );
+        assert_eq!(
+            outcome_of(Systemic, Reason::Transport(TransportFailure::TlsExpired)),
+            CallOutcome::Systemic("tls_expired")
+        );
     }
 
     use proptest::prelude::*;

@@ -4,6 +4,7 @@
 //! body). The same context also goes into Kafka headers with the usual names, so
 //! `kcat -J` and other tools can read a DLQ record without parsing its body.
 
+use crate::core::classify::{ErrorClass, Reason};
 use serde::{Deserialize, Serialize};
 
 /// The version written for an envelope that carries its payload. Version 2 (see
@@ -64,16 +65,34 @@ pub struct Origin {
     pub consumer_group: String,
 }
 
+/// Why an event is in the DLQ or the parking lot. Strings on the wire (so any
+/// tool can read them), produced only by [`ErrorInfo::new`] from the typed
+/// class and reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorInfo {
-    /// `transient`, `permanent`, `systemic` or `poison`.
+    /// `transient`, `permanent`, `systemic`, `poison` (bad input) or `dropped`
+    /// (given up on by the DLQ retry policy): [`ErrorClass`].
     pub class: String,
-    /// Bounded reason code (`http_503`, `timeout`, `malformed_json`, ...).
+    /// Bounded reason code (`http_503`, `timeout`, `malformed_json`, ...): [`Reason`].
     pub reason: String,
     pub status: Option<u16>,
-    /// Human-readable detail. Never contains secrets: it is built from status
-    /// codes and decode errors, not from request headers.
+    /// Human-readable detail, control characters replaced and cut to
+    /// [`MAX_TEXT_BYTES`]. Never contains secrets: it is built from status
+    /// codes, the start of the API's answer and decode errors, not from request
+    /// headers.
     pub message: String,
+}
+
+impl ErrorInfo {
+    /// The one way Courier builds a `last_error`.
+    pub fn new(class: ErrorClass, reason: Reason, status: Option<u16>, message: &str) -> ErrorInfo {
+        ErrorInfo {
+            class: class.as_str().into(),
+            reason: reason.as_str().into(),
+            status,
+            message: clean_text(message, MAX_TEXT_BYTES),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,6 +14,7 @@
 use crate::config::{ApiConfig, CaMode};
 use crate::core::backoff::parse_retry_after;
 use crate::core::classify::TransportFailure;
+use crate::core::mapping::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use std::error::Error as StdError;
 use std::time::Duration;
@@ -28,11 +29,24 @@ pub enum ClientError {
     Build(#[from] reqwest::Error),
 }
 
-/// An HTTP answer, reduced to what classification needs.
-#[derive(Debug, Clone, Copy)]
+/// An HTTP answer, reduced to what classification and the envelope need.
+#[derive(Debug, Clone)]
 pub struct Answer {
     pub status: u16,
     pub retry_after: Option<Duration>,
+    /// For a non-2xx answer: the start of its body (`api.error_body_bytes`,
+    /// control characters replaced), for the envelope's `last_error.message`
+    /// only — never a log line or a metric label.
+    pub body: Option<String>,
+}
+
+/// The first `max` bytes of an answer's body as text, control characters
+/// replaced; `None` when empty.
+pub fn body_excerpt(body: &[u8], max: usize) -> Option<String> {
+    let cut = &body[..body.len().min(max)];
+    let text = String::from_utf8_lossy(cut);
+    let text = crate::core::envelope::clean_text(text.trim(), usize::MAX);
+    (!text.is_empty()).then_some(text)
 }
 
 /// A call that got no HTTP answer: what failed, and the innermost error's text
@@ -52,10 +66,24 @@ impl TransportError {
     }
 }
 
+/// What one request carries beyond the event id and the body: the route's URL
+/// and method, the Content-Type, and extra headers (the route's, forwarded Kafka
+/// headers, the trace context). The default is today's request: POST to `api.url`.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    /// `None`: `api.url`.
+    pub url: Option<String>,
+    pub method: Method,
+    /// `None`: `application/cloudevents+json`.
+    pub content_type: Option<std::borrow::Cow<'static, str>>,
+    pub headers: Vec<(String, bytes::Bytes)>,
+}
+
 #[derive(Clone)]
 pub struct ApiClient {
     client: reqwest::Client,
     url: reqwest::Url,
+    error_body_bytes: usize,
 }
 
 impl ApiClient {
@@ -109,6 +137,7 @@ impl ApiClient {
         Ok(ApiClient {
             client: b.build()?,
             url,
+            error_body_bytes: cfg.error_body_bytes,
         })
     }
 
@@ -119,11 +148,40 @@ impl ApiClient {
         body: bytes::Bytes,
         redelivery: Option<u32>,
     ) -> Result<Answer, TransportError> {
+        self.send(&Outgoing::default(), event_id, body, redelivery)
+            .await
+    }
+
+    /// One request as `out` says. A URL, header name or value the HTTP stack
+    /// refuses fails as `request_unbuildable` (the event's fault).
+    pub async fn send(
+        &self,
+        out: &Outgoing,
+        event_id: &str,
+        body: bytes::Bytes,
+        redelivery: Option<u32>,
+    ) -> Result<Answer, TransportError> {
+        let url = match &out.url {
+            None => self.url.clone(),
+            Some(u) => reqwest::Url::parse(u)
+                .map_err(|_| TransportError::new(TransportFailure::Request, String::new()))?,
+        };
+        let method = match out.method {
+            Method::Post => reqwest::Method::POST,
+            Method::Put => reqwest::Method::PUT,
+            Method::Patch => reqwest::Method::PATCH,
+        };
         let mut req = self
             .client
-            .post(self.url.clone())
+            .request(method, url)
             .header("Idempotency-Key", event_id)
             .body(body);
+        if let Some(ct) = &out.content_type {
+            req = req.header(CONTENT_TYPE, ct.as_ref());
+        }
+        for (name, value) in &out.headers {
+            req = req.header(name.as_str(), value.as_ref());
+        }
         if let Some(n) = redelivery {
             req = req.header("Courier-Redelivery", n.to_string());
         }
@@ -135,10 +193,17 @@ impl ApiClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
         // Read the (small) body so the connection goes back to the pool.
-        let _ = resp.bytes().await;
+        let body = resp.bytes().await;
+        let body = match body {
+            Ok(b) if !(200..300).contains(&status) && self.error_body_bytes > 0 => {
+                body_excerpt(&b, self.error_body_bytes)
+            }
+            _ => None,
+        };
         Ok(Answer {
             status,
             retry_after,
+            body,
         })
     }
 }
@@ -357,6 +422,20 @@ mod tests {
 
     fn kind(e: &(dyn StdError + 'static), connecting: bool, timed_out: bool) -> TransportFailure {
         classify(e, connecting, timed_out).0
+    }
+
+    #[test]
+    fn body_excerpts_are_cut_and_cleaned() {
+        assert_eq!(body_excerpt(b"", 256), None);
+        assert_eq!(body_excerpt(b"  \n", 256), None);
+        assert_eq!(
+            body_excerpt(b"{\"error\":\"no route\"}\r\n\x1b[31m", 256).as_deref(),
+            Some("{\"error\":\"no route\"}   [31m")
+        );
+        assert_eq!(body_excerpt(b"abcdef", 3).as_deref(), Some("abc"));
+        // A cut inside a character leaves a replacement character, not an error.
+        let e = body_excerpt("ééé".as_bytes(), 3).expect("text");
+        assert!(e.starts_with('é') && e.len() <= 5, "{e}");
     }
 
     #[test]

@@ -9,20 +9,26 @@ pub mod token;
 
 use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
-use crate::core::classify::{classify_status, FailureClass, FailureLog, TransportFailure, Verdict};
+use crate::core::classify::{
+    outcome_of, DlqRefusal, ErrorClass, FailureClass, FailureLog, Reason, TransportFailure, Verdict,
+};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
 use crate::core::envelope::OriginHeader;
 use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
 use crate::core::event::DecodeError;
 use crate::core::event::Event;
 use crate::core::input::{decode_record, BodyType, Decoded, Header, RecordIn};
+use crate::core::mapping::{Attributes, BodyMode, Routes};
+use crate::core::status_policy::StatusPolicy;
+use crate::core::trace;
 use crate::health::CallOutcome;
 use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
 use bytes::Bytes;
 use enrich::{EnrichError, Enricher, SourceOfTruth};
-use http::{ApiClient, TransportError};
+use http::{ApiClient, Outgoing, TransportError};
 use peers::{DlqRecord, DlqWriterMsg, Peers, Refusal, WriteError};
+use reqwest::header::HeaderValue;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use token::{CompletionToken, Finished};
@@ -35,7 +41,7 @@ pub enum Work {
     Deliver(Event),
     /// Bad input: straight to the parking lot with this reason.
     Park {
-        reason: String,
+        reason: Reason,
         message: String,
     },
     /// A DLQ record whose turn has come (drain).
@@ -80,13 +86,16 @@ impl Item {
     }
 }
 
-/// What an event's request body turned out to be.
+/// What an event's request turned out to be.
 enum Body {
-    Send(Bytes),
+    Send {
+        body: Bytes,
+        out: Outgoing,
+    },
     /// The event cannot be sent (no enrichment row and the config says park, or
     /// the body cannot be built): parked with this reason, never retried.
     Park {
-        reason: &'static str,
+        reason: Reason,
         message: String,
     },
 }
@@ -98,6 +107,12 @@ pub struct Job {
 
 pub struct Deliverer {
     api: ApiClient,
+    /// `[[api.routes]]`, parsed.
+    routes: Routes,
+    /// `api.forward_headers`.
+    forward_headers: Vec<String>,
+    /// What each HTTP status means (`[api.status]` over the defaults).
+    status: StatusPolicy,
     policy: RetryPolicy,
     permits: Arc<Semaphore>,
     /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
@@ -122,46 +137,57 @@ const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 /// and the envelope's `last_error`.
 struct Failure {
     class: FailureClass,
-    reason: String,
-    /// The reason as a static label, for the breaker's transition when systemic.
-    breaker_reason: &'static str,
+    reason: Reason,
     status: Option<u16>,
     retry_after: Option<Duration>,
     /// The innermost error's text for a failure without an answer (no URL, no
     /// secret, nothing the API sent).
     detail: Option<String>,
     hint: Option<&'static str>,
+    /// The start of the API's answer (non-2xx): the envelope's message only.
+    body: Option<String>,
 }
 
 impl Failure {
     fn status(class: FailureClass, a: &http::Answer) -> Failure {
         Failure {
             class,
-            reason: format!("http_{}", a.status),
-            breaker_reason: systemic_status_reason(a.status),
+            reason: Reason::Http(a.status),
             status: Some(a.status),
             retry_after: a.retry_after,
             detail: None,
             hint: crate::core::classify::status_hint(a.status),
+            body: a.body.clone(),
         }
     }
 
     fn transport(t: TransportError) -> Failure {
         Failure {
             class: t.kind.class(),
-            reason: t.kind.as_str().to_string(),
-            breaker_reason: t.kind.as_str(),
+            reason: Reason::Transport(t.kind),
             status: None,
             retry_after: None,
             detail: Some(t.detail),
             hint: Some(t.kind.hint()),
+            body: None,
         }
+    }
+
+    /// The envelope's `last_error` for this failure, with `message`.
+    fn error(&self, message: &str) -> ErrorInfo {
+        ErrorInfo::new(self.class.into(), self.reason, self.status, message)
     }
 
     /// `last_error.message`: what the API answered, or what failed and why.
     fn message(&self, what: &str) -> String {
         match (self.status, &self.detail) {
-            (Some(s), _) => format!("API answered {s} {what}"),
+            (Some(s), _) => {
+                let m = format!("API answered {s} {what}");
+                match &self.body {
+                    Some(b) => format!("{}: {b}", m.trim_end()),
+                    None => m,
+                }
+            }
             (None, Some(d)) if !d.is_empty() => format!("{} {what}: {d}", self.reason),
             (None, _) => format!("{} {what}", self.reason),
         }
@@ -228,6 +254,9 @@ impl Deliverer {
         let d = &cfg.degraded;
         Ok(Deliverer {
             api,
+            routes: cfg.api.routes()?,
+            forward_headers: cfg.api.forward_headers.clone(),
+            status: cfg.api.status_policy()?,
             policy: cfg.api.retry_policy(),
             permits: Arc::new(Semaphore::new(cfg.pipeline.concurrency)),
             drain_permits: Semaphore::new(d.drain_concurrency),
@@ -247,25 +276,41 @@ impl Deliverer {
     /// [`FAILURE_LOG_EVERY`], with the count left out): systemic failures at WARN,
     /// since someone must act, the others at INFO.
     fn report(&self, f: &Failure) {
-        metrics::counter!(m::DELIVERY_ERRORS, "class" => f.class.as_str(), "reason" => f.reason.clone())
+        let reason = f.reason.as_str();
+        metrics::counter!(m::DELIVERY_ERRORS, "class" => f.class.as_str(), "reason" => reason)
             .increment(1);
-        self.pipeline
-            .status
-            .errors
-            .record(f.class.as_str(), &f.reason);
+        self.pipeline.status.errors.record(f.class.as_str(), reason);
         let log = self
             .failure_log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .observe(&f.reason, Instant::now());
+            .observe(reason, Instant::now());
         let Some(l) = log else { return };
         let (detail, hint, status) = (f.detail.as_deref(), f.hint, f.status);
         if f.class == FailureClass::Systemic {
-            tracing::warn!(reason = %f.reason, class = f.class.as_str(), status, detail, hint, first = l.first, left_out = l.left_out,
-                "API call failed: the pipeline pauses until it works again");
+            tracing::warn!(
+                // Display, as before: `reason=tls_expired` (operators grep for it).
+                reason = %reason,
+                class = f.class.as_str(),
+                status,
+                detail,
+                hint,
+                first = l.first,
+                left_out = l.left_out,
+                "API call failed: the pipeline pauses until it works again"
+            );
         } else {
-            tracing::info!(reason = %f.reason, class = f.class.as_str(), status, detail, hint, first = l.first, left_out = l.left_out,
-                "API call failed");
+            tracing::info!(
+                // Display, as before: `reason=tls_expired` (operators grep for it).
+                reason = %reason,
+                class = f.class.as_str(),
+                status,
+                detail,
+                hint,
+                first = l.first,
+                left_out = l.left_out,
+                "API call failed"
+            );
         }
     }
 
@@ -305,15 +350,16 @@ impl Deliverer {
                         Err(_) => return,
                     },
                 };
-                Box::pin(self.deliver(&item, ev, permit).instrument(span())).await
+                if crate::otel::enabled() {
+                    let parent = trace::extract(&ev.raw, item.headers.as_deref());
+                    let span = crate::otel::delivery_span(&ev.id, parent.as_ref());
+                    Box::pin(self.deliver(&item, ev, permit).instrument(span)).await
+                } else {
+                    Box::pin(self.deliver(&item, ev, permit).instrument(span())).await
+                }
             }
             Work::Park { reason, message } => {
-                let info = ErrorInfo {
-                    class: "poison".into(),
-                    reason: reason.clone(),
-                    status: None,
-                    message: message.clone(),
-                };
+                let info = ErrorInfo::new(ErrorClass::Poison, *reason, None, message);
                 Box::pin(self.park(&item, info).instrument(span())).await
             }
             Work::FromDlq(env) => {
@@ -342,6 +388,17 @@ impl Deliverer {
         if t.to == crate::core::breaker::BreakerStateKind::Open {
             if let Some(h) = self.peers.health.current() {
                 let _ = h.send_message(crate::health::HealthMsg::Tripped);
+            }
+        }
+    }
+
+    /// The parking flood guard: an event parked because of the API's answer (a
+    /// permanent status, not bad input nor a request unbuildable here) counts;
+    /// too many per second trip the breaker (`park_flood`).
+    fn parked_after(&self, reason: Reason) {
+        if matches!(reason, Reason::Http(_)) {
+            if let Some(t) = self.pipeline.health.parked_by_api() {
+                self.on_transition(t);
             }
         }
     }
@@ -386,7 +443,7 @@ impl Deliverer {
                 self.drop_from_dlq(
                     item,
                     env,
-                    reason,
+                    Reason::DlqPolicy(reason),
                     format!("{} policy: {reason}", policy.as_str()),
                 )
                 .await
@@ -476,31 +533,44 @@ impl Deliverer {
                 .drop_from_dlq(
                     item,
                     env,
-                    "unreadable_envelope",
+                    Reason::UnreadableEnvelope,
                     "DLQ envelope without an event id".into(),
                 )
                 .await;
         };
-        let Decoded { event, key, .. } = match self.decode_envelope(env) {
+        let Decoded {
+            event,
+            key,
+            body_type,
+        } = match self.decode_envelope(env) {
             Ok(d) => d,
             Err(e) => {
                 return self
-                    .drop_from_dlq(item, env, "unreadable_envelope", e.to_string())
+                    .drop_from_dlq(item, env, Reason::UnreadableEnvelope, e.to_string())
                     .await
             }
         };
-        let key = key.as_deref().or(env.key.as_deref());
+        let headers = OriginHeader::to_record(&env.origin_headers);
+        let payload = Bytes::from(env.payload.clone());
+        let src = Source {
+            headers: Some(&headers),
+            key: key.as_deref().or(env.key.as_deref()),
+            body_type,
+            payload: Some(&payload),
+        };
         // Whether the API was called: an enrichment database error is not the API's,
         // and the breaker must not hear of it.
         let mut called = true;
-        let answer = match self.body(key, &event).await {
-            Ok(Body::Send(body)) => {
+        let answer = match self.request(&src, &event).await {
+            Ok(Body::Send { body, out }) => {
                 let Ok(_permit) = self.drain_permits.acquire().await else {
                     return std::future::pending::<Finished>().await;
                 };
                 self.drain_slot().await;
                 self.pipeline.health.gate().await;
-                self.api.post(&id, body, Some(env.dlq_retries + 1)).await
+                self.api
+                    .send(&out, &id, body, Some(env.dlq_retries + 1))
+                    .await
             }
             Ok(Body::Park { reason, message }) => {
                 return self.drop_from_dlq(item, env, reason, message).await
@@ -516,7 +586,7 @@ impl Deliverer {
         };
         let cfg = &self.pipeline.config;
         let failure = match answer {
-            Ok(a) => match classify_status(a.status) {
+            Ok(a) => match self.status.classify(a.status) {
                 Verdict::Delivered => {
                     self.observe(CallOutcome::Up);
                     metrics::counter!(m::DLQ_REDELIVERED).increment(1);
@@ -527,23 +597,19 @@ impl Deliverer {
             },
             Err(t) => Failure::transport(t),
         };
-        if called && answer_reached_api(&failure) {
-            self.observe(outcome_of(failure.class, failure.breaker_reason));
+        if called && failure.reason.reached_the_api() {
+            self.observe(outcome_of(failure.class, failure.reason));
         }
         self.report(&failure);
-        let (class, reason, status) = (failure.class, failure.reason.clone(), failure.status);
-        let error = ErrorInfo {
-            class: class.as_str().into(),
-            reason: reason.clone(),
-            status,
-            message: format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""))
-                .trim_end()
-                .to_string(),
-        };
+        let (class, reason) = (failure.class, failure.reason.as_str().to_string());
+        let message = format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""));
+        let error = failure.error(message.trim_end());
         if class == FailureClass::Permanent {
             let mut parked = env.clone();
             parked.last_error = error;
-            return self.park_envelope(item, parked).await;
+            let done = self.park_envelope(item, parked).await;
+            self.parked_after(failure.reason);
+            return done;
         }
         let now = now_ms();
         if class == FailureClass::Systemic {
@@ -563,8 +629,13 @@ impl Deliverer {
         }
         let retries = env.dlq_retries.saturating_add(1);
         if let Some(why) = dlq_policy::exhausted(policy, retries, env.first_dlq_at_ms, now) {
-            let mut last = env.retried(error, now);
-            last.last_error.reason = why.to_string();
+            let why_error = ErrorInfo::new(
+                class.into(),
+                Reason::DlqPolicy(why),
+                failure.status,
+                message.trim_end(),
+            );
+            let last = env.retried(why_error, now);
             return self.drop_enveloped(last, why).await;
         }
         let not_before = dlq_policy::next_not_before(
@@ -592,17 +663,12 @@ impl Deliverer {
         &self,
         _item: &Item,
         env: &Envelope,
-        reason: &str,
+        reason: Reason,
         message: String,
     ) -> Finished {
         let mut last = env.clone();
-        last.last_error = ErrorInfo {
-            class: "dropped".into(),
-            reason: reason.to_string(),
-            status: None,
-            message,
-        };
-        self.drop_enveloped(last, reason).await
+        last.last_error = ErrorInfo::new(ErrorClass::Dropped, reason, None, &message);
+        self.drop_enveloped(last, reason.as_str()).await
     }
 
     /// A drop is never silent: the envelope goes to the parking lot with its
@@ -641,15 +707,12 @@ impl Deliverer {
             error = %detail,
             "the DLQ refuses this event for good; parking it"
         );
-        env.last_error = ErrorInfo {
-            class: "systemic".into(),
-            reason: format!("dlq_{}", refusal.as_str()),
-            status: None,
-            message: crate::core::envelope::clean_text(
-                &format!("DLQ write refused: {detail}"),
-                crate::core::envelope::MAX_TEXT_BYTES,
-            ),
-        };
+        env.last_error = ErrorInfo::new(
+            ErrorClass::Systemic,
+            Reason::DlqRefused(refusal_reason(refusal)),
+            None,
+            &format!("DLQ write refused: {detail}"),
+        );
         Err(self.to_parking(env).await)
     }
 
@@ -688,18 +751,23 @@ impl Deliverer {
     }
 
     async fn deliver(&self, item: &Item, ev: &Event, permit: OwnedSemaphorePermit) -> Finished {
-        let gauge = &self.hot.in_flight;
-        gauge.increment(1.0);
+        let in_flight = InFlight::new(&self.hot.in_flight);
         let start = Instant::now();
         let mut attempts = 0u32;
         let failure = loop {
             attempts += 1;
             self.hot.attempts.increment(1);
-            let failure = match self.body(item.entity_key(), ev).await {
-                Ok(Body::Send(body)) => match self.call(&ev.id, body).await {
-                    Ok(answer) => match classify_status(answer.status) {
+            let src = Source {
+                headers: item.headers.as_deref(),
+                key: item.entity_key(),
+                body_type: item.body_type,
+                payload: item.payload.as_ref(),
+            };
+            let failure = match self.request(&src, ev).await {
+                Ok(Body::Send { body, out }) => match self.call(&ev.id, &out, body).await {
+                    Ok(answer) => match self.status.classify(answer.status) {
                         Verdict::Delivered => {
-                            gauge.decrement(1.0);
+                            drop(in_flight);
                             self.hot.latency.record(start.elapsed().as_secs_f64());
                             if let Some(ts) = item.timestamp_ms {
                                 let age = (now_ms() - ts).max(0) as f64 / 1000.0;
@@ -713,29 +781,24 @@ impl Deliverer {
                     Err(t) => Failure::transport(t),
                 },
                 Ok(Body::Park { reason, message }) => {
-                    gauge.decrement(1.0);
+                    drop(in_flight);
                     drop(permit);
-                    let info = ErrorInfo {
-                        class: "permanent".into(),
-                        reason: reason.into(),
-                        status: None,
-                        message,
-                    };
+                    let info = ErrorInfo::new(ErrorClass::Permanent, reason, None, &message);
                     return Box::pin(self.park(item, info)).await;
                 }
                 Err(e) => {
                     let reason = match e {
-                        EnrichError::Timeout => "enrichment_timeout",
-                        _ => "enrichment_unavailable",
+                        EnrichError::Timeout => Reason::EnrichmentTimeout,
+                        _ => Reason::EnrichmentUnavailable,
                     };
                     Failure {
                         class: FailureClass::Transient,
-                        reason: reason.to_string(),
-                        breaker_reason: reason,
+                        reason,
                         status: None,
                         retry_after: None,
                         detail: Some(e.to_string()),
                         hint: None,
+                        body: None,
                     }
                 }
             };
@@ -763,19 +826,16 @@ impl Deliverer {
             }
             break failure;
         };
-        gauge.decrement(1.0);
+        drop(in_flight);
         drop(permit);
         let class = failure.class;
-        let info = ErrorInfo {
-            class: class.as_str().into(),
-            reason: failure.reason.clone(),
-            status: failure.status,
-            message: failure.message(&format!("after {attempts} tries")),
-        };
+        let info = failure.error(&failure.message(&format!("after {attempts} tries")));
         // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
         // would otherwise size every delivery's state machine.
         if class == FailureClass::Permanent {
-            Box::pin(self.park(item, info)).await
+            let done = Box::pin(self.park(item, info)).await;
+            self.parked_after(failure.reason);
+            done
         } else {
             Box::pin(self.dead_letter(item, info)).await
         }
@@ -783,16 +843,21 @@ impl Deliverer {
 
     /// One API call on the main path: waits while the breaker is open, and feeds
     /// the breaker with what the answer says about the API.
-    async fn call(&self, id: &str, body: Bytes) -> Result<http::Answer, TransportError> {
+    async fn call(
+        &self,
+        id: &str,
+        out: &Outgoing,
+        body: Bytes,
+    ) -> Result<http::Answer, TransportError> {
         self.pipeline.health.gate().await;
-        let r = self.api.post(id, body, None).await;
+        let r = self.api.send(out, id, body, None).await;
         match &r {
-            Ok(a) => self.observe(match classify_status(a.status) {
+            Ok(a) => self.observe(match self.status.classify(a.status) {
                 Verdict::Delivered => CallOutcome::Up,
-                Verdict::Failed(c) => outcome_of(c, systemic_status_reason(a.status)),
+                Verdict::Failed(c) => outcome_of(c, Reason::Http(a.status)),
             }),
             Err(t) if t.kind.reached_the_api() => {
-                self.observe(outcome_of(t.kind.class(), t.kind.as_str()))
+                self.observe(outcome_of(t.kind.class(), Reason::Transport(t.kind)))
             }
             // A request that could not be built says nothing about the API.
             Err(_) => {}
@@ -800,11 +865,84 @@ impl Deliverer {
         r
     }
 
+    /// The request for an event: the route its type matches (URL, method,
+    /// headers, body = event or data), the Content-Type of its input format,
+    /// the Kafka headers `api.forward_headers` names and its trace context.
+    async fn request(&self, src: &Source<'_>, ev: &Event) -> Result<Body, EnrichError> {
+        let route = self.routes.find(&ev.event_type);
+        let mut out = Outgoing {
+            content_type: Some(src.body_type.content_type().into()),
+            ..Outgoing::default()
+        };
+        let body = match route {
+            Some(r) if r.body == BodyMode::Data => match data_of(src, ev) {
+                Some((data, ct)) => {
+                    out.content_type = Some(ct);
+                    data
+                }
+                None => {
+                    return Ok(Body::Park {
+                        reason: Reason::BodyUnbuildable,
+                        message: "the event's data_base64 is not base64".into(),
+                    })
+                }
+            },
+            _ => match self.body(src.key, ev).await? {
+                Body::Send { body, .. } => body,
+                park => return Ok(park),
+            },
+        };
+        if let Some(r) = route {
+            let key = src.key.map(String::from_utf8_lossy).unwrap_or_default();
+            let attrs = Attributes {
+                event_type: &ev.event_type,
+                subject: ev.subject.as_deref().unwrap_or(""),
+                id: &ev.id,
+                key: &key,
+            };
+            out.url = Some(r.url.render(&attrs, true));
+            out.method = r.method;
+            for (name, t) in &r.headers {
+                out.headers
+                    .push((name.clone(), Bytes::from(t.render(&attrs, false))));
+            }
+        }
+        let headers = src.headers.unwrap_or_default();
+        for name in &self.forward_headers {
+            let value = headers
+                .iter()
+                .rev()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .and_then(|(_, v)| v.clone());
+            // A value HTTP cannot carry is left out, not the event's failure.
+            if let Some(v) = value.filter(|v| HeaderValue::from_bytes(v).is_ok()) {
+                out.headers.push((name.clone(), v));
+            }
+        }
+        // With OTLP on, the API's parent is Courier's delivery span (itself a
+        // child of the event's context); otherwise the event's context as it is.
+        let exported = crate::otel::enabled()
+            .then(|| crate::otel::headers_of(&tracing::Span::current()))
+            .flatten();
+        if let Some(tc) = exported.or_else(|| trace::extract(&ev.raw, src.headers)) {
+            out.headers
+                .push(("traceparent".into(), Bytes::from(tc.traceparent)));
+            if let Some(ts) = tc.tracestate {
+                out.headers.push(("tracestate".into(), Bytes::from(ts)));
+            }
+        }
+        Ok(Body::Send { body, out })
+    }
+
     /// The body to POST: the original bytes, or the event with its enrichment
     /// (looked up by the entity `key`).
     async fn body(&self, key: Option<&[u8]>, ev: &Event) -> Result<Body, EnrichError> {
+        let send = |body: Bytes| Body::Send {
+            body,
+            out: Outgoing::default(),
+        };
         let (Some(enricher), Some(key)) = (&self.enricher, key) else {
-            return Ok(Body::Send(ev.raw.clone()));
+            return Ok(send(ev.raw.clone()));
         };
         let cfg = &self.pipeline.config.enrichment;
         let key = String::from_utf8_lossy(key);
@@ -813,17 +951,17 @@ impl Deliverer {
         match Box::pin(enricher.lookup(&key)).await? {
             Some(doc) => Ok(
                 match crate::core::event::with_attribute(&ev.raw, &cfg.field, &doc) {
-                    Ok(body) => Body::Send(body),
+                    Ok(body) => send(body),
                     Err(e) => Body::Park {
-                        reason: "body_unbuildable",
+                        reason: Reason::BodyUnbuildable,
                         message: e.to_string(),
                     },
                 },
             ),
             None => Ok(match cfg.on_missing {
-                OnMissing::Deliver => Body::Send(ev.raw.clone()),
+                OnMissing::Deliver => send(ev.raw.clone()),
                 OnMissing::Park => Body::Park {
-                    reason: "enrichment_missing",
+                    reason: Reason::EnrichmentMissing,
                     message: "no enrichment row for the event's key".into(),
                 },
             }),
@@ -886,29 +1024,69 @@ impl Deliverer {
     }
 }
 
-/// What a failed call says about the API (not the event): a permanent failure
-/// is the event's, so the API is up; a systemic one trips the breaker with its
-/// reason.
-fn outcome_of(class: FailureClass, reason: &'static str) -> CallOutcome {
-    match class {
-        FailureClass::Permanent => CallOutcome::Up,
-        FailureClass::Systemic => CallOutcome::Systemic(reason),
-        FailureClass::Transient => CallOutcome::Failed,
+/// Where an event's request is built from: its record (or, on a DLQ round,
+/// the origin record the envelope carries).
+struct Source<'a> {
+    headers: Option<&'a [Header]>,
+    /// The entity key (enrichment, `{key}`).
+    key: Option<&'a [u8]>,
+    body_type: BodyType,
+    payload: Option<&'a Bytes>,
+}
+
+/// An event's data, for `body = "data"`, with its Content-Type: a binary-mode
+/// event's record value (its `content-type` header), or a structured event's
+/// `data` member (JSON) or `data_base64` bytes. `None`: not base64.
+fn data_of(src: &Source<'_>, ev: &Event) -> Option<(Bytes, std::borrow::Cow<'static, str>)> {
+    let headers = src.headers.unwrap_or_default();
+    let header = |name: &str| {
+        headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    if header("ce_specversion").is_some() {
+        let ct = header("content-type")
+            .flatten()
+            .and_then(|v| String::from_utf8(v.to_vec()).ok())
+            .filter(|v| HeaderValue::from_str(v).is_ok())
+            .map_or("application/octet-stream".into(), Into::into);
+        return Some((src.payload.cloned().unwrap_or_default(), ct));
+    }
+    let (data, json) = crate::core::mapping::structured_data(&ev.raw)?;
+    let ct = if json {
+        "application/json"
+    } else {
+        "application/octet-stream"
+    };
+    Some((Bytes::from(data), ct.into()))
+}
+
+/// The reason a DLQ refusal parks an event with.
+fn refusal_reason(r: Refusal) -> DlqRefusal {
+    match r {
+        Refusal::TooLarge => DlqRefusal::TooLarge,
+        Refusal::NotAuthorized => DlqRefusal::NotAuthorized,
+        Refusal::UnknownTopic => DlqRefusal::UnknownTopic,
+        Refusal::InvalidRecord => DlqRefusal::InvalidRecord,
     }
 }
 
-/// Whether a failed call reached the API (a request that could not be built
-/// here did not).
-fn answer_reached_api(f: &Failure) -> bool {
-    f.breaker_reason != TransportFailure::Request.as_str()
+/// Holds one unit of `courier_in_flight` from its creation until it is
+/// dropped, whichever way a delivery ends.
+struct InFlight<'a>(&'a metrics::Gauge);
+
+impl<'a> InFlight<'a> {
+    fn new(gauge: &'a metrics::Gauge) -> InFlight<'a> {
+        gauge.increment(1.0);
+        InFlight(gauge)
+    }
 }
 
-/// The breaker's reason for a systemic answer (a bounded set of label values).
-fn systemic_status_reason(status: u16) -> &'static str {
-    match status {
-        401 => "http_401",
-        403 => "http_403",
-        _ => "systemic",
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
     }
 }
 

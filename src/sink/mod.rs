@@ -21,6 +21,7 @@
 //! | `GET /behaviour`  | the current [`Behaviour`] as JSON                     |
 //! | `PUT /behaviour`  | replace the [`Behaviour`] (JSON; missing fields take their defaults) |
 //! | `POST /reset`     | clear the audit                                       |
+//! | `POST\|PUT\|PATCH /routes/*` | a mapped delivery (`[[api.routes]]`): the id is the `Idempotency-Key`, any body |
 //! | `GET /healthz`    | liveness                                              |
 //!
 //! Per `POST /events` the order is: validate (400 without latency if malformed),
@@ -83,6 +84,8 @@ pub struct Behaviour {
     /// When set, a delivery without `Authorization: Bearer <token>` gets 401
     /// (credentials revoked, or never sent).
     pub required_token: Option<String>,
+    /// The body of every non-2xx answer (e.g. an API's JSON error); none when unset.
+    pub fail_body: Option<String>,
 }
 
 impl Default for Behaviour {
@@ -95,6 +98,7 @@ impl Default for Behaviour {
             fail_rate: 0.0,
             fail_status: 503,
             required_token: None,
+            fail_body: None,
         }
     }
 }
@@ -166,6 +170,22 @@ pub struct Audit {
     /// Unix time in ms of the first failed TLS handshake; 0 if none.
     #[serde(default)]
     pub tls_first_failure_unix_ms: i64,
+    /// Last request per id (method, path, headers); only filled while
+    /// [`SinkHandle::set_record_requests`] is on.
+    #[serde(default)]
+    pub requests_sample: HashMap<String, RequestSample>,
+}
+
+/// What a request looked like: for tests of request mapping and forwarded headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestSample {
+    pub method: String,
+    /// Path and query, as received (percent-encoding kept).
+    pub path: String,
+    /// Header names lowercased; `authorization` left out.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The body, as text (lossy).
+    pub body: String,
 }
 
 impl Audit {
@@ -282,6 +302,10 @@ where
 {
     let app = Router::new()
         .route("/events", post(post_event))
+        .route(
+            "/routes/{*rest}",
+            post(routed_event).put(routed_event).patch(routed_event),
+        )
         .route("/audit", get(get_audit))
         .route("/behaviour", get(get_behaviour).put(put_behaviour))
         .route("/reset", post(post_reset))
@@ -315,6 +339,7 @@ impl Shared {
             in_flight: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             record_bodies: AtomicBool::new(false),
+            record_requests: AtomicBool::new(false),
             http2_requests: AtomicU64::new(0),
             handshakes: Arc::default(),
             shutdown,
@@ -358,6 +383,12 @@ impl SinkHandle {
     /// it costs a full JSON parse and memory per id).
     pub fn set_record_bodies(&self, on: bool) {
         self.shared.record_bodies.store(on, Relaxed);
+    }
+
+    /// Whether to keep the last request per id (method, path, headers, body) in
+    /// [`Audit::requests_sample`] (default off).
+    pub fn set_record_requests(&self, on: bool) {
+        self.shared.record_requests.store(on, Relaxed);
     }
 
     /// A snapshot of the books.
@@ -434,6 +465,7 @@ struct Shared {
     in_flight: AtomicU64,
     peak: AtomicU64,
     record_bodies: AtomicBool,
+    record_requests: AtomicBool,
     http2_requests: AtomicU64,
     handshakes: Arc<tls::HandshakeStats>,
     shutdown: watch::Sender<bool>,
@@ -454,6 +486,7 @@ struct Book {
     per_second: Vec<u64>,
     per_second_redelivery: Vec<u64>,
     bodies_sample: HashMap<String, Value>,
+    requests_sample: HashMap<String, RequestSample>,
 }
 
 impl Book {
@@ -470,6 +503,7 @@ impl Book {
             per_second: Vec::new(),
             per_second_redelivery: Vec::new(),
             bodies_sample: HashMap::new(),
+            requests_sample: HashMap::new(),
         }
     }
 
@@ -521,6 +555,7 @@ impl Shared {
             http2_requests: self.http2_requests.load(Relaxed),
             tls_handshake_failures: self.handshakes.failures.load(Relaxed),
             tls_first_failure_unix_ms: self.handshakes.first_failure_unix_ms.load(Relaxed),
+            requests_sample: book.requests_sample.clone(),
         }
     }
 
@@ -700,6 +735,7 @@ fn latency(behaviour: &Behaviour) -> Duration {
 async fn post_event(
     State(shared): State<Arc<Shared>>,
     version: axum::http::Version,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -710,14 +746,90 @@ async fn post_event(
     }
 
     let keep_body = shared.record_bodies.load(Relaxed);
-    let (id, body) = match parse_delivery(&headers, &body, keep_body) {
+    let (id, value) = match parse_delivery(&headers, &body, keep_body) {
         Ok(parsed) => parsed,
         Err(reason) => {
             shared.record_bad_request(received);
             return (StatusCode::BAD_REQUEST, reason).into_response();
         }
     };
+    shared.sample_request(&id, "POST", &uri, &headers, &body);
+    answer_delivery(&shared, &headers, id, value, received).await
+}
 
+impl Shared {
+    /// Keeps the request as the id's last one, while recording is on.
+    fn sample_request(
+        &self,
+        id: &str,
+        method: &str,
+        uri: &axum::http::Uri,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) {
+        if self.record_requests.load(Relaxed) {
+            let sample = request_sample(method, uri, headers, body);
+            self.book().requests_sample.insert(id.to_owned(), sample);
+        }
+    }
+}
+
+/// A mapped delivery (`/routes/...` with POST, PUT or PATCH): any body; the id
+/// is the `Idempotency-Key` (400 without one).
+async fn routed_event(
+    State(shared): State<Arc<Shared>>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let _in_flight = InFlight::enter(&shared);
+    let received = Instant::now();
+    let Some(id) = headers
+        .get(IDEMPOTENCY_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+    else {
+        shared.record_bad_request(received);
+        return (StatusCode::BAD_REQUEST, "missing Idempotency-Key header\n").into_response();
+    };
+    shared.sample_request(&id, method.as_str(), &uri, &headers, &body);
+    answer_delivery(&shared, &headers, id, None, received).await
+}
+
+fn request_sample(
+    method: &str,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> RequestSample {
+    RequestSample {
+        method: method.to_string(),
+        path: uri
+            .path_and_query()
+            .map_or_else(|| uri.path().to_string(), |p| p.as_str().to_string()),
+        headers: headers
+            .iter()
+            .filter(|(n, _)| *n != header::AUTHORIZATION)
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: String::from_utf8_lossy(body).into_owned(),
+    }
+}
+
+/// Books a well-formed delivery, waits the simulated latency and answers it.
+async fn answer_delivery(
+    shared: &Shared,
+    headers: &HeaderMap,
+    id: String,
+    body: Option<Value>,
+    received: Instant,
+) -> Response {
     let (attempt, generation) = shared.record_attempt(&id, received, body);
     if headers.contains_key("courier-redelivery") {
         shared.book().count_redelivery(received);
@@ -745,7 +857,10 @@ async fn post_event(
     };
     shared.record_answer(id, generation, answer.status);
 
-    let mut response = answer.status.into_response();
+    let mut response = match &behaviour.fail_body {
+        Some(b) if !answer.status.is_success() => (answer.status, b.clone()).into_response(),
+        _ => answer.status.into_response(),
+    };
     if let Some(seconds) = answer.retry_after_s {
         response
             .headers_mut()

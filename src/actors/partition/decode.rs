@@ -1,6 +1,7 @@
 //! The partition machine's [`Intake`]: decodes records as they are begun.
 
 use super::Src;
+use crate::core::classify::Reason;
 use crate::core::envelope::Envelope;
 use crate::core::event::DecodeOptions;
 use crate::core::input::{decode_record, BodyType, InputFormat, JsonInput, RecordIn};
@@ -39,8 +40,8 @@ impl Intake for Decoder {
 
     fn begin(&mut self, src: Src, r: Record) -> Begun<Item> {
         self.consumed[src.index()].increment(1);
-        let park = |reason: &str, message: String| Work::Park {
-            reason: reason.into(),
+        let park = |reason: &'static str, message: String| Work::Park {
+            reason: Reason::Input(reason),
             message,
         };
         let (mut entity_key, mut body_type) = (None, BodyType::default());
@@ -70,7 +71,10 @@ impl Intake for Decoder {
                     park(e.reason(), e.to_string())
                 }
             },
-            (Src::Dlq, None) => park("unreadable_envelope", "DLQ record without a value".into()),
+            (Src::Dlq, None) => Work::Park {
+                reason: Reason::UnreadableEnvelope,
+                message: "DLQ record without a value".into(),
+            },
         };
         let kind = match &work {
             Work::Deliver(_) => Kind::Ordered,
@@ -114,7 +118,7 @@ impl Intake for Decoder {
             headers: old.headers.clone(),
             body_type: old.body_type,
             work: Work::Park {
-                reason: "internal_error".into(),
+                reason: Reason::InternalError,
                 message: format!("delivery work vanished {times} times without an outcome"),
             },
         }

@@ -1,0 +1,401 @@
+//! Request mapping (`[[api.routes]]`): per CloudEvents `type` (exact or glob),
+//! the URL, method, extra headers and body of the request. Pure: templates are
+//! parsed once (unknown placeholders refused), rendered per event from its
+//! attributes; the first matching route wins, no match means `api.url`.
+//!
+//! Placeholders: `{type}`, `{subject}`, `{id}`, `{key}`. In a URL they are
+//! percent-encoded (everything but RFC 3986's unreserved characters), and only
+//! allowed after the host: an event never chooses where its request goes. In a
+//! header value they are inserted as they are (the HTTP stack refuses a value
+//! with control characters: the event is then parked `request_unbuildable`).
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+/// What an event's attribute a placeholder names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placeholder {
+    Type,
+    Subject,
+    Id,
+    Key,
+}
+
+impl Placeholder {
+    pub const ALL: [Placeholder; 4] = [
+        Placeholder::Type,
+        Placeholder::Subject,
+        Placeholder::Id,
+        Placeholder::Key,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placeholder::Type => "type",
+            Placeholder::Subject => "subject",
+            Placeholder::Id => "id",
+            Placeholder::Key => "key",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Placeholder> {
+        Placeholder::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Slot(Placeholder),
+}
+
+/// A string with placeholders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MappingError {
+    #[error("unknown placeholder `{{{0}}}` (known: {{type}}, {{subject}}, {{id}}, {{key}})")]
+    UnknownPlaceholder(String),
+    #[error("a `{{` without its `}}`, or a `}}` without its `{{`")]
+    Unbalanced,
+    #[error(
+        "placeholders are allowed in the URL's path and query only, not in its scheme or host"
+    )]
+    PlaceholderInHost,
+    #[error("`{0}` is not a valid glob for a type (empty)")]
+    EmptyGlob(String),
+}
+
+impl Template {
+    pub fn parse(s: &str) -> Result<Template, MappingError> {
+        let mut parts = Vec::new();
+        let mut rest = s;
+        while let Some(open) = rest.find(['{', '}']) {
+            if rest.as_bytes()[open] == b'}' {
+                return Err(MappingError::Unbalanced);
+            }
+            if open > 0 {
+                parts.push(Part::Text(rest[..open].to_string()));
+            }
+            let after = &rest[open + 1..];
+            let close = after.find('}').ok_or(MappingError::Unbalanced)?;
+            let name = &after[..close];
+            if name.contains('{') {
+                return Err(MappingError::Unbalanced);
+            }
+            let p = Placeholder::parse(name)
+                .ok_or_else(|| MappingError::UnknownPlaceholder(name.to_string()))?;
+            parts.push(Part::Slot(p));
+            rest = &after[close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest.to_string()));
+        }
+        Ok(Template { parts })
+    }
+
+    /// A URL template: placeholders only after `scheme://host[:port]`.
+    pub fn parse_url(s: &str) -> Result<Template, MappingError> {
+        let t = Template::parse(s)?;
+        let authority_end = s
+            .find("://")
+            .map(|i| i + 3)
+            .and_then(|start| s[start..].find(['/', '?', '#']).map(|j| start + j))
+            .unwrap_or(s.len());
+        if s[..authority_end].contains('{') {
+            return Err(MappingError::PlaceholderInHost);
+        }
+        Ok(t)
+    }
+
+    pub fn has_placeholders(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Slot(_)))
+    }
+
+    /// Renders with `attrs`; `encode` percent-encodes the inserted values.
+    pub fn render(&self, attrs: &Attributes<'_>, encode: bool) -> String {
+        let mut out = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Text(t) => out.push_str(t),
+                Part::Slot(s) => {
+                    let v = attrs.get(*s);
+                    if encode {
+                        percent_encode(v, &mut out);
+                    } else {
+                        out.push_str(v);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Everything but RFC 3986's unreserved characters, as `%XX`.
+pub fn percent_encode(v: &str, out: &mut String) {
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
+/// The attributes placeholders are filled from (absent ones are empty).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Attributes<'a> {
+    pub event_type: &'a str,
+    pub subject: &'a str,
+    pub id: &'a str,
+    pub key: &'a str,
+}
+
+impl Attributes<'_> {
+    fn get(&self, p: Placeholder) -> &str {
+        match p {
+            Placeholder::Type => self.event_type,
+            Placeholder::Subject => self.subject,
+            Placeholder::Id => self.id,
+            Placeholder::Key => self.key,
+        }
+    }
+}
+
+/// `*` any run of characters (dots included), `?` one character.
+pub fn glob_match(pattern: &str, s: &str) -> bool {
+    let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), s.chars().collect());
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == s[si]) {
+            pi += 1;
+            si += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// `method` of a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    #[default]
+    Post,
+    Put,
+    Patch,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+        }
+    }
+}
+
+/// `body` of a route: the whole event (today's) or its data only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BodyMode {
+    #[default]
+    Event,
+    Data,
+}
+
+/// One parsed route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub types: String,
+    pub url: Template,
+    pub method: Method,
+    pub headers: Vec<(String, Template)>,
+    pub body: BodyMode,
+}
+
+/// The routes, in order: the first whose glob matches the type wins.
+#[derive(Debug, Clone, Default)]
+pub struct Routes {
+    routes: Vec<Route>,
+}
+
+impl Routes {
+    pub fn new(routes: Vec<Route>) -> Result<Routes, MappingError> {
+        if let Some(r) = routes.iter().find(|r| r.types.is_empty()) {
+            return Err(MappingError::EmptyGlob(r.types.clone()));
+        }
+        Ok(Routes { routes })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    pub fn find(&self, event_type: &str) -> Option<&Route> {
+        self.routes
+            .iter()
+            .find(|r| glob_match(&r.types, event_type))
+    }
+}
+
+/// The data of a structured CloudEvent, as the API gets it with `body = "data"`:
+/// the `data` member's JSON text as it is in the event, or the bytes of
+/// `data_base64`; empty without either. With whether it is JSON (the `data`
+/// member) or bytes (`data_base64`). `None`: the event is not a JSON object (or
+/// `data_base64` is not base64).
+pub fn structured_data(raw: &[u8]) -> Option<(Vec<u8>, bool)> {
+    #[derive(Deserialize)]
+    struct Data<'a> {
+        #[serde(borrow)]
+        data: Option<&'a serde_json::value::RawValue>,
+        data_base64: Option<String>,
+    }
+    let d: Data<'_> = serde_json::from_slice(raw).ok()?;
+    match (d.data, d.data_base64) {
+        (Some(v), _) => Some((v.get().as_bytes().to_vec(), true)),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b.as_bytes())
+            .ok()
+            .map(|d| (d, false)),
+        (None, None) => Some((Vec::new(), true)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn attrs() -> Attributes<'static> {
+        Attributes {
+            event_type: "order.created",
+            subject: "tenant a/b?c",
+            id: "e-1",
+            key: "k#1",
+        }
+    }
+
+    #[test]
+    fn placeholders_are_rendered_and_encoded_in_urls() {
+        let t = Template::parse_url("https://api/{type}/{subject}?id={id}&k={key}").unwrap();
+        assert_eq!(
+            t.render(&attrs(), true),
+            "https://api/order.created/tenant%20a%2Fb%3Fc?id=e-1&k=k%231"
+        );
+        let h = Template::parse("{subject}").unwrap();
+        assert_eq!(h.render(&attrs(), false), "tenant a/b?c");
+        assert!(!Template::parse("plain").unwrap().has_placeholders());
+    }
+
+    #[test]
+    fn unknown_or_misplaced_placeholders_are_refused() {
+        assert_eq!(
+            Template::parse("/x/{tenant}"),
+            Err(MappingError::UnknownPlaceholder("tenant".into()))
+        );
+        assert_eq!(Template::parse("/x/{id"), Err(MappingError::Unbalanced));
+        assert_eq!(Template::parse("/x/id}"), Err(MappingError::Unbalanced));
+        assert_eq!(Template::parse("/x/{{id}}"), Err(MappingError::Unbalanced));
+        assert_eq!(
+            Template::parse_url("https://{subject}.example.com/x"),
+            Err(MappingError::PlaceholderInHost)
+        );
+        assert_eq!(
+            Template::parse_url("https://api:{id}/x"),
+            Err(MappingError::PlaceholderInHost)
+        );
+        assert!(Template::parse_url("https://api/x/{id}").is_ok());
+    }
+
+    #[test]
+    fn globs_and_first_match() {
+        assert!(glob_match("order.*", "order.created"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("order.*", "orders"));
+        assert!(glob_match("*.created", "x.y.created"));
+        assert!(!glob_match("*.created", "x.y.created.z"));
+        let route = |types: &str, url: &str| Route {
+            types: types.into(),
+            url: Template::parse_url(url).unwrap(),
+            method: Method::Post,
+            headers: Vec::new(),
+            body: BodyMode::Event,
+        };
+        let r = Routes::new(vec![
+            route("order.created", "http://a/1"),
+            route("order.*", "http://a/2"),
+        ])
+        .unwrap();
+        let url = |t: &str| r.find(t).map(|r| r.url.render(&attrs(), true));
+        assert_eq!(url("order.created").as_deref(), Some("http://a/1"));
+        assert_eq!(url("order.paid").as_deref(), Some("http://a/2"));
+        assert_eq!(url("user.created"), None);
+        assert!(Routes::new(vec![route("", "http://a/1")]).is_err());
+    }
+
+    #[test]
+    fn data_of_a_structured_event() {
+        let ev = br#"{"id":"1","data":{"b": [1, 2]},"type":"t"}"#;
+        assert_eq!(
+            structured_data(ev).unwrap(),
+            (br#"{"b": [1, 2]}"#.to_vec(), true)
+        );
+        let b64 = br#"{"id":"1","data_base64":"aGVsbG8="}"#;
+        assert_eq!(structured_data(b64).unwrap(), (b"hello".to_vec(), false));
+        assert_eq!(
+            structured_data(br#"{"id":"1"}"#).unwrap(),
+            (Vec::new(), true)
+        );
+        assert_eq!(structured_data(b"[1]"), None);
+    }
+
+    proptest! {
+        /// A rendered URL value never carries a character that would change the
+        /// URL's structure, and decoding gives the value back.
+        #[test]
+        fn percent_encoding_round_trips(v in "\\PC{0,40}") {
+            let mut out = String::new();
+            percent_encode(&v, &mut out);
+            prop_assert!(out.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)));
+            let mut bytes = Vec::new();
+            let ob = out.as_bytes();
+            let mut i = 0;
+            while i < ob.len() {
+                if ob[i] == b'%' {
+                    let hex = std::str::from_utf8(&ob[i + 1..i + 3]).unwrap();
+                    bytes.push(u8::from_str_radix(hex, 16).unwrap());
+                    i += 3;
+                } else {
+                    bytes.push(ob[i]);
+                    i += 1;
+                }
+            }
+            prop_assert_eq!(String::from_utf8(bytes).unwrap(), v);
+        }
+
+        /// `*` alone matches anything; a literal pattern matches only itself.
+        #[test]
+        fn glob_literals_and_star(s in "[a-z.]{0,12}", t in "[a-z.]{0,12}") {
+            prop_assert!(glob_match("*", &s));
+            prop_assert_eq!(glob_match(&s, &t), s == t);
+            let prefixed = format!("{s}*");
+            prop_assert_eq!(glob_match(&prefixed, &t), t.starts_with(&s));
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Trace context: the CloudEvents distributed-tracing extension (`traceparent`,
+//! `tracestate` attributes) or Kafka headers of those names, forwarded to the API
+//! as W3C Trace Context headers. A malformed `traceparent` is not forwarded (nor
+//! its `tracestate`). Courier does not record spans of its own into the trace, so
+//! it forwards the context unchanged, as the W3C recommendation asks of a
+//! participant that does not record.
+//!
+//! Cost: the event's JSON is only parsed for the attributes when its bytes
+//! contain `"traceparent"`; without a trace context nothing is done per event.
+
+use crate::core::input::Header;
+use serde::Deserialize;
+
+/// A validated W3C trace context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+/// The most of `tracestate` forwarded (W3C: at least 512 characters must be
+/// propagated; 32 members of at most 256 bytes each is the ceiling).
+pub const MAX_TRACESTATE: usize = 512;
+
+/// Whether `v` is a `traceparent` a W3C participant may forward: version 00
+/// exactly `00-<32 hex>-<16 hex>-<2 hex>`; a later version at least that prefix
+/// (followed by `-` and more); lowercase hex; version `ff` and all-zero ids refused.
+pub fn valid_traceparent(v: &str) -> bool {
+    let b = v.as_bytes();
+    let hex = |s: &[u8]| {
+        s.iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    };
+    if b.len() < 55 || !hex(&b[0..2]) || &b[0..2] == b"ff" {
+        return false;
+    }
+    if b[2] != b'-' || b[35] != b'-' || b[52] != b'-' {
+        return false;
+    }
+    let (trace_id, parent_id, flags) = (&b[3..35], &b[36..52], &b[53..55]);
+    if !hex(trace_id) || !hex(parent_id) || !hex(flags) {
+        return false;
+    }
+    if trace_id.iter().all(|&c| c == b'0') || parent_id.iter().all(|&c| c == b'0') {
+        return false;
+    }
+    match &b[0..2] {
+        b"00" => b.len() == 55,
+        _ => b.len() == 55 || b[55] == b'-',
+    }
+}
+
+/// `tracestate` kept when it is printable ASCII and not too long.
+fn valid_tracestate(v: &str) -> bool {
+    !v.is_empty() && v.len() <= MAX_TRACESTATE && v.bytes().all(|c| (0x20..0x7f).contains(&c))
+}
+
+fn context(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
+    let tp = traceparent?.trim();
+    if !valid_traceparent(tp) {
+        return None;
+    }
+    Some(TraceContext {
+        traceparent: tp.to_string(),
+        tracestate: tracestate
+            .map(str::trim)
+            .filter(|s| valid_tracestate(s))
+            .map(str::to_string),
+    })
+}
+
+/// The last value of a header, as text.
+fn header<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .rev()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .and_then(|(_, v)| std::str::from_utf8(v.as_deref()?).ok())
+}
+
+/// The trace context of an event: the CloudEvents attributes in its body (a
+/// binary-mode event's are in the body Courier built from its `ce_` headers),
+/// else the Kafka headers `traceparent` / `tracestate`.
+pub fn extract(body: &[u8], headers: Option<&[Header]>) -> Option<TraceContext> {
+    if memmem(body, b"\"traceparent\"") {
+        #[derive(Deserialize)]
+        struct Attrs {
+            traceparent: Option<String>,
+            tracestate: Option<String>,
+        }
+        if let Ok(a) = serde_json::from_slice::<Attrs>(body) {
+            if a.traceparent.is_some() {
+                return context(a.traceparent.as_deref(), a.tracestate.as_deref());
+            }
+        }
+    }
+    let h = headers?;
+    context(header(h, "traceparent"), header(h, "tracestate"))
+}
+
+fn memmem(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn traceparent_validation() {
+        assert!(valid_traceparent(TP));
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
+        ] {
+            assert!(!valid_traceparent(bad), "{bad}");
+        }
+        // A later version may carry more fields.
+        assert!(valid_traceparent(
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-abc"
+        ));
+    }
+
+    #[test]
+    fn from_attributes_or_headers() {
+        let body = format!(r#"{{"id":"1","traceparent":"{TP}","tracestate":"a=1"}}"#);
+        let c = extract(body.as_bytes(), None).expect("from the attributes");
+        assert_eq!(c.traceparent, TP);
+        assert_eq!(c.tracestate.as_deref(), Some("a=1"));
+        let headers: Vec<Header> = vec![
+            ("traceparent".into(), Some(Bytes::from(TP))),
+            ("tracestate".into(), Some(Bytes::from("b=2\n"))),
+        ];
+        let c = extract(br#"{"id":"1"}"#, Some(&headers)).expect("from the headers");
+        assert_eq!(c.tracestate.as_deref(), Some("b=2"));
+        // A malformed one is not forwarded, and neither is its tracestate.
+        let bad = r#"{"id":"1","traceparent":"00-xyz","tracestate":"a=1"}"#;
+        assert_eq!(extract(bad.as_bytes(), Some(&headers)), None);
+        assert_eq!(extract(br#"{"id":"1"}"#, None), None);
+        let ctl: Vec<Header> = vec![
+            ("traceparent".into(), Some(Bytes::from(TP))),
+            ("tracestate".into(), Some(Bytes::from("a=\u{1}"))),
+        ];
+        assert_eq!(
+            extract(b"{}", Some(&ctl)).and_then(|c| c.tracestate),
+            None,
+            "control characters: tracestate dropped"
+        );
+    }
+}
