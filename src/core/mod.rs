@@ -6,6 +6,7 @@ pub mod breaker;
 pub mod budget;
 pub mod classify;
 pub mod completed;
+pub mod concurrency;
 pub mod dlq_policy;
 pub mod envelope;
 pub mod event;
