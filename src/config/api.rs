@@ -42,6 +42,16 @@ pub struct ApiConfig {
     pub pool_max_idle_per_host: usize,
     /// TLS to an `https://` API.
     pub tls: ApiTlsConfig,
+    /// Let the calls in flight follow the API (AIMD on 429/503/timeouts and
+    /// the round-trip time), with `pipeline.concurrency` as the upper bound.
+    /// `false`: always `pipeline.concurrency`.
+    pub adaptive_concurrency: bool,
+    /// Calls per second toward the API for the whole consumer group (Redis);
+    /// 0: no limit.
+    pub rate_limit_per_sec: u32,
+    /// Calls the group may make at once above the steady rate (after an idle
+    /// spell); 0: one second's worth divided by 20, at least 1.
+    pub rate_limit_burst: u32,
 }
 
 /// `[api.tls]`: whom to trust, and the client certificate for mTLS. Paths to
@@ -114,6 +124,9 @@ impl Default for ApiConfig {
             allow_plaintext: false,
             pool_max_idle_per_host: 4096,
             tls: ApiTlsConfig::default(),
+            adaptive_concurrency: true,
+            rate_limit_per_sec: 0,
+            rate_limit_burst: 0,
         }
     }
 }
@@ -163,6 +176,12 @@ impl ApiConfig {
                     "is set by Courier (use api.token_env for the token)",
                 ));
             }
+        }
+        if self.rate_limit_burst > 0 && self.rate_limit_per_sec == 0 {
+            return Err(invalid(
+                "api.rate_limit_burst",
+                "needs api.rate_limit_per_sec (0 means no limit)",
+            ));
         }
         if let Some(env) = &self.token_env {
             if env.is_empty() {

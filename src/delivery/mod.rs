@@ -4,6 +4,7 @@
 
 pub mod enrich;
 pub mod http;
+pub mod limits;
 pub mod token;
 
 use crate::actors::dlq_writer::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
@@ -99,6 +100,8 @@ pub struct Deliverer {
     api: ApiClient,
     policy: RetryPolicy,
     permits: Arc<Semaphore>,
+    /// The adaptive concurrency limit (and what feeds it) the permits follow.
+    limits: limits::Limits,
     /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
     /// not receive the whole backlog at once.
     drain_permits: Semaphore,
@@ -228,6 +231,7 @@ impl Deliverer {
             api,
             policy: cfg.api.retry_policy(),
             permits: Arc::new(Semaphore::new(cfg.pipeline.concurrency)),
+            limits: limits::Limits::new(cfg.pipeline.concurrency, cfg.api.adaptive_concurrency),
             drain_permits: Semaphore::new(d.drain_concurrency),
             drain_pacer: Mutex::new(tokio::time::Instant::now()),
             drain_interval: Duration::from_secs_f64(1.0 / d.drain_rate_per_sec),
@@ -270,6 +274,14 @@ impl Deliverer {
     /// delivery holds one of these from its first try to its last.
     pub fn permits(&self) -> Arc<Semaphore> {
         self.permits.clone()
+    }
+
+    /// The pool's permits, kept at the current concurrency limit.
+    pub fn permit_gate(&self) -> limits::PermitGate {
+        self.limits.gate(
+            self.permits.clone(),
+            self.pipeline.config.pipeline.concurrency,
+        )
     }
 
     /// Does the job's work and reports its outcome through the token. A delivery
@@ -497,7 +509,10 @@ impl Deliverer {
                 };
                 self.drain_slot().await;
                 self.pipeline.health.gate().await;
-                self.api.post(&id, body, Some(env.dlq_retries + 1)).await
+                let call = self.limits.before_call().await;
+                let r = self.api.post(&id, body, Some(env.dlq_retries + 1)).await;
+                self.limits.after_call(call, &r);
+                r
             }
             Ok(Body::Park { reason, message }) => {
                 return self.drop_from_dlq(item, env, reason, message).await
@@ -524,7 +539,10 @@ impl Deliverer {
             },
             Err(t) => Failure::transport(t),
         };
-        if called && answer_reached_api(&failure) {
+        if called
+            && answer_reached_api(&failure)
+            && !failure.status.is_some_and(|s| self.limits.absorbs(s))
+        {
             self.observe(outcome_of(failure.class, failure.breaker_reason));
         }
         self.report(&failure);
@@ -782,8 +800,12 @@ impl Deliverer {
     /// the breaker with what the answer says about the API.
     async fn call(&self, id: &str, body: Bytes) -> Result<http::Answer, TransportError> {
         self.pipeline.health.gate().await;
+        let call = self.limits.before_call().await;
         let r = self.api.post(id, body, None).await;
+        self.limits.after_call(call, &r);
         match &r {
+            // Back-pressure the concurrency limit answers, not an outage.
+            Ok(a) if self.limits.absorbs(a.status) => {}
             Ok(a) => self.observe(match classify_status(a.status) {
                 Verdict::Delivered => CallOutcome::Up,
                 Verdict::Failed(c) => outcome_of(c, systemic_status_reason(a.status)),

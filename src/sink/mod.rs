@@ -83,6 +83,9 @@ pub struct Behaviour {
     /// When set, a delivery without `Authorization: Bearer <token>` gets 401
     /// (credentials revoked, or never sent).
     pub required_token: Option<String>,
+    /// Hidden capacity: at most this many deliveries handled at once; one
+    /// above it is answered 429 at once (no latency, no `Retry-After`).
+    pub capacity: Option<u64>,
 }
 
 impl Default for Behaviour {
@@ -95,6 +98,7 @@ impl Default for Behaviour {
             fail_rate: 0.0,
             fail_status: 503,
             required_token: None,
+            capacity: None,
         }
     }
 }
@@ -156,6 +160,10 @@ pub struct Audit {
     /// Last body received per id; only filled while
     /// [`SinkHandle::set_record_bodies`] is on.
     pub bodies_sample: HashMap<String, Value>,
+    /// Requests answered 429 for being above `Behaviour::capacity`, per whole
+    /// second (same index as `per_second`).
+    #[serde(default)]
+    pub per_second_over_capacity: Vec<u64>,
     /// Delivery requests that arrived over HTTP/2 (h2c or negotiated by ALPN).
     #[serde(default)]
     pub http2_requests: u64,
@@ -313,6 +321,7 @@ impl Shared {
             book: Mutex::new(Book::new(0)),
             delivered_count: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
+            capacity_used: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             record_bodies: AtomicBool::new(false),
             http2_requests: AtomicU64::new(0),
@@ -432,6 +441,8 @@ struct Shared {
     /// Distinct ids answered 2xx; written under the `book` lock, read lock-free.
     delivered_count: AtomicU64,
     in_flight: AtomicU64,
+    /// Deliveries holding a slot of `Behaviour::capacity`.
+    capacity_used: AtomicU64,
     peak: AtomicU64,
     record_bodies: AtomicBool,
     http2_requests: AtomicU64,
@@ -453,6 +464,7 @@ struct Book {
     bad_requests: u64,
     per_second: Vec<u64>,
     per_second_redelivery: Vec<u64>,
+    per_second_over_capacity: Vec<u64>,
     bodies_sample: HashMap<String, Value>,
 }
 
@@ -469,6 +481,7 @@ impl Book {
             bad_requests: 0,
             per_second: Vec::new(),
             per_second_redelivery: Vec::new(),
+            per_second_over_capacity: Vec::new(),
             bodies_sample: HashMap::new(),
         }
     }
@@ -517,6 +530,7 @@ impl Shared {
             max_concurrent: self.peak.load(Relaxed),
             per_second: book.per_second.clone(),
             per_second_redelivery: book.per_second_redelivery.clone(),
+            per_second_over_capacity: book.per_second_over_capacity.clone(),
             bodies_sample: book.bodies_sample.clone(),
             http2_requests: self.http2_requests.load(Relaxed),
             tls_handshake_failures: self.handshakes.failures.load(Relaxed),
@@ -599,6 +613,39 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A slot of the hidden capacity (`Behaviour::capacity`), held while a
+/// delivery is handled.
+struct CapacitySlot<'a>(Option<&'a Shared>);
+
+impl<'a> CapacitySlot<'a> {
+    /// A slot, or `None` when the capacity is full (the request is counted in
+    /// `per_second_over_capacity`).
+    fn take(shared: &'a Shared, received: Instant) -> Option<CapacitySlot<'a>> {
+        let Some(capacity) = shared.behaviour().capacity else {
+            return Some(CapacitySlot(None));
+        };
+        if shared.capacity_used.fetch_add(1, Relaxed) < capacity {
+            return Some(CapacitySlot(Some(shared)));
+        }
+        shared.capacity_used.fetch_sub(1, Relaxed);
+        let mut book = shared.book();
+        let second = received.saturating_duration_since(book.epoch).as_secs() as usize;
+        if book.per_second_over_capacity.len() <= second {
+            book.per_second_over_capacity.resize(second + 1, 0);
+        }
+        book.per_second_over_capacity[second] += 1;
+        None
+    }
+}
+
+impl Drop for CapacitySlot<'_> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0 {
+            shared.capacity_used.fetch_sub(1, Relaxed);
+        }
     }
 }
 
@@ -723,6 +770,10 @@ async fn post_event(
         shared.book().count_redelivery(received);
     }
 
+    let Some(_slot) = CapacitySlot::take(&shared, received) else {
+        shared.record_answer(id, generation, StatusCode::TOO_MANY_REQUESTS);
+        return StatusCode::TOO_MANY_REQUESTS.into_response();
+    };
     let delay = latency(&shared.behaviour());
     if !delay.is_zero() {
         // The simulated API latency itself.
