@@ -73,3 +73,120 @@ async fn adaptive_concurrency_finds_a_hidden_capacity() {
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("capacity", &rep);
 }
+
+/// `n` instances of one group share `api.rate_limit_per_sec = 500` through
+/// Redis: the API never sees more than 500/s + 5 % in any whole second, and
+/// everything is delivered (audit). Returns the API's per-second counts.
+async fn shared_rate_limit(name: &str, instances: usize, redis_url: Option<&str>) -> Vec<u64> {
+    const RATE: u64 = 500;
+    let s = services();
+    let n = Names::new(name, 6);
+    n.create(&s, true).await;
+    let api = SinkHandle::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            latency_ms: 5,
+            ..Behaviour::default()
+        },
+    )
+    .await
+    .unwrap();
+    let spec = Spec {
+        count: 6_000,
+        keys: 6_000,
+        id_prefix: name.into(),
+        ..Spec::default()
+    };
+    // The rate settings join the base config's [api] table.
+    let toml = base_toml(&n, &api.url()).replacen(
+        "\n[api]\n",
+        &format!("\n[api]\nrate_limit_per_sec = {RATE}\nrate_limit_burst = 5\n"),
+        1,
+    );
+    let env: Vec<(&str, &str)> = redis_url
+        .map(|u| vec![("COURIER__REDIS__URL", u)])
+        .unwrap_or_default();
+    let mut cs: Vec<Courier> = (0..instances)
+        .map(|i| Courier::start_with_env(&format!("{}-{i}", n.topic), &s, &toml, &env))
+        .collect();
+    // Every instance holds partitions before the events arrive: the group's
+    // steady state is measured, not its rebalances.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut all = true;
+        for c in &cs {
+            all &= c.metric("courier_assigned_partitions").await > 0.0;
+        }
+        if all {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "every instance gets partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    n.wait_committed_to_end(&s, Duration::from_secs(180)).await;
+    for c in &cs {
+        let limit = c
+            .metric("courier_api_rate_limit_per_sec{scope=\"group\"")
+            .await;
+        assert_eq!(limit, RATE as f64, "the limit shows as a metric");
+    }
+    let granted = cs[0]
+        .metric("courier_api_rate_permits_total{result=\"granted\"")
+        .await;
+    assert!(granted > 0.0, "permits counted");
+    for c in &mut cs {
+        assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
+    }
+    let audit = api.audit();
+    let table: Vec<String> = audit
+        .per_second
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{i}:{n}"))
+        .collect();
+    println!(
+        "[{name}] {instances} instances, API requests per whole second: {}",
+        table.join(" ")
+    );
+    let bound = RATE as f64 * 1.05;
+    for (second, &count) in audit.per_second.iter().enumerate() {
+        assert!(
+            count as f64 <= bound,
+            "second {second}: {count} requests (limit {RATE}/s + 5 %)"
+        );
+    }
+    // The limit binds (else the bound above would hold vacuously): the busiest
+    // second is well above half the limit.
+    assert!(
+        audit.peak_rps() >= RATE / 2,
+        "peak {} requests/s: the limit was never reached",
+        audit.peak_rps()
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss(name, &rep);
+    assert_eq!(rep.delivered, 6_000);
+    audit.per_second
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_a_rate_limit_through_redis() {
+    shared_rate_limit("rate2", 2, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_share_a_rate_limit_through_redis() {
+    shared_rate_limit("rate3", 3, None).await;
+}
+
+/// Redis unreachable from the start: a single instance limits itself locally
+/// (its share: the whole rate, since it has seen no other instance).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_an_instance_limits_itself_locally() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    shared_rate_limit("rate-local", 1, Some(&url)).await;
+}

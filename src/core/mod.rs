@@ -16,5 +16,6 @@ pub mod liveness;
 pub mod offsets;
 pub mod ordering;
 pub mod partition;
+pub mod ratelimit;
 pub mod restart;
 pub mod status;

@@ -1,7 +1,7 @@
 //! The limits on calls toward the API, at the edge: the adaptive concurrency
 //! limit ([`crate::core::concurrency`]) fed by every call's outcome, the gate
 //! that keeps the pool's permits at that limit, and the group-wide rate limit
-//! ([`super::ratelimit`]).
+//! ([`super::ratelimit`]), which every call waits for first.
 //!
 //! Every API call — main path and DLQ drain — goes through [`Limits::before_call`]
 //! and [`Limits::after_call`]: the drain's calls are calls to the same API, so
@@ -9,6 +9,7 @@
 //! does not take the pool's permits (it has its own, smaller limit and pace).
 
 use super::http::{Answer, TransportError};
+use super::ratelimit::RateLimiter;
 use crate::core::classify::TransportFailure;
 use crate::core::concurrency::{Aimd, AimdConfig, Sample};
 use crate::metrics as m;
@@ -26,6 +27,7 @@ pub struct Limits {
     calls: AtomicUsize,
     limit: watch::Sender<usize>,
     gauge: metrics::Gauge,
+    rate: Option<Arc<RateLimiter>>,
 }
 
 /// A call in flight; hand it back to [`Limits::after_call`].
@@ -34,7 +36,7 @@ pub struct Call {
 }
 
 impl Limits {
-    pub fn new(max: usize, adaptive: bool) -> Limits {
+    pub fn new(max: usize, adaptive: bool, rate: Option<Arc<RateLimiter>>) -> Limits {
         let adaptive = adaptive.then(|| Mutex::new(Aimd::new(AimdConfig::new(max))));
         let start = adaptive
             .as_ref()
@@ -47,6 +49,7 @@ impl Limits {
             calls: AtomicUsize::new(0),
             limit: watch::channel(start).0,
             gauge,
+            rate,
         }
     }
 
@@ -57,6 +60,9 @@ impl Limits {
 
     /// Waits for the rate limit (if any), then counts the call as in flight.
     pub async fn before_call(&self) -> Call {
+        if let Some(rate) = &self.rate {
+            rate.acquire().await;
+        }
         self.calls.fetch_add(1, Relaxed);
         Call {
             started: Instant::now(),
@@ -67,6 +73,11 @@ impl Limits {
     /// the rate limiter, which pauses the whole group).
     pub fn after_call(&self, call: Call, outcome: &Result<Answer, TransportError>) {
         let in_flight = self.calls.fetch_sub(1, Relaxed);
+        if let (Some(rate), Ok(a)) = (&self.rate, outcome) {
+            if let (429 | 503, Some(after)) = (a.status, a.retry_after) {
+                rate.pause_group(after);
+            }
+        }
         let Some(aimd) = &self.adaptive else { return };
         let sample = sample_of(call.started.elapsed(), outcome);
         let now = self.epoch.elapsed();

@@ -5,6 +5,7 @@
 pub mod enrich;
 pub mod http;
 pub mod limits;
+pub mod ratelimit;
 pub mod token;
 
 use crate::actors::dlq_writer::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
@@ -231,7 +232,11 @@ impl Deliverer {
             api,
             policy: cfg.api.retry_policy(),
             permits: Arc::new(Semaphore::new(cfg.pipeline.concurrency)),
-            limits: limits::Limits::new(cfg.pipeline.concurrency, cfg.api.adaptive_concurrency),
+            limits: limits::Limits::new(
+                cfg.pipeline.concurrency,
+                cfg.api.adaptive_concurrency,
+                ratelimit::RateLimiter::from_config(&pipeline),
+            ),
             drain_permits: Semaphore::new(d.drain_concurrency),
             drain_pacer: Mutex::new(tokio::time::Instant::now()),
             drain_interval: Duration::from_secs_f64(1.0 / d.drain_rate_per_sec),
