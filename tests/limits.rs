@@ -190,3 +190,74 @@ async fn without_redis_an_instance_limits_itself_locally() {
     let url = format!("redis://127.0.0.1:{port}");
     shared_rate_limit("rate-local", 1, Some(&url)).await;
 }
+
+/// The Redis script itself, against the real Redis: a burst after an idle
+/// spell, then nothing until the steady rate allows; no burst for a caller
+/// coming back from its fallback; both members counted live; a `Retry-After`
+/// pause from one instance holds the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_script_shares_one_limit_and_one_pause() {
+    use courier::delivery::ratelimit::RateLimiter;
+    use fred::prelude::*;
+    use std::sync::Arc;
+    let s = services();
+    let client = Builder::from_config(Config::from_url(&s.redis_url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.expect("Redis");
+    let prefix = unique("ratescript");
+    // 1,000/s, burst 10: batches of 10.
+    let a = Arc::new(RateLimiter::new(
+        1000,
+        10,
+        Some(client.clone()),
+        &prefix,
+        "a",
+    ));
+    let b = Arc::new(RateLimiter::new(
+        1000,
+        10,
+        Some(client.clone()),
+        &prefix,
+        "b",
+    ));
+    let (granted, _, live) = a.take_batch(&client, false).await.unwrap();
+    assert_eq!((granted, live), (10, 1), "the burst, one member");
+    let (granted, wait_us, live) = b.take_batch(&client, false).await.unwrap();
+    assert_eq!(live, 2, "both members live");
+    assert!(
+        granted <= 1,
+        "the burst is spent: {granted} more granted at once"
+    );
+    if granted == 0 {
+        assert!(wait_us > 0 && wait_us <= 1_000, "wait {wait_us} µs");
+    }
+    // Coming back from the fallback: one permit, no burst, although the
+    // limit has been idle (fresh keys).
+    let fresh = unique("ratescript-resume");
+    let c = RateLimiter::new(1000, 10, Some(client.clone()), &fresh, "c");
+    let (granted, _, _) = c.take_batch(&client, true).await.unwrap();
+    assert_eq!(granted, 1, "no burst on resume");
+
+    // A pause from a: b is told to wait for it (Redis time).
+    a.pause_group(Duration::from_secs(30));
+    wait_until(Duration::from_secs(10), "b sees the group's pause", || {
+        let b = b.clone();
+        let client = client.clone();
+        let r = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(b.take_batch(&client, false))
+        });
+        matches!(r, Ok((0, w, _)) if w > 20_000_000)
+    })
+    .await;
+    let _: i64 = client
+        .del(vec![
+            format!("{prefix}:rate:tat"),
+            format!("{prefix}:rate:not-before"),
+            format!("{prefix}:rate:members"),
+            format!("{fresh}:rate:tat"),
+            format!("{fresh}:rate:members"),
+        ])
+        .await
+        .unwrap_or(0);
+}

@@ -245,7 +245,7 @@ impl RateLimiter {
         let try_redis = st.source == Source::Redis || Instant::now() >= st.retry_at;
         if let (true, Some(client)) = (try_redis, &self.redis) {
             let resume = st.source == Source::LocalFallback;
-            match self.call_acquire(client, resume).await {
+            match self.take_batch(client, resume).await {
                 Ok((granted, wait_us, live)) => {
                     if resume {
                         tracing::info!(
@@ -329,7 +329,13 @@ impl RateLimiter {
         }
     }
 
-    async fn call_acquire(&self, client: &Client, resume: bool) -> Result<(u64, u64, u64), Error> {
+    /// One script call: `(granted, wait_us, live)` for a batch, `resume` after
+    /// a fallback.
+    pub async fn take_batch(
+        &self,
+        client: &Client,
+        resume: bool,
+    ) -> Result<(u64, u64, u64), Error> {
         let args = vec![
             self.gcra.interval_us.to_string(),
             self.gcra.tolerance_us.to_string(),
