@@ -288,6 +288,15 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_needs_a_rate() {
+        let mut c = with_url("http://127.0.0.1:8080/events");
+        c.rate_limit_burst = 10;
+        assert_eq!(field(c.validate()), "api.rate_limit_burst");
+        c.rate_limit_per_sec = 500;
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
     fn plain_http_only_to_loopback_unless_allowed() {
         for ok in [
             "http://127.0.0.1:8080/events",
