@@ -124,6 +124,8 @@ pub struct Aimd {
     ceiling: Option<usize>,
     /// Clean windows spent just below `ceiling`.
     plateau: u32,
+    /// The limit before an outage cut it: slow start back up to it.
+    recover_to: Option<usize>,
 }
 
 impl Aimd {
@@ -141,6 +143,7 @@ impl Aimd {
             rising_run: 0,
             ceiling: None,
             plateau: 0,
+            recover_to: None,
         }
     }
 
@@ -219,10 +222,19 @@ impl Aimd {
             }
         }
         let before = self.limit;
+        // Back-pressure and not one answer: an outage (everything 503 or timing
+        // out), not the API's capacity. The limit is cut all the same, but the
+        // level before it is kept, to come back to quickly once it answers.
+        let outage = back_pressure && mean.is_none();
         let change = if back_pressure || rising {
             self.slow_start = false;
-            self.ceiling = Some(self.limit);
-            self.plateau = 0;
+            if outage {
+                self.recover_to.get_or_insert(self.limit);
+            } else {
+                self.recover_to = None;
+                self.ceiling = Some(self.limit);
+                self.plateau = 0;
+            }
             let cut = (self.limit as f64 * self.cfg.decrease_ratio).floor() as usize;
             self.limit = cut.max(1);
             if back_pressure {
@@ -231,7 +243,13 @@ impl Aimd {
                 Change::RttRising
             }
         } else if reached && mean.is_some() {
-            if self.slow_start {
+            if let Some(level) = self.recover_to {
+                self.limit = self.limit.saturating_mul(2).min(level).min(self.cfg.max);
+                if self.limit >= level {
+                    self.recover_to = None;
+                }
+                Change::SlowStart
+            } else if self.slow_start {
                 self.limit = self.limit.saturating_mul(2).min(self.cfg.max);
                 Change::SlowStart
             } else if self.ceiling.is_some_and(|c| self.limit + 1 >= c) {
@@ -270,6 +288,8 @@ mod tests {
         rtt: Duration,
         knee: usize,
         queue_rtt: Duration,
+        /// From..until: every call answered 503 at once.
+        down: Option<(Duration, Duration)>,
     }
 
     struct Run {
@@ -318,7 +338,10 @@ mod tests {
                 let late = now >= settle;
                 run.calls_late += u64::from(late);
                 let on_server = slots.iter().filter(|s| s.1).count();
-                if on_server >= api.capacity {
+                let down = api
+                    .down
+                    .is_some_and(|(from, until)| now >= from && now < until);
+                if down || on_server >= api.capacity {
                     run.rejected += 1;
                     run.rejected_late += u64::from(late);
                     slots.push((now + api.rtt, false));
@@ -340,6 +363,7 @@ mod tests {
             rtt: Duration::from_millis(20),
             knee: usize::MAX,
             queue_rtt: Duration::ZERO,
+            down: None,
         };
         let r = simulate(
             &api,
@@ -374,6 +398,7 @@ mod tests {
                 rtt: Duration::from_millis(rtt_ms),
                 knee: usize::MAX,
                 queue_rtt: Duration::ZERO,
+                down: None,
             };
             let r = simulate(&api, AimdConfig::new(max), Duration::from_secs(30), Duration::from_secs(15));
             prop_assert!(r.limits.iter().all(|&l| (1..=max).contains(&l)));
@@ -401,6 +426,7 @@ mod tests {
                 rtt: Duration::from_millis(rtt_ms),
                 knee,
                 queue_rtt: Duration::from_millis(rtt_ms) / 10,
+                down: None,
             };
             let r = simulate(&api, AimdConfig::new(2048), Duration::from_secs(30), Duration::from_secs(15));
             let tail = &r.limits[r.limits.len() - 5_000..];
@@ -430,6 +456,37 @@ mod tests {
                 prop_assert!((1..=max).contains(&a.limit()));
             }
         }
+    }
+
+    /// An outage (every call 503) cuts the limit; once the API answers again,
+    /// slow start takes it back to its level before the outage within a few
+    /// windows, instead of +1 per window.
+    #[test]
+    fn after_an_outage_the_limit_comes_back_quickly() {
+        let api = SimApi {
+            capacity: 200,
+            rtt: Duration::from_millis(20),
+            knee: usize::MAX,
+            queue_rtt: Duration::ZERO,
+            down: Some((Duration::from_secs(10), Duration::from_secs(15))),
+        };
+        let r = simulate(
+            &api,
+            AimdConfig::new(2048),
+            Duration::from_secs(17),
+            Duration::from_secs(17),
+        );
+        let before = r.limits[9_999];
+        let during = *r.limits[10_000..15_000].iter().min().unwrap_or(&0);
+        let after = r.limits[15_500];
+        assert!(
+            during < before / 4,
+            "cut during the outage: {before} → {during}"
+        );
+        assert!(
+            after as f64 >= before as f64 * 0.9,
+            "back within 0.5 s: {before} before, {after} after"
+        );
     }
 
     #[test]
