@@ -38,8 +38,9 @@ struct Opts {
     /// Partitions of the topic.
     #[arg(long, default_value_t = 12)]
     partitions: i32,
-    /// Modes to run.
-    #[arg(long, value_delimiter = ',', default_values = ["adaptive", "fixed"])]
+    /// Modes to run: `adaptive` (bounded by --concurrency), `fixed` (at
+    /// --concurrency), `fixed:<C>` (at C: e.g. the oracle `fixed:<K>`).
+    #[arg(long, value_delimiter = ',', default_values = ["adaptive", "fixed", "fixed:200"])]
     modes: Vec<String>,
     #[arg(long, env = "COURIER_TEST_BROKERS")]
     brokers: String,
@@ -69,7 +70,11 @@ fn load_average() -> String {
 }
 
 async fn run_mode(o: &Opts, sink: &SinkHandle, mode: &str) -> anyhow::Result<Row> {
-    let id = format!("capbench-{mode}-{}", std::process::id());
+    let id = format!("capbench-{}-{}", mode.replace(':', "-"), std::process::id());
+    let (adaptive, concurrency) = match mode.split_once(':') {
+        Some((_, c)) => (false, c.parse()?),
+        None => (mode == "adaptive", o.concurrency),
+    };
     let (topic, dlq, parking) = (id.clone(), format!("{id}-dlq"), format!("{id}-parking"));
     create_topics(
         o.brokers.as_str(),
@@ -109,8 +114,7 @@ adaptive_concurrency = {adaptive}
 concurrency = {c}
 "#,
         url = sink.url(),
-        adaptive = mode == "adaptive",
-        c = o.concurrency,
+        c = concurrency,
     );
     sink.reset();
     let launch = Launch::new(
@@ -132,10 +136,15 @@ concurrency = {c}
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let (from, to) = (first + o.settle_secs, first + o.settle_secs + o.window_secs);
-    // The measured window is wall time on the stand-in's clock.
+    // The measured window is wall time on the stand-in's clock; the limit is
+    // sampled once a second on the way.
+    let mut limits = Vec::new();
     while sink.audit().per_second.len() <= to {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let limit = courier.metric("courier_api_concurrency_limit").await;
+        limits.push(limit.map_or(-1.0, |l| l));
     }
+    println!("{mode}: concurrency limit, once a second: {limits:?}");
     let load = load_average();
     let a = sink.audit();
     let _ = courier.terminate(Duration::from_secs(30)).await;
