@@ -13,8 +13,9 @@
 //!   many share the limit without an extra round trip.
 //! - **Fallback.** A script call that fails (Redis down, timeout) switches the
 //!   instance to a local GCRA at `rate ÷ live` (burst likewise), starting with
-//!   no burst; Redis is tried again every [`REDIS_RETRY`]. Never a stall: the
-//!   wait for Redis is bounded by `redis.command_timeout`.
+//!   no burst; Redis is tried again every [`REDIS_RETRY`], once the client is
+//!   connected again. Never a stall: a client that is not connected is not
+//!   asked at all, and a call is bounded by `redis.command_timeout`.
 //! - **Return.** The first script call after a fallback says so (`resume`):
 //!   the shared TAT is moved to at least `now + τ`, so the group gets the
 //!   steady rate back, never a burst on top of what it spent meanwhile.
@@ -245,7 +246,15 @@ impl RateLimiter {
         let try_redis = st.source == Source::Redis || Instant::now() >= st.retry_at;
         if let (true, Some(client)) = (try_redis, &self.redis) {
             let resume = st.source == Source::LocalFallback;
-            match self.take_batch(client, resume).await {
+            // A client that is not connected fails at once instead of after its
+            // command timeout: the limiter never waits on a Redis that is down
+            // (fred reconnects in the background).
+            let answer = if client.is_connected() {
+                self.take_batch(client, resume).await
+            } else {
+                Err(Error::new(ErrorKind::IO, "not connected to Redis"))
+            };
+            match answer {
                 Ok((granted, wait_us, live)) => {
                     if resume {
                         tracing::info!(
