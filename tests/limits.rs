@@ -252,11 +252,11 @@ async fn the_redis_script_shares_one_limit_and_one_pause() {
     .await;
     let _: i64 = client
         .del(vec![
-            format!("{prefix}:rate:tat"),
-            format!("{prefix}:rate:not-before"),
-            format!("{prefix}:rate:members"),
-            format!("{fresh}:rate:tat"),
-            format!("{fresh}:rate:members"),
+            format!("{{{prefix}}}:rate:tat"),
+            format!("{{{prefix}}}:rate:not-before"),
+            format!("{{{prefix}}}:rate:members"),
+            format!("{{{fresh}}}:rate:tat"),
+            format!("{{{fresh}}}:rate:members"),
         ])
         .await
         .unwrap_or(0);

@@ -113,6 +113,9 @@ pub struct RateLimiter {
     epoch: Instant,
     scripts: std::sync::Mutex<Option<(String, String)>>,
     fallback_gauge: metrics::Gauge,
+    /// How long the first batch waits for the connection to Redis
+    /// (`redis.connect_timeout`).
+    pub connect_wait: Duration,
 }
 
 struct Local {
@@ -125,6 +128,8 @@ struct Local {
     /// The fallback's GCRA and its TAT (µs since `epoch`).
     fallback: Gcra,
     fallback_tat: u64,
+    /// Whether the first batch has waited for the connection (once only).
+    waited_for_connect: bool,
 }
 
 impl RateLimiter {
@@ -156,10 +161,12 @@ impl RateLimiter {
             batch,
             gcra,
             redis,
+            // One hash tag: the script touches all three keys, which Redis
+            // Cluster allows only within one slot.
             keys: [
-                format!("{key_prefix}:rate:tat"),
-                format!("{key_prefix}:rate:not-before"),
-                format!("{key_prefix}:rate:members"),
+                format!("{{{key_prefix}}}:rate:tat"),
+                format!("{{{key_prefix}}}:rate:not-before"),
+                format!("{{{key_prefix}}}:rate:members"),
             ],
             member: member.to_string(),
             state: tokio::sync::Mutex::new(Local {
@@ -170,16 +177,18 @@ impl RateLimiter {
                 retry_at: now,
                 fallback: Gcra::new(share, share_burst),
                 fallback_tat: 0,
+                waited_for_connect: false,
             }),
             paused_until_ms: AtomicU64::new(0),
             epoch: now,
             scripts: std::sync::Mutex::new(None),
             fallback_gauge,
+            connect_wait: Duration::from_secs(1),
         }
     }
 
     /// The limiter `api.rate_limit_per_sec` asks for (`None` when 0), sharing
-    /// the group's Redis (`[redis]`); keys under `<prefix>:<group>:rate:`.
+    /// the group's Redis (`[redis]`); keys `{<prefix>:<group>}:rate:*`.
     pub fn from_config(p: &crate::runtime::Pipeline) -> Option<Arc<RateLimiter>> {
         let api = &p.config.api;
         if api.rate_limit_per_sec == 0 {
@@ -199,13 +208,15 @@ impl RateLimiter {
             }
         };
         let prefix = format!("{}:{}", p.config.redis.key_prefix, p.config.kafka.group_id);
-        Some(Arc::new(RateLimiter::new(
+        let mut limiter = RateLimiter::new(
             u64::from(api.rate_limit_per_sec),
             u64::from(api.rate_limit_burst),
             redis,
             &prefix,
             &p.instance,
-        )))
+        );
+        limiter.connect_wait = p.config.redis.connect_timeout;
+        Some(Arc::new(limiter))
     }
 
     fn now_us(&self) -> u64 {
@@ -249,6 +260,14 @@ impl RateLimiter {
             // A client that is not connected fails at once instead of after its
             // command timeout: the limiter never waits on a Redis that is down
             // (fred reconnects in the background).
+            if !st.waited_for_connect && !client.is_connected() {
+                st.waited_for_connect = true;
+                // At start the connection is still being made, and an instance
+                // that has never heard from Redis knows of no other: its
+                // fallback share would be the whole rate. Wait for the
+                // connection once, bounded by `redis.connect_timeout`.
+                let _ = tokio::time::timeout(self.connect_wait, client.wait_for_connect()).await;
+            }
             let answer = if client.is_connected() {
                 self.take_batch(client, resume).await
             } else {
