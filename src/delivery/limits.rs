@@ -43,6 +43,17 @@ impl Limits {
             .map_or(max, |a| a.lock().unwrap_or_else(|e| e.into_inner()).limit());
         let gauge = metrics::gauge!(m::API_CONCURRENCY_LIMIT);
         gauge.set(start as f64);
+        if rate.is_none() {
+            // No rate limit: the series exist at 0 (dashboards, `increase()`).
+            metrics::gauge!(m::API_RATE_LIMIT, "scope" => "group").set(0.0);
+        }
+        for result in ["granted", "denied"] {
+            for source in ["redis", "local_fallback"] {
+                // `increment(0)`: born at 0, never reset by a re-spawned pool.
+                metrics::counter!(m::API_RATE_PERMITS, "result" => result, "source" => source)
+                    .increment(0);
+            }
+        }
         Limits {
             adaptive,
             epoch: Instant::now(),
