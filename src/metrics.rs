@@ -44,6 +44,9 @@ pub const MEMORY_RESIDENT: &str = "courier_memory_resident_bytes";
 pub const MEMORY_BUDGET: &str = "courier_memory_budget_bytes";
 pub const MEMORY_BUDGET_USED: &str = "courier_memory_budget_used_bytes";
 pub const BUFFERED_RECORDS: &str = "courier_buffered_records";
+pub const API_CONCURRENCY_LIMIT: &str = "courier_api_concurrency_limit";
+pub const API_RATE_LIMIT: &str = "courier_api_rate_limit_per_sec";
+pub const API_RATE_PERMITS: &str = "courier_api_rate_permits_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -172,6 +175,18 @@ pub const ALL: &[(&str, &str)] = &[
     (
         BUFFERED_RECORDS,
         "Records polled and not yet begun by a partition (the fetch budget in records: pipeline.max_buffered).",
+    ),
+    (
+        API_CONCURRENCY_LIMIT,
+        "API calls allowed in flight now: the adaptive limit (api.adaptive_concurrency), or pipeline.concurrency when fixed.",
+    ),
+    (
+        API_RATE_LIMIT,
+        "The group-wide rate limit toward the API (api.rate_limit_per_sec), and this instance's share of it while Redis is unreachable, by scope (group, local_fallback).",
+    ),
+    (
+        API_RATE_PERMITS,
+        "Rate-limit permits asked for, by result (granted, denied) and source (redis, local_fallback).",
     ),
 ];
 

@@ -95,9 +95,10 @@ impl Actor for DeliveryPool {
 
 /// Takes the queued deliveries in order and spawns each with a permit.
 async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<Job>) {
-    let permits = deliverer.permits();
+    // The permits follow the adaptive concurrency limit (delivery::limits).
+    let mut gate = deliverer.permit_gate();
     while let Some(job) = jobs.recv().await {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
+        let Some(permit) = gate.acquire().await else {
             return; // Never closed.
         };
         tokio::spawn(deliverer.clone().run(job, Some(permit)));

@@ -38,14 +38,14 @@ pub struct HealthState {
 }
 
 #[derive(Debug, thiserror::Error)]
-enum RedisSetupError {
+pub(crate) enum RedisSetupError {
     #[error("redis.url: {0}")]
     Client(#[from] fred::error::Error),
     #[error("redis.tls_ca_file: {0}")]
     Tls(#[from] crate::store_tls::StoreTlsError),
 }
 
-fn redis_client(p: &Pipeline) -> Result<Client, RedisSetupError> {
+pub(crate) fn redis_client(p: &Pipeline) -> Result<Client, RedisSetupError> {
     let r = &p.config.redis;
     // With `rediss://`, fred would build TLS settings of its own (the platform's
     // roots only): the URL is parsed as plain and TLS set here, from

@@ -58,6 +58,16 @@ pub struct ApiConfig {
     /// Kafka header names copied onto the request (never `Authorization`,
     /// `Idempotency-Key`, `Content-Type` or hop-by-hop headers).
     pub forward_headers: Vec<String>,
+    /// Let the calls in flight follow the API (AIMD on 429/503/timeouts and
+    /// the round-trip time), with `pipeline.concurrency` as the upper bound.
+    /// `false`: always `pipeline.concurrency`.
+    pub adaptive_concurrency: bool,
+    /// Calls per second toward the API for the whole consumer group (Redis);
+    /// 0: no limit.
+    pub rate_limit_per_sec: u32,
+    /// Calls the group may make at once above the steady rate (after an idle
+    /// spell); 0: one second's worth divided by 20, at least 1.
+    pub rate_limit_burst: u32,
 }
 
 /// One `[[api.routes]]` entry.
@@ -179,6 +189,9 @@ impl Default for ApiConfig {
             error_body_bytes: 256,
             routes: Vec::new(),
             forward_headers: Vec::new(),
+            adaptive_concurrency: true,
+            rate_limit_per_sec: 0,
+            rate_limit_burst: 0,
         }
     }
 }
@@ -284,6 +297,12 @@ impl ApiConfig {
         }
         for name in self.headers.keys() {
             check_header_name(&format!("api.headers.{name}"), name)?;
+        }
+        if self.rate_limit_burst > 0 && self.rate_limit_per_sec == 0 {
+            return Err(invalid(
+                "api.rate_limit_burst",
+                "needs api.rate_limit_per_sec (0 means no limit)",
+            ));
         }
         if let Some(env) = &self.token_env {
             if env.is_empty() {
@@ -418,6 +437,15 @@ mod tests {
             Err(ConfigError::Invalid { field, .. }) => field,
             other => panic!("expected an invalid field, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_burst_needs_a_rate() {
+        let mut c = with_url("http://127.0.0.1:8080/events");
+        c.rate_limit_burst = 10;
+        assert_eq!(field(c.validate()), "api.rate_limit_burst");
+        c.rate_limit_per_sec = 500;
+        assert!(c.validate().is_ok());
     }
 
     #[test]

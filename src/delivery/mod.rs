@@ -4,7 +4,9 @@
 
 pub mod enrich;
 pub mod http;
+pub mod limits;
 pub mod peers;
+pub mod ratelimit;
 pub mod token;
 
 use crate::config::{Config, OnMissing};
@@ -115,6 +117,8 @@ pub struct Deliverer {
     status: StatusPolicy,
     policy: RetryPolicy,
     permits: Arc<Semaphore>,
+    /// The adaptive concurrency limit (and what feeds it) the permits follow.
+    limits: limits::Limits,
     /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
     /// not receive the whole backlog at once.
     drain_permits: Semaphore,
@@ -259,6 +263,11 @@ impl Deliverer {
             status: cfg.api.status_policy()?,
             policy: cfg.api.retry_policy(),
             permits: Arc::new(Semaphore::new(cfg.pipeline.concurrency)),
+            limits: limits::Limits::new(
+                cfg.pipeline.concurrency,
+                cfg.api.adaptive_concurrency,
+                ratelimit::RateLimiter::from_config(&pipeline),
+            ),
             drain_permits: Semaphore::new(d.drain_concurrency),
             drain_pacer: Mutex::new(tokio::time::Instant::now()),
             drain_interval: Duration::from_secs_f64(1.0 / d.drain_rate_per_sec),
@@ -318,6 +327,14 @@ impl Deliverer {
     /// delivery holds one of these from its first try to its last.
     pub fn permits(&self) -> Arc<Semaphore> {
         self.permits.clone()
+    }
+
+    /// The pool's permits, kept at the current concurrency limit.
+    pub fn permit_gate(&self) -> limits::PermitGate {
+        self.limits.gate(
+            self.permits.clone(),
+            self.pipeline.config.pipeline.concurrency,
+        )
     }
 
     /// Does the job's work and reports its outcome through the token. A delivery
@@ -568,9 +585,13 @@ impl Deliverer {
                 };
                 self.drain_slot().await;
                 self.pipeline.health.gate().await;
-                self.api
+                let call = self.limits.before_call().await;
+                let r = self
+                    .api
                     .send(&out, &id, body, Some(env.dlq_retries + 1))
-                    .await
+                    .await;
+                self.limits.after_call(call, &r);
+                r
             }
             Ok(Body::Park { reason, message }) => {
                 return self.drop_from_dlq(item, env, reason, message).await
@@ -597,7 +618,10 @@ impl Deliverer {
             },
             Err(t) => Failure::transport(t),
         };
-        if called && failure.reason.reached_the_api() {
+        if called
+            && failure.reason.reached_the_api()
+            && !failure.status.is_some_and(|s| self.limits.absorbs(s))
+        {
             self.observe(outcome_of(failure.class, failure.reason));
         }
         self.report(&failure);
@@ -850,8 +874,12 @@ impl Deliverer {
         body: Bytes,
     ) -> Result<http::Answer, TransportError> {
         self.pipeline.health.gate().await;
+        let call = self.limits.before_call().await;
         let r = self.api.send(out, id, body, None).await;
+        self.limits.after_call(call, &r);
         match &r {
+            // Back-pressure the concurrency limit answers, not an outage.
+            Ok(a) if self.limits.absorbs(a.status) => {}
             Ok(a) => self.observe(match self.status.classify(a.status) {
                 Verdict::Delivered => CallOutcome::Up,
                 Verdict::Failed(c) => outcome_of(c, Reason::Http(a.status)),

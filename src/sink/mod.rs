@@ -86,6 +86,9 @@ pub struct Behaviour {
     pub required_token: Option<String>,
     /// The body of every non-2xx answer (e.g. an API's JSON error); none when unset.
     pub fail_body: Option<String>,
+    /// Hidden capacity: at most this many deliveries handled at once; one
+    /// above it is answered 429 at once (no latency, no `Retry-After`).
+    pub capacity: Option<u64>,
 }
 
 impl Default for Behaviour {
@@ -99,6 +102,7 @@ impl Default for Behaviour {
             fail_status: 503,
             required_token: None,
             fail_body: None,
+            capacity: None,
         }
     }
 }
@@ -160,6 +164,10 @@ pub struct Audit {
     /// Last body received per id; only filled while
     /// [`SinkHandle::set_record_bodies`] is on.
     pub bodies_sample: HashMap<String, Value>,
+    /// Requests answered 429 for being above `Behaviour::capacity`, per whole
+    /// second (same index as `per_second`).
+    #[serde(default)]
+    pub per_second_over_capacity: Vec<u64>,
     /// Delivery requests that arrived over HTTP/2 (h2c or negotiated by ALPN).
     #[serde(default)]
     pub http2_requests: u64,
@@ -337,6 +345,7 @@ impl Shared {
             book: Mutex::new(Book::new(0)),
             delivered_count: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
+            capacity_used: AtomicU64::new(0),
             peak: AtomicU64::new(0),
             record_bodies: AtomicBool::new(false),
             record_requests: AtomicBool::new(false),
@@ -463,6 +472,8 @@ struct Shared {
     /// Distinct ids answered 2xx; written under the `book` lock, read lock-free.
     delivered_count: AtomicU64,
     in_flight: AtomicU64,
+    /// Deliveries holding a slot of `Behaviour::capacity`.
+    capacity_used: AtomicU64,
     peak: AtomicU64,
     record_bodies: AtomicBool,
     record_requests: AtomicBool,
@@ -485,6 +496,7 @@ struct Book {
     bad_requests: u64,
     per_second: Vec<u64>,
     per_second_redelivery: Vec<u64>,
+    per_second_over_capacity: Vec<u64>,
     bodies_sample: HashMap<String, Value>,
     requests_sample: HashMap<String, RequestSample>,
 }
@@ -502,6 +514,7 @@ impl Book {
             bad_requests: 0,
             per_second: Vec::new(),
             per_second_redelivery: Vec::new(),
+            per_second_over_capacity: Vec::new(),
             bodies_sample: HashMap::new(),
             requests_sample: HashMap::new(),
         }
@@ -551,6 +564,7 @@ impl Shared {
             max_concurrent: self.peak.load(Relaxed),
             per_second: book.per_second.clone(),
             per_second_redelivery: book.per_second_redelivery.clone(),
+            per_second_over_capacity: book.per_second_over_capacity.clone(),
             bodies_sample: book.bodies_sample.clone(),
             http2_requests: self.http2_requests.load(Relaxed),
             tls_handshake_failures: self.handshakes.failures.load(Relaxed),
@@ -634,6 +648,39 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A slot of the hidden capacity (`Behaviour::capacity`), held while a
+/// delivery is handled.
+struct CapacitySlot<'a>(Option<&'a Shared>);
+
+impl<'a> CapacitySlot<'a> {
+    /// A slot, or `None` when the capacity is full (the request is counted in
+    /// `per_second_over_capacity`).
+    fn take(shared: &'a Shared, received: Instant) -> Option<CapacitySlot<'a>> {
+        let Some(capacity) = shared.behaviour().capacity else {
+            return Some(CapacitySlot(None));
+        };
+        if shared.capacity_used.fetch_add(1, Relaxed) < capacity {
+            return Some(CapacitySlot(Some(shared)));
+        }
+        shared.capacity_used.fetch_sub(1, Relaxed);
+        let mut book = shared.book();
+        let second = received.saturating_duration_since(book.epoch).as_secs() as usize;
+        if book.per_second_over_capacity.len() <= second {
+            book.per_second_over_capacity.resize(second + 1, 0);
+        }
+        book.per_second_over_capacity[second] += 1;
+        None
+    }
+}
+
+impl Drop for CapacitySlot<'_> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0 {
+            shared.capacity_used.fetch_sub(1, Relaxed);
+        }
     }
 }
 
@@ -835,6 +882,10 @@ async fn answer_delivery(
         shared.book().count_redelivery(received);
     }
 
+    let Some(_slot) = CapacitySlot::take(shared, received) else {
+        shared.record_answer(id, generation, StatusCode::TOO_MANY_REQUESTS);
+        return StatusCode::TOO_MANY_REQUESTS.into_response();
+    };
     let delay = latency(&shared.behaviour());
     if !delay.is_zero() {
         // The simulated API latency itself.

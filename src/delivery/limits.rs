@@ -1,0 +1,245 @@
+//! The limits on calls toward the API, at the edge: the adaptive concurrency
+//! limit ([`crate::core::concurrency`]) fed by every call's outcome, the gate
+//! that keeps the pool's permits at that limit, and the group-wide rate limit
+//! ([`super::ratelimit`]), which every call waits for first.
+//!
+//! Every API call — main path and DLQ drain — goes through [`Limits::before_call`]
+//! and [`Limits::after_call`]: the drain's calls are calls to the same API, so
+//! their 429s and RTTs teach the limiter as much as the main path's. The drain
+//! does not take the pool's permits (it has its own, smaller limit and pace).
+
+use super::http::{Answer, TransportError};
+use super::ratelimit::RateLimiter;
+use crate::core::classify::TransportFailure;
+use crate::core::concurrency::{Aimd, AimdConfig, Sample};
+use crate::metrics as m;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+/// The concurrency limit and what feeds it.
+pub struct Limits {
+    /// `None`: fixed at `pipeline.concurrency`.
+    adaptive: Option<Mutex<Aimd>>,
+    epoch: Instant,
+    /// Calls in flight now (main path and drain).
+    calls: AtomicUsize,
+    limit: watch::Sender<usize>,
+    gauge: metrics::Gauge,
+    rate: Option<Arc<RateLimiter>>,
+}
+
+/// A call in flight; hand it back to [`Limits::after_call`].
+pub struct Call {
+    started: Instant,
+}
+
+impl Limits {
+    pub fn new(max: usize, adaptive: bool, rate: Option<Arc<RateLimiter>>) -> Limits {
+        let adaptive = adaptive.then(|| Mutex::new(Aimd::new(AimdConfig::new(max))));
+        let start = adaptive
+            .as_ref()
+            .map_or(max, |a| a.lock().unwrap_or_else(|e| e.into_inner()).limit());
+        let gauge = metrics::gauge!(m::API_CONCURRENCY_LIMIT);
+        gauge.set(start as f64);
+        if rate.is_none() {
+            // No rate limit: the series exist at 0 (dashboards, `increase()`).
+            metrics::gauge!(m::API_RATE_LIMIT, "scope" => "group").set(0.0);
+        }
+        for result in ["granted", "denied"] {
+            for source in ["redis", "local_fallback"] {
+                // `increment(0)`: born at 0, never reset by a re-spawned pool.
+                metrics::counter!(m::API_RATE_PERMITS, "result" => result, "source" => source)
+                    .increment(0);
+            }
+        }
+        Limits {
+            adaptive,
+            epoch: Instant::now(),
+            calls: AtomicUsize::new(0),
+            limit: watch::channel(start).0,
+            gauge,
+            rate,
+        }
+    }
+
+    /// The current limit on calls in flight.
+    pub fn current(&self) -> usize {
+        *self.limit.borrow()
+    }
+
+    /// Waits for the rate limit (if any), then counts the call as in flight.
+    pub async fn before_call(&self) -> Call {
+        if let Some(rate) = &self.rate {
+            rate.acquire().await;
+        }
+        self.calls.fetch_add(1, Relaxed);
+        Call {
+            started: Instant::now(),
+        }
+    }
+
+    /// Feeds the call's outcome to the limiter (and a 429's `Retry-After` to
+    /// the rate limiter, which pauses the whole group).
+    pub fn after_call(&self, call: Call, outcome: &Result<Answer, TransportError>) {
+        let in_flight = self.calls.fetch_sub(1, Relaxed);
+        if let (Some(rate), Ok(a)) = (&self.rate, outcome) {
+            if let (429 | 503, Some(after)) = (a.status, a.retry_after) {
+                rate.pause_group(after);
+            }
+        }
+        let Some(aimd) = &self.adaptive else { return };
+        let sample = sample_of(call.started.elapsed(), outcome);
+        let now = self.epoch.elapsed();
+        let mut aimd = aimd.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(change) = aimd.observe(now, sample, in_flight) {
+            let limit = aimd.limit();
+            drop(aimd);
+            tracing::debug!(limit, change = change.as_str(), "API concurrency limit");
+            self.gauge.set(limit as f64);
+            self.limit.send_replace(limit);
+        }
+    }
+
+    /// Whether an answer with `status` is back-pressure that the adaptive
+    /// limit deals with, and so not news for the breaker: a 429 says the API is
+    /// up and wants fewer calls (with a fixed concurrency, a 429 still counts
+    /// as a failed call, as before).
+    pub fn absorbs(&self, status: u16) -> bool {
+        status == 429 && self.adaptive.is_some()
+    }
+
+    /// The gate the pool's dispatcher takes permits through.
+    pub fn gate(&self, permits: Arc<Semaphore>, capacity: usize) -> PermitGate {
+        PermitGate {
+            permits,
+            capacity,
+            limit: self.limit.subscribe(),
+        }
+    }
+}
+
+/// What a call's outcome says about the API's capacity.
+fn sample_of(rtt: Duration, outcome: &Result<Answer, TransportError>) -> Sample {
+    match outcome {
+        Ok(a) if matches!(a.status, 429 | 503) => Sample::BackPressure,
+        Ok(_) => Sample::Answered(rtt),
+        Err(t) if t.kind == TransportFailure::Timeout => Sample::BackPressure,
+        Err(_) => Sample::Ignore,
+    }
+}
+
+/// Keeps the pool's semaphore at the current limit: permits are added when the
+/// limit grows, and taken out of circulation (free ones at once, held ones as
+/// they come back) when it shrinks. Only the pool's dispatcher acquires
+/// through it.
+pub struct PermitGate {
+    permits: Arc<Semaphore>,
+    /// Permits in circulation (free + held).
+    capacity: usize,
+    limit: watch::Receiver<usize>,
+}
+
+impl PermitGate {
+    /// A permit within the current limit; `None` if the semaphore was closed.
+    pub async fn acquire(&mut self) -> Option<OwnedSemaphorePermit> {
+        loop {
+            let target = (*self.limit.borrow_and_update()).max(1);
+            if target > self.capacity {
+                self.permits.add_permits(target - self.capacity);
+                self.capacity = target;
+            } else if target < self.capacity {
+                self.capacity -= self.permits.forget_permits(self.capacity - target);
+            }
+            let shrinking = self.capacity > target;
+            tokio::select! {
+                p = self.permits.clone().acquire_owned() => {
+                    let p = p.ok()?;
+                    if !shrinking {
+                        return Some(p);
+                    }
+                    // A permit came back while above the limit: retire it.
+                    p.forget();
+                    self.capacity -= 1;
+                }
+                changed = self.limit.changed() => {
+                    if changed.is_err() {
+                        // The limits are gone (shutdown): plain permits from here.
+                        return self.permits.clone().acquire_owned().await.ok();
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_gate_follows_the_limit_down_and_up() {
+        let sem = Arc::new(Semaphore::new(10));
+        let (tx, rx) = watch::channel(10usize);
+        let mut gate = PermitGate {
+            permits: sem.clone(),
+            capacity: 10,
+            limit: rx,
+        };
+        let mut held = Vec::new();
+        for _ in 0..6 {
+            held.push(gate.acquire().await.expect("permit"));
+        }
+        // Down to 4 while 6 are held: no new permit until two come back and
+        // are retired, and one more is released.
+        tx.send_replace(4);
+        let next = tokio::time::timeout(Duration::from_millis(50), gate.acquire()).await;
+        assert!(next.is_err(), "no permit above the limit");
+        // Three come back: two are retired (capacity 4), one is free.
+        held.truncate(3);
+        let p = tokio::time::timeout(Duration::from_secs(5), gate.acquire())
+            .await
+            .expect("a permit once below the limit")
+            .expect("open");
+        held.push(p);
+        assert_eq!(held.len(), 4);
+        assert_eq!(sem.available_permits(), 0);
+        // Up to 8: four more at once.
+        tx.send_replace(8);
+        for _ in 0..4 {
+            let p = tokio::time::timeout(Duration::from_secs(5), gate.acquire())
+                .await
+                .expect("permit after growth")
+                .expect("open");
+            held.push(p);
+        }
+        let next = tokio::time::timeout(Duration::from_millis(50), gate.acquire()).await;
+        assert!(next.is_err(), "8 is the limit");
+    }
+
+    #[test]
+    fn samples_of_outcomes() {
+        let ok = |status| -> Result<Answer, TransportError> {
+            Ok(Answer {
+                status,
+                retry_after: None,
+                body: None,
+            })
+        };
+        let rtt = Duration::from_millis(7);
+        assert_eq!(sample_of(rtt, &ok(200)), Sample::Answered(rtt));
+        assert_eq!(sample_of(rtt, &ok(404)), Sample::Answered(rtt));
+        assert_eq!(sample_of(rtt, &ok(429)), Sample::BackPressure);
+        assert_eq!(sample_of(rtt, &ok(503)), Sample::BackPressure);
+        let t = |k| Err(TransportError::new(k, "x"));
+        assert_eq!(
+            sample_of(rtt, &t(TransportFailure::Timeout)),
+            Sample::BackPressure
+        );
+        assert_eq!(
+            sample_of(rtt, &t(TransportFailure::ConnectRefused)),
+            Sample::Ignore
+        );
+    }
+}

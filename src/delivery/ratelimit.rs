@@ -1,0 +1,414 @@
+//! The group-wide rate limit toward the API (`api.rate_limit_per_sec`), at the
+//! edge: permits come from Redis in batches (one `EVALSHA` per batch, GCRA on
+//! Redis's clock, [`crate::core::ratelimit`]), and from a local GCRA at this
+//! instance's share when Redis cannot be reached.
+//!
+//! - **Batches.** A call takes a permit from the instance's local stock; when
+//!   it is empty, one script call asks Redis for up to `batch` permits
+//!   (`rate / 100`, within `1..=burst`). Permits not used within twice their
+//!   batch's span expire: a stock kept for later would add to a later second.
+//! - **Live instances.** The same script call refreshes this instance in a
+//!   sorted set (score: Redis time) and drops members silent for
+//!   [`MEMBER_TTL`]; its answer carries the count, so every instance knows how
+//!   many share the limit without an extra round trip.
+//! - **Fallback.** A script call that fails (Redis down, timeout) switches the
+//!   instance to a local GCRA at `rate ÷ live` (burst likewise), starting with
+//!   no burst; Redis is tried again every [`REDIS_RETRY`], once the client is
+//!   connected again. Never a stall: a client that is not connected is not
+//!   asked at all, and a call is bounded by `redis.command_timeout`.
+//! - **Return.** The first script call after a fallback says so (`resume`):
+//!   the shared TAT is moved to at least `now + τ`, so the group gets the
+//!   steady rate back, never a burst on top of what it spent meanwhile.
+//! - **Retry-After.** A 429 or 503 with `Retry-After` pauses this instance at
+//!   once and the group through a shared "not before" key (Redis time, raised
+//!   only, at most [`MAX_PAUSE`]) that the script honours.
+
+use crate::core::ratelimit::{fallback_share, Gcra};
+use crate::metrics as m;
+use fred::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// GCRA in Redis: `KEYS` = TAT, not-before, members; `ARGV` = interval µs,
+/// tolerance µs, batch, member, member TTL ms, resume (0/1). Returns
+/// `{granted, wait_us, live}`. Mirrors [`Gcra::take`].
+pub const ACQUIRE_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ttl_ms = tonumber(ARGV[5])
+redis.call('ZADD', KEYS[3], now, ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - ttl_ms * 1000)
+redis.call('PEXPIRE', KEYS[3], ttl_ms)
+local live = redis.call('ZCARD', KEYS[3])
+local nb = tonumber(redis.call('GET', KEYS[2]) or '0')
+if nb > now then
+  return {0, nb - now, live}
+end
+local T = tonumber(ARGV[1])
+local tau = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+if ARGV[6] == '1' and tat < now + tau then tat = now + tau end
+local ahead = tat - now
+if ahead > tau then
+  return {0, ahead - tau, live}
+end
+local k = math.floor((tau - ahead) / T) + 1
+if k > n then k = n end
+tat = tat + k * T
+redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.floor((tat - now) / 1000) + 1000)
+return {k, 0, live}
+"#;
+
+/// Raises the group's "not before" to Redis time + `ARGV[1]` ms (never lowers
+/// it).
+pub const PAUSE_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ms = tonumber(ARGV[1])
+local until_us = now + ms * 1000
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if until_us > cur then
+  redis.call('SET', KEYS[1], string.format('%d', until_us), 'PX', ms)
+end
+return 1
+"#;
+
+/// An instance that has not asked Redis for this long no longer counts as live.
+pub const MEMBER_TTL: Duration = Duration::from_secs(5);
+/// How often an instance on its fallback tries Redis again.
+pub const REDIS_RETRY: Duration = Duration::from_secs(1);
+/// The longest group pause a `Retry-After` can cause.
+pub const MAX_PAUSE: Duration = Duration::from_secs(60);
+
+/// Where the permits come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Redis,
+    LocalFallback,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Redis => "redis",
+            Source::LocalFallback => "local_fallback",
+        }
+    }
+}
+
+pub struct RateLimiter {
+    rate: u64,
+    burst: u64,
+    batch: u64,
+    gcra: Gcra,
+    redis: Option<Client>,
+    keys: [String; 3],
+    member: String,
+    state: tokio::sync::Mutex<Local>,
+    /// This instance's pause (ms since `epoch`), set by `Retry-After`.
+    paused_until_ms: AtomicU64,
+    epoch: Instant,
+    scripts: std::sync::Mutex<Option<(String, String)>>,
+    fallback_gauge: metrics::Gauge,
+    /// How long the first batch waits for the connection to Redis
+    /// (`redis.connect_timeout`).
+    pub connect_wait: Duration,
+}
+
+struct Local {
+    stock: u64,
+    expires: Instant,
+    source: Source,
+    live: u64,
+    /// The next try of Redis while on the fallback.
+    retry_at: Instant,
+    /// The fallback's GCRA and its TAT (µs since `epoch`).
+    fallback: Gcra,
+    fallback_tat: u64,
+    /// Whether the first batch has waited for the connection (once only).
+    waited_for_connect: bool,
+}
+
+impl RateLimiter {
+    /// `rate` permits per second for the group, `burst` (0: rate ÷ 50, at
+    /// least 1) at once; `redis` shared by the group (`None`: the fallback
+    /// only, at the full rate — a single instance).
+    pub fn new(
+        rate: u64,
+        burst: u64,
+        redis: Option<Client>,
+        key_prefix: &str,
+        member: &str,
+    ) -> RateLimiter {
+        let burst = if burst == 0 {
+            (rate / 50).max(1)
+        } else {
+            burst
+        };
+        let batch = (rate / 100).clamp(1, burst);
+        let gcra = Gcra::new(rate as f64, burst);
+        let now = Instant::now();
+        metrics::gauge!(m::API_RATE_LIMIT, "scope" => "group").set(rate as f64);
+        let fallback_gauge = metrics::gauge!(m::API_RATE_LIMIT, "scope" => "local_fallback");
+        fallback_gauge.set(0.0);
+        let (share, share_burst) = fallback_share(rate, burst, 1);
+        RateLimiter {
+            rate,
+            burst,
+            batch,
+            gcra,
+            redis,
+            // One hash tag: the script touches all three keys, which Redis
+            // Cluster allows only within one slot.
+            keys: [
+                format!("{{{key_prefix}}}:rate:tat"),
+                format!("{{{key_prefix}}}:rate:not-before"),
+                format!("{{{key_prefix}}}:rate:members"),
+            ],
+            member: member.to_string(),
+            state: tokio::sync::Mutex::new(Local {
+                stock: 0,
+                expires: now,
+                source: Source::Redis,
+                live: 1,
+                retry_at: now,
+                fallback: Gcra::new(share, share_burst),
+                fallback_tat: 0,
+                waited_for_connect: false,
+            }),
+            paused_until_ms: AtomicU64::new(0),
+            epoch: now,
+            scripts: std::sync::Mutex::new(None),
+            fallback_gauge,
+            connect_wait: Duration::from_secs(1),
+        }
+    }
+
+    /// The limiter `api.rate_limit_per_sec` asks for (`None` when 0), sharing
+    /// the group's Redis (`[redis]`); keys `{<prefix>:<group>}:rate:*`.
+    pub fn from_config(p: &crate::runtime::Pipeline) -> Option<Arc<RateLimiter>> {
+        let api = &p.config.api;
+        if api.rate_limit_per_sec == 0 {
+            return None;
+        }
+        let redis = match crate::actors::health::redis_client(p) {
+            Ok(c) => {
+                // Connects (and reconnects) in the background (the task ends
+                // with the client); meanwhile the script calls fail after
+                // their timeout and the fallback serves.
+                std::mem::drop(c.connect());
+                Some(c)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "rate limit: Redis client could not be built; this instance limits itself to the whole rate");
+                None
+            }
+        };
+        let prefix = format!("{}:{}", p.config.redis.key_prefix, p.config.kafka.group_id);
+        let mut limiter = RateLimiter::new(
+            u64::from(api.rate_limit_per_sec),
+            u64::from(api.rate_limit_burst),
+            redis,
+            &prefix,
+            &p.instance,
+        );
+        limiter.connect_wait = p.config.redis.connect_timeout;
+        Some(Arc::new(limiter))
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    /// Waits for one permit.
+    pub async fn acquire(&self) {
+        let mut st = self.state.lock().await;
+        loop {
+            let paused = self.paused_until_ms.load(Relaxed);
+            let now_ms = self.epoch.elapsed().as_millis() as u64;
+            if paused > now_ms {
+                tokio::time::sleep(Duration::from_millis(paused - now_ms)).await;
+                continue;
+            }
+            if st.stock > 0 && Instant::now() < st.expires {
+                st.stock -= 1;
+                return;
+            }
+            st.stock = 0;
+            let (source, granted, wait) = self.fetch(&mut st).await;
+            let result = if granted > 0 { "granted" } else { "denied" };
+            metrics::counter!(m::API_RATE_PERMITS, "result" => result, "source" => source.as_str())
+                .increment(granted.max(1));
+            if granted > 0 {
+                let span = Duration::from_micros(self.gcra.interval_us * granted);
+                st.stock = granted - 1;
+                st.expires = Instant::now() + (span * 2).max(Duration::from_millis(5));
+                return;
+            }
+            tokio::time::sleep(wait.max(Duration::from_micros(100))).await;
+        }
+    }
+
+    /// One batch: from Redis (or the fallback when it cannot be reached).
+    async fn fetch(&self, st: &mut Local) -> (Source, u64, Duration) {
+        let try_redis = st.source == Source::Redis || Instant::now() >= st.retry_at;
+        if let (true, Some(client)) = (try_redis, &self.redis) {
+            let resume = st.source == Source::LocalFallback;
+            // A client that is not connected fails at once instead of after its
+            // command timeout: the limiter never waits on a Redis that is down
+            // (fred reconnects in the background).
+            if !st.waited_for_connect && !client.is_connected() {
+                st.waited_for_connect = true;
+                // At start the connection is still being made, and an instance
+                // that has never heard from Redis knows of no other: its
+                // fallback share would be the whole rate. Wait for the
+                // connection once, bounded by `redis.connect_timeout`.
+                let _ = tokio::time::timeout(self.connect_wait, client.wait_for_connect()).await;
+            }
+            let answer = if client.is_connected() {
+                self.take_batch(client, resume).await
+            } else {
+                Err(Error::new(ErrorKind::IO, "not connected to Redis"))
+            };
+            match answer {
+                Ok((granted, wait_us, live)) => {
+                    if resume {
+                        tracing::info!(
+                            live,
+                            "rate limit: Redis is back; permits come from the group's limit again"
+                        );
+                        self.fallback_gauge.set(0.0);
+                    }
+                    st.source = Source::Redis;
+                    st.live = live.max(1);
+                    return (Source::Redis, granted, Duration::from_micros(wait_us));
+                }
+                Err(e) => {
+                    if st.source == Source::Redis {
+                        let (share, burst) = fallback_share(self.rate, self.burst, st.live);
+                        tracing::warn!(error = %e, live = st.live, share, "rate limit: Redis unreachable; this instance takes its share of the limit locally");
+                        st.fallback = Gcra::new(share, burst);
+                        // No burst on the way in: the group may just have spent it.
+                        st.fallback_tat = self.now_us() + st.fallback.tolerance_us;
+                        self.fallback_gauge.set(share);
+                    }
+                    st.source = Source::LocalFallback;
+                    st.retry_at = Instant::now() + REDIS_RETRY;
+                }
+            }
+        } else if self.redis.is_none() && st.source == Source::Redis {
+            st.source = Source::LocalFallback;
+            st.fallback = self.gcra;
+            self.fallback_gauge.set(self.rate as f64);
+        }
+        let t = st
+            .fallback
+            .take(st.fallback_tat, self.now_us(), self.batch, false);
+        st.fallback_tat = t.tat_us;
+        (
+            Source::LocalFallback,
+            t.granted,
+            Duration::from_micros(t.wait_us),
+        )
+    }
+
+    /// The scripts' SHA-1s, loaded once (and again after a `NOSCRIPT`).
+    async fn shas(&self, client: &Client, reload: bool) -> Result<(String, String), Error> {
+        if !reload {
+            if let Some(s) = self
+                .scripts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+            {
+                return Ok(s);
+            }
+        }
+        let a: String = client.script_load(ACQUIRE_LUA).await?;
+        let p: String = client.script_load(PAUSE_LUA).await?;
+        let shas = (a, p);
+        *self.scripts.lock().unwrap_or_else(|e| e.into_inner()) = Some(shas.clone());
+        Ok(shas)
+    }
+
+    async fn evalsha(
+        &self,
+        client: &Client,
+        pause: bool,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Vec<i64>, Error> {
+        let mut reload = false;
+        loop {
+            let (acquire, pause_sha) = self.shas(client, reload).await?;
+            let sha = if pause { pause_sha } else { acquire };
+            match client
+                .evalsha::<Value, _, _, _>(sha, keys.clone(), args.clone())
+                .await
+            {
+                Err(e) if !reload && e.details().starts_with("NOSCRIPT") => reload = true,
+                Err(e) => return Err(e),
+                Ok(Value::Array(v)) => return Ok(v.iter().filter_map(|x| x.as_i64()).collect()),
+                Ok(v) => return Ok(v.as_i64().into_iter().collect()),
+            }
+        }
+    }
+
+    /// One script call: `(granted, wait_us, live)` for a batch, `resume` after
+    /// a fallback.
+    pub async fn take_batch(
+        &self,
+        client: &Client,
+        resume: bool,
+    ) -> Result<(u64, u64, u64), Error> {
+        let args = vec![
+            self.gcra.interval_us.to_string(),
+            self.gcra.tolerance_us.to_string(),
+            self.batch.to_string(),
+            self.member.clone(),
+            MEMBER_TTL.as_millis().to_string(),
+            if resume { "1" } else { "0" }.to_string(),
+        ];
+        let v = self
+            .evalsha(client, false, self.keys.to_vec(), args)
+            .await?;
+        match v.as_slice() {
+            [k, w, l] => Ok((*k as u64, *w as u64, *l as u64)),
+            _ => Err(Error::new(
+                ErrorKind::Parse,
+                "rate-limit script: unexpected answer",
+            )),
+        }
+    }
+
+    /// A 429 or 503 with `Retry-After`: this instance stops at once, and the
+    /// group through Redis (capped at [`MAX_PAUSE`]).
+    pub fn pause_group(self: &Arc<Self>, after: Duration) {
+        let after = after.min(MAX_PAUSE);
+        if after.is_zero() {
+            return;
+        }
+        let until = self.epoch.elapsed().as_millis() as u64 + after.as_millis() as u64;
+        if self.paused_until_ms.fetch_max(until, Relaxed) >= until {
+            return; // Already paused at least this long: the group knows.
+        }
+        tracing::info!(
+            pause_ms = after.as_millis() as u64,
+            "API asked to slow down (Retry-After): the group pauses"
+        );
+        let Some(client) = self.redis.clone() else {
+            return;
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            let keys = vec![me.keys[1].clone()];
+            let args = vec![after.as_millis().to_string()];
+            if let Err(e) = me.evalsha(&client, true, keys, args).await {
+                tracing::warn!(error = %e, "rate limit: could not share the pause through Redis; only this instance pauses");
+            }
+        });
+    }
+}

@@ -1,0 +1,263 @@
+//! Issue 14 items 1 and 2 against the real broker: adaptive concurrency finds an
+//! API's hidden capacity (at most K requests at once, 429 above it) and stays
+//! under it; a group-wide rate limit shared through Redis holds for two and
+//! three instances. Every test ends with the audit (lost 0). No timing
+//! assertions: what is asserted are the API's own books.
+
+mod common;
+
+use common::*;
+use courier::loadgen::{self, Spec};
+use courier::sink::{Audit, Behaviour, SinkHandle};
+use std::time::Duration;
+
+/// Requests and 429s for capacity from `skip` whole seconds after the first
+/// request on (the start-up probe is over by then).
+fn over_capacity_after(audit: &Audit, skip: usize) -> (u64, u64) {
+    let first = audit.per_second.iter().position(|&n| n > 0).unwrap_or(0);
+    let from = first + skip;
+    let requests: u64 = audit.per_second.iter().skip(from).sum();
+    let rejected: u64 = audit.per_second_over_capacity.iter().skip(from).sum();
+    (requests, rejected)
+}
+
+/// Hidden capacity K = 20 at 20 ms (1,000/s at most) and `pipeline.concurrency
+/// = 256`: Courier converges under K and, after its first seconds, fewer than
+/// 1 % of its requests are answered 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_concurrency_finds_a_hidden_capacity() {
+    const K: u64 = 20;
+    let s = services();
+    let n = Names::new("capacity", 4);
+    n.create(&s, true).await;
+    let api = SinkHandle::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            latency_ms: 20,
+            capacity: Some(K),
+            ..Behaviour::default()
+        },
+    )
+    .await
+    .unwrap();
+    let spec = Spec {
+        count: 12_000,
+        keys: 12_000,
+        id_prefix: "cap".into(),
+        ..Spec::default()
+    };
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    let mut c = Courier::start(&n.topic, &s, &base_toml(&n, &api.url()));
+    n.wait_committed_to_end(&s, Duration::from_secs(180)).await;
+    let limit = c.metric("courier_api_concurrency_limit").await;
+    assert!(
+        (1.0..=256.0).contains(&limit),
+        "the limit stays within 1..=pipeline.concurrency: {limit}"
+    );
+    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
+
+    let audit = api.audit();
+    let (requests, rejected) = over_capacity_after(&audit, 5);
+    let all_rejected: u64 = audit.per_second_over_capacity.iter().sum();
+    println!(
+        "limit at the end {limit}; API peak concurrency {} (capacity {K}); 429s {all_rejected} in all, {rejected} of {requests} requests after the first 5 s",
+        audit.max_concurrent
+    );
+    println!("per second: {:?}", audit.per_second);
+    println!("429s per second: {:?}", audit.per_second_over_capacity);
+    assert!(requests > 0, "requests after the first 5 s");
+    assert!(
+        (rejected as f64) < 0.01 * requests as f64,
+        "{rejected} of {requests} requests answered 429 after the first 5 s"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("capacity", &rep);
+}
+
+/// `n` instances of one group share `api.rate_limit_per_sec = 500` through
+/// Redis: the API never sees more than 500/s + 5 % in any whole second, and
+/// everything is delivered (audit). Returns the API's per-second counts.
+async fn shared_rate_limit(name: &str, instances: usize, redis_url: Option<&str>) -> Vec<u64> {
+    const RATE: u64 = 500;
+    let s = services();
+    let n = Names::new(name, 6);
+    n.create(&s, true).await;
+    let api = SinkHandle::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            latency_ms: 5,
+            ..Behaviour::default()
+        },
+    )
+    .await
+    .unwrap();
+    let spec = Spec {
+        count: 6_000,
+        keys: 6_000,
+        id_prefix: name.into(),
+        ..Spec::default()
+    };
+    // The rate settings join the base config's [api] table.
+    let toml = base_toml(&n, &api.url()).replacen(
+        "\n[api]\n",
+        &format!("\n[api]\nrate_limit_per_sec = {RATE}\nrate_limit_burst = 5\n"),
+        1,
+    );
+    let env: Vec<(&str, &str)> = redis_url
+        .map(|u| vec![("COURIER__REDIS__URL", u)])
+        .unwrap_or_default();
+    let mut cs: Vec<Courier> = (0..instances)
+        .map(|i| Courier::start_with_env(&format!("{}-{i}", n.topic), &s, &toml, &env))
+        .collect();
+    // Every instance holds partitions before the events arrive: the group's
+    // steady state is measured, not its rebalances.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut all = true;
+        for c in &cs {
+            all &= c.metric("courier_assigned_partitions").await > 0.0;
+        }
+        if all {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "every instance gets partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    n.wait_committed_to_end(&s, Duration::from_secs(180)).await;
+    for c in &cs {
+        let limit = c
+            .metric("courier_api_rate_limit_per_sec{scope=\"group\"")
+            .await;
+        assert_eq!(limit, RATE as f64, "the limit shows as a metric");
+    }
+    let granted = cs[0]
+        .metric("courier_api_rate_permits_total{result=\"granted\"")
+        .await;
+    assert!(granted > 0.0, "permits counted");
+    for c in &mut cs {
+        assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
+    }
+    let audit = api.audit();
+    let table: Vec<String> = audit
+        .per_second
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{i}:{n}"))
+        .collect();
+    println!(
+        "[{name}] {instances} instances, API requests per whole second: {}",
+        table.join(" ")
+    );
+    let bound = RATE as f64 * 1.05;
+    for (second, &count) in audit.per_second.iter().enumerate() {
+        assert!(
+            count as f64 <= bound,
+            "second {second}: {count} requests (limit {RATE}/s + 5 %)"
+        );
+    }
+    // The limit binds (else the bound above would hold vacuously): the busiest
+    // second is well above half the limit.
+    assert!(
+        audit.peak_rps() >= RATE / 2,
+        "peak {} requests/s: the limit was never reached",
+        audit.peak_rps()
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss(name, &rep);
+    assert_eq!(rep.delivered, 6_000);
+    audit.per_second
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_a_rate_limit_through_redis() {
+    shared_rate_limit("rate2", 2, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_share_a_rate_limit_through_redis() {
+    shared_rate_limit("rate3", 3, None).await;
+}
+
+/// Redis unreachable from the start: a single instance limits itself locally
+/// (its share: the whole rate, since it has seen no other instance).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_an_instance_limits_itself_locally() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    shared_rate_limit("rate-local", 1, Some(&url)).await;
+}
+
+/// The Redis script itself, against the real Redis: a burst after an idle
+/// spell, then nothing until the steady rate allows; no burst for a caller
+/// coming back from its fallback; both members counted live; a `Retry-After`
+/// pause from one instance holds the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_script_shares_one_limit_and_one_pause() {
+    use courier::delivery::ratelimit::RateLimiter;
+    use fred::prelude::*;
+    use std::sync::Arc;
+    let s = services();
+    let client = Builder::from_config(Config::from_url(&s.redis_url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.expect("Redis");
+    let prefix = unique("ratescript");
+    // 1,000/s, burst 10: batches of 10.
+    let a = Arc::new(RateLimiter::new(
+        1000,
+        10,
+        Some(client.clone()),
+        &prefix,
+        "a",
+    ));
+    let b = Arc::new(RateLimiter::new(
+        1000,
+        10,
+        Some(client.clone()),
+        &prefix,
+        "b",
+    ));
+    let (granted, _, live) = a.take_batch(&client, false).await.unwrap();
+    assert_eq!((granted, live), (10, 1), "the burst, one member");
+    let (granted, wait_us, live) = b.take_batch(&client, false).await.unwrap();
+    assert_eq!(live, 2, "both members live");
+    assert!(
+        granted <= 1,
+        "the burst is spent: {granted} more granted at once"
+    );
+    if granted == 0 {
+        assert!(wait_us > 0 && wait_us <= 1_000, "wait {wait_us} µs");
+    }
+    // Coming back from the fallback: one permit, no burst, although the
+    // limit has been idle (fresh keys).
+    let fresh = unique("ratescript-resume");
+    let c = RateLimiter::new(1000, 10, Some(client.clone()), &fresh, "c");
+    let (granted, _, _) = c.take_batch(&client, true).await.unwrap();
+    assert_eq!(granted, 1, "no burst on resume");
+
+    // A pause from a: b is told to wait for it (Redis time).
+    a.pause_group(Duration::from_secs(30));
+    wait_until(Duration::from_secs(10), "b sees the group's pause", || {
+        let b = b.clone();
+        let client = client.clone();
+        let r = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(b.take_batch(&client, false))
+        });
+        matches!(r, Ok((0, w, _)) if w > 20_000_000)
+    })
+    .await;
+    let _: i64 = client
+        .del(vec![
+            format!("{{{prefix}}}:rate:tat"),
+            format!("{{{prefix}}}:rate:not-before"),
+            format!("{{{prefix}}}:rate:members"),
+            format!("{{{fresh}}}:rate:tat"),
+            format!("{{{fresh}}}:rate:members"),
+        ])
+        .await
+        .unwrap_or(0);
+}
