@@ -16,6 +16,7 @@ pub mod loadgen;
 pub mod metrics;
 pub mod ops;
 pub mod otel;
+pub mod redis_conn;
 pub mod runtime;
 pub mod sink;
 pub mod status;

@@ -52,9 +52,15 @@ fn toml_listed(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut section = String::new();
     for line in text.lines() {
         let line = line.trim();
-        if let Some(h) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+        // A header, commented out or not (`# [[api.routes]]` starts an example
+        // whose keys belong to it), or an array of tables (`[[…]]`).
+        let header = line.trim_start_matches('#').trim_start();
+        if let Some(h) = header.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let h = h.trim_start_matches('[').trim_end_matches(']');
             section = h.trim().to_string();
-            headers.insert(section.clone());
+            if !line.starts_with('#') {
+                headers.insert(section.clone());
+            }
             continue;
         }
         let body = line.trim_start_matches('#').trim_start();
@@ -92,6 +98,10 @@ fn readme_rows(text: &str) -> BTreeSet<String> {
         .filter_map(|l| l.split('|').nth(1))
         .map(|c| c.trim().trim_matches('`'))
         .map(|c| {
+            // `api.routes[].url` and `api.status."<code>"` document the
+            // entries of a list or map field: they cover the field itself.
+            let c = c.split("[]").next().unwrap_or(c);
+            let c = c.split(".\"").next().unwrap_or(c);
             c.trim_end_matches(".*")
                 .trim_end_matches(".<type>")
                 .to_string()
@@ -118,7 +128,10 @@ fn covered(field: &str, listed: &BTreeSet<String>) -> bool {
 /// `key` is a field, or an inline table of fields (`retry.default`).
 fn is_field(key: &str, all: &BTreeSet<String>) -> bool {
     let table = format!("{key}.");
-    all.contains(key) || (key.contains('.') && all.iter().any(|f| f.starts_with(&table)))
+    all.contains(key)
+        || (key.contains('.') && all.iter().any(|f| f.starts_with(&table)))
+        // A key of an entry of a list field (`api.routes.url` in `[[api.routes]]`).
+        || key.rsplit_once('.').is_some_and(|(list, _)| all.contains(list) && list.contains('.'))
 }
 
 /// A file of the repository.

@@ -194,7 +194,7 @@ impl RateLimiter {
         if api.rate_limit_per_sec == 0 {
             return None;
         }
-        let redis = match crate::actors::health::redis_client(p) {
+        let redis = match crate::redis_conn::redis_client(&p.config.redis) {
             Ok(c) => {
                 // Connects (and reconnects) in the background (the task ends
                 // with the client); meanwhile the script calls fail after
