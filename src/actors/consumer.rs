@@ -192,6 +192,17 @@ impl Actor for ConsumerActor {
             ConsumerMsg::Records(records) => s.route(records),
             ConsumerMsg::Assigned(partitions) => {
                 for p in partitions {
+                    if s.parts.contains_key(&p) {
+                        // Only an incremental assignment (refused in the config)
+                        // names a partition already owned: replacing its actor
+                        // would lose its in-flight set, and the new actor's
+                        // watermark would pass the old one's unfinished events.
+                        tracing::warn!(
+                            partition = p,
+                            "assigned a partition already owned: keeping its actor"
+                        );
+                        continue;
+                    }
                     s.spawn_partition(
                         &myself,
                         p,

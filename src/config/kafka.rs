@@ -100,8 +100,8 @@ impl KafkaConfig {
                 "main, DLQ and parking-lot topics must be three different topics",
             ));
         }
-        for key in self.properties.keys() {
-            if let Some(reason) = refused_property(key) {
+        for (key, value) in &self.properties {
+            if let Some(reason) = refused_property(key).or_else(|| refused_value(key, value)) {
                 return Err(invalid(&format!("kafka.properties.{key}"), reason));
             }
         }
@@ -214,6 +214,46 @@ fn refused_property(key: &str) -> Option<&'static str> {
             "is set by Courier itself (it is what keeps offsets safe) and cannot be overridden",
         );
     }
+    unsafe_override(&lower)
+}
+
+/// Keys whose override would break a guarantee, and why (issue 13).
+fn unsafe_override(lower: &str) -> Option<&'static str> {
+    Some(match lower {
+        // An incremental (cooperative) protocol hands over single partitions:
+        // main p and DLQ p may land on different members, and an assignment may
+        // name a partition already owned, whose actor (and in-flight set) the
+        // new one would replace: its watermark would pass unfinished events.
+        "partition.assignment.strategy" => {
+            "is set by Courier (`range`, eager): main partition p and DLQ partition p must be read by the same member, and an incremental assignor breaks that"
+        }
+        "group.protocol" | "group.remote.assignor" => {
+            "is set by Courier (the classic protocol with `range`): with the consumer protocol (KIP-848) the assignor is chosen by the broker and does not keep main p and DLQ p together"
+        }
+        "group.instance.id" => {
+            "is set through kafka.instance_id (static membership)"
+        }
+        "acks" | "request.required.acks" | "enable.idempotence" => {
+            "is set by Courier (idempotent producer, acks=all): a DLQ or parking-lot write is acknowledged only once every in-sync replica has it, and only then is the event's offset stored"
+        }
+        "isolation.level" => {
+            "is set by Courier (read_committed): records of aborted transactions must never be delivered"
+        }
+        _ => return None,
+    })
+}
+
+/// Values refused for a key otherwise allowed.
+fn refused_value(key: &str, value: &str) -> Option<&'static str> {
+    let lower = key.to_ascii_lowercase();
+    let v = value.trim().to_ascii_lowercase();
+    if lower == "auto.offset.reset" && !["earliest", "smallest", "beginning"].contains(&v.as_str())
+    {
+        // `latest` skips everything produced before the group's first commit
+        // (or after a committed offset fell out of retention); `error` stops
+        // the partition with nothing but a consumer error to show for it.
+        return Some("only \"earliest\" is allowed: another value skips events (\"latest\") or stalls the partition (\"error\") when the group has no valid committed offset");
+    }
     None
 }
 
@@ -269,4 +309,65 @@ fn valid_topic(name: &str) -> Result<(), String> {
         return Err(format!("`{name}` has characters other than [a-zA-Z0-9._-]"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(key: &str, value: &str) -> KafkaConfig {
+        let mut k = KafkaConfig::default();
+        k.properties.insert(key.into(), value.into());
+        k
+    }
+
+    fn refused_field(k: &KafkaConfig) -> Option<String> {
+        match k.validate() {
+            Err(ConfigError::Invalid { field, .. }) => Some(field),
+            _ => None,
+        }
+    }
+
+    /// Each of these would break a guarantee (issue 13): the key is refused,
+    /// named in the error (`check-config` prints it).
+    #[test]
+    fn unsafe_overrides_are_refused_naming_the_key() {
+        for (key, value) in [
+            // Main p and DLQ p on one member, and `Assigned` never for a
+            // partition already owned (incremental assignment would replace
+            // its actor): `range`, eager.
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("partition.assignment.strategy", "roundrobin"),
+            ("partition.assignment.strategy", "range"),
+            ("enable.auto.offset.store", "true"),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "latest"),
+            ("auto.offset.reset", "largest"),
+            ("auto.offset.reset", "end"),
+            ("auto.offset.reset", "error"),
+            ("auto.offset.reset", "none"),
+            ("acks", "1"),
+            ("request.required.acks", "0"),
+            ("enable.idempotence", "false"),
+            ("isolation.level", "read_uncommitted"),
+            ("group.protocol", "consumer"),
+            ("group.remote.assignor", "uniform"),
+            ("group.instance.id", "pod-0"),
+            ("Enable.Idempotence", "false"),
+        ] {
+            let field = refused_field(&with(key, value));
+            assert_eq!(
+                field.as_deref(),
+                Some(format!("kafka.properties.{key}").as_str()),
+                "{key} = {value}"
+            );
+        }
+        // Reading from the beginning when nothing is committed is what
+        // Courier does anyway: allowed, in each spelling.
+        for v in ["earliest", "smallest", "beginning", " EARLIEST "] {
+            assert_eq!(refused_field(&with("auto.offset.reset", v)), None, "{v}");
+        }
+        // Unrelated tuning stays allowed.
+        assert_eq!(refused_field(&with("fetch.wait.max.ms", "100")), None);
+    }
 }

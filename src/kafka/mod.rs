@@ -68,6 +68,9 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
             crate::config::millis(k.auto_commit_interval).to_string(),
         )
         .set("auto.offset.reset", "earliest")
+        // librdkafka's default, set so it shows: records of aborted transactions
+        // are never delivered (`[kafka.properties]` may not change it).
+        .set("isolation.level", "read_committed")
         .set(
             "session.timeout.ms",
             crate::config::millis(k.session_timeout).to_string(),
