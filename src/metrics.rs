@@ -44,6 +44,7 @@ pub const MEMORY_RESIDENT: &str = "courier_memory_resident_bytes";
 pub const MEMORY_BUDGET: &str = "courier_memory_budget_bytes";
 pub const MEMORY_BUDGET_USED: &str = "courier_memory_budget_used_bytes";
 pub const BUFFERED_RECORDS: &str = "courier_buffered_records";
+pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -172,6 +173,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         BUFFERED_RECORDS,
         "Records polled and not yet begun by a partition (the fetch budget in records: pipeline.max_buffered).",
+    ),
+    (
+        OFFSETS_SKIPPED,
+        "Records completed without delivery after a rebalance or restart: the previous owner's commit metadata named them done (not redelivered).",
     ),
 ];
 
