@@ -162,6 +162,8 @@ impl Actor for ConsumerActor {
         myself.send_interval(cfg.degraded.lag_check_interval, || ConsumerMsg::LagTick);
         let mut lag_cfg = consumer_config(&cfg.kafka);
         lag_cfg.set("enable.auto.commit", "false");
+        // It never joins the group: it must not claim this process's member id.
+        lag_cfg.remove("group.instance.id");
         let lag_client: BaseConsumer = lag_cfg.create()?;
         let poller = Poller::start(
             consumer.clone(),
@@ -537,6 +539,9 @@ impl ConsumerState {
         self.drain(&partitions, grace).await;
         let mut poller = self.poller.take();
         let c = consumer.clone();
+        let kafka = &self.pipeline.config.kafka;
+        // A dynamic member leaves as it closes; a static one only if asked.
+        let leave = kafka.leave_on_shutdown && kafka.instance_id().is_some();
         let _ = tokio::task::spawn_blocking(move || {
             if let Some(p) = poller.as_mut() {
                 p.stop_and_join();
@@ -545,6 +550,13 @@ impl ConsumerState {
                 Ok(()) => tracing::info!("final commit done"),
                 Err(e) => {
                     tracing::info!(error = %e, "final commit (nothing new to commit is fine)")
+                }
+            }
+            if leave {
+                if crate::kafka::leave_group(&c, Duration::from_secs(5)) {
+                    tracing::info!("left the consumer group: the other members take the partitions now");
+                } else {
+                    tracing::warn!("could not leave the consumer group within 5 s: the partitions move after kafka.session_timeout");
                 }
             }
         })

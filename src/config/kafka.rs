@@ -38,6 +38,18 @@ pub struct KafkaConfig {
     /// Compression of the DLQ and parking-lot producers' batches (and of
     /// `courier dlq replay`'s). Consumers read every codec whatever this says.
     pub producer_compression: Compression,
+    /// Static group membership (KIP-345, `group.instance.id`): a process that
+    /// restarts with the same id takes its partitions back at once, without a
+    /// rebalance and without waiting for `session_timeout`. Unset: taken from
+    /// the environment, `POD_NAME`, then `HOSTNAME` (see [`Self::instance_id`]);
+    /// `""`: off (dynamic membership). Two live processes must never share one:
+    /// the broker fences the older.
+    pub instance_id: Option<String>,
+    /// On a graceful shutdown (SIGTERM), leave the group so the partitions move
+    /// to the other members at once. A static member otherwise stays in the
+    /// group until `session_timeout` ends (KIP-345): right only when the same
+    /// id comes back quickly (a StatefulSet pod restarting).
+    pub leave_on_shutdown: bool,
     /// Extra librdkafka properties, passed through to consumer and producer.
     /// Secrets are refused here: they come from the environment.
     pub properties: BTreeMap<String, String>,
@@ -59,6 +71,8 @@ impl Default for KafkaConfig {
             oauth_client_secret_env: None,
             ssl_key_password_env: None,
             producer_compression: Compression::default(),
+            instance_id: None,
+            leave_on_shutdown: true,
             properties: BTreeMap::new(),
         }
     }
@@ -106,6 +120,14 @@ impl KafkaConfig {
             }
         }
         self.validate_oidc()?;
+        if let Some(id) = self.instance_id.as_deref().filter(|id| !id.is_empty()) {
+            valid_topic(id).map_err(|r| {
+                invalid(
+                    "kafka.instance_id",
+                    r.replace("a topic name", "an instance id"),
+                )
+            })?;
+        }
         if self.session_timeout.is_zero() {
             return Err(invalid("kafka.session_timeout", "must be above 0"));
         }
@@ -119,7 +141,28 @@ impl KafkaConfig {
     }
 }
 
+/// Where [`KafkaConfig::instance_id`] comes from when unset, in order: the pod
+/// name (set it from the downward API, `metadata.name`), then the host name.
+pub const INSTANCE_ID_ENV: [&str; 2] = ["POD_NAME", "HOSTNAME"];
+
 impl KafkaConfig {
+    /// The static member id (`group.instance.id`), `None` for dynamic membership.
+    pub fn instance_id(&self) -> Option<String> {
+        self.instance_id_from(|name| std::env::var(name).ok())
+    }
+
+    fn instance_id_from(&self, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+        match self.instance_id.as_deref() {
+            Some("") => None,
+            Some(id) => Some(id.to_string()),
+            None => INSTANCE_ID_ENV
+                .iter()
+                .filter_map(|name| env(name))
+                .map(|v| v.trim().to_string())
+                .find(|v| !v.is_empty()),
+        }
+    }
+
     fn property(&self, key: &str) -> Option<&str> {
         self.properties.get(key).map(|v| v.trim())
     }
@@ -369,5 +412,28 @@ mod tests {
         }
         // Unrelated tuning stays allowed.
         assert_eq!(refused_field(&with("fetch.wait.max.ms", "100")), None);
+    }
+
+    #[test]
+    fn the_instance_id_comes_from_the_config_then_the_pod_name_then_the_host() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let mut k = KafkaConfig::default();
+        let both: &[(&str, &str)] = &[("POD_NAME", "courier-1"), ("HOSTNAME", "node")];
+        assert_eq!(k.instance_id_from(env(both)).as_deref(), Some("courier-1"));
+        let host: &[(&str, &str)] = &[("POD_NAME", " "), ("HOSTNAME", "node")];
+        assert_eq!(k.instance_id_from(env(host)).as_deref(), Some("node"));
+        assert_eq!(k.instance_id_from(env(&[])), None);
+        k.instance_id = Some("fixed-0".into());
+        assert_eq!(k.instance_id_from(env(both)).as_deref(), Some("fixed-0"));
+        k.instance_id = Some(String::new());
+        assert_eq!(k.instance_id_from(env(both)), None, "\"\" turns it off");
+        k.instance_id = Some("a b".into());
+        assert_eq!(refused_field(&k).as_deref(), Some("kafka.instance_id"));
     }
 }
