@@ -65,7 +65,7 @@ impl Default for KafkaConfig {
             parking_topic: None,
             session_timeout: Duration::from_secs(45),
             max_poll_interval: Duration::from_secs(300),
-            auto_commit_interval: Duration::from_secs(1),
+            auto_commit_interval: Duration::from_millis(100),
             producer_timeout: Duration::from_secs(30),
             sasl_password_env: None,
             oauth_client_secret_env: None,
