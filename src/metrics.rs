@@ -45,6 +45,7 @@ pub const MEMORY_BUDGET: &str = "courier_memory_budget_bytes";
 pub const MEMORY_BUDGET_USED: &str = "courier_memory_budget_used_bytes";
 pub const BUFFERED_RECORDS: &str = "courier_buffered_records";
 pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
+pub const REVOKED_WORK: &str = "courier_revoked_work_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -177,6 +178,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         OFFSETS_SKIPPED,
         "Records completed without delivery after a rebalance or restart: the previous owner's commit metadata named them done (not redelivered).",
+    ),
+    (
+        REVOKED_WORK,
+        "Outcomes of work done for a partition after its handover completed (revoke drained, or its actor ended): requests made for a partition no longer owned. Expected 0.",
     ),
 ];
 

@@ -145,3 +145,90 @@ async fn sigkill_and_restart_of_a_static_member() {
          finishes within one commit interval ({COMMIT_INTERVAL}); in flight at the kill: {in_flight}"
     );
 }
+
+/// A third instance joins two under load (every partition is revoked: eager
+/// `range`). The revoke drain waits only for requests on the wire; queued jobs
+/// are abandoned before they take a permit, so no request is made for a
+/// revoked partition after its revoke completed (`courier_revoked_work_total`
+/// counts the outcomes of any that were), and duplicates stay within what was
+/// in flight at the rebalance. Few permits and many queued jobs per instance,
+/// a short drain: without the cancellation, queued jobs outlive the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_instance_joins_without_zombie_work() {
+    let s = services();
+    let n = Names::new("scaleout", 6);
+    n.create(&s, true).await;
+    let api = sink_20ms().await;
+    let spec = Spec {
+        count: 20_000,
+        keys: 2_000,
+        id_prefix: "scaleout".into(),
+        ..Spec::default()
+    };
+    let toml = base_toml(&n, &api.url());
+    let start_small = |name: &str| {
+        let id = format!("{}-{name}", n.topic);
+        Courier::start_with_env(
+            &id,
+            &s,
+            &toml,
+            &[
+                ("POD_NAME", id.as_str()),
+                ("COURIER__PIPELINE__CONCURRENCY", "8"),
+                ("COURIER__PIPELINE__DRAIN_TIMEOUT", "1s"),
+                ("COURIER__KAFKA__AUTO_COMMIT_INTERVAL", COMMIT_INTERVAL),
+            ],
+        )
+    };
+    let mut a = start_small("a");
+    let mut b = start_small("b");
+    for x in [&a, &b] {
+        wait_for_metric(
+            x,
+            "courier_assigned_partitions",
+            3.0,
+            Duration::from_secs(60),
+        )
+        .await;
+    }
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    wait_until(Duration::from_secs(120), "3,000 events delivered", || {
+        api.delivered_count() >= 3_000
+    })
+    .await;
+    let in_flight = a.metric("courier_in_flight").await + b.metric("courier_in_flight").await;
+    let duplicates_before = api.audit().duplicates();
+    let mut c = start_small("c");
+    for x in [&a, &b, &c] {
+        wait_for_metric(
+            x,
+            "courier_assigned_partitions",
+            2.0,
+            Duration::from_secs(60),
+        )
+        .await;
+    }
+    n.wait_committed_to_end(&s, Duration::from_secs(240)).await;
+    let mut revoked_work = 0.0;
+    for x in [&a, &b, &c] {
+        revoked_work += x.metric("courier_revoked_work_total").await;
+    }
+    for x in [&mut a, &mut b, &mut c] {
+        x.terminate(Duration::from_secs(30)).await;
+    }
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("scale-out", &rep);
+    let duplicates = rep.duplicates - duplicates_before;
+    println!(
+        "[scale-out] {in_flight} requests in flight at the rebalance; duplicates {duplicates}; \
+         work done for revoked partitions after their revoke: {revoked_work}"
+    );
+    assert_eq!(
+        revoked_work, 0.0,
+        "requests were made for partitions after their revoke completed"
+    );
+    assert!(
+        duplicates as f64 <= in_flight,
+        "duplicates {duplicates} above the {in_flight} in flight at the rebalance"
+    );
+}

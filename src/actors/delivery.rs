@@ -80,9 +80,17 @@ impl Actor for DeliveryPool {
 async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let permits = deliverer.permits();
     while let Some(job) = jobs.recv().await {
+        // A job of a partition being handed over never takes a permit: dropped,
+        // its token reports errored and the next owner delivers the event.
+        if job.token.cancelled() {
+            continue;
+        }
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return; // Never closed.
         };
+        if job.token.cancelled() {
+            continue; // Handed over while it waited: the permit goes back.
+        }
         tokio::spawn(deliverer.clone().run(job, Some(permit)));
     }
 }

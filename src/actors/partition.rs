@@ -153,6 +153,10 @@ impl Actor for PartitionActor {
             }
             PartitionMsg::Drain(reply) => {
                 s.draining = Some(reply);
+                // Only requests already on the wire are waited for: queued jobs,
+                // in-place retries and drain slots end now (errored, not
+                // redispatched while draining), before they take a permit.
+                s.inbox.cancel();
                 Input::Drain
             }
             PartitionMsg::Health(v) => Input::Verdict {
@@ -163,6 +167,14 @@ impl Actor for PartitionActor {
         };
         s.run(&myself, input);
         Ok(())
+    }
+}
+
+impl Drop for PartitionState {
+    /// However the actor ends (stopped after a revoke, crashed), its queued and
+    /// retrying work is abandoned: the partition is re-read by its next owner.
+    fn drop(&mut self) {
+        self.inbox.close();
     }
 }
 
@@ -254,6 +266,7 @@ impl PartitionState {
                 myself.send_after(after, move || PartitionMsg::Timer(timer));
             }
             Effect::Drained => {
+                self.inbox.close();
                 if let Some(reply) = self.draining.take() {
                     let _ = reply.send(self.a.shared.stored(Src::Main));
                 }

@@ -291,6 +291,9 @@ impl Deliverer {
                 offset = item.offset,
             )
         };
+        if token.cancelled() {
+            return; // Handed over before it started: errored, never begun.
+        }
         let outcome = match &item.work {
             Work::Deliver(ev) => {
                 let permit = match permit {
@@ -302,7 +305,10 @@ impl Deliverer {
                         Err(_) => return,
                     },
                 };
-                Box::pin(self.deliver(&item, ev, permit).instrument(span())).await
+                match Box::pin(self.deliver(&item, ev, permit, &token).instrument(span())).await {
+                    Some(outcome) => outcome,
+                    None => return, // Cancelled between tries.
+                }
             }
             Work::Park { reason, message } => {
                 let info = ErrorInfo {
@@ -684,7 +690,15 @@ impl Deliverer {
         Finished::Parked { reason }
     }
 
-    async fn deliver(&self, item: &Item, ev: &Event, permit: OwnedSemaphorePermit) -> Finished {
+    /// `None`: the partition was handed over between two tries (`token`
+    /// cancelled): no further request, no outcome.
+    async fn deliver(
+        &self,
+        item: &Item,
+        ev: &Event,
+        permit: OwnedSemaphorePermit,
+        token: &CompletionToken,
+    ) -> Option<Finished> {
         let gauge = &self.hot.in_flight;
         gauge.increment(1.0);
         let start = Instant::now();
@@ -703,7 +717,7 @@ impl Deliverer {
                                 self.hot.age.record(age);
                             }
                             self.hot.delivered.increment(1);
-                            return Finished::Delivered;
+                            return Some(Finished::Delivered);
                         }
                         Verdict::Failed(class) => Failure::status(class, &answer),
                     },
@@ -718,7 +732,7 @@ impl Deliverer {
                         status: None,
                         message,
                     };
-                    return Box::pin(self.park(item, info)).await;
+                    return Some(Box::pin(self.park(item, info)).await);
                 }
                 Err(e) => {
                     let reason = match e {
@@ -737,6 +751,10 @@ impl Deliverer {
                 }
             };
             self.report(&failure);
+            if token.cancelled() {
+                gauge.decrement(1.0);
+                return None;
+            }
             let class = failure.class;
             if class == FailureClass::Systemic
                 || (class == FailureClass::Transient && self.pipeline.health.systemic_outage())
@@ -755,6 +773,10 @@ impl Deliverer {
                 {
                     tracing::debug!(attempts, reason = %failure.reason, delay_ms = d.as_millis() as u64, "transient failure, retrying in place");
                     tokio::time::sleep(d).await;
+                    if token.cancelled() {
+                        gauge.decrement(1.0);
+                        return None;
+                    }
                     continue;
                 }
             }
@@ -771,11 +793,11 @@ impl Deliverer {
         };
         // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
         // would otherwise size every delivery's state machine.
-        if class == FailureClass::Permanent {
+        Some(if class == FailureClass::Permanent {
             Box::pin(self.park(item, info)).await
         } else {
             Box::pin(self.dead_letter(item, info)).await
-        }
+        })
     }
 
     /// One API call on the main path: waits while the breaker is open, and feeds
