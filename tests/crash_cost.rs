@@ -232,3 +232,53 @@ async fn a_third_instance_joins_without_zombie_work() {
         "duplicates {duplicates} above the {in_flight} in flight at the rebalance"
     );
 }
+
+/// Static members send no LeaveGroup when they close (KIP-345): a SIGTERM'd
+/// one would keep its partitions unread until the session timeout. Courier
+/// leaves explicitly on shutdown (`kafka.leave_on_shutdown`), so the remaining
+/// member owns every partition long before the (60 s) session timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigtermed_static_member_hands_its_partitions_over_at_once() {
+    let s = services();
+    let n = Names::new("staticleave", 4);
+    n.create(&s, true).await;
+    let api = sink_20ms().await;
+    let toml = base_toml(&n, &api.url());
+    let start_static = |name: &str| {
+        let id = format!("{}-{name}", n.topic);
+        Courier::start_with_env(
+            &id,
+            &s,
+            &toml,
+            &[
+                ("POD_NAME", id.as_str()),
+                ("COURIER__KAFKA__SESSION_TIMEOUT", "60s"),
+            ],
+        )
+    };
+    let mut a = start_static("a");
+    let mut b = start_static("b");
+    for x in [&a, &b] {
+        wait_for_metric(
+            x,
+            "courier_assigned_partitions",
+            2.0,
+            Duration::from_secs(60),
+        )
+        .await;
+    }
+    assert_eq!(a.terminate(Duration::from_secs(30)).await, Some(0));
+    // Well inside the 60 s session timeout: only a LeaveGroup explains it.
+    wait_for_metric(
+        &b,
+        "courier_assigned_partitions",
+        4.0,
+        Duration::from_secs(25),
+    )
+    .await;
+    assert!(
+        a.log_text().contains("left the consumer group"),
+        "the static member said it left"
+    );
+    b.terminate(Duration::from_secs(30)).await;
+}
