@@ -47,6 +47,8 @@ pub const BUFFERED_RECORDS: &str = "courier_buffered_records";
 pub const API_CONCURRENCY_LIMIT: &str = "courier_api_concurrency_limit";
 pub const API_RATE_LIMIT: &str = "courier_api_rate_limit_per_sec";
 pub const API_RATE_PERMITS: &str = "courier_api_rate_permits_total";
+pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
+pub const REVOKED_WORK: &str = "courier_revoked_work_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -187,6 +189,14 @@ pub const ALL: &[(&str, &str)] = &[
     (
         API_RATE_PERMITS,
         "Rate-limit permits asked for, by result (granted, denied) and source (redis, local_fallback).",
+    ),
+    (
+        OFFSETS_SKIPPED,
+        "Records completed without delivery after a rebalance or restart: the previous owner's commit metadata named them done (not redelivered).",
+    ),
+    (
+        REVOKED_WORK,
+        "Outcomes of work done for a partition after its handover completed (revoke drained, or its actor ended): requests made for a partition no longer owned. Expected 0.",
     ),
 ];
 

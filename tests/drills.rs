@@ -44,7 +44,8 @@ fn short_drill_sequence_loses_nothing() {
             "kill-instances",
             "partition-one",
             "rolling-restart",
-            "poison-storm"
+            "poison-storm",
+            "crash-cost"
         ],
         "every scenario ran, in order"
     );

@@ -10,6 +10,7 @@ use crate::actors::delivery::PoolHandles;
 use crate::actors::partition::{
     PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, Positions, Src,
 };
+use crate::core::completed::{self, Completed};
 use crate::core::offsets::NextOffset;
 use crate::health::Verdict;
 use crate::kafka::poller::Poller;
@@ -179,6 +180,8 @@ impl Actor for ConsumerActor {
         myself.send_interval(cfg.degraded.lag_check_interval, || ConsumerMsg::LagTick);
         let mut lag_cfg = consumer_config(&cfg.kafka);
         lag_cfg.set("enable.auto.commit", "false");
+        // It never joins the group: it must not claim this process's member id.
+        lag_cfg.remove("group.instance.id");
         let lag_client: BaseConsumer = lag_cfg.create()?;
         let poller = Poller::start(
             consumer.clone(),
@@ -210,12 +213,31 @@ impl Actor for ConsumerActor {
         match msg {
             ConsumerMsg::Records(records) => s.route(records),
             ConsumerMsg::Assigned(partitions) => {
+                let mut new = Vec::with_capacity(partitions.len());
                 for p in partitions {
+                    if s.parts.contains_key(&p) {
+                        // Only an incremental assignment (refused in the config)
+                        // names a partition already owned: replacing its actor
+                        // would lose its in-flight set, and the new actor's
+                        // watermark would pass the old one's unfinished events.
+                        tracing::warn!(
+                            partition = p,
+                            "assigned a partition already owned: keeping its actor"
+                        );
+                        continue;
+                    }
+                    new.push(p);
+                }
+                // Records of the new assignment wait in this mailbox meanwhile.
+                let mut skips = s.committed_metadata(&new).await;
+                for p in new {
+                    let skip = skips.remove(&p).unwrap_or_default();
                     s.spawn_partition(
                         &myself,
                         p,
                         [None, None],
                         Arc::new(PartitionShared::default()),
+                        skip,
                     )
                     .await?;
                 }
@@ -306,6 +328,7 @@ impl ConsumerState {
         p: i32,
         start: [Option<NextOffset>; 2],
         shared: Arc<PartitionShared>,
+        skip: [Option<Completed>; 2],
     ) -> Result<(), ActorProcessingErr> {
         self.generation += 1;
         let args = PartitionArgs {
@@ -317,6 +340,7 @@ impl ConsumerState {
             generation: self.generation,
             start,
             shared: shared.clone(),
+            skip,
         };
         let (actor, _) = Actor::spawn_linked(None, PartitionActor, args, myself.get_cell()).await?;
         self.parts.insert(
@@ -415,12 +439,65 @@ impl ConsumerState {
                 }
             }
         }
-        self.spawn_partition(myself, p, starts, old.shared).await?;
+        // The metadata read at assignment may be stale by now (this owner
+        // completed and committed more since): no skipping after a crash.
+        self.spawn_partition(myself, p, starts, old.shared, [None, None])
+            .await?;
         if let Some(part) = self.parts.get_mut(&p) {
             part.fence = fences;
             part.last_forwarded = old.last_forwarded;
         }
         Ok(())
+    }
+
+    /// Reads, off the runtime, the group's committed offsets of `partitions` (main
+    /// and DLQ) and decodes their metadata: the offsets an earlier owner finished
+    /// above its committed position. A failed lookup skips nothing (the earlier
+    /// owner's finished work is then delivered again).
+    async fn committed_metadata(&self, partitions: &[i32]) -> HashMap<i32, [Option<Completed>; 2]> {
+        if partitions.is_empty() {
+            return HashMap::new();
+        }
+        let c = self.lag_client.clone();
+        let topics = [
+            self.pipeline.config.kafka.topic.clone(),
+            self.pipeline.dlq_topic.clone(),
+        ];
+        let parts = partitions.to_vec();
+        let lookup = tokio::task::spawn_blocking(move || {
+            let mut tpl = TopicPartitionList::new();
+            for t in &topics {
+                for p in &parts {
+                    tpl.add_partition(t, *p);
+                }
+            }
+            let committed = c.committed_offsets(tpl, Duration::from_secs(10))?;
+            let mut out: HashMap<i32, [Option<Completed>; 2]> = HashMap::new();
+            for (i, t) in topics.iter().enumerate() {
+                for e in committed.elements_for_topic(t) {
+                    if let Offset::Offset(at) = e.offset() {
+                        let named = completed::decode(at, e.metadata());
+                        out.entry(e.partition()).or_default()[i] = named;
+                    }
+                }
+            }
+            Ok::<_, rdkafka::error::KafkaError>(out)
+        });
+        match lookup.await {
+            Ok(Ok(out)) => {
+                let named: u64 = out.values().flatten().flatten().map(Completed::len).sum();
+                tracing::info!(partitions = ?partitions, named, "committed metadata read: offsets done above the committed positions are skipped");
+                out
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the committed offsets' metadata: the previous owner's finished work above its watermark is delivered again");
+                HashMap::new()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "committed metadata lookup failed");
+                HashMap::new()
+            }
+        }
     }
 
     /// Looks up, off the runtime, each assigned partition's end offsets and the
@@ -482,6 +559,9 @@ impl ConsumerState {
         self.drain(&partitions, grace).await;
         let mut poller = self.poller.take();
         let c = consumer.clone();
+        let kafka = &self.pipeline.config.kafka;
+        // A dynamic member leaves as it closes; a static one only if asked.
+        let leave = kafka.leave_on_shutdown && kafka.instance_id().is_some();
         let _ = tokio::task::spawn_blocking(move || {
             if let Some(p) = poller.as_mut() {
                 p.stop_and_join();
@@ -490,6 +570,13 @@ impl ConsumerState {
                 Ok(()) => tracing::info!("final commit done"),
                 Err(e) => {
                     tracing::info!(error = %e, "final commit (nothing new to commit is fine)")
+                }
+            }
+            if leave {
+                if crate::kafka::leave_group(&c, Duration::from_secs(5)) {
+                    tracing::info!("left the consumer group: the other members take the partitions now");
+                } else {
+                    tracing::warn!("could not leave the consumer group within 5 s: the partitions move after kafka.session_timeout");
                 }
             }
         })

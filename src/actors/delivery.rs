@@ -98,9 +98,17 @@ async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<J
     // The permits follow the adaptive concurrency limit (delivery::limits).
     let mut gate = deliverer.permit_gate();
     while let Some(job) = jobs.recv().await {
+        // A job of a partition being handed over never takes a permit: dropped,
+        // its token reports errored and the next owner delivers the event.
+        if job.token.cancelled() {
+            continue;
+        }
         let Some(permit) = gate.acquire().await else {
             return; // Never closed.
         };
+        if job.token.cancelled() {
+            continue; // Handed over while it waited: the permit goes back.
+        }
         tokio::spawn(deliverer.clone().run(job, Some(permit)));
     }
 }

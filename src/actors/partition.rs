@@ -23,7 +23,7 @@ use crate::health::Verdict;
 use crate::kafka::{KafkaConsumer, Record};
 use crate::runtime::{now_ms, Pipeline};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use rdkafka::consumer::Consumer;
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,6 +59,9 @@ pub struct PartitionArgs {
     /// Known start positions (after a seek); otherwise learnt from the first record.
     pub start: [Option<NextOffset>; 2],
     pub shared: Arc<PartitionShared>,
+    /// Per side: what the committed offset's metadata names done (read at
+    /// assignment, see `core::completed`).
+    pub skip: [Option<crate::core::completed::Completed>; 2],
 }
 
 pub struct PartitionState {
@@ -105,6 +108,8 @@ impl Actor for PartitionActor {
             drain_timeout: cfg.pipeline.drain_timeout,
             start: a.start,
             stored: Src::BOTH.map(|src| a.shared.stored(src).map(NextOffset::at)),
+            skip: a.skip.clone(),
+            commit_interval: cfg.kafka.auto_commit_interval,
         };
         let decoder = Decoder::new(a.pipeline.clone(), a.partition, topics);
         let verdict = a.pipeline.health.verdict();
@@ -157,6 +162,10 @@ impl Actor for PartitionActor {
             }
             PartitionMsg::Drain(reply) => {
                 s.draining = Some(reply);
+                // Only requests already on the wire are waited for: queued jobs,
+                // in-place retries and drain slots end now (errored, not
+                // redispatched while draining), before they take a permit.
+                s.inbox.cancel();
                 Input::Drain
             }
             PartitionMsg::Health(v) => Input::Verdict {
@@ -167,6 +176,14 @@ impl Actor for PartitionActor {
         };
         s.run(&myself, input);
         Ok(())
+    }
+}
+
+impl Drop for PartitionState {
+    /// However the actor ends (stopped after a revoke, crashed), its queued and
+    /// retrying work is abandoned: the partition is re-read by its next owner.
+    fn drop(&mut self) {
+        self.inbox.close();
     }
 }
 
@@ -219,12 +236,27 @@ impl PartitionState {
                     }
                 }
             }
-            Effect::Store { src, offset } => {
+            Effect::Store {
+                src,
+                offset,
+                metadata,
+                commit,
+            } => {
                 let mut tpl = TopicPartitionList::new();
                 let topic = self.machine.intake().topic(src);
-                let r = tpl
-                    .add_partition_offset(topic, partition, Offset::Offset(offset.get()))
-                    .and_then(|()| self.a.consumer.store_offsets(&tpl));
+                let mut r =
+                    tpl.add_partition_offset(topic, partition, Offset::Offset(offset.get()));
+                if let Some(mut e) = tpl.find_partition(topic, partition) {
+                    e.set_metadata(metadata);
+                }
+                // librdkafka (≥ 2.1) keeps a stored offset's metadata and its
+                // auto-commit sends it; but it commits a partition only when
+                // the stored position passed the committed one, so metadata
+                // that changed alone is committed here (asynchronously).
+                r = r.and_then(|()| self.a.consumer.store_offsets(&tpl));
+                if commit && r.is_ok() {
+                    r = self.a.consumer.commit(&tpl, CommitMode::Async);
+                }
                 match r {
                     Ok(()) => {
                         self.a.shared.set_stored(src, offset);
@@ -243,6 +275,7 @@ impl PartitionState {
                 myself.send_after(after, move || PartitionMsg::Timer(timer));
             }
             Effect::Drained => {
+                self.inbox.close();
                 if let Some(reply) = self.draining.take() {
                     let _ = reply.send(self.a.shared.stored(Src::Main));
                 }
@@ -259,6 +292,9 @@ impl PartitionState {
                 }));
             }
             Effect::Begun(n) => self.a.shared.begun(n, &self.a.ready),
+            Effect::Skipped(n) => {
+                metrics::counter!(crate::metrics::OFFSETS_SKIPPED).increment(n as u64)
+            }
             Effect::Finished(n) => self.a.shared.finished(n, &self.a.ready),
             Effect::Mode { mode, change } => self.gauges.show_mode(partition, mode, change),
             Effect::Lag { dlq, main } => self.gauges.show_lag(dlq, main),

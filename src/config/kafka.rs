@@ -38,6 +38,18 @@ pub struct KafkaConfig {
     /// Compression of the DLQ and parking-lot producers' batches (and of
     /// `courier dlq replay`'s). Consumers read every codec whatever this says.
     pub producer_compression: Compression,
+    /// Static group membership (KIP-345, `group.instance.id`): a process that
+    /// restarts with the same id takes its partitions back at once, without a
+    /// rebalance and without waiting for `session_timeout`. Unset: taken from
+    /// the environment, `POD_NAME`, then `HOSTNAME` (see [`Self::instance_id`]);
+    /// `""`: off (dynamic membership). Two live processes must never share one:
+    /// the broker fences the older.
+    pub instance_id: Option<String>,
+    /// On a graceful shutdown (SIGTERM), leave the group so the partitions move
+    /// to the other members at once. A static member otherwise stays in the
+    /// group until `session_timeout` ends (KIP-345): right only when the same
+    /// id comes back quickly (a StatefulSet pod restarting).
+    pub leave_on_shutdown: bool,
     /// Extra librdkafka properties, passed through to consumer and producer.
     /// Secrets are refused here: they come from the environment.
     pub properties: BTreeMap<String, String>,
@@ -53,12 +65,14 @@ impl Default for KafkaConfig {
             parking_topic: None,
             session_timeout: Duration::from_secs(45),
             max_poll_interval: Duration::from_secs(300),
-            auto_commit_interval: Duration::from_secs(1),
+            auto_commit_interval: Duration::from_millis(100),
             producer_timeout: Duration::from_secs(30),
             sasl_password_env: None,
             oauth_client_secret_env: None,
             ssl_key_password_env: None,
             producer_compression: Compression::default(),
+            instance_id: None,
+            leave_on_shutdown: true,
             properties: BTreeMap::new(),
         }
     }
@@ -100,12 +114,20 @@ impl KafkaConfig {
                 "main, DLQ and parking-lot topics must be three different topics",
             ));
         }
-        for key in self.properties.keys() {
-            if let Some(reason) = refused_property(key) {
+        for (key, value) in &self.properties {
+            if let Some(reason) = refused_property(key).or_else(|| refused_value(key, value)) {
                 return Err(invalid(&format!("kafka.properties.{key}"), reason));
             }
         }
         self.validate_oidc()?;
+        if let Some(id) = self.instance_id.as_deref().filter(|id| !id.is_empty()) {
+            valid_topic(id).map_err(|r| {
+                invalid(
+                    "kafka.instance_id",
+                    r.replace("a topic name", "an instance id"),
+                )
+            })?;
+        }
         if self.session_timeout.is_zero() {
             return Err(invalid("kafka.session_timeout", "must be above 0"));
         }
@@ -119,7 +141,28 @@ impl KafkaConfig {
     }
 }
 
+/// Where [`KafkaConfig::instance_id`] comes from when unset, in order: the pod
+/// name (set it from the downward API, `metadata.name`), then the host name.
+pub const INSTANCE_ID_ENV: [&str; 2] = ["POD_NAME", "HOSTNAME"];
+
 impl KafkaConfig {
+    /// The static member id (`group.instance.id`), `None` for dynamic membership.
+    pub fn instance_id(&self) -> Option<String> {
+        self.instance_id_from(|name| std::env::var(name).ok())
+    }
+
+    fn instance_id_from(&self, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+        match self.instance_id.as_deref() {
+            Some("") => None,
+            Some(id) => Some(id.to_string()),
+            None => INSTANCE_ID_ENV
+                .iter()
+                .filter_map(|name| env(name))
+                .map(|v| v.trim().to_string())
+                .find(|v| !v.is_empty()),
+        }
+    }
+
     fn property(&self, key: &str) -> Option<&str> {
         self.properties.get(key).map(|v| v.trim())
     }
@@ -214,6 +257,46 @@ fn refused_property(key: &str) -> Option<&'static str> {
             "is set by Courier itself (it is what keeps offsets safe) and cannot be overridden",
         );
     }
+    unsafe_override(&lower)
+}
+
+/// Keys whose override would break a guarantee, and why (issue 13).
+fn unsafe_override(lower: &str) -> Option<&'static str> {
+    Some(match lower {
+        // An incremental (cooperative) protocol hands over single partitions:
+        // main p and DLQ p may land on different members, and an assignment may
+        // name a partition already owned, whose actor (and in-flight set) the
+        // new one would replace: its watermark would pass unfinished events.
+        "partition.assignment.strategy" => {
+            "is set by Courier (`range`, eager): main partition p and DLQ partition p must be read by the same member, and an incremental assignor breaks that"
+        }
+        "group.protocol" | "group.remote.assignor" => {
+            "is set by Courier (the classic protocol with `range`): with the consumer protocol (KIP-848) the assignor is chosen by the broker and does not keep main p and DLQ p together"
+        }
+        "group.instance.id" => {
+            "is set through kafka.instance_id (static membership)"
+        }
+        "acks" | "request.required.acks" | "enable.idempotence" => {
+            "is set by Courier (idempotent producer, acks=all): a DLQ or parking-lot write is acknowledged only once every in-sync replica has it, and only then is the event's offset stored"
+        }
+        "isolation.level" => {
+            "is set by Courier (read_committed): records of aborted transactions must never be delivered"
+        }
+        _ => return None,
+    })
+}
+
+/// Values refused for a key otherwise allowed.
+fn refused_value(key: &str, value: &str) -> Option<&'static str> {
+    let lower = key.to_ascii_lowercase();
+    let v = value.trim().to_ascii_lowercase();
+    if lower == "auto.offset.reset" && !["earliest", "smallest", "beginning"].contains(&v.as_str())
+    {
+        // `latest` skips everything produced before the group's first commit
+        // (or after a committed offset fell out of retention); `error` stops
+        // the partition with nothing but a consumer error to show for it.
+        return Some("only \"earliest\" is allowed: another value skips events (\"latest\") or stalls the partition (\"error\") when the group has no valid committed offset");
+    }
     None
 }
 
@@ -269,4 +352,88 @@ fn valid_topic(name: &str) -> Result<(), String> {
         return Err(format!("`{name}` has characters other than [a-zA-Z0-9._-]"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(key: &str, value: &str) -> KafkaConfig {
+        let mut k = KafkaConfig::default();
+        k.properties.insert(key.into(), value.into());
+        k
+    }
+
+    fn refused_field(k: &KafkaConfig) -> Option<String> {
+        match k.validate() {
+            Err(ConfigError::Invalid { field, .. }) => Some(field),
+            _ => None,
+        }
+    }
+
+    /// Each of these would break a guarantee (issue 13): the key is refused,
+    /// named in the error (`check-config` prints it).
+    #[test]
+    fn unsafe_overrides_are_refused_naming_the_key() {
+        for (key, value) in [
+            // Main p and DLQ p on one member, and `Assigned` never for a
+            // partition already owned (incremental assignment would replace
+            // its actor): `range`, eager.
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("partition.assignment.strategy", "roundrobin"),
+            ("partition.assignment.strategy", "range"),
+            ("enable.auto.offset.store", "true"),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "latest"),
+            ("auto.offset.reset", "largest"),
+            ("auto.offset.reset", "end"),
+            ("auto.offset.reset", "error"),
+            ("auto.offset.reset", "none"),
+            ("acks", "1"),
+            ("request.required.acks", "0"),
+            ("enable.idempotence", "false"),
+            ("isolation.level", "read_uncommitted"),
+            ("group.protocol", "consumer"),
+            ("group.remote.assignor", "uniform"),
+            ("group.instance.id", "pod-0"),
+            ("Enable.Idempotence", "false"),
+        ] {
+            let field = refused_field(&with(key, value));
+            assert_eq!(
+                field.as_deref(),
+                Some(format!("kafka.properties.{key}").as_str()),
+                "{key} = {value}"
+            );
+        }
+        // Reading from the beginning when nothing is committed is what
+        // Courier does anyway: allowed, in each spelling.
+        for v in ["earliest", "smallest", "beginning", " EARLIEST "] {
+            assert_eq!(refused_field(&with("auto.offset.reset", v)), None, "{v}");
+        }
+        // Unrelated tuning stays allowed.
+        assert_eq!(refused_field(&with("fetch.wait.max.ms", "100")), None);
+    }
+
+    #[test]
+    fn the_instance_id_comes_from_the_config_then_the_pod_name_then_the_host() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let mut k = KafkaConfig::default();
+        let both: &[(&str, &str)] = &[("POD_NAME", "courier-1"), ("HOSTNAME", "node")];
+        assert_eq!(k.instance_id_from(env(both)).as_deref(), Some("courier-1"));
+        let host: &[(&str, &str)] = &[("POD_NAME", " "), ("HOSTNAME", "node")];
+        assert_eq!(k.instance_id_from(env(host)).as_deref(), Some("node"));
+        assert_eq!(k.instance_id_from(env(&[])), None);
+        k.instance_id = Some("fixed-0".into());
+        assert_eq!(k.instance_id_from(env(both)).as_deref(), Some("fixed-0"));
+        k.instance_id = Some(String::new());
+        assert_eq!(k.instance_id_from(env(both)), None, "\"\" turns it off");
+        k.instance_id = Some("a b".into());
+        assert_eq!(refused_field(&k).as_deref(), Some("kafka.instance_id"));
+    }
 }

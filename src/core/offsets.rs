@@ -137,6 +137,11 @@ impl OffsetTracker {
         self.in_flight.len()
     }
 
+    /// The begun, unfinished offsets, ascending.
+    pub fn in_flight_offsets(&self) -> impl Iterator<Item = i64> + '_ {
+        self.in_flight.iter().copied()
+    }
+
     pub fn is_in_flight(&self, offset: i64) -> bool {
         self.in_flight.contains(&offset)
     }

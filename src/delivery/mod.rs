@@ -356,6 +356,9 @@ impl Deliverer {
                 offset = item.offset,
             )
         };
+        if token.cancelled() {
+            return; // Handed over before it started: errored, never begun.
+        }
         let outcome = match &item.work {
             Work::Deliver(ev) => {
                 let permit = match permit {
@@ -367,12 +370,16 @@ impl Deliverer {
                         Err(_) => return,
                     },
                 };
-                if crate::otel::enabled() {
+                let delivered = if crate::otel::enabled() {
                     let parent = trace::extract(&ev.raw, item.headers.as_deref());
                     let span = crate::otel::delivery_span(&ev.id, parent.as_ref());
-                    Box::pin(self.deliver(&item, ev, permit).instrument(span)).await
+                    Box::pin(self.deliver(&item, ev, permit, &token).instrument(span)).await
                 } else {
-                    Box::pin(self.deliver(&item, ev, permit).instrument(span())).await
+                    Box::pin(self.deliver(&item, ev, permit, &token).instrument(span())).await
+                };
+                match delivered {
+                    Some(outcome) => outcome,
+                    None => return, // Cancelled between tries.
                 }
             }
             Work::Park { reason, message } => {
@@ -774,7 +781,15 @@ impl Deliverer {
         Finished::Parked { reason }
     }
 
-    async fn deliver(&self, item: &Item, ev: &Event, permit: OwnedSemaphorePermit) -> Finished {
+    /// `None`: the partition was handed over between two tries (`token`
+    /// cancelled): no further request, no outcome.
+    async fn deliver(
+        &self,
+        item: &Item,
+        ev: &Event,
+        permit: OwnedSemaphorePermit,
+        token: &CompletionToken,
+    ) -> Option<Finished> {
         let in_flight = InFlight::new(&self.hot.in_flight);
         let start = Instant::now();
         let mut attempts = 0u32;
@@ -798,7 +813,7 @@ impl Deliverer {
                                 self.hot.age.record(age);
                             }
                             self.hot.delivered.increment(1);
-                            return Finished::Delivered;
+                            return Some(Finished::Delivered);
                         }
                         Verdict::Failed(class) => Failure::status(class, &answer),
                     },
@@ -808,7 +823,7 @@ impl Deliverer {
                     drop(in_flight);
                     drop(permit);
                     let info = ErrorInfo::new(ErrorClass::Permanent, reason, None, &message);
-                    return Box::pin(self.park(item, info)).await;
+                    return Some(Box::pin(self.park(item, info)).await);
                 }
                 Err(e) => {
                     let reason = match e {
@@ -827,6 +842,9 @@ impl Deliverer {
                 }
             };
             self.report(&failure);
+            if token.cancelled() {
+                return None;
+            }
             let class = failure.class;
             if class == FailureClass::Systemic
                 || (class == FailureClass::Transient && self.pipeline.health.systemic_outage())
@@ -845,6 +863,9 @@ impl Deliverer {
                 {
                     tracing::debug!(attempts, reason = %failure.reason, delay_ms = d.as_millis() as u64, "transient failure, retrying in place");
                     tokio::time::sleep(d).await;
+                    if token.cancelled() {
+                        return None;
+                    }
                     continue;
                 }
             }
@@ -856,13 +877,13 @@ impl Deliverer {
         let info = failure.error(&failure.message(&format!("after {attempts} tries")));
         // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
         // would otherwise size every delivery's state machine.
-        if class == FailureClass::Permanent {
+        Some(if class == FailureClass::Permanent {
             let done = Box::pin(self.park(item, info)).await;
             self.parked_after(failure.reason);
             done
         } else {
             Box::pin(self.dead_letter(item, info)).await
-        }
+        })
     }
 
     /// One API call on the main path: waits while the breaker is open, and feeds

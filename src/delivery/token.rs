@@ -8,6 +8,7 @@
 //! as delivered; Courier deliberately does not.)
 
 use crate::core::partition::{Outcome, Report, Src};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How an event finished. Every variant means "its outcome is durable".
@@ -62,6 +63,12 @@ pub trait Wake: Send + Sync {
 pub struct Inbox {
     owner: Box<dyn Wake>,
     queue: Mutex<Vec<Completion>>,
+    /// The partition is being handed over (a drain began) or its actor ended:
+    /// work not yet on the wire is abandoned (see [`CompletionToken::cancelled`]).
+    cancelled: AtomicBool,
+    /// The handover is over (the drain answered, or the actor ended): any
+    /// outcome still arriving is work done for a partition no longer ours.
+    closed: AtomicBool,
 }
 
 impl Inbox {
@@ -69,13 +76,33 @@ impl Inbox {
         Inbox {
             owner: Box::new(owner),
             queue: Mutex::new(Vec::new()),
+            cancelled: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Abandons the work not yet on the wire: queued jobs, in-place retries and
+    /// DLQ drain slots end without an outcome (errored) before they take a
+    /// permit or make another request.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// The handover is over: later outcomes are counted as revoked work.
+    pub fn close(&self) {
+        self.cancel();
+        self.closed.store(true, Ordering::SeqCst);
     }
 
     /// Adds a completion and wakes the owner if the inbox was empty. If the owner
     /// is gone (revoked, crashed), nobody takes it: the offset was not stored, so
     /// the event is redelivered.
     fn put(&self, c: Completion) {
+        if c.outcome.is_some() && self.closed.load(Ordering::SeqCst) {
+            // A request made (or answered) after the partition was handed
+            // over: zombie work, which cancellation exists to prevent.
+            metrics::counter!(crate::metrics::REVOKED_WORK).increment(1);
+        }
         if Self::push(&self.queue, c) {
             self.owner.wake();
         }
@@ -115,6 +142,13 @@ impl CompletionToken {
 
     pub fn offset(&self) -> i64 {
         self.offset
+    }
+
+    /// The partition is being handed over or its actor ended: the work must not
+    /// take a permit or make another request (dropping the token reports it
+    /// errored; the next owner delivers the event).
+    pub fn cancelled(&self) -> bool {
+        self.inbox.cancelled.load(Ordering::SeqCst)
     }
 
     /// Reports the durable outcome.

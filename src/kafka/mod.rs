@@ -66,6 +66,9 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
             crate::config::millis(k.auto_commit_interval).to_string(),
         )
         .set("auto.offset.reset", "earliest")
+        // librdkafka's default, set so it shows: records of aborted transactions
+        // are never delivered (`[kafka.properties]` may not change it).
+        .set("isolation.level", "read_committed")
         .set(
             "session.timeout.ms",
             crate::config::millis(k.session_timeout).to_string(),
@@ -100,6 +103,11 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         // `fetch.max.bytes` (50 MB by default). Capped here, the prefetch stays
         // flat in the number of assigned partitions (docs/BENCHMARKS.md).
         .set("fetch.max.bytes", "8388608");
+    // Static membership (`kafka.instance_id`): a restarted process with the same
+    // id gets its partitions back at once (KIP-345).
+    if let Some(id) = k.instance_id() {
+        c.set("group.instance.id", id);
+    }
     with_user_settings(c, k)
 }
 
@@ -246,7 +254,11 @@ impl CourierContext {
 
 impl ClientContext for CourierContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        tracing::warn!(%error, reason, "kafka client error");
+        if reason.to_ascii_lowercase().contains("fenced") {
+            tracing::error!(%error, reason, "fenced: another process joined the group with this kafka.instance_id; give each instance its own (e.g. the pod name)");
+        } else {
+            tracing::warn!(%error, reason, "kafka client error");
+        }
     }
 }
 
@@ -296,6 +308,42 @@ impl ConsumerContext for CourierContext {
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => tracing::error!(error = %e, "rebalance error"),
         }
+    }
+}
+
+/// Leaves the consumer group now, waiting (up to `within`, polling) until the
+/// LeaveGroup request is on its way. Closing the consumer does not do it for a
+/// static member (KIP-345: librdkafka sends no LeaveGroup on termination), but
+/// unsubscribing does: then the other members take the partitions at once
+/// instead of after `session.timeout.ms`. Call it after the final commit, with
+/// no other thread polling. Returns whether the member left in time.
+pub fn leave_group(c: &KafkaConsumer, within: Duration) -> bool {
+    c.unsubscribe();
+    let until = std::time::Instant::now() + within;
+    while std::time::Instant::now() < until {
+        // Serves the revoke callback (which commits) and the group's events.
+        let _ = c.poll(Duration::from_millis(50));
+        if !has_member_id(c) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether the consumer holds a group member id: librdkafka clears it as it
+/// sends LeaveGroup (`rd_kafka_cgrp_leave`).
+fn has_member_id(c: &KafkaConsumer) -> bool {
+    let rk = c.client().native_ptr();
+    // SAFETY: `rk` is the live handle `c` borrows; `rd_kafka_memberid` returns
+    // a copy of the id (or NULL), which is freed here with `rd_kafka_mem_free`.
+    unsafe {
+        let id = rdkafka::bindings::rd_kafka_memberid(rk);
+        if id.is_null() {
+            return false;
+        }
+        let empty = *id == 0;
+        rdkafka::bindings::rd_kafka_mem_free(rk, id.cast());
+        !empty
     }
 }
 

@@ -159,6 +159,10 @@ impl CourierProcess {
                 format!("127.0.0.1:{metrics_port}"),
             )
             .env("RUST_LOG", &l.rust_log)
+            // Several instances share this host: none takes a static member id
+            // from it (`kafka.instance_id`) unless the launch sets one.
+            .env_remove("POD_NAME")
+            .env_remove("HOSTNAME")
             .envs(l.env.iter().map(|(k, v)| (k, v)));
         Ok(CourierProcess {
             child: ChildGuard::spawn(&l.name, cmd, &log)?,

@@ -295,6 +295,9 @@ pub struct Cluster {
     pub toml: String,
     /// Instance slots that reach Kafka through the proxy (partition-one).
     pub proxied_slots: Vec<usize>,
+    /// Slots run as static members (`POD_NAME` = `<scenario>-i<slot>`, the same
+    /// for every incarnation of the slot): crash-cost.
+    pub static_ids: bool,
     /// Unexpected exits seen (instance name, exit code), findings for the report.
     pub unexpected_exits: Vec<(String, Option<i32>)>,
     registry: Registry,
@@ -339,6 +342,7 @@ impl Cluster {
             instances: Vec::new(),
             toml,
             proxied_slots: Vec::new(),
+            static_ids: false,
             unexpected_exits: Vec::new(),
             registry,
             observed,
@@ -371,6 +375,10 @@ impl Cluster {
         launch.rust_log =
             std::env::var("COURIER_DRILL_RUST_LOG").unwrap_or_else(|_| DEFAULT_RUST_LOG.into());
         launch.env = vec![(TOKEN_ENV.into(), TOKEN.into())];
+        if self.static_ids {
+            let id = format!("{}-{}-i{slot}", self.names.topic, self.scenario);
+            launch.env.push(("POD_NAME".into(), id));
+        }
         launch.scrape_timeout = Some(crate::metrics::SCRAPE_TIMEOUT);
         let proc = CourierProcess::start(&launch)
             .with_context(|| format!("starting Courier instance {name}"))?;

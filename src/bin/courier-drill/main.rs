@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 struct Args {
     /// A scenario name, a comma-separated list, or `all` (in order):
     /// api-outage, api-flap, api-401, redis, kafka-restart, kill-instances,
-    /// partition-one, rolling-restart, poison-storm.
+    /// partition-one, rolling-restart, poison-storm, crash-cost.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// The CI version: small counts and short faults.

@@ -12,6 +12,8 @@ pub struct Scrape {
     pub age: Histogram,
     pub api_unavailable: f64,
     pub assigned: f64,
+    /// `courier_delivered_total`.
+    pub delivered: f64,
 }
 
 /// Deadline of one scrape: a stuck instance must not stall the monitor.
@@ -31,6 +33,7 @@ pub fn parse(text: &str) -> Scrape {
         age: Histogram::scrape(text, "courier_event_age_seconds"),
         api_unavailable: metric_sum(text, "courier_api_unavailable"),
         assigned: metric_sum(text, "courier_assigned_partitions"),
+        delivered: metric_sum(text, "courier_delivered_total"),
     }
 }
 

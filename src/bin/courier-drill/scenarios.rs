@@ -23,6 +23,7 @@ pub const ALL: &[&str] = &[
     "partition-one",
     "rolling-restart",
     "poison-storm",
+    "crash-cost",
 ];
 
 #[derive(Debug, Clone)]
@@ -75,6 +76,7 @@ fn load_duration(name: &str, o: &Opts) -> Duration {
             "partition-one" => o.pick(15.0, 30.0),
             "rolling-restart" => o.pick(5.0, 10.0) * o.cluster.instances as u32,
             "poison-storm" => o.pick(10.0, 60.0),
+            "crash-cost" => o.pick(6.0, 15.0),
             _ => Duration::ZERO,
         }
 }
@@ -170,6 +172,7 @@ async fn run_inner(
             f.toxiproxy = Some(t);
             c.proxied_slots = vec![0];
         }
+        "crash-cost" => c.static_ids = true,
         _ => {}
     }
     c.start_all().await?;
@@ -202,6 +205,7 @@ async fn run_inner(
         "partition-one" => partition_one(&mut c, o, f).await,
         "rolling-restart" => rolling_restart(&mut c, o).await,
         "poison-storm" => poison_storm(o, &load).await,
+        "crash-cost" => crash_cost(&mut c, o).await,
         _ => unreachable!(),
     };
     eprintln!(
@@ -495,6 +499,60 @@ async fn kill_instances(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>>
     }
     c.wait_joined(None, Duration::from_secs(60)).await?;
     Ok(Vec::new())
+}
+
+/// SIGKILL one static member under load and restart it at once with the same
+/// instance id: takeover is kill → the restarted instance's first delivery.
+/// Duplicates (the audit's, for the whole scenario) and the ratio to what was
+/// in flight at the kill are in the check's detail and the report.
+async fn crash_cost(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>> {
+    sleep(o.warm()).await;
+    c.reap()?;
+    let slot = 0;
+    let port = c.instances[slot].metrics_port;
+    let page = courier::testkit::metrics_page(port, Some(metrics::SCRAPE_TIMEOUT)).await;
+    let in_flight = page
+        .as_deref()
+        .map(|p| courier::testkit::metric_sum(p, "courier_in_flight"))
+        .unwrap_or(0.0);
+    let duplicates_before = c.sink.audit().duplicates();
+    eprintln!(
+        "[drill] SIGKILL {} ({in_flight} requests in flight), restarted at once",
+        c.instances[slot].name
+    );
+    c.kill(slot).await;
+    let killed = Instant::now();
+    c.spawn(slot)?;
+    let deadline = killed + Duration::from_secs(60);
+    let mut takeover = None;
+    while Instant::now() < deadline {
+        if c.instances[slot]
+            .scrape()
+            .await
+            .is_some_and(|s| s.delivered > 0.0)
+        {
+            takeover = Some(killed.elapsed());
+            break;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    c.wait_joined(None, Duration::from_secs(60)).await?;
+    sleep(o.tail()).await;
+    let duplicates = c.sink.audit().duplicates() - duplicates_before;
+    let ok = takeover.is_some_and(|t| t <= Duration::from_secs(3));
+    Ok(vec![Check::new(
+        "takeover",
+        ok,
+        match takeover {
+            Some(t) => format!(
+                "kill → the restarted instance's first delivery {:.2} s (target ≤ 3 s); \
+                 duplicates since the kill {duplicates} = {:.2} × the {in_flight} in flight",
+                t.as_secs_f64(),
+                duplicates as f64 / in_flight.max(1.0)
+            ),
+            None => "the restarted instance delivered nothing within 60 s".into(),
+        },
+    )])
 }
 
 async fn partition_one(c: &mut Cluster, o: &Opts, f: &mut Faults) -> anyhow::Result<Vec<Check>> {

@@ -24,6 +24,7 @@
 
 use crate::core::backoff::persistent_delay;
 use crate::core::budget::ByteBudget;
+use crate::core::completed::{self, Completed};
 use crate::core::fsm::{Change, Mode, PartitionFsm};
 use crate::core::offsets::{NextOffset, OffsetTracker, TrackerError};
 use crate::core::ordering::{OrderingMode, Scheduler};
@@ -197,8 +198,17 @@ pub enum Effect<I> {
     Dispatch { src: Src, offset: i64, item: Arc<I> },
     /// Resume (`on`) or pause fetching one topic of the pair.
     SetReading { src: Src, on: bool },
-    /// Store this position (librdkafka's auto-commit commits it).
-    Store { src: Src, offset: NextOffset },
+    /// Store this position with `metadata`, the offsets done above it
+    /// (`core::completed`); librdkafka's auto-commit commits it. `commit`: the
+    /// position is the one stored before and only the metadata changed, which
+    /// auto-commit does not send (it commits a partition only when its stored
+    /// position passed the committed one): commit it explicitly.
+    Store {
+        src: Src,
+        offset: NextOffset,
+        metadata: String,
+        commit: bool,
+    },
     /// Send [`Input::Timer`] after `after`.
     Schedule { after: Duration, timer: Timer },
     /// The drain is over: answer it (with the stored main position).
@@ -213,6 +223,9 @@ pub enum Effect<I> {
     Begun(usize),
     /// Events finished (durable outcome).
     Finished(usize),
+    /// Records completed without dispatch: the commit's metadata named them done
+    /// (`Settings::skip`).
+    Skipped(usize),
     /// The FSM's mode: after a change, and once at the first evaluation.
     Mode { mode: Mode, change: Option<Change> },
     /// Lag figures after a lag check (main: `None` when not known).
@@ -260,6 +273,13 @@ pub struct Settings {
     pub start: [Option<NextOffset>; 2],
     /// What an earlier incarnation stored for this partition.
     pub stored: [Option<NextOffset>; 2],
+    /// Per side: the offsets the committed metadata names done (decoded by
+    /// `core::completed`, made by an earlier owner). Records at these offsets
+    /// are completed without dispatch.
+    pub skip: [Option<Completed>; 2],
+    /// The least time between two commits of metadata alone (the position
+    /// unchanged, see [`Effect::Store`]'s `commit`).
+    pub commit_interval: Duration,
 }
 
 /// Where a drain (revoke, shutdown) stands. Once requested it never ends: the
@@ -290,6 +310,13 @@ struct Side {
     stored: Option<NextOffset>,
     /// `stored` before the last [`Effect::Store`] (restored if it fails).
     stored_before: Option<NextOffset>,
+    /// The metadata stored with `stored`, and before the last store.
+    meta: String,
+    meta_before: String,
+    /// When metadata alone was last committed.
+    meta_committed_at: Option<Instant>,
+    /// Done offsets above the committed position, from an earlier owner.
+    skip: Option<Completed>,
     /// What was last applied to the consumer (None: unknown).
     reading: Option<bool>,
     /// Begun, not finished.
@@ -343,6 +370,10 @@ pub struct PartitionMachine<X: Intake> {
     fx: Vec<Effect<X::Item>>,
     begun: usize,
     finished: usize,
+    skipped: usize,
+    commit_interval: Duration,
+    /// The time of the input being handled.
+    clock: Option<Instant>,
 }
 
 impl<X: Intake> PartitionMachine<X> {
@@ -356,6 +387,10 @@ impl<X: Intake> PartitionMachine<X> {
             },
             stored: settings.stored[src.index()],
             stored_before: settings.stored[src.index()],
+            meta: String::new(),
+            meta_before: String::new(),
+            meta_committed_at: None,
+            skip: settings.skip[src.index()].clone().filter(|c| !c.is_empty()),
             reading: None,
             held: 0,
         };
@@ -389,6 +424,9 @@ impl<X: Intake> PartitionMachine<X> {
             fx: Vec::new(),
             begun: 0,
             finished: 0,
+            skipped: 0,
+            commit_interval: settings.commit_interval,
+            clock: None,
         }
     }
 
@@ -446,6 +484,7 @@ impl<X: Intake> PartitionMachine<X> {
 
     /// Takes one input; returns what to do, in order.
     pub fn handle(&mut self, input: Input<X::Raw>, now: Now) -> Vec<Effect<X::Item>> {
+        self.clock = Some(now.mono);
         match input {
             Input::Records(records) => self.on_records(records, now),
             Input::Reports(reports) => self.on_reports(reports, now),
@@ -460,7 +499,7 @@ impl<X: Intake> PartitionMachine<X> {
             }
             Input::Timer(Timer::Store) => {
                 self.store_scheduled = false;
-                self.store_all();
+                self.store_all(false);
             }
             Input::Timer(Timer::Budget) => {
                 self.awaiting_budget = false;
@@ -485,6 +524,7 @@ impl<X: Intake> PartitionMachine<X> {
                 let side = &mut self.sides[src.index()];
                 if side.stored == Some(offset) {
                     side.stored = side.stored_before;
+                    side.meta = std::mem::take(&mut side.meta_before);
                 }
                 // Try again soon; after a drain the partition is gone anyway.
                 if !self.draining() {
@@ -499,6 +539,13 @@ impl<X: Intake> PartitionMachine<X> {
         if self.finished > 0 {
             self.fx
                 .push(Effect::Finished(std::mem::take(&mut self.finished)));
+        }
+        if self.skipped > 0 {
+            self.fx
+                .push(Effect::Skipped(std::mem::take(&mut self.skipped)));
+            if !self.draining() {
+                self.schedule_store();
+            }
         }
         std::mem::take(&mut self.fx)
     }
@@ -532,7 +579,7 @@ impl<X: Intake> PartitionMachine<X> {
         }
         self.taken_in(taken, bytes);
         self.evaluate(now);
-        self.store_all();
+        self.store_all(false);
     }
 
     /// Records leave the fetch budget once begun or handed back.
@@ -592,12 +639,30 @@ impl<X: Intake> PartitionMachine<X> {
     /// held, and dispatch if its lane is free.
     fn begin(&mut self, r: X::Raw, bytes: u64) {
         let (src, offset) = X::position(&r);
-        if let Err(error) = self.sides[src.index()].tracker.begin(offset) {
+        let side = &mut self.sides[src.index()];
+        if let Err(error) = side.tracker.begin(offset) {
             // At or below an offset already begun: in flight or done. Dropping it
             // is safe (the watermark cannot pass it).
             self.budget.give_back(bytes);
             self.fx.push(Effect::Note(Note::OutOfOrder { src, error }));
             return;
+        }
+        if let Some(skip) = &side.skip {
+            let done = skip.contains(offset);
+            if skip.end().is_none_or(|end| offset + 1 >= end) {
+                side.skip = None; // Nothing it names lies ahead.
+            }
+            if done {
+                // Done by an earlier owner (its commit's metadata says so):
+                // completed here, never dispatched.
+                if let Err(error) = side.tracker.complete(self.generation, offset) {
+                    self.fx
+                        .push(Effect::Note(Note::RefusedCompletion { src, error }));
+                }
+                self.budget.give_back(bytes);
+                self.skipped += 1;
+                return;
+            }
         }
         self.held_bytes += bytes;
         let Begun { item, kind } = self.intake.begin(src, r);
@@ -874,18 +939,61 @@ impl<X: Intake> PartitionMachine<X> {
         }
     }
 
-    fn store_all(&mut self) {
+    /// Stores each side's watermark when it advanced, with the offsets done
+    /// above it as metadata. When only the metadata changed, it is committed
+    /// explicitly, at most once per `commit_interval` unless `now` (a drain).
+    fn store_all(&mut self, now: bool) {
+        let mut later: Option<Duration> = None;
         for src in Src::BOTH {
             let side = &mut self.sides[src.index()];
             let Some(wm) = side.tracker.watermark() else {
                 continue;
             };
-            if side.stored.is_some_and(|s| s >= wm) {
+            if side.stored.is_some_and(|s| s > wm) {
                 continue;
+            }
+            let end = side.tracker.highest_begun().map_or(wm.get(), |h| h + 1);
+            let metadata = completed::encode(
+                wm.get(),
+                end,
+                side.tracker.in_flight_offsets(),
+                completed::DEFAULT_MAX_METADATA_BYTES,
+            );
+            let commit = side.stored == Some(wm);
+            if commit {
+                if metadata == side.meta {
+                    continue;
+                }
+                let wait = match (side.meta_committed_at, self.clock) {
+                    (Some(at), Some(clock)) if !now => {
+                        (at + self.commit_interval).saturating_duration_since(clock)
+                    }
+                    _ => Duration::ZERO,
+                };
+                if !wait.is_zero() {
+                    later = Some(later.map_or(wait, |l| l.min(wait)));
+                    continue;
+                }
+                side.meta_committed_at = self.clock;
             }
             side.stored_before = side.stored;
             side.stored = Some(wm);
-            self.fx.push(Effect::Store { src, offset: wm });
+            side.meta_before = std::mem::replace(&mut side.meta, metadata.clone());
+            self.fx.push(Effect::Store {
+                src,
+                offset: wm,
+                metadata,
+                commit,
+            });
+        }
+        if let Some(after) = later {
+            if !self.store_scheduled && !self.draining() {
+                self.store_scheduled = true;
+                self.fx.push(Effect::Schedule {
+                    after,
+                    timer: Timer::Store,
+                });
+            }
         }
     }
 
@@ -905,7 +1013,7 @@ impl<X: Intake> PartitionMachine<X> {
             .sum();
         let bytes = std::mem::take(&mut self.backlog_bytes).iter().sum();
         self.taken_in(waiting, bytes);
-        self.store_all();
+        self.store_all(true);
         if self.dispatched == 0 {
             self.reply_drained();
         } else {
@@ -917,7 +1025,7 @@ impl<X: Intake> PartitionMachine<X> {
     }
 
     fn reply_drained(&mut self) {
-        self.store_all();
+        self.store_all(true);
         self.drain = Drain::Answered;
         self.fx.push(Effect::Drained);
     }

@@ -27,6 +27,11 @@
 //!   the machine's share and the harness's add up to the use; the machine asks
 //!   for a waker at most once until it comes; DLQ p is not read while DLQ
 //!   records wait for the budget; a dropped machine gives its share back;
+//! - an earlier owner's commit metadata (some main offsets done, encoded within
+//!   a budget that may force it to a prefix): an offset it names is never
+//!   dispatched, one it does not name is never completed without an answer (the
+//!   stored offset would pass it); every metadata stored names only offsets
+//!   done (answered, or named by the earlier owner) above its position;
 //! - the drain is answered exactly once, when nothing is in flight or at its
 //!   deadline;
 //! - liveness: once the API is up, every job is answered and the other
@@ -129,6 +134,10 @@ struct Scenario {
     /// After the drain request, jobs in flight are answered only after the
     /// drain's deadline.
     drain_stalls: bool,
+    /// An earlier owner's work: which main records it finished (by index in
+    /// the log, above offset 100, its committed position), and the metadata's
+    /// size budget.
+    prev_done: Option<(Vec<bool>, usize)>,
 }
 
 /// Wall-clock ms at the harness's start.
@@ -212,8 +221,12 @@ prop_compose! {
         actions in prop::collection::vec(action(), 1..300),
         drain_at in prop::option::weighted(0.3, any::<prop::sample::Index>()),
         drain_stalls in any::<bool>(),
+        prev_done in prop::option::weighted(0.3, (
+            prop::collection::vec(any::<bool>(), 0..120),
+            prop_oneof![Just(4096usize), 4usize..40],
+        )),
     ) -> Scenario {
-        Scenario { ordering, limit, backlog_cap, backlog_bytes_cap, budget, min_pause_ms, main, dlq, actions, drain_at, drain_stalls }
+        Scenario { ordering, limit, backlog_cap, backlog_bytes_cap, budget, min_pause_ms, main, dlq, actions, drain_at, drain_stalls, prev_done }
     }
 }
 
@@ -258,6 +271,27 @@ struct Harness {
 impl Harness {
     fn new(s: &Scenario, api_unavailable: bool) -> Result<Harness, TestCaseError> {
         let budget = Arc::new(ByteBudget::new(s.budget));
+        let skip = s.prev_done.as_ref().and_then(|(bits, max_bytes)| {
+            const COMMITTED: i64 = 100;
+            let done: BTreeSet<i64> = s
+                .main
+                .iter()
+                .zip(bits)
+                .filter(|(r, b)| **b && r.offset > COMMITTED)
+                .map(|(r, _)| r.offset)
+                .collect();
+            let end = s.main.last()?.offset + 1;
+            let unfinished = (COMMITTED..end).filter(|o| !done.contains(o));
+            let metadata = completed::encode(COMMITTED, end, unfinished, *max_bytes);
+            completed::decode(COMMITTED, &metadata)
+        });
+        // What the machine must skip counts as done from the start.
+        let named: BTreeSet<i64> = s
+            .main
+            .iter()
+            .map(|r| r.offset)
+            .filter(|o| skip.as_ref().is_some_and(|c| c.contains(*o)))
+            .collect();
         let settings = Settings {
             generation: GEN,
             ordering: s.ordering,
@@ -269,6 +303,8 @@ impl Harness {
             drain_timeout: Duration::from_millis(2_000),
             start: [None, None],
             stored: [None, None],
+            skip: [skip, None],
+            commit_interval: Duration::from_millis(250),
         };
         let mut h = Harness {
             m: PartitionMachine::new(settings, Plain),
@@ -279,7 +315,7 @@ impl Harness {
             logs: [s.main.clone(), s.dlq.clone()],
             sent: [0, 0],
             taken: [BTreeMap::new(), BTreeMap::new()],
-            done: [BTreeSet::new(), BTreeSet::new()],
+            done: [named, BTreeSet::new()],
             stored: [None, None],
             in_flight: Vec::new(),
             ever_dispatched: [BTreeSet::new(), BTreeSet::new()],
@@ -356,8 +392,31 @@ impl Harness {
                 }
                 self.reading[src.index()] = Some(on);
             }
-            Effect::Store { src, offset } => {
+            Effect::Store {
+                src,
+                offset,
+                metadata,
+                commit,
+            } => {
                 let offset = offset.get();
+                if !metadata.is_empty() {
+                    let named = completed::decode(offset, &metadata);
+                    prop_assert!(named.is_some(), "unreadable metadata {}", metadata);
+                    let named = named.unwrap_or_default();
+                    // Offsets missing from the log (gaps) may be named: there
+                    // is nothing to deliver there.
+                    let wrong = self.logs[src.index()]
+                        .iter()
+                        .map(|r| r.offset)
+                        .find(|o| named.contains(*o) && !self.done[src.index()].contains(o));
+                    prop_assert!(
+                        wrong.is_none(),
+                        "{:?} metadata at {} names {:?}, not done",
+                        src,
+                        offset,
+                        wrong
+                    );
+                }
                 let taken = &self.taken[src.index()];
                 let done = &self.done[src.index()];
                 if let Some(&unfinished) = taken.keys().find(|o| !done.contains(o)) {
@@ -379,11 +438,12 @@ impl Harness {
                 );
                 if let Some(before) = self.stored[src.index()] {
                     prop_assert!(
-                        offset > before,
-                        "{:?} stored {} after {}",
+                        offset > before || (commit && offset == before),
+                        "{:?} stored {} after {} (metadata alone: {})",
                         src,
                         offset,
-                        before
+                        before,
+                        commit
                     );
                 }
                 if std::mem::take(&mut self.fail_store) {
@@ -421,6 +481,7 @@ impl Harness {
                     .wait(Box::new(move || woken.store(true, Ordering::SeqCst)));
             }
             Effect::Begun(n) => self.held += n,
+            Effect::Skipped(_) => {}
             Effect::Finished(n) => {
                 prop_assert!(n <= self.held);
                 self.held -= n;

@@ -86,6 +86,8 @@ pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize)
         drain_timeout: Duration::from_millis(10_000),
         start: [None, None],
         stored: [None, None],
+        skip: [None, None],
+        commit_interval: Duration::from_millis(250),
     }
 }
 
@@ -184,13 +186,145 @@ pub(super) fn dispatched<I>(fx: &[Effect<I>]) -> Vec<(Src, i64)> {
         .collect()
 }
 
+/// Positions stored (that advanced).
 fn stores<I>(fx: &[Effect<I>]) -> Vec<(Src, i64)> {
     fx.iter()
         .filter_map(|e| match e {
-            Effect::Store { src, offset } => Some((*src, offset.get())),
+            Effect::Store {
+                src,
+                offset,
+                commit: false,
+                ..
+            } => Some((*src, offset.get())),
             _ => None,
         })
         .collect()
+}
+
+/// Metadata committed alone (the position unchanged): the position and the
+/// offsets it names done among `0..100`.
+fn metadata_commits<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, Vec<i64>)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Store {
+                src,
+                offset,
+                metadata,
+                commit: true,
+            } => Some((*src, offset.get(), named_done(offset.get(), metadata))),
+            _ => None,
+        })
+        .collect()
+}
+
+fn named_done(at: i64, metadata: &str) -> Vec<i64> {
+    let c = crate::core::completed::decode(at, metadata).expect("Courier's metadata");
+    (0..100).filter(|o| c.contains(*o)).collect()
+}
+
+fn skipped<I>(fx: &[Effect<I>]) -> usize {
+    fx.iter()
+        .map(|e| match e {
+            Effect::Skipped(n) => *n,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The watermark stuck on one slow event: the offsets done above it are
+/// committed as metadata (auto-commit would not send it: the position did not
+/// move), at most once per `commit_interval`, and at once on a drain.
+#[test]
+fn done_offsets_above_a_stuck_watermark_are_committed_as_metadata() {
+    let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
+    t.normal();
+    let fx = t.feed(main_recs(0..5, |_| None));
+    assert_eq!(stores(&fx), vec![(Src::Main, 0)]);
+    t.done(Src::Main, &[1, 2]);
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert_eq!(metadata_commits(&fx), vec![(Src::Main, 0, vec![1, 2])]);
+    // Within the interval: waits, with a timer for when it is over.
+    t.ms += 100;
+    t.done(Src::Main, &[4]);
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert!(metadata_commits(&fx).is_empty(), "{fx:?}");
+    let later: Vec<_> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Schedule {
+                after,
+                timer: Timer::Store,
+            } => Some(*after),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(later, vec![Duration::from_millis(150)]);
+    t.ms += 150;
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert_eq!(metadata_commits(&fx), vec![(Src::Main, 0, vec![1, 2, 4])]);
+    // Nothing new: nothing committed.
+    t.ms += 1_000;
+    assert!(metadata_commits(&t.feed(Input::Timer(Timer::Store))).is_empty());
+    // A drain commits what changed at once.
+    t.done(Src::Main, &[3]);
+    let fx = t.feed(Input::Drain);
+    assert_eq!(
+        metadata_commits(&fx),
+        vec![(Src::Main, 0, vec![1, 2, 3, 4])]
+    );
+}
+
+/// The next owner reads the metadata back: the offsets it names are completed
+/// without dispatch, the others are delivered, and the watermark passes both.
+#[test]
+fn offsets_the_metadata_names_done_are_skipped_and_no_other() {
+    // An earlier owner: 10 and 13 in flight, 11, 12, 14 done.
+    let metadata = crate::core::completed::encode(10, 15, [10, 13], 4096);
+    let skip = crate::core::completed::decode(10, &metadata);
+    let mut t = T::new(Settings {
+        skip: [skip, None],
+        ..settings(OrderingMode::Unordered, 10, 100)
+    });
+    t.normal();
+    let fx = t.feed(main_recs(10..17, |_| None));
+    assert_eq!(
+        dispatched(&fx),
+        vec![
+            (Src::Main, 10),
+            (Src::Main, 13),
+            (Src::Main, 15),
+            (Src::Main, 16)
+        ]
+    );
+    assert_eq!(skipped(&fx), 3);
+    t.done(Src::Main, &[10, 13]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 15)]);
+    t.done(Src::Main, &[15, 16]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 17)]);
+}
+
+/// A skip set never names an offset below where it was made, and records
+/// beyond its end are all dispatched (it is dropped once passed).
+#[test]
+fn a_skip_set_ends_where_its_metadata_ends() {
+    let metadata = crate::core::completed::encode(0, 3, [0], 4096);
+    let skip = crate::core::completed::decode(0, &metadata);
+    let mut t = T::new(Settings {
+        skip: [skip, None],
+        ..settings(OrderingMode::Unordered, 10, 100)
+    });
+    t.normal();
+    let fx = t.feed(main_recs(0..6, |_| None));
+    assert_eq!(skipped(&fx), 2);
+    assert_eq!(
+        dispatched(&fx),
+        vec![
+            (Src::Main, 0),
+            (Src::Main, 3),
+            (Src::Main, 4),
+            (Src::Main, 5)
+        ]
+    );
 }
 
 fn readings<I>(fx: &[Effect<I>]) -> Vec<(Src, bool)> {
