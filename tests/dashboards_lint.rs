@@ -512,8 +512,6 @@ fn overview_dashboard_structure() {
         "courier_enrichment_cache_total",
         "courier_delivery_errors_total",
         "courier_memory_budget_used_bytes",
-        "courier_produce_refused_total",
-        "courier_envelope_payload_omitted_total",
     ] {
         if !all_exprs.contains(m) {
             bad.push(format!("no panel shows {m}"));
