@@ -177,6 +177,9 @@ concurrency = {c}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if !courier::testkit::asked_as_benchmark("capacity") {
+        return Ok(());
+    }
     let o = Opts::parse();
     let sink = SinkHandle::start(
         "127.0.0.1:0".parse()?,

@@ -210,12 +210,7 @@ async fn run(
 }
 
 fn main() -> anyhow::Result<()> {
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs bench targets
-    // without it (and unoptimised, where the codecs' CPU means nothing).
-    if !std::env::args().any(|a| a == "--bench") {
-        println!(
-            "compression: a benchmark; run it with `cargo bench --bench compression` (skipped)"
-        );
+    if !courier::testkit::asked_as_benchmark("compression") {
         return Ok(());
     }
     let brokers = std::env::var("COURIER_TEST_BROKERS")

@@ -922,11 +922,7 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs bench targets
-    // without it. The benchmark needs minutes and the real services: only run it
-    // when asked for as a benchmark.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("e2e: a benchmark; run it with `cargo bench --bench e2e` (skipped)");
+    if !courier::testkit::asked_as_benchmark("e2e") {
         return ExitCode::SUCCESS;
     }
     let mut opts = Opts::parse();

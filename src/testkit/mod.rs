@@ -23,6 +23,18 @@ use tokio::process::Command;
 /// The log filter both the tests and the drills use unless told otherwise.
 pub const DEFAULT_RUST_LOG: &str = "info,librdkafka=warn,rdkafka=warn";
 
+/// Whether a bench binary was started by `cargo bench` (which passes `--bench`).
+/// `cargo test --all-targets` also runs bench targets — unoptimised and with the
+/// test harness's flags (`--test-threads=2`) — so a benchmark that needs minutes
+/// and the real services says it is skipped and exits successfully instead.
+pub fn asked_as_benchmark(name: &str) -> bool {
+    if std::env::args().any(|a| a == "--bench") {
+        return true;
+    }
+    println!("{name}: a benchmark; run it with `cargo bench --bench {name}` (skipped)");
+    false
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TestkitError {
     #[error("{what} {}: {source}", path.display())]
