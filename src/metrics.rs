@@ -49,6 +49,7 @@ pub const API_RATE_LIMIT: &str = "courier_api_rate_limit_per_sec";
 pub const API_RATE_PERMITS: &str = "courier_api_rate_permits_total";
 pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
 pub const REVOKED_WORK: &str = "courier_revoked_work_total";
+pub const TAKEOVER: &str = "courier_takeover_seconds";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -198,6 +199,10 @@ pub const ALL: &[(&str, &str)] = &[
         REVOKED_WORK,
         "Outcomes of work done for a partition after its handover completed (revoke drained, or its actor ended): requests made for a partition no longer owned. Expected 0.",
     ),
+    (
+        TAKEOVER,
+        "Seconds from this consumer's subscribe (process start or consumer restart) to its first partition assignment: about a second for a restarted static member, up to session.timeout.ms while the group waits out a dead member.",
+    ),
 ];
 
 /// Delivery latency buckets (seconds): fine enough that p50/p99 read within ~25 %
@@ -271,6 +276,12 @@ pub fn register_known_series() {
     }
     for result in ["hit", "miss"] {
         metrics::counter!(ENRICH_CACHE, "result" => result).absolute(0);
+    }
+    // Connection and TLS failures are rare: at 0 from the start, the dashboard's
+    // panel has a series to show and the first one is a visible increase.
+    for t in crate::core::classify::TransportFailure::ALL {
+        metrics::counter!(DELIVERY_ERRORS, "class" => t.class().as_str(), "reason" => t.as_str())
+            .absolute(0);
     }
     metrics::counter!(DLQ_REDELIVERED).absolute(0);
     metrics::counter!(DELIVERED).absolute(0);

@@ -93,6 +93,10 @@ pub struct ConsumerState {
     lag_running: bool,
     /// Partitions were assigned while a check was running: check again when it ends.
     lag_again: bool,
+    /// When this consumer subscribed, until its first assignment: the wait is
+    /// `courier_takeover_seconds` (about a second for a restarted static member,
+    /// up to `session.timeout.ms` when the group must first expire a dead one).
+    subscribed_at: Option<std::time::Instant>,
 }
 
 pub struct ConsumerActor;
@@ -177,6 +181,7 @@ impl Actor for ConsumerActor {
         }
         // Main p and DLQ p are read by the same member (range assignment).
         consumer.subscribe(&[cfg.kafka.topic.as_str(), p.dlq_topic.as_str()])?;
+        let subscribed_at = Some(std::time::Instant::now());
         myself.send_interval(cfg.degraded.lag_check_interval, || ConsumerMsg::LagTick);
         let mut lag_cfg = consumer_config(&cfg.kafka);
         lag_cfg.set("enable.auto.commit", "false");
@@ -198,6 +203,7 @@ impl Actor for ConsumerActor {
             closing,
             parts: HashMap::new(),
             generation: 0,
+            subscribed_at,
             lag_client: Arc::new(lag_client),
             lag_running: false,
             lag_again: false,
@@ -243,6 +249,16 @@ impl Actor for ConsumerActor {
                 }
                 s.ready.assigned.store(true, Ordering::SeqCst);
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
+                if let Some(at) = s.subscribed_at.filter(|_| !s.parts.is_empty()) {
+                    s.subscribed_at = None;
+                    let waited = at.elapsed();
+                    metrics::gauge!(m::TAKEOVER).set(waited.as_secs_f64());
+                    tracing::info!(
+                        waited_ms = waited.as_millis() as u64,
+                        partitions = s.parts.len(),
+                        "first assignment"
+                    );
+                }
                 // New partitions read DLQ p before main p until their DLQ lag is
                 // known: look it up now rather than at the next tick.
                 s.check_lag(&myself, true);

@@ -97,6 +97,18 @@ impl Actor for DlqWriter {
             largest.max(DEFAULT_MAX_MESSAGE_BYTES).to_string(),
         );
         let producer: FutureProducer = cfg.create()?;
+        // Refusals and unacknowledged writes are rare: their series start at 0
+        // (`increment(0)`: a restarted
+        // writer must not reset them) so the dashboard has them and the first one is a visible increase.
+        let k = &pipeline.config.kafka;
+        for topic in [k.dlq_topic(), k.parking_topic()] {
+            metrics::counter!(crate::metrics::DLQ_WRITE_FAILURES, "topic" => topic.clone())
+                .increment(0);
+            for r in Refusal::ALL {
+                metrics::counter!(crate::metrics::PRODUCE_REFUSED, "topic" => topic.clone(), "reason" => r.as_str())
+                    .increment(0);
+            }
+        }
         tracing::info!(limits = ?by_topic, "DLQ writer ready");
         Ok(DlqWriterState {
             producer,

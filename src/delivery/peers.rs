@@ -42,6 +42,13 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    pub const ALL: [Refusal; 4] = [
+        Refusal::TooLarge,
+        Refusal::NotAuthorized,
+        Refusal::UnknownTopic,
+        Refusal::InvalidRecord,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::TooLarge => "too_large",
