@@ -307,27 +307,15 @@ async fn enrichment_over_postgres_tls() {
     let s = services();
     let n = Names::new("pgtls", 2);
     n.create(&s, true).await;
-    let table = format!("profiles_{}", n.topic.replace('-', "_"));
-    let (db, conn) = tokio_postgres::connect(&s.pg_url, tokio_postgres::NoTls)
-        .await
-        .expect("connect to PostgreSQL");
-    tokio::spawn(conn);
-    db.batch_execute(&format!(
-        "CREATE TABLE {table} (key text PRIMARY KEY, doc jsonb NOT NULL)"
-    ))
-    .await
-    .unwrap();
-    for k in 0..20 {
-        db.execute(
-            &format!("INSERT INTO {table} (key, doc) VALUES ($1, $2)"),
-            &[
-                &format!("key-{k}"),
-                &serde_json::json!({"tier": format!("t-{k}")}),
-            ],
-        )
-        .await
-        .unwrap();
-    }
+    let rows: Vec<_> = (0..20)
+        .map(|k| {
+            (
+                format!("key-{k}"),
+                serde_json::json!({"tier": format!("t-{k}")}),
+            )
+        })
+        .collect();
+    let table = pg_table(&s, &n, "profiles", &rows).await;
     let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
         .await
         .unwrap();
@@ -351,6 +339,10 @@ async fn enrichment_over_postgres_tls() {
 
     // Seen from the server: Courier's connections (application_name) are
     // encrypted, and there is at least one.
+    let (db, conn) = tokio_postgres::connect(&s.pg_url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to PostgreSQL");
+    tokio::spawn(conn);
     let rows = db
         .query(
             "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
