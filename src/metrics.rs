@@ -49,6 +49,7 @@ pub const API_RATE_LIMIT: &str = "courier_api_rate_limit_per_sec";
 pub const API_RATE_PERMITS: &str = "courier_api_rate_permits_total";
 pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
 pub const REVOKED_WORK: &str = "courier_revoked_work_total";
+pub const OFFSET_COMMITS: &str = "courier_offset_commits_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -197,6 +198,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         REVOKED_WORK,
         "Outcomes of work done for a partition after its handover completed (revoke drained, or its actor ended): requests made for a partition no longer owned. Expected 0.",
+    ),
+    (
+        OFFSET_COMMITS,
+        "OffsetCommit requests to the broker, by kind: auto (librdkafka's auto-commit, with something to commit) and explicit (Courier's: commits that follow progress, and metadata changed alone). The broker cost of keeping redelivery after a crash small.",
     ),
 ];
 

@@ -278,6 +278,23 @@ impl CourierContext {
 }
 
 impl ConsumerContext for CourierContext {
+    /// Counts auto-commits (librdkafka reports only those here: Courier's
+    /// explicit commits are asynchronous without a callback and are counted
+    /// where they are made); one with nothing to commit sends no request.
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        _offsets: &rdkafka::TopicPartitionList,
+    ) {
+        use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+        if !matches!(
+            result,
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))
+        ) {
+            metrics::counter!(crate::metrics::OFFSET_COMMITS, "kind" => "auto").increment(1);
+        }
+    }
+
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             self.flush();
