@@ -10,6 +10,7 @@ mod common;
 
 use common::*;
 use courier::audit::{AuditReport, Produced};
+use courier::kafka::admin::{committed_offsets, end_offsets};
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, SinkHandle};
 use std::time::{Duration, Instant};
@@ -35,6 +36,17 @@ impl Group {
     /// Topics with `partitions` partitions (and a DLQ), the API at 20 ms, and
     /// `env` (on top of the commit interval) for every member.
     async fn new(prefix: &str, partitions: i32, env: &[(&str, &str)]) -> Group {
+        Group::with_degraded(prefix, partitions, env, None).await
+    }
+
+    /// [`Group::new`] with these `[degraded]` settings (default: DLQ entries
+    /// wait an hour before a drain).
+    async fn with_degraded(
+        prefix: &str,
+        partitions: i32,
+        env: &[(&str, &str)],
+        degraded: Option<&str>,
+    ) -> Group {
         let s = services();
         let n = Names::new(prefix, partitions);
         n.create(&s, true).await;
@@ -47,7 +59,10 @@ impl Group {
         )
         .await
         .expect("start the API stand-in");
-        let toml = base_toml(&n, &api.url());
+        let toml = match degraded {
+            Some(d) => toml_with(&n, &api.url(), d),
+            None => base_toml(&n, &api.url()),
+        };
         let mut all = vec![(
             "COURIER__KAFKA__AUTO_COMMIT_INTERVAL".to_string(),
             COMMIT_INTERVAL.to_string(),
@@ -103,6 +118,17 @@ impl Group {
         loadgen::produce(&self.s.brokers, &self.n.topic, &spec)
             .await
             .unwrap()
+    }
+
+    /// Waits until the group's DLQ offsets reach the DLQ's ends (drained).
+    async fn wait_dlq_drained(&self) {
+        let (s, n) = (&self.s, &self.n);
+        wait_until(Duration::from_secs(120), "the DLQ is drained", || {
+            let ends = end_offsets(&s.brokers, &n.dlq, n.partitions).unwrap();
+            let committed = committed_offsets(&s.brokers, &n.group, &n.dlq, n.partitions).unwrap();
+            committed.iter().zip(&ends).all(|(c, e)| (*c).max(0) == *e)
+        })
+        .await;
     }
 
     /// Waits until every event is committed, sums `metrics` over `members`,
@@ -326,6 +352,56 @@ async fn a_revoke_cancels_the_deliveries_waiting_at_the_breaker() {
     assert_eq!(
         sums[0], 0.0,
         "deliveries waiting at the gate made requests for partitions after their revoke"
+    );
+}
+
+/// A rebalance during a slow DLQ drain (1 slot/s, 16 drain permits): the
+/// redeliveries waiting for a drain permit or a rate slot when the partition is
+/// revoked are cancelled there — none makes a request for a revoked
+/// partition — and the new owner drains the rest; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_cancels_the_dlq_drain_waiting_for_its_rate_slot() {
+    let mut env = SMALL.to_vec();
+    env.push(("COURIER__DEGRADED__DRAIN_RATE_PER_SEC", "1"));
+    env.push(("COURIER__DEGRADED__DRAIN_CONCURRENCY", "16"));
+    let g = Group::with_degraded("drainrevoke", 4, &env, Some(FAST)).await;
+    let a = g.start("a");
+    g.assigned(&[&a], 4.0).await;
+    let produced = g.produce("drainrevoke", 2_000).await;
+    wait_until(Duration::from_secs(60), "delivery under way", || {
+        g.api.delivered_count() > 200
+    })
+    .await;
+    g.api.update_behaviour(|b| b.down_status = Some(503));
+    wait_until(Duration::from_secs(30), "the onset reached the DLQ", || {
+        topic_size(&g.s, &g.n.dlq, g.n.partitions) >= 8
+    })
+    .await;
+    g.api.update_behaviour(|b| b.down_status = None);
+    wait_until(Duration::from_secs(60), "the drain started", || {
+        g.api.audit().per_second_redelivery.iter().sum::<u64>() >= 2
+    })
+    .await;
+    let dlq_records = topic_size(&g.s, &g.n.dlq, g.n.partitions);
+    let b = g.start("b");
+    g.assigned(&[&a, &b], 2.0).await;
+    g.wait_dlq_drained().await;
+    let (rep, sums) = g
+        .finish(
+            "drain-revoke",
+            &produced,
+            vec![a, b],
+            &["courier_revoked_work_total"],
+        )
+        .await;
+    println!(
+        "[drain-revoke] {dlq_records} DLQ records; duplicates {}; work done for revoked \
+         partitions after their revoke: {}",
+        rep.duplicates, sums[0]
+    );
+    assert_eq!(
+        sums[0], 0.0,
+        "DLQ redeliveries waiting for the drain made requests for partitions after their revoke"
     );
 }
 
