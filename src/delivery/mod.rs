@@ -364,7 +364,12 @@ impl Deliverer {
             Work::Deliver(ev) => {
                 let permit = match permit {
                     Some(p) => p,
-                    None => match self.permits.clone().acquire_owned().await {
+                    // Waits for a permit unless the partition is handed over first.
+                    None => match tokio::select! {
+                        biased;
+                        _ = token.until_cancelled() => return,
+                        p = self.permits.clone().acquire_owned() => p,
+                    } {
                         Ok(p) => p,
                         // The semaphore is never closed; if it were, the dropped
                         // token reports errored and the event is re-dispatched.
