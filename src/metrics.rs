@@ -50,6 +50,7 @@ pub const API_RATE_PERMITS: &str = "courier_api_rate_permits_total";
 pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
 pub const REVOKED_WORK: &str = "courier_revoked_work_total";
 pub const TAKEOVER: &str = "courier_takeover_seconds";
+pub const OFFSET_COMMITS: &str = "courier_offset_commits_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -203,6 +204,10 @@ pub const ALL: &[(&str, &str)] = &[
         TAKEOVER,
         "Seconds from this consumer's subscribe (process start or consumer restart) to its first partition assignment: about a second for a restarted static member, up to session.timeout.ms while the group waits out a dead member.",
     ),
+    (
+        OFFSET_COMMITS,
+        "OffsetCommit requests to the broker, by kind: auto (librdkafka's auto-commit, with something to commit) and explicit (Courier's: commits that follow progress, and metadata changed alone). The broker cost of keeping redelivery after a crash small.",
+    ),
 ];
 
 /// Delivery latency buckets (seconds): fine enough that p50/p99 read within ~25 %
@@ -283,6 +288,11 @@ pub fn register_known_series() {
         metrics::counter!(DELIVERY_ERRORS, "class" => t.class().as_str(), "reason" => t.as_str())
             .absolute(0);
     }
+    for kind in ["auto", "explicit"] {
+        metrics::counter!(OFFSET_COMMITS, "kind" => kind).absolute(0);
+    }
+    metrics::counter!(OFFSETS_SKIPPED).absolute(0);
+    metrics::counter!(REVOKED_WORK).absolute(0);
     metrics::counter!(DLQ_REDELIVERED).absolute(0);
     metrics::counter!(DELIVERED).absolute(0);
     metrics::gauge!(API_UNAVAILABLE).set(0.0);

@@ -9,6 +9,8 @@
 mod common;
 
 use common::*;
+use courier::audit::{AuditReport, Produced};
+use courier::kafka::admin::{committed_offsets, end_offsets};
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, SinkHandle};
 use std::time::{Duration, Instant};
@@ -19,31 +21,141 @@ const COMMIT_INTERVAL: &str = "100ms";
 /// `pipeline.concurrency` per instance in these tests.
 const CONCURRENCY: usize = 32;
 
-async fn sink_20ms() -> SinkHandle {
-    SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            latency_ms: 20,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .expect("start the API stand-in")
+/// One test's consumer group: its topics, the API stand-in at 20 ms, the
+/// config, and what every member it starts is given (static membership:
+/// `POD_NAME` = `<topic>-<member>`).
+struct Group {
+    s: Services,
+    n: Names,
+    api: SinkHandle,
+    toml: String,
+    env: Vec<(String, String)>,
 }
 
-/// A static member named `id` (its `POD_NAME`), committing every 100 ms.
-fn start(n: &Names, s: &Services, toml: &str, log_name: &str, id: &str) -> Courier {
-    let concurrency = CONCURRENCY.to_string();
-    Courier::start_with_env(
-        &format!("{}-{log_name}", n.topic),
-        s,
-        toml,
-        &[
-            ("POD_NAME", id),
-            ("COURIER__PIPELINE__CONCURRENCY", concurrency.as_str()),
-            ("COURIER__KAFKA__AUTO_COMMIT_INTERVAL", COMMIT_INTERVAL),
-        ],
-    )
+impl Group {
+    /// Topics with `partitions` partitions (and a DLQ), the API at 20 ms, and
+    /// `env` (on top of the commit interval) for every member.
+    async fn new(prefix: &str, partitions: i32, env: &[(&str, &str)]) -> Group {
+        Group::with_degraded(prefix, partitions, env, None).await
+    }
+
+    /// [`Group::new`] with these `[degraded]` settings (default: DLQ entries
+    /// wait an hour before a drain).
+    async fn with_degraded(
+        prefix: &str,
+        partitions: i32,
+        env: &[(&str, &str)],
+        degraded: Option<&str>,
+    ) -> Group {
+        let s = services();
+        let n = Names::new(prefix, partitions);
+        n.create(&s, true).await;
+        let api = SinkHandle::start(
+            "127.0.0.1:0".parse().unwrap(),
+            Behaviour {
+                latency_ms: 20,
+                ..Behaviour::default()
+            },
+        )
+        .await
+        .expect("start the API stand-in");
+        let toml = match degraded {
+            Some(d) => toml_with(&n, &api.url(), d),
+            None => base_toml(&n, &api.url()),
+        };
+        let mut all = vec![(
+            "COURIER__KAFKA__AUTO_COMMIT_INTERVAL".to_string(),
+            COMMIT_INTERVAL.to_string(),
+        )];
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Group {
+            s,
+            n,
+            api,
+            toml,
+            env: all,
+        }
+    }
+
+    /// Starts static member `member`; its log is named `log`.
+    fn start_as(&self, member: &str, log: &str) -> Courier {
+        let id = format!("{}-{member}", self.n.topic);
+        let mut env: Vec<(&str, &str)> = vec![("POD_NAME", id.as_str())];
+        env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        Courier::start_with_env(
+            &format!("{}-{log}", self.n.topic),
+            &self.s,
+            &self.toml,
+            &env,
+        )
+    }
+
+    fn start(&self, member: &str) -> Courier {
+        self.start_as(member, member)
+    }
+
+    /// Waits until each of `members` owns `partitions` partitions.
+    async fn assigned(&self, members: &[&Courier], partitions: f64) {
+        for x in members {
+            wait_for_metric(
+                x,
+                "courier_assigned_partitions",
+                partitions,
+                Duration::from_secs(60),
+            )
+            .await;
+        }
+    }
+
+    /// Produces `count` events over 2,000 keys.
+    async fn produce(&self, prefix: &str, count: usize) -> Produced {
+        let spec = Spec {
+            count,
+            keys: 2_000,
+            id_prefix: prefix.into(),
+            ..Spec::default()
+        };
+        loadgen::produce(&self.s.brokers, &self.n.topic, &spec)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until the group's DLQ offsets reach the DLQ's ends (drained).
+    async fn wait_dlq_drained(&self) {
+        let (s, n) = (&self.s, &self.n);
+        wait_until(Duration::from_secs(120), "the DLQ is drained", || {
+            let ends = end_offsets(&s.brokers, &n.dlq, n.partitions).unwrap();
+            let committed = committed_offsets(&s.brokers, &n.group, &n.dlq, n.partitions).unwrap();
+            committed.iter().zip(&ends).all(|(c, e)| (*c).max(0) == *e)
+        })
+        .await;
+    }
+
+    /// Waits until every event is committed, sums `metrics` over `members`,
+    /// stops them and audits (asserting nothing was lost).
+    async fn finish(
+        &self,
+        label: &str,
+        produced: &Produced,
+        mut members: Vec<Courier>,
+        metrics: &[&str],
+    ) -> (AuditReport, Vec<f64>) {
+        self.n
+            .wait_committed_to_end(&self.s, Duration::from_secs(240))
+            .await;
+        let mut sums = vec![0.0; metrics.len()];
+        for x in &members {
+            for (sum, m) in sums.iter_mut().zip(metrics) {
+                *sum += x.metric(m).await;
+            }
+        }
+        for x in &mut members {
+            x.terminate(Duration::from_secs(30)).await;
+        }
+        let rep = self.n.audit(&self.s, produced, &self.api);
+        assert_no_loss(label, &rep);
+        (rep, sums)
+    }
 }
 
 /// Polls `what` (a metric of `c`) until it equals `value`.
@@ -76,148 +188,118 @@ async fn first_positive(c: &Courier, what: &str, timeout: Duration) -> Instant {
 /// done are skipped, nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_and_restart_of_a_static_member() {
-    let s = services();
-    let n = Names::new("crashcost", 6);
-    n.create(&s, true).await;
-    let api = sink_20ms().await;
-    let spec = Spec {
-        count: 20_000,
-        keys: 2_000,
-        id_prefix: "crashcost".into(),
-        ..Spec::default()
-    };
-    let toml = base_toml(&n, &api.url());
-    let ids = ["a", "b", "c"].map(|x| format!("{}-{x}", n.topic));
-    let mut a = start(&n, &s, &toml, "a", &ids[0]);
-    let mut b = start(&n, &s, &toml, "b", &ids[1]);
-    let mut c = start(&n, &s, &toml, "c", &ids[2]);
+    let concurrency = CONCURRENCY.to_string();
+    let g = Group::new(
+        "crashcost",
+        6,
+        &[("COURIER__PIPELINE__CONCURRENCY", concurrency.as_str())],
+    )
+    .await;
+    let mut a = g.start("a");
+    let (b, c) = (g.start("b"), g.start("c"));
     // Steady state first: each of the three owns its two partitions.
-    for x in [&a, &b, &c] {
-        wait_for_metric(
-            x,
-            "courier_assigned_partitions",
-            2.0,
-            Duration::from_secs(60),
-        )
-        .await;
-    }
-    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    g.assigned(&[&a, &b, &c], 2.0).await;
+    let load_start = Instant::now();
+    let produced = g.produce("crashcost", 20_000).await;
     wait_until(Duration::from_secs(120), "6,000 events delivered", || {
-        api.delivered_count() >= 6_000
+        g.api.delivered_count() >= 6_000
     })
     .await;
     // The killed instance's requests on the wire, just before the kill.
     let in_flight = a.metric("courier_in_flight").await;
     let a_delivered = a.metric("courier_delivered_total").await;
-    let duplicates_before = api.audit().duplicates();
+    let duplicates_before = g.api.audit().duplicates();
     a.kill().await;
     let killed_at = Instant::now();
-    let delivered_at_kill = api.delivered_count();
-    let mut a2 = start(&n, &s, &toml, "a-restarted", &ids[0]);
+    let delivered_at_kill = g.api.delivered_count();
+    let a2 = g.start_as("a", "a-restarted");
     let first = first_positive(&a2, "courier_delivered_total", Duration::from_secs(90)).await;
     let takeover = first - killed_at;
-    n.wait_committed_to_end(&s, Duration::from_secs(240)).await;
-    let skipped = a2.metric("courier_offsets_skipped_total").await;
-    for x in [&mut a2, &mut b, &mut c] {
-        x.terminate(Duration::from_secs(30)).await;
-    }
-    let rep = n.audit(&s, &produced, &api);
-    assert_no_loss("crash-cost", &rep);
+    let (rep, sums) = g
+        .finish(
+            "crash-cost",
+            &produced,
+            vec![a2, b, c],
+            &[
+                "courier_offsets_skipped_total",
+                "courier_offset_commits_total",
+            ],
+        )
+        .await;
+    let skipped = sums[0];
+    // The broker's cost: commits per second per instance while the load ran
+    // (the killed instance's are lost with it; idle auto-commits send nothing).
+    // The broker's cost: OffsetCommit requests per second per instance while
+    // the load ran (until committed to the end; the killed instance's count
+    // is lost with it), and per 1,000 events delivered.
+    let commits_per_s = sums[1] / 3.0 / load_start.elapsed().as_secs_f64();
+    let commits_per_k = sums[1] * 1_000.0 / g.api.delivered_count().max(1) as f64;
     let duplicates = rep.duplicates - duplicates_before;
+    let commit_after = std::env::var("COURIER__KAFKA__COMMIT_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(courier::core::partition::commit_after(CONCURRENCY));
     println!(
-        "[crash-cost] commit interval {COMMIT_INTERVAL}: killed at {delivered_at_kill} delivered \
-         ({a_delivered} by the killed instance) with {in_flight} requests in flight; \
-         takeover (kill → the restarted instance's first delivery) {:.2} s; \
+        "[crash-cost] commit interval {COMMIT_INTERVAL}, commit_after {commit_after}: killed at \
+         {delivered_at_kill} delivered ({a_delivered} by the killed instance) with {in_flight} \
+         requests in flight; takeover (kill → the restarted instance's first delivery) {:.2} s; \
          duplicates {duplicates} ({:.2} × in flight; {duplicates_before} before the kill); \
-         offsets skipped by the restarted instance {skipped}",
+         offsets skipped {skipped}; commits {commits_per_s:.0}/s per instance, \
+         {commits_per_k:.1} per 1,000 events",
         takeover.as_secs_f64(),
         duplicates as f64 / in_flight.max(1.0),
     );
-    // What was in flight (at most the concurrency), plus what an instance can
-    // finish between two commits: at most `CONCURRENCY` per API round trip
-    // (20 ms), over one commit interval and a commit's own round trip (50 ms).
-    let interval = humantime::parse_duration(COMMIT_INTERVAL).unwrap();
-    let window_ms = interval.as_millis() as usize + 50;
-    let bound = CONCURRENCY + CONCURRENCY * window_ms / 20;
+    // What was in flight (at most the concurrency), plus what finished and was
+    // not committed: per partition (two) up to `commit_after` events before a
+    // commit is due, plus what the instance finishes (at most `CONCURRENCY`
+    // per API round trip, 20 ms) while a due commit waits for the floor and
+    // its own round trip (allowed 50 ms on this shared machine). Auto-commit
+    // alone (commit_after 0) would be bounded by the commit interval instead.
+    let window_ms = courier::core::partition::COMMIT_FLOOR.as_millis() as usize + 50;
+    let bound = CONCURRENCY + 2 * commit_after + CONCURRENCY * window_ms / 20;
     assert!(
         duplicates as usize <= bound,
         "duplicates {duplicates} above {bound}: the concurrency {CONCURRENCY} plus what \
-         finishes within one commit interval ({COMMIT_INTERVAL}); in flight at the kill: {in_flight}"
+         finishes before a commit lands; in flight at the kill: {in_flight}"
     );
 }
+
+/// Few permits and a short drain: without the cancellation, queued jobs and
+/// waiting work outlive the revoke drain.
+const SMALL: &[(&str, &str)] = &[
+    ("COURIER__PIPELINE__CONCURRENCY", "8"),
+    ("COURIER__PIPELINE__DRAIN_TIMEOUT", "1s"),
+];
 
 /// A third instance joins two under load (every partition is revoked: eager
 /// `range`). The revoke drain waits only for requests on the wire; queued jobs
 /// are abandoned before they take a permit, so no request is made for a
 /// revoked partition after its revoke completed (`courier_revoked_work_total`
 /// counts the outcomes of any that were), and duplicates stay within what was
-/// in flight at the rebalance. Few permits and many queued jobs per instance,
-/// a short drain: without the cancellation, queued jobs outlive the drain.
+/// in flight at the rebalance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_third_instance_joins_without_zombie_work() {
-    let s = services();
-    let n = Names::new("scaleout", 6);
-    n.create(&s, true).await;
-    let api = sink_20ms().await;
-    let spec = Spec {
-        count: 20_000,
-        keys: 2_000,
-        id_prefix: "scaleout".into(),
-        ..Spec::default()
-    };
-    let toml = base_toml(&n, &api.url());
-    let start_small = |name: &str| {
-        let id = format!("{}-{name}", n.topic);
-        Courier::start_with_env(
-            &id,
-            &s,
-            &toml,
-            &[
-                ("POD_NAME", id.as_str()),
-                ("COURIER__PIPELINE__CONCURRENCY", "8"),
-                ("COURIER__PIPELINE__DRAIN_TIMEOUT", "1s"),
-                ("COURIER__KAFKA__AUTO_COMMIT_INTERVAL", COMMIT_INTERVAL),
-            ],
-        )
-    };
-    let mut a = start_small("a");
-    let mut b = start_small("b");
-    for x in [&a, &b] {
-        wait_for_metric(
-            x,
-            "courier_assigned_partitions",
-            3.0,
-            Duration::from_secs(60),
-        )
-        .await;
-    }
-    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    let g = Group::new("scaleout", 6, SMALL).await;
+    let (a, b) = (g.start("a"), g.start("b"));
+    g.assigned(&[&a, &b], 3.0).await;
+    let produced = g.produce("scaleout", 20_000).await;
     wait_until(Duration::from_secs(120), "3,000 events delivered", || {
-        api.delivered_count() >= 3_000
+        g.api.delivered_count() >= 3_000
     })
     .await;
     let in_flight = a.metric("courier_in_flight").await + b.metric("courier_in_flight").await;
-    let duplicates_before = api.audit().duplicates();
-    let mut c = start_small("c");
-    for x in [&a, &b, &c] {
-        wait_for_metric(
-            x,
-            "courier_assigned_partitions",
-            2.0,
-            Duration::from_secs(60),
+    let duplicates_before = g.api.audit().duplicates();
+    let c = g.start("c");
+    g.assigned(&[&a, &b, &c], 2.0).await;
+    let (rep, sums) = g
+        .finish(
+            "scale-out",
+            &produced,
+            vec![a, b, c],
+            &["courier_revoked_work_total"],
         )
         .await;
-    }
-    n.wait_committed_to_end(&s, Duration::from_secs(240)).await;
-    let mut revoked_work = 0.0;
-    for x in [&a, &b, &c] {
-        revoked_work += x.metric("courier_revoked_work_total").await;
-    }
-    for x in [&mut a, &mut b, &mut c] {
-        x.terminate(Duration::from_secs(30)).await;
-    }
-    let rep = n.audit(&s, &produced, &api);
-    assert_no_loss("scale-out", &rep);
+    let revoked_work = sums[0];
     let duplicates = rep.duplicates - duplicates_before;
     println!(
         "[scale-out] {in_flight} requests in flight at the rebalance; duplicates {duplicates}; \
@@ -233,40 +315,110 @@ async fn a_third_instance_joins_without_zombie_work() {
     );
 }
 
+/// A rebalance while the breaker is open (the API answers 401: systemic, the
+/// breaker trips at once): every delivery waits at the breaker's gate, holding
+/// its permit. The revoke cancels them there: none makes a request for a
+/// revoked partition when the API comes back (without the cancellation they
+/// outlive the 1 s drain and are sent as the breaker half-opens), nothing is
+/// lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_cancels_the_deliveries_waiting_at_the_breaker() {
+    let mut env = SMALL.to_vec();
+    env.push(("COURIER__DEGRADED__BREAKER_OPEN", "2s"));
+    let g = Group::new("gaterevoke", 6, &env).await;
+    g.api.update_behaviour(|b| b.down_status = Some(401));
+    let (a, b) = (g.start("a"), g.start("b"));
+    g.assigned(&[&a, &b], 3.0).await;
+    let produced = g.produce("gaterevoke", 2_000).await;
+    for x in [&a, &b] {
+        wait_for_metric(x, "courier_breaker_state", 2.0, Duration::from_secs(60)).await;
+        wait_for_metric(x, "courier_in_flight", 8.0, Duration::from_secs(60)).await;
+    }
+    let c = g.start("c");
+    g.assigned(&[&a, &b, &c], 2.0).await;
+    g.api.update_behaviour(|b| b.down_status = None);
+    let (rep, sums) = g
+        .finish(
+            "gate-revoke",
+            &produced,
+            vec![a, b, c],
+            &["courier_revoked_work_total"],
+        )
+        .await;
+    println!(
+        "[gate-revoke] duplicates {}; work done for revoked partitions after their revoke: {}",
+        rep.duplicates, sums[0]
+    );
+    assert_eq!(
+        sums[0], 0.0,
+        "deliveries waiting at the gate made requests for partitions after their revoke"
+    );
+}
+
+/// A rebalance during a slow DLQ drain (1 slot/s, 16 drain permits): the
+/// redeliveries waiting for a drain permit or a rate slot when the partition is
+/// revoked are cancelled there — none makes a request for a revoked
+/// partition — and the new owner drains the rest; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_cancels_the_dlq_drain_waiting_for_its_rate_slot() {
+    let mut env = SMALL.to_vec();
+    env.push(("COURIER__DEGRADED__DRAIN_RATE_PER_SEC", "1"));
+    env.push(("COURIER__DEGRADED__DRAIN_CONCURRENCY", "16"));
+    let g = Group::with_degraded("drainrevoke", 4, &env, Some(FAST)).await;
+    let a = g.start("a");
+    g.assigned(&[&a], 4.0).await;
+    let produced = g.produce("drainrevoke", 2_000).await;
+    wait_until(Duration::from_secs(60), "delivery under way", || {
+        g.api.delivered_count() > 200
+    })
+    .await;
+    g.api.update_behaviour(|b| b.down_status = Some(503));
+    wait_until(Duration::from_secs(30), "the onset reached the DLQ", || {
+        topic_size(&g.s, &g.n.dlq, g.n.partitions) >= 8
+    })
+    .await;
+    g.api.update_behaviour(|b| b.down_status = None);
+    wait_until(Duration::from_secs(60), "the drain started", || {
+        g.api.audit().per_second_redelivery.iter().sum::<u64>() >= 2
+    })
+    .await;
+    let dlq_records = topic_size(&g.s, &g.n.dlq, g.n.partitions);
+    let b = g.start("b");
+    g.assigned(&[&a, &b], 2.0).await;
+    g.wait_dlq_drained().await;
+    let (rep, sums) = g
+        .finish(
+            "drain-revoke",
+            &produced,
+            vec![a, b],
+            &["courier_revoked_work_total"],
+        )
+        .await;
+    println!(
+        "[drain-revoke] {dlq_records} DLQ records; duplicates {}; work done for revoked \
+         partitions after their revoke: {}",
+        rep.duplicates, sums[0]
+    );
+    assert_eq!(
+        sums[0], 0.0,
+        "DLQ redeliveries waiting for the drain made requests for partitions after their revoke"
+    );
+}
+
 /// Static members send no LeaveGroup when they close (KIP-345): a SIGTERM'd
 /// one would keep its partitions unread until the session timeout. Courier
 /// leaves explicitly on shutdown (`kafka.leave_on_shutdown`), so the remaining
 /// member owns every partition long before the (60 s) session timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigtermed_static_member_hands_its_partitions_over_at_once() {
-    let s = services();
-    let n = Names::new("staticleave", 4);
-    n.create(&s, true).await;
-    let api = sink_20ms().await;
-    let toml = base_toml(&n, &api.url());
-    let start_static = |name: &str| {
-        let id = format!("{}-{name}", n.topic);
-        Courier::start_with_env(
-            &id,
-            &s,
-            &toml,
-            &[
-                ("POD_NAME", id.as_str()),
-                ("COURIER__KAFKA__SESSION_TIMEOUT", "60s"),
-            ],
-        )
-    };
-    let mut a = start_static("a");
-    let mut b = start_static("b");
-    for x in [&a, &b] {
-        wait_for_metric(
-            x,
-            "courier_assigned_partitions",
-            2.0,
-            Duration::from_secs(60),
-        )
-        .await;
-    }
+    let g = Group::new(
+        "staticleave",
+        4,
+        &[("COURIER__KAFKA__SESSION_TIMEOUT", "60s")],
+    )
+    .await;
+    let (mut a, mut b) = (g.start("a"), g.start("b"));
+    g.assigned(&[&a, &b], 2.0).await;
     assert_eq!(a.terminate(Duration::from_secs(30)).await, Some(0));
     // Well inside the 60 s session timeout: only a LeaveGroup explains it.
     wait_for_metric(

@@ -62,6 +62,9 @@ impl PollSink for ActorRef<ConsumerMsg> {
         self.send_message(ConsumerMsg::Revoked { partitions, ack })
             .is_ok()
     }
+    fn auto_committed(&self) {
+        metrics::counter!(crate::metrics::OFFSET_COMMITS, "kind" => "auto").increment(1);
+    }
 }
 
 struct Part {

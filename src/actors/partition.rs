@@ -110,6 +110,13 @@ impl Actor for PartitionActor {
             stored: Src::BOTH.map(|src| a.shared.stored(src).map(NextOffset::at)),
             skip: a.skip.clone(),
             commit_interval: cfg.kafka.auto_commit_interval,
+            // 0 (off): never due.
+            commit_after: match cfg.kafka.commit_after {
+                None => crate::core::partition::commit_after(cfg.pipeline.concurrency),
+                Some(0) => usize::MAX,
+                Some(n) => n,
+            },
+            commit_floor: crate::core::partition::COMMIT_FLOOR,
         };
         let decoder = Decoder::new(a.pipeline.clone(), a.partition, topics);
         let verdict = a.pipeline.health.verdict();
@@ -255,6 +262,8 @@ impl PartitionState {
                 // that changed alone is committed here (asynchronously).
                 r = r.and_then(|()| self.a.consumer.store_offsets(&tpl));
                 if commit && r.is_ok() {
+                    metrics::counter!(crate::metrics::OFFSET_COMMITS, "kind" => "explicit")
+                        .increment(1);
                     r = self.a.consumer.commit(&tpl, CommitMode::Async);
                 }
                 match r {

@@ -21,6 +21,12 @@ pub struct KafkaConfig {
     pub max_poll_interval: Duration,
     #[serde(with = "humantime_serde")]
     pub auto_commit_interval: Duration,
+    /// Events finished on a partition since its last commit that make Courier
+    /// commit it at once, rather than wait for the next auto-commit: commits
+    /// follow progress, so what a crash redelivers stays near the concurrency.
+    /// Unset: an eighth of `pipeline.concurrency` (at least 1); `0`: off
+    /// (auto-commit alone). At most one such commit per partition per 10 ms.
+    pub commit_after: Option<usize>,
     /// How long a DLQ / parking-lot write may take before it is reported failed
     /// (and retried; the event's offset waits meanwhile).
     #[serde(with = "humantime_serde")]
@@ -66,6 +72,7 @@ impl Default for KafkaConfig {
             session_timeout: Duration::from_secs(45),
             max_poll_interval: Duration::from_secs(300),
             auto_commit_interval: Duration::from_millis(100),
+            commit_after: None,
             producer_timeout: Duration::from_secs(30),
             sasl_password_env: None,
             oauth_client_secret_env: None,

@@ -16,6 +16,7 @@ pub mod liveness;
 pub mod mapping;
 pub mod offsets;
 pub mod ordering;
+pub mod pacer;
 pub mod partition;
 pub mod ratelimit;
 pub mod restart;

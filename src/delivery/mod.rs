@@ -5,6 +5,7 @@
 pub mod enrich;
 pub mod http;
 pub mod limits;
+pub mod pacer;
 pub mod peers;
 pub mod ratelimit;
 pub mod token;
@@ -34,7 +35,7 @@ use reqwest::header::HeaderValue;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use token::{CompletionToken, Finished};
-use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 /// What to do with a consumed message, decided before any work is scheduled.
@@ -122,8 +123,7 @@ pub struct Deliverer {
     /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
     /// not receive the whole backlog at once.
     drain_permits: Semaphore,
-    drain_pacer: Mutex<tokio::time::Instant>,
-    drain_interval: Duration,
+    drain_pacer: pacer::DrainPacer,
     enricher: Option<Enricher>,
     source: Option<SourceOfTruth>,
     pipeline: Arc<Pipeline>,
@@ -269,8 +269,9 @@ impl Deliverer {
                 ratelimit::RateLimiter::from_config(&pipeline),
             ),
             drain_permits: Semaphore::new(d.drain_concurrency),
-            drain_pacer: Mutex::new(tokio::time::Instant::now()),
-            drain_interval: Duration::from_secs_f64(1.0 / d.drain_rate_per_sec),
+            drain_pacer: pacer::DrainPacer::new(Duration::from_secs_f64(
+                1.0 / d.drain_rate_per_sec,
+            )),
             enricher,
             source,
             pipeline,
@@ -363,7 +364,12 @@ impl Deliverer {
             Work::Deliver(ev) => {
                 let permit = match permit {
                     Some(p) => p,
-                    None => match self.permits.clone().acquire_owned().await {
+                    // Waits for a permit unless the partition is handed over first.
+                    None => match tokio::select! {
+                        biased;
+                        _ = token.until_cancelled() => return,
+                        p = self.permits.clone().acquire_owned() => p,
+                    } {
                         Ok(p) => p,
                         // The semaphore is never closed; if it were, the dropped
                         // token reports errored and the event is re-dispatched.
@@ -387,7 +393,10 @@ impl Deliverer {
                 Box::pin(self.park(&item, info).instrument(span())).await
             }
             Work::FromDlq(env) => {
-                Box::pin(self.retry_from_dlq(&item, env).instrument(span())).await
+                match Box::pin(self.retry_from_dlq(&item, env, &token).instrument(span())).await {
+                    Some(outcome) => outcome,
+                    None => return, // Handed over before its request.
+                }
             }
         };
         token.finish(outcome);
@@ -427,23 +436,31 @@ impl Deliverer {
         }
     }
 
-    /// Waits for the drain's rate slot (a pacer: one slot every 1/rate seconds).
-    async fn drain_slot(&self) {
-        let slot = {
-            let mut next = self.drain_pacer.lock().await;
-            let now = tokio::time::Instant::now();
-            let slot = (*next).max(now);
-            *next = slot + self.drain_interval;
-            slot
-        };
-        tokio::time::sleep_until(slot).await;
+    /// Waits until the breaker admits a call; `false`: the partition was
+    /// handed over first (the wait ends at once, before the breaker counts an
+    /// admission — a half-open probe — for a call that will not be made).
+    async fn gate(&self, token: &CompletionToken) -> bool {
+        if token.cancelled() {
+            return false;
+        }
+        tokio::select! {
+            biased;
+            _ = token.until_cancelled() => false,
+            _ = self.pipeline.health.gate() => true,
+        }
     }
 
     /// A DLQ event's turn: check the policy (and the source of truth for deadline
     /// policies), then one delivery try at the drain's pace. On failure it goes
     /// back to the DLQ with `dlq_retries + 1`, or to the parking lot once the
     /// policy says so. Every drop is parked with its reason and counted.
-    async fn retry_from_dlq(&self, item: &Item, env: &Envelope) -> Finished {
+    /// `None`: the partition was handed over before the request (no outcome).
+    async fn retry_from_dlq(
+        &self,
+        item: &Item,
+        env: &Envelope,
+        token: &CompletionToken,
+    ) -> Option<Finished> {
         let cfg = &self.pipeline.config;
         let policy = cfg.retry.policy_for(env.event_type.as_deref());
         let now = now_ms();
@@ -463,15 +480,15 @@ impl Deliverer {
             now,
             check,
         ) {
-            DlqDecision::Drop { reason } => {
+            DlqDecision::Drop { reason } => Some(
                 self.drop_from_dlq(
                     item,
                     env,
                     Reason::DlqPolicy(reason),
                     format!("{} policy: {reason}", policy.as_str()),
                 )
-                .await
-            }
+                .await,
+            ),
             DlqDecision::KeepInDlq { reason } => {
                 let not_before = dlq_policy::next_not_before(
                     now,
@@ -483,21 +500,21 @@ impl Deliverer {
                 again.not_before_ms = not_before;
                 again.last_error.message = format!("kept in the DLQ: {reason}");
                 if let Err(parked) = self.rewrite_dlq(item, again).await {
-                    return parked;
+                    return Some(parked);
                 }
-                Finished::DeadLettered {
+                Some(Finished::DeadLettered {
                     reason: reason.to_string(),
-                }
+                })
             }
             DlqDecision::NotYet { .. } => {
                 if let Err(parked) = self.rewrite_dlq(item, env.clone()).await {
-                    return parked;
+                    return Some(parked);
                 }
-                Finished::DeadLettered {
+                Some(Finished::DeadLettered {
                     reason: "not_yet".into(),
-                }
+                })
             }
-            DlqDecision::Deliver => self.redeliver(item, env, policy).await,
+            DlqDecision::Deliver => self.redeliver(item, env, policy, token).await,
         }
     }
 
@@ -551,16 +568,18 @@ impl Deliverer {
         item: &Item,
         env: &Envelope,
         policy: dlq_policy::RetryPolicy,
-    ) -> Finished {
+        token: &CompletionToken,
+    ) -> Option<Finished> {
         let Some(id) = env.event_id.clone() else {
-            return self
-                .drop_from_dlq(
+            return Some(
+                self.drop_from_dlq(
                     item,
                     env,
                     Reason::UnreadableEnvelope,
                     "DLQ envelope without an event id".into(),
                 )
-                .await;
+                .await,
+            );
         };
         let Decoded {
             event,
@@ -569,9 +588,10 @@ impl Deliverer {
         } = match self.decode_envelope(env) {
             Ok(d) => d,
             Err(e) => {
-                return self
-                    .drop_from_dlq(item, env, Reason::UnreadableEnvelope, e.to_string())
-                    .await
+                return Some(
+                    self.drop_from_dlq(item, env, Reason::UnreadableEnvelope, e.to_string())
+                        .await,
+                )
             }
         };
         let headers = OriginHeader::to_record(&env.origin_headers);
@@ -587,11 +607,23 @@ impl Deliverer {
         let mut called = true;
         let answer = match self.request(&src, &event).await {
             Ok(Body::Send { body, out }) => {
-                let Ok(_permit) = self.drain_permits.acquire().await else {
-                    return std::future::pending::<Finished>().await;
+                // Each wait ends at once when the partition is handed over,
+                // before it takes a drain permit, a rate slot or a breaker
+                // admission; no request is made for it.
+                if token.cancelled() {
+                    return None;
+                }
+                let permit = tokio::select! {
+                    biased;
+                    _ = token.until_cancelled() => return None,
+                    p = self.drain_permits.acquire() => p,
                 };
-                self.drain_slot().await;
-                self.pipeline.health.gate().await;
+                let Ok(_permit) = permit else {
+                    return std::future::pending::<Option<Finished>>().await;
+                };
+                if !self.drain_pacer.slot(token).await || !self.gate(token).await {
+                    return None;
+                }
                 let call = self.limits.before_call().await;
                 let r = self
                     .api
@@ -601,7 +633,7 @@ impl Deliverer {
                 r
             }
             Ok(Body::Park { reason, message }) => {
-                return self.drop_from_dlq(item, env, reason, message).await
+                return Some(self.drop_from_dlq(item, env, reason, message).await)
             }
             // The database, not the API: back to the DLQ.
             Err(e) => {
@@ -612,6 +644,19 @@ impl Deliverer {
                 ))
             }
         };
+        Some(Box::pin(self.redelivered(item, env, policy, answer, called)).await)
+    }
+
+    /// What a DLQ round's answer means for the event (`called`: the API was
+    /// asked, so the breaker hears of it).
+    async fn redelivered(
+        &self,
+        item: &Item,
+        env: &Envelope,
+        policy: dlq_policy::RetryPolicy,
+        answer: Result<http::Answer, TransportError>,
+        called: bool,
+    ) -> Finished {
         let cfg = &self.pipeline.config;
         let failure = match answer {
             Ok(a) => match self.status.classify(a.status) {
@@ -803,8 +848,9 @@ impl Deliverer {
                 payload: item.payload.as_ref(),
             };
             let failure = match self.request(&src, ev).await {
-                Ok(Body::Send { body, out }) => match self.call(&ev.id, &out, body).await {
-                    Ok(answer) => match self.status.classify(answer.status) {
+                Ok(Body::Send { body, out }) => match self.call(&ev.id, &out, body, token).await {
+                    None => return None, // Handed over while waiting at the gate.
+                    Some(Ok(answer)) => match self.status.classify(answer.status) {
                         Verdict::Delivered => {
                             drop(in_flight);
                             self.hot.latency.record(start.elapsed().as_secs_f64());
@@ -817,7 +863,7 @@ impl Deliverer {
                         }
                         Verdict::Failed(class) => Failure::status(class, &answer),
                     },
-                    Err(t) => Failure::transport(t),
+                    Some(Err(t)) => Failure::transport(t),
                 },
                 Ok(Body::Park { reason, message }) => {
                     drop(in_flight);
@@ -862,9 +908,12 @@ impl Deliverer {
                         .next_delay(attempts, start.elapsed(), failure.retry_after, jitter)
                 {
                     tracing::debug!(attempts, reason = %failure.reason, delay_ms = d.as_millis() as u64, "transient failure, retrying in place");
-                    tokio::time::sleep(d).await;
-                    if token.cancelled() {
-                        return None;
+                    // A handover ends the wait at once (the drain does not
+                    // wait out a backoff for a request that will not be made).
+                    tokio::select! {
+                        biased;
+                        _ = token.until_cancelled() => return None,
+                        _ = tokio::time::sleep(d) => {}
                     }
                     continue;
                 }
@@ -888,13 +937,18 @@ impl Deliverer {
 
     /// One API call on the main path: waits while the breaker is open, and feeds
     /// the breaker with what the answer says about the API.
+    /// `None`: the partition was handed over while the call waited at the
+    /// gate (no request made).
     async fn call(
         &self,
         id: &str,
         out: &Outgoing,
         body: Bytes,
-    ) -> Result<http::Answer, TransportError> {
-        self.pipeline.health.gate().await;
+        token: &CompletionToken,
+    ) -> Option<Result<http::Answer, TransportError>> {
+        if !self.gate(token).await {
+            return None;
+        }
         let call = self.limits.before_call().await;
         let r = self.api.send(out, id, body, None).await;
         self.limits.after_call(call, &r);
@@ -911,7 +965,7 @@ impl Deliverer {
             // A request that could not be built says nothing about the API.
             Err(_) => {}
         }
-        r
+        Some(r)
     }
 
     /// The request for an event: the route its type matches (URL, method,

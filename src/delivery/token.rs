@@ -69,6 +69,9 @@ pub struct Inbox {
     /// The handover is over (the drain answered, or the actor ended): any
     /// outcome still arriving is work done for a partition no longer ours.
     closed: AtomicBool,
+    /// Wakes the work waiting for a permit, a drain slot or the breaker's gate
+    /// when the partition is cancelled (see [`CompletionToken::until_cancelled`]).
+    cancel_wake: tokio::sync::Notify,
 }
 
 impl Inbox {
@@ -78,6 +81,7 @@ impl Inbox {
             queue: Mutex::new(Vec::new()),
             cancelled: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            cancel_wake: tokio::sync::Notify::new(),
         }
     }
 
@@ -86,6 +90,7 @@ impl Inbox {
     /// permit or make another request.
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
+        self.cancel_wake.notify_waiters();
     }
 
     /// The handover is over: later outcomes are counted as revoked work.
@@ -151,6 +156,19 @@ impl CompletionToken {
         self.inbox.cancelled.load(Ordering::SeqCst)
     }
 
+    /// Resolves once the partition is cancelled (at once if it already is): what
+    /// a wait for a permit, a drain slot or the breaker's gate races against.
+    pub async fn until_cancelled(&self) {
+        let wake = self.inbox.cancel_wake.notified();
+        tokio::pin!(wake);
+        // Registered before the flag is read: a cancel between the two still wakes.
+        wake.as_mut().enable();
+        if self.cancelled() {
+            return;
+        }
+        wake.await;
+    }
+
     /// Reports the durable outcome.
     pub fn finish(mut self, outcome: Finished) {
         self.reported = true;
@@ -202,5 +220,28 @@ mod tests {
             Inbox::push(&queue, c(4)),
             "empty again: the next push wakes"
         );
+    }
+
+    struct Nobody;
+    impl Wake for Nobody {
+        fn wake(&self) {}
+    }
+
+    /// A wait racing `until_cancelled` ends when the partition is cancelled,
+    /// whether the cancel comes before or during the wait.
+    #[tokio::test(start_paused = true)]
+    async fn until_cancelled_resolves_on_cancel() {
+        let inbox = Arc::new(Inbox::new(Nobody));
+        let t = CompletionToken::new(inbox.clone(), 1, Src::Main, 7);
+        let waiting = tokio::spawn(async move {
+            t.until_cancelled().await;
+            t.cancelled()
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(!waiting.is_finished(), "nothing cancelled yet");
+        inbox.cancel();
+        assert!(waiting.await.unwrap());
+        let late = CompletionToken::new(inbox, 1, Src::Main, 8);
+        late.until_cancelled().await; // Already cancelled: at once.
     }
 }

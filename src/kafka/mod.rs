@@ -177,6 +177,9 @@ pub trait PollSink: Send + Sync {
     fn assigned(&self, partitions: Vec<i32>) -> bool;
     /// Called from inside the revoke callback, which then waits on `ack`.
     fn revoked(&self, partitions: Vec<i32>, ack: std::sync::mpsc::SyncSender<()>) -> bool;
+    /// An auto-commit request was answered (for the commit count); called on
+    /// the poll thread, so it must not block.
+    fn auto_committed(&self) {}
 }
 
 /// Rebalance callbacks run on the poll thread, inside `poll()`. On revoke they hand
@@ -278,6 +281,23 @@ impl CourierContext {
 }
 
 impl ConsumerContext for CourierContext {
+    /// Reports auto-commits (librdkafka reports only those here: Courier's
+    /// explicit commits are asynchronous without a callback and are counted
+    /// where they are made); one with nothing to commit sends no request.
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        _offsets: &rdkafka::TopicPartitionList,
+    ) {
+        use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+        if !matches!(
+            result,
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))
+        ) {
+            self.actor.auto_committed();
+        }
+    }
+
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             self.flush();

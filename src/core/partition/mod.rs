@@ -199,10 +199,13 @@ pub enum Effect<I> {
     /// Resume (`on`) or pause fetching one topic of the pair.
     SetReading { src: Src, on: bool },
     /// Store this position with `metadata`, the offsets done above it
-    /// (`core::completed`); librdkafka's auto-commit commits it. `commit`: the
-    /// position is the one stored before and only the metadata changed, which
-    /// auto-commit does not send (it commits a partition only when its stored
-    /// position passed the committed one): commit it explicitly.
+    /// (`core::completed`); librdkafka's auto-commit commits it. `commit`:
+    /// commit it explicitly now — either `Settings::commit_after` events
+    /// finished since the last commit (commits follow progress: what a crash
+    /// redelivers stays near that count), or the position is the one stored
+    /// before and only the metadata changed, which auto-commit does not send
+    /// (it commits a partition only when its stored position passed the
+    /// committed one).
     Store {
         src: Src,
         offset: NextOffset,
@@ -280,6 +283,26 @@ pub struct Settings {
     /// The least time between two commits of metadata alone (the position
     /// unchanged, see [`Effect::Store`]'s `commit`).
     pub commit_interval: Duration,
+    /// Events finished on a side since its last explicit commit that make the
+    /// next store a commit at once (see [`commit_after`]).
+    pub commit_after: usize,
+    /// The least time between two such commits of a side: a fast API does not
+    /// turn into a commit per handful of events (see [`COMMIT_FLOOR`]).
+    pub commit_floor: Duration,
+}
+
+/// The least time between two progress commits of one side: at most 100
+/// commits a second per partition side, however fast the API answers.
+pub const COMMIT_FLOOR: Duration = Duration::from_millis(10);
+
+/// How many events finished since a partition side's last commit make it
+/// commit at once, for a pool of `concurrency` permits: an eighth of them (at
+/// least one). A crash redelivers what was on the wire (at most the
+/// concurrency) plus what finished since the last commit that landed: this
+/// keeps the second part to a fraction of the first per partition, at one
+/// commit per `concurrency / 8` events (docs/DRILLS.md has the measured cost).
+pub fn commit_after(concurrency: usize) -> usize {
+    (concurrency / 8).max(1)
 }
 
 /// Where a drain (revoke, shutdown) stands. Once requested it never ends: the
@@ -313,8 +336,10 @@ struct Side {
     /// The metadata stored with `stored`, and before the last store.
     meta: String,
     meta_before: String,
-    /// When metadata alone was last committed.
-    meta_committed_at: Option<Instant>,
+    /// When this side was last committed explicitly.
+    committed_at: Option<Instant>,
+    /// Events finished since then (see [`Settings::commit_after`]).
+    done_since_commit: usize,
     /// Done offsets above the committed position, from an earlier owner.
     skip: Option<Completed>,
     /// What was last applied to the consumer (None: unknown).
@@ -372,6 +397,8 @@ pub struct PartitionMachine<X: Intake> {
     finished: usize,
     skipped: usize,
     commit_interval: Duration,
+    commit_after: usize,
+    commit_floor: Duration,
     /// The time of the input being handled.
     clock: Option<Instant>,
 }
@@ -389,7 +416,8 @@ impl<X: Intake> PartitionMachine<X> {
             stored_before: settings.stored[src.index()],
             meta: String::new(),
             meta_before: String::new(),
-            meta_committed_at: None,
+            committed_at: None,
+            done_since_commit: 0,
             skip: settings.skip[src.index()].clone().filter(|c| !c.is_empty()),
             reading: None,
             held: 0,
@@ -426,6 +454,8 @@ impl<X: Intake> PartitionMachine<X> {
             finished: 0,
             skipped: 0,
             commit_interval: settings.commit_interval,
+            commit_after: settings.commit_after.max(1),
+            commit_floor: settings.commit_floor,
             clock: None,
         }
     }
@@ -695,6 +725,11 @@ impl<X: Intake> PartitionMachine<X> {
         }
         if advanced {
             self.fill();
+            if self.commit_due() {
+                // Enough finished since the last commit: commit now (or when
+                // the floor allows), not after the store delay.
+                self.store_all(false);
+            }
             self.schedule_store();
             self.evaluate(now);
             self.trim();
@@ -742,6 +777,7 @@ impl<X: Intake> PartitionMachine<X> {
         }
         if let Some(held) = self.held.remove(&(r.src, r.offset)) {
             side.held -= 1;
+            side.done_since_commit += 1;
             self.finished += 1;
             self.held_bytes -= held.bytes;
             self.budget.give_back(held.bytes);
@@ -939,9 +975,19 @@ impl<X: Intake> PartitionMachine<X> {
         }
     }
 
+    /// A side finished [`Settings::commit_after`] events since its last commit.
+    fn commit_due(&self) -> bool {
+        self.sides
+            .iter()
+            .any(|side| side.done_since_commit >= self.commit_after)
+    }
+
     /// Stores each side's watermark when it advanced, with the offsets done
-    /// above it as metadata. When only the metadata changed, it is committed
-    /// explicitly, at most once per `commit_interval` unless `now` (a drain).
+    /// above it as metadata. It is committed explicitly when
+    /// [`Settings::commit_after`] events finished since the side's last commit
+    /// (at most once per `commit_floor`), or when only the metadata changed (at
+    /// most once per `commit_interval`); unless `now` (a drain), which commits
+    /// either at once.
     fn store_all(&mut self, now: bool) {
         let mut later: Option<Duration> = None;
         for src in Src::BOTH {
@@ -959,22 +1005,36 @@ impl<X: Intake> PartitionMachine<X> {
                 side.tracker.in_flight_offsets(),
                 completed::DEFAULT_MAX_METADATA_BYTES,
             );
-            let commit = side.stored == Some(wm);
-            if commit {
-                if metadata == side.meta {
-                    continue;
-                }
-                let wait = match (side.meta_committed_at, self.clock) {
+            let moved = side.stored != Some(wm);
+            let due = side.done_since_commit >= self.commit_after;
+            if !moved && metadata == side.meta && !due {
+                continue;
+            }
+            let mut commit = false;
+            if due || !moved {
+                let spacing = if due {
+                    self.commit_floor
+                } else {
+                    self.commit_interval
+                };
+                let wait = match (side.committed_at, self.clock) {
                     (Some(at), Some(clock)) if !now => {
-                        (at + self.commit_interval).saturating_duration_since(clock)
+                        (at + spacing).saturating_duration_since(clock)
                     }
                     _ => Duration::ZERO,
                 };
-                if !wait.is_zero() {
+                if wait.is_zero() {
+                    commit = true;
+                } else {
                     later = Some(later.map_or(wait, |l| l.min(wait)));
-                    continue;
+                    if !moved {
+                        continue; // Metadata alone: nothing auto-commit would send.
+                    }
                 }
-                side.meta_committed_at = self.clock;
+            }
+            if commit {
+                side.committed_at = self.clock;
+                side.done_since_commit = 0;
             }
             side.stored_before = side.stored;
             side.stored = Some(wm);

@@ -305,6 +305,8 @@ impl Harness {
             stored: [None, None],
             skip: [skip, None],
             commit_interval: Duration::from_millis(250),
+            commit_after: 3,
+            commit_floor: super::COMMIT_FLOOR,
         };
         let mut h = Harness {
             m: PartitionMachine::new(settings, Plain),

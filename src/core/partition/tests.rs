@@ -88,6 +88,8 @@ pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize)
         stored: [None, None],
         skip: [None, None],
         commit_interval: Duration::from_millis(250),
+        commit_after: usize::MAX,
+        commit_floor: super::COMMIT_FLOOR,
     }
 }
 
@@ -725,4 +727,107 @@ fn a_backlog_heavy_in_bytes_pauses_main_p() {
     // 1 is begun: 400 bytes wait, below half.
     let fx = t.done(Src::Main, &[0]);
     assert_eq!(readings(&fx), vec![(Src::Main, true)]);
+}
+
+/// Explicit commits (the position and its metadata) of one side.
+fn commits<I>(fx: &[Effect<I>]) -> Vec<i64> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Store {
+                offset,
+                commit: true,
+                ..
+            } => Some(offset.get()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn progress(commit_after: usize) -> Settings {
+    Settings {
+        commit_after,
+        ..settings(OrderingMode::Unordered, 100, 1_000)
+    }
+}
+
+/// Commits follow progress: the `commit_after`-th event finished since the
+/// last commit commits at once (not after the store delay and auto-commit's
+/// interval); within the floor it waits for the floor, with a timer.
+#[test]
+fn the_commit_after_th_finished_event_commits_at_once() {
+    let mut t = T::new(progress(4));
+    t.normal();
+    t.feed(main_recs(0..20, |_| None));
+    let fx = t.done(Src::Main, &[0, 1, 2]);
+    assert!(commits(&fx).is_empty(), "3 < 4: {fx:?}");
+    let fx = t.done(Src::Main, &[3]);
+    assert_eq!(commits(&fx), vec![4], "the 4th commits, at once");
+    // Four more within the floor: stored, committed when the floor is over
+    // (by the store timer pending since the first batch, at STORE_DELAY).
+    t.ms += 2;
+    let fx = t.done(Src::Main, &[4, 5, 6, 7]);
+    assert!(commits(&fx).is_empty(), "{fx:?}");
+    assert_eq!(stores(&fx), vec![(Src::Main, 8)]);
+    t.ms += 1;
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert!(commits(&fx).is_empty(), "within the floor: {fx:?}");
+    let later = Effect::<Rec>::Schedule {
+        after: super::COMMIT_FLOOR - Duration::from_millis(3),
+        timer: Timer::Store,
+    };
+    assert!(fx.contains(&later), "a timer for the floor's end: {fx:?}");
+    t.ms = super::COMMIT_FLOOR.as_millis() as u64;
+    assert_eq!(commits(&t.feed(Input::Timer(Timer::Store))), vec![8]);
+    // Done above a stuck watermark count too: committed as metadata.
+    t.ms += 100;
+    let fx = t.done(Src::Main, &[9, 10, 11, 12]);
+    assert_eq!(commits(&fx), vec![8], "{fx:?}");
+    let meta = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Store { metadata, .. } => Some(metadata.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(named_done(8, &meta), vec![9, 10, 11, 12]);
+}
+
+use proptest::prelude::*;
+
+proptest! {
+    /// Whatever the order events finish in and the batches their reports come
+    /// in: with report batches at least the floor apart, a side never holds
+    /// `commit_after` or more finished events beyond its last explicit commit
+    /// once an input is handled; and every explicit commit carries the
+    /// watermark (never past an unfinished event).
+    #[test]
+    fn finished_but_uncommitted_stays_below_commit_after(
+        commit_after in 1usize..12,
+        order in Just((0i64..60).collect::<Vec<_>>()).prop_shuffle(),
+        batches in proptest::collection::vec(1usize..8, 60),
+    ) {
+        let mut t = T::new(progress(commit_after));
+        t.normal();
+        t.feed(main_recs(0..60, |_| None));
+        let mut done = std::collections::BTreeSet::new();
+        let mut uncommitted = 0usize;
+        let mut rest = order.as_slice();
+        for b in batches {
+            if rest.is_empty() {
+                break;
+            }
+            let (now, later) = rest.split_at(b.min(rest.len()));
+            rest = later;
+            t.ms += super::COMMIT_FLOOR.as_millis() as u64;
+            let fx = t.done(Src::Main, now);
+            done.extend(now.iter().copied());
+            uncommitted += now.len();
+            for c in commits(&fx) {
+                let wm = (0..).find(|o| !done.contains(o)).unwrap();
+                prop_assert_eq!(c, wm, "a commit carries the watermark");
+                uncommitted = 0;
+            }
+            prop_assert!(uncommitted < commit_after, "{} ≥ {}", uncommitted, commit_after);
+        }
+    }
 }
