@@ -102,7 +102,7 @@ pub enum Reason {
     /// The enriched body could not be built.
     BodyUnbuildable,
     /// The DLQ refused the record for good (`dlq_<refusal>`).
-    DlqRefused(DlqRefusal),
+    DlqRefused(Refusal),
     /// The DLQ retry policy's verdict (`dlq_policy::reason`).
     DlqPolicy(&'static str),
     /// A DLQ record whose event cannot be read back.
@@ -111,14 +111,38 @@ pub enum Reason {
     InternalError,
 }
 
-/// How the DLQ topic refused a record for good (mirrors the DLQ writer's
-/// refusal, as a reason).
+/// A write the broker or the producer will never accept as it is (the DLQ
+/// writer's verdict; as a reason, `dlq_<refusal>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DlqRefusal {
+pub enum Refusal {
+    /// `MSG_SIZE_TOO_LARGE`, `RECORD_LIST_TOO_LARGE`, `INVALID_MSG_SIZE`.
     TooLarge,
+    /// `TOPIC_AUTHORIZATION_FAILED`.
     NotAuthorized,
+    /// `UNKNOWN_TOPIC_OR_PART` (the caller retries it for a grace period first:
+    /// a topic being created, a partition being moved).
     UnknownTopic,
+    /// `INVALID_RECORD`, `INVALID_MSG`, `POLICY_VIOLATION`.
     InvalidRecord,
+}
+
+impl Refusal {
+    pub const ALL: [Refusal; 4] = [
+        Refusal::TooLarge,
+        Refusal::NotAuthorized,
+        Refusal::UnknownTopic,
+        Refusal::InvalidRecord,
+    ];
+
+    /// The label of `courier_produce_refused_total{reason}`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::TooLarge => "too_large",
+            Refusal::NotAuthorized => "not_authorized",
+            Refusal::UnknownTopic => "unknown_topic",
+            Refusal::InvalidRecord => "invalid_record",
+        }
+    }
 }
 
 /// `http_NNN` for every status an HTTP stack can parse (100-999), built once.
@@ -146,10 +170,10 @@ impl Reason {
             Reason::EnrichmentMissing => "enrichment_missing",
             Reason::BodyUnbuildable => "body_unbuildable",
             Reason::DlqRefused(r) => match r {
-                DlqRefusal::TooLarge => "dlq_too_large",
-                DlqRefusal::NotAuthorized => "dlq_not_authorized",
-                DlqRefusal::UnknownTopic => "dlq_unknown_topic",
-                DlqRefusal::InvalidRecord => "dlq_invalid_record",
+                Refusal::TooLarge => "dlq_too_large",
+                Refusal::NotAuthorized => "dlq_not_authorized",
+                Refusal::UnknownTopic => "dlq_unknown_topic",
+                Refusal::InvalidRecord => "dlq_invalid_record",
             },
             Reason::UnreadableEnvelope => "unreadable_envelope",
             Reason::InternalError => "internal_error",
@@ -530,7 +554,7 @@ mod tests {
             "timeout"
         );
         assert_eq!(
-            Reason::DlqRefused(DlqRefusal::TooLarge).as_str(),
+            Reason::DlqRefused(Refusal::TooLarge).as_str(),
             "dlq_too_large"
         );
         // The breaker hears 4xx/5xx by name, 1xx/3xx as one label.

@@ -13,7 +13,7 @@ pub mod token;
 use crate::config::{Config, OnMissing};
 use crate::core::backoff::{persistent_delay, RetryPolicy};
 use crate::core::classify::{
-    outcome_of, DlqRefusal, ErrorClass, FailureClass, FailureLog, Reason, TransportFailure, Verdict,
+    outcome_of, ErrorClass, FailureClass, FailureLog, Reason, TransportFailure, Verdict,
 };
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
 use crate::core::envelope::OriginHeader;
@@ -785,7 +785,7 @@ impl Deliverer {
         );
         env.last_error = ErrorInfo::new(
             ErrorClass::Systemic,
-            Reason::DlqRefused(refusal_reason(refusal)),
+            Reason::DlqRefused(refusal),
             None,
             &format!("DLQ write refused: {detail}"),
         );
@@ -1164,16 +1164,6 @@ fn data_of(src: &Source<'_>, ev: &Event) -> Option<(Bytes, std::borrow::Cow<'sta
         "application/octet-stream"
     };
     Some((Bytes::from(data), ct.into()))
-}
-
-/// The reason a DLQ refusal parks an event with.
-fn refusal_reason(r: Refusal) -> DlqRefusal {
-    match r {
-        Refusal::TooLarge => DlqRefusal::TooLarge,
-        Refusal::NotAuthorized => DlqRefusal::NotAuthorized,
-        Refusal::UnknownTopic => DlqRefusal::UnknownTopic,
-        Refusal::InvalidRecord => DlqRefusal::InvalidRecord,
-    }
 }
 
 /// Holds one unit of `courier_in_flight` from its creation until it is

@@ -27,37 +27,9 @@ pub struct DlqRecord {
     pub envelope: Envelope,
 }
 
-/// A write the broker or the producer will never accept as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// `MSG_SIZE_TOO_LARGE`, `RECORD_LIST_TOO_LARGE`, `INVALID_MSG_SIZE`.
-    TooLarge,
-    /// `TOPIC_AUTHORIZATION_FAILED`.
-    NotAuthorized,
-    /// `UNKNOWN_TOPIC_OR_PART` (the caller retries it for a grace period first:
-    /// a topic being created, a partition being moved).
-    UnknownTopic,
-    /// `INVALID_RECORD`, `INVALID_MSG`, `POLICY_VIOLATION`.
-    InvalidRecord,
-}
-
-impl Refusal {
-    pub const ALL: [Refusal; 4] = [
-        Refusal::TooLarge,
-        Refusal::NotAuthorized,
-        Refusal::UnknownTopic,
-        Refusal::InvalidRecord,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::TooLarge => "too_large",
-            Refusal::NotAuthorized => "not_authorized",
-            Refusal::UnknownTopic => "unknown_topic",
-            Refusal::InvalidRecord => "invalid_record",
-        }
-    }
-}
+/// How the broker or the producer refuses a write for good: the one type,
+/// defined with the other reasons in `core::classify`.
+pub use crate::core::classify::Refusal;
 
 /// Why a write was not acknowledged.
 #[derive(Debug, Clone)]
