@@ -297,30 +297,29 @@ impl Deliverer {
             .observe(reason, Instant::now());
         let Some(l) = log else { return };
         let (detail, hint, status) = (f.detail.as_deref(), f.hint, f.status);
+        // tracing fixes an event's level where it is written: one line, two levels.
+        macro_rules! failure_line {
+            ($level:ident, $message:literal) => {
+                tracing::$level!(
+                    // Display, as before: `reason=tls_expired` (operators grep for it).
+                    reason = %reason,
+                    class = f.class.as_str(),
+                    status,
+                    detail,
+                    hint,
+                    first = l.first,
+                    left_out = l.left_out,
+                    $message
+                )
+            };
+        }
         if f.class == FailureClass::Systemic {
-            tracing::warn!(
-                // Display, as before: `reason=tls_expired` (operators grep for it).
-                reason = %reason,
-                class = f.class.as_str(),
-                status,
-                detail,
-                hint,
-                first = l.first,
-                left_out = l.left_out,
+            failure_line!(
+                warn,
                 "API call failed: the pipeline pauses until it works again"
             );
         } else {
-            tracing::info!(
-                // Display, as before: `reason=tls_expired` (operators grep for it).
-                reason = %reason,
-                class = f.class.as_str(),
-                status,
-                detail,
-                hint,
-                first = l.first,
-                left_out = l.left_out,
-                "API call failed"
-            );
+            failure_line!(info, "API call failed");
         }
     }
 
