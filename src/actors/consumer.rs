@@ -189,6 +189,7 @@ impl Actor for ConsumerActor {
             cfg.pipeline.max_buffered_bytes,
         )?;
         tracing::info!(topic = %cfg.kafka.topic, group = %cfg.kafka.group_id, partitions = main_n, "consumer started");
+        args.pipeline.assignment.set_total(main_n);
         Ok(ConsumerState {
             pipeline: args.pipeline,
             ready: args.ready,
@@ -243,6 +244,7 @@ impl Actor for ConsumerActor {
                 }
                 s.ready.assigned.store(true, Ordering::SeqCst);
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
+                s.pipeline.assignment.set_assigned(s.parts.len());
                 // New partitions read DLQ p before main p until their DLQ lag is
                 // known: look it up now rather than at the next tick.
                 s.check_lag(&myself, true);
@@ -252,6 +254,7 @@ impl Actor for ConsumerActor {
                     s.pipeline.config.pipeline.drain_timeout + Duration::from_millis(1_000);
                 s.drain(&partitions, deadline).await;
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
+                s.pipeline.assignment.set_assigned(s.parts.len());
                 if s.parts.is_empty() {
                     s.ready.assigned.store(false, Ordering::SeqCst);
                 }
