@@ -6,6 +6,7 @@
 pub use crate::clock::now_ms;
 use crate::config::Config;
 use crate::core::budget::ByteBudget;
+use crate::core::ratelimit::Assignment;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
 use crate::health::Health;
 use crate::kafka::poller::Buffered;
@@ -23,6 +24,9 @@ pub struct Pipeline {
     /// The in-flight byte budget (`pipeline.max_in_flight_bytes`), shared by the
     /// partition machines.
     pub in_flight: Arc<ByteBudget>,
+    /// This instance's main partitions of the topic's: the consumer actor sets
+    /// it, the rate limit's fallback reads it (its share without Redis).
+    pub assignment: Arc<Assignment>,
     /// Identifies this instance in logs and in the Redis marker's value.
     pub instance: String,
     pub health: Health,
@@ -44,6 +48,7 @@ impl Pipeline {
             health: Health::new(&config.degraded),
             buffered: Arc::new(Buffered::default()),
             in_flight: Arc::new(ByteBudget::new(config.pipeline.max_in_flight_bytes as u64)),
+            assignment: Arc::default(),
             config,
             budget: Mutex::new(budget),
             fatal: tokio::sync::watch::Sender::new(None),

@@ -197,6 +197,7 @@ impl Actor for ConsumerActor {
             cfg.pipeline.max_buffered_bytes,
         )?;
         tracing::info!(topic = %cfg.kafka.topic, group = %cfg.kafka.group_id, partitions = main_n, "consumer started");
+        args.pipeline.assignment.set_total(main_n);
         Ok(ConsumerState {
             pipeline: args.pipeline,
             ready: args.ready,
@@ -262,6 +263,7 @@ impl Actor for ConsumerActor {
                         "first assignment"
                     );
                 }
+                s.pipeline.assignment.set_assigned(s.parts.len());
                 // New partitions read DLQ p before main p until their DLQ lag is
                 // known: look it up now rather than at the next tick.
                 s.check_lag(&myself, true);
@@ -271,6 +273,7 @@ impl Actor for ConsumerActor {
                     s.pipeline.config.pipeline.drain_timeout + Duration::from_millis(1_000);
                 s.drain(&partitions, deadline).await;
                 metrics::gauge!(m::ASSIGNED_PARTITIONS).set(s.parts.len() as f64);
+                s.pipeline.assignment.set_assigned(s.parts.len());
                 if s.parts.is_empty() {
                     s.ready.assigned.store(false, Ordering::SeqCst);
                 }

@@ -8,6 +8,8 @@
 //! Over any span of length w, the permits granted are at most
 //! `burst + w × rate` (property tested below).
 
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
 /// A rate and its burst, in microseconds per permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gcra {
@@ -65,12 +67,79 @@ impl Gcra {
     }
 }
 
+/// This instance's main partitions and the topic's, as the consumer actor
+/// last saw them: a handle it updates on every assignment and revocation,
+/// and the rate limiter reads when it falls back (no I/O: two numbers).
+#[derive(Debug, Default)]
+pub struct Assignment {
+    assigned: AtomicU32,
+    total: AtomicU32,
+}
+
+impl Assignment {
+    pub fn set_total(&self, total: usize) {
+        self.total
+            .store(u32::try_from(total).unwrap_or(u32::MAX), Relaxed);
+    }
+
+    pub fn set_assigned(&self, assigned: usize) {
+        self.assigned
+            .store(u32::try_from(assigned).unwrap_or(u32::MAX), Relaxed);
+    }
+
+    /// `(assigned, total)`; total 0 until the consumer has started.
+    pub fn get(&self) -> (u32, u32) {
+        (self.assigned.load(Relaxed), self.total.load(Relaxed))
+    }
+}
+
+/// What an instance on its local fallback knows about how many share the
+/// group's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareBasis {
+    /// The instances Redis last counted alive (this one included).
+    Live(u64),
+    /// Redis never answered: this instance's main partitions of the topic's.
+    /// The consumer group already divides the work by partitions, so the
+    /// shares of all members add up to the whole rate (without Redis, this is
+    /// the only count of the group an instance has).
+    Partitions { assigned: u32, total: u32 },
+}
+
+impl ShareBasis {
+    /// The basis for an instance that has (`live: Some`) or has not reached
+    /// Redis, holding `assigned` of the topic's `total` partitions (`total`
+    /// 0: not known yet).
+    pub fn of(live: Option<u64>, assigned: u32, total: u32) -> ShareBasis {
+        match live {
+            Some(n) => ShareBasis::Live(n),
+            None => ShareBasis::Partitions { assigned, total },
+        }
+    }
+
+    /// The fraction of the group's rate that is this instance's, in `0..=1`.
+    /// Partitions not known yet (`total` 0): the whole rate, as a lone
+    /// instance; none assigned: nothing (no partition, no call; a floor of
+    /// one permit a second in [`fallback_share`] keeps it from stalling).
+    pub fn fraction(self) -> f64 {
+        match self {
+            ShareBasis::Live(n) => 1.0 / n.max(1) as f64,
+            ShareBasis::Partitions { total: 0, .. } => 1.0,
+            ShareBasis::Partitions { assigned, total } => {
+                f64::from(assigned.min(total)) / f64::from(total)
+            }
+        }
+    }
+}
+
 /// This instance's share of the group's rate while Redis cannot be reached:
-/// the rate divided by the instances last seen alive (at least one), and the
-/// burst likewise (at least one permit).
-pub fn fallback_share(rate: u64, burst: u64, live: u64) -> (f64, u64) {
-    let live = live.max(1);
-    (rate as f64 / live as f64, (burst / live).max(1))
+/// the rate times its [`ShareBasis::fraction`] (at least one permit a
+/// second), and the burst likewise (at least one permit).
+pub fn fallback_share(rate: u64, burst: u64, basis: ShareBasis) -> (f64, u64) {
+    let f = basis.fraction();
+    let share = (rate as f64 * f).max(1.0_f64.min(rate as f64));
+    let burst = ((burst as f64 * f).floor() as u64).max(1);
+    (share, burst)
 }
 
 #[cfg(test)]
@@ -136,8 +205,55 @@ mod tests {
 
     #[test]
     fn fallback_shares() {
-        assert_eq!(fallback_share(500, 10, 3), (500.0 / 3.0, 3));
-        assert_eq!(fallback_share(500, 1, 3), (500.0 / 3.0, 1));
-        assert_eq!(fallback_share(500, 10, 0), (500.0, 10));
+        let live = |n| ShareBasis::Live(n);
+        assert_eq!(fallback_share(500, 10, live(3)), (500.0 / 3.0, 3));
+        assert_eq!(fallback_share(500, 1, live(3)), (500.0 / 3.0, 1));
+        assert_eq!(fallback_share(500, 10, live(0)), (500.0, 10));
+    }
+
+    /// An instance that never reached Redis does not take the whole rate: its
+    /// share is its part of the topic's partitions (before, it was the whole
+    /// rate whatever it held: two such instances sent twice the limit).
+    #[test]
+    fn without_redis_the_share_follows_the_partitions() {
+        let never = |assigned, total| ShareBasis::of(None, assigned, total);
+        assert_eq!(fallback_share(600, 12, never(4, 12)), (200.0, 4));
+        assert_eq!(fallback_share(600, 12, never(12, 12)), (600.0, 12));
+        // Not known yet: a lone instance's whole rate.
+        assert_eq!(fallback_share(600, 12, never(0, 0)), (600.0, 12));
+        // No partition: the floor, never a stall.
+        assert_eq!(fallback_share(600, 12, never(0, 12)), (1.0, 1));
+        // Once Redis has counted the live instances, that count rules.
+        assert_eq!(
+            fallback_share(600, 12, ShareBasis::of(Some(2), 4, 12)),
+            (300.0, 6)
+        );
+    }
+
+    proptest! {
+        /// However the partitions are spread over the members, their shares
+        /// add up to at most the rate (+ the floor of members with none).
+        #[test]
+        fn partition_shares_add_up_to_the_rate(
+            rate in 1u64..5_000,
+            total in 1u32..64,
+            cuts in proptest::collection::vec(0u32..64, 0..8),
+        ) {
+            let mut cuts: Vec<u32> = cuts.into_iter().map(|c| c % (total + 1)).collect();
+            cuts.push(0);
+            cuts.push(total);
+            cuts.sort_unstable();
+            let mut sum = 0.0;
+            let mut empty = 0.0;
+            for w in cuts.windows(2) {
+                let assigned = w[1] - w[0];
+                let (share, _) = fallback_share(rate, 10, ShareBasis::of(None, assigned, total));
+                sum += share;
+                if assigned == 0 {
+                    empty += 1.0;
+                }
+            }
+            prop_assert!(sum <= rate as f64 + empty + 1e-6, "{sum} > {rate}");
+        }
     }
 }
