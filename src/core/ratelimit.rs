@@ -203,6 +203,15 @@ mod tests {
         }
     }
 
+    /// The case proptest found: a rate below one per member is floored at 1/s
+    /// for each (never a stall), so the shares may add up to more than the rate.
+    #[test]
+    fn a_rate_below_one_per_member_is_floored_per_member() {
+        let share = |assigned| fallback_share(1, 10, ShareBasis::of(None, assigned, 8)).0;
+        assert_eq!(share(1), 1.0);
+        assert_eq!(share(7), 1.0);
+    }
+
     #[test]
     fn fallback_shares() {
         let live = |n| ShareBasis::Live(n);
@@ -232,7 +241,10 @@ mod tests {
 
     proptest! {
         /// However the partitions are spread over the members, their shares
-        /// add up to at most the rate (+ the floor of members with none).
+        /// add up to at most the rate, plus at most 1/s for each member whose
+        /// part is under the floor (`min(1, rate)`/s: never a stall) — members
+        /// with no partition, or with a part of a rate below 1/s per member
+        /// (rate = 1, 8 partitions split 1 + 7: two members at the floor, 2/s).
         #[test]
         fn partition_shares_add_up_to_the_rate(
             rate in 1u64..5_000,
@@ -244,16 +256,16 @@ mod tests {
             cuts.push(total);
             cuts.sort_unstable();
             let mut sum = 0.0;
-            let mut empty = 0.0;
+            let mut floored = 0.0;
             for w in cuts.windows(2) {
                 let assigned = w[1] - w[0];
                 let (share, _) = fallback_share(rate, 10, ShareBasis::of(None, assigned, total));
                 sum += share;
-                if assigned == 0 {
-                    empty += 1.0;
+                if (rate as f64) * f64::from(assigned) / f64::from(total) < 1.0 {
+                    floored += 1.0;
                 }
             }
-            prop_assert!(sum <= rate as f64 + empty + 1e-6, "{sum} > {rate}");
+            prop_assert!(sum <= rate as f64 + floored + 1e-6, "{sum} > {rate} + {floored}");
         }
     }
 }
