@@ -9,7 +9,6 @@ mod common;
 
 use common::*;
 use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -17,15 +16,7 @@ async fn the_in_flight_byte_budget_bounds_the_events_held_process_wide() {
     let s = services();
     let n = Names::new("budget", 3);
     n.create(&s, true).await;
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            latency_ms: 30,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .unwrap();
+    let api = api_with_latency(30).await;
     let spec = Spec {
         count: 300,
         keys: 300,

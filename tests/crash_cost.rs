@@ -12,7 +12,7 @@ use common::*;
 use courier::audit::{AuditReport, Produced};
 use courier::kafka::admin::{committed_offsets, end_offsets};
 use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier::sink::SinkHandle;
 use std::time::{Duration, Instant};
 
 /// `kafka.auto_commit_interval` in these tests.
@@ -50,15 +50,7 @@ impl Group {
         let s = services();
         let n = Names::new(prefix, partitions);
         n.create(&s, true).await;
-        let api = SinkHandle::start(
-            "127.0.0.1:0".parse().unwrap(),
-            Behaviour {
-                latency_ms: 20,
-                ..Behaviour::default()
-            },
-        )
-        .await
-        .expect("start the API stand-in");
+        let api = api_with_latency(20).await;
         let toml = match degraded {
             Some(d) => toml_with(&n, &api.url(), d),
             None => base_toml(&n, &api.url()),

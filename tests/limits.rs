@@ -82,15 +82,7 @@ async fn shared_rate_limit(name: &str, instances: usize, redis_url: Option<&str>
     let s = services();
     let n = Names::new(name, 6);
     n.create(&s, true).await;
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            latency_ms: 5,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .unwrap();
+    let api = api_with_latency(5).await;
     let spec = Spec {
         count: 6_000,
         keys: 6_000,
@@ -288,15 +280,7 @@ async fn no_burst_above_the_limit_when_redis_returns() {
     let s = services();
     let n = Names::new("rate-return", 6);
     n.create(&s, true).await;
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            latency_ms: 5,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .unwrap();
+    let api = api_with_latency(5).await;
     let sink_t0 = std::time::Instant::now();
     let second = || sink_t0.elapsed().as_secs();
     let toml = base_toml(&n, &api.url()).replacen(

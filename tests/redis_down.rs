@@ -7,7 +7,6 @@ mod common;
 
 use common::*;
 use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
 use std::time::{Duration, Instant};
 
 /// Restarts Redis even when the test fails half-way.
@@ -23,15 +22,7 @@ async fn local_breakers_protect_the_api_while_redis_is_down() {
     let s = services();
     let n = Names::new("noredis", 4);
     n.create(&s, true).await;
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            latency_ms: 20,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .unwrap();
+    let api = api_with_latency(20).await;
     let sink_t0 = Instant::now();
     let spec = Spec {
         count: 20_000,

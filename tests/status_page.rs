@@ -9,7 +9,6 @@ mod common;
 
 use common::*;
 use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
 use courier::status::Snapshot;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -118,15 +117,7 @@ async fn status_page_in_a_browser_during_an_outage() {
     let s = services();
     let n = Names::new("status", 4);
     n.create(&s, true).await;
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            latency_ms: 40,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .expect("sink");
+    let api = api_with_latency(40).await;
     let toml =
         toml_with(&n, &api.url(), &degraded()).replace("concurrency = 256", "concurrency = 16");
     let all: BTreeSet<i32> = (0..n.partitions).collect();

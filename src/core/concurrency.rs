@@ -619,15 +619,7 @@ mod tests {
             rtt_ms in 2u64..60,
             max in 1usize..1024,
         ) {
-            let api = SimApi {
-                capacity,
-                rtt: Duration::from_millis(rtt_ms),
-                knee: usize::MAX,
-                queue_rtt: Duration::ZERO,
-                down: None,
-                slower: None,
-                noise: Noise::default(),
-            };
+            let api = SimApi::capped(capacity, rtt_ms);
             let r = simulate(&api, AimdConfig::new(max), Duration::from_secs(30), Duration::from_secs(15));
             prop_assert!(r.limits.iter().all(|&l| (1..=max).contains(&l)));
             let target = capacity.min(max) as f64;

@@ -5,7 +5,7 @@
 
 use courier::audit::{audit, AuditReport, Produced};
 use courier::kafka::admin::{committed_offsets, create_topics, end_offsets};
-use courier::sink::SinkHandle;
+use courier::sink::{Behaviour, SinkHandle};
 use courier::testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
 use std::path::PathBuf;
 use std::process::Command;
@@ -362,6 +362,19 @@ pub async fn pg_table(
         db.execute(&insert, &[key, doc]).await.expect("insert row");
     }
     table
+}
+
+/// The API stand-in on a free local port, answering every request after `ms`.
+pub async fn api_with_latency(ms: u64) -> SinkHandle {
+    SinkHandle::start(
+        "127.0.0.1:0".parse().expect("a socket address"),
+        Behaviour {
+            latency_ms: ms,
+            ..Behaviour::default()
+        },
+    )
+    .await
+    .expect("start the API stand-in")
 }
 
 /// Runs a future to completion from inside a sync closure (the wait helper's
