@@ -144,20 +144,7 @@ async fn shared_rate_limit(name: &str, instances: usize, redis_url: Option<&str>
         "[{name}] {instances} instances, API requests per whole second: {}",
         table.join(" ")
     );
-    let bound = RATE as f64 * 1.05;
-    for (second, &count) in audit.per_second.iter().enumerate() {
-        assert!(
-            count as f64 <= bound,
-            "second {second}: {count} requests (limit {RATE}/s + 5 %)"
-        );
-    }
-    // The limit binds (else the bound above would hold vacuously): the busiest
-    // second is well above half the limit.
-    assert!(
-        audit.peak_rps() >= RATE / 2,
-        "peak {} requests/s: the limit was never reached",
-        audit.peak_rps()
-    );
+    assert_per_second_within(&audit, RATE, 0);
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss(name, &rep);
     assert_eq!(rep.delivered, 6_000);
@@ -353,18 +340,7 @@ async fn no_burst_above_the_limit_when_redis_returns() {
         };
         println!("{i:>6} | {count:>12} | {phase}");
     }
-    let bound = (RATE + BURST) as f64 * 1.05;
-    for (i, &count) in audit.per_second.iter().enumerate() {
-        assert!(
-            count as f64 <= bound,
-            "second {i}: {count} requests (limit {RATE}/s + burst {BURST}, + 5 %)"
-        );
-    }
-    assert!(
-        audit.peak_rps() >= RATE / 2,
-        "peak {} requests/s: the limit was never reached",
-        audit.peak_rps()
-    );
+    assert_per_second_within(&audit, RATE, BURST);
     // Never a stall: the whole seconds with Redis down (not the ones it went
     // down or came back in) carry both local shares, well above one of them.
     for i in stopped_at + 1..started_at {
@@ -384,4 +360,22 @@ impl Drop for RedisBack<'_> {
     fn drop(&mut self) {
         self.0.ctl("redis-start");
     }
+}
+
+/// Every whole second at the API stays within `rate + burst` (+ 5 % for the
+/// second boundaries), and the limit binds: the busiest second is at least half
+/// the rate (else the bound would hold vacuously).
+fn assert_per_second_within(audit: &courier::sink::Audit, rate: u64, burst: u64) {
+    let bound = (rate + burst) as f64 * 1.05;
+    for (second, &count) in audit.per_second.iter().enumerate() {
+        assert!(
+            count as f64 <= bound,
+            "second {second}: {count} requests (limit {rate}/s + burst {burst}, + 5 %)"
+        );
+    }
+    assert!(
+        audit.peak_rps() >= rate / 2,
+        "peak {} requests/s: the limit was never reached",
+        audit.peak_rps()
+    );
 }
