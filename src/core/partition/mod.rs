@@ -725,9 +725,11 @@ impl<X: Intake> PartitionMachine<X> {
         }
         if advanced {
             self.fill();
-            if self.commit_due() {
-                // Enough finished since the last commit: commit now (or when
-                // the floor allows), not after the store delay.
+            if self.commit_ready() {
+                // Enough finished since the last commit and the floor is over:
+                // commit now, not after the store delay. Within the floor the
+                // pending store timer stores (a store per answer batch cost
+                // 8-15 % of the CPU per event at C = 2,048).
                 self.store_all(false);
             }
             self.schedule_store();
@@ -975,11 +977,16 @@ impl<X: Intake> PartitionMachine<X> {
         }
     }
 
-    /// A side finished [`Settings::commit_after`] events since its last commit.
-    fn commit_due(&self) -> bool {
-        self.sides
-            .iter()
-            .any(|side| side.done_since_commit >= self.commit_after)
+    /// A side finished [`Settings::commit_after`] events since its last
+    /// commit, and its last commit is at least `commit_floor` old.
+    fn commit_ready(&self) -> bool {
+        self.sides.iter().any(|side| {
+            side.done_since_commit >= self.commit_after
+                && match (side.committed_at, self.clock) {
+                    (Some(at), Some(clock)) => at + self.commit_floor <= clock,
+                    _ => true,
+                }
+        })
     }
 
     /// Stores each side's watermark when it advanced, with the offsets done
