@@ -129,19 +129,22 @@ impl Health {
     /// (the events wait, their partitions pause); half-open admits a few probes.
     pub async fn gate(&self) {
         loop {
-            let now = Instant::now();
-            let allowed = {
-                let mut b = self.breaker();
-                self.noted(b.advance(now));
-                b.allow(now)
-            };
-            if allowed {
+            if self.admit_now() {
                 return;
             }
             // The breaker changes state with time (open → half-open), so a short
             // re-check is what waiting on it means.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Whether the breaker admits a call now (a half-open breaker counts the
+    /// admission as its probe); [`Health::gate`] waits until it does.
+    pub fn admit_now(&self) -> bool {
+        let now = Instant::now();
+        let mut b = self.breaker();
+        self.noted(b.advance(now));
+        b.allow(now)
     }
 
     /// Records a call's outcome; returns the transition if the breaker moved.

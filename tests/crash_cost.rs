@@ -347,6 +347,42 @@ async fn a_revoke_cancels_the_deliveries_waiting_at_the_breaker() {
     );
 }
 
+/// A rebalance while deliveries wait for the API's rate limit (10/s for the
+/// group, 8 permits per instance: most deliveries hold a permit and wait for a
+/// slot). The revoke cancels them there: none makes a request for a revoked
+/// partition after its revoke (without the cancellation they outlive the 1 s
+/// drain and are sent as slots come), nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_cancels_the_deliveries_waiting_for_a_rate_slot() {
+    let mut env = SMALL.to_vec();
+    env.push(("COURIER__API__RATE_LIMIT_PER_SEC", "10"));
+    let g = Group::new("raterevoke", 6, &env).await;
+    let (a, b) = (g.start("a"), g.start("b"));
+    g.assigned(&[&a, &b], 3.0).await;
+    let produced = g.produce("raterevoke", 160).await;
+    for x in [&a, &b] {
+        wait_for_metric(x, "courier_in_flight", 8.0, Duration::from_secs(60)).await;
+    }
+    let c = g.start("c");
+    g.assigned(&[&a, &b, &c], 2.0).await;
+    let (rep, sums) = g
+        .finish(
+            "rate-revoke",
+            &produced,
+            vec![a, b, c],
+            &["courier_revoked_work_total"],
+        )
+        .await;
+    println!(
+        "[rate-revoke] duplicates {}; work done for revoked partitions after their revoke: {}",
+        rep.duplicates, sums[0]
+    );
+    assert_eq!(
+        sums[0], 0.0,
+        "deliveries waiting for a rate slot made requests for partitions after their revoke"
+    );
+}
+
 /// A rebalance during a slow DLQ drain (1 slot/s, 16 drain permits): the
 /// redeliveries waiting for a drain permit or a rate slot when the partition is
 /// revoked are cancelled there — none makes a request for a revoked

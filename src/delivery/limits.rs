@@ -69,6 +69,11 @@ impl Limits {
         *self.limit.borrow()
     }
 
+    /// Whether calls wait for a rate limit (`api.rate_limit_per_sec`).
+    pub fn rate_limited(&self) -> bool {
+        self.rate.is_some()
+    }
+
     /// Waits for the rate limit (if any), then counts the call as in flight.
     pub async fn before_call(&self) -> Call {
         if let Some(rate) = &self.rate {

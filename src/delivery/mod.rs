@@ -442,10 +442,31 @@ impl Deliverer {
         if token.cancelled() {
             return false;
         }
+        // The usual case, a closed breaker, without registering for the
+        // cancellation (a lock on the partition's notifier per event).
+        if self.pipeline.health.admit_now() {
+            return true;
+        }
         tokio::select! {
             biased;
             _ = token.until_cancelled() => false,
             _ = self.pipeline.health.gate() => true,
+        }
+    }
+
+    /// Waits for the API rate limit's slot (`api.rate_limit_per_sec`), then
+    /// counts the call for the concurrency limit; `None`: the partition was
+    /// handed over first, and no request is made for it. A wait dropped here
+    /// takes no slot (a batch taken from Redis but not yet counted is lost to
+    /// the group, which errs on the side of fewer calls).
+    async fn rate_slot(&self, token: &CompletionToken) -> Option<limits::Call> {
+        if !self.limits.rate_limited() {
+            return Some(self.limits.before_call().await);
+        }
+        tokio::select! {
+            biased;
+            _ = token.until_cancelled() => None,
+            call = self.limits.before_call() => Some(call),
         }
     }
 
@@ -623,7 +644,7 @@ impl Deliverer {
                 if !self.drain_pacer.slot(token).await || !self.gate(token).await {
                     return None;
                 }
-                let call = self.limits.before_call().await;
+                let call = self.rate_slot(token).await?;
                 let r = self
                     .api
                     .send(&out, &id, body, Some(env.dlq_retries + 1))
@@ -948,7 +969,7 @@ impl Deliverer {
         if !self.gate(token).await {
             return None;
         }
-        let call = self.limits.before_call().await;
+        let call = self.rate_slot(token).await?;
         let r = self.api.send(out, id, body, None).await;
         self.limits.after_call(call, &r);
         match &r {
