@@ -94,6 +94,8 @@ pub struct Sample {
     pub heap_resident_mb: f64,
     /// `courier_in_flight`: events holding a delivery permit.
     pub in_flight: f64,
+    /// `courier_api_concurrency_limit`: the adaptive limit (or the fixed one).
+    pub limit: f64,
     /// Main partitions not being read (`courier_partition_paused`).
     pub paused: f64,
 }
@@ -228,6 +230,7 @@ pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<Courie
             heap_allocated_mb: metric_sum(&text, "courier_memory_allocated_bytes") / MB,
             heap_resident_mb: metric_sum(&text, "courier_memory_resident_bytes") / MB,
             in_flight: metric_sum(&text, "courier_in_flight"),
+            limit: metric_sum(&text, "courier_api_concurrency_limit"),
             paused: metric_sum(&text, "courier_partition_paused"),
         });
         let done = delivered >= s.events as f64;
