@@ -118,7 +118,7 @@ concurrency = {c}
     );
     sink.reset();
     let launch = Launch::new(
-        env!("CARGO_BIN_EXE_courier"),
+        courier::testkit::measured_courier(env!("CARGO_BIN_EXE_courier")),
         std::env::temp_dir().join("courier-capacity-bench"),
         id.clone(),
         toml,

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 /// The binary measured: this build's, or `E2E_COURIER_BIN` (an A/B against
 /// another build).
 fn courier_bin() -> String {
-    std::env::var("E2E_COURIER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_courier").into())
+    courier::testkit::measured_courier(env!("CARGO_BIN_EXE_courier"))
 }
 
 // The same allocator as the `courier` binary, so the bare client's CPU per request

@@ -35,6 +35,13 @@ pub fn asked_as_benchmark(name: &str) -> bool {
     false
 }
 
+/// The `courier` binary a benchmark measures: `E2E_COURIER_BIN` when it is
+/// set (an A/B against another build, with the same bench executable), else
+/// `built` (the bench's own `CARGO_BIN_EXE_courier`).
+pub fn measured_courier(built: &str) -> String {
+    std::env::var("E2E_COURIER_BIN").unwrap_or_else(|_| built.to_string())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TestkitError {
     #[error("{what} {}: {source}", path.display())]
