@@ -353,7 +353,11 @@ async fn rebalance_during_drain_keeps_the_fsm() {
         ..Spec::default()
     };
     let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
-    let slow_drain = FAST.replace("drain_rate_per_sec = 20.0", "drain_rate_per_sec = 2.0");
+    // Slow enough that the first owner cannot drain the DLQ partitions the new
+    // owner will receive before it has joined: at 2/s (≈ 10 s for the ~20
+    // records) a CI run with another test binary beside it saw the second
+    // instance join after its partitions were empty (modes paused → normal).
+    let slow_drain = FAST.replace("drain_rate_per_sec = 20.0", "drain_rate_per_sec = 0.5");
     let toml =
         toml_with(&n, &api.url(), &slow_drain).replace("concurrency = 256", "concurrency = 64");
     let mut a = Courier::start(&format!("{}-a", n.topic), &s, &toml);
