@@ -11,6 +11,14 @@ use courier::loadgen::{self, Spec};
 use courier::sink::{Audit, Behaviour, SinkHandle};
 use std::time::Duration;
 
+/// One test of this file at a time. They share one Redis, which
+/// `no_burst_above_the_limit_when_redis_returns` stops and starts; and their
+/// per-second books at the API are wall-clock counts that two or three Courier
+/// processes of a neighbouring test can skew on a 2-core machine (CI saw a
+/// second of 338 requests followed by one of 639 while a three-instance test
+/// ran beside it: the calls were granted in the first and sent in the second).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Requests and 429s for capacity from `skip` whole seconds after the first
 /// request on (the start-up probe is over by then).
 fn over_capacity_after(audit: &Audit, skip: usize) -> (u64, u64) {
@@ -26,6 +34,7 @@ fn over_capacity_after(audit: &Audit, skip: usize) -> (u64, u64) {
 /// 1 % of its requests are answered 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adaptive_concurrency_finds_a_hidden_capacity() {
+    let _one = ONE_AT_A_TIME.lock().await;
     const K: u64 = 20;
     let s = services();
     let n = Names::new("capacity", 4);
@@ -153,11 +162,13 @@ async fn shared_rate_limit(name: &str, instances: usize, redis_url: Option<&str>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_a_rate_limit_through_redis() {
+    let _one = ONE_AT_A_TIME.lock().await;
     shared_rate_limit("rate2", 2, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_share_a_rate_limit_through_redis() {
+    let _one = ONE_AT_A_TIME.lock().await;
     shared_rate_limit("rate3", 3, None).await;
 }
 
@@ -165,6 +176,7 @@ async fn three_instances_share_a_rate_limit_through_redis() {
 /// (its share: the whole rate, since it has seen no other instance).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_an_instance_limits_itself_locally() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let port = free_port();
     let url = format!("redis://127.0.0.1:{port}");
     shared_rate_limit("rate-local", 1, Some(&url)).await;
@@ -176,6 +188,7 @@ async fn without_redis_an_instance_limits_itself_locally() {
 /// the whole rate (an instance that never reached Redis knew of no other).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_two_instances_share_the_rate_by_partitions() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let port = free_port();
     let url = format!("redis://127.0.0.1:{port}");
     shared_rate_limit("rate-local2", 2, Some(&url)).await;
@@ -187,6 +200,7 @@ async fn without_redis_two_instances_share_the_rate_by_partitions() {
 /// pause from one instance holds the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_script_shares_one_limit_and_one_pause() {
+    let _one = ONE_AT_A_TIME.lock().await;
     use courier::delivery::ratelimit::RateLimiter;
     use fred::prelude::*;
     use std::sync::Arc;
@@ -213,11 +227,15 @@ async fn the_redis_script_shares_one_limit_and_one_pause() {
     ));
     let (granted, _, live) = a.take_batch(&client, false).await.unwrap();
     assert_eq!((granted, live), (10, 1), "the burst, one member");
+    let between = std::time::Instant::now();
     let (granted, wait_us, live) = b.take_batch(&client, false).await.unwrap();
     assert_eq!(live, 2, "both members live");
+    // At 1,000/s a permit accrues each millisecond between the two calls (CI
+    // once saw 6 ms there, and 6 permits): the burst itself must not repeat.
+    let accrued = 1 + between.elapsed().as_millis() as u64;
     assert!(
-        granted <= 1,
-        "the burst is spent: {granted} more granted at once"
+        granted <= accrued,
+        "the burst is spent: {granted} more granted at once ({accrued} accrued)"
     );
     if granted == 0 {
         assert!(wait_us > 0 && wait_us <= 1_000, "wait {wait_us} µs");
@@ -262,6 +280,7 @@ async fn the_redis_script_shares_one_limit_and_one_pause() {
 /// printed with the phases. Ends with the audit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_burst_above_the_limit_when_redis_returns() {
+    let _one = ONE_AT_A_TIME.lock().await;
     const RATE: u64 = 500;
     const BURST: u64 = 5;
     let s = services();
