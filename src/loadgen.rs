@@ -111,6 +111,16 @@ pub fn event_json(id: &str, event_type: &str, key: &str, seq: usize, size: usize
 }
 
 pub fn producer(brokers: &str) -> Result<FutureProducer, LoadError> {
+    producer_with_timeout(brokers, Duration::from_secs(300))
+}
+
+/// [`producer`] whose records fail after `message_timeout` without an
+/// acknowledgement (the drill's load sends a failed chunk again with a new
+/// producer, so it need not wait five minutes to find out).
+pub fn producer_with_timeout(
+    brokers: &str,
+    message_timeout: Duration,
+) -> Result<FutureProducer, LoadError> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
@@ -121,7 +131,10 @@ pub fn producer(brokers: &str) -> Result<FutureProducer, LoadError> {
         // starts it twice; on a loaded machine that took 93 s and a 60 s
         // timeout failed the drill's load): keep trying, like a producer
         // configured for outages, rather than give up on an event.
-        .set("message.timeout.ms", "300000")
+        .set(
+            "message.timeout.ms",
+            message_timeout.as_millis().max(1).to_string(),
+        )
         .create()?)
 }
 

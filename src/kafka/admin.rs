@@ -268,6 +268,30 @@ pub fn committed_offsets(
     topic: &str,
     partitions: i32,
 ) -> Result<Vec<i64>, AdminError> {
+    Ok(committed_positions(cluster, group, topic, partitions)?
+        .into_iter()
+        .map(|c| c.offset)
+        .collect())
+}
+
+/// A group's committed position in one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedPosition {
+    /// The next offset to read; -1 when the group committed nothing.
+    pub offset: i64,
+    /// The commit's metadata (Courier's: the offsets done above `offset`,
+    /// see [`crate::core::completed`]); empty when there is none.
+    pub metadata: String,
+}
+
+/// The committed position (offset and metadata) of `group` for every
+/// partition of `topic`.
+pub fn committed_positions(
+    cluster: &(impl Connection + ?Sized),
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<CommittedPosition>, AdminError> {
     let mut cfg = cluster.client_config();
     cfg.set("group.id", group)
         .set("enable.auto.commit", "false");
@@ -280,9 +304,15 @@ pub fn committed_offsets(
         .committed_offsets(tpl, Duration::from_secs(10))
         .map_err(|e| failure(&c, e))?;
     Ok((0..partitions)
-        .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
-            _ => -1,
+        .map(|p| {
+            let e = got.find_partition(topic, p);
+            CommittedPosition {
+                offset: match e.as_ref().map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => o,
+                    _ => -1,
+                },
+                metadata: e.map(|e| e.metadata().to_string()).unwrap_or_default(),
+            }
         })
         .collect())
 }

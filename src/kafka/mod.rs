@@ -7,9 +7,9 @@ pub mod poller;
 use crate::config::KafkaConfig;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::ClientContext;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -203,6 +203,8 @@ pub struct CourierContext {
     /// `pipeline.max_buffered_bytes`: actor mailboxes are unbounded, so this is
     /// what keeps a large backlog out of memory.
     pub buffered: Arc<poller::Buffered>,
+    /// When a failed auto-commit was last logged (ms since the epoch).
+    commit_warned_ms: AtomicI64,
 }
 
 impl CourierContext {
@@ -222,6 +224,7 @@ impl CourierContext {
             closing,
             pending: Mutex::new(Vec::new()),
             buffered,
+            commit_warned_ms: AtomicI64::new(0),
         }
     }
 
@@ -289,12 +292,24 @@ impl ConsumerContext for CourierContext {
         result: rdkafka::error::KafkaResult<()>,
         _offsets: &rdkafka::TopicPartitionList,
     ) {
-        use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-        if !matches!(
-            result,
-            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))
-        ) {
-            self.actor.auto_committed();
+        match result {
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Ok(()) => self.actor.auto_committed(),
+            Err(e) => {
+                self.actor.auto_committed();
+                // Failures repeat at every commit interval while the coordinator
+                // is away: one line per 10 s says so.
+                let now = crate::clock::now_ms();
+                let last = self.commit_warned_ms.load(Ordering::Relaxed);
+                if now - last >= 10_000
+                    && self
+                        .commit_warned_ms
+                        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    tracing::warn!(error = %e, "offset commit failed: work finished since the last commit that landed is delivered again if the partition moves before one does");
+                }
+            }
         }
     }
 
@@ -305,14 +320,19 @@ impl ConsumerContext for CourierContext {
             tracing::info!(?partitions, "partitions revoked: draining");
             if !self.closing.load(Ordering::SeqCst) && !partitions.is_empty() {
                 let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                if self.actor.revoked(partitions, tx) && rx.recv_timeout(self.revoke_wait).is_err()
+                if self.actor.revoked(partitions.clone(), tx)
+                    && rx.recv_timeout(self.revoke_wait).is_err()
                 {
                     tracing::warn!("revoke drain did not finish in time; in-flight events will be redelivered to the new owner");
                 }
             }
-            if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
-                // NoOffset just means nothing new was stored since the last commit.
-                tracing::debug!(error = %e, "commit on revoke");
+            match consumer.commit_consumer_state(CommitMode::Sync) {
+                Ok(()) => {}
+                // Nothing new was stored since the last commit.
+                Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, ?partitions, "commit on revoke failed: the new owners deliver again what finished since the last commit that landed")
+                }
             }
         }
     }

@@ -155,6 +155,50 @@ pub struct Courier {
     pub metrics_port: u16,
 }
 
+/// The lines of the log at `path` about the group and its commits (assignments,
+/// revokes, drains, commits, warnings and errors), without colour codes: what
+/// a failed rebalance or crash test prints to explain itself.
+pub fn group_log_excerpt(path: &std::path::Path) -> String {
+    const ABOUT: [&str; 8] = [
+        "assigned",
+        "revoked",
+        "drain",
+        "commit",
+        "rebalance",
+        "WARN",
+        "ERROR",
+        "member",
+    ];
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = format!("--- {}\n", path.display());
+    for line in text.lines() {
+        let plain = strip_ansi(line);
+        if ABOUT.iter().any(|w| plain.contains(w)) {
+            out.push_str(&plain);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI sequence: ESC [ parameters final-byte (a letter).
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 pub fn log_dir() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("courier-logs");
     std::fs::create_dir_all(&d).expect("log dir");

@@ -653,6 +653,11 @@ impl Load {
     }
 }
 
+/// How long the drill's load producer waits for an acknowledgement before it
+/// sends the chunk again with a new producer, and how many times it does.
+const LOAD_MESSAGE_TIMEOUT: Duration = Duration::from_secs(60);
+const LOAD_ATTEMPTS: u32 = 5;
+
 /// Every `POISON_EVERY`-th record is bad input while the poison flag is up (5 %).
 pub const POISON_EVERY: usize = 20;
 
@@ -664,7 +669,7 @@ async fn produce_load(
     rate: u64,
     poison: Arc<AtomicBool>,
 ) -> anyhow::Result<Produced> {
-    let producer = loadgen::producer(&brokers)?;
+    let mut producer = loadgen::producer_with_timeout(&brokers, LOAD_MESSAGE_TIMEOUT)?;
     // Chunks are a multiple of POISON_EVERY so that poison is exactly 1 in 20.
     let chunk = ((rate as usize / 10).div_ceil(POISON_EVERY) * POISON_EVERY).max(POISON_EVERY);
     let period = Duration::from_secs_f64(chunk as f64 / rate as f64);
@@ -686,9 +691,27 @@ async fn produce_load(
         // so that every kind of bad input occurs.
         let kinds = spec.poison_kinds.len();
         spec.poison_kinds.rotate_left((sent / chunk) % kinds);
-        let p = loadgen::produce_with(&producer, &topic, &spec, sent)
-            .await
-            .context("producing the load")?;
+        let mut attempt = 0;
+        let p = loop {
+            match loadgen::produce_with(&producer, &topic, &spec, sent).await {
+                Ok(p) => break p,
+                // An idempotent producer can stay stuck after the broker was
+                // killed (the kafka-restart drill in CI: nothing acknowledged
+                // for 3.5 min after the broker was back, while Courier's
+                // consumers were): a new producer sends the chunk again, as a
+                // real producer's retry would. Events of the chunk that had
+                // landed are then in the topic twice (counted as duplicates).
+                Err(e) if attempt < LOAD_ATTEMPTS => {
+                    attempt += 1;
+                    eprintln!(
+                        "[drill] producing the load: {e}; sending the chunk again with a new \
+                         producer ({attempt} of {LOAD_ATTEMPTS})"
+                    );
+                    producer = loadgen::producer_with_timeout(&brokers, LOAD_MESSAGE_TIMEOUT)?;
+                }
+                Err(e) => return Err(e).context("producing the load"),
+            }
+        };
         out.ids.extend(p.ids);
         out.offsets.extend(p.offsets);
         out.poison.extend(p.poison);
