@@ -5,6 +5,7 @@
 #
 #   scripts/services.sh up|down|status|clean
 #   scripts/services.sh kafka-stop|kafka-start|kafka-kill
+#   scripts/services.sh kafka-reset   (stop Kafka, delete its topics and groups: test data only)
 #   scripts/services.sh redis-stop|redis-start
 #   scripts/services.sh pg-stop|pg-start
 #
@@ -108,7 +109,7 @@ log() { printf '[services] %s\n' "$*" >&2; }
 die() { printf '[services] ERROR: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,18p' "$SCRIPT_PATH" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,24p' "$SCRIPT_PATH" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -554,6 +555,18 @@ kafka_stop() {
     rm -f "$KAFKA_PID"
 }
 
+# Stops Kafka and deletes its storage (formatted again at the next start). The test
+# command runs it first: every run creates hundreds of topics, and a broker carrying
+# those of all earlier runs (3,070 partitions, 3.4 GB after a day here) took 93-101 s
+# to come back in the kafka-restart drill and slowed every group coordinator lookup.
+kafka_reset() {
+    kafka_stop TERM
+    if [[ -d $KAFKA_DATA ]]; then
+        log "deleting Kafka's storage in $KAFKA_DATA (topics and groups of earlier runs)"
+        rm -rf "$KAFKA_DATA"
+    fi
+}
+
 # ---------------------------------------------------------------------------------------------
 # redis
 
@@ -846,7 +859,7 @@ main() {
     local cmd=${1:-}
     [[ -n $cmd ]] || usage
     case $cmd in
-        up | down | status | clean | kafka-stop | kafka-start | kafka-kill | redis-stop | redis-start | pg-stop | pg-start) ;;
+        up | down | status | clean | kafka-stop | kafka-start | kafka-kill | kafka-reset | redis-stop | redis-start | pg-stop | pg-start) ;;
         -h | --help | help) usage ;;
         *) printf '[services] unknown command: %s\n' "$cmd" >&2; usage ;;
     esac
@@ -871,6 +884,7 @@ main() {
         kafka-start) kafka_start ;;
         kafka-stop) kafka_stop TERM ;;
         kafka-kill) kafka_stop KILL ;;
+        kafka-reset) kafka_reset ;;
         redis-start) redis_start ;;
         redis-stop) redis_stop ;;
         pg-start) pg_start ;;

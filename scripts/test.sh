@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A broker with fresh storage: topics and groups left by earlier runs only slow it down
+# (a restart loads every partition; see `kafka-reset` in services.sh).
+bash scripts/services.sh kafka-reset
 bash scripts/services.sh up
 
 # Debian's Chromium for the status page's browser test (tests/status_page.rs renders
