@@ -10,9 +10,7 @@ mod common;
 
 use common::*;
 use courier::audit::{AuditReport, Produced};
-use courier::kafka::admin::{
-    committed_offsets, committed_positions, end_offsets, CommittedPosition,
-};
+use courier::kafka::admin::{committed_offsets, end_offsets, CommittedPosition};
 use courier::loadgen::{self, Spec};
 use courier::sink::{Audit, SinkHandle};
 use std::time::{Duration, Instant};
@@ -114,24 +112,6 @@ impl Group {
             .unwrap()
     }
 
-    /// The group's committed positions (offsets and metadata) in the main
-    /// topic, asking again on transient coordinator errors.
-    fn committed_positions(&self) -> Vec<CommittedPosition> {
-        let (s, n) = (&self.s, &self.n);
-        let mut tries = 0;
-        loop {
-            match committed_positions(&s.brokers, &n.group, &n.topic, n.partitions) {
-                Ok(v) => return v,
-                Err(e) if tries < 20 => {
-                    tries += 1;
-                    eprintln!("committed positions: {e}; asking again");
-                    std::thread::sleep(Duration::from_millis(250));
-                }
-                Err(e) => panic!("committed positions: {e}"),
-            }
-        }
-    }
-
     /// Waits until the group's DLQ offsets reach the DLQ's ends (drained).
     async fn wait_dlq_drained(&self) {
         let (s, n) = (&self.s, &self.n);
@@ -227,7 +207,7 @@ async fn sigkill_and_restart_of_a_static_member() {
     // starts (so none of its own commits is in it): what the API had answered
     // and what the group had committed, offsets and metadata, at the kill.
     let at_kill = g.api.audit();
-    let committed_at_kill = g.committed_positions();
+    let committed_at_kill = g.n.committed_positions(&g.s);
     let a2 = g.start_as("a", "a-restarted");
     let first = first_positive(&a2, "courier_delivered_total", Duration::from_secs(90)).await;
     let takeover = first - killed_at;

@@ -230,23 +230,6 @@ fn mode_changes(log: &str) -> Vec<(chrono_free::Ts, i32, String, String)> {
     out
 }
 
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Log timestamps (`2026-11-29T21:29:15.517644Z`) as milliseconds of the day:
 /// enough to compare times within one test run.
 mod chrono_free {

@@ -82,22 +82,7 @@ fn ca_line(ca: &Ca) -> String {
 
 /// Courier's log without colour codes.
 fn plain_log(c: &Courier) -> String {
-    let raw = c.log_text();
-    let mut out = String::with_capacity(raw.len());
-    let mut chars = raw.chars();
-    while let Some(ch) = chars.next() {
-        if ch == '\u{1b}' {
-            // CSI: ESC [ parameters final-byte
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(ch);
-        }
-    }
-    out
+    strip_ansi(&c.log_text())
 }
 
 /// Waits until Courier's log has the line naming `reason` (Courier's own, with

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use courier::audit::{audit, AuditReport, Produced};
-use courier::kafka::admin::{committed_offsets, create_topics, end_offsets};
+use courier::kafka::admin::{committed_positions, create_topics, end_offsets, CommittedPosition};
 use courier::sink::{Behaviour, SinkHandle};
 use courier::testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
 use std::path::PathBuf;
@@ -87,9 +87,18 @@ impl Names {
     /// The group's committed offsets. Retries transient coordinator errors (a
     /// coordinator moving or loading after a broker restart) for a few seconds.
     pub fn committed(&self, s: &Services) -> Vec<i64> {
+        self.committed_positions(s)
+            .into_iter()
+            .map(|c| c.offset)
+            .collect()
+    }
+
+    /// The group's committed positions (offsets and their metadata), asking
+    /// again on transient coordinator errors like [`Names::committed`].
+    pub fn committed_positions(&self, s: &Services) -> Vec<CommittedPosition> {
         let mut tries = 0;
         loop {
-            match committed_offsets(&s.brokers, &self.group, &self.topic, self.partitions) {
+            match committed_positions(&s.brokers, &self.group, &self.topic, self.partitions) {
                 Ok(v) => return v,
                 Err(e) if tries < 20 => {
                     tries += 1;
@@ -181,9 +190,11 @@ pub fn group_log_excerpt(path: &std::path::Path) -> String {
     out
 }
 
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
+/// `text` without its terminal colour codes (CSI sequences: ESC [ parameters, a
+/// final letter), as Courier's logs carry them.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
     while let Some(c) = chars.next() {
         if c == '\u{1b}' {
             // CSI sequence: ESC [ parameters final-byte (a letter).
