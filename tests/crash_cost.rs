@@ -55,10 +55,22 @@ impl Group {
             Some(d) => toml_with(&n, &api.url(), d),
             None => base_toml(&n, &api.url()),
         };
-        let mut all = vec![(
-            "COURIER__KAFKA__AUTO_COMMIT_INTERVAL".to_string(),
-            COMMIT_INTERVAL.to_string(),
-        )];
+        // The production default session timeout, not the other tests' 10 s:
+        // no test here waits for a session to end (a killed member comes back
+        // with its id, a stopped one leaves), and in one CI run the coordinator
+        // answered nothing for 10 s, a member's session timed out and its
+        // assignment was lost (its commit on revoke refused) — a cost these
+        // tests do not bound.
+        let mut all = vec![
+            (
+                "COURIER__KAFKA__AUTO_COMMIT_INTERVAL".to_string(),
+                COMMIT_INTERVAL.to_string(),
+            ),
+            (
+                "COURIER__KAFKA__SESSION_TIMEOUT".to_string(),
+                "45s".to_string(),
+            ),
+        ];
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         Group {
             s,
@@ -581,4 +593,33 @@ async fn a_sigtermed_static_member_hands_its_partitions_over_at_once() {
         "the static member said it left"
     );
     b.terminate(Duration::from_secs(30)).await;
+}
+
+/// A second process joins with this member's instance id (a misconfigured
+/// deployment; or, with librdkafka 2.12, this member's own commits sent after
+/// a client-side session timeout, which the broker answers the same way).
+/// librdkafka makes the fence fatal: the consumer never fetches again. The
+/// fenced member exits 70 for the orchestrator to restart it, rather than
+/// idling on as a healthy-looking process; the other delivers everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_member_exits_for_a_restart() {
+    let g = Group::new("fenced", 2, &[]).await;
+    let mut a = g.start("a");
+    g.assigned(&[&a], 2.0).await;
+    let produced = g.produce("fenced", 2_000).await;
+    let twin = g.start_as("a", "twin");
+    let code = a.wait_exit(Duration::from_secs(60)).await;
+    assert_eq!(
+        code,
+        Some(70),
+        "the fenced member did not exit 70 within 60 s\n{}",
+        group_log_excerpt(&a.log)
+    );
+    let log = strip_ansi(&a.log_text());
+    assert!(
+        log.contains("FencedInstanceId") && log.contains("exiting with an error"),
+        "the fenced member says why it exits\n{log}"
+    );
+    let (rep, _) = g.finish("fenced", &produced, vec![twin], &[]).await;
+    println!("[fenced] duplicates {}", rep.duplicates);
 }

@@ -41,6 +41,8 @@ pub enum ConsumerMsg {
     LagTick,
     /// Result of a lag check, per partition.
     Lag(Vec<(i32, Positions)>),
+    /// The Kafka client failed fatally (the poll thread stopped).
+    ClientFatal(String),
 }
 
 pub struct ConsumerArgs {
@@ -64,6 +66,9 @@ impl PollSink for ActorRef<ConsumerMsg> {
     }
     fn auto_committed(&self) {
         metrics::counter!(crate::metrics::OFFSET_COMMITS, "kind" => "auto").increment(1);
+    }
+    fn client_fatal(&self, reason: String) {
+        let _ = self.send_message(ConsumerMsg::ClientFatal(reason));
     }
 }
 
@@ -299,6 +304,10 @@ impl Actor for ConsumerActor {
                     }
                 }
             }
+            // Nothing here can repair it (a new consumer in this process could
+            // fence the one that took the id); the process ends non-zero and
+            // the graceful shutdown drains what is on the wire.
+            ConsumerMsg::ClientFatal(reason) => s.pipeline.fatal(reason),
             ConsumerMsg::Shutdown(reply) => {
                 s.shutdown().await;
                 let _ = reply.send(());
@@ -587,6 +596,12 @@ impl ConsumerState {
         let _ = tokio::task::spawn_blocking(move || {
             if let Some(p) = poller.as_mut() {
                 p.stop_and_join();
+            }
+            // A consumer that failed fatally sends nothing any more: no commit,
+            // no LeaveGroup (the group has already moved its partitions).
+            if let Some((code, _)) = c.client().fatal_error() {
+                tracing::warn!(?code, "no final commit: the Kafka consumer failed fatally; the partitions' new owners deliver again what finished since the last commit that landed");
+                return;
             }
             match c.commit_consumer_state(CommitMode::Sync) {
                 Ok(()) => tracing::info!("final commit done"),

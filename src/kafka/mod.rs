@@ -180,6 +180,10 @@ pub trait PollSink: Send + Sync {
     /// An auto-commit request was answered (for the commit count); called on
     /// the poll thread, so it must not block.
     fn auto_committed(&self) {}
+    /// The client hit a fatal error (librdkafka: e.g. a static member fenced by
+    /// another with its `group.instance.id`): this consumer never fetches or
+    /// commits again. Called once, from the poll thread, which then stops.
+    fn client_fatal(&self, reason: String);
 }
 
 /// Rebalance callbacks run on the poll thread, inside `poll()`. On revoke they hand
@@ -261,7 +265,7 @@ impl CourierContext {
 impl ClientContext for CourierContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         if reason.to_ascii_lowercase().contains("fenced") {
-            tracing::error!(%error, reason, "fenced: another process joined the group with this kafka.instance_id; give each instance its own (e.g. the pod name)");
+            tracing::error!(%error, reason, "fenced: another process joined the group with this kafka.instance_id (give each instance its own, e.g. the pod name), or this one's commits arrived after its session had timed out");
         } else {
             tracing::warn!(%error, reason, "kafka client error");
         }

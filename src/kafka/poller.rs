@@ -160,6 +160,18 @@ fn poll_loop(
                 }
             }
             Some(Err(e)) => {
+                // librdkafka raises a fatal error as a poll error too. The
+                // consumer is dead then (it neither fetches nor commits again,
+                // and owns nothing the group knows of): polling on would leave
+                // a process that looks healthy and does nothing. Reported, so
+                // the process ends and its orchestrator starts it afresh.
+                if let Some((code, reason)) = consumer.client().fatal_error() {
+                    ctx.flush();
+                    ctx.actor.client_fatal(format!(
+                        "the Kafka consumer failed fatally ({code:?}): {reason}"
+                    ));
+                    return;
+                }
                 tracing::warn!(error = %e, "consumer poll error");
                 if !ctx.flush() {
                     return;
