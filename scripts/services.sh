@@ -517,8 +517,12 @@ kafka_launch() {
     rm -f "$KAFKA_PID"
     # New session: a Ctrl-C in the terminal/test run that called us does not reach the broker.
     # The shell writes its own pid, then execs java, so the pid file is java's pid.
+    # GC and safepoint pauses go to gc.log: a test that sees the coordinator answer
+    # nothing for seconds (a client-side session timeout) can tell a JVM pause from a
+    # starved machine.
     setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$KAFKA_PID" \
         "$(java_bin)" -Xmx512m -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
+        "-Xlog:gc,safepoint:file=$KAFKA_DIR/gc.log:time,uptime:filecount=2,filesize=20m" \
         -Dlog4j2.configurationFile="$KAFKA_LOG4J" -cp "$KAFKA_LIB/*" \
         kafka.Kafka "$KAFKA_PROPS" </dev/null >>"$KAFKA_OUT" 2>&1 9>&- &
     local i
