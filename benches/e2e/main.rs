@@ -183,6 +183,12 @@ pub struct Opts {
     /// Measure a cell again (fresh topic) when the run failed or was disturbed.
     #[arg(long, default_value_t = 2)]
     retries: usize,
+    /// Run the cells this many times, in rounds (every cell, then every cell
+    /// again), and report each cell's ratios to the ceiling, their median and how
+    /// many reach 0.8: on a shared 2-core machine one run's ratio moves by ±0.15
+    /// in the CPU-bound cells (docs/BENCHMARKS.md, run 11).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    repeat: u64,
     /// Give up on a Courier run after this long.
     #[arg(long, default_value_t = 600)]
     cell_timeout_secs: u64,
@@ -287,7 +293,14 @@ impl Opts {
         if cells.iter().any(|c| c.concurrency == 0) {
             anyhow::bail!("concurrency must be at least 1");
         }
-        Ok(cells)
+        // Rounds, not each cell N times in a row: a slow minute of the machine
+        // then falls on different cells, not on all runs of one.
+        let round = cells.len();
+        Ok(cells
+            .into_iter()
+            .cycle()
+            .take(round * self.repeat as usize)
+            .collect())
     }
 
     /// At most one event per partition is in flight in `partition` mode.

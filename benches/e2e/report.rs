@@ -65,6 +65,28 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
+/// One cell measured several times (`--repeat`): its ratios to the ceiling in
+/// run order, their median and how many reached 0.8.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Repeated {
+    pub cell: String,
+    pub ratios: Vec<f64>,
+    pub median: f64,
+    pub at_least_0_8: usize,
+}
+
+/// The median of `v` (the mean of the middle two for an even count); `None` when empty.
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Target {
     pub target: &'static str,
@@ -118,6 +140,32 @@ impl Report {
 
     fn label(c: &CellResult) -> String {
         format!("L={} C={} {}", c.latency_ms, c.concurrency, c.ordering)
+    }
+
+    /// The cells measured more than once, in the order first seen.
+    pub fn repeated(&self) -> Vec<Repeated> {
+        let mut out: Vec<(String, Vec<f64>)> = Vec::new();
+        for c in &self.cells {
+            let label = format!("{} ({} events)", Self::label(c), c.events);
+            let Some(r) = self.derived(c).ratio_to_ceiling else {
+                continue;
+            };
+            match out.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, v)) => v.push(r),
+                None => out.push((label, vec![r])),
+            }
+        }
+        out.into_iter()
+            .filter(|(_, v)| v.len() > 1)
+            .filter_map(|(cell, ratios)| {
+                Some(Repeated {
+                    median: median(&ratios)?,
+                    at_least_0_8: ratios.iter().filter(|&&r| r >= 0.8).count(),
+                    cell,
+                    ratios,
+                })
+            })
+            .collect()
     }
 
     pub fn targets(&self) -> Vec<Target> {
@@ -445,6 +493,25 @@ impl Report {
                 );
             }
         }
+        let repeated = self.repeated();
+        if !repeated.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nRepeated cells (`--repeat`), × ceiling in run order:\n\n| cell | × ceiling | median | runs ≥ 0.8 |\n|---|---|---:|---:|"
+            );
+            for r in &repeated {
+                let runs: Vec<String> = r.ratios.iter().map(|x| format!("{x:.2}")).collect();
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {:.2} | {} of {} |",
+                    r.cell,
+                    runs.join(", "),
+                    r.median,
+                    r.at_least_0_8,
+                    r.ratios.len()
+                );
+            }
+        }
         let _ = writeln!(s, "\nTargets:\n");
         for t in self.targets() {
             let _ = writeln!(s, "- **{}**: {}. {}", t.target, t.status, t.detail);
@@ -465,6 +532,7 @@ impl Report {
             "cells": cells,
             "classic": self.classic,
             "drains": self.drains,
+            "repeated": self.repeated(),
             "targets": self.targets(),
         })
     }
