@@ -222,6 +222,12 @@ async fn routes_by_type_with_method_headers_and_trace_context() {
         let value = event(&id, ty, subject, &extra);
         events.push((id, value, headers));
     }
+    // A subject that would walk up the route's path (`..` resolves to
+    // `/routes/?id=…`) or leave a segment empty: parked, never sent.
+    for (id, subject) in [("dotdot", ".."), ("dot", "."), ("empty", "")] {
+        let value = event(id, "order.created", subject, "");
+        events.push((id.to_string(), value, Vec::new()));
+    }
     let produced = produce_events(&s, &n.topic, &events).await;
     let api = api(Behaviour::default()).await;
     api.set_record_requests(true);
@@ -296,7 +302,34 @@ method = "PATCH"
         };
         assert!(r.path.starts_with(path), "{prefix}-{i}: {}", r.path);
     }
+    for id in ["dotdot", "dot", "empty"] {
+        assert!(
+            !a.requests_sample.contains_key(id),
+            "{id}: sent to {}",
+            a.requests_sample[id].path
+        );
+    }
+    let parked = envelopes(&s, &n.parking);
+    assert_eq!(
+        parked.len(),
+        3,
+        "{:?}",
+        parked.iter().map(|e| &e.last_error).collect::<Vec<_>>()
+    );
+    for e in &parked {
+        assert_eq!(
+            e.last_error.reason, "request_unbuildable",
+            "{:?}",
+            e.last_error
+        );
+        assert!(
+            e.last_error.message.contains("{subject}"),
+            "{:?}",
+            e.last_error
+        );
+    }
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("mapping", &rep);
     assert_eq!(rep.delivered, 30, "{rep}");
+    assert_eq!(rep.parked, 3, "{rep}");
 }

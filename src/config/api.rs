@@ -409,7 +409,7 @@ fn check_header_name(field: &str, name: &str) -> Result<(), ConfigError> {
 }
 
 /// Loopback: `localhost` (and `*.localhost`, RFC 6761), 127.0.0.0/8 and ::1.
-fn is_loopback(url: &reqwest::Url) -> bool {
+pub(super) fn is_loopback(url: &reqwest::Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };

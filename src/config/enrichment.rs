@@ -20,8 +20,9 @@ pub enum OnMissing {
 pub struct EnrichmentConfig {
     pub enabled: bool,
     /// `postgres://user@host:port/db[?sslmode=…]` — without the password.
-    /// `sslmode` as libpq: `disable`, `prefer` (the default), `require`,
-    /// `verify-ca`, `verify-full`.
+    /// `sslmode` as libpq: `disable`, `prefer`, `require`, `verify-ca`,
+    /// `verify-full`. Without it: `verify-full`, except to a loopback host or a
+    /// Unix socket, where `prefer` (see [`EnrichmentConfig::ssl_mode`]).
     pub url: String,
     /// PEM bundle of the CA(s) that sign the server's certificate; replaces the
     /// platform's roots. With `require`/`prefer` it makes the chain verified
@@ -114,11 +115,24 @@ impl EnrichmentConfig {
         Ok(())
     }
 
-    /// The URL's `sslmode` (libpq's default, `prefer`, when absent).
+    /// The URL's `sslmode`; when absent, [`SslMode::VerifyFull`] — not libpq's
+    /// `prefer`, which falls back to plain text and checks no certificate (an
+    /// attacker on the path reads the password and every lookup), nor
+    /// `verify-ca`, which accepts any certificate the CA signed, for any host.
+    /// Only `verify-full` is what someone who wrote a host name expects: that
+    /// host, over TLS. Exception: a loopback host (`localhost`, 127.0.0.0/8,
+    /// ::1) or a Unix socket keeps `prefer` — nothing crosses a network there,
+    /// a sidecar or local PostgreSQL rarely has TLS and never a certificate for
+    /// 127.0.0.1, and libpq's own default is `prefer`. Explicit modes are kept
+    /// as written.
     pub fn ssl_mode(&self) -> Result<SslMode, ConfigError> {
         let url = reqwest::Url::parse(&self.url)
             .map_err(|err| invalid("enrichment.url", err.to_string()))?;
-        let mut mode = SslMode::Prefer;
+        let mut mode = if pg_host_is_local(&url) {
+            SslMode::Prefer
+        } else {
+            SslMode::VerifyFull
+        };
         for (k, v) in url.query_pairs() {
             match k.as_ref() {
                 "sslmode" => {
@@ -161,6 +175,23 @@ impl EnrichmentConfig {
             Err(_) => self.url.clone(),
         }
     }
+}
+
+/// Whether every host a PostgreSQL URL names is loopback or a Unix socket
+/// directory (`?host=/run/postgresql`, or no host at all).
+fn pg_host_is_local(url: &reqwest::Url) -> bool {
+    let hosts = url
+        .query_pairs()
+        .find(|(k, _)| k == "host")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| url.host_str().unwrap_or_default().to_string());
+    hosts.split(',').all(|h| {
+        let h = h.trim();
+        if h.is_empty() || h.starts_with('/') || h.starts_with("%2F") || h.starts_with("%2f") {
+            return true;
+        }
+        reqwest::Url::parse(&format!("postgres://{h}/")).is_ok_and(|u| super::is_loopback(&u))
+    })
 }
 
 /// libpq's `sslmode` values (`allow` is not offered: it starts in plain text).

@@ -23,6 +23,7 @@ mod redis;
 mod retry;
 mod tracing;
 
+use api::is_loopback;
 pub use api::{ApiConfig, ApiTlsConfig, CaMode};
 pub(crate) use degraded::millis;
 pub use degraded::DegradedConfig;
@@ -117,6 +118,22 @@ impl Config {
         self.log.validate()?;
         self.tracing.validate()?;
         self.testing.validate()?;
+        for (field, name) in [
+            ("api.token_env", &self.api.token_env),
+            ("kafka.sasl_password_env", &self.kafka.sasl_password_env),
+            (
+                "kafka.oauth_client_secret_env",
+                &self.kafka.oauth_client_secret_env,
+            ),
+            (
+                "kafka.ssl_key_password_env",
+                &self.kafka.ssl_key_password_env,
+            ),
+            ("redis.password_env", &self.redis.password_env),
+            ("enrichment.password_env", &self.enrichment.password_env),
+        ] {
+            check_env_name(field, name.as_deref())?;
+        }
         // Revocation must finish inside the rebalance: the drain deadline has to stay
         // below the session timeout and well below max.poll.interval.ms.
         let (p, k) = (&self.pipeline, &self.kafka);
@@ -187,6 +204,29 @@ impl Config {
             self.enrichment.password_env.as_deref(),
         )
     }
+}
+
+/// A `*_env` field names an environment variable: letters, digits and `_`,
+/// not starting with a digit (`^[A-Za-z_][A-Za-z0-9_]*$`). Anything else is
+/// likely the secret itself, put there by mistake: refused, and the value is
+/// never shown (the error goes to logs and terminals).
+fn check_env_name(field: &str, name: Option<&str>) -> Result<(), ConfigError> {
+    let Some(name) = name else {
+        return Ok(());
+    };
+    let mut bytes = name.bytes();
+    let first_ok = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_');
+    if first_ok && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Ok(());
+    }
+    Err(invalid(
+        field,
+        "must be the name of an environment variable (letters, digits and `_`, not starting \
+         with a digit), not a value; what is there is not shown. If it is the secret itself, \
+         put the secret in an environment variable, name that here, and rotate the secret",
+    ))
 }
 
 /// The value of the environment variable a `*_env` field names; a named but
@@ -467,6 +507,110 @@ mod tests {
         assert_eq!(field, "enrichment.password_env");
     }
 
+    /// A `*_env` field holding the secret itself by mistake: refused, naming
+    /// the field, never echoing the value (it used to come back in
+    /// "environment variable <the secret> is not set").
+    #[test]
+    fn env_fields_must_be_variable_names_and_are_never_echoed() {
+        let secret = "sk_live_9f8e-7d6c/5b4a+3c2d==";
+        for (section, key) in [
+            ("api", "token_env"),
+            ("kafka", "sasl_password_env"),
+            ("kafka", "oauth_client_secret_env"),
+            ("kafka", "ssl_key_password_env"),
+            ("redis", "password_env"),
+            ("enrichment", "password_env"),
+        ] {
+            let toml = format!("[{section}]\n{key} = \"{secret}\"\n");
+            let err = Config::from_toml(&toml)
+                .and_then(|c| c.check_secrets())
+                .expect_err("a value that is no variable name is refused");
+            let shown = err.to_string();
+            assert!(shown.contains(&format!("{section}.{key}")), "{shown}");
+            assert!(!shown.contains("sk_live"), "the value is echoed: {shown}");
+            for bad in ["", "1ABC", "MY VAR", "A-B", "ÄPFEL"] {
+                let toml = format!("[{section}]\n{key} = \"{bad}\"\n");
+                assert_eq!(field_of(&toml), format!("{section}.{key}"), "{bad:?}");
+            }
+        }
+        for good in ["COURIER_API_TOKEN", "_x", "a1"] {
+            let c = Config::from_toml(&format!("[api]\ntoken_env = \"{good}\"")).unwrap();
+            assert_eq!(c.api.token_env.as_deref(), Some(good));
+        }
+    }
+
+    /// Plain `redis://` with a password to a host other than loopback: the
+    /// password would cross the network in clear; refused unless allowed.
+    #[test]
+    fn plaintext_redis_with_a_password_only_to_loopback_unless_allowed() {
+        let with = |url: &str, extra: &str| {
+            format!("[redis]\nurl = \"{url}\"\npassword_env = \"REDIS_PW\"\n{extra}")
+        };
+        for url in [
+            "redis://redis.internal:6379",
+            "redis://10.1.2.3:6379/2",
+            "valkey://v:6379",
+        ] {
+            assert_eq!(field_of(&with(url, "")), "redis.url", "{url}");
+            assert!(
+                Config::from_toml(&with(url, "allow_plaintext = true")).is_ok(),
+                "{url}"
+            );
+        }
+        for url in [
+            "redis://127.0.0.1:6379",
+            "redis://localhost:6379",
+            "redis://[::1]:6379",
+            "rediss://redis.internal:6379",
+        ] {
+            assert!(Config::from_toml(&with(url, "")).is_ok(), "{url}");
+        }
+        // Without a password nothing secret crosses.
+        assert!(Config::from_toml("[redis]\nurl = \"redis://redis.internal:6379\"").is_ok());
+    }
+
+    /// Without `sslmode`, PostgreSQL is verified (`verify-full`), except on
+    /// loopback or a Unix socket (`prefer`); an explicit mode is kept.
+    #[test]
+    fn postgres_verifies_the_server_by_default() {
+        let on = "[enrichment]\nenabled = true\nquery = \"select d from t where k = $1\"\n";
+        for (url, want) in [
+            ("postgres://u@db.example.com:5432/db", SslMode::VerifyFull),
+            (
+                "postgres://u@10.0.0.5/db?connect_timeout=3",
+                SslMode::VerifyFull,
+            ),
+            ("postgres://u@127.0.0.1:5432/db", SslMode::Prefer),
+            ("postgres://u@localhost/db", SslMode::Prefer),
+            ("postgres://u@[::1]:5432/db", SslMode::Prefer),
+            ("postgres:///db?host=/run/postgresql", SslMode::Prefer),
+            (
+                "postgres://u@127.0.0.1/db?host=db.example.com",
+                SslMode::VerifyFull,
+            ),
+            (
+                "postgres://u@127.0.0.1/db?host=localhost,db2.example.com",
+                SslMode::VerifyFull,
+            ),
+            (
+                "postgres://u@db.example.com/db?sslmode=prefer",
+                SslMode::Prefer,
+            ),
+            (
+                "postgres://u@db.example.com/db?sslmode=disable",
+                SslMode::Disable,
+            ),
+        ] {
+            let c = Config::from_toml(&format!("{on}url = \"{url}\"")).unwrap();
+            assert_eq!(c.enrichment.ssl_mode().unwrap(), want, "{url}");
+        }
+        // The default URL (loopback) still connects to a PostgreSQL without TLS.
+        assert_eq!(
+            Config::default().enrichment.ssl_mode().unwrap(),
+            SslMode::Prefer
+        );
+    }
+
     #[test]
     fn store_tls_settings() {
         assert_eq!(
@@ -484,7 +628,8 @@ mod tests {
 
         let on = "[enrichment]\nenabled = true\nquery = \"select d from t where k = $1\"\n";
         for (mode, want) in [
-            ("", SslMode::Prefer),
+            ("", SslMode::VerifyFull),
+            ("?sslmode=prefer", SslMode::Prefer),
             ("?sslmode=disable", SslMode::Disable),
             ("?sslmode=require", SslMode::Require),
             ("?sslmode=verify-ca", SslMode::VerifyCa),

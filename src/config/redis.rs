@@ -1,6 +1,6 @@
 //! `[redis]`: where the shared "API down" marker lives.
 
-use super::{check_ca_file, invalid, ConfigError};
+use super::{check_ca_file, invalid, is_loopback, ConfigError};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +24,10 @@ pub struct RedisConfig {
     pub command_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// Allow plain `redis://` with a password (`password_env`) to a host other
+    /// than loopback: the password (and the group's keys) would cross the
+    /// network in clear. Off: such a config is refused; use `rediss://`.
+    pub allow_plaintext: bool,
 }
 
 impl Default for RedisConfig {
@@ -35,6 +39,7 @@ impl Default for RedisConfig {
             key_prefix: "courier".into(),
             command_timeout: Duration::from_millis(250),
             connect_timeout: Duration::from_secs(1),
+            allow_plaintext: false,
         }
     }
 }
@@ -67,6 +72,19 @@ impl RedisConfig {
                 format!("`{scheme}://` is not a Redis URL: use redis:// or rediss:// (TLS)"),
             ));
         }
+        if let Some(u) = &url {
+            if !self.tls() && self.password_env.is_some() && !self.allow_plaintext && !is_local(u) {
+                return Err(invalid(
+                    "redis.url",
+                    format!(
+                        "is plain redis:// to {}, which is not loopback, and redis.password_env is set: \
+                         the password would cross the network in clear. Use rediss:// (TLS), or set \
+                         redis.allow_plaintext = true if the network is trusted",
+                        u.host_str().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
         if let Some(ca) = &self.tls_ca_file {
             if !self.tls() {
                 return Err(invalid(
@@ -81,4 +99,9 @@ impl RedisConfig {
         }
         Ok(())
     }
+}
+
+/// Loopback, or no host at all (a Unix socket: nothing crosses a network).
+fn is_local(u: &reqwest::Url) -> bool {
+    u.host_str().is_none_or(str::is_empty) || is_loopback(u)
 }

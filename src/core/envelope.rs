@@ -174,8 +174,10 @@ pub struct Omitted {
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnvelopeError {
+    /// serde_json's message, which may quote the record: cut and escaped
+    /// ([`crate::core::text::excerpt`]), as it is logged for every such record.
     #[error("envelope is not valid JSON of the expected shape: {0}")]
-    Malformed(#[from] serde_json::Error),
+    Malformed(String),
     #[error("envelope version {0} is newer than this Courier understands ({ENVELOPE_VERSION})")]
     UnknownVersion(u32),
     #[error("envelope is not one Courier could have written: {0}")]
@@ -199,7 +201,8 @@ impl Envelope {
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Envelope, EnvelopeError> {
-        let env: Envelope = serde_json::from_slice(bytes)?;
+        let env: Envelope = serde_json::from_slice(bytes)
+            .map_err(|e| EnvelopeError::Malformed(crate::core::event::quoted(&e.to_string())))?;
         if env.version > ENVELOPE_VERSION {
             return Err(EnvelopeError::UnknownVersion(env.version));
         }
@@ -252,10 +255,11 @@ impl Envelope {
     /// if still needed, the key) replaced by a reference to the origin record.
     /// `None`: not even the reference fits (`max_bytes` is absurdly small).
     pub fn fitted(self, max_bytes: usize) -> Option<Envelope> {
-        if self.record_bytes() <= max_bytes {
-            return Some(self);
+        let capped = self.capped();
+        if capped.record_bytes() <= max_bytes {
+            return Some(capped);
         }
-        let mut r = self;
+        let mut r = capped;
         if r.omitted.is_none() {
             r.omitted = Some(Omitted {
                 payload_omitted: true,
@@ -276,6 +280,26 @@ impl Envelope {
         // Replay reads the origin record back, headers included.
         r.origin_headers.clear();
         (r.record_bytes() <= max_bytes).then_some(r)
+    }
+
+    /// The attributes copied from the event, capped: its `type` (which only
+    /// the topic's limit bounds: the reference envelope of an event with a
+    /// megabyte type would not fit either) and its id (valid ids are at most
+    /// [`crate::core::event::MAX_ID_BYTES`]; anything else is cleaned and cut
+    /// there) — at [`MAX_TEXT_BYTES`], control characters replaced, as the
+    /// headers are. [`Envelope::largest_for`] assumes these bounds.
+    pub fn capped(mut self) -> Envelope {
+        if let Some(t) = &mut self.event_type {
+            if t.len() > MAX_TEXT_BYTES || t.chars().any(char::is_control) {
+                *t = clean_text(t, MAX_TEXT_BYTES);
+            }
+        }
+        if let Some(id) = &mut self.event_id {
+            if !crate::core::event::valid_id(id) {
+                *id = clean_text(id, crate::core::event::MAX_ID_BYTES);
+            }
+        }
+        self
     }
 
     /// An envelope as large as one for an event of `payload_bytes` can get
@@ -446,6 +470,33 @@ pub(crate) mod tests {
                 consumer_group: "courier".into(),
             },
         }
+    }
+
+    /// The event's `type` (any length: the topic limit is the only bound on
+    /// it) is copied capped: even the reference envelope used to exceed the
+    /// topic's limit with a 2 MB type, and the event could not be parked.
+    #[test]
+    fn copied_attributes_are_capped() {
+        let mut e = sample();
+        e.event_type = Some(format!("t\n{}", "y".repeat(2 << 20)));
+        e.payload = vec![7; 3 << 20];
+        let limit = 1_048_576;
+        let f = e
+            .clone()
+            .fitted(limit)
+            .expect("the envelope fits once capped");
+        assert!(f.record_bytes() <= limit);
+        let ty = f.event_type.as_deref().unwrap_or_default();
+        assert!(ty.len() <= MAX_TEXT_BYTES, "{}", ty.len());
+        assert!(ty.starts_with("t ") && ty.ends_with('…'), "{}", &ty[..8]);
+        // A small one is copied as it is, payload and all.
+        let small = sample().fitted(limit).unwrap();
+        assert_eq!(small, sample());
+        // A DLQ record quoting megabytes: the error stays short.
+        let forged = format!(r#"{{"version":"{}"}}"#, "v".repeat(1 << 20));
+        let err = Envelope::from_bytes(forged.as_bytes()).unwrap_err();
+        assert_eq!(err.reason(), "unreadable_envelope");
+        assert!(err.to_string().len() < 400, "{}", err.to_string().len());
     }
 
     #[test]

@@ -117,7 +117,7 @@ pub fn decode(value: Option<&Bytes>, opts: &DecodeOptions) -> Result<Event, Deco
     let attrs = parse_attributes(bytes, &opts.entity_version_attribute)?;
     let specversion = required_str(&attrs.specversion, "specversion")?;
     if specversion != "1.0" {
-        return Err(DecodeError::UnsupportedSpecVersion(specversion.to_string()));
+        return Err(DecodeError::UnsupportedSpecVersion(quoted(specversion)));
     }
     let id = required_str(&attrs.id, "id")?;
     if !valid_id(id) {
@@ -147,6 +147,13 @@ pub fn decode(value: Option<&Bytes>, opts: &DecodeOptions) -> Result<Event, Deco
         entity_version,
         raw: raw.clone(),
     })
+}
+
+/// Record-chosen text as a decode error carries it (the error is logged for
+/// every such record and becomes the parked envelope's message): cut and
+/// escaped ([`crate::core::text::excerpt`]).
+pub(crate) fn quoted(s: &str) -> String {
+    crate::core::text::excerpt(s, crate::core::text::LOG_TEXT_MAX)
 }
 
 /// An id fit for a header value and a log line: visible ASCII, bounded.
@@ -335,7 +342,8 @@ fn parse_attributes<'a>(
 /// A serde_json error as a decode error. Depth is checked by [`Checked`] (the
 /// message it raises is ours); the rest are serde_json's own messages.
 fn json_error(e: serde_json::Error) -> DecodeError {
-    let msg = e.to_string();
+    // serde_json's messages may quote the input: capped like any record text.
+    let msg = quoted(&e.to_string());
     if msg.starts_with(TOO_DEEP) || msg.starts_with("recursion limit exceeded") {
         DecodeError::TooDeep
     } else if msg.starts_with("number out of range") {
@@ -560,6 +568,36 @@ mod tests {
         assert_eq!(e.event_type, "t");
         assert_eq!(e.subject.as_deref(), Some("x"));
         assert_eq!(e.entity_version, Some(3));
+    }
+
+    /// Record-chosen text in a decode error (logged at every such record, and
+    /// the parked envelope's message) is cut and its control characters escaped.
+    #[test]
+    fn attacker_text_in_decode_errors_is_capped() {
+        let opts = DecodeOptions {
+            max_event_bytes: 4 << 20,
+            entity_version_attribute: "entityversion".into(),
+        };
+        let huge = format!("1.1\\n\\u001b[31mforged line{}", "x".repeat(1 << 20));
+        let ev = format!(r#"{{"specversion":"{huge}","id":"e1","source":"/s","type":"t"}}"#);
+        let e = decode(Some(&Bytes::from(ev)), &opts).unwrap_err();
+        assert_eq!(e.reason(), "unsupported_specversion");
+        let shown = e.to_string();
+        assert!(shown.len() < 400, "{} bytes", shown.len());
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains("1.1\\n"), "{shown}");
+        // serde_json's own messages quote the input too.
+        let bad = format!(
+            r#"{{"specversion":"1.0","id":"{}\u12"}}"#,
+            "y".repeat(1 << 20)
+        );
+        let e = decode(Some(&Bytes::from(bad)), &opts).unwrap_err();
+        assert!(
+            e.to_string().len() < 400,
+            "{}: {} bytes",
+            e.reason(),
+            e.to_string().len()
+        );
     }
 
     #[test]

@@ -195,7 +195,9 @@ fn is_json(content_type: &str) -> bool {
 fn binary_cloudevent(r: &RecordIn<'_>, opts: &DecodeOptions) -> Result<Event, DecodeError> {
     let specversion = required_header(r, "ce_specversion", "specversion")?;
     if specversion != "1.0" {
-        return Err(DecodeError::UnsupportedSpecVersion(specversion.to_string()));
+        return Err(DecodeError::UnsupportedSpecVersion(event::quoted(
+            specversion,
+        )));
     }
     let id = required_header(r, "ce_id", "id")?;
     if !valid_id(id) {
@@ -289,11 +291,12 @@ fn binary_cloudevent(r: &RecordIn<'_>, opts: &DecodeOptions) -> Result<Event, De
             );
         }
     }
-    let attrs = serde_json::to_vec(&doc).map_err(|e| DecodeError::MalformedJson(e.to_string()))?;
+    let attrs = serde_json::to_vec(&doc)
+        .map_err(|e| DecodeError::MalformedJson(event::quoted(&e.to_string())))?;
     let raw = match json_data {
         // `doc` has no `data` key (`ce_data` is not an attribute of the binding).
         Some(data) => event::append_member(&attrs, "data", data)
-            .map_err(|e| DecodeError::MalformedJson(e.to_string()))?
+            .map_err(|e| DecodeError::MalformedJson(event::quoted(&e.to_string())))?
             .to_vec(),
         None => attrs,
     };
@@ -332,8 +335,8 @@ fn json_event(
     let raw = checked_bytes(r.value, opts)?;
     std::str::from_utf8(raw).map_err(|e| DecodeError::InvalidUtf8(e.valid_up_to()))?;
     event::check_json(raw, 1)?;
-    let doc: serde_json::Value =
-        serde_json::from_slice(raw).map_err(|e| DecodeError::MalformedJson(e.to_string()))?;
+    let doc: serde_json::Value = serde_json::from_slice(raw)
+        .map_err(|e| DecodeError::MalformedJson(event::quoted(&e.to_string())))?;
     if !doc.is_object() {
         return Err(DecodeError::NotAnObject);
     }
@@ -484,6 +487,25 @@ mod tests {
         let d = ce(&rec(None, &headers)).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&d.event.raw).unwrap();
         assert!(v.get("data").is_none() && v.get("data_base64").is_none());
+    }
+
+    /// A binary-mode `ce_specversion` header of any length and bytes: the
+    /// error (logged, and the parked envelope's message) stays short and
+    /// printable.
+    #[test]
+    fn binary_mode_attacker_text_is_capped() {
+        let data = Bytes::from_static(b"{}");
+        let mut hs: Vec<(String, Option<Bytes>)> = h(&BINARY)
+            .into_iter()
+            .filter(|(k, _)| k != "ce_specversion")
+            .collect();
+        let huge = format!("9.9\r\nFORGED{}", "z".repeat(1 << 20));
+        hs.push(("ce_specversion".into(), Some(Bytes::from(huge))));
+        let e = ce(&rec(Some(&data), &hs)).map(|_| ()).unwrap_err();
+        assert_eq!(e.reason(), "unsupported_specversion");
+        let shown = e.to_string();
+        assert!(shown.len() < 400, "{} bytes", shown.len());
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
     }
 
     #[test]

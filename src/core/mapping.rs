@@ -8,6 +8,18 @@
 //! allowed after the host: an event never chooses where its request goes. In a
 //! header value they are inserted as they are (the HTTP stack refuses a value
 //! with control characters: the event is then parked `request_unbuildable`).
+//!
+//! Nor does an event choose *which path* of the API it reaches: a path segment
+//! a placeholder fills must not come out empty (`/orders//items`, or a
+//! trailing `/orders/`: the collection instead of one of its members), `.` or
+//! `..` (which URL parsers, proxies and servers resolve: `{subject} = ".."`
+//! would walk up the API's path with the bearer token). Percent-encoding the
+//! dots would not help: WHATWG URL parsers (the `url` crate under reqwest
+//! among them) treat `%2e` as a dot when they resolve dot segments, and servers
+//! decode it before routing. So such an event is refused
+//! ([`Template::render_url`]) and parked `request_unbuildable`, the request
+//! never sent. With `/` encoded as `%2F`, the path of every request a route
+//! sends has the template's number of segments and its literal prefix.
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -53,6 +65,54 @@ enum Part {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
     parts: Vec<Part>,
+    /// For a URL template: where its path starts (the end of
+    /// `scheme://authority`, which holds no placeholder, so the same byte in
+    /// the template and in every rendering).
+    path_start: Option<usize>,
+}
+
+/// What a placeholder value would have made of a path segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentProblem {
+    /// Empty (`//`, or a trailing `/`).
+    Empty,
+    /// `.` (`%2e` counts as a dot).
+    Dot,
+    /// `..`.
+    DotDot,
+}
+
+impl SegmentProblem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentProblem::Empty => "empty",
+            SegmentProblem::Dot => "`.`",
+            SegmentProblem::DotDot => "`..`",
+        }
+    }
+}
+
+/// An event whose attribute would change the path its route's URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("placeholder {{{}}} makes a path segment {}: the event cannot choose the API's path", .placeholder.as_str(), .problem.as_str())]
+pub struct PathRefused {
+    pub placeholder: Placeholder,
+    pub problem: SegmentProblem,
+}
+
+/// Whether a rendered path segment is one URL resolution would remove or
+/// resolve (WHATWG: `.`/`..`, `%2e` in either case standing for a dot).
+fn segment_problem(seg: &str) -> Option<SegmentProblem> {
+    if seg.is_empty() {
+        return Some(SegmentProblem::Empty);
+    }
+    let lower = seg.to_ascii_lowercase();
+    let dots = lower.replace("%2e", ".");
+    match dots.as_str() {
+        "." => Some(SegmentProblem::Dot),
+        ".." => Some(SegmentProblem::DotDot),
+        _ => None,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,7 +154,10 @@ impl Template {
         if !rest.is_empty() {
             parts.push(Part::Text(rest.to_string()));
         }
-        Ok(Template { parts })
+        Ok(Template {
+            parts,
+            path_start: None,
+        })
     }
 
     /// A URL template: placeholders only after `scheme://host[:port]`.
@@ -108,7 +171,10 @@ impl Template {
         if s[..authority_end].contains('{') {
             return Err(MappingError::PlaceholderInHost);
         }
-        Ok(t)
+        Ok(Template {
+            path_start: Some(authority_end),
+            ..t
+        })
     }
 
     pub fn has_placeholders(&self) -> bool {
@@ -117,21 +183,67 @@ impl Template {
 
     /// Renders with `attrs`; `encode` percent-encodes the inserted values.
     pub fn render(&self, attrs: &Attributes<'_>, encode: bool) -> String {
+        self.render_spans(attrs, encode).0
+    }
+
+    /// The rendering and, per placeholder, the byte range its value took.
+    fn render_spans(
+        &self,
+        attrs: &Attributes<'_>,
+        encode: bool,
+    ) -> (String, Vec<(Placeholder, usize, usize)>) {
         let mut out = String::new();
+        let mut spans = Vec::new();
         for p in &self.parts {
             match p {
                 Part::Text(t) => out.push_str(t),
                 Part::Slot(s) => {
+                    let start = out.len();
                     let v = attrs.get(*s);
                     if encode {
                         percent_encode(v, &mut out);
                     } else {
                         out.push_str(v);
                     }
+                    spans.push((*s, start, out.len()));
                 }
             }
         }
-        out
+        (out, spans)
+    }
+
+    /// A URL template rendered for an event: its values percent-encoded, and
+    /// refused when one makes a path segment empty, `.` or `..` (see the
+    /// module's documentation). Placeholders in the query are not checked:
+    /// they cannot change the path.
+    pub fn render_url(&self, attrs: &Attributes<'_>) -> Result<String, PathRefused> {
+        let (out, spans) = self.render_spans(attrs, true);
+        let Some(path_start) = self.path_start else {
+            return Ok(out);
+        };
+        // Values are encoded: a `?` or `#` is the template's own.
+        let path_end = out[path_start..]
+            .find(['?', '#'])
+            .map_or(out.len(), |i| path_start + i);
+        let path = &out[path_start..path_end];
+        let mut seg_start = path_start;
+        for seg in path.split('/') {
+            let seg_end = seg_start + seg.len();
+            // A value in this segment (an empty one too: it sits between the
+            // segment's bounds). The empty "segment" before the path's leading
+            // `/` holds none: only a segment a value is in counts.
+            let filled = spans
+                .iter()
+                .find(|(_, a, b)| *a >= seg_start && *b <= seg_end);
+            if let (Some((placeholder, _, _)), Some(problem)) = (filled, segment_problem(seg)) {
+                return Err(PathRefused {
+                    placeholder: *placeholder,
+                    problem,
+                });
+            }
+            seg_start = seg_end + 1;
+        }
+        Ok(out)
     }
 }
 
@@ -365,6 +477,88 @@ mod tests {
         assert_eq!(structured_data(b"[1]"), None);
     }
 
+    fn with_subject(subject: &str) -> Attributes<'_> {
+        Attributes { subject, ..attrs() }
+    }
+
+    /// The path the real URL parser (reqwest's, the one requests go through)
+    /// makes of a rendering.
+    fn path_of(url: &str) -> Vec<String> {
+        let u = reqwest::Url::parse(url).unwrap();
+        u.path_segments().unwrap().map(String::from).collect()
+    }
+
+    #[test]
+    fn dot_and_empty_segments_cannot_change_the_path() {
+        let t = Template::parse_url("https://api/v1/tenants/{subject}/orders?id={id}").unwrap();
+        // What a plain rendering does with them (the finding): `..` walks up,
+        // `%2e%2e` likewise (the parser resolves it), empty gives `//`.
+        assert_eq!(
+            path_of(&t.render(&with_subject(".."), true)),
+            ["v1", "orders"]
+        );
+        assert_eq!(
+            path_of(&format!("https://api/v1/tenants/%2E%2e/orders")),
+            ["v1", "orders"]
+        );
+        assert_eq!(
+            path_of(&t.render(&with_subject(""), true)),
+            ["v1", "tenants", "", "orders"]
+        );
+        for (v, problem) in [
+            ("..", SegmentProblem::DotDot),
+            (".", SegmentProblem::Dot),
+            ("", SegmentProblem::Empty),
+        ] {
+            assert_eq!(
+                t.render_url(&with_subject(v)),
+                Err(PathRefused {
+                    placeholder: Placeholder::Subject,
+                    problem
+                }),
+                "{v:?}"
+            );
+        }
+        // Dots inside a segment, or with other text, are a name like any other.
+        for v in ["...", "a..", ".env", "..%2F..", "../.."] {
+            let url = t.render_url(&with_subject(v)).unwrap();
+            assert_eq!(path_of(&url).len(), 4, "{v:?}: {url}");
+        }
+        // Two placeholders making one `..`, or a literal dot beside one.
+        let two = Template::parse_url("https://api/x/{type}{subject}/y").unwrap();
+        let a = Attributes {
+            event_type: ".",
+            subject: ".",
+            ..attrs()
+        };
+        assert!(two.render_url(&a).is_err());
+        let lit = Template::parse_url("https://api/x/.{subject}").unwrap();
+        assert!(lit.render_url(&with_subject(".")).is_err());
+        assert!(lit.render_url(&with_subject("")).is_err());
+        let lit = Template::parse_url("https://api/x/%2E{subject}").unwrap();
+        assert!(lit.render_url(&with_subject(".")).is_err());
+        // A trailing placeholder left empty names the collection: refused.
+        let tail = Template::parse_url("https://api/users/{key}").unwrap();
+        let empty_key = Attributes { key: "", ..attrs() };
+        assert!(tail.render_url(&empty_key).is_err());
+        // In the query, an empty or dotted value changes nothing.
+        let q = Template::parse_url("https://api/x?s={subject}&t={id}").unwrap();
+        assert_eq!(
+            q.render_url(&with_subject("..")).unwrap(),
+            "https://api/x?s=..&t=e-1"
+        );
+        assert_eq!(
+            q.render_url(&with_subject("")).unwrap(),
+            "https://api/x?s=&t=e-1"
+        );
+        // Beside other text in its segment, an empty value is fine.
+        let part = Template::parse_url("https://api/x/id-{subject}").unwrap();
+        assert_eq!(
+            part.render_url(&with_subject("")).unwrap(),
+            "https://api/x/id-"
+        );
+    }
+
     proptest! {
         /// A rendered URL value never carries a character that would change the
         /// URL's structure, and decoding gives the value back.
@@ -387,6 +581,54 @@ mod tests {
                 }
             }
             prop_assert_eq!(String::from_utf8(bytes).unwrap(), v);
+        }
+
+        /// No placeholder value changes the number of path segments nor the
+        /// template's literal segments, as the real URL parser sees them: a
+        /// rendering is either refused or keeps the template's path shape.
+        #[test]
+        fn no_value_changes_the_path_shape(
+            tmpl in prop::sample::select(vec![
+                "https://api/a/{subject}/b",
+                "https://api/a/{subject}",
+                "https://api/{subject}/{id}?k={key}",
+                "https://api/a/x{subject}/b",
+                "https://api/a/{type}{subject}/b#f",
+                "https://api/a/.{subject}",
+            ]),
+            subject in "(\\.|\\.\\.|%2[eE]|/|\\?|#|\\\\|[a-z]|\\PC){0,4}",
+            ty in "(\\.|[a-z]|%|/){0,2}",
+        ) {
+            let t = Template::parse_url(tmpl).unwrap();
+            let a = Attributes { event_type: &ty, subject: &subject, id: "i", key: "k" };
+            let sample = |v: &'static str| {
+                path_of(&t.render(&Attributes { event_type: v, subject: v, id: v, key: v }, true))
+            };
+            // Two renderings with plain values: where they agree, the segment
+            // is the template's own text.
+            let (r1, r2) = (sample("v"), sample("w"));
+            let naive = path_of(&t.render(&a, true));
+            match t.render_url(&a) {
+                Ok(url) => {
+                    let got = path_of(&url);
+                    prop_assert_eq!(got.len(), r1.len(), "{}", url);
+                    for i in 0..got.len() {
+                        if r1[i] == r2[i] {
+                            prop_assert_eq!(&got[i], &r1[i], "{}", url);
+                        } else {
+                            prop_assert!(!got[i].is_empty(), "{}", url);
+                        }
+                    }
+                }
+                Err(e) => {
+                    // Refused only where the plain rendering would have
+                    // changed the path: a segment fewer, or an empty one.
+                    prop_assert!(
+                        naive.len() != r1.len() || naive.iter().any(String::is_empty),
+                        "{:?} refused ({}) though its path is {:?}", a, e, naive
+                    );
+                }
+            }
         }
 
         /// `*` alone matches anything; a literal pattern matches only itself.

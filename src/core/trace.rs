@@ -3,7 +3,10 @@
 //! as W3C Trace Context headers. A malformed `traceparent` is not forwarded (nor
 //! its `tracestate`). Courier does not record spans of its own into the trace, so
 //! it forwards the context unchanged, as the W3C recommendation asks of a
-//! participant that does not record.
+//! participant that does not record — except that a later version's
+//! `traceparent` is forwarded as its version-00 form (its first 55 characters,
+//! the version set to `00`): the tail of fields Courier does not know is
+//! attacker-sized text it has no reason to pass on.
 //!
 //! Cost: the event's JSON is only parsed for the attributes when its bytes
 //! contain `"traceparent"`; without a trace context nothing is done per event.
@@ -55,13 +58,22 @@ fn valid_tracestate(v: &str) -> bool {
     !v.is_empty() && v.len() <= MAX_TRACESTATE && v.bytes().all(|c| (0x20..0x7f).contains(&c))
 }
 
+/// The form a valid `traceparent` is forwarded in: version 00, the 55
+/// characters of `00-<trace-id>-<parent-id>-<flags>`. A later version's tail
+/// (W3C: fields this version does not know, "parse the first 55 characters")
+/// is never forwarded: it could carry control bytes or megabytes into the
+/// API's request.
+fn forwarded(tp: &str) -> String {
+    format!("00{}", &tp[2..55])
+}
+
 fn context(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<TraceContext> {
     let tp = traceparent?.trim();
     if !valid_traceparent(tp) {
         return None;
     }
     Some(TraceContext {
-        traceparent: tp.to_string(),
+        traceparent: forwarded(tp),
         tracestate: tracestate
             .map(str::trim)
             .filter(|s| valid_tracestate(s))
@@ -127,6 +139,28 @@ mod tests {
         assert!(valid_traceparent(
             "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-abc"
         ));
+    }
+
+    /// A later version may carry more fields, but what is forwarded is its
+    /// version-00 form: 55 characters, whatever the tail (control bytes,
+    /// megabytes).
+    #[test]
+    fn later_version_is_forwarded_as_its_version_00_prefix() {
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        for tail in [
+            String::new(),
+            "-abc".to_string(),
+            "-\r\nX-Injected: 1".to_string(),
+            format!("-{}", "f".repeat(1 << 20)),
+        ] {
+            let tp = format!("cc-{id}{tail}");
+            let headers: Vec<Header> = vec![("traceparent".into(), Some(Bytes::from(tp)))];
+            let c = extract(b"{}", Some(&headers)).expect("a later version is forwarded");
+            assert_eq!(c.traceparent, format!("00-{id}"));
+            let body = serde_json::json!({"id": "1", "traceparent": format!("01-{id}{tail}")});
+            let c = extract(body.to_string().as_bytes(), None).expect("from the attributes");
+            assert_eq!(c.traceparent, format!("00-{id}"));
+        }
     }
 
     #[test]

@@ -1023,7 +1023,17 @@ impl Deliverer {
                 id: &ev.id,
                 key: &key,
             };
-            out.url = Some(r.url.render(&attrs, true));
+            // A value that would change the route's path (`..`, `.`, empty
+            // segment) parks the event: the request is never sent.
+            match r.url.render_url(&attrs) {
+                Ok(url) => out.url = Some(url),
+                Err(e) => {
+                    return Ok(Body::Park {
+                        reason: Reason::Transport(TransportFailure::Request),
+                        message: e.to_string(),
+                    })
+                }
+            }
             out.method = r.method;
             for (name, t) in &r.headers {
                 out.headers

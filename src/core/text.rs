@@ -1,0 +1,93 @@
+//! Text a record (or a peer) chose, on its way into a log line or an error
+//! message: an attribute value, a parser's message quoting the input. Cut to a
+//! bound and with control and bidirectional-formatting characters escaped, so
+//! one record can neither write megabytes into every log line nor forge a line
+//! (`\n`), a terminal escape (`\x1b[`) or reorder what a reader sees (U+202E).
+
+use std::fmt;
+
+/// The most bytes of record-chosen text a log line or error message carries.
+pub const LOG_TEXT_MAX: usize = 256;
+
+/// Characters that do not show as themselves: C0/C1 controls, and the Unicode
+/// formatting characters that reorder or hide text.
+fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// `s` with unsafe characters escaped (`\n`, `\u{1b}`) and cut to at most
+/// `max` bytes (escapes included; a cut ends with `…`).
+pub fn excerpt(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max));
+    // Whole pieces only (an escape is never cut in two), until past `max`.
+    let mut cut_at = None;
+    let room = max.saturating_sub('…'.len_utf8());
+    for c in s.chars() {
+        let before = out.len();
+        if is_unsafe(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+        if out.len() > room && cut_at.is_none() {
+            cut_at = Some(before);
+        }
+        if out.len() > max {
+            out.truncate(cut_at.unwrap_or(before));
+            out.push('…');
+            return out;
+        }
+    }
+    out
+}
+
+/// [`excerpt`] at [`LOG_TEXT_MAX`], written lazily: for a `tracing` field
+/// (`error = %Excerpt(&text)`), formatted only when the line is emitted.
+pub struct Excerpt<'a>(pub &'a str);
+
+impl fmt::Display for Excerpt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&excerpt(self.0, LOG_TEXT_MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn short_clean_text_is_unchanged() {
+        assert_eq!(excerpt("order.created", 256), "order.created");
+        assert_eq!(excerpt("", 256), "");
+        assert_eq!(excerpt("ünïcödé", 256), "ünïcödé");
+    }
+
+    #[test]
+    fn controls_are_escaped_and_long_text_cut() {
+        assert_eq!(excerpt("a\nb\x1b[31mc", 256), "a\\nb\\u{1b}[31mc");
+        assert_eq!(excerpt("x\u{202E}y", 256), "x\\u{202e}y");
+        let long = "v".repeat(1_000_000);
+        let e = excerpt(&long, 64);
+        assert!(e.len() <= 64 && e.ends_with('…'), "{}", e.len());
+        assert_eq!(Excerpt(&long).to_string().len(), LOG_TEXT_MAX);
+        // Exactly at the bound: not cut.
+        assert_eq!(excerpt(&"v".repeat(64), 64), "v".repeat(64));
+    }
+
+    proptest! {
+        /// Whatever the input: at most `max` bytes, no control or reordering
+        /// character, and a prefix of the input when nothing needed escaping.
+        #[test]
+        fn bounded_and_printable(s in "\\PC{0,80}|[\\x00-\\x1f\\u{202a}-\\u{202e}a-z]{0,80}", max in 4usize..100) {
+            let e = excerpt(&s, max);
+            prop_assert!(e.len() <= max);
+            prop_assert!(!e.chars().any(is_unsafe));
+            if !s.chars().any(is_unsafe) {
+                let kept = e.strip_suffix('…').unwrap_or(&e);
+                prop_assert!(s.starts_with(kept));
+            }
+        }
+    }
+}
