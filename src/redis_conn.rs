@@ -49,3 +49,122 @@ pub(crate) fn redis_client(r: &RedisConfig) -> Result<Client, RedisSetupError> {
         .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2))
         .build()?)
 }
+
+/// What `PTTL` says of a key Courier writes with a lifetime (the health
+/// marker, the rate limit's keys): a key without one, or with one longer than
+/// Courier ever gives it, was not written by Courier as it is now — a key set
+/// by hand, by another tool, or a clock step on the Redis host (Redis keeps
+/// expiry as wall-clock time: a clock stepped back lengthens every TTL). Such a
+/// key is not trusted: treated as absent, so it can never stall the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyLife {
+    Absent,
+    Alive,
+    /// No TTL at all (`PTTL` = -1).
+    NoTtl,
+    /// A TTL above the most Courier sets (ms).
+    TooLong(i64),
+}
+
+impl KeyLife {
+    /// `pttl` as Redis answers it (-2: no key, -1: no TTL), `max_ms` the
+    /// longest life Courier gives the key.
+    pub(crate) fn of(pttl: i64, max_ms: i64) -> KeyLife {
+        match pttl {
+            -1 => KeyLife::NoTtl,
+            t if t < 0 => KeyLife::Absent,
+            t if t > max_ms => KeyLife::TooLong(t),
+            _ => KeyLife::Alive,
+        }
+    }
+
+    /// Whether the key counts as there.
+    pub(crate) fn alive(self) -> bool {
+        self == KeyLife::Alive
+    }
+}
+
+/// A log line that may repeat at every poll, let through at most once per
+/// `every` (a stale key is seen five times a second by every instance).
+pub(crate) struct LogGate(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl LogGate {
+    pub(crate) const fn new() -> LogGate {
+        LogGate(std::sync::Mutex::new(None))
+    }
+
+    pub(crate) fn allow(&self, every: std::time::Duration) -> bool {
+        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < every) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+}
+
+/// How often a distrusted key is logged, at most.
+pub(crate) const STALE_KEY_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `PTTL` of the marker, deleting it when it has no TTL or one above
+/// `ARGV[1]` ms (a script: no other instance's `SET` comes in between).
+const MARKER_LUA: &str = r#"
+local t = redis.call('PTTL', KEYS[1])
+if t == -1 or t > tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+end
+return t
+"#;
+
+/// Whether the group's "API down" marker is alive: there, with a TTL of at
+/// most twice `ttl_ms` (what an instance sets is `ttl_ms`: the group shares
+/// one `degraded.marker_ttl`). A marker without a TTL or with an absurd one
+/// is treated as absent (logged, at most once a minute) and deleted, so it
+/// cannot pause the group for ever; an instance whose breaker is open sets a
+/// proper one at its next poll.
+pub(crate) async fn marker_alive(
+    c: &Client,
+    key: &str,
+    ttl_ms: i64,
+) -> Result<bool, fred::error::Error> {
+    static GATE: LogGate = LogGate::new();
+    let max = ttl_ms.saturating_mul(2);
+    let pttl: i64 = c
+        .eval(MARKER_LUA, vec![key.to_string()], vec![max.to_string()])
+        .await?;
+    let life = KeyLife::of(pttl, max);
+    if matches!(life, KeyLife::NoTtl | KeyLife::TooLong(_)) && GATE.allow(STALE_KEY_LOG_EVERY) {
+        tracing::warn!(
+            key,
+            pttl_ms = pttl,
+            max_ms = max,
+            "the API-down marker has no TTL or one longer than any instance sets (written by hand, or the Redis host's clock stepped): not trusted, treated as absent and deleted"
+        );
+    }
+    Ok(life.alive())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_lives() {
+        assert_eq!(KeyLife::of(-2, 10_000), KeyLife::Absent);
+        assert_eq!(KeyLife::of(-1, 10_000), KeyLife::NoTtl);
+        assert_eq!(KeyLife::of(0, 10_000), KeyLife::Alive);
+        assert_eq!(KeyLife::of(10_000, 10_000), KeyLife::Alive);
+        assert_eq!(KeyLife::of(10_001, 10_000), KeyLife::TooLong(10_001));
+        assert!(!KeyLife::of(-1, 10_000).alive());
+        assert!(!KeyLife::of(3_600_000, 10_000).alive());
+    }
+
+    #[test]
+    fn a_log_gate_lets_one_through_per_period() {
+        let g = LogGate::new();
+        assert!(g.allow(std::time::Duration::from_secs(60)));
+        assert!(!g.allow(std::time::Duration::from_secs(60)));
+        assert!(g.allow(std::time::Duration::ZERO));
+    }
+}

@@ -270,6 +270,92 @@ async fn the_redis_script_shares_one_limit_and_one_pause() {
         .unwrap_or(0);
 }
 
+/// Keys the limiter did not write as it writes them — the group's pause and
+/// the TAT an hour ahead, without a TTL (set by hand) or with a day's (the
+/// Redis host's clock stepped back) — against the real Redis: they used to
+/// hold every caller for the hour. Now they are ignored and reset: permits
+/// are granted at once, the bogus pause is gone, and a real pause still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_keys_without_ttl_do_not_stall_the_group() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    use courier::delivery::ratelimit::RateLimiter;
+    use fred::prelude::*;
+    use std::sync::Arc;
+    let s = services();
+    let client = Builder::from_config(Config::from_url(&s.redis_url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.expect("Redis");
+    let prefix = unique("ratestale");
+    let (tat, nb) = (
+        format!("{{{prefix}}}:rate:tat"),
+        format!("{{{prefix}}}:rate:not-before"),
+    );
+    let hour_ahead = || async {
+        let now: i64 = client
+            .eval(
+                "local t = redis.call('TIME') return tonumber(t[1]) * 1000000 + tonumber(t[2])",
+                Vec::<String>::new(),
+                Vec::<String>::new(),
+            )
+            .await
+            .unwrap();
+        (now + 3_600_000_000).to_string()
+    };
+    let limiter = Arc::new(RateLimiter::new(
+        1000,
+        10,
+        Some(client.clone()),
+        &prefix,
+        "a",
+    ));
+    for (key, ttl) in [
+        (&nb, None),
+        (&nb, Some(Expiration::PX(86_400_000))),
+        (&tat, None),
+    ] {
+        let v = hour_ahead().await;
+        let _: () = client
+            .set(key.as_str(), v, ttl.clone(), None, false)
+            .await
+            .unwrap();
+        let (granted, wait_us, _) = limiter.take_batch(&client, false).await.unwrap();
+        assert!(
+            granted > 0,
+            "{key} an hour ahead, TTL {ttl:?}: nothing granted, told to wait {} s",
+            wait_us / 1_000_000
+        );
+    }
+    let left: i64 = client.exists(nb.as_str()).await.unwrap();
+    assert_eq!(left, 0, "the untrusted pause is deleted");
+    // A caller is not held either.
+    let _: () = client
+        .set(nb.as_str(), hour_ahead().await, None, None, false)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), limiter.acquire())
+        .await
+        .expect("a permit, not an hour's wait");
+    // A pause Courier sets itself (with its TTL) still holds the group.
+    limiter.pause_group(Duration::from_secs(30));
+    wait_until(
+        Duration::from_secs(10),
+        "the real pause is honoured",
+        || {
+            let (l, c) = (limiter.clone(), client.clone());
+            let r = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(l.take_batch(&c, false))
+            });
+            matches!(r, Ok((0, w, _)) if w > 20_000_000)
+        },
+    )
+    .await;
+    let _: i64 = client
+        .del(vec![tat, nb, format!("{{{prefix}}}:rate:members")])
+        .await
+        .unwrap_or(0);
+}
+
 /// Issue 14: "never a burst above the limit when Redis returns". Two instances
 /// share `rate_limit_per_sec = 500` through the real Redis; Redis is stopped
 /// (each instance falls back to its local share, 250/s) and started again

@@ -138,3 +138,64 @@ async fn local_breakers_protect_the_api_while_redis_is_down() {
         rep.duplicate_pct()
     );
 }
+
+/// Review finding (issue 23): the group's "API down" marker written without a
+/// TTL — by hand, by another tool, or one a clock step on the Redis host made
+/// hours long — used to be trusted by `EXISTS`: every instance paused for
+/// ever, nothing delivered, no fallback. Now such a marker is treated as
+/// absent (logged) and deleted: a healthy API gets every event. The events
+/// are produced once Courier reads the marker through Redis. Ends with the
+/// audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_without_ttl_does_not_stall_the_group() {
+    use fred::prelude::*;
+    let s = services();
+    let n = Names::new("stalemarker", 2);
+    n.create(&s, true).await;
+    let client = Builder::from_config(Config::from_url(&s.redis_url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.expect("Redis");
+    let key = format!("courier:{}:api-down", n.group);
+    let _: () = client
+        .set(key.as_str(), "written-by-hand", None, None, false)
+        .await
+        .unwrap();
+    let api = api_with_latency(1).await;
+    let mut c = Courier::start(&n.topic, &s, &base_toml(&n, &api.url()));
+    wait_until(
+        Duration::from_secs(60),
+        "Courier has its partitions and reads the marker through Redis",
+        || {
+            block(c.metric("courier_assigned_partitions")) >= 2.0
+                && block(c.metric("courier_health_source{source=\"redis\"")) == 1.0
+        },
+    )
+    .await;
+    let spec = Spec {
+        count: 60,
+        keys: 60,
+        id_prefix: "stalemarker".into(),
+        ..Spec::default()
+    };
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        "every event delivered though a marker without TTL is in Redis",
+        || api.delivered_count() >= 60,
+    )
+    .await;
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    assert_eq!(block(c.metric("courier_marker_alive")), 0.0);
+    let left: i64 = client.exists(key.as_str()).await.unwrap();
+    assert_eq!(left, 0, "the marker without TTL is deleted");
+    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
+    assert!(
+        c.log_text().contains("the API-down marker has no TTL"),
+        "the distrusted marker is logged"
+    );
+    let _: i64 = client.del(key.as_str()).await.unwrap_or(0);
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("stalemarker", &rep);
+    assert_eq!(rep.delivered, 60, "{rep}");
+}

@@ -125,8 +125,9 @@ impl Actor for HealthActor {
                     }
                     ok = r.is_ok();
                 }
-                match c.exists::<i64, _>(s.key.as_str()).await {
-                    Ok(n) => (n > 0, ok),
+                // A marker without a TTL (or an absurd one) is not trusted.
+                match crate::redis_conn::marker_alive(c, &s.key, s.ttl_ms).await {
+                    Ok(alive) => (alive, ok),
                     Err(_) => (false, false),
                 }
             }

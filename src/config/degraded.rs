@@ -8,7 +8,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DegradedConfig {
-    /// Lifetime of the shared "API down" marker in Redis.
+    /// Lifetime of the shared "API down" marker in Redis (one value for the
+    /// group: a marker without a TTL or with more than twice this left is not
+    /// trusted, see `redis_conn::marker_alive`).
     #[serde(with = "humantime_serde")]
     pub marker_ttl: Duration,
     /// How often each instance looks at the marker.

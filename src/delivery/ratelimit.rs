@@ -31,35 +31,55 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// GCRA in Redis: `KEYS` = TAT, not-before, members; `ARGV` = interval µs,
-/// tolerance µs, batch, member, member TTL ms, resume (0/1). Returns
-/// `{granted, wait_us, live}`. Mirrors [`Gcra::take`].
+/// tolerance µs, batch, member, member TTL ms, resume (0/1), the longest
+/// pause ms ([`MAX_PAUSE`]). Returns `{granted, wait_us, live, distrusted}`.
+/// Mirrors [`Gcra::take`].
+///
+/// Neither key can stall the group: a not-before without a TTL, with a TTL
+/// above the longest pause, or further ahead than it (a clock stepped back on
+/// the Redis host, a key written by hand) is deleted and ignored (bit 1 of
+/// `distrusted`); a TAT without a TTL or further ahead than this limiter
+/// could have put it (twice `tolerance + interval`, and a second) is ignored
+/// (bit 2) and rewritten from now.
 pub const ACQUIRE_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local ttl_ms = tonumber(ARGV[5])
+local max_pause_ms = tonumber(ARGV[7])
+local distrusted = 0
 redis.call('ZADD', KEYS[3], now, ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - ttl_ms * 1000)
 redis.call('PEXPIRE', KEYS[3], ttl_ms)
 local live = redis.call('ZCARD', KEYS[3])
-local nb = tonumber(redis.call('GET', KEYS[2]) or '0')
+local nb = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if nb > now then
-  return {0, nb - now, live}
+  local pttl = redis.call('PTTL', KEYS[2])
+  if pttl == -1 or pttl > max_pause_ms or nb - now > max_pause_ms * 1000 then
+    redis.call('DEL', KEYS[2])
+    distrusted = distrusted + 1
+  else
+    return {0, nb - now, live, distrusted}
+  end
 end
 local T = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if tat > now and (redis.call('PTTL', KEYS[1]) == -1 or tat - now > 2 * (tau + T) + 1000000) then
+  tat = now
+  distrusted = distrusted + 2
+end
 if tat < now then tat = now end
 if ARGV[6] == '1' and tat < now + tau then tat = now + tau end
 local ahead = tat - now
 if ahead > tau then
-  return {0, ahead - tau, live}
+  return {0, ahead - tau, live, distrusted}
 end
 local k = math.floor((tau - ahead) / T) + 1
 if k > n then k = n end
 tat = tat + k * T
 redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.floor((tat - now) / 1000) + 1000)
-return {k, 0, live}
+return {k, 0, live, distrusted}
 "#;
 
 /// Raises the group's "not before" to Redis time + `ARGV[1]` ms (never lowers
@@ -85,6 +105,13 @@ pub const REDIS_RETRY: Duration = Duration::from_secs(1);
 pub const REJOIN_MAX: Duration = Duration::from_secs(15);
 /// The longest group pause a `Retry-After` can cause.
 pub const MAX_PAUSE: Duration = Duration::from_secs(60);
+
+/// A wait Redis answered, in µs, capped at [`MAX_PAUSE`]: whatever the keys
+/// or the Redis host's clock say, one answer never holds a caller longer (the
+/// script is asked again after it).
+pub fn capped_wait_us(wait_us: i64) -> u64 {
+    (wait_us.max(0) as u64).min(MAX_PAUSE.as_micros() as u64)
+}
 
 /// Where the permits come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -462,16 +489,40 @@ impl RateLimiter {
             self.member.clone(),
             MEMBER_TTL.as_millis().to_string(),
             if resume { "1" } else { "0" }.to_string(),
+            MAX_PAUSE.as_millis().to_string(),
         ];
         let v = self
             .evalsha(client, false, self.keys.to_vec(), args)
             .await?;
         match v.as_slice() {
-            [k, w, l] => Ok((*k as u64, *w as u64, *l as u64)),
+            [k, w, l, distrusted] => {
+                if *distrusted != 0 {
+                    self.distrusted(*distrusted);
+                }
+                Ok(((*k).max(0) as u64, capped_wait_us(*w), (*l).max(0) as u64))
+            }
             _ => Err(Error::new(
                 ErrorKind::Parse,
                 "rate-limit script: unexpected answer",
             )),
+        }
+    }
+
+    /// The script found a key it does not trust (logged at most once a
+    /// minute: every batch of every instance would see it).
+    fn distrusted(&self, bits: i64) {
+        static GATE: crate::redis_conn::LogGate = crate::redis_conn::LogGate::new();
+        if GATE.allow(crate::redis_conn::STALE_KEY_LOG_EVERY) {
+            let which = match bits {
+                1 => "the group's pause (not-before)",
+                2 => "the shared TAT",
+                _ => "the group's pause and the shared TAT",
+            };
+            tracing::warn!(
+                keys = ?self.keys,
+                which,
+                "rate limit: a key in Redis had no TTL or was further ahead than Courier ever sets it (written by hand, or the Redis host's clock stepped): ignored and reset, the limit goes on from now"
+            );
         }
     }
 
@@ -501,5 +552,20 @@ impl RateLimiter {
                 tracing::warn!(error = %e, "rate limit: could not share the pause through Redis; only this instance pauses");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_waits_are_capped() {
+        assert_eq!(capped_wait_us(0), 0);
+        assert_eq!(capped_wait_us(-5), 0);
+        assert_eq!(capped_wait_us(1_500), 1_500);
+        let max = MAX_PAUSE.as_micros() as u64;
+        assert_eq!(capped_wait_us(3_600_000_000), max);
+        assert_eq!(capped_wait_us(i64::MAX), max);
     }
 }
