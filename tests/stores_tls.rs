@@ -12,7 +12,11 @@
 //!   without TLS, `verify-full` with the wrong CA and `verify-full` under a host
 //!   name the certificate lacks, refused at start (`verify-ca` under that name
 //!   starts: it checks the chain only).
-//! - `check-config` names a missing Redis or PostgreSQL password variable.
+//! - Without `sslmode`, a PostgreSQL that is not on loopback is verified
+//!   (`verify-full`): under a name its certificate lacks, or without TLS, refused.
+//! - `check-config` names a missing Redis or PostgreSQL password variable, refuses a
+//!   secret put in a `*_env` field without echoing it, and plain `redis://` with a
+//!   password to a host other than loopback.
 
 mod common;
 
@@ -404,6 +408,24 @@ async fn postgres_tls_that_cannot_be_had_is_refused_at_start() {
             Some(var("COURIER_TEST_TLS_CA")),
             "certificate not valid for name",
         ),
+        (
+            // No sslmode to a host that is not loopback: verify-full, not
+            // libpq's prefer (which checked no name and fell back to plain
+            // text: both of these used to start).
+            "default-wrong-host",
+            wrong_host_url(&s, "verify-full").replace("&sslmode=verify-full", ""),
+            Some(var("COURIER_TEST_TLS_CA")),
+            "certificate not valid for name",
+        ),
+        (
+            "default-without-tls",
+            format!(
+                "postgres://postgres@db-name.invalid:{}/postgres?hostaddr=127.0.0.1",
+                plain.port
+            ),
+            None,
+            "server does not support TLS",
+        ),
     ];
     for (what, url, ca, expect) in cases {
         let toml = base.clone() + &enrichment_toml(&url, "t", ca.as_deref());
@@ -483,5 +505,31 @@ fn check_config_names_missing_store_passwords() {
             out.contains(field) && out.contains(name),
             "the error names {field} and {name}: {out}"
         );
+    }
+    // A secret put where its variable's name belongs is refused and never
+    // echoed (it used to come back as "environment variable <it> is not
+    // set"); plain redis:// with a password to another host is refused.
+    let secret = "hunter2-Pa55/w0rd==";
+    for (toml, field) in [
+        (
+            format!("[redis]\npassword_env = \"{secret}\"\n"),
+            "redis.password_env",
+        ),
+        (
+            format!("[api]\ntoken_env = \"{secret}\"\n"),
+            "api.token_env",
+        ),
+        (
+            "[redis]\nurl = \"redis://redis.example.com:6379\"\npassword_env = \"REDIS_PW\"\n"
+                .to_string(),
+            "redis.url",
+        ),
+    ] {
+        let cfg = log_dir().join(format!("stores-{}-{field}.toml", std::process::id()));
+        std::fs::write(&cfg, toml).unwrap();
+        let (code, out) = courier_cli(&s, &cfg, &["check-config"]);
+        assert_eq!(code, 2, "check-config must fail: {out}");
+        assert!(out.contains(field), "the error names {field}: {out}");
+        assert!(!out.contains("hunter2"), "the secret is echoed: {out}");
     }
 }
