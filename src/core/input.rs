@@ -495,7 +495,7 @@ mod tests {
     #[test]
     fn binary_mode_attacker_text_is_capped() {
         let data = Bytes::from_static(b"{}");
-        let mut hs: Vec<(String, Option<Bytes>)> = h(&BINARY)
+        let mut hs: Vec<(String, Option<Bytes>)> = h(BINARY)
             .into_iter()
             .filter(|(k, _)| k != "ce_specversion")
             .collect();

@@ -498,7 +498,7 @@ mod tests {
             ["v1", "orders"]
         );
         assert_eq!(
-            path_of(&format!("https://api/v1/tenants/%2E%2e/orders")),
+            path_of("https://api/v1/tenants/%2E%2e/orders"),
             ["v1", "orders"]
         );
         assert_eq!(
