@@ -286,11 +286,6 @@ async fn rate_limit_keys_without_ttl_do_not_stall_the_group() {
         .build()
         .unwrap();
     client.init().await.expect("Redis");
-    let prefix = unique("ratestale");
-    let (tat, nb) = (
-        format!("{{{prefix}}}:rate:tat"),
-        format!("{{{prefix}}}:rate:not-before"),
-    );
     let hour_ahead = || async {
         let now: i64 = client
             .eval(
@@ -302,6 +297,42 @@ async fn rate_limit_keys_without_ttl_do_not_stall_the_group() {
             .unwrap();
         (now + 3_600_000_000).to_string()
     };
+    let keys = |prefix: &str| {
+        (
+            format!("{{{prefix}}}:rate:tat"),
+            format!("{{{prefix}}}:rate:not-before"),
+            format!("{{{prefix}}}:rate:members"),
+        )
+    };
+    // Each case on fresh keys: its first batch is the burst, unless a key
+    // holds it.
+    for (case, ttl) in [
+        ("pause", None),
+        ("pause", Some(Expiration::PX(86_400_000))),
+        ("tat", None),
+    ] {
+        let prefix = unique("ratestale");
+        let (tat, nb, members) = keys(&prefix);
+        let key = if case == "tat" { &tat } else { &nb };
+        let v = hour_ahead().await;
+        let _: () = client
+            .set(key.as_str(), v, ttl.clone(), None, false)
+            .await
+            .unwrap();
+        let limiter = RateLimiter::new(1000, 10, Some(client.clone()), &prefix, "a");
+        let (granted, wait_us, _) = limiter.take_batch(&client, false).await.unwrap();
+        assert_eq!(
+            granted,
+            10,
+            "{key} an hour ahead, TTL {ttl:?}: the burst expected, told to wait {} s",
+            wait_us / 1_000_000
+        );
+        let left: i64 = client.exists(nb.as_str()).await.unwrap();
+        assert_eq!(left, 0, "the untrusted pause is deleted");
+        let _: i64 = client.del(vec![tat, nb, members]).await.unwrap_or(0);
+    }
+    let prefix = unique("ratestale");
+    let (tat, nb, _) = keys(&prefix);
     let limiter = Arc::new(RateLimiter::new(
         1000,
         10,
@@ -309,25 +340,6 @@ async fn rate_limit_keys_without_ttl_do_not_stall_the_group() {
         &prefix,
         "a",
     ));
-    for (key, ttl) in [
-        (&nb, None),
-        (&nb, Some(Expiration::PX(86_400_000))),
-        (&tat, None),
-    ] {
-        let v = hour_ahead().await;
-        let _: () = client
-            .set(key.as_str(), v, ttl.clone(), None, false)
-            .await
-            .unwrap();
-        let (granted, wait_us, _) = limiter.take_batch(&client, false).await.unwrap();
-        assert!(
-            granted > 0,
-            "{key} an hour ahead, TTL {ttl:?}: nothing granted, told to wait {} s",
-            wait_us / 1_000_000
-        );
-    }
-    let left: i64 = client.exists(nb.as_str()).await.unwrap();
-    assert_eq!(left, 0, "the untrusted pause is deleted");
     // A caller is not held either.
     let _: () = client
         .set(nb.as_str(), hour_ahead().await, None, None, false)
