@@ -51,6 +51,10 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     config.validate()?;
     config.check_secrets()?;
+    #[cfg(feature = "test-hooks")]
+    if let Some(key) = &config.testing.poll_panic_on_key {
+        let _ = crate::kafka::poller::PANIC_ON_KEY.set(key.clone().into_bytes());
+    }
     if config.pipeline.oversize == crate::config::Oversize::Refuse {
         check_envelopes_fit(&config).await?;
     }

@@ -6,7 +6,7 @@
 
 use super::{KafkaConsumer, Record};
 use rdkafka::consumer::Consumer;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -83,7 +83,23 @@ impl Poller {
         let stop2 = stop.clone();
         let handle = std::thread::Builder::new()
             .name("courier-poll".into())
-            .spawn(move || poll_loop(consumer, stop2, max_records, max_bytes))?;
+            .spawn(move || {
+                let ctx = consumer.context().clone();
+                // A panic here (a bug, or a library's on hostile input) would
+                // end the thread silently: nothing fetches again while the
+                // process looks healthy. It is reported as fatal instead, like
+                // a fatal client error: the process drains what it holds and
+                // exits non-zero, and its orchestrator starts it afresh.
+                let run = std::panic::AssertUnwindSafe(|| {
+                    poll_loop(consumer, stop2, max_records, max_bytes)
+                });
+                if let Err(panic) = std::panic::catch_unwind(run) {
+                    let what = panic_message(&*panic);
+                    ctx.flush();
+                    ctx.actor
+                        .client_fatal(format!("the poll thread panicked: {what}"));
+                }
+            })?;
         Ok(Poller {
             stop,
             handle: Some(handle),
@@ -137,24 +153,19 @@ fn poll_loop(
         };
         match consumer.poll(timeout) {
             Some(Ok(m)) => {
-                let n = ctx.push(Record {
+                let headers = super::record_headers(&m);
+                count_names_not_utf8(headers.as_deref());
+                let record = Record {
                     partition: m.partition(),
                     offset: m.offset(),
                     dlq: m.topic() == dlq_topic,
                     key: m.key().map(<[u8]>::to_vec),
                     payload: m.payload().map(bytes::Bytes::copy_from_slice),
                     timestamp_ms: m.timestamp().to_millis(),
-                    headers: m.headers().filter(|h| h.count() > 0).map(|h| {
-                        h.iter()
-                            .map(|h| {
-                                (
-                                    h.key.to_string(),
-                                    h.value.map(bytes::Bytes::copy_from_slice),
-                                )
-                            })
-                            .collect()
-                    }),
-                });
+                    headers,
+                };
+                panic_hook(&record);
+                let n = ctx.push(record);
                 if n >= MAX_BATCH && !ctx.flush() {
                     return;
                 }
@@ -186,3 +197,49 @@ fn poll_loop(
     }
     ctx.flush();
 }
+
+/// What a caught panic says (its payload is a `&str` or a `String` when raised
+/// by `panic!`).
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".into()
+    }
+}
+
+/// Counts header names that are not UTF-8 (`courier_header_names_not_utf8_total`).
+fn count_names_not_utf8(headers: Option<&[crate::core::input::Header]>) {
+    let bad = headers
+        .unwrap_or_default()
+        .iter()
+        .filter(|(name, _)| name.as_str().is_none())
+        .count();
+    if bad > 0 {
+        metrics::counter!(crate::metrics::HEADER_NAMES_NOT_UTF8).increment(bad as u64);
+    }
+}
+
+/// Test fault hook (`testing.poll_panic_on_key`): the poll thread panics (once
+/// per process) on reading a record with this key. Set at start from the
+/// config; only in a build with the cargo feature `test-hooks`.
+#[cfg(feature = "test-hooks")]
+pub static PANIC_ON_KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+#[cfg(feature = "test-hooks")]
+fn panic_hook(r: &Record) {
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    if let (Some(want), Some(key)) = (PANIC_ON_KEY.get(), r.key.as_deref()) {
+        if want.as_slice() == key && !FIRED.swap(true, Ordering::SeqCst) {
+            panic!(
+                "test fault hook: the poll thread panics on the record at offset {}",
+                r.offset
+            );
+        }
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn panic_hook(_r: &Record) {}
