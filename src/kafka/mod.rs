@@ -215,6 +215,41 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
     with_user_settings(c, k)
 }
 
+/// Caps what one fetched batch may decompress to, from the fetch budget
+/// (`pipeline.max_buffered_bytes`), through `receive.message.max.bytes`.
+/// librdkafka's fetch sizes (`fetch.max.bytes`, `max.partition.fetch.bytes`)
+/// and `queued.max.messages.kbytes` are checked before a fetch and count a
+/// batch as the broker sends it, compressed: a zstd batch of 10 KB can hold
+/// 40 MB, decompressed whole into librdkafka's queue before any of Courier's
+/// budgets sees a record. librdkafka decompresses zstd into a buffer of at
+/// most `receive.message.max.bytes` and refuses a larger batch (a
+/// `BadCompression` error, retried at each fetch: its partition waits, logged
+/// as an ERROR, until the limit is raised). When the frame does not say its
+/// size (librdkafka's own producer's do not) it starts at twice the compressed
+/// size and triples the buffer per try, so a batch of B bytes may need a
+/// buffer of up to 3B: the cap is three times the budget, so every batch
+/// within the budget is read, none larger than three times it is, and one
+/// batch never holds more than that (default 48 MB, librdkafka's own default
+/// is 100 MB). Never below `fetch.max.bytes` + 512, which librdkafka requires.
+/// lz4, gzip and snappy batches librdkafka decompresses whole, whatever their
+/// size: no setting bounds those. A `receive.message.max.bytes` set in
+/// `[kafka.properties]` wins.
+pub fn cap_decompression(mut c: ClientConfig, k: &KafkaConfig, max_buffered_bytes: usize) -> ClientConfig {
+    if k.properties.contains_key("receive.message.max.bytes") {
+        return c;
+    }
+    let fetch = c
+        .get("fetch.max.bytes")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(52_428_800);
+    let cap = max_buffered_bytes
+        .saturating_mul(3)
+        .max(fetch.saturating_add(512))
+        .min(i32::MAX as usize);
+    c.set("receive.message.max.bytes", cap.to_string());
+    c
+}
+
 /// `[kafka.properties]` last, so they override Courier's defaults, then the
 /// secrets from the environment.
 fn with_user_settings(mut c: ClientConfig, k: &KafkaConfig) -> ClientConfig {
@@ -553,6 +588,28 @@ mod tests {
     /// charged at least what its headers hold on the heap: each header's slot in
     /// the slice and the smallest heap blocks of its name and value. Before the
     /// per-header charge it was charged ~0.7 MB for ~22 MB held.
+    /// A batch may decompress to three times the fetch budget and no further;
+    /// the limit never falls below what librdkafka requires, and the user's
+    /// own wins.
+    #[test]
+    fn decompression_is_capped_at_the_fetch_budget() {
+        let k = KafkaConfig::default();
+        let get = |c: &ClientConfig| c.get("receive.message.max.bytes").map(str::to_string);
+        let c = cap_decompression(consumer_config(&k), &k, 16 << 20);
+        assert_eq!(get(&c), Some((48u64 << 20).to_string()));
+        let c = cap_decompression(consumer_config(&k), &k, 1 << 20);
+        assert_eq!(get(&c), Some((8_388_608 + 512).to_string()), "fetch.max.bytes + 512 at least");
+        let mut own = KafkaConfig::default();
+        own.properties.insert("receive.message.max.bytes".into(), "99999999".into());
+        let c = cap_decompression(consumer_config(&own), &own, 16 << 20);
+        assert_eq!(get(&c).as_deref(), Some("99999999"));
+        // librdkafka takes each of them.
+        for budget in [1 << 20, 16 << 20] {
+            let c = cap_decompression(consumer_config(&k), &k, budget);
+            assert!(c.create_native_config().is_ok());
+        }
+    }
+
     #[test]
     fn a_record_is_charged_for_each_header() {
         let n = 350_000;

@@ -130,6 +130,7 @@ fn poll_loop(
     let ctx = consumer.context().clone();
     let dlq_topic = ctx.dlq_topic.clone();
     let mut waited = Duration::ZERO;
+    let mut refused_at: Option<std::time::Instant> = None;
     while !stop.load(Ordering::SeqCst) {
         // Backpressure: while the actors have not taken in what was handed to them,
         // fetch nothing more. They take records in without waiting for deliveries
@@ -183,7 +184,17 @@ fn poll_loop(
                     ));
                     return;
                 }
-                tracing::warn!(error = %e, "consumer poll error");
+                if e.rdkafka_error_code()
+                    == Some(rdkafka::types::RDKafkaErrorCode::BadCompression)
+                {
+                    // Retried at every fetch: one line per 30 s.
+                    if refused_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
+                        refused_at = Some(std::time::Instant::now());
+                        tracing::error!(error = %e, "a fetched batch does not decompress within receive.message.max.bytes (pipeline.max_buffered_bytes, or [kafka.properties]), or is corrupt: its partition does not move until the limit is raised above the batch's size; the \"kafka client error\" line names its offset");
+                    }
+                } else {
+                    tracing::warn!(error = %e, "consumer poll error");
+                }
                 if !ctx.flush() {
                     return;
                 }
