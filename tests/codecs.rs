@@ -251,7 +251,11 @@ async fn a_compressed_batch_cannot_expand_past_the_budget() {
         sends.push((id, producer.send_result(rec).expect("queued")));
     }
     for (id, f) in sends {
-        let d = f.await.expect("delivery").map_err(|(e, _)| e).expect("produce");
+        let d = f
+            .await
+            .expect("delivery")
+            .map_err(|(e, _)| e)
+            .expect("produce");
         produced.ids.push(id);
         produced.offsets.push((d.partition, d.offset));
     }
@@ -295,8 +299,10 @@ async fn a_compressed_batch_cannot_expand_past_the_budget() {
     assert_eq!(a.terminate(Duration::from_secs(30)).await, Some(0));
 
     // A budget that covers the batch reads it.
-    let raised = base_toml(&n, &api.url())
-        .replace("[pipeline]\n", "[pipeline]\nmax_buffered_bytes = 67108864\n");
+    let raised = base_toml(&n, &api.url()).replace(
+        "[pipeline]\n",
+        "[pipeline]\nmax_buffered_bytes = 67108864\n",
+    );
     let mut b = Courier::start(&format!("{}-b", n.topic), &s, &raised);
     n.wait_committed_to_end(&s, Duration::from_secs(90)).await;
     assert_eq!(b.terminate(Duration::from_secs(30)).await, Some(0));

@@ -132,11 +132,7 @@ pub struct Envelope {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OriginHeader {
     pub name: String,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "b64_opt"
-    )]
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "b64_opt")]
     pub name_bytes: Option<Vec<u8>>,
     #[serde(with = "b64_opt")]
     pub value: Option<Vec<u8>>,

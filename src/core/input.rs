@@ -512,7 +512,13 @@ mod tests {
     fn a_header_name_that_is_not_utf8_is_no_attribute() {
         let data = Bytes::from_static(b"{}");
         let plain = ce(&rec(Some(&data), &h(BINARY))).unwrap();
-        for bad in [&b"\xff"[..], b"ce_\xff", b"ce_id\xff", b"ce_\xc3\x28x", b"content-type\xff"] {
+        for bad in [
+            &b"\xff"[..],
+            b"ce_\xff",
+            b"ce_id\xff",
+            b"ce_\xc3\x28x",
+            b"content-type\xff",
+        ] {
             let mut headers = h(BINARY);
             headers.push((HeaderName::new(bad), Some(Bytes::from_static(b"x"))));
             let d = ce(&rec(Some(&data), &headers)).unwrap();

@@ -104,7 +104,8 @@ unsafe fn read_header_list(
         let mut size: usize = 0;
         // SAFETY: `idx` < the count; librdkafka writes pointers into its own
         // header list (a NUL-terminated name, `size` value bytes or NULL).
-        let err = unsafe { rd::rd_kafka_header_get_all(hdrs, idx, &mut name, &mut value, &mut size) };
+        let err =
+            unsafe { rd::rd_kafka_header_get_all(hdrs, idx, &mut name, &mut value, &mut size) };
         if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
             continue;
         }
@@ -234,7 +235,11 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
 /// lz4, gzip and snappy batches librdkafka decompresses whole, whatever their
 /// size: no setting bounds those. A `receive.message.max.bytes` set in
 /// `[kafka.properties]` wins.
-pub fn cap_decompression(mut c: ClientConfig, k: &KafkaConfig, max_buffered_bytes: usize) -> ClientConfig {
+pub fn cap_decompression(
+    mut c: ClientConfig,
+    k: &KafkaConfig,
+    max_buffered_bytes: usize,
+) -> ClientConfig {
     if k.properties.contains_key("receive.message.max.bytes") {
         return c;
     }
@@ -563,21 +568,27 @@ mod tests {
     /// own accessors panic on it), next to ordinary ones and a null value.
     #[test]
     fn header_names_travel_as_bytes() {
-        let h = rdkafka::message::OwnedHeaders::new()
-            .insert(rdkafka::message::Header {
-                key: "ce_id",
-                value: Some("e-1"),
-            });
+        let h = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: "ce_id",
+            value: Some("e-1"),
+        });
         let h = insert_header_bytes(h, b"\xff\xfe", Some(b"x"));
         let h = insert_header_bytes(h, b"n", None);
-        let raw = std::ptr::from_ref(h.as_borrowed()).cast::<rdkafka::bindings::rd_kafka_headers_t>();
+        let raw =
+            std::ptr::from_ref(h.as_borrowed()).cast::<rdkafka::bindings::rd_kafka_headers_t>();
         // SAFETY: `h` owns the list and outlives the call.
         let read = unsafe { read_header_list(raw) }.unwrap();
         assert_eq!(
             read.to_vec(),
             vec![
-                (HeaderName::from("ce_id"), Some(bytes::Bytes::from_static(b"e-1"))),
-                (HeaderName::new(b"\xff\xfe"), Some(bytes::Bytes::from_static(b"x"))),
+                (
+                    HeaderName::from("ce_id"),
+                    Some(bytes::Bytes::from_static(b"e-1"))
+                ),
+                (
+                    HeaderName::new(b"\xff\xfe"),
+                    Some(bytes::Bytes::from_static(b"x"))
+                ),
                 (HeaderName::from("n"), None),
             ]
         );
@@ -598,9 +609,14 @@ mod tests {
         let c = cap_decompression(consumer_config(&k), &k, 16 << 20);
         assert_eq!(get(&c), Some((48u64 << 20).to_string()));
         let c = cap_decompression(consumer_config(&k), &k, 1 << 20);
-        assert_eq!(get(&c), Some((8_388_608 + 512).to_string()), "fetch.max.bytes + 512 at least");
+        assert_eq!(
+            get(&c),
+            Some((8_388_608 + 512).to_string()),
+            "fetch.max.bytes + 512 at least"
+        );
         let mut own = KafkaConfig::default();
-        own.properties.insert("receive.message.max.bytes".into(), "99999999".into());
+        own.properties
+            .insert("receive.message.max.bytes".into(), "99999999".into());
         let c = cap_decompression(consumer_config(&own), &own, 16 << 20);
         assert_eq!(get(&c).as_deref(), Some("99999999"));
         // librdkafka takes each of them.
@@ -614,7 +630,12 @@ mod tests {
     fn a_record_is_charged_for_each_header() {
         let n = 350_000;
         let headers: Vec<crate::core::input::Header> = (0..n)
-            .map(|i| (HeaderName::new(&[b'a' + (i % 26) as u8]), Some(bytes::Bytes::from_static(b"v"))))
+            .map(|i| {
+                (
+                    HeaderName::new(&[b'a' + (i % 26) as u8]),
+                    Some(bytes::Bytes::from_static(b"v")),
+                )
+            })
             .collect();
         let r = Record {
             partition: 0,

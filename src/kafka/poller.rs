@@ -184,8 +184,7 @@ fn poll_loop(
                     ));
                     return;
                 }
-                if e.rdkafka_error_code()
-                    == Some(rdkafka::types::RDKafkaErrorCode::BadCompression)
+                if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::BadCompression)
                 {
                     // Retried at every fetch: one line per 30 s.
                     if refused_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
