@@ -155,7 +155,6 @@ fn poll_loop(
         match consumer.poll(timeout) {
             Some(Ok(m)) => {
                 let headers = super::record_headers(&m);
-                count_names_not_utf8(headers.as_deref());
                 let record = Record {
                     partition: m.partition(),
                     offset: m.offset(),
@@ -217,18 +216,6 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic without a message".into()
-    }
-}
-
-/// Counts header names that are not UTF-8 (`courier_header_names_not_utf8_total`).
-fn count_names_not_utf8(headers: Option<&[crate::core::input::Header]>) {
-    let bad = headers
-        .unwrap_or_default()
-        .iter()
-        .filter(|(name, _)| name.as_str().is_none())
-        .count();
-    if bad > 0 {
-        metrics::counter!(crate::metrics::HEADER_NAMES_NOT_UTF8).increment(bad as u64);
     }
 }
 
