@@ -4,7 +4,7 @@
 use crate::actors::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 use crate::config::Config;
 use crate::metrics::Readiness;
-use crate::runtime::Pipeline;
+use crate::runtime::{fatal_on_panic, Pipeline};
 use crate::status::{BoardInfo, StatusBoard};
 use metrics_exporter_prometheus::PrometheusHandle;
 use ractor::{Actor, ActorRef};
@@ -51,6 +51,10 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     config.validate()?;
     config.check_secrets()?;
+    #[cfg(feature = "test-hooks")]
+    if let Some(key) = &config.testing.poll_panic_on_key {
+        let _ = crate::kafka::poller::PANIC_ON_KEY.set(key.clone().into_bytes());
+    }
     if config.pipeline.oversize == crate::config::Oversize::Refuse {
         check_envelopes_fit(&config).await?;
     }
@@ -66,37 +70,45 @@ pub async fn start(
         BoardInfo::new(&config, crate::runtime::instance_id()),
         crate::runtime::now_ms(),
     ));
-    let sampler = tokio::spawn(crate::status::http::sample_errors(
-        status.clone(),
-        crate::runtime::now_ms,
-    ));
-    let http = if config.metrics.listen.is_empty() {
+    let listen = config.metrics.listen.clone();
+    let pipeline = Arc::new(Pipeline::new(config, status.clone()));
+    // These tasks are watched by nothing: a panic in one is fatal
+    // (`runtime::fatal_on_panic`), never a process running on without it.
+    let sampler = tokio::spawn({
+        let p = pipeline.clone();
+        async move {
+            let sample = crate::status::http::sample_errors(status, crate::runtime::now_ms);
+            fatal_on_panic(p, "the status sampler", sample).await;
+        }
+    });
+    let http = if listen.is_empty() {
         None
     } else {
-        let addr: SocketAddr = config
-            .metrics
-            .listen
+        let addr: SocketAddr = listen
             .parse()
             .map_err(|_| StartError::Spawn("metrics.listen".into()))?;
         // Bind first so a taken port is a clear start-up error.
         let listener =
             std::net::TcpListener::bind(addr).map_err(|e| StartError::Listen(addr, e))?;
         drop(listener);
-        let (r, board) = (ready.clone(), status.clone());
+        let (r, board, p) = (ready.clone(), pipeline.status.clone(), pipeline.clone());
         Some(tokio::spawn(async move {
-            if let Err(e) = crate::metrics::serve(addr, prometheus, r, board).await {
+            let serve = crate::metrics::serve(addr, prometheus, r, board);
+            if let Some(Err(e)) = fatal_on_panic(p, "the metrics listener", serve).await {
                 tracing::error!(error = %e, "metrics listener failed");
             }
         }))
     };
-    let pipeline = Arc::new(Pipeline::new(config, status));
     let p = pipeline.clone();
     let budgets = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        loop {
-            tick.tick().await;
-            p.show_budgets();
-        }
+        let gauges = async {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                p.show_budgets();
+            }
+        };
+        fatal_on_panic(p.clone(), "the budget gauges", gauges).await;
     });
     let args = SupervisorArgs {
         pipeline: pipeline.clone(),

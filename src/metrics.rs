@@ -51,6 +51,8 @@ pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
 pub const REVOKED_WORK: &str = "courier_revoked_work_total";
 pub const TAKEOVER: &str = "courier_takeover_seconds";
 pub const OFFSET_COMMITS: &str = "courier_offset_commits_total";
+// Hostile headers (issue 23 item 3).
+pub const HEADER_NAMES_NOT_UTF8: &str = "courier_header_names_not_utf8_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -208,6 +210,10 @@ pub const ALL: &[(&str, &str)] = &[
         OFFSET_COMMITS,
         "OffsetCommit requests to the broker, by kind: auto (librdkafka's auto-commit, with something to commit) and explicit (Courier's: commits that follow progress, and metadata changed alone). The broker cost of keeping redelivery after a crash small.",
     ),
+    (
+        HEADER_NAMES_NOT_UTF8,
+        "Record headers whose name is not UTF-8 (Kafka does not check names): the record is delivered; the name is kept as bytes in the record and its envelope, never forwarded to the API nor read as a CloudEvents attribute.",
+    ),
 ];
 
 /// Delivery latency buckets (seconds): fine enough that p50/p99 read within ~25 %
@@ -292,6 +298,7 @@ pub fn register_known_series() {
         metrics::counter!(OFFSET_COMMITS, "kind" => kind).absolute(0);
     }
     metrics::counter!(OFFSETS_SKIPPED).absolute(0);
+    metrics::counter!(HEADER_NAMES_NOT_UTF8).absolute(0);
     metrics::counter!(REVOKED_WORK).absolute(0);
     metrics::counter!(DLQ_REDELIVERED).absolute(0);
     metrics::counter!(DELIVERED).absolute(0);

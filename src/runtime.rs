@@ -94,6 +94,45 @@ impl Pipeline {
     }
 }
 
+/// A future whose panic is caught and returned (the future is not polled again).
+struct CatchUnwind<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(crate::kafka::poller::panic_message(&*panic))),
+        }
+    }
+}
+
+/// Runs a task nothing else watches (a timer, the status listener, the
+/// delivery dispatcher, a DLQ write): a panic in it declares the pipeline
+/// fatal, so the process drains and exits non-zero instead of running on
+/// without it (a tokio task's panic otherwise ends that task alone, silently).
+/// Supervised actors are not wrapped: ractor catches their panics and the
+/// supervisor restarts them within the restart budget.
+pub async fn fatal_on_panic<F: std::future::Future>(
+    pipeline: Arc<Pipeline>,
+    what: &'static str,
+    fut: F,
+) -> Option<F::Output> {
+    match CatchUnwind(Box::pin(fut)).await {
+        Ok(v) => Some(v),
+        Err(why) => {
+            pipeline.fatal(format!("{what} panicked: {why}"));
+            None
+        }
+    }
+}
+
 /// This process's instance id: `<HOSTNAME>-<pid>` (the pod name in Kubernetes).
 pub fn instance_id() -> String {
     format!(
@@ -117,5 +156,38 @@ impl Pipeline {
             .set(self.in_flight.limit() as f64);
         metrics::gauge!(m::MEMORY_BUDGET_USED, "budget" => "in_flight")
             .set(self.in_flight.used() as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipeline() -> Arc<Pipeline> {
+        let config = Config::default();
+        let status = Arc::new(StatusBoard::new(
+            crate::status::BoardInfo::new(&config, "test".into()),
+            now_ms(),
+        ));
+        Arc::new(Pipeline::new(config, status))
+    }
+
+    /// An unwatched task's panic is the pipeline's fatal error (the process
+    /// exits 70), not a task that silently stops; one that ends normally
+    /// returns its value and declares nothing.
+    #[tokio::test]
+    async fn a_panicking_task_is_fatal() {
+        let p = pipeline();
+        let ok = tokio::spawn(fatal_on_panic(p.clone(), "the quiet task", async { 7 }));
+        assert_eq!(ok.await.unwrap(), Some(7));
+        let failing = tokio::spawn(fatal_on_panic(p.clone(), "the budget gauges", async {
+            tokio::task::yield_now().await;
+            panic!("boom")
+        }));
+        assert_eq!(failing.await.unwrap(), None::<()>);
+        let reason = tokio::time::timeout(std::time::Duration::from_secs(5), p.wait_fatal())
+            .await
+            .expect("fatal declared");
+        assert_eq!(reason, "the budget gauges panicked: boom");
     }
 }

@@ -354,3 +354,86 @@ query_timeout = "2s"
         .iter()
         .all(|e| e.last_error.reason == "not_an_object"));
 }
+
+/// Issue 23 item 3: one record whose header *name* is not UTF-8, written by
+/// kcat as the field writes it (`-H $'\xff=x'`; Kafka checks neither names nor
+/// values), among 1,000 events. rdkafka's header accessor panicked on it in the
+/// poll thread (seen before the fix: `courier-poll` panicked at rdkafka's
+/// message.rs:284, the process stayed up and the wait for the commits to reach
+/// the end timed out after 90 s). Now every event
+/// is delivered; the hostile one goes through the DLQ (answered 503 three
+/// times) and its envelope carries the name as its bytes; lost 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_name_that_is_not_utf8_stops_nothing() {
+    use std::os::unix::ffi::OsStrExt;
+    let s = services();
+    let n = Names::new("input-hdr", 3);
+    n.create(&s, true).await;
+    let hostile = "hdr-hostile".to_string();
+    let api = api_failing_three_times(&hostile).await;
+    let spec = |prefix: &str| courier::loadgen::Spec {
+        count: 500,
+        keys: 50,
+        id_prefix: prefix.into(),
+        ..Default::default()
+    };
+    let mut produced = courier::loadgen::produce(&s.brokers, &n.topic, &spec("hdr-a"))
+        .await
+        .unwrap();
+    // The hostile record goes to partition 1, where the next offset is its.
+    let at = courier::kafka::admin::end_offsets(&s.brokers, &n.topic, 3).unwrap()[1];
+    let value = courier::loadgen::event_json(&hostile, "profile.updated", "k", 0, 300);
+    let mut child = std::process::Command::new("kcat")
+        .args(["-b", &s.brokers, "-t", &n.topic, "-P", "-p", "1"])
+        .arg("-H")
+        .arg(std::ffi::OsStr::from_bytes(b"\xff=x"))
+        // A value that is not UTF-8 either, under an ordinary name.
+        .arg("-H")
+        .arg(std::ffi::OsStr::from_bytes(b"tenant=\xfe\xfd"))
+        // `cargo test` puts the build's own librdkafka on LD_LIBRARY_PATH.
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kcat (installed by scripts/services.sh)");
+    use std::io::Write;
+    let written = child.stdin.take().expect("kcat stdin").write_all(&value);
+    let out = child.wait_with_output().expect("kcat");
+    assert!(
+        out.status.success() && written.is_ok(),
+        "kcat: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    produced.ids.push(hostile.clone());
+    produced.offsets.push((1, at));
+    let producer = courier::loadgen::producer(&s.brokers).unwrap();
+    let rest = courier::loadgen::produce_with(&producer, &n.topic, &spec("hdr-b"), 0)
+        .await
+        .unwrap();
+    produced.ids.extend(rest.ids);
+    produced.offsets.extend(rest.offsets);
+    assert_eq!(produced.ids.len(), 1_001);
+
+    let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), ""));
+    finish("hdr", &s, &n, &mut c, &api, &produced).await;
+    assert!(api.audit().attempts[&hostile] >= 4, "through the DLQ");
+    let log = c.log_text();
+    assert!(!log.contains("panicked"), "no panic");
+    // The envelope kept the name as its bytes, and the value as it was.
+    let env = envelopes(&s, &n.dlq)
+        .into_iter()
+        .find(|e| e.event_id.as_deref() == Some(hostile.as_str()))
+        .expect("the hostile event's envelope");
+    let names: Vec<_> = env
+        .origin_headers
+        .iter()
+        .map(|h| (h.name_of().as_bytes().to_vec(), h.value.clone()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            (b"\xff".to_vec(), Some(b"x".to_vec())),
+            (b"tenant".to_vec(), Some(b"\xfe\xfd".to_vec())),
+        ]
+    );
+}

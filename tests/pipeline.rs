@@ -257,6 +257,43 @@ crash_repeatedly = true
     assert!(!api.audit().delivered.contains_key(&marked));
 }
 
+/// Issue 23 item 3: a panic in the poll thread (injected on reading a record
+/// with a marked key) ends the process non-zero after draining what it holds,
+/// like a fatal client error, instead of leaving a process that looks healthy
+/// and fetches nothing (seen before the fix: still running after 60 s). A
+/// restart delivers the rest: lost 0.
+// Uses the `[testing]` fault hook: needs the `test-hooks` feature (scripts/test.sh).
+#[cfg(feature = "test-hooks")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_the_poll_thread_ends_the_process() {
+    let s = services();
+    let n = Names::new("pollpanic", 2);
+    n.create(&s, true).await;
+    let api = sink(0).await;
+    let spec = Spec {
+        count: 400,
+        keys: 40,
+        id_prefix: "pollpanic".into(),
+        ..Spec::default()
+    };
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    let toml = base_toml(&n, &api.url()) + "\n[testing]\npoll_panic_on_key = \"key-7\"\n";
+    let mut a = Courier::start(&format!("{}-a", n.topic), &s, &toml);
+    let code = a.wait_exit(Duration::from_secs(60)).await;
+    let log = a.log_text();
+    assert_eq!(code, Some(70), "exit 70 after the poll thread panicked");
+    assert!(
+        log.contains("the poll thread panicked: test fault hook"),
+        "the reason is logged"
+    );
+    let mut b = Courier::start(&format!("{}-b", n.topic), &s, &base_toml(&n, &api.url()));
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    assert_eq!(b.terminate(Duration::from_secs(30)).await, Some(0));
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("pollpanic", &rep);
+    assert_eq!(rep.delivered, 400);
+}
+
 /// 6. A second instance joins the group mid-run and later leaves: lost = 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_joins_and_leaves_mid_run() {

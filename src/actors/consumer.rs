@@ -158,7 +158,12 @@ impl Actor for ConsumerActor {
             closing.clone(),
             p.buffered.clone(),
         );
-        let consumer: KafkaConsumer = consumer_config(&cfg.kafka).create_with_context(ctx)?;
+        let consumer: KafkaConsumer = crate::kafka::cap_decompression(
+            consumer_config(&cfg.kafka),
+            &cfg.kafka,
+            cfg.pipeline.max_buffered_bytes,
+        )
+        .create_with_context(ctx)?;
         let consumer = Arc::new(consumer);
         let (c2, topic, dlq) = (
             consumer.clone(),

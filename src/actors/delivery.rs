@@ -67,9 +67,15 @@ impl Actor for DeliveryPool {
         _myself: ActorRef<Self::Msg>,
         a: DeliveryArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let pipeline = a.pipeline.clone();
         let deliverer = Arc::new(Deliverer::new(a.pipeline, a.peers)?);
         let (queue, jobs) = mpsc::unbounded_channel();
-        let dispatcher = AbortOnDrop(tokio::spawn(dispatch(deliverer.clone(), jobs)));
+        // Nothing else watches the dispatcher: its panic would leave every
+        // queued delivery waiting forever, so it is fatal.
+        let (p, d) = (pipeline, deliverer.clone());
+        let dispatcher = AbortOnDrop(tokio::spawn(async move {
+            crate::runtime::fatal_on_panic(p, "the delivery dispatcher", dispatch(d, jobs)).await;
+        }));
         a.queue.bind(queue);
         Ok(DeliveryState {
             deliverer,

@@ -27,6 +27,9 @@ pub struct DlqWriter;
 pub struct DlqWriterState {
     producer: FutureProducer,
     limits: Arc<Limits>,
+    /// For `fatal_on_panic`: a send task's panic would otherwise go unanswered
+    /// and be retried forever.
+    pipeline: Arc<Pipeline>,
 }
 
 /// `max.message.bytes` of the DLQ and parking topics.
@@ -113,6 +116,7 @@ impl Actor for DlqWriter {
         Ok(DlqWriterState {
             producer,
             limits: Arc::new(Limits { by_topic }),
+            pipeline,
         })
     }
 
@@ -132,8 +136,14 @@ impl Actor for DlqWriter {
                 let producer = state.producer.clone();
                 let limit = state.limits.of(&rec.topic);
                 // Sends run concurrently; the actor only hands them out.
+                let pipeline = state.pipeline.clone();
                 tokio::spawn(async move {
-                    let result = send(&producer, &rec, limit).await;
+                    let sent = send(&producer, &rec, limit);
+                    let Some(result) =
+                        crate::runtime::fatal_on_panic(pipeline, "a DLQ write", sent).await
+                    else {
+                        return;
+                    };
                     match &result {
                         Ok(_) => {}
                         Err(WriteError::Retry(_)) => {

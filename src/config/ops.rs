@@ -126,6 +126,9 @@ pub struct TestingConfig {
     /// With `crash_on_event_id`: panic every time the event is received, not once
     /// (exercises the restart budget).
     pub crash_repeatedly: bool,
+    /// The poll thread panics (once per process) on reading a record with this
+    /// key: what a library panic on hostile input does (issue 23 item 3).
+    pub poll_panic_on_key: Option<String>,
 }
 
 impl TestingConfig {

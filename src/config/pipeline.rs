@@ -31,7 +31,9 @@ pub struct PipelineConfig {
     /// the poll thread fetches nothing more above this.
     pub max_buffered: usize,
     /// The same fetch budget in bytes (record values, keys and headers, plus
-    /// `kafka::RECORD_OVERHEAD` each).
+    /// `kafka::HEADER_OVERHEAD` per header and `kafka::RECORD_OVERHEAD` each).
+    /// One compressed batch may decompress to three times this
+    /// (`kafka::cap_decompression`).
     pub max_buffered_bytes: usize,
     /// Bytes of the events begun and not yet durable (DLQ records waiting for the
     /// drain included), counted like `max_buffered_bytes`, process-wide: a

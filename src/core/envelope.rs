@@ -125,9 +125,15 @@ pub struct Envelope {
 }
 
 /// One header of the origin record (the value as bytes, base64 in the JSON).
+/// A name that is not UTF-8 (Kafka does not check) is kept exactly too: `name`
+/// then holds it made readable (each bad byte a U+FFFD, what any JSON tool and
+/// an older Courier see), and `name_bytes` the bytes themselves (base64), which
+/// redelivery and replay use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OriginHeader {
     pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "b64_opt")]
+    pub name_bytes: Option<Vec<u8>>,
     #[serde(with = "b64_opt")]
     pub value: Option<Vec<u8>>,
 }
@@ -138,9 +144,19 @@ impl OriginHeader {
         headers
             .unwrap_or_default()
             .iter()
-            .map(|(name, value)| OriginHeader {
-                name: name.clone(),
-                value: value.as_ref().map(|v| v.to_vec()),
+            .map(|(name, value)| {
+                let (name, name_bytes) = match name.as_str() {
+                    Some(s) => (s.to_string(), None),
+                    None => (
+                        String::from_utf8_lossy(name.as_bytes()).into_owned(),
+                        Some(name.as_bytes().to_vec()),
+                    ),
+                };
+                OriginHeader {
+                    name,
+                    name_bytes,
+                    value: value.as_ref().map(|v| v.to_vec()),
+                }
             })
             .collect()
     }
@@ -151,11 +167,19 @@ impl OriginHeader {
             .iter()
             .map(|h| {
                 (
-                    h.name.clone(),
+                    h.name_of(),
                     h.value.as_ref().map(|v| bytes::Bytes::copy_from_slice(v)),
                 )
             })
             .collect()
+    }
+
+    /// The name exactly as the origin record had it.
+    pub fn name_of(&self) -> crate::core::input::HeaderName {
+        match &self.name_bytes {
+            Some(b) => crate::core::input::HeaderName::new(b),
+            None => self.name.as_str().into(),
+        }
     }
 }
 
@@ -451,6 +475,7 @@ pub(crate) mod tests {
             omitted: None,
             origin_headers: vec![OriginHeader {
                 name: "ce_id".into(),
+                name_bytes: None,
                 value: Some(b"e-1".to_vec()),
             }],
             dlq_retries: 0,
@@ -643,6 +668,29 @@ pub(crate) mod tests {
     }
 
     proptest! {
+        /// Any header names and values (Kafka checks neither for UTF-8) come
+        /// out of an envelope exactly as the origin record had them; a name
+        /// that is text is written as text alone.
+        #[test]
+        fn origin_headers_round_trip_any_bytes(
+            headers in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..12),
+                 proptest::option::of(proptest::collection::vec(any::<u8>(), 0..12))),
+                0..6)
+        ) {
+            let record: Vec<crate::core::input::Header> = headers
+                .iter()
+                .map(|(n, v)| (crate::core::input::HeaderName::new(n), v.clone().map(bytes::Bytes::from)))
+                .collect();
+            let mut e = sample();
+            e.origin_headers = OriginHeader::from_record(Some(&record));
+            for h in &e.origin_headers {
+                prop_assert_eq!(h.name_bytes.is_some(), std::str::from_utf8(h.name_of().as_bytes()).is_err());
+            }
+            let back = Envelope::from_bytes(&e.to_bytes()).unwrap();
+            prop_assert_eq!(OriginHeader::to_record(&back.origin_headers), record);
+        }
+
         #[test]
         fn round_trip_any_bytes(key in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64)),
                                 payload in proptest::collection::vec(any::<u8>(), 0..512),

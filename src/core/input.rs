@@ -74,7 +74,80 @@ impl BodyType {
 }
 
 /// One Kafka record header: its name and value (a value may be absent).
-pub type Header = (String, Option<Bytes>);
+pub type Header = (HeaderName, Option<Bytes>);
+
+/// A Kafka header's name as the bytes the record carries. The protocol says
+/// UTF-8, but neither the broker nor librdkafka checks: a producer can send any
+/// bytes (`kcat -H $'\xff=x'`), so a name is kept as bytes and compared as
+/// bytes. A name that is not UTF-8 can never equal a configured one (those are
+/// HTTP tokens), so it is never forwarded to the API nor read as an attribute;
+/// it still travels with its record into an envelope and out again by replay
+/// (`envelope::OriginHeader`). librdkafka hands names over NUL-terminated: a
+/// name is read up to its first NUL byte.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct HeaderName(Box<[u8]>);
+
+impl HeaderName {
+    pub fn new(bytes: &[u8]) -> HeaderName {
+        HeaderName(bytes.into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The name as text; `None` when it is not UTF-8.
+    pub fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+
+    /// Whether it is `name`, ignoring ASCII case (HTTP-derived names such as
+    /// `content-type` come in any case). Never true for a name that is not
+    /// UTF-8 when `name` is text: ASCII case folding changes ASCII bytes only.
+    pub fn eq_ignore_ascii_case(&self, name: &str) -> bool {
+        self.0.eq_ignore_ascii_case(name.as_bytes())
+    }
+
+    /// The rest of the name after `prefix`, when it starts with it and the rest is text.
+    pub fn strip_prefix(&self, prefix: &str) -> Option<&str> {
+        let rest = self.0.strip_prefix(prefix.as_bytes())?;
+        std::str::from_utf8(rest).ok()
+    }
+
+    /// Bytes the name holds on the heap (for a record's memory charge).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&str> for HeaderName {
+    fn from(s: &str) -> HeaderName {
+        HeaderName::new(s.as_bytes())
+    }
+}
+
+impl From<String> for HeaderName {
+    fn from(s: String) -> HeaderName {
+        HeaderName(s.into_bytes().into_boxed_slice())
+    }
+}
+
+impl From<&[u8]> for HeaderName {
+    fn from(b: &[u8]) -> HeaderName {
+        HeaderName::new(b)
+    }
+}
+
+/// Text as the name is, bytes that are not UTF-8 escaped (`\xff`).
+impl std::fmt::Debug for HeaderName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{}\"", self.0.escape_ascii())
+    }
+}
 
 /// One Kafka record, as decoding sees it.
 #[derive(Debug, Clone, Copy)]
@@ -397,14 +470,14 @@ mod tests {
         }
     }
 
-    fn h(pairs: &[(&str, &str)]) -> Vec<(String, Option<Bytes>)> {
+    fn h(pairs: &[(&str, &str)]) -> Vec<Header> {
         pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), Some(Bytes::copy_from_slice(v.as_bytes()))))
+            .map(|(k, v)| ((*k).into(), Some(Bytes::copy_from_slice(v.as_bytes()))))
             .collect()
     }
 
-    fn rec<'a>(value: Option<&'a Bytes>, headers: &'a [(String, Option<Bytes>)]) -> RecordIn<'a> {
+    fn rec<'a>(value: Option<&'a Bytes>, headers: &'a [Header]) -> RecordIn<'a> {
         RecordIn {
             value,
             headers,
@@ -435,6 +508,32 @@ mod tests {
         ),
         ("content-type", "application/json; charset=utf-8"),
     ];
+
+    /// A header name that is not UTF-8 (Kafka does not check) is neither an
+    /// attribute nor the same as any text name: the event decodes as without it.
+    #[test]
+    fn a_header_name_that_is_not_utf8_is_no_attribute() {
+        let data = Bytes::from_static(b"{}");
+        let plain = ce(&rec(Some(&data), &h(BINARY))).unwrap();
+        for bad in [
+            &b"\xff"[..],
+            b"ce_\xff",
+            b"ce_id\xff",
+            b"ce_\xc3\x28x",
+            b"content-type\xff",
+        ] {
+            let mut headers = h(BINARY);
+            headers.push((HeaderName::new(bad), Some(Bytes::from_static(b"x"))));
+            let d = ce(&rec(Some(&data), &headers)).unwrap();
+            assert_eq!(d.event.raw, plain.event.raw, "{bad:?}");
+            let name = &headers.last().unwrap().0;
+            assert_eq!(name.as_str(), None);
+            assert!(!name.eq_ignore_ascii_case("ce_id") && !name.eq_ignore_ascii_case(""));
+        }
+        // Case is ignored for text names only as ASCII.
+        assert!(HeaderName::from("Content-Type").eq_ignore_ascii_case("content-type"));
+        assert_eq!(format!("{:?}", HeaderName::new(b"a\xffb")), "\"a\\xffb\"");
+    }
 
     #[test]
     fn binary_mode_becomes_a_structured_event() {
@@ -511,7 +610,7 @@ mod tests {
     #[test]
     fn binary_mode_is_validated_like_structured_mode() {
         let data = Bytes::from_static(b"{}");
-        let reason = |hs: Vec<(String, Option<Bytes>)>, value: Option<&Bytes>| {
+        let reason = |hs: Vec<Header>, value: Option<&Bytes>| {
             ce(&rec(value, &hs)).map(|_| ()).map_err(|e| e.reason())
         };
         let without = |name: &str| {
@@ -523,7 +622,7 @@ mod tests {
         };
         let with = |name: &str, v: &str| {
             let mut hs = without(name);
-            hs.push((name.to_string(), Some(Bytes::copy_from_slice(v.as_bytes()))));
+            hs.push((name.into(), Some(Bytes::copy_from_slice(v.as_bytes()))));
             hs
         };
         assert_eq!(

@@ -16,7 +16,7 @@ use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -439,12 +439,15 @@ pub fn scan(
 }
 
 fn read_record(m: &rdkafka::message::BorrowedMessage<'_>) -> ReadRecord {
+    // Read as bytes (rdkafka's `Headers` API panics on a name that is not
+    // UTF-8); shown as text, each bad byte a U+FFFD.
     let mut headers = BTreeMap::new();
-    if let Some(h) = m.headers() {
-        for hdr in h.iter() {
-            let v = hdr.value.map(|v| String::from_utf8_lossy(v).into_owned());
-            headers.insert(hdr.key.to_string(), v.unwrap_or_default());
-        }
+    for (name, value) in super::record_headers(m).unwrap_or_default().iter() {
+        let v = value.as_deref().map(String::from_utf8_lossy);
+        headers.insert(
+            String::from_utf8_lossy(name.as_bytes()).into_owned(),
+            v.unwrap_or_default().into_owned(),
+        );
     }
     ReadRecord {
         partition: m.partition(),

@@ -36,13 +36,24 @@ pub struct Record {
 /// held ~2.5–3 KB per event begun (docs/BENCHMARKS.md, "Memory and partitions").
 pub const RECORD_OVERHEAD: usize = 2048;
 
+/// What each header costs besides its name and value bytes: its slot in the
+/// record's header slice (`size_of::<Header>()`: 48 bytes, the name's box and
+/// the value's `Bytes`) and the two heap blocks its name and value are copied
+/// into (jemalloc's smallest size class is 8 bytes, so even a 1-byte name or
+/// value takes 8; bytes up to the next class are charged as the 8). Derived
+/// from the types and the allocator's size classes, not from a profile: a
+/// record of 350,000 one-byte headers (~1 MB on the wire) holds ~22 MB, which
+/// this charges (the names' and values' bytes on top of 64 per header).
+pub const HEADER_OVERHEAD: usize = std::mem::size_of::<crate::core::input::Header>() + 2 * 8;
+
 impl Record {
     /// The bytes it holds (value, key, header names and values, plus
-    /// [`RECORD_OVERHEAD`]): what it costs against the byte budgets.
+    /// [`HEADER_OVERHEAD`] per header and [`RECORD_OVERHEAD`]): what it costs
+    /// against the byte budgets.
     pub fn size(&self) -> usize {
         let headers = self.headers.as_deref().map_or(0, |h| {
             h.iter()
-                .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()))
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()) + HEADER_OVERHEAD)
                 .sum()
         });
         self.payload.as_ref().map_or(0, |p| p.len())
@@ -50,6 +61,100 @@ impl Record {
             + headers
             + RECORD_OVERHEAD
     }
+}
+
+/// A consumed message's headers, read as bytes through librdkafka's own
+/// accessor (rdkafka's `Headers` API turns each name into a `&str` with
+/// `to_str().unwrap()`, which panics on a name that is not UTF-8); `None`
+/// without any. A name is read up to its first NUL (librdkafka hands names over
+/// as C strings).
+pub fn record_headers(
+    m: &rdkafka::message::BorrowedMessage<'_>,
+) -> Option<Box<[crate::core::input::Header]>> {
+    use rdkafka::bindings as rd;
+    let mut hdrs: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: `m.ptr()` is the live message `m` borrows; librdkafka parses its
+    // headers on first use and returns a pointer the message owns, valid while
+    // `m` lives (this function's borrow).
+    let err = unsafe { rd::rd_kafka_message_headers(m.ptr(), &mut hdrs) };
+    if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || hdrs.is_null() {
+        return None;
+    }
+    // SAFETY: `hdrs` is the message's header list, alive while `m` is (above).
+    unsafe { read_header_list(hdrs) }
+}
+
+/// The headers of a librdkafka header list, copied out as bytes.
+///
+/// # Safety
+/// `hdrs` must be a valid header list that outlives the call.
+unsafe fn read_header_list(
+    hdrs: *const rdkafka::bindings::rd_kafka_headers_t,
+) -> Option<Box<[crate::core::input::Header]>> {
+    use rdkafka::bindings as rd;
+    // SAFETY: `hdrs` is valid (the caller's promise).
+    let n = unsafe { rd::rd_kafka_header_cnt(hdrs) };
+    if n == 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    for idx in 0..n {
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        let mut value: *const std::ffi::c_void = std::ptr::null();
+        let mut size: usize = 0;
+        // SAFETY: `idx` < the count; librdkafka writes pointers into its own
+        // header list (a NUL-terminated name, `size` value bytes or NULL).
+        let err =
+            unsafe { rd::rd_kafka_header_get_all(hdrs, idx, &mut name, &mut value, &mut size) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            continue;
+        }
+        // SAFETY: as above; both are copied before `m` can go away.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+        let value = (!value.is_null()).then(|| {
+            // SAFETY: `value` points at `size` bytes of the header list.
+            bytes::Bytes::copy_from_slice(unsafe {
+                std::slice::from_raw_parts(value.cast::<u8>(), size)
+            })
+        });
+        out.push((crate::core::input::HeaderName::new(name), value));
+    }
+    Some(out.into_boxed_slice())
+}
+
+/// Adds a header whose name is given as bytes (rdkafka's `OwnedHeaders::insert`
+/// takes a `&str`): replay writes a name that is not UTF-8 back exactly as the
+/// origin record had it.
+pub fn insert_header_bytes(
+    headers: rdkafka::message::OwnedHeaders,
+    name: &[u8],
+    value: Option<&[u8]>,
+) -> rdkafka::message::OwnedHeaders {
+    use rdkafka::bindings as rd;
+    // rdkafka's `BorrowedHeaders` is a zero-sized view whose address is the
+    // native header list (`BorrowedHeaders::from_native_ptr` casts the pointer
+    // to the reference): this is the list `headers` owns.
+    let raw = std::ptr::from_ref(headers.as_borrowed())
+        .cast_mut()
+        .cast::<rd::rd_kafka_headers_t>();
+    let (vptr, vlen) = match value {
+        Some(v) => (v.as_ptr().cast::<std::ffi::c_void>(), v.len() as isize),
+        None => (std::ptr::null(), 0),
+    };
+    // SAFETY: `raw` is the writable list `headers` owns (created by
+    // `rd_kafka_headers_new`), alive for this call; librdkafka copies the name
+    // (`name.len()` bytes) and the value into its own allocation. It fails only
+    // on a read-only list, which an `OwnedHeaders` never is.
+    let _ = unsafe {
+        rd::rd_kafka_header_add(
+            raw,
+            name.as_ptr().cast::<std::ffi::c_char>(),
+            name.len() as isize,
+            vptr,
+            vlen,
+        )
+    };
+    headers
 }
 
 /// Consumer configuration. `enable.auto.offset.store=false` is what makes auto
@@ -109,6 +214,45 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         c.set("group.instance.id", id);
     }
     with_user_settings(c, k)
+}
+
+/// Caps what one fetched batch may decompress to, from the fetch budget
+/// (`pipeline.max_buffered_bytes`), through `receive.message.max.bytes`.
+/// librdkafka's fetch sizes (`fetch.max.bytes`, `max.partition.fetch.bytes`)
+/// and `queued.max.messages.kbytes` are checked before a fetch and count a
+/// batch as the broker sends it, compressed: a zstd batch of 10 KB can hold
+/// 40 MB, decompressed whole into librdkafka's queue before any of Courier's
+/// budgets sees a record. librdkafka decompresses zstd into a buffer of at
+/// most `receive.message.max.bytes` and refuses a larger batch (a
+/// `BadCompression` error, retried at each fetch: its partition waits, logged
+/// as an ERROR, until the limit is raised). When the frame does not say its
+/// size (librdkafka's own producer's do not) it starts at twice the compressed
+/// size and triples the buffer per try, so a batch of B bytes may need a
+/// buffer of up to 3B: the cap is three times the budget, so every batch
+/// within the budget is read, none larger than three times it is, and one
+/// batch never holds more than that (default 48 MB, librdkafka's own default
+/// is 100 MB). Never below `fetch.max.bytes` + 512, which librdkafka requires.
+/// lz4, gzip and snappy batches librdkafka decompresses whole, whatever their
+/// size: no setting bounds those. A `receive.message.max.bytes` set in
+/// `[kafka.properties]` wins.
+pub fn cap_decompression(
+    mut c: ClientConfig,
+    k: &KafkaConfig,
+    max_buffered_bytes: usize,
+) -> ClientConfig {
+    if k.properties.contains_key("receive.message.max.bytes") {
+        return c;
+    }
+    let fetch = c
+        .get("fetch.max.bytes")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(52_428_800);
+    let cap = max_buffered_bytes
+        .saturating_mul(3)
+        .max(fetch.saturating_add(512))
+        .min(i32::MAX as usize);
+    c.set("receive.message.max.bytes", cap.to_string());
+    c
 }
 
 /// `[kafka.properties]` last, so they override Courier's defaults, then the
@@ -418,6 +562,101 @@ pub const REQUIRED_FEATURES: [&str; 10] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::input::HeaderName;
+
+    /// A name that is not UTF-8 is written and read back as its bytes (rdkafka's
+    /// own accessors panic on it), next to ordinary ones and a null value.
+    #[test]
+    fn header_names_travel_as_bytes() {
+        let h = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: "ce_id",
+            value: Some("e-1"),
+        });
+        let h = insert_header_bytes(h, b"\xff\xfe", Some(b"x"));
+        let h = insert_header_bytes(h, b"n", None);
+        let raw =
+            std::ptr::from_ref(h.as_borrowed()).cast::<rdkafka::bindings::rd_kafka_headers_t>();
+        // SAFETY: `h` owns the list and outlives the call.
+        let read = unsafe { read_header_list(raw) }.unwrap();
+        assert_eq!(
+            read.to_vec(),
+            vec![
+                (
+                    HeaderName::from("ce_id"),
+                    Some(bytes::Bytes::from_static(b"e-1"))
+                ),
+                (
+                    HeaderName::new(b"\xff\xfe"),
+                    Some(bytes::Bytes::from_static(b"x"))
+                ),
+                (HeaderName::from("n"), None),
+            ]
+        );
+        assert_eq!(read[1].0.as_str(), None);
+    }
+
+    /// A record of ~350,000 one-byte headers (about 1 MB on the wire) is
+    /// charged at least what its headers hold on the heap: each header's slot in
+    /// the slice and the smallest heap blocks of its name and value. Before the
+    /// per-header charge it was charged ~0.7 MB for ~22 MB held.
+    /// A batch may decompress to three times the fetch budget and no further;
+    /// the limit never falls below what librdkafka requires, and the user's
+    /// own wins.
+    #[test]
+    fn decompression_is_capped_at_the_fetch_budget() {
+        let k = KafkaConfig::default();
+        let get = |c: &ClientConfig| c.get("receive.message.max.bytes").map(str::to_string);
+        let c = cap_decompression(consumer_config(&k), &k, 16 << 20);
+        assert_eq!(get(&c), Some((48u64 << 20).to_string()));
+        let c = cap_decompression(consumer_config(&k), &k, 1 << 20);
+        assert_eq!(
+            get(&c),
+            Some((8_388_608 + 512).to_string()),
+            "fetch.max.bytes + 512 at least"
+        );
+        let mut own = KafkaConfig::default();
+        own.properties
+            .insert("receive.message.max.bytes".into(), "99999999".into());
+        let c = cap_decompression(consumer_config(&own), &own, 16 << 20);
+        assert_eq!(get(&c).as_deref(), Some("99999999"));
+        // librdkafka takes each of them.
+        for budget in [1 << 20, 16 << 20] {
+            let c = cap_decompression(consumer_config(&k), &k, budget);
+            assert!(c.create_native_config().is_ok());
+        }
+    }
+
+    #[test]
+    fn a_record_is_charged_for_each_header() {
+        let n = 350_000;
+        let headers: Vec<crate::core::input::Header> = (0..n)
+            .map(|i| {
+                (
+                    HeaderName::new(&[b'a' + (i % 26) as u8]),
+                    Some(bytes::Bytes::from_static(b"v")),
+                )
+            })
+            .collect();
+        let r = Record {
+            partition: 0,
+            offset: 0,
+            dlq: false,
+            key: None,
+            payload: Some(bytes::Bytes::from(vec![0u8; 1024])),
+            timestamp_ms: None,
+            headers: Some(headers.into_boxed_slice()),
+        };
+        // The slice, and per header two blocks of jemalloc's smallest class (8).
+        let held = n * (std::mem::size_of::<crate::core::input::Header>() + 8 + 8);
+        assert!(
+            r.size() >= held,
+            "charged {} for {held} bytes of headers held",
+            r.size()
+        );
+        // Without headers the charge is what it was.
+        let bare = Record { headers: None, ..r };
+        assert_eq!(bare.size(), 1024 + RECORD_OVERHEAD);
+    }
 
     /// Without `zstd`, a topic written with zstd (the default of many producers)
     /// delivers nothing; without `oidc`, OAUTHBEARER cannot fetch its token.

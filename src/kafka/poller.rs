@@ -6,7 +6,7 @@
 
 use super::{KafkaConsumer, Record};
 use rdkafka::consumer::Consumer;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -83,7 +83,23 @@ impl Poller {
         let stop2 = stop.clone();
         let handle = std::thread::Builder::new()
             .name("courier-poll".into())
-            .spawn(move || poll_loop(consumer, stop2, max_records, max_bytes))?;
+            .spawn(move || {
+                let ctx = consumer.context().clone();
+                // A panic here (a bug, or a library's on hostile input) would
+                // end the thread silently: nothing fetches again while the
+                // process looks healthy. It is reported as fatal instead, like
+                // a fatal client error: the process drains what it holds and
+                // exits non-zero, and its orchestrator starts it afresh.
+                let run = std::panic::AssertUnwindSafe(|| {
+                    poll_loop(consumer, stop2, max_records, max_bytes)
+                });
+                if let Err(panic) = std::panic::catch_unwind(run) {
+                    let what = panic_message(&*panic);
+                    ctx.flush();
+                    ctx.actor
+                        .client_fatal(format!("the poll thread panicked: {what}"));
+                }
+            })?;
         Ok(Poller {
             stop,
             handle: Some(handle),
@@ -114,6 +130,7 @@ fn poll_loop(
     let ctx = consumer.context().clone();
     let dlq_topic = ctx.dlq_topic.clone();
     let mut waited = Duration::ZERO;
+    let mut refused_at: Option<std::time::Instant> = None;
     while !stop.load(Ordering::SeqCst) {
         // Backpressure: while the actors have not taken in what was handed to them,
         // fetch nothing more. They take records in without waiting for deliveries
@@ -137,24 +154,18 @@ fn poll_loop(
         };
         match consumer.poll(timeout) {
             Some(Ok(m)) => {
-                let n = ctx.push(Record {
+                let headers = super::record_headers(&m);
+                let record = Record {
                     partition: m.partition(),
                     offset: m.offset(),
                     dlq: m.topic() == dlq_topic,
                     key: m.key().map(<[u8]>::to_vec),
                     payload: m.payload().map(bytes::Bytes::copy_from_slice),
                     timestamp_ms: m.timestamp().to_millis(),
-                    headers: m.headers().filter(|h| h.count() > 0).map(|h| {
-                        h.iter()
-                            .map(|h| {
-                                (
-                                    h.key.to_string(),
-                                    h.value.map(bytes::Bytes::copy_from_slice),
-                                )
-                            })
-                            .collect()
-                    }),
-                });
+                    headers,
+                };
+                panic_hook(&record);
+                let n = ctx.push(record);
                 if n >= MAX_BATCH && !ctx.flush() {
                     return;
                 }
@@ -172,7 +183,16 @@ fn poll_loop(
                     ));
                     return;
                 }
-                tracing::warn!(error = %e, "consumer poll error");
+                if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::BadCompression)
+                {
+                    // Retried at every fetch: one line per 30 s.
+                    if refused_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
+                        refused_at = Some(std::time::Instant::now());
+                        tracing::error!(error = %e, "a fetched batch does not decompress within receive.message.max.bytes (pipeline.max_buffered_bytes, or [kafka.properties]), or is corrupt: its partition does not move until the limit is raised above the batch's size; the \"kafka client error\" line names its offset");
+                    }
+                } else {
+                    tracing::warn!(error = %e, "consumer poll error");
+                }
                 if !ctx.flush() {
                     return;
                 }
@@ -186,3 +206,37 @@ fn poll_loop(
     }
     ctx.flush();
 }
+
+/// What a caught panic says (its payload is a `&str` or a `String` when raised
+/// by `panic!`).
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".into()
+    }
+}
+
+/// Test fault hook (`testing.poll_panic_on_key`): the poll thread panics (once
+/// per process) on reading a record with this key. Set at start from the
+/// config; only in a build with the cargo feature `test-hooks`.
+#[cfg(feature = "test-hooks")]
+pub static PANIC_ON_KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+#[cfg(feature = "test-hooks")]
+fn panic_hook(r: &Record) {
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    if let (Some(want), Some(key)) = (PANIC_ON_KEY.get(), r.key.as_deref()) {
+        if want.as_slice() == key && !FIRED.swap(true, Ordering::SeqCst) {
+            panic!(
+                "test fault hook: the poll thread panics on the record at offset {}",
+                r.offset
+            );
+        }
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn panic_hook(_r: &Record) {}

@@ -285,10 +285,14 @@ pub async fn execute(
         // attributes), then where the replay came from.
         let mut headers = OwnedHeaders::new_with_capacity(c.envelope.origin_headers.len() + 1);
         for h in &c.envelope.origin_headers {
-            headers = headers.insert(Header {
-                key: &h.name,
-                value: h.value.as_deref(),
-            });
+            // A name that is not UTF-8 goes back as the bytes it was.
+            headers = match &h.name_bytes {
+                Some(name) => crate::kafka::insert_header_bytes(headers, name, h.value.as_deref()),
+                None => headers.insert(Header {
+                    key: &h.name,
+                    value: h.value.as_deref(),
+                }),
+            };
         }
         let headers = headers.insert(Header {
             key: "courier-replayed-from",

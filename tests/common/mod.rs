@@ -280,6 +280,15 @@ impl Courier {
         self.proc.log_text().unwrap_or_default()
     }
 
+    /// The process's peak resident set (`VmHWM` in /proc/<pid>/status), in
+    /// bytes; `None` once it has exited.
+    pub fn peak_rss(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.proc.pid()?)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    }
+
     /// Scrapes `/metrics` and returns the sum of all series of `name` (which may
     /// include the start of a label set, e.g. `x_total{result="miss"`); 0 when
     /// the page cannot be read.

@@ -40,6 +40,7 @@ impl Intake for Decoder {
 
     fn begin(&mut self, src: Src, r: Record) -> Begun<Item> {
         self.consumed[src.index()].increment(1);
+        count_names_not_utf8(r.headers.as_deref());
         let park = |reason: &'static str, message: String| Work::Park {
             reason: Reason::Input(reason),
             message,
@@ -179,5 +180,18 @@ impl Decoder {
         if first || cfg.crash_repeatedly {
             panic!("test fault hook: partition actor crashes on event {id}");
         }
+    }
+}
+
+/// Counts header names that are not UTF-8 (`courier_header_names_not_utf8_total`):
+/// kept as bytes, never forwarded nor read as attributes (`core::input::HeaderName`).
+fn count_names_not_utf8(headers: Option<&[crate::core::input::Header]>) {
+    let bad = headers
+        .unwrap_or_default()
+        .iter()
+        .filter(|(name, _)| name.as_str().is_none())
+        .count();
+    if bad > 0 {
+        metrics::counter!(m::HEADER_NAMES_NOT_UTF8).increment(bad as u64);
     }
 }
