@@ -22,4 +22,5 @@ pub mod ratelimit;
 pub mod restart;
 pub mod status;
 pub mod status_policy;
+pub mod systemic;
 pub mod trace;
