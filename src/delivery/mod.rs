@@ -8,6 +8,7 @@ pub mod limits;
 pub mod pacer;
 pub mod peers;
 pub mod ratelimit;
+mod systemic;
 pub mod token;
 
 use crate::config::{Config, OnMissing};
@@ -23,6 +24,7 @@ use crate::core::event::Event;
 use crate::core::input::{decode_record, BodyType, Decoded, Header, RecordIn};
 use crate::core::mapping::{Attributes, BodyMode, Routes};
 use crate::core::status_policy::StatusPolicy;
+use crate::core::systemic::SystemicStep;
 use crate::core::trace;
 use crate::health::CallOutcome;
 use crate::metrics as m;
@@ -409,6 +411,13 @@ impl Deliverer {
         }
     }
 
+    /// Call `seq` was delivered (it refutes the systemic answers to earlier calls).
+    fn observe_delivered(&self, seq: u64) {
+        if let Some(t) = self.pipeline.health.delivered(seq) {
+            self.on_transition(t);
+        }
+    }
+
     fn on_transition(&self, t: crate::core::breaker::Transition) {
         metrics::counter!(m::BREAKER_TRANSITIONS, "to" => t.to.as_str(), "reason" => t.reason.as_str()).increment(1);
         tracing::warn!(
@@ -625,6 +634,7 @@ impl Deliverer {
         // Whether the API was called: an enrichment database error is not the API's,
         // and the breaker must not hear of it.
         let mut called = true;
+        let mut seq = 0;
         let answer = match self.request(&src, &event).await {
             Ok(Body::Send { body, out }) => {
                 // Each wait ends at once when the partition is handed over,
@@ -645,6 +655,7 @@ impl Deliverer {
                     return None;
                 }
                 let call = self.rate_slot(token).await?;
+                seq = self.pipeline.health.call_number();
                 let r = self
                     .api
                     .send(&out, &id, body, Some(env.dlq_retries + 1))
@@ -664,24 +675,27 @@ impl Deliverer {
                 ))
             }
         };
+        let called = called.then_some(seq);
         Some(Box::pin(self.redelivered(item, env, policy, answer, called)).await)
     }
 
     /// What a DLQ round's answer means for the event (`called`: the API was
-    /// asked, so the breaker hears of it).
+    /// asked, with the call's number, so the breaker hears of it).
     async fn redelivered(
         &self,
         item: &Item,
         env: &Envelope,
         policy: dlq_policy::RetryPolicy,
         answer: Result<http::Answer, TransportError>,
-        called: bool,
+        called: Option<u64>,
     ) -> Finished {
         let cfg = &self.pipeline.config;
         let failure = match answer {
             Ok(a) => match self.status.classify(a.status) {
                 Verdict::Delivered => {
-                    self.observe(CallOutcome::Up);
+                    if let Some(seq) = called {
+                        self.observe_delivered(seq);
+                    }
                     metrics::counter!(m::DLQ_REDELIVERED).increment(1);
                     self.hot.delivered.increment(1);
                     return Finished::Delivered;
@@ -690,14 +704,23 @@ impl Deliverer {
             },
             Err(t) => Failure::transport(t),
         };
-        if called
-            && failure.reason.reached_the_api()
-            && !failure.status.is_some_and(|s| self.limits.absorbs(s))
-        {
-            self.observe(outcome_of(failure.class, failure.reason));
+        let mut class = failure.class;
+        if let Some(seq) = called.filter(|_| {
+            failure.reason.reached_the_api()
+                && !failure.status.is_some_and(|s| self.limits.absorbs(s))
+        }) {
+            if class == FailureClass::Systemic {
+                // Refuted by a later delivered call: this event's failure, a
+                // round used up like a transient one.
+                if self.systemic_refuted_in_round(seq, &failure) {
+                    class = FailureClass::Transient;
+                }
+            } else {
+                self.observe(outcome_of(failure.class, failure.reason));
+            }
         }
         self.report(&failure);
-        let (class, reason) = (failure.class, failure.reason.as_str().to_string());
+        let reason = failure.reason.as_str().to_string();
         let message = format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""));
         let error = failure.error(message.trim_end());
         if class == FailureClass::Permanent {
@@ -858,9 +881,12 @@ impl Deliverer {
         let in_flight = InFlight::new(&self.hot.in_flight);
         let start = Instant::now();
         let mut attempts = 0u32;
+        let mut hypothesis = crate::core::systemic::EventHypothesis::default();
+        let mut demoted: Option<u32> = None;
         let failure = loop {
             attempts += 1;
             self.hot.attempts.increment(1);
+            let mut called: Option<u64> = None;
             let src = Source {
                 headers: item.headers.as_deref(),
                 key: item.entity_key(),
@@ -870,7 +896,10 @@ impl Deliverer {
             let failure = match self.request(&src, ev).await {
                 Ok(Body::Send { body, out }) => match self.call(&ev.id, &out, body, token).await {
                     None => return None, // Handed over while waiting at the gate.
-                    Some(Ok(answer)) => match self.status.classify(answer.status) {
+                    Some((answer, seq)) => {
+                        called = Some(seq);
+                        match answer {
+                    Ok(answer) => match self.status.classify(answer.status) {
                         Verdict::Delivered => {
                             drop(in_flight);
                             self.hot.latency.record(start.elapsed().as_secs_f64());
@@ -883,7 +912,9 @@ impl Deliverer {
                         }
                         Verdict::Failed(class) => Failure::status(class, &answer),
                     },
-                    Some(Err(t)) => Failure::transport(t),
+                    Err(t) => Failure::transport(t),
+                        }
+                    }
                 },
                 Ok(Body::Park { reason, message }) => {
                     drop(in_flight);
@@ -912,9 +943,32 @@ impl Deliverer {
                 return None;
             }
             let class = failure.class;
-            if class == FailureClass::Systemic
-                || (class == FailureClass::Transient && self.pipeline.health.systemic_outage())
-            {
+            if class == FailureClass::Systemic {
+                // A hypothesis about the API (core::systemic): while nothing
+                // refutes it, the event waits at the gate without using up a
+                // try; once refuted, its own systemic answers use up
+                // `api.systemic_budget`, then it is parked.
+                let step = called
+                    .filter(|_| failure.reason.reached_the_api())
+                    .map(|seq| self.systemic_answer(&mut hypothesis, seq, &failure));
+                attempts = attempts.saturating_sub(1);
+                match step {
+                    None | Some(SystemicStep::Wait) => continue,
+                    Some(SystemicStep::Retry { n }) => {
+                        tokio::select! {
+                            biased;
+                            _ = token.until_cancelled() => return None,
+                            _ = tokio::time::sleep(self.systemic_delay(n)) => {}
+                        }
+                        continue;
+                    }
+                    Some(SystemicStep::Demote { answers }) => {
+                        demoted = Some(answers);
+                        break failure;
+                    }
+                }
+            }
+            if class == FailureClass::Transient && self.pipeline.health.systemic_outage() {
                 // Credentials or the API itself, not this event: the breaker has
                 // tripped, so the next try waits at the gate. It does not use up the
                 // event's tries, and the event never goes to the DLQ for it.
@@ -943,10 +997,16 @@ impl Deliverer {
         drop(in_flight);
         drop(permit);
         let class = failure.class;
-        let info = failure.error(&failure.message(&format!("after {attempts} tries")));
+        let what = match demoted {
+            Some(n) => format!(
+                "{n} times after calls sent later were delivered (api.systemic_budget): parked"
+            ),
+            None => format!("after {attempts} tries"),
+        };
+        let info = failure.error(&failure.message(&what));
         // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
         // would otherwise size every delivery's state machine.
-        Some(if class == FailureClass::Permanent {
+        Some(if class == FailureClass::Permanent || demoted.is_some() {
             let done = Box::pin(self.park(item, info)).await;
             self.parked_after(failure.reason);
             done
@@ -956,7 +1016,9 @@ impl Deliverer {
     }
 
     /// One API call on the main path: waits while the breaker is open, and feeds
-    /// the breaker with what the answer says about the API.
+    /// the breaker with what the answer says about the API (a systemic answer:
+    /// the caller, with the event's hypothesis). With the answer, the call's
+    /// number (`Health::call_number`).
     /// `None`: the partition was handed over while the call waited at the
     /// gate (no request made).
     async fn call(
@@ -965,27 +1027,31 @@ impl Deliverer {
         out: &Outgoing,
         body: Bytes,
         token: &CompletionToken,
-    ) -> Option<Result<http::Answer, TransportError>> {
+    ) -> Option<(Result<http::Answer, TransportError>, u64)> {
         if !self.gate(token).await {
             return None;
         }
         let call = self.rate_slot(token).await?;
+        let seq = self.pipeline.health.call_number();
         let r = self.api.send(out, id, body, None).await;
         self.limits.after_call(call, &r);
         match &r {
             // Back-pressure the concurrency limit answers, not an outage.
             Ok(a) if self.limits.absorbs(a.status) => {}
-            Ok(a) => self.observe(match self.status.classify(a.status) {
-                Verdict::Delivered => CallOutcome::Up,
-                Verdict::Failed(c) => outcome_of(c, Reason::Http(a.status)),
-            }),
+            Ok(a) => match self.status.classify(a.status) {
+                Verdict::Delivered => self.observe_delivered(seq),
+                // The caller weighs it against the event's hypothesis.
+                Verdict::Failed(FailureClass::Systemic) => {}
+                Verdict::Failed(c) => self.observe(outcome_of(c, Reason::Http(a.status))),
+            },
+            Err(t) if t.kind.reached_the_api() && t.kind.class() == FailureClass::Systemic => {}
             Err(t) if t.kind.reached_the_api() => {
                 self.observe(outcome_of(t.kind.class(), Reason::Transport(t.kind)))
             }
             // A request that could not be built says nothing about the API.
             Err(_) => {}
         }
-        Some(r)
+        Some((r, seq))
     }
 
     /// The request for an event: the route its type matches (URL, method,
