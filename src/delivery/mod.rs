@@ -2,6 +2,7 @@
 //! POST with in-place retries, and on failure the DLQ or the parking lot.
 //! Runs in tasks spawned by the delivery pool actor.
 
+mod durable;
 pub mod enrich;
 pub mod http;
 pub mod limits;
@@ -12,7 +13,7 @@ mod systemic;
 pub mod token;
 
 use crate::config::{Config, OnMissing};
-use crate::core::backoff::{persistent_delay, RetryPolicy};
+use crate::core::backoff::RetryPolicy;
 use crate::core::classify::{
     outcome_of, ErrorClass, FailureClass, FailureLog, Reason, TransportFailure, Verdict,
 };
@@ -32,7 +33,7 @@ use crate::runtime::{now_ms, Pipeline};
 use bytes::Bytes;
 use enrich::{EnrichError, Enricher, SourceOfTruth};
 use http::{ApiClient, Outgoing, TransportError};
-use peers::{DlqRecord, DlqWriterMsg, Peers, Refusal, WriteError};
+use peers::{DlqRecord, Peers};
 use reqwest::header::HeaderValue;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -344,6 +345,29 @@ impl Deliverer {
     /// task) or waits for one here.
     pub async fn run(self: Arc<Self>, job: Job, permit: Option<OwnedSemaphorePermit>) {
         let Job { item, token } = job;
+        // A DLQ or parking-lot write deep in the work abandons the event when
+        // the partition is handed over between its tries (`durable`): the work
+        // ends then without an outcome (errored; the next owner writes it).
+        let scope = durable::WriteScope::new(token.cancellation());
+        let abandoned = scope.abandoned();
+        let work = durable::SCOPE.scope(scope, self.work(&item, &token, permit));
+        let outcome = tokio::select! {
+            biased;
+            o = work => o,
+            _ = abandoned.notified() => None,
+        };
+        if let Some(outcome) = outcome {
+            token.finish(outcome);
+        }
+    }
+
+    /// The job's work; `None`: handed over first (no outcome).
+    async fn work(
+        &self,
+        item: &Arc<Item>,
+        token: &CompletionToken,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Option<Finished> {
         // A root span: the message may have been sent from inside another event's
         // span, and chaining events would keep them all alive. At DEBUG: an enabled
         // span per event cost ~10 % of the CPU per event at the default `info`
@@ -359,7 +383,7 @@ impl Deliverer {
             )
         };
         if token.cancelled() {
-            return; // Handed over before it started: errored, never begun.
+            return None; // Handed over before it started: errored, never begun.
         }
         let outcome = match &item.work {
             Work::Deliver(ev) => {
@@ -368,39 +392,39 @@ impl Deliverer {
                     // Waits for a permit unless the partition is handed over first.
                     None => match tokio::select! {
                         biased;
-                        _ = token.until_cancelled() => return,
+                        _ = token.until_cancelled() => return None,
                         p = self.permits.clone().acquire_owned() => p,
                     } {
                         Ok(p) => p,
                         // The semaphore is never closed; if it were, the dropped
                         // token reports errored and the event is re-dispatched.
-                        Err(_) => return,
+                        Err(_) => return None,
                     },
                 };
                 let delivered = if crate::otel::enabled() {
                     let parent = trace::extract(&ev.raw, item.headers.as_deref());
                     let span = crate::otel::delivery_span(&ev.id, parent.as_ref());
-                    Box::pin(self.deliver(&item, ev, permit, &token).instrument(span)).await
+                    Box::pin(self.deliver(item, ev, permit, token).instrument(span)).await
                 } else {
-                    Box::pin(self.deliver(&item, ev, permit, &token).instrument(span())).await
+                    Box::pin(self.deliver(item, ev, permit, token).instrument(span())).await
                 };
                 match delivered {
                     Some(outcome) => outcome,
-                    None => return, // Cancelled between tries.
+                    None => return None, // Cancelled between tries.
                 }
             }
             Work::Park { reason, message } => {
                 let info = ErrorInfo::new(ErrorClass::Poison, *reason, None, message);
-                Box::pin(self.park(&item, info).instrument(span())).await
+                Box::pin(self.park(item, info).instrument(span())).await
             }
             Work::FromDlq(env) => {
-                match Box::pin(self.retry_from_dlq(&item, env, &token).instrument(span())).await {
+                match Box::pin(self.retry_from_dlq(item, env, token).instrument(span())).await {
                     Some(outcome) => outcome,
-                    None => return, // Handed over before its request.
+                    None => return None, // Handed over before its request.
                 }
             }
         };
-        token.finish(outcome);
+        Some(outcome)
     }
 
     /// Tells the health side what a call said about the API; wakes the health
@@ -813,7 +837,7 @@ impl Deliverer {
             key: env.key.clone(),
             envelope: env,
         };
-        let Err((refusal, detail)) = write_durably(&self.peers.dlq_writer, &rec).await else {
+        let Err((refusal, detail)) = durable::write_durably(&self.peers.dlq_writer, &rec).await else {
             return Ok(());
         };
         let mut env = rec.envelope;
@@ -848,7 +872,7 @@ impl Deliverer {
             key: env.key.clone(),
             envelope: env,
         };
-        if let Err((refusal, detail)) = write_durably(&self.peers.dlq_writer, &rec).await {
+        if let Err((refusal, detail)) = durable::write_durably(&self.peers.dlq_writer, &rec).await {
             let e = &rec.envelope;
             let why = format!(
                 "the parking lot {} refuses event {} ({}/{}@{}) for good ({}: {detail}); fix the topic (size limit, ACLs, existence) and restart",
@@ -1266,63 +1290,5 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.decrement(1.0);
-    }
-}
-
-/// How long a write to a topic the broker says does not exist is retried before
-/// it counts as refused (a topic being created, a partition being moved).
-const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(120);
-
-/// Writes until the broker acknowledges (`Ok`), or until it refuses the record
-/// for good (`Err`: too large, not authorized, invalid, or an unknown topic for
-/// longer than [`UNKNOWN_TOPIC_GRACE`]). The event's offset waits for this;
-/// shutdown abandons it (the token then reports errored and the offset stays
-/// unstored).
-async fn write_durably(
-    writer: &crate::handle::Handle<ractor::ActorRef<DlqWriterMsg>>,
-    rec: &DlqRecord,
-) -> Result<(), (Refusal, String)> {
-    let mut tries = 0u32;
-    let mut unknown_since: Option<Instant> = None;
-    loop {
-        tries += 1;
-        let err = match writer.current() {
-            None => WriteError::Retry("DLQ writer not running".into()),
-            Some(writer) => {
-                let r = writer
-                    .call(
-                        |reply| DlqWriterMsg::Write(Box::new(rec.clone()), reply),
-                        Some(Duration::from_secs(60)),
-                    )
-                    .await;
-                match r {
-                    Ok(ractor::rpc::CallResult::Success(Ok(_offset))) => return Ok(()),
-                    Ok(ractor::rpc::CallResult::Success(Err(e))) => e,
-                    Ok(_) => WriteError::Retry("DLQ writer did not answer".into()),
-                    Err(e) => WriteError::Retry(format!("DLQ writer unreachable: {e}")),
-                }
-            }
-        };
-        match &err {
-            WriteError::Refused(Refusal::UnknownTopic, detail) => {
-                let since = *unknown_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= UNKNOWN_TOPIC_GRACE {
-                    return Err((Refusal::UnknownTopic, detail.clone()));
-                }
-            }
-            WriteError::Refused(refusal, detail) => return Err((*refusal, detail.clone())),
-            WriteError::Retry(_) => {}
-        }
-        let delay = persistent_delay(tries, Duration::from_millis(200), Duration::from_secs(5));
-        tracing::warn!(
-            topic = %rec.topic,
-            id = rec.envelope.event_id.as_deref().unwrap_or("-"),
-            origin_partition = rec.envelope.origin.partition,
-            origin_offset = rec.envelope.origin.offset,
-            error = %err,
-            tries,
-            "write not acknowledged; retrying (the offset waits)"
-        );
-        tokio::time::sleep(delay).await;
     }
 }
