@@ -69,7 +69,6 @@ pub struct Health {
     systemic: std::sync::atomic::AtomicBool,
 }
 
-
 impl Health {
     pub fn new(cfg: &DegradedConfig) -> Health {
         Health {
@@ -381,7 +380,10 @@ mod tests {
         let t = t.expect("401/403 and TLS failures are suspected at once");
         assert_eq!(t.to, BreakerStateKind::HalfOpen);
         assert_eq!(t.reason.as_str(), "tls_untrusted");
-        assert!(!h.breaker_is_open(Instant::now()), "no partition pauses yet");
+        assert!(
+            !h.breaker_is_open(Instant::now()),
+            "no partition pauses yet"
+        );
         // A call sent before the suspicion is answered the same: a straggler.
         assert_eq!(h.systemic(first, "tls_untrusted").0, Judgement::Straggler);
         // The probe is refused too: open, with the reason.
@@ -390,7 +392,10 @@ mod tests {
         let (j, t) = h.systemic(probe, "tls_untrusted");
         assert_eq!(j, Judgement::Evidence);
         let t = t.expect("confirmed");
-        assert_eq!((t.to, t.reason.as_str()), (BreakerStateKind::Open, "tls_untrusted"));
+        assert_eq!(
+            (t.to, t.reason.as_str()),
+            (BreakerStateKind::Open, "tls_untrusted")
+        );
         assert!(h.breaker_is_open(Instant::now()));
         let (last, at_ms) = h
             .last_transition()

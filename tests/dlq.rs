@@ -341,10 +341,19 @@ async fn a_revoke_during_a_dlq_outage_abandons_the_old_owners_writes() {
         .rev()
         .find_map(|l| l.split("partitions assigned partitions=[").nth(1))
         .map(|rest| {
-            rest.split(']').next().unwrap_or_default().split(", ").filter_map(|p| p.parse().ok()).collect()
+            rest.split(']')
+                .next()
+                .unwrap_or_default()
+                .split(", ")
+                .filter_map(|p| p.parse().ok())
+                .collect()
         })
         .unwrap_or_default();
-    assert_eq!(owned.len(), 2, "A's assignment after the rebalance: {owned:?}");
+    assert_eq!(
+        owned.len(),
+        2,
+        "A's assignment after the rebalance: {owned:?}"
+    );
     let moved: Vec<String> = failing
         .iter()
         .filter(|(p, _)| !owned.contains(p))
@@ -374,24 +383,32 @@ async fn a_revoke_during_a_dlq_outage_abandons_the_old_owners_writes() {
         .iter()
         .filter(|id| {
             log.lines()
-                .skip_while(|l| !(l.contains("the write is abandoned") && l.contains(&format!("id=\"{id}\""))))
+                .skip_while(|l| {
+                    !(l.contains("the write is abandoned") && l.contains(&format!("id=\"{id}\"")))
+                })
                 .skip(1)
-                .any(|l| l.contains("retrying (the offset waits)") && l.contains(&format!("id=\"{id}\"")))
+                .any(|l| {
+                    l.contains("retrying (the offset waits)") && l.contains(&format!("id=\"{id}\""))
+                })
         })
         .map(String::as_str)
         .collect();
-    assert!(retried_after.is_empty(), "A wrote again after abandoning: {retried_after:?}");
+    assert!(
+        retried_after.is_empty(),
+        "A wrote again after abandoning: {retried_after:?}"
+    );
     let mut a = a;
     let mut b = b;
     assert_eq!(b.terminate(Duration::from_secs(30)).await, Some(0));
     assert_eq!(a.terminate(Duration::from_secs(30)).await, Some(0));
     let mut envelopes_of: BTreeMap<String, usize> = BTreeMap::new();
     for e in envelopes(&s, &n.dlq) {
-        *envelopes_of.entry(e.event_id.unwrap_or_default()).or_default() += 1;
+        *envelopes_of
+            .entry(e.event_id.unwrap_or_default())
+            .or_default() += 1;
     }
     println!("[dlq-revoke] moved {moved:?}; envelopes per event {envelopes_of:?}");
-    let expected: BTreeMap<String, usize> =
-        failing.iter().map(|(_, id)| (id.clone(), 1)).collect();
+    let expected: BTreeMap<String, usize> = failing.iter().map(|(_, id)| (id.clone(), 1)).collect();
     assert_eq!(envelopes_of, expected, "one envelope per failing event");
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("dlq-revoke", &rep);

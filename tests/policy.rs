@@ -305,7 +305,11 @@ method = "PATCH"
 /// and `refused` of them (spread among the others: one every `others/refused`,
 /// each its own key) answered 403 for good by the API. Returns the audit and
 /// the seconds from the API's first delivery to its `others`-th.
-async fn tenant_403_run(tag: &str, others: usize, refused: usize) -> (courier::audit::AuditReport, f64) {
+async fn tenant_403_run(
+    tag: &str,
+    others: usize,
+    refused: usize,
+) -> (courier::audit::AuditReport, f64) {
     let s = services();
     let n = Names::new(tag, 2);
     n.create(&s, true).await;
@@ -347,7 +351,10 @@ async fn tenant_403_run(tag: &str, others: usize, refused: usize) -> (courier::a
     // Default settings: no [degraded] tuning, the default retry policy and
     // concurrency, api.systemic_budget at its default.
     let toml = toml_with(&n, &api.url(), "")
-        .replace("retry_base = \"20ms\"\nretry_max_delay = \"100ms\"\nretry_budget = \"500ms\"\n", "")
+        .replace(
+            "retry_base = \"20ms\"\nretry_max_delay = \"100ms\"\nretry_budget = \"500ms\"\n",
+            "",
+        )
         .replace("concurrency = 256\n", "");
     let mut c = Courier::start(&n.topic, &s, &toml);
     let mut first: Option<std::time::Instant> = None;
@@ -374,7 +381,9 @@ async fn tenant_403_run(tag: &str, others: usize, refused: usize) -> (courier::a
     )
     .await;
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
-    let demoted = c.metric("courier_systemic_demoted_total{reason=\"http_403\"").await;
+    let demoted = c
+        .metric("courier_systemic_demoted_total{reason=\"http_403\"")
+        .await;
     assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
     assert_eq!(demoted, refused as f64, "[{tag}] every demotion counted");
     let parked = envelopes(&s, &n.parking);
@@ -385,7 +394,12 @@ async fn tenant_403_run(tag: &str, others: usize, refused: usize) -> (courier::a
     assert_eq!(ids, expected, "[{tag}] exactly the tenant's events parked");
     for e in &parked {
         assert_eq!(e.last_error.reason, "http_403", "{:?}", e.last_error);
-        assert_eq!(e.last_error.class.as_str(), "systemic", "{:?}", e.last_error);
+        assert_eq!(
+            e.last_error.class.as_str(),
+            "systemic",
+            "{:?}",
+            e.last_error
+        );
         assert!(
             e.last_error.message.contains("api.systemic_budget")
                 && e.last_error.message.contains("not allowed"),

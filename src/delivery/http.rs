@@ -171,7 +171,13 @@ pub struct ApiClient {
 fn secret_header(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     [
-        "auth", "token", "key", "secret", "cookie", "signature", "password",
+        "auth",
+        "token",
+        "key",
+        "secret",
+        "cookie",
+        "signature",
+        "password",
     ]
     .iter()
     .any(|w| n.contains(w))
@@ -180,7 +186,10 @@ fn secret_header(name: &str) -> bool {
 /// A secret as it may come back in an answer: as sent, and JSON-escaped.
 fn secret_forms(value: &str) -> Vec<Vec<u8>> {
     let mut forms = vec![value.as_bytes().to_vec()];
-    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"").replace('/', "\\/");
+    let escaped = value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('/', "\\/");
     if escaped != value {
         forms.push(escaped.into_bytes());
     }
@@ -565,7 +574,10 @@ mod tests {
         );
         assert_eq!(redacted_excerpt(b"plain", 3, &[]), Some("pla".into()));
         // JSON-escaped forms are secrets too.
-        assert_eq!(secret_forms("a/b"), vec![b"a/b".to_vec(), b"a\\/b".to_vec()]);
+        assert_eq!(
+            secret_forms("a/b"),
+            vec![b"a/b".to_vec(), b"a\\/b".to_vec()]
+        );
         assert!(secret_header("X-Api-Key") && secret_header("x-auth-token"));
         assert!(!secret_header("X-Source"));
     }

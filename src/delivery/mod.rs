@@ -837,7 +837,8 @@ impl Deliverer {
             key: env.key.clone(),
             envelope: env,
         };
-        let Err((refusal, detail)) = durable::write_durably(&self.peers.dlq_writer, &rec).await else {
+        let Err((refusal, detail)) = durable::write_durably(&self.peers.dlq_writer, &rec).await
+        else {
             return Ok(());
         };
         let mut env = rec.envelope;
@@ -923,20 +924,20 @@ impl Deliverer {
                     Some((answer, seq)) => {
                         called = Some(seq);
                         match answer {
-                    Ok(answer) => match self.status.classify(answer.status) {
-                        Verdict::Delivered => {
-                            drop(in_flight);
-                            self.hot.latency.record(start.elapsed().as_secs_f64());
-                            if let Some(ts) = item.timestamp_ms {
-                                let age = (now_ms() - ts).max(0) as f64 / 1000.0;
-                                self.hot.age.record(age);
-                            }
-                            self.hot.delivered.increment(1);
-                            return Some(Finished::Delivered);
-                        }
-                        Verdict::Failed(class) => Failure::status(class, &answer),
-                    },
-                    Err(t) => Failure::transport(t),
+                            Ok(answer) => match self.status.classify(answer.status) {
+                                Verdict::Delivered => {
+                                    drop(in_flight);
+                                    self.hot.latency.record(start.elapsed().as_secs_f64());
+                                    if let Some(ts) = item.timestamp_ms {
+                                        let age = (now_ms() - ts).max(0) as f64 / 1000.0;
+                                        self.hot.age.record(age);
+                                    }
+                                    self.hot.delivered.increment(1);
+                                    return Some(Finished::Delivered);
+                                }
+                                Verdict::Failed(class) => Failure::status(class, &answer),
+                            },
+                            Err(t) => Failure::transport(t),
                         }
                     }
                 },
