@@ -4,7 +4,9 @@
 //! publishes (the Redis marker half lives in `actors::health`).
 
 use crate::config::DegradedConfig;
-use crate::core::breaker::{Breaker, BreakerStateKind, Transition};
+use crate::core::breaker::{Breaker, BreakerStateKind, GateQueue, Transition};
+use crate::core::systemic::{judge, Judgement};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -35,8 +37,25 @@ struct RateCounter {
     count: u64,
 }
 
+/// The breaker, the calls waiting at its gate and where its half-open period
+/// began, under one lock.
+struct Gate {
+    breaker: Breaker,
+    queue: GateQueue,
+    /// While half-open: the last call number sent before the period began
+    /// (answers to those calls are stragglers, not probes).
+    half_open_from: Option<u64>,
+}
+
 pub struct Health {
-    breaker: Mutex<Breaker>,
+    gate: Mutex<Gate>,
+    /// Wakes the calls waiting at the gate: on every transition, and when the
+    /// longest waiting one leaves (the next one's turn).
+    gate_wake: tokio::sync::Notify,
+    /// Calls sent so far (each call's number is taken just before it is sent).
+    calls: AtomicU64,
+    /// The highest number of a call that was delivered (2xx/409).
+    last_success: AtomicU64,
     verdict: watch::Sender<Verdict>,
     flood: Mutex<RateCounter>,
     flood_limit: f64,
@@ -53,7 +72,14 @@ pub struct Health {
 impl Health {
     pub fn new(cfg: &DegradedConfig) -> Health {
         Health {
-            breaker: Mutex::new(Breaker::new(cfg.breaker())),
+            gate: Mutex::new(Gate {
+                breaker: Breaker::new(cfg.breaker()),
+                queue: GateQueue::default(),
+                half_open_from: None,
+            }),
+            gate_wake: tokio::sync::Notify::new(),
+            calls: AtomicU64::new(0),
+            last_success: AtomicU64::new(0),
             verdict: watch::Sender::new(Verdict::default()),
             flood: Mutex::new(RateCounter::default()),
             flood_limit: cfg.flood_dlq_per_sec,
@@ -81,10 +107,14 @@ impl Health {
         *self.last.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps `t` as the last transition. Called with the breaker's lock held, so
-    /// transitions are kept in the order they happened.
-    fn noted(&self, t: Option<Transition>) -> Option<Transition> {
+    /// Keeps `t` as the last transition and wakes the calls waiting at the
+    /// gate. Called with the gate's lock held, so transitions are kept in the
+    /// order they happened.
+    fn noted(&self, g: &mut Gate, t: Option<Transition>) -> Option<Transition> {
         if let Some(t) = t {
+            g.half_open_from =
+                (t.to == BreakerStateKind::HalfOpen).then(|| self.calls.load(Ordering::SeqCst));
+            self.gate_wake.notify_waiters();
             if t.to == BreakerStateKind::Closed {
                 self.systemic
                     .store(false, std::sync::atomic::Ordering::Relaxed);
@@ -97,8 +127,52 @@ impl Health {
         t
     }
 
-    fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
-        self.breaker.lock().unwrap_or_else(|e| e.into_inner())
+    fn gate_lock(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The number of a call about to be sent (1, 2, …): what
+    /// `core::systemic` compares answers by.
+    pub fn call_number(&self) -> u64 {
+        self.calls.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The highest number of a call that was delivered.
+    pub fn last_success(&self) -> u64 {
+        self.last_success.load(Ordering::SeqCst)
+    }
+
+    /// Call `seq` was delivered: the API is up, and every systemic answer to a
+    /// call sent before it is refuted.
+    pub fn delivered(&self, seq: u64) -> Option<Transition> {
+        self.last_success.fetch_max(seq, Ordering::SeqCst);
+        self.record(CallOutcome::Up)
+    }
+
+    /// A systemic answer (`reason`: the breaker's label) to call `seq`, which
+    /// the event's own hypothesis could not set aside: refuted by a later
+    /// delivered call (the breaker hears "up"), a straggler of a half-open
+    /// period (nothing), or evidence (the breaker suspects, or confirms).
+    pub fn systemic(&self, seq: u64, reason: &'static str) -> (Judgement, Option<Transition>) {
+        let now = Instant::now();
+        let mut g = self.gate_lock();
+        let advanced = g.breaker.advance(now);
+        self.noted(&mut g, advanced);
+        let half_open_from = if g.breaker.state(now) == BreakerStateKind::HalfOpen {
+            g.half_open_from
+        } else {
+            None
+        };
+        let j = judge(seq, self.last_success(), half_open_from);
+        let t = match j {
+            Judgement::Refuted => g.breaker.record(now, true),
+            Judgement::Straggler => None,
+            Judgement::Evidence => {
+                self.systemic.store(true, Ordering::Relaxed);
+                g.breaker.systemic(now, reason, false)
+            }
+        };
+        (j, self.noted(&mut g, t))
     }
 
     pub fn verdict(&self) -> Verdict {
@@ -118,52 +192,77 @@ impl Health {
     }
 
     pub fn breaker_is_open(&self, now: Instant) -> bool {
-        self.breaker().is_open(now)
+        self.gate_lock().breaker.is_open(now)
     }
 
     pub fn breaker_state(&self, now: Instant) -> BreakerStateKind {
-        self.breaker().state(now)
+        self.gate_lock().breaker.state(now)
     }
 
     /// Waits until the breaker admits a call. While it is open, nothing is sent
-    /// (the events wait, their partitions pause); half-open admits a few probes.
+    /// (the events wait, their partitions pause); half-open admits a few
+    /// probes, in the order the calls came to wait (`GateQueue`: a call that
+    /// comes back after a refusal waits behind the others, so the probes
+    /// rotate over the waiting events). Dropping the future (a cancelled
+    /// wait) leaves the queue.
     pub async fn gate(&self) {
+        let ticket = self.gate_lock().queue.join();
+        let _leave = Waiting {
+            health: self,
+            ticket,
+        };
         loop {
-            if self.admit_now() {
-                return;
+            let woken = self.gate_wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            {
+                let now = Instant::now();
+                let mut g = self.gate_lock();
+                let advanced = g.breaker.advance(now);
+                self.noted(&mut g, advanced);
+                let g = &mut *g;
+                if g.queue.admit(ticket, &mut g.breaker, now) {
+                    // The next waiter's turn (it re-checks when woken).
+                    self.gate_wake.notify_waiters();
+                    return;
+                }
             }
-            // The breaker changes state with time (open → half-open), so a short
-            // re-check is what waiting on it means.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            // Woken by a transition or a turn; the time-driven step (open →
+            // half-open) by the re-check.
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
         }
     }
 
-    /// Whether the breaker admits a call now (a half-open breaker counts the
-    /// admission as its probe); [`Health::gate`] waits until it does.
+    /// Whether the breaker admits a call now without waiting (closed; or a
+    /// half-open probe slot while no call waits at the gate — else the call
+    /// queues behind them); [`Health::gate`] waits until it is admitted.
     pub fn admit_now(&self) -> bool {
         let now = Instant::now();
-        let mut b = self.breaker();
-        self.noted(b.advance(now));
-        b.allow(now)
+        let mut g = self.gate_lock();
+        let advanced = g.breaker.advance(now);
+        self.noted(&mut g, advanced);
+        let g = &mut *g;
+        g.queue.admit_newcomer(&mut g.breaker, now)
     }
 
     /// Records a call's outcome; returns the transition if the breaker moved.
+    /// A systemic outcome here has no call number to be judged by (see
+    /// [`Health::systemic`]): it is evidence.
     pub fn record(&self, outcome: CallOutcome) -> Option<Transition> {
         let now = Instant::now();
-        let mut b = self.breaker();
+        let mut g = self.gate_lock();
         let t = match outcome {
-            CallOutcome::Up => b.record(now, true),
-            CallOutcome::Failed => b.record(now, false),
+            CallOutcome::Up => g.breaker.record(now, true),
+            CallOutcome::Failed => g.breaker.record(now, false),
             CallOutcome::Systemic(reason) => {
-                self.systemic
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                // Report whichever moved the breaker (a half-open probe failing, or
-                // the trip itself); tripping an already open breaker reports nothing.
-                let recorded = b.record(now, false);
-                b.trip(now, reason).or(recorded)
+                self.systemic.store(true, Ordering::Relaxed);
+                g.breaker.systemic(now, reason, false)
             }
         };
-        self.noted(t)
+        self.noted(&mut g, t)
     }
 
     /// Counts a DLQ write for the flood guard; trips the breaker (and returns the
@@ -210,11 +309,28 @@ impl Health {
             f.count as f64 > limit
         };
         if over {
-            let mut b = self.breaker();
-            let t = b.trip(now, reason);
-            self.noted(t)
+            let mut g = self.gate_lock();
+            let t = g.breaker.trip(now, reason);
+            self.noted(&mut g, t)
         } else {
             None
+        }
+    }
+}
+
+/// A call waiting at the gate: leaves the queue however the wait ends.
+struct Waiting<'a> {
+    health: &'a Health,
+    ticket: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut g = self.health.gate_lock();
+        let head = g.queue.is_head(self.ticket);
+        g.queue.leave(self.ticket);
+        if head {
+            self.health.gate_wake.notify_waiters();
         }
     }
 }
@@ -245,30 +361,116 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert!(h.systemic_outage(), "half-open still counts");
         // The probe succeeds: closed, the outage is over.
-        {
-            let mut b = h.breaker();
-            b.advance(Instant::now());
-            assert!(b.allow(Instant::now()), "a half-open probe is admitted");
-        }
+        assert!(h.admit_now(), "a half-open probe is admitted");
         h.record(CallOutcome::Up);
         assert_eq!(h.breaker_state(Instant::now()), BreakerStateKind::Closed);
         assert!(!h.systemic_outage());
     }
 
     #[test]
-    fn systemic_answers_trip_at_once() {
-        let h = Health::new(&cfg());
+    fn a_systemic_answer_is_suspected_and_a_probe_confirms_it() {
+        let h = Health::new(&DegradedConfig {
+            breaker_half_open_probes: 1,
+            ..cfg()
+        });
         assert_eq!(h.record(CallOutcome::Up), None);
-        let t = h
-            .record(CallOutcome::Systemic("tls_untrusted"))
-            .expect("401/403 and TLS failures open the breaker");
-        assert_eq!(t.to, BreakerStateKind::Open);
+        let first = h.call_number();
+        let (j, t) = h.systemic(first, "tls_untrusted");
+        assert_eq!(j, Judgement::Evidence);
+        let t = t.expect("401/403 and TLS failures are suspected at once");
+        assert_eq!(t.to, BreakerStateKind::HalfOpen);
         assert_eq!(t.reason.as_str(), "tls_untrusted");
+        assert!(
+            !h.breaker_is_open(Instant::now()),
+            "no partition pauses yet"
+        );
+        // A call sent before the suspicion is answered the same: a straggler.
+        assert_eq!(h.systemic(first, "tls_untrusted").0, Judgement::Straggler);
+        // The probe is refused too: open, with the reason.
+        assert!(h.admit_now());
+        let probe = h.call_number();
+        let (j, t) = h.systemic(probe, "tls_untrusted");
+        assert_eq!(j, Judgement::Evidence);
+        let t = t.expect("confirmed");
+        assert_eq!(
+            (t.to, t.reason.as_str()),
+            (BreakerStateKind::Open, "tls_untrusted")
+        );
         assert!(h.breaker_is_open(Instant::now()));
         let (last, at_ms) = h
             .last_transition()
             .expect("the transition is kept for /status");
         assert_eq!((last, at_ms > 0), (t, true));
+    }
+
+    #[test]
+    fn a_later_delivered_call_refutes_a_systemic_answer() {
+        let h = Health::new(&DegradedConfig {
+            breaker_half_open_probes: 1,
+            ..cfg()
+        });
+        let refused = h.call_number();
+        let later = h.call_number();
+        assert_eq!(h.delivered(later), None);
+        assert_eq!(h.last_success(), later);
+        // The refusal of a call sent before a delivered one: the API is up.
+        assert_eq!(h.systemic(refused, "http_403"), (Judgement::Refuted, None));
+        assert_eq!(h.breaker_state(Instant::now()), BreakerStateKind::Closed);
+        // A refusal of a call sent after it is evidence; a later delivered probe
+        // closes the breaker again.
+        let next = h.call_number();
+        assert_eq!(h.systemic(next, "http_403").0, Judgement::Evidence);
+        assert!(h.admit_now());
+        let probe = h.call_number();
+        let t = h.delivered(probe).expect("the probe closes it");
+        assert_eq!(t.to, BreakerStateKind::Closed);
+    }
+
+    /// Waiters at the gate take the half-open probe slots in turn: a waiter
+    /// refused again comes back behind the others (across partitions and keys:
+    /// the gate knows only the order of arrival).
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn probes_rotate_over_the_waiters_at_the_gate() {
+        let h = std::sync::Arc::new(Health::new(&DegradedConfig {
+            breaker_half_open_probes: 1,
+            breaker_open: Duration::from_secs(5),
+            ..cfg()
+        }));
+        // Event "a" is refused: suspected; "a" waits first, then "b" and "c".
+        let seq = h.call_number();
+        h.systemic(seq, "http_403");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<&'static str>();
+        for name in ["a", "b", "c"] {
+            let (h, tx) = (h.clone(), tx.clone());
+            tokio::spawn(async move {
+                h.gate().await;
+                let _ = tx.send(name);
+            });
+            tokio::task::yield_now().await;
+        }
+        assert!(!h.admit_now(), "a newcomer queues behind the waiters");
+        assert_eq!(rx.recv().await, Some("a"), "the first to wait probes");
+        assert!(rx.try_recv().is_err(), "one probe slot");
+        // "a" is refused again: open; it waits again, behind "b" and "c".
+        let probe = h.call_number();
+        h.systemic(probe, "http_403");
+        {
+            let (h, tx) = (h.clone(), tx.clone());
+            tokio::spawn(async move {
+                h.gate().await;
+                let _ = tx.send("a again");
+            });
+        }
+        // After the open interval, "b" probes (not "a").
+        assert_eq!(rx.recv().await, Some("b"));
+        assert!(rx.try_recv().is_err());
+        // "b" is delivered: closed, the others are admitted at once.
+        let b_call = h.call_number();
+        h.delivered(b_call);
+        let mut rest = vec![rx.recv().await.unwrap(), rx.recv().await.unwrap()];
+        rest.sort_unstable();
+        assert_eq!(rest, ["a again", "c"]);
+        assert!(h.admit_now());
     }
 
     #[test]

@@ -53,10 +53,16 @@ pub const TAKEOVER: &str = "courier_takeover_seconds";
 pub const OFFSET_COMMITS: &str = "courier_offset_commits_total";
 // Hostile headers (issue 23 item 3).
 pub const HEADER_NAMES_NOT_UTF8: &str = "courier_header_names_not_utf8_total";
+// Systemic answers refuted by the API (issue 23 item 4).
+pub const SYSTEMIC_DEMOTED: &str = "courier_systemic_demoted_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
 pub const ALL: &[(&str, &str)] = &[
+    (
+        SYSTEMIC_DEMOTED,
+        "Events parked after api.systemic_budget systemic answers once calls sent after their first refused one were delivered, by reason (http_403, tls_*, ...).",
+    ),
     (CONSUMED, "Records consumed, by topic (main or DLQ)."),
     (
         DELIVERED,
@@ -299,6 +305,9 @@ pub fn register_known_series() {
     }
     metrics::counter!(OFFSETS_SKIPPED).absolute(0);
     metrics::counter!(HEADER_NAMES_NOT_UTF8).absolute(0);
+    for reason in ["http_401", "http_403"] {
+        metrics::counter!(SYSTEMIC_DEMOTED, "reason" => reason).absolute(0);
+    }
     metrics::counter!(REVOKED_WORK).absolute(0);
     metrics::counter!(DLQ_REDELIVERED).absolute(0);
     metrics::counter!(DELIVERED).absolute(0);

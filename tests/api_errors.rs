@@ -179,3 +179,115 @@ async fn transport_failures_against_real_sockets_are_named() {
     plain.shutdown();
     tls.shutdown();
 }
+
+/// A raw HTTP/1.1 server on loopback: for each connection it reads the
+/// request's head and writes what `answer` makes of it, then keeps the
+/// connection open (an answer whose body is not all sent hangs there).
+async fn raw_api(answer: fn(&str) -> Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply = answer(&String::from_utf8_lossy(&head));
+                if sock.write_all(&reply).await.is_err() {
+                    return;
+                }
+                // Hold the connection (and a body still owed) open.
+                let _ = sock.read(&mut buf).await;
+            });
+        }
+    });
+    format!("http://{addr}/events")
+}
+
+/// Review finding (issue 23): an API's answer was read whole (`resp.bytes()`)
+/// before being cut to `api.error_body_bytes`. A 500 announcing a 100 MB body
+/// that sends 256 KB and then nothing: the answer comes back at once with the
+/// start of the body (before: the read waited for the rest until the request
+/// timeout, and the excerpt was lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_body_is_read_only_up_to_the_cap() {
+    let url = raw_api(|_| {
+        let mut r = b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: 104857600\r\n\r\nquota store exploded: ".to_vec();
+        r.extend(std::iter::repeat_n(b'x', 256 * 1024));
+        r
+    })
+    .await;
+    let cfg = ApiConfig {
+        url,
+        request_timeout: Duration::from_secs(20),
+        error_body_bytes: 64,
+        ..ApiConfig::default()
+    };
+    let client = ApiClient::new(&cfg, None, 4).expect("client");
+    let t0 = std::time::Instant::now();
+    let answer = client
+        .post("x", bytes::Bytes::from_static(br#"{"id":"x"}"#), None)
+        .await
+        .expect("an answer, not a transport failure");
+    println!(
+        "[errors] 500 with a 100 MB body: answered in {:?}, excerpt {:?}",
+        t0.elapsed(),
+        answer.body
+    );
+    assert_eq!(answer.status, 500);
+    let body = answer.body.expect("the start of the body");
+    assert!(body.starts_with("quota store exploded: xxx"), "{body}");
+    assert!(body.len() <= 64, "cut to the cap: {} bytes", body.len());
+}
+
+/// Review finding (issue 23): the API's error-body excerpt could carry the
+/// bearer token back into the DLQ when the API echoes the request's headers.
+/// A 403 whose body echoes them: the token is redacted from the excerpt
+/// (before: there in full).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_echoed_in_an_error_body_is_redacted() {
+    const TOKEN: &str = "tok-77aa88bb99cc-SECRET";
+    let url = raw_api(|head| {
+        let echoed: String = head
+            .lines()
+            .filter(|l| {
+                let l = l.to_ascii_lowercase();
+                l.starts_with("authorization") || l.starts_with("x-api-key")
+            })
+            .collect::<Vec<_>>()
+            .join(" | ");
+        let body = format!("{{\"error\":\"forbidden\",\"you_sent\":\"{echoed}\"}}");
+        format!(
+            "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    })
+    .await;
+    let mut cfg = ApiConfig {
+        url,
+        error_body_bytes: 200,
+        ..ApiConfig::default()
+    };
+    cfg.headers
+        .insert("X-Api-Key".into(), "key-4242-SECRET".into());
+    let client = ApiClient::new(&cfg, Some(TOKEN), 4).expect("client");
+    let answer = client
+        .post("x", bytes::Bytes::from_static(br#"{"id":"x"}"#), None)
+        .await
+        .expect("an answer");
+    let body = answer.body.expect("the start of the body");
+    println!("[errors] 403 echoing the headers: {body}");
+    assert_eq!(answer.status, 403);
+    assert!(body.contains("forbidden"), "{body}");
+    assert!(!body.contains("SECRET"), "a secret in the excerpt: {body}");
+    assert!(body.contains("Bearer [redacted]"), "{body}");
+}

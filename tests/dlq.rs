@@ -247,3 +247,177 @@ async fn forged_envelopes_are_parked_and_never_block_the_drain() {
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("forged envelopes", &rep);
 }
+
+/// Review finding (issue 23): a DLQ write retried forever and never looked at
+/// the completion token, so after a revoke during a DLQ outage it outlived the
+/// partition while the new owner wrote the same envelope again (N envelopes for
+/// one event after N rebalances). Instance A owns 4 partitions whose 8 events
+/// answered 503 wait for the DLQ (a DLQ topic not created yet);
+/// instance B joins and takes 2 partitions: A abandons the writes of the
+/// events it no longer owns at its next try, B writes them; once the DLQ is
+/// back, each event has exactly one envelope, audit lost 0. (Before: A kept
+/// retrying the moved events' writes after the revoke.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_during_a_dlq_outage_abandons_the_old_owners_writes() {
+    let s = services();
+    let n = Names::new("dlqrevoke", 4);
+    // No DLQ topic yet: every DLQ write fails (and is retried) until it exists.
+    n.create(&s, false).await;
+    let spec = Spec {
+        count: 400,
+        keys: 400,
+        id_prefix: "dlqrv".into(),
+        ..Spec::default()
+    };
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    // Two failing events per partition.
+    let mut per_partition: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    for (seq, (p, _)) in produced.offsets.iter().enumerate().skip(50) {
+        let v = per_partition.entry(*p).or_default();
+        if v.len() < 2 && seq % 7 == 0 {
+            v.push(seq);
+        }
+    }
+    let failing: Vec<(i32, String)> = per_partition
+        .iter()
+        .flat_map(|(p, seqs)| seqs.iter().map(|q| (*p, loadgen::event_id("dlqrv", *q))))
+        .collect();
+    assert_eq!(failing.len(), 8, "two failing events in each partition");
+    let api = SinkHandle::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            fail_ids: failing
+                .iter()
+                .map(|(_, id)| {
+                    (
+                        id.clone(),
+                        FailRule {
+                            status: 503,
+                            times: None,
+                            retry_after_s: None,
+                        },
+                    )
+                })
+                .collect(),
+            ..Behaviour::default()
+        },
+    )
+    .await
+    .unwrap();
+    // The new owners' first calls are the failing events' tries: no breaker
+    // on a run of them (it would pause the group and slow the test down).
+    let toml = base_toml(&n, &api.url())
+        .replace(
+            "auto_commit_interval = \"200ms\"",
+            "auto_commit_interval = \"200ms\"\nproducer_timeout = \"2s\"",
+        )
+        .replace(
+            "dlq_backoff_cap = \"1h\"",
+            "dlq_backoff_cap = \"1h\"\nbreaker_consecutive_failures = 0",
+        );
+    let a = Courier::start("dlqrevoke-a", &s, &toml);
+    wait_until(
+        Duration::from_secs(60),
+        "A tried each failing event and its DLQ write failed",
+        || {
+            let at = api.audit().attempts;
+            failing.iter().all(|(_, id)| at.get(id) == Some(&3))
+                && block(a.metric("courier_dlq_write_failures_total")) >= 1.0
+        },
+    )
+    .await;
+    let b = Courier::start("dlqrevoke-b", &s, &toml);
+    // The eager rebalance revokes A's four partitions and gives two to B; the
+    // failing events are tried again by their new owners.
+    wait_until(
+        Duration::from_secs(60),
+        "A owns two partitions and every failing event was tried again",
+        || {
+            let at = api.audit().attempts;
+            failing
+                .iter()
+                .all(|(_, id)| at.get(id).is_some_and(|n| *n >= 4))
+                && block(a.metric("courier_assigned_partitions")) == 2.0
+        },
+    )
+    .await;
+    // The events of the partitions A no longer owns (its last assignment).
+    let a_log = strip_ansi(&a.log_text());
+    let owned: Vec<i32> = a_log
+        .lines()
+        .rev()
+        .find_map(|l| l.split("partitions assigned partitions=[").nth(1))
+        .map(|rest| {
+            rest.split(']')
+                .next()
+                .unwrap_or_default()
+                .split(", ")
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        owned.len(),
+        2,
+        "A's assignment after the rebalance: {owned:?}"
+    );
+    let moved: Vec<String> = failing
+        .iter()
+        .filter(|(p, _)| !owned.contains(p))
+        .map(|(_, id)| id.clone())
+        .collect();
+    assert_eq!(moved.len(), 4, "two partitions moved to B");
+    // A stops retrying the writes of the events it no longer owns.
+    let abandoned = |log: &str, id: &str| {
+        log.lines()
+            .any(|l| l.contains("the write is abandoned") && l.contains(&format!("id=\"{id}\"")))
+    };
+    wait_until(
+        Duration::from_secs(60),
+        "A abandoned the DLQ writes of the events it no longer owns",
+        || {
+            let log = strip_ansi(&a.log_text());
+            moved.iter().all(|id| abandoned(&log, id))
+        },
+    )
+    .await;
+    courier::kafka::admin::create_topics(&s.brokers, &[(n.dlq.as_str(), n.partitions)])
+        .await
+        .expect("create the DLQ");
+    n.wait_committed_to_end(&s, Duration::from_secs(90)).await;
+    let log = strip_ansi(&a.log_text());
+    let retried_after: Vec<&str> = moved
+        .iter()
+        .filter(|id| {
+            log.lines()
+                .skip_while(|l| {
+                    !(l.contains("the write is abandoned") && l.contains(&format!("id=\"{id}\"")))
+                })
+                .skip(1)
+                .any(|l| {
+                    l.contains("retrying (the offset waits)") && l.contains(&format!("id=\"{id}\""))
+                })
+        })
+        .map(String::as_str)
+        .collect();
+    assert!(
+        retried_after.is_empty(),
+        "A wrote again after abandoning: {retried_after:?}"
+    );
+    let mut a = a;
+    let mut b = b;
+    assert_eq!(b.terminate(Duration::from_secs(30)).await, Some(0));
+    assert_eq!(a.terminate(Duration::from_secs(30)).await, Some(0));
+    let mut envelopes_of: BTreeMap<String, usize> = BTreeMap::new();
+    for e in envelopes(&s, &n.dlq) {
+        *envelopes_of
+            .entry(e.event_id.unwrap_or_default())
+            .or_default() += 1;
+    }
+    println!("[dlq-revoke] moved {moved:?}; envelopes per event {envelopes_of:?}");
+    let expected: BTreeMap<String, usize> = failing.iter().map(|(_, id)| (id.clone(), 1)).collect();
+    assert_eq!(envelopes_of, expected, "one envelope per failing event");
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("dlq-revoke", &rep);
+    assert_eq!(rep.in_dlq, 8, "{rep}");
+}

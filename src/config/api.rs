@@ -68,6 +68,11 @@ pub struct ApiConfig {
     /// Calls the group may make at once above the steady rate (after an idle
     /// spell); 0: one second's worth divided by 20, at least 1.
     pub rate_limit_burst: u32,
+    /// Systemic answers (401, 403, TLS, statuses made systemic) an event may
+    /// get once a call sent after its first refused one was delivered (the API
+    /// refuted "it refuses everything"); at the budget the event is parked with
+    /// its reason (`core::systemic`). Attempts, at least 1.
+    pub systemic_budget: u32,
 }
 
 /// One `[[api.routes]]` entry.
@@ -192,6 +197,7 @@ impl Default for ApiConfig {
             adaptive_concurrency: true,
             rate_limit_per_sec: 0,
             rate_limit_burst: 0,
+            systemic_budget: 3,
         }
     }
 }
@@ -297,6 +303,12 @@ impl ApiConfig {
         }
         for name in self.headers.keys() {
             check_header_name(&format!("api.headers.{name}"), name)?;
+        }
+        if self.systemic_budget == 0 {
+            return Err(invalid(
+                "api.systemic_budget",
+                "must be at least 1 (systemic answers an event may get after other calls succeeded)",
+            ));
         }
         if self.rate_limit_burst > 0 && self.rate_limit_per_sec == 0 {
             return Err(invalid(
@@ -445,6 +457,16 @@ mod tests {
         c.rate_limit_burst = 10;
         assert_eq!(field(c.validate()), "api.rate_limit_burst");
         c.rate_limit_per_sec = 500;
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn the_systemic_budget_is_at_least_one() {
+        let mut c = with_url("http://127.0.0.1:8080/events");
+        assert_eq!(c.systemic_budget, 3);
+        c.systemic_budget = 0;
+        assert_eq!(field(c.validate()), "api.systemic_budget");
+        c.systemic_budget = 1;
         assert!(c.validate().is_ok());
     }
 

@@ -281,6 +281,9 @@ pub struct Breaker {
     window: Window,
     /// Failures since the last success (Closed only).
     streak: u32,
+    /// The half-open period began with a systemic answer ([`Breaker::systemic`]):
+    /// a probe's systemic answer confirms it with that answer's reason.
+    suspected: bool,
 }
 
 impl Breaker {
@@ -293,6 +296,7 @@ impl Breaker {
             cfg,
             state: BreakerState::Closed,
             streak: 0,
+            suspected: false,
         }
     }
 
@@ -419,6 +423,7 @@ impl Breaker {
                 *succeeded += 1;
                 if *succeeded >= probes {
                     self.state = BreakerState::Closed;
+                    self.suspected = false;
                     self.window.clear();
                     return Some(Transition {
                         from: BreakerStateKind::HalfOpen,
@@ -448,7 +453,50 @@ impl Breaker {
         }
     }
 
+    /// A systemic answer (401, 403, TLS, …) that nothing refuted
+    /// (`core::systemic::judge`). Closed: the hypothesis "the API refuses every
+    /// call" is *suspected* — half-open at once, with the reason: the next
+    /// `half_open_probes` calls test it (other events', if any wait: see
+    /// [`GateQueue`]) instead of every partition pausing for `open_for` on one
+    /// event's word. Half-open: a probe's systemic answer confirms it (open,
+    /// with the answer's reason when the period was a suspicion, else
+    /// `probe_failed`); a `straggler` (a call sent before the period) is
+    /// ignored. Open: extended, as [`Breaker::trip`].
+    pub fn systemic(
+        &mut self,
+        now: Instant,
+        reason: &'static str,
+        straggler: bool,
+    ) -> Option<Transition> {
+        match self.state(now) {
+            BreakerStateKind::Closed => {
+                self.state = BreakerState::HalfOpen {
+                    admitted: 0,
+                    succeeded: 0,
+                };
+                self.suspected = true;
+                self.streak = 0;
+                Some(Transition {
+                    from: BreakerStateKind::Closed,
+                    to: BreakerStateKind::HalfOpen,
+                    reason: Reason::Forced(reason),
+                })
+            }
+            BreakerStateKind::Open => self.trip(now, reason),
+            BreakerStateKind::HalfOpen if straggler => None,
+            BreakerStateKind::HalfOpen => {
+                let why = if self.suspected {
+                    Reason::Forced(reason)
+                } else {
+                    Reason::ProbeFailed
+                };
+                Some(self.open(now, BreakerStateKind::HalfOpen, why))
+            }
+        }
+    }
+
     fn open(&mut self, now: Instant, from: BreakerStateKind, reason: Reason) -> Transition {
+        self.suspected = false;
         self.state = BreakerState::Open {
             until: now + self.cfg.open_for,
         };
@@ -462,9 +510,207 @@ impl Breaker {
     }
 }
 
+/// The order in which calls waiting at a breaker that is not closed take its
+/// half-open probe slots: first come, first served, and a waiter that comes
+/// back (its call was refused: it just probed and failed, or its systemic
+/// answer tripped the breaker) joins behind everyone already waiting. So the
+/// probes rotate over the waiting events, across partitions and keys, and one
+/// event answered systemic cannot be the probe again and again while others
+/// wait. While the breaker is closed every waiter is admitted at once.
+#[derive(Debug, Default, Clone)]
+pub struct GateQueue {
+    next: u64,
+    waiting: std::collections::BTreeSet<u64>,
+}
+
+impl GateQueue {
+    /// A ticket behind every waiter.
+    pub fn join(&mut self) -> u64 {
+        self.next += 1;
+        self.waiting.insert(self.next);
+        self.next
+    }
+
+    /// The waiter leaves (admitted, or its wait was cancelled).
+    pub fn leave(&mut self, ticket: u64) {
+        self.waiting.remove(&ticket);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Whether `ticket` may take a probe slot now: it is the longest waiting.
+    pub fn is_head(&self, ticket: u64) -> bool {
+        self.waiting.first() == Some(&ticket)
+    }
+
+    /// Asks to admit the waiter holding `ticket` at `now`: closed, every waiter;
+    /// half-open, only the head, while probe slots are free (it then leaves
+    /// the queue). `false`: keep waiting.
+    pub fn admit(&mut self, ticket: u64, breaker: &mut Breaker, now: Instant) -> bool {
+        breaker.advance(now);
+        let ok = match breaker.raw_state() {
+            BreakerState::Closed => breaker.allow(now),
+            BreakerState::Open { .. } => false,
+            BreakerState::HalfOpen { .. } => self.is_head(ticket) && breaker.allow(now),
+        };
+        if ok {
+            self.leave(ticket);
+        }
+        ok
+    }
+
+    /// Asks to admit a newcomer that would not wait (the fast path): closed,
+    /// yes; half-open only while nobody waits (else it must queue behind them).
+    pub fn admit_newcomer(&self, breaker: &mut Breaker, now: Instant) -> bool {
+        breaker.advance(now);
+        match breaker.raw_state() {
+            BreakerState::Closed => breaker.allow(now),
+            BreakerState::Open { .. } => false,
+            BreakerState::HalfOpen { .. } => self.is_empty() && breaker.allow(now),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_systemic_answer_is_suspected_then_confirmed_or_refuted_by_the_probes() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        // Closed: half-open at once with the reason, no `open_for` pause.
+        let t = b.systemic(t0, "http_403", false).expect("suspected");
+        assert_eq!(
+            (t.from, t.to, t.reason),
+            (
+                BreakerStateKind::Closed,
+                BreakerStateKind::HalfOpen,
+                Reason::Forced("http_403")
+            )
+        );
+        assert!(!b.is_open(t0), "a suspicion pauses no partition");
+        // A straggler's systemic answer changes nothing.
+        assert_eq!(b.systemic(t0, "http_403", true), None);
+        // The probes succeed: closed (refuted).
+        assert!(b.allow(t0) && b.allow(t0));
+        assert!(!b.allow(t0), "two probes");
+        assert_eq!(b.record(t0, true), None);
+        assert_eq!(
+            b.record(t0, true).map(|t| t.reason),
+            Some(Reason::ProbesSucceeded)
+        );
+        // Suspected again, and a probe is refused too: open with the reason.
+        b.systemic(t0, "http_401", false).expect("suspected");
+        assert!(b.allow(t0));
+        let t = b.systemic(t0, "http_401", false).expect("confirmed");
+        assert_eq!(
+            (t.from, t.to, t.reason),
+            (
+                BreakerStateKind::HalfOpen,
+                BreakerStateKind::Open,
+                Reason::Forced("http_401")
+            )
+        );
+        assert!(b.is_open(t0 + ms(4_999)));
+        // Open: a systemic answer extends it.
+        assert_eq!(b.systemic(t0 + secs(3), "http_401", false), None);
+        assert!(b.is_open(t0 + ms(7_999)));
+        // The next half-open period is not a suspicion: a refused probe is
+        // `probe_failed`, as for any failed probe.
+        let later = t0 + secs(9);
+        assert!(b.allow(later));
+        let t = b.systemic(later, "http_401", false).expect("reopened");
+        assert_eq!(t.reason, Reason::ProbeFailed);
+    }
+
+    #[test]
+    fn probes_rotate_over_the_waiters() {
+        let t0 = Instant::now();
+        let mut c = cfg();
+        c.half_open_probes = 1;
+        let mut b = Breaker::new(c);
+        let mut q = GateQueue::default();
+        // Event A (partition 0, key a) was refused: the breaker suspects, A waits.
+        b.systemic(t0, "http_403", false);
+        let a = q.join();
+        // B (partition 1) and C (partition 0, key c) arrive and wait behind A.
+        let bb = q.join();
+        let cc = q.join();
+        assert!(!q.admit_newcomer(&mut b, t0), "a newcomer queues");
+        assert!(!q.admit(bb, &mut b, t0), "not B's turn");
+        assert!(q.admit(a, &mut b, t0), "A probes");
+        // A is refused again (a probe's systemic answer): open; A comes back
+        // behind B and C.
+        b.systemic(t0, "http_403", false);
+        let a2 = q.join();
+        let t1 = t0 + secs(5);
+        assert!(!q.admit(a2, &mut b, t1), "A just probed and failed");
+        assert!(!q.admit(cc, &mut b, t1), "C after B");
+        assert!(q.admit(bb, &mut b, t1), "B's turn");
+        // B's probe succeeds: closed, everyone is admitted at once.
+        assert_eq!(
+            b.record(t1, true).map(|t| t.to),
+            Some(BreakerStateKind::Closed)
+        );
+        assert!(q.admit(a2, &mut b, t1));
+        assert!(q.admit(cc, &mut b, t1));
+        assert!(q.is_empty());
+        assert!(q.admit_newcomer(&mut b, t1));
+    }
+
+    proptest! {
+        /// However waiters come, leave and are refused, a waiter that keeps
+        /// waiting is admitted before anyone who joined after it, and after at
+        /// most as many half-open admissions as there were waiters ahead of it.
+        #[test]
+        fn no_waiter_is_passed_over(
+            ops in proptest::collection::vec(0u8..4, 1..200),
+        ) {
+            let t0 = Instant::now();
+            let mut c = cfg();
+            c.half_open_probes = 1;
+            c.open_for = Duration::ZERO;
+            let mut b = Breaker::new(c);
+            b.systemic(t0, "http_403", false);
+            let mut q = GateQueue::default();
+            let mut waiting: Vec<u64> = Vec::new();
+            for op in ops {
+                match op {
+                    0 | 1 => waiting.push(q.join()),
+                    2 if !waiting.is_empty() => {
+                        // The longest waiting leaves without being admitted.
+                        let t = waiting.remove(0);
+                        q.leave(t);
+                    }
+                    _ => {
+                        // Every waiter asks, youngest first; exactly the oldest gets it.
+                        let mut admitted = None;
+                        for &t in waiting.iter().rev() {
+                            if q.admit(t, &mut b, t0) {
+                                prop_assert!(admitted.is_none());
+                                admitted = Some(t);
+                            }
+                        }
+                        if let Some(t) = admitted {
+                            prop_assert_eq!(Some(&t), waiting.first());
+                            waiting.remove(0);
+                            // Its probe is refused: back to the end.
+                            b.systemic(t0, "http_403", false);
+                            waiting.push(q.join());
+                        }
+                    }
+                }
+                prop_assert_eq!(q.len(), waiting.len());
+            }
+        }
+    }
 
     #[test]
     fn a_run_of_failures_opens_despite_a_window_full_of_successes() {

@@ -23,4 +23,5 @@ pub mod restart;
 pub mod status;
 pub mod status_policy;
 pub mod text;
+pub mod systemic;
 pub mod trace;

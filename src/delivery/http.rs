@@ -40,6 +40,84 @@ pub struct Answer {
     pub body: Option<String>,
 }
 
+/// At most this much of an answer's body is read to keep its connection for
+/// the next call: a body whose `Content-Length` says it fits is read to its end
+/// (a 2xx of unknown length up to it); any other is read only as far as the
+/// excerpt needs, and its connection is dropped.
+const REUSE_BODY_BYTES: u64 = 64 * 1024;
+
+/// The start of a non-2xx answer's body, for the envelope: at most `max` bytes
+/// once every `secrets` value in it is replaced by `[redacted]`. `body` holds
+/// what was read of it: at least `max + longest secret` bytes when the body is
+/// longer, so a secret that begins within the first `max` bytes is whole in it
+/// and redacted, never cut into a prefix that would stay.
+pub fn redacted_excerpt(body: &[u8], max: usize, secrets: &[Vec<u8>]) -> Option<String> {
+    let mut hits: Vec<(usize, usize)> = Vec::new();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        let mut from = 0;
+        while let Some(i) = find(&body[from..], secret) {
+            hits.push((from + i, from + i + secret.len()));
+            from += i + secret.len();
+        }
+    }
+    hits.sort_unstable();
+    // The cut, moved past any secret that straddles it.
+    let mut cut = body.len().min(max);
+    for &(a, b) in &hits {
+        if a < cut && b > cut {
+            cut = b.min(body.len());
+        }
+    }
+    let mut out = Vec::with_capacity(cut);
+    let mut at = 0;
+    for &(a, b) in &hits {
+        if a >= cut {
+            break;
+        }
+        if a < at {
+            // Overlapping secrets: the overlap is already redacted.
+            at = at.max(b);
+            continue;
+        }
+        out.extend_from_slice(&body[at..a]);
+        out.extend_from_slice(b"[redacted]");
+        at = b;
+    }
+    if at < cut {
+        out.extend_from_slice(&body[at..cut]);
+    }
+    body_excerpt(&out, usize::MAX)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Reads an answer's body, stopping once `keep` bytes are in hand unless the
+/// whole body is small enough to keep the connection ([`REUSE_BODY_BYTES`]);
+/// an error while reading ends it (the status is what counts).
+async fn read_body(mut resp: reqwest::Response, keep: usize, success: bool) -> Vec<u8> {
+    let small = resp.content_length().is_some_and(|n| n <= REUSE_BODY_BYTES);
+    let limit = if small || success {
+        REUSE_BODY_BYTES as usize
+    } else {
+        keep
+    };
+    let mut kept = Vec::new();
+    let mut read = 0usize;
+    while read < limit {
+        match resp.chunk().await {
+            Ok(Some(c)) => {
+                let room = keep.saturating_sub(kept.len());
+                kept.extend_from_slice(&c[..c.len().min(room)]);
+                read = read.saturating_add(c.len());
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    kept
+}
+
 /// The first `max` bytes of an answer's body as text, control characters
 /// replaced; `None` when empty.
 pub fn body_excerpt(body: &[u8], max: usize) -> Option<String> {
@@ -84,6 +162,38 @@ pub struct ApiClient {
     client: reqwest::Client,
     url: reqwest::Url,
     error_body_bytes: usize,
+    /// Values redacted from an answer's body before it goes into an envelope:
+    /// the token, and configured header values whose names say credential.
+    secrets: Vec<Vec<u8>>,
+}
+
+/// Whether a configured header's name says its value is a credential.
+fn secret_header(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [
+        "auth",
+        "token",
+        "key",
+        "secret",
+        "cookie",
+        "signature",
+        "password",
+    ]
+    .iter()
+    .any(|w| n.contains(w))
+}
+
+/// A secret as it may come back in an answer: as sent, and JSON-escaped.
+fn secret_forms(value: &str) -> Vec<Vec<u8>> {
+    let mut forms = vec![value.as_bytes().to_vec()];
+    let escaped = value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('/', "\\/");
+    if escaped != value {
+        forms.push(escaped.into_bytes());
+    }
+    forms
 }
 
 impl ApiClient {
@@ -134,10 +244,17 @@ impl ApiClient {
         if url.scheme() == "https" {
             b = tls(b, cfg)?;
         }
+        let mut secrets: Vec<Vec<u8>> = token.map(secret_forms).unwrap_or_default();
+        for (k, v) in &cfg.headers {
+            if secret_header(k) && !v.is_empty() {
+                secrets.extend(secret_forms(v));
+            }
+        }
         Ok(ApiClient {
             client: b.build()?,
             url,
             error_body_bytes: cfg.error_body_bytes,
+            secrets,
         })
     }
 
@@ -192,13 +309,21 @@ impl ApiClient {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
-        // Read the (small) body so the connection goes back to the pool.
-        let body = resp.bytes().await;
-        let body = match body {
-            Ok(b) if !(200..300).contains(&status) && self.error_body_bytes > 0 => {
-                body_excerpt(&b, self.error_body_bytes)
-            }
-            _ => None,
+        // Read a small body to its end, so the connection goes back to the
+        // pool; of any other, only what the excerpt needs (the cap plus the
+        // longest secret, so a secret is redacted whole).
+        let success = (200..300).contains(&status);
+        let keep = if success || self.error_body_bytes == 0 {
+            0
+        } else {
+            let longest = self.secrets.iter().map(Vec::len).max().unwrap_or(0);
+            self.error_body_bytes.saturating_add(longest)
+        };
+        let read = read_body(resp, keep, success).await;
+        let body = if keep > 0 {
+            redacted_excerpt(&read, self.error_body_bytes, &self.secrets)
+        } else {
+            None
         };
         Ok(Answer {
             status,
@@ -422,6 +547,39 @@ mod tests {
 
     fn kind(e: &(dyn StdError + 'static), connecting: bool, timed_out: bool) -> TransportFailure {
         classify(e, connecting, timed_out).0
+    }
+
+    #[test]
+    fn secrets_are_redacted_from_excerpts_and_never_cut_into_a_prefix() {
+        let tok = b"tok-SECRET-123456".to_vec();
+        let secrets = vec![tok.clone()];
+        let e = redacted_excerpt(b"denied: Bearer tok-SECRET-123456 (echo)", 64, &secrets)
+            .expect("text");
+        assert_eq!(e, "denied: Bearer [redacted] (echo)");
+        // A secret straddling the cut is redacted whole, not left as a prefix.
+        let body = b"0123456789tok-SECRET-123456 and more";
+        let e = redacted_excerpt(body, 14, &secrets).expect("text");
+        assert_eq!(e, "0123456789[redacted]");
+        // Several, and the bytes after a redaction never bring a prefix back
+        // (the caller read max + the longest secret).
+        let mut body = tok.repeat(3);
+        body.extend_from_slice(b"tok-SEC");
+        let e = redacted_excerpt(&body, tok.len() * 3 + 2, &secrets).expect("text");
+        assert_eq!(e, "[redacted][redacted][redacted]to");
+        assert!(!e.contains("SEC"));
+        // Nothing to redact: as body_excerpt.
+        assert_eq!(
+            redacted_excerpt(b"plain", 3, &secrets),
+            body_excerpt(b"plain", 3)
+        );
+        assert_eq!(redacted_excerpt(b"plain", 3, &[]), Some("pla".into()));
+        // JSON-escaped forms are secrets too.
+        assert_eq!(
+            secret_forms("a/b"),
+            vec![b"a/b".to_vec(), b"a\\/b".to_vec()]
+        );
+        assert!(secret_header("X-Api-Key") && secret_header("x-auth-token"));
+        assert!(!secret_header("X-Source"));
     }
 
     #[test]

@@ -2,16 +2,18 @@
 //! POST with in-place retries, and on failure the DLQ or the parking lot.
 //! Runs in tasks spawned by the delivery pool actor.
 
+mod durable;
 pub mod enrich;
 pub mod http;
 pub mod limits;
 pub mod pacer;
 pub mod peers;
 pub mod ratelimit;
+mod systemic;
 pub mod token;
 
 use crate::config::{Config, OnMissing};
-use crate::core::backoff::{persistent_delay, RetryPolicy};
+use crate::core::backoff::RetryPolicy;
 use crate::core::classify::{
     outcome_of, ErrorClass, FailureClass, FailureLog, Reason, TransportFailure, Verdict,
 };
@@ -23,6 +25,7 @@ use crate::core::event::Event;
 use crate::core::input::{decode_record, BodyType, Decoded, Header, RecordIn};
 use crate::core::mapping::{Attributes, BodyMode, Routes};
 use crate::core::status_policy::StatusPolicy;
+use crate::core::systemic::SystemicStep;
 use crate::core::trace;
 use crate::health::CallOutcome;
 use crate::metrics as m;
@@ -30,7 +33,7 @@ use crate::runtime::{now_ms, Pipeline};
 use bytes::Bytes;
 use enrich::{EnrichError, Enricher, SourceOfTruth};
 use http::{ApiClient, Outgoing, TransportError};
-use peers::{DlqRecord, DlqWriterMsg, Peers, Refusal, WriteError};
+use peers::{DlqRecord, Peers};
 use reqwest::header::HeaderValue;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -342,6 +345,29 @@ impl Deliverer {
     /// task) or waits for one here.
     pub async fn run(self: Arc<Self>, job: Job, permit: Option<OwnedSemaphorePermit>) {
         let Job { item, token } = job;
+        // A DLQ or parking-lot write deep in the work abandons the event when
+        // the partition is handed over between its tries (`durable`): the work
+        // ends then without an outcome (errored; the next owner writes it).
+        let scope = durable::WriteScope::new(token.cancellation());
+        let abandoned = scope.abandoned();
+        let work = durable::SCOPE.scope(scope, self.work(&item, &token, permit));
+        let outcome = tokio::select! {
+            biased;
+            o = work => o,
+            _ = abandoned.notified() => None,
+        };
+        if let Some(outcome) = outcome {
+            token.finish(outcome);
+        }
+    }
+
+    /// The job's work; `None`: handed over first (no outcome).
+    async fn work(
+        &self,
+        item: &Arc<Item>,
+        token: &CompletionToken,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Option<Finished> {
         // A root span: the message may have been sent from inside another event's
         // span, and chaining events would keep them all alive. At DEBUG: an enabled
         // span per event cost ~10 % of the CPU per event at the default `info`
@@ -357,7 +383,7 @@ impl Deliverer {
             )
         };
         if token.cancelled() {
-            return; // Handed over before it started: errored, never begun.
+            return None; // Handed over before it started: errored, never begun.
         }
         let outcome = match &item.work {
             Work::Deliver(ev) => {
@@ -366,45 +392,52 @@ impl Deliverer {
                     // Waits for a permit unless the partition is handed over first.
                     None => match tokio::select! {
                         biased;
-                        _ = token.until_cancelled() => return,
+                        _ = token.until_cancelled() => return None,
                         p = self.permits.clone().acquire_owned() => p,
                     } {
                         Ok(p) => p,
                         // The semaphore is never closed; if it were, the dropped
                         // token reports errored and the event is re-dispatched.
-                        Err(_) => return,
+                        Err(_) => return None,
                     },
                 };
                 let delivered = if crate::otel::enabled() {
                     let parent = trace::extract(&ev.raw, item.headers.as_deref());
                     let span = crate::otel::delivery_span(&ev.id, parent.as_ref());
-                    Box::pin(self.deliver(&item, ev, permit, &token).instrument(span)).await
+                    Box::pin(self.deliver(item, ev, permit, token).instrument(span)).await
                 } else {
-                    Box::pin(self.deliver(&item, ev, permit, &token).instrument(span())).await
+                    Box::pin(self.deliver(item, ev, permit, token).instrument(span())).await
                 };
                 match delivered {
                     Some(outcome) => outcome,
-                    None => return, // Cancelled between tries.
+                    None => return None, // Cancelled between tries.
                 }
             }
             Work::Park { reason, message } => {
                 let info = ErrorInfo::new(ErrorClass::Poison, *reason, None, message);
-                Box::pin(self.park(&item, info).instrument(span())).await
+                Box::pin(self.park(item, info).instrument(span())).await
             }
             Work::FromDlq(env) => {
-                match Box::pin(self.retry_from_dlq(&item, env, &token).instrument(span())).await {
+                match Box::pin(self.retry_from_dlq(item, env, token).instrument(span())).await {
                     Some(outcome) => outcome,
-                    None => return, // Handed over before its request.
+                    None => return None, // Handed over before its request.
                 }
             }
         };
-        token.finish(outcome);
+        Some(outcome)
     }
 
     /// Tells the health side what a call said about the API; wakes the health
     /// actor at once when the breaker opens.
     fn observe(&self, outcome: CallOutcome) {
         if let Some(t) = self.pipeline.health.record(outcome) {
+            self.on_transition(t);
+        }
+    }
+
+    /// Call `seq` was delivered (it refutes the systemic answers to earlier calls).
+    fn observe_delivered(&self, seq: u64) {
+        if let Some(t) = self.pipeline.health.delivered(seq) {
             self.on_transition(t);
         }
     }
@@ -625,6 +658,7 @@ impl Deliverer {
         // Whether the API was called: an enrichment database error is not the API's,
         // and the breaker must not hear of it.
         let mut called = true;
+        let mut seq = 0;
         let answer = match self.request(&src, &event).await {
             Ok(Body::Send { body, out }) => {
                 // Each wait ends at once when the partition is handed over,
@@ -645,6 +679,7 @@ impl Deliverer {
                     return None;
                 }
                 let call = self.rate_slot(token).await?;
+                seq = self.pipeline.health.call_number();
                 let r = self
                     .api
                     .send(&out, &id, body, Some(env.dlq_retries + 1))
@@ -664,24 +699,27 @@ impl Deliverer {
                 ))
             }
         };
+        let called = called.then_some(seq);
         Some(Box::pin(self.redelivered(item, env, policy, answer, called)).await)
     }
 
     /// What a DLQ round's answer means for the event (`called`: the API was
-    /// asked, so the breaker hears of it).
+    /// asked, with the call's number, so the breaker hears of it).
     async fn redelivered(
         &self,
         item: &Item,
         env: &Envelope,
         policy: dlq_policy::RetryPolicy,
         answer: Result<http::Answer, TransportError>,
-        called: bool,
+        called: Option<u64>,
     ) -> Finished {
         let cfg = &self.pipeline.config;
         let failure = match answer {
             Ok(a) => match self.status.classify(a.status) {
                 Verdict::Delivered => {
-                    self.observe(CallOutcome::Up);
+                    if let Some(seq) = called {
+                        self.observe_delivered(seq);
+                    }
                     metrics::counter!(m::DLQ_REDELIVERED).increment(1);
                     self.hot.delivered.increment(1);
                     return Finished::Delivered;
@@ -690,14 +728,23 @@ impl Deliverer {
             },
             Err(t) => Failure::transport(t),
         };
-        if called
-            && failure.reason.reached_the_api()
-            && !failure.status.is_some_and(|s| self.limits.absorbs(s))
-        {
-            self.observe(outcome_of(failure.class, failure.reason));
+        let mut class = failure.class;
+        if let Some(seq) = called.filter(|_| {
+            failure.reason.reached_the_api()
+                && !failure.status.is_some_and(|s| self.limits.absorbs(s))
+        }) {
+            if class == FailureClass::Systemic {
+                // Refuted by a later delivered call: this event's failure, a
+                // round used up like a transient one.
+                if self.systemic_refuted_in_round(seq, &failure) {
+                    class = FailureClass::Transient;
+                }
+            } else {
+                self.observe(outcome_of(failure.class, failure.reason));
+            }
         }
         self.report(&failure);
-        let (class, reason) = (failure.class, failure.reason.as_str().to_string());
+        let reason = failure.reason.as_str().to_string();
         let message = format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""));
         let error = failure.error(message.trim_end());
         if class == FailureClass::Permanent {
@@ -790,7 +837,8 @@ impl Deliverer {
             key: env.key.clone(),
             envelope: env,
         };
-        let Err((refusal, detail)) = write_durably(&self.peers.dlq_writer, &rec).await else {
+        let Err((refusal, detail)) = durable::write_durably(&self.peers.dlq_writer, &rec).await
+        else {
             return Ok(());
         };
         let mut env = rec.envelope;
@@ -825,7 +873,7 @@ impl Deliverer {
             key: env.key.clone(),
             envelope: env,
         };
-        if let Err((refusal, detail)) = write_durably(&self.peers.dlq_writer, &rec).await {
+        if let Err((refusal, detail)) = durable::write_durably(&self.peers.dlq_writer, &rec).await {
             let e = &rec.envelope;
             let why = format!(
                 "the parking lot {} refuses event {} ({}/{}@{}) for good ({}: {detail}); fix the topic (size limit, ACLs, existence) and restart",
@@ -858,9 +906,12 @@ impl Deliverer {
         let in_flight = InFlight::new(&self.hot.in_flight);
         let start = Instant::now();
         let mut attempts = 0u32;
+        let mut hypothesis = crate::core::systemic::EventHypothesis::default();
+        let mut demoted: Option<u32> = None;
         let failure = loop {
             attempts += 1;
             self.hot.attempts.increment(1);
+            let mut called: Option<u64> = None;
             let src = Source {
                 headers: item.headers.as_deref(),
                 key: item.entity_key(),
@@ -870,20 +921,25 @@ impl Deliverer {
             let failure = match self.request(&src, ev).await {
                 Ok(Body::Send { body, out }) => match self.call(&ev.id, &out, body, token).await {
                     None => return None, // Handed over while waiting at the gate.
-                    Some(Ok(answer)) => match self.status.classify(answer.status) {
-                        Verdict::Delivered => {
-                            drop(in_flight);
-                            self.hot.latency.record(start.elapsed().as_secs_f64());
-                            if let Some(ts) = item.timestamp_ms {
-                                let age = (now_ms() - ts).max(0) as f64 / 1000.0;
-                                self.hot.age.record(age);
-                            }
-                            self.hot.delivered.increment(1);
-                            return Some(Finished::Delivered);
+                    Some((answer, seq)) => {
+                        called = Some(seq);
+                        match answer {
+                            Ok(answer) => match self.status.classify(answer.status) {
+                                Verdict::Delivered => {
+                                    drop(in_flight);
+                                    self.hot.latency.record(start.elapsed().as_secs_f64());
+                                    if let Some(ts) = item.timestamp_ms {
+                                        let age = (now_ms() - ts).max(0) as f64 / 1000.0;
+                                        self.hot.age.record(age);
+                                    }
+                                    self.hot.delivered.increment(1);
+                                    return Some(Finished::Delivered);
+                                }
+                                Verdict::Failed(class) => Failure::status(class, &answer),
+                            },
+                            Err(t) => Failure::transport(t),
                         }
-                        Verdict::Failed(class) => Failure::status(class, &answer),
-                    },
-                    Some(Err(t)) => Failure::transport(t),
+                    }
                 },
                 Ok(Body::Park { reason, message }) => {
                     drop(in_flight);
@@ -912,9 +968,32 @@ impl Deliverer {
                 return None;
             }
             let class = failure.class;
-            if class == FailureClass::Systemic
-                || (class == FailureClass::Transient && self.pipeline.health.systemic_outage())
-            {
+            if class == FailureClass::Systemic {
+                // A hypothesis about the API (core::systemic): while nothing
+                // refutes it, the event waits at the gate without using up a
+                // try; once refuted, its own systemic answers use up
+                // `api.systemic_budget`, then it is parked.
+                let step = called
+                    .filter(|_| failure.reason.reached_the_api())
+                    .map(|seq| self.systemic_answer(&mut hypothesis, seq, &failure));
+                attempts = attempts.saturating_sub(1);
+                match step {
+                    None | Some(SystemicStep::Wait) => continue,
+                    Some(SystemicStep::Retry { n }) => {
+                        tokio::select! {
+                            biased;
+                            _ = token.until_cancelled() => return None,
+                            _ = tokio::time::sleep(self.systemic_delay(n)) => {}
+                        }
+                        continue;
+                    }
+                    Some(SystemicStep::Demote { answers }) => {
+                        demoted = Some(answers);
+                        break failure;
+                    }
+                }
+            }
+            if class == FailureClass::Transient && self.pipeline.health.systemic_outage() {
                 // Credentials or the API itself, not this event: the breaker has
                 // tripped, so the next try waits at the gate. It does not use up the
                 // event's tries, and the event never goes to the DLQ for it.
@@ -943,10 +1022,16 @@ impl Deliverer {
         drop(in_flight);
         drop(permit);
         let class = failure.class;
-        let info = failure.error(&failure.message(&format!("after {attempts} tries")));
+        let what = match demoted {
+            Some(n) => format!(
+                "{n} times after calls sent later were delivered (api.systemic_budget): parked"
+            ),
+            None => format!("after {attempts} tries"),
+        };
+        let info = failure.error(&failure.message(&what));
         // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
         // would otherwise size every delivery's state machine.
-        Some(if class == FailureClass::Permanent {
+        Some(if class == FailureClass::Permanent || demoted.is_some() {
             let done = Box::pin(self.park(item, info)).await;
             self.parked_after(failure.reason);
             done
@@ -956,7 +1041,9 @@ impl Deliverer {
     }
 
     /// One API call on the main path: waits while the breaker is open, and feeds
-    /// the breaker with what the answer says about the API.
+    /// the breaker with what the answer says about the API (a systemic answer:
+    /// the caller, with the event's hypothesis). With the answer, the call's
+    /// number (`Health::call_number`).
     /// `None`: the partition was handed over while the call waited at the
     /// gate (no request made).
     async fn call(
@@ -965,27 +1052,31 @@ impl Deliverer {
         out: &Outgoing,
         body: Bytes,
         token: &CompletionToken,
-    ) -> Option<Result<http::Answer, TransportError>> {
+    ) -> Option<(Result<http::Answer, TransportError>, u64)> {
         if !self.gate(token).await {
             return None;
         }
         let call = self.rate_slot(token).await?;
+        let seq = self.pipeline.health.call_number();
         let r = self.api.send(out, id, body, None).await;
         self.limits.after_call(call, &r);
         match &r {
             // Back-pressure the concurrency limit answers, not an outage.
             Ok(a) if self.limits.absorbs(a.status) => {}
-            Ok(a) => self.observe(match self.status.classify(a.status) {
-                Verdict::Delivered => CallOutcome::Up,
-                Verdict::Failed(c) => outcome_of(c, Reason::Http(a.status)),
-            }),
+            Ok(a) => match self.status.classify(a.status) {
+                Verdict::Delivered => self.observe_delivered(seq),
+                // The caller weighs it against the event's hypothesis.
+                Verdict::Failed(FailureClass::Systemic) => {}
+                Verdict::Failed(c) => self.observe(outcome_of(c, Reason::Http(a.status))),
+            },
+            Err(t) if t.kind.reached_the_api() && t.kind.class() == FailureClass::Systemic => {}
             Err(t) if t.kind.reached_the_api() => {
                 self.observe(outcome_of(t.kind.class(), Reason::Transport(t.kind)))
             }
             // A request that could not be built says nothing about the API.
             Err(_) => {}
         }
-        Some(r)
+        Some((r, seq))
     }
 
     /// The request for an event: the route its type matches (URL, method,
@@ -1210,63 +1301,5 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.decrement(1.0);
-    }
-}
-
-/// How long a write to a topic the broker says does not exist is retried before
-/// it counts as refused (a topic being created, a partition being moved).
-const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(120);
-
-/// Writes until the broker acknowledges (`Ok`), or until it refuses the record
-/// for good (`Err`: too large, not authorized, invalid, or an unknown topic for
-/// longer than [`UNKNOWN_TOPIC_GRACE`]). The event's offset waits for this;
-/// shutdown abandons it (the token then reports errored and the offset stays
-/// unstored).
-async fn write_durably(
-    writer: &crate::handle::Handle<ractor::ActorRef<DlqWriterMsg>>,
-    rec: &DlqRecord,
-) -> Result<(), (Refusal, String)> {
-    let mut tries = 0u32;
-    let mut unknown_since: Option<Instant> = None;
-    loop {
-        tries += 1;
-        let err = match writer.current() {
-            None => WriteError::Retry("DLQ writer not running".into()),
-            Some(writer) => {
-                let r = writer
-                    .call(
-                        |reply| DlqWriterMsg::Write(Box::new(rec.clone()), reply),
-                        Some(Duration::from_secs(60)),
-                    )
-                    .await;
-                match r {
-                    Ok(ractor::rpc::CallResult::Success(Ok(_offset))) => return Ok(()),
-                    Ok(ractor::rpc::CallResult::Success(Err(e))) => e,
-                    Ok(_) => WriteError::Retry("DLQ writer did not answer".into()),
-                    Err(e) => WriteError::Retry(format!("DLQ writer unreachable: {e}")),
-                }
-            }
-        };
-        match &err {
-            WriteError::Refused(Refusal::UnknownTopic, detail) => {
-                let since = *unknown_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= UNKNOWN_TOPIC_GRACE {
-                    return Err((Refusal::UnknownTopic, detail.clone()));
-                }
-            }
-            WriteError::Refused(refusal, detail) => return Err((*refusal, detail.clone())),
-            WriteError::Retry(_) => {}
-        }
-        let delay = persistent_delay(tries, Duration::from_millis(200), Duration::from_secs(5));
-        tracing::warn!(
-            topic = %rec.topic,
-            id = rec.envelope.event_id.as_deref().unwrap_or("-"),
-            origin_partition = rec.envelope.origin.partition,
-            origin_offset = rec.envelope.origin.offset,
-            error = %err,
-            tries,
-            "write not acknowledged; retrying (the offset waits)"
-        );
-        tokio::time::sleep(delay).await;
     }
 }

@@ -126,6 +126,31 @@ impl Inbox {
     }
 }
 
+/// The cancellation of one partition's work, for waits deep in the failure
+/// path that have no token at hand (a DLQ or parking-lot write between its
+/// tries: `delivery::write_durably`).
+#[derive(Clone)]
+pub struct Cancellation {
+    inbox: Arc<Inbox>,
+}
+
+impl Cancellation {
+    pub fn cancelled(&self) -> bool {
+        self.inbox.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the partition is cancelled (at once if it already is).
+    pub async fn until_cancelled(&self) {
+        let wake = self.inbox.cancel_wake.notified();
+        tokio::pin!(wake);
+        wake.as_mut().enable();
+        if self.cancelled() {
+            return;
+        }
+        wake.await;
+    }
+}
+
 pub struct CompletionToken {
     inbox: Arc<Inbox>,
     generation: u64,
@@ -147,6 +172,13 @@ impl CompletionToken {
 
     pub fn offset(&self) -> i64 {
         self.offset
+    }
+
+    /// The partition's cancellation, apart from the token.
+    pub fn cancellation(&self) -> Cancellation {
+        Cancellation {
+            inbox: self.inbox.clone(),
+        }
     }
 
     /// The partition is being handed over or its actor ended: the work must not

@@ -1,0 +1,124 @@
+//! Writes to the DLQ and the parking lot that must become durable: retried
+//! until the broker acknowledges or refuses for good, but never past the
+//! partition's handover. A write retried after its partition was revoked would
+//! outlive it (its bytes no longer in any budget) while the next owner writes
+//! the same envelope again: one more envelope per rebalance for one event.
+
+use super::peers::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
+use super::token::Cancellation;
+use crate::core::backoff::persistent_delay;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a delivery task's writes obey: its partition's cancellation, and
+/// where a write that gives up says so (the task then ends without an
+/// outcome: errored, and the partition, draining, does not dispatch it again).
+#[derive(Clone)]
+pub(super) struct WriteScope {
+    cancel: Cancellation,
+    abandoned: Arc<tokio::sync::Notify>,
+}
+
+impl WriteScope {
+    pub(super) fn new(cancel: Cancellation) -> WriteScope {
+        WriteScope {
+            cancel,
+            abandoned: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Notified once a write of this task was abandoned.
+    pub(super) fn abandoned(&self) -> Arc<tokio::sync::Notify> {
+        self.abandoned.clone()
+    }
+}
+
+tokio::task_local! {
+    /// The scope of the delivery task running (`Deliverer::run`).
+    pub(super) static SCOPE: WriteScope;
+}
+
+/// How long a write to a topic the broker says does not exist is retried before
+/// it counts as refused (a topic being created, a partition being moved).
+const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(120);
+
+/// Writes until the broker acknowledges (`Ok`), or until it refuses the record
+/// for good (`Err`: too large, not authorized, invalid, or an unknown topic for
+/// longer than [`UNKNOWN_TOPIC_GRACE`]). The event's offset waits for this;
+/// shutdown abandons it (the token then reports errored and the offset stays
+/// unstored), and so does the partition's handover: once it is cancelled, no
+/// further try is made (the try on the wire is waited for), the task's
+/// [`WriteScope`] is told and this never returns.
+pub(super) async fn write_durably(
+    writer: &crate::handle::Handle<ractor::ActorRef<DlqWriterMsg>>,
+    rec: &DlqRecord,
+) -> Result<(), (Refusal, String)> {
+    let scope = SCOPE.try_with(WriteScope::clone).ok();
+    let mut tries = 0u32;
+    let mut unknown_since: Option<Instant> = None;
+    loop {
+        if tries > 0 {
+            if let Some(s) = scope.as_ref().filter(|s| s.cancel.cancelled()) {
+                tracing::info!(
+                    topic = %rec.topic,
+                    id = rec.envelope.event_id.as_deref().unwrap_or("-"),
+                    origin_partition = rec.envelope.origin.partition,
+                    origin_offset = rec.envelope.origin.offset,
+                    tries,
+                    "partition handed over: the write is abandoned (the next owner makes it)"
+                );
+                s.abandoned.notify_one();
+                return std::future::pending().await;
+            }
+        }
+        tries += 1;
+        let err = match writer.current() {
+            None => WriteError::Retry("DLQ writer not running".into()),
+            Some(writer) => {
+                let r = writer
+                    .call(
+                        |reply| DlqWriterMsg::Write(Box::new(rec.clone()), reply),
+                        Some(Duration::from_secs(60)),
+                    )
+                    .await;
+                match r {
+                    Ok(ractor::rpc::CallResult::Success(Ok(_offset))) => return Ok(()),
+                    Ok(ractor::rpc::CallResult::Success(Err(e))) => e,
+                    Ok(_) => WriteError::Retry("DLQ writer did not answer".into()),
+                    Err(e) => WriteError::Retry(format!("DLQ writer unreachable: {e}")),
+                }
+            }
+        };
+        match &err {
+            WriteError::Refused(Refusal::UnknownTopic, detail) => {
+                let since = *unknown_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= UNKNOWN_TOPIC_GRACE {
+                    return Err((Refusal::UnknownTopic, detail.clone()));
+                }
+            }
+            WriteError::Refused(refusal, detail) => return Err((*refusal, detail.clone())),
+            WriteError::Retry(_) => {}
+        }
+        let delay = persistent_delay(tries, Duration::from_millis(200), Duration::from_secs(5));
+        tracing::warn!(
+            topic = %rec.topic,
+            id = rec.envelope.event_id.as_deref().unwrap_or("-"),
+            origin_partition = rec.envelope.origin.partition,
+            origin_offset = rec.envelope.origin.offset,
+            error = %err,
+            tries,
+            "write not acknowledged; retrying (the offset waits)"
+        );
+        // A handover ends the wait at once (checked at the top).
+        match &scope {
+            Some(s) => {
+                tokio::select! {
+                    biased;
+                    _ = s.cancel.until_cancelled() => {}
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            None => tokio::time::sleep(delay).await,
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! What a systemic answer does to the event and to the breaker: the shell of
+//! `core::systemic` (a systemic answer is a hypothesis a later delivered call
+//! refutes).
+
+use super::{Deliverer, Failure};
+use crate::core::backoff::persistent_delay;
+use crate::core::systemic::{EventHypothesis, Judgement, SystemicStep};
+use crate::health::CallOutcome;
+use crate::metrics as m;
+use std::time::Duration;
+
+impl Deliverer {
+    /// A systemic answer `f` to the event's call `seq`: what the event does next
+    /// (wait at the gate, retry after a back-off, or be parked), and what the
+    /// breaker hears (the hypothesis while nothing refutes it; "up" once a call
+    /// sent after the event's first refused one was delivered).
+    pub(super) fn systemic_answer(
+        &self,
+        hypothesis: &mut EventHypothesis,
+        seq: u64,
+        f: &Failure,
+    ) -> SystemicStep {
+        let health = &self.pipeline.health;
+        let step = hypothesis.answered(
+            seq,
+            health.last_success(),
+            self.pipeline.config.api.systemic_budget,
+        );
+        let t = match step {
+            SystemicStep::Wait => health.systemic(seq, f.reason.breaker_reason()).1,
+            // Refuted: the API is up, the refusal is this event's.
+            SystemicStep::Retry { .. } | SystemicStep::Demote { .. } => {
+                health.record(CallOutcome::Up)
+            }
+        };
+        if let Some(t) = t {
+            self.on_transition(t);
+        }
+        if let SystemicStep::Demote { answers } = step {
+            metrics::counter!(m::SYSTEMIC_DEMOTED, "reason" => f.reason.as_str()).increment(1);
+            tracing::warn!(
+                reason = %f.reason,
+                answers,
+                budget = self.pipeline.config.api.systemic_budget,
+                "systemic answers refuted by calls sent later: the event is parked (api.systemic_budget)"
+            );
+        }
+        step
+    }
+
+    /// The wait before the `n`-th refuted try (`api.retry_base` doubling, at most
+    /// `api.retry_max_delay`).
+    pub(super) fn systemic_delay(&self, n: u32) -> Duration {
+        persistent_delay(n, self.policy.base_delay, self.policy.max_delay)
+    }
+
+    /// A systemic answer on a DLQ round (one try per round, no hypothesis kept
+    /// across rounds): `true` when a later delivered call refutes it — the
+    /// round then counts as a failed one (a retry used up) instead of waiting
+    /// for the API without end.
+    pub(super) fn systemic_refuted_in_round(&self, seq: u64, f: &Failure) -> bool {
+        let (j, t) = self
+            .pipeline
+            .health
+            .systemic(seq, f.reason.breaker_reason());
+        if let Some(t) = t {
+            self.on_transition(t);
+        }
+        j == Judgement::Refuted
+    }
+}
