@@ -377,7 +377,10 @@ fn http_status(
     let text = String::from_utf8_lossy(&buf);
     let line = text.lines().next().unwrap_or("").trim().to_string();
     let mut words = line.split_whitespace();
-    match (words.next(), words.next().and_then(|c| c.parse::<u16>().ok())) {
+    match (
+        words.next(),
+        words.next().and_then(|c| c.parse::<u16>().ok()),
+    ) {
         (Some(v), Some(code)) if v.starts_with("HTTP/") => Ok((code, line)),
         _ => Err(format!("{addr} did not answer HTTP: {line:?}")),
     }

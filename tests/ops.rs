@@ -65,7 +65,10 @@ async fn inspect_and_replay_parked_events() {
     assert_eq!(code, 0, "healthcheck of a running instance: {out}{err}");
     assert!(out.contains("/healthz answered 200"), "{out}");
     let (code, out, err) = courier_cli_env(&s, &cfg, &["healthcheck", "--ready"], &env);
-    assert_eq!(code, 0, "healthcheck --ready of an assigned instance: {out}{err}");
+    assert_eq!(
+        code, 0,
+        "healthcheck --ready of an assigned instance: {out}{err}"
+    );
 
     // Inspect the parking lot.
     let (code, out) = courier_cli(&s, &cfg, &["dlq", "inspect", "--parking", "--json"]);

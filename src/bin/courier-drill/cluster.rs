@@ -870,11 +870,15 @@ pub async fn delete_records(
     got.elements()
         .iter()
         .map(|e| {
-            e.error()
-                .map_err(|err| anyhow::anyhow!("delete-records {topic}/{}: {err}", e.partition()))?;
+            e.error().map_err(|err| {
+                anyhow::anyhow!("delete-records {topic}/{}: {err}", e.partition())
+            })?;
             match e.offset() {
                 Offset::Offset(o) => Ok((e.partition(), o)),
-                other => bail!("delete-records {topic}/{}: log start {other:?}", e.partition()),
+                other => bail!(
+                    "delete-records {topic}/{}: log start {other:?}",
+                    e.partition()
+                ),
             }
         })
         .collect()

@@ -274,8 +274,7 @@ async fn run_inner(
             .map(|i| std::fs::read_to_string(&i.log).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("\n");
-        let (acc, checks) =
-            crate::hostile::account(&book, &load_produced, &audit, reported, &logs);
+        let (acc, checks) = crate::hostile::account(&book, &load_produced, &audit, reported, &logs);
         rep.checks.extend(checks);
         rep.deleted_unread = acc.deleted_unread;
         rep.deleted_unread_reported = Some(reported);
