@@ -40,7 +40,9 @@ pub const PARTS: &[&str] = &[
     "hostile-deleted",
 ];
 
-/// Events of the tenant whose permissions the API revoked.
+/// Events of the tenant whose permissions the API revoked, each its own key
+/// (`tenant-revoked-<i>`: the tenant's entities), so they spread over the
+/// partitions and instances as the 20 among 2,000 do.
 const TENANT_EVENTS: usize = 20;
 const TENANT_KEY: &str = "tenant-revoked";
 /// Records with a non-UTF-8 header name.
@@ -148,10 +150,17 @@ fn envelope_ids(brokers: &str, topic: &str) -> anyhow::Result<HashSet<String>> {
 /// Produces `ids` with `key` (and `headers`, raw name/value bytes) through kcat
 /// when a header name is not UTF-8 (rdkafka's producer takes `&str` names),
 /// through rdkafka otherwise.
+/// The Kafka key of special records: one for all, or `<prefix>-<i>` each.
+#[derive(Clone, Copy)]
+enum Key<'a> {
+    One(&'a str),
+    PerEvent(&'a str),
+}
+
 async fn produce_specials(
     c: &Cluster,
     ids: &[String],
-    key: &str,
+    key: Key<'_>,
     raw_headers: Option<&[(&[u8], &[u8])]>,
     book: &mut Book,
 ) -> anyhow::Result<()> {
@@ -162,10 +171,14 @@ async fn produce_specials(
             let producer =
                 courier::loadgen::producer_with_timeout(&c.svc.brokers, Duration::from_secs(60))?;
             for (i, id) in ids.iter().enumerate() {
-                let body = courier::loadgen::event_json(id, "tenant.updated", key, i, 300);
+                let key = match key {
+                    Key::One(k) => k.to_string(),
+                    Key::PerEvent(p) => format!("{p}-{i}"),
+                };
+                let body = courier::loadgen::event_json(id, "tenant.updated", &key, i, 300);
                 let (partition, offset) = producer
                     .send(
-                        FutureRecord::to(topic).key(key).payload(&body),
+                        FutureRecord::to(topic).key(&key).payload(&body),
                         Duration::from_secs(60),
                     )
                     .await
@@ -182,6 +195,10 @@ async fn produce_specials(
         Some(headers) => {
             use std::ffi::OsStr;
             use std::os::unix::ffi::OsStrExt as _;
+            let key = match key {
+                Key::One(k) => k,
+                Key::PerEvent(_) => bail!("kcat produces its records with one key"),
+            };
             let mut cmd = tokio::process::Command::new("kcat");
             cmd.args(["-P", "-b", &c.svc.brokers, "-t", topic, "-k", key]);
             for (n, v) in headers {
@@ -252,7 +269,7 @@ async fn tenant_403(
     let acked0 = load.acked();
     let delivered0 = c.sink.delivered_count();
     let t0 = Instant::now();
-    produce_specials(c, &ids, TENANT_KEY, None, book).await?;
+    produce_specials(c, &ids, Key::PerEvent(TENANT_KEY), None, book).await?;
     eprintln!("[drill] {TENANT_EVENTS} events of {TENANT_KEY} produced; the API answers them 403");
     let window = o.pick(10.0, 30.0);
     let mut flow: Option<(u64, usize)> = None;
@@ -322,7 +339,7 @@ async fn header(
     // A header name that is not UTF-8 next to an ordinary one (one key: the
     // records land on one partition, i.e. one instance's poll thread).
     let headers: [(&[u8], &[u8]); 2] = [(b"\xff\xfe", b"x"), (b"tenant", b"t1")];
-    produce_specials(c, &ids, "odd-headers", Some(&headers), book).await?;
+    produce_specials(c, &ids, Key::One("odd-headers"), Some(&headers), book).await?;
     eprintln!("[drill] {HEADER_RECORDS} records with the header name 0xff 0xfe produced (kcat)");
     let t0 = Instant::now();
     let deadline = o.pick(30.0, 60.0);
