@@ -313,6 +313,14 @@ async fn tenant_403(
             ),
         },
     ));
+    // The tenant's permissions are restored: the next parts start from a
+    // pipeline this one did not stall (each part's checks name its own
+    // failures), and the DLQ drain delivers what waits there.
+    c.sink.update_behaviour(|b| {
+        for id in &ids {
+            b.fail_ids.remove(id);
+        }
+    });
     let (delivered, produced) = flow.unwrap_or((0, 0));
     let ratio = delivered as f64 / produced.max(1) as f64;
     checks.push(Check::new(
