@@ -45,7 +45,7 @@ RUN sh image-config.sh courier.toml courier.image.toml
 
 FROM ${RUNTIME_IMAGE}
 # Runtime libraries only: CA certificates, OpenSSL (librdkafka's TLS). No curl, no shell
-# tools beyond the base image's: nothing here probes Courier (see HEALTHCHECK below).
+# tools beyond the base image's: Courier probes itself (see HEALTHCHECK below).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates libssl3t64 \
     && rm -rf /var/lib/apt/lists/* \
@@ -59,9 +59,13 @@ USER 10001:10001
 # in the image's default config. No COURIER__METRICS__LISTEN here: an environment variable
 # beats the config file, and would silently override a mounted config's metrics.listen.
 EXPOSE 9464
-# No HEALTHCHECK: the runtime has no HTTP client, and on Kubernetes the probes on
-# /healthz and /readyz do the checking (deploy/helm/courier). Outside Kubernetes, probe
-# http://<host>:9464/healthz from your orchestrator.
+# The image checks itself with its own binary (the runtime has no curl, and needs none):
+# `courier healthcheck` asks /healthz on the config's metrics.listen (0.0.0.0 is asked on
+# loopback) within 2 s and exits 0 (healthy) or 1. Docker and Compose use it; Kubernetes
+# ignores HEALTHCHECK and runs the chart's probes on /healthz and /readyz instead. With
+# a mounted config or COURIER__* variables it asks where the instance listens.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["courier", "healthcheck", "--config", "/etc/courier/courier.toml"]
 # Mount your own config over /etc/courier/courier.toml (or set COURIER__* variables).
 ENTRYPOINT ["courier"]
 CMD ["run", "--config", "/etc/courier/courier.toml"]

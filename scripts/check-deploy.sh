@@ -145,8 +145,12 @@ expect_refusal "unknown field" 'unknown field "hostNetwrok"' "$k8scheck" "$(muta
 expect_refusal "privilege escalation" 'allowPrivilegeEscalation' "$k8scheck" "$(mutate 's|allowPrivilegeEscalation: false|allowPrivilegeEscalation: true|')"
 expect_refusal "writable root filesystem" 'readOnlyRootFilesystem must be true' "$k8scheck" "$(mutate 's|readOnlyRootFilesystem: true|readOnlyRootFilesystem: false|')"
 expect_refusal "service-account token" 'automountServiceAccountToken must be false' "$k8scheck" "$(mutate 's|^      automountServiceAccountToken: false|      automountServiceAccountToken: true|')"
+expect_refusal "service links on" 'enableServiceLinks must be false' "$k8scheck" "$(mutate '/enableServiceLinks: false/d')"
+expect_refusal "no NetworkPolicy" 'no NetworkPolicy with policyTypes Ingress selects the pods' "$k8scheck" "$(awk 'BEGIN{RS="---\n"; ORS="---\n"} !/kind: NetworkPolicy/' "$work/default.yaml" >"$work/bad.yaml"; echo "$work/bad.yaml")"
+expect_refusal "NetworkPolicy ingress from anywhere" 'has no `from`' "$k8scheck" "$(mutate '/^      from:$/,/app.kubernetes.io\/name: prometheus/d')"
+expect_refusal "NetworkPolicy on an undeclared port" 'is not a port of' "$k8scheck" "$(mutate '/^    - ports:$/{n;s/port: metrics/port: metricz/}')"
 expect_refusal "grace below shutdown_grace" 'terminationGracePeriodSeconds 20 is below' "$k8scheck" "$(mutate 's|terminationGracePeriodSeconds: [0-9]*|terminationGracePeriodSeconds: 20|')"
-expect_refusal "probe on an undeclared port" 'which the container does not declare' "$k8scheck" "$(mutate '0,/port: metrics/s//port: metricz/')"
+expect_refusal "probe on an undeclared port" 'which the container does not declare' "$k8scheck" "$(mutate '0,/^              port: metrics$/s//              port: metricz/')"
 cat "$work/default.yaml" "$work/default.yaml" >"$work/twice.yaml"
 expect_refusal "two releases with one name" 'name collides' "$k8scheck" "$work/twice.yaml"
 expect_refusal "helm: image.tag=latest" '`latest` is not allowed' render x --set image.tag=latest
@@ -154,6 +158,8 @@ expect_refusal "helm: a *_env no Secret provides" 'neither secrets.env nor extra
 expect_refusal "helm: metrics on loopback" 'must be 0.0.0.0:<port>' render x --set config.metrics.listen=127.0.0.1:9464
 expect_refusal "helm: not a duration" 'is not a duration' render x --set config.pipeline.shutdown_grace=soon
 expect_refusal "helm: a misspelled option" "additional properties 'replicaCnt' not allowed" render x --set replicaCnt=3
+expect_refusal "helm: NetworkPolicy admitting every pod" 'an empty `from` would admit' render x --set networkPolicy.metrics.namespaceSelector=null --set networkPolicy.metrics.podSelector=null
+expect_refusal "helm: a misspelled NetworkPolicy option" "additional properties 'restrcit' not allowed" render x --set networkPolicy.egress.restrcit=true
 expect_refusal "helm: a nested *_env no Secret provides" 'config.kafka.tls.key_password_env names' render x --set config.kafka.tls.key_password_env=KEY_PASSWORD
 sed 's/^listen = .*/listen = "0.0.0.0:9464"\nlisten_typo = 1/' "$work/configs-default/1.toml" >"$work/bad.toml"
 expect_refusal "check-config: unknown key" 'listen_typo' "$courier" check-config --config "$work/bad.toml"
@@ -164,6 +170,10 @@ sed 's/^USER 10001:10001$/USER courier/' Dockerfile >"$work/Dockerfile.bad"
 expect_refusal "Dockerfile: named USER" 'use a numeric uid' bash scripts/check-dockerfile.sh "$work/Dockerfile.bad"
 sed 's/ca-certificates libssl3t64/ca-certificates curl libssl3t64/' Dockerfile >"$work/Dockerfile.bad"
 expect_refusal "Dockerfile: curl in the runtime" 'curl/wget' bash scripts/check-dockerfile.sh "$work/Dockerfile.bad"
+grep -v -e '^HEALTHCHECK' -e 'CMD \["courier", "healthcheck"' Dockerfile >"$work/Dockerfile.bad"
+expect_refusal "Dockerfile: no HEALTHCHECK" 'no HEALTHCHECK' bash scripts/check-dockerfile.sh "$work/Dockerfile.bad"
+sed 's|CMD \["courier", "healthcheck", "--config", "/etc/courier/courier.toml"\]|CMD ["courier", "healthcheck", "--config", "/etc/courier/other.toml"]|' Dockerfile >"$work/Dockerfile.bad"
+expect_refusal "Dockerfile: HEALTHCHECK on another config" 'is not the config CMD runs with' bash scripts/check-dockerfile.sh "$work/Dockerfile.bad"
 sed 's/^ARG RUNTIME_IMAGE=.*/ARG RUNTIME_IMAGE=debian:latest/' Dockerfile >"$work/Dockerfile.bad"
 expect_refusal "Dockerfile: FROM latest" 'is not a version' bash scripts/check-dockerfile.sh "$work/Dockerfile.bad"
 sed 's/^EXPOSE 9464$/ENV COURIER__METRICS__LISTEN=0.0.0.0:9464\n&/' Dockerfile >"$work/Dockerfile.bad"

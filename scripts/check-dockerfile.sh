@@ -3,7 +3,8 @@
 # CI; hadolint is a Haskell tool and not installable from the registries available).
 # What the Dockerfile claims, checked:
 #   - every base image pinned by a version tag (or a digest), never `latest` or untagged;
-#   - the final stage: a numeric USER, no curl or wget, no HEALTHCHECK that needs them, no
+#   - the final stage: a numeric USER, no curl or wget, a HEALTHCHECK that runs the binary
+#     itself (exec form `["courier", "healthcheck", ...]`, the same --config as CMD), no
 #     COURIER__* ENV (it would beat a mounted config file's settings, metrics.listen
 #     included);
 #   - a dependency layer: a `cargo build` runs before the sources are copied in;
@@ -80,6 +81,16 @@ done <<<"$instructions"
 [[ $stages -ge 2 ]] || problem "expected a build stage and a runtime stage"
 [[ $final_user =~ ^[0-9]+(:[0-9]+)?$ ]] || problem "final stage USER '$final_user': use a numeric uid[:gid]"
 if grep -qiwE 'curl|wget' <<<"$final_lines"; then problem "final stage installs or runs curl/wget"; fi
+healthcheck=$(grep -E '^HEALTHCHECK ' <<<"$final_lines" || true)
+if [[ -z $healthcheck ]]; then
+    problem "final stage has no HEALTHCHECK (use CMD [\"courier\", \"healthcheck\", \"--config\", ...]: the binary checks itself)"
+elif ! grep -qE 'CMD \["courier", *"healthcheck"' <<<"$healthcheck"; then
+    problem "final stage HEALTHCHECK does not run [\"courier\", \"healthcheck\", ...] in exec form: $healthcheck"
+else
+    hc_config=$(sed -n 's/.*"healthcheck", *"--config", *"\([^"]*\)".*/\1/p' <<<"$healthcheck")
+    cmd_config=$(grep -E '^CMD ' <<<"$final_lines" | sed -n 's/.*"--config", *"\([^"]*\)".*/\1/p')
+    [[ -n $hc_config && $hc_config == "$cmd_config" ]] || problem "HEALTHCHECK --config '$hc_config' is not the config CMD runs with ('$cmd_config')"
+fi
 if grep -qE '^ENV .*COURIER__' <<<"$final_lines"; then problem "final stage sets COURIER__* (it would override a mounted config file)"; fi
 [[ $cargo_build_before_src -eq 1 ]] || problem "no dependency layer: no 'cargo build' before 'COPY src' in the build stage"
 
@@ -128,4 +139,4 @@ else
 fi
 
 if [[ $bad -ne 0 ]]; then exit 1; fi
-echo "check-dockerfile: $df ok (pinned bases, numeric USER, no curl/wget or COURIER__ env in the runtime, dependency layer, build stages accepted by Cargo)"
+echo "check-dockerfile: $df ok (pinned bases, numeric USER, HEALTHCHECK by courier healthcheck, no curl/wget or COURIER__ env in the runtime, dependency layer, build stages accepted by Cargo)"

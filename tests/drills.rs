@@ -2,6 +2,8 @@
 //! real services (scripts/services.sh), every scenario ending in the no-loss audit.
 //! Toxiproxy is installed on demand by scripts/toxiproxy.sh; when it cannot be, the
 //! partition scenario fails and so does this test (never skipped silently).
+//! `hostile` (issue 23: a 403 tenant, a non-UTF-8 header name, the topic
+//! recreated, events deleted unread) runs last.
 
 use std::process::Command;
 
@@ -45,7 +47,8 @@ fn short_drill_sequence_loses_nothing() {
             "partition-one",
             "rolling-restart",
             "poison-storm",
-            "crash-cost"
+            "crash-cost",
+            "hostile"
         ],
         "every scenario ran, in order"
     );

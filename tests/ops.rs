@@ -1,5 +1,7 @@
 //! Operator tools against the real broker: `courier dlq inspect` and
-//! `courier dlq replay` (filters, dry run, idempotence), ending with the audit.
+//! `courier dlq replay` (filters, dry run, idempotence), ending with the audit;
+//! `courier healthcheck` (the image's HEALTHCHECK) against the running instance
+//! and against nothing.
 
 mod common;
 
@@ -53,6 +55,20 @@ async fn inspect_and_replay_parked_events() {
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     let cfg = log_dir().join(format!("{}-cli.toml", n.topic));
     std::fs::write(&cfg, &toml).unwrap();
+
+    // The image's HEALTHCHECK: `courier healthcheck` asks the instance's own
+    // listener (metrics.listen, here given through the environment as to the
+    // instance itself).
+    let listen = format!("127.0.0.1:{}", c.metrics_port);
+    let env = [("COURIER__METRICS__LISTEN", listen.as_str())];
+    let (code, out, err) = courier_cli_env(&s, &cfg, &["healthcheck"], &env);
+    assert_eq!(code, 0, "healthcheck of a running instance: {out}{err}");
+    assert!(out.contains("/healthz answered 200"), "{out}");
+    let (code, out, err) = courier_cli_env(&s, &cfg, &["healthcheck", "--ready"], &env);
+    assert_eq!(
+        code, 0,
+        "healthcheck --ready of an assigned instance: {out}{err}"
+    );
 
     // Inspect the parking lot.
     let (code, out) = courier_cli(&s, &cfg, &["dlq", "inspect", "--parking", "--json"]);
@@ -126,6 +142,10 @@ async fn inspect_and_replay_parked_events() {
         "{out}"
     );
     c.terminate(Duration::from_secs(30)).await;
+    // Nothing listens there any more: unhealthy (1), within the deadline.
+    let (code, out, err) = courier_cli_env(&s, &cfg, &["healthcheck"], &env);
+    assert_eq!(code, 1, "healthcheck of a stopped instance: {out}{err}");
+    assert!(err.contains("cannot connect"), "{err}");
 
     let a = api.audit();
     for id in &refused {

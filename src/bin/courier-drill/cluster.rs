@@ -11,7 +11,7 @@ use courier::testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::process::Command;
@@ -312,6 +312,11 @@ impl Cluster {
         baseline(self.cfg.api_latency_ms)
     }
 
+    /// The scenario's name (the load's id prefix is `drill-<name>`).
+    pub fn scenario(&self) -> &str {
+        &self.scenario
+    }
+
     /// Creates the topics and starts the stand-in and the monitor (no instances yet).
     pub async fn new(scenario: &str, svc: Services, cfg: ClusterCfg) -> anyhow::Result<Cluster> {
         let names = Names::new(scenario, cfg.partitions);
@@ -570,6 +575,24 @@ impl Cluster {
         bad
     }
 
+    /// Σ `courier_events_deleted_unread_total` over every incarnation so far: the
+    /// live ones scraped now, the others as the monitor last saw them.
+    pub async fn deleted_unread_reported(&self) -> f64 {
+        let mut last: HashMap<u64, f64> = lock(&self.observed)
+            .last
+            .iter()
+            .map(|(k, s)| (*k, s.deleted_unread))
+            .collect();
+        for inst in &self.instances {
+            if inst.is_live() {
+                if let Some(s) = inst.scrape().await {
+                    last.insert(inst.incarnation, s.deleted_unread);
+                }
+            }
+        }
+        last.values().sum::<f64>() + 0.0
+    }
+
     /// Stops the monitor and returns what it saw.
     pub async fn finish(mut self) -> Observed {
         // One last scrape has been taken by the monitor at most 500 ms ago; the
@@ -631,12 +654,29 @@ async fn monitor(registry: Registry, observed: Arc<Mutex<Observed>>) {
 /// The load: `count` events at `rate` per second, in chunks, in the background.
 pub struct Load {
     pub poison: Arc<AtomicBool>,
+    ctl: Arc<LoadCtl>,
     task: JoinHandle<anyhow::Result<Produced>>,
+}
+
+/// What a scenario can do to the running load (the hostile drill).
+#[derive(Default)]
+struct LoadCtl {
+    /// Produce nothing while set (between chunks).
+    hold: AtomicBool,
+    /// Set by the load while it holds: no chunk is on its way.
+    held: AtomicBool,
+    /// Take a new producer before the next chunk (the topic was recreated).
+    renew: AtomicBool,
+    /// End early: the load stops before its next chunk.
+    stop: AtomicBool,
+    /// Valid events acknowledged so far (the index of the next one in `Produced::ids`).
+    acked: AtomicUsize,
 }
 
 impl Load {
     pub fn start(brokers: &str, topic: &str, id_prefix: &str, count: usize, rate: u64) -> Load {
         let poison = Arc::new(AtomicBool::new(false));
+        let ctl = Arc::new(LoadCtl::default());
         let task = tokio::spawn(produce_load(
             brokers.to_string(),
             topic.to_string(),
@@ -644,8 +684,40 @@ impl Load {
             count,
             rate.max(1),
             poison.clone(),
+            ctl.clone(),
         ));
-        Load { poison, task }
+        Load { poison, ctl, task }
+    }
+
+    /// Holds the load between two chunks and returns once nothing is on its
+    /// way, with the number of valid events acknowledged until then.
+    pub async fn hold(&self, timeout: Duration) -> anyhow::Result<usize> {
+        self.ctl.hold.store(true, Ordering::SeqCst);
+        let until = Instant::now() + timeout;
+        while !self.ctl.held.load(Ordering::SeqCst) && !self.task.is_finished() {
+            if Instant::now() > until {
+                bail!("the load did not come to a halt within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(self.ctl.acked.load(Ordering::SeqCst))
+    }
+
+    /// Lets a held load go on; with `renew`, on a new producer (its old one knew
+    /// a topic that no longer exists).
+    pub fn resume(&self, renew: bool) {
+        self.ctl.renew.store(renew, Ordering::SeqCst);
+        self.ctl.hold.store(false, Ordering::SeqCst);
+    }
+
+    /// Valid events acknowledged so far.
+    pub fn acked(&self) -> usize {
+        self.ctl.acked.load(Ordering::SeqCst)
+    }
+
+    /// Ends the load before its next chunk (the scenario has what it needs).
+    pub fn stop(&self) {
+        self.ctl.stop.store(true, Ordering::SeqCst);
     }
 
     pub async fn wait(self) -> anyhow::Result<Produced> {
@@ -668,6 +740,7 @@ async fn produce_load(
     count: usize,
     rate: u64,
     poison: Arc<AtomicBool>,
+    ctl: Arc<LoadCtl>,
 ) -> anyhow::Result<Produced> {
     let mut producer = loadgen::producer_with_timeout(&brokers, LOAD_MESSAGE_TIMEOUT)?;
     // Chunks are a multiple of POISON_EVERY so that poison is exactly 1 in 20.
@@ -677,7 +750,15 @@ async fn produce_load(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut out = Produced::default();
     let mut sent = 0usize;
-    while sent < count {
+    while sent < count && !ctl.stop.load(Ordering::SeqCst) {
+        while ctl.hold.load(Ordering::SeqCst) && !ctl.stop.load(Ordering::SeqCst) {
+            ctl.held.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ctl.held.store(false, Ordering::SeqCst);
+        if ctl.renew.swap(false, Ordering::SeqCst) {
+            producer = loadgen::producer_with_timeout(&brokers, LOAD_MESSAGE_TIMEOUT)?;
+        }
         tick.tick().await;
         let n = chunk.min(count - sent);
         let mut spec = Spec {
@@ -715,7 +796,90 @@ async fn produce_load(
         out.ids.extend(p.ids);
         out.offsets.extend(p.offsets);
         out.poison.extend(p.poison);
+        ctl.acked.store(out.ids.len(), Ordering::SeqCst);
         sent += n;
     }
+    ctl.held.store(true, Ordering::SeqCst);
     Ok(out)
+}
+
+/// Deletes and creates `topic` again with `partitions` (an operator purging a
+/// topic). The creation is retried while the broker still finishes the deletion.
+pub async fn recreate_topic(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let t0 = Instant::now();
+    for r in admin.delete_topics(&[topic], &opts).await? {
+        r.map_err(|(t, e)| anyhow::anyhow!("deleting topic {t}: {e}"))?;
+    }
+    // Created again only once the broker has finished the deletion (before, the
+    // creation is refused as TopicAlreadyExists).
+    loop {
+        let new = rdkafka::admin::NewTopic::new(
+            topic,
+            partitions,
+            rdkafka::admin::TopicReplication::Fixed(1),
+        );
+        let res = admin.create_topics(&[new], &opts).await?;
+        match res.into_iter().next() {
+            Some(Ok(_)) => break,
+            Some(Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)))
+                if t0.elapsed() < timeout =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Some(Err((t, e))) => bail!("creating {t} again: {e}"),
+            None => bail!("creating {topic} again: no result"),
+        }
+    }
+    // Waits for the new partitions' leaders.
+    create_topics(brokers, &[(topic, partitions)])
+        .await
+        .with_context(|| format!("waiting for the new {topic}"))?;
+    Ok(t0.elapsed())
+}
+
+/// `kafka-delete-records`: deletes every record of `topic` below each
+/// `(partition, offset)`; returns each partition's new log start.
+pub async fn delete_records(
+    brokers: &str,
+    topic: &str,
+    below: &[(i32, i64)],
+) -> anyhow::Result<Vec<(i32, i64)>> {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::{Offset, TopicPartitionList};
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in below {
+        tpl.add_partition_offset(topic, *p, Offset::Offset(*o))?;
+    }
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let got = admin.delete_records(&tpl, &opts).await?;
+    got.elements()
+        .iter()
+        .map(|e| {
+            e.error().map_err(|err| {
+                anyhow::anyhow!("delete-records {topic}/{}: {err}", e.partition())
+            })?;
+            match e.offset() {
+                Offset::Offset(o) => Ok((e.partition(), o)),
+                other => bail!(
+                    "delete-records {topic}/{}: log start {other:?}",
+                    e.partition()
+                ),
+            }
+        })
+        .collect()
 }

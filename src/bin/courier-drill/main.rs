@@ -11,6 +11,7 @@
 //! 2 for bad options.
 
 mod cluster;
+mod hostile;
 mod metrics;
 mod report;
 mod scenarios;
@@ -31,7 +32,9 @@ use std::time::{Duration, Instant};
 struct Args {
     /// A scenario name, a comma-separated list, or `all` (in order):
     /// api-outage, api-flap, api-401, redis, kafka-restart, kill-instances,
-    /// partition-one, rolling-restart, poison-storm, crash-cost.
+    /// partition-one, rolling-restart, poison-storm, crash-cost, hostile
+    /// (its parts alone: hostile-403, hostile-header, hostile-recreate,
+    /// hostile-deleted).
     #[arg(long, default_value = "all")]
     scenario: String,
     /// The CI version: small counts and short faults.
@@ -87,12 +90,14 @@ fn scenarios(arg: &str) -> anyhow::Result<Vec<&'static str>> {
         .map(|s| {
             scenarios::ALL
                 .iter()
+                .chain(hostile::PARTS)
                 .copied()
                 .find(|n| *n == s.trim())
                 .with_context(|| {
                     format!(
-                        "unknown scenario {s:?}; known: all, {}",
-                        scenarios::ALL.join(", ")
+                        "unknown scenario {s:?}; known: all, {}, {}",
+                        scenarios::ALL.join(", "),
+                        hostile::PARTS.join(", ")
                     )
                 })
         })

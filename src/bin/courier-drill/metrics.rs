@@ -14,7 +14,12 @@ pub struct Scrape {
     pub assigned: f64,
     /// `courier_delivered_total`.
     pub delivered: f64,
+    /// `courier_events_deleted_unread_total`, summed over topics and partitions.
+    pub deleted_unread: f64,
 }
+
+/// Courier's count of events the log lost before the group read them (issue 23).
+pub const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 
 /// Deadline of one scrape: a stuck instance must not stall the monitor.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -34,6 +39,7 @@ pub fn parse(text: &str) -> Scrape {
         api_unavailable: metric_sum(text, "courier_api_unavailable"),
         assigned: metric_sum(text, "courier_assigned_partitions"),
         delivered: metric_sum(text, "courier_delivered_total"),
+        deleted_unread: metric_sum(text, DELETED_UNREAD),
     }
 }
 

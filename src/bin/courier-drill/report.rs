@@ -44,6 +44,11 @@ pub struct ScenarioReport {
     pub parked_by_reason: BTreeMap<String, usize>,
     pub lost: usize,
     pub lost_sample: Vec<String>,
+    /// Events the scenario deleted before the group read them (`hostile`):
+    /// not delivered, not lost.
+    pub deleted_unread: usize,
+    /// Σ `courier_events_deleted_unread_total` over every instance (`hostile`).
+    pub deleted_unread_reported: Option<f64>,
     pub duplicates: u64,
     pub duplicate_pct: f64,
     /// p99 of `courier_event_age_seconds` (Kafka timestamp → API acceptance), merged
@@ -116,6 +121,17 @@ pub fn table(r: &DrillReport) -> String {
             format!("{:.1}s", s.paused_s),
             format!("{:.0}s", s.duration_s),
         );
+        if s.deleted_unread > 0 || s.deleted_unread_reported.is_some() {
+            let _ = writeln!(
+                out,
+                "{:<16}   deleted unread: {} (Courier reported {})",
+                "",
+                s.deleted_unread,
+                s.deleted_unread_reported
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into())
+            );
+        }
         if !s.parked_by_reason.is_empty() {
             let reasons: Vec<String> = s
                 .parked_by_reason

@@ -24,7 +24,13 @@ pub const ALL: &[&str] = &[
     "rolling-restart",
     "poison-storm",
     "crash-cost",
+    "hostile",
 ];
+
+/// Scenarios that run only when named (parts of `hostile`).
+pub fn known(name: &str) -> bool {
+    ALL.contains(&name) || crate::hostile::PARTS.contains(&name)
+}
 
 #[derive(Debug, Clone)]
 pub struct Opts {
@@ -39,7 +45,7 @@ pub struct Opts {
 
 impl Opts {
     /// `short` seconds in the CI version, `full` otherwise.
-    fn pick(&self, short: f64, full: f64) -> Duration {
+    pub fn pick(&self, short: f64, full: f64) -> Duration {
         Duration::from_secs_f64(if self.short { short } else { full })
     }
     fn rounds(&self, short: usize, full: usize) -> usize {
@@ -49,10 +55,10 @@ impl Opts {
             full
         }
     }
-    fn warm(&self) -> Duration {
+    pub fn warm(&self) -> Duration {
         self.pick(3.0, 10.0)
     }
-    fn tail(&self) -> Duration {
+    pub fn tail(&self) -> Duration {
         self.pick(4.0, 15.0)
     }
     /// DLQ records an outage's onset may add: what is in flight when it starts.
@@ -63,6 +69,9 @@ impl Opts {
 
 /// How long a scenario's load should last, so that its faults happen under load.
 fn load_duration(name: &str, o: &Opts) -> Duration {
+    if name.starts_with("hostile") {
+        return crate::hostile::load_duration(o);
+    }
     let w = o.warm();
     let t = o.tail();
     w + t
@@ -154,7 +163,7 @@ async fn run_inner(
     f: &mut Faults,
     rep: &mut ScenarioReport,
 ) -> anyhow::Result<()> {
-    if !ALL.contains(&name) {
+    if !known(name) {
         bail!("unknown scenario {name}");
     }
     let mut c = Cluster::new(name, svc.clone(), o.cluster.clone()).await?;
@@ -195,6 +204,7 @@ async fn run_inner(
     eprintln!("[drill] producing {count} events at {}/s", o.rate);
 
     let t_faults = Instant::now();
+    let mut book = crate::hostile::Book::default();
     let script = match name {
         "api-outage" => api_outage(&mut c, o).await,
         "api-flap" => api_flap(&mut c, o).await,
@@ -206,6 +216,12 @@ async fn run_inner(
         "rolling-restart" => rolling_restart(&mut c, o).await,
         "poison-storm" => poison_storm(o, &load).await,
         "crash-cost" => crash_cost(&mut c, o).await,
+        n if n.starts_with("hostile") => {
+            let r = crate::hostile::run(name, &mut c, o, &load, &mut book).await;
+            // Whatever happened, the load ends (its count is only a ceiling).
+            load.stop();
+            r
+        }
         _ => unreachable!(),
     };
     eprintln!(
@@ -221,7 +237,11 @@ async fn run_inner(
         }
         Err(e) => Some(e),
     };
-    let produced = load.wait().await?;
+    let mut produced = load.wait().await?;
+    let load_produced = produced.clone();
+    let special = book.special_produced();
+    produced.ids.extend(special.ids);
+    produced.offsets.extend(special.offsets);
     eprintln!(
         "[drill] load done: {} valid + {} bad records; waiting for the group to settle",
         produced.ids.len(),
@@ -245,7 +265,29 @@ async fn run_inner(
         )
     })
     .context("the audit")?;
+    let mut audit = audit;
+    if name.starts_with("hostile") {
+        let reported = c.deleted_unread_reported().await;
+        let logs: String = c
+            .instances
+            .iter()
+            .map(|i| std::fs::read_to_string(&i.log).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let (acc, checks) = crate::hostile::account(&book, &load_produced, &audit, reported, &logs);
+        rep.checks.extend(checks);
+        rep.deleted_unread = acc.deleted_unread;
+        rep.deleted_unread_reported = Some(reported);
+        audit.lost = acc.lost;
+    }
     println!("[{name}] audit:\n{audit}");
+    if rep.deleted_unread_reported.is_some() {
+        println!(
+            "[{name}] deleted unread by the drill: {} (Courier reported {:.0})",
+            rep.deleted_unread,
+            rep.deleted_unread_reported.unwrap_or(0.0)
+        );
+    }
     rep.produced = audit.produced;
     rep.delivered = audit.delivered;
     rep.in_dlq = audit.in_dlq;

@@ -13,8 +13,10 @@
 //
 // Policy: every pod template passes Pod Security "restricted" (latest), evaluated by
 // k8s.io/pod-security-admission, the code the API server's admission runs; plus Courier's
-// own rules: no `latest` or untagged image, no service-account token, read-only root
-// filesystem, numeric user, memory request and limit, terminationGracePeriodSeconds above
+// own rules: no `latest` or untagged image, no service-account token, no service links
+// (enableServiceLinks: false), read-only root filesystem, numeric user, memory request and
+// limit, pods selected by a NetworkPolicy whose ingress rules name their sources and a
+// declared port, terminationGracePeriodSeconds above
 // Courier's pipeline.shutdown_grace (read from the rendered courier.toml) plus the time its
 // final commit and group leave take.
 //
@@ -44,6 +46,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -156,6 +159,8 @@ func (c *checker) decode(path string, raw []byte) {
 			target = &appsv1.Deployment{}
 		case "policy/v1/PodDisruptionBudget":
 			target = &policyv1.PodDisruptionBudget{}
+		case "networking.k8s.io/v1/NetworkPolicy":
+			target = &networkingv1.NetworkPolicy{}
 		case "monitoring.coreos.com/v1/ServiceMonitor":
 			target = &monitoringv1.ServiceMonitor{}
 		case "monitoring.coreos.com/v1/PrometheusRule":
@@ -190,6 +195,8 @@ func (c *checker) checkAll() {
 			c.checkService(o, v)
 		case *policyv1.PodDisruptionBudget:
 			c.checkPDB(o, v)
+		case *networkingv1.NetworkPolicy:
+			c.checkNetworkPolicy(o, v)
 		case *monitoringv1.ServiceMonitor:
 			c.checkServiceMonitor(o, v)
 		case *monitoringv1.PrometheusRule:
@@ -218,6 +225,8 @@ func metaOf(obj any) *metav1.ObjectMeta {
 	case *appsv1.Deployment:
 		return &v.ObjectMeta
 	case *policyv1.PodDisruptionBudget:
+		return &v.ObjectMeta
+	case *networkingv1.NetworkPolicy:
 		return &v.ObjectMeta
 	case *monitoringv1.ServiceMonitor:
 		return &v.ObjectMeta
@@ -290,6 +299,12 @@ func (c *checker) checkDeployment(o object, d *appsv1.Deployment) {
 	// Courier's rules.
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		c.fail(o, "automountServiceAccountToken must be false (Courier calls no Kubernetes API)")
+	}
+	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
+		c.fail(o, "enableServiceLinks must be false (every Service of the namespace would become environment variables of the process)")
+	}
+	if !c.ingressPolicySelects(tmpl.Labels) {
+		c.fail(o, "no NetworkPolicy with policyTypes Ingress selects the pods")
 	}
 	if psc := spec.SecurityContext; psc == nil || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
 		c.fail(o, "the pod needs a numeric, non-root securityContext.runAsUser")
@@ -520,6 +535,72 @@ func (c *checker) checkPDB(o object, p *policyv1.PodDisruptionBudget) {
 	}
 	if (p.Spec.MaxUnavailable == nil) == (p.Spec.MinAvailable == nil) {
 		c.fail(o, "set exactly one of maxUnavailable and minAvailable")
+	}
+}
+
+// ingressPolicySelects: some NetworkPolicy restricting ingress selects pods with these labels.
+func (c *checker) ingressPolicySelects(podLabels map[string]string) bool {
+	for _, x := range c.objects {
+		np, ok := x.obj.(*networkingv1.NetworkPolicy)
+		if !ok {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(labels.Set(podLabels)) {
+			continue
+		}
+		for _, t := range np.Spec.PolicyTypes {
+			if t == networkingv1.PolicyTypeIngress {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (c *checker) checkNetworkPolicy(o object, np *networkingv1.NetworkPolicy) {
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || sel.Empty() {
+		c.fail(o, "podSelector %v: %v (an empty selector applies to every pod of the namespace)", np.Spec.PodSelector, err)
+		return
+	}
+	ds := c.podsSelectedBy(sel)
+	if len(ds) != 1 {
+		c.fail(o, "podSelector %s matches the pods of %d Deployments, want exactly 1", sel, len(ds))
+		return
+	}
+	types := map[networkingv1.PolicyType]bool{}
+	for _, t := range np.Spec.PolicyTypes {
+		types[t] = true
+	}
+	if !types[networkingv1.PolicyTypeIngress] {
+		c.fail(o, "policyTypes %v: Ingress must be restricted", np.Spec.PolicyTypes)
+	}
+	if len(np.Spec.Egress) > 0 && !types[networkingv1.PolicyTypeEgress] {
+		c.fail(o, "egress rules without policyTypes Egress are ignored")
+	}
+	for i, r := range np.Spec.Ingress {
+		if len(r.From) == 0 {
+			c.fail(o, "ingress[%d] has no `from`: it admits every source", i)
+		}
+		for j, peer := range r.From {
+			if peer.IPBlock == nil && peer.NamespaceSelector == nil && peer.PodSelector == nil {
+				c.fail(o, "ingress[%d].from[%d] names no source", i, j)
+			}
+		}
+		if len(r.Ports) == 0 {
+			c.fail(o, "ingress[%d] has no ports: it opens every port", i)
+		}
+		for _, p := range r.Ports {
+			if p.Port != nil && p.Port.StrVal != "" && !declaresPort(ds[0], p.Port.StrVal) {
+				c.fail(o, "ingress[%d]: port %q is not a port of %s's containers", i, p.Port.StrVal, ds[0].Name)
+			}
+		}
+	}
+	for i, r := range np.Spec.Egress {
+		if len(r.To) == 0 && len(r.Ports) == 0 {
+			c.fail(o, "egress[%d] names neither destinations nor ports: it opens all egress (set egress.restrict false instead)", i)
+		}
 	}
 }
 
