@@ -394,6 +394,14 @@ async fn a_header_name_that_is_not_utf8_stops_nothing() {
     assert_eq!(produced.ids.len(), 1_001);
 
     let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), ""));
+    // Counted once, as the record is begun.
+    let counted = "courier_header_names_not_utf8_total";
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while c.metric(counted).await < 1.0 {
+        assert!(std::time::Instant::now() < until, "{counted} never counted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(c.metric(counted).await, 1.0);
     finish("hdr", &s, &n, &mut c, &api, &produced).await;
     assert!(api.audit().attempts[&hostile] >= 4, "through the DLQ");
     let log = c.log_text();
