@@ -423,6 +423,24 @@ async fn a_header_name_that_is_not_utf8_stops_nothing() {
             (b"tenant".to_vec(), Some(b"\xfe\xfd".to_vec())),
         ]
     );
+    // Replay writes the name back as its bytes.
+    let end = courier::kafka::admin::end_offsets(&s.brokers, &n.topic, 3).unwrap()[1];
+    let cfg = log_dir().join(format!("{}-cli.toml", n.topic));
+    std::fs::write(&cfg, config(&n, &api.url(), "")).unwrap();
+    let (code, out) = courier_cli(
+        &s,
+        &cfg,
+        &["dlq", "replay", "--from-dlq", "--id", &hostile, "--yes"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        replayed_headers(&s, &n.topic, 1, end),
+        vec![
+            (b"\xff".to_vec(), Some(b"x".to_vec())),
+            (b"tenant".to_vec(), Some(b"\xfe\xfd".to_vec())),
+        ],
+        "{out}"
+    );
     // `courier dlq inspect`'s reader takes such a name in the topic's own
     // headers too (it read them with rdkafka's panicking accessor).
     kcat_with_headers(&s, &n.parking, 0, &[b"\xff=y"], b"not an envelope");
@@ -464,4 +482,37 @@ fn kcat_with_headers(s: &Services, topic: &str, partition: i32, headers: &[&[u8]
         "kcat: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The headers of the record at `offset` of `partition`, as bytes, without
+/// the one replay adds (`courier-replayed-from`).
+fn replayed_headers(
+    s: &Services,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &s.brokers)
+        .set("group.id", unique("replayed"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(std::time::Instant::now() < until, "no record at {offset}");
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            return courier::kafka::record_headers(&m)
+                .unwrap_or_default()
+                .iter()
+                .filter(|(n, _)| !n.eq_ignore_ascii_case("courier-replayed-from"))
+                .map(|(n, v)| (n.as_bytes().to_vec(), v.as_ref().map(|v| v.to_vec())))
+                .collect();
+        }
+    }
 }
