@@ -365,7 +365,6 @@ query_timeout = "2s"
 /// times) and its envelope carries the name as its bytes; lost 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_header_name_that_is_not_utf8_stops_nothing() {
-    use std::os::unix::ffi::OsStrExt;
     let s = services();
     let n = Names::new("input-hdr", 3);
     n.create(&s, true).await;
@@ -383,27 +382,7 @@ async fn a_header_name_that_is_not_utf8_stops_nothing() {
     // The hostile record goes to partition 1, where the next offset is its.
     let at = courier::kafka::admin::end_offsets(&s.brokers, &n.topic, 3).unwrap()[1];
     let value = courier::loadgen::event_json(&hostile, "profile.updated", "k", 0, 300);
-    let mut child = std::process::Command::new("kcat")
-        .args(["-b", &s.brokers, "-t", &n.topic, "-P", "-p", "1"])
-        .arg("-H")
-        .arg(std::ffi::OsStr::from_bytes(b"\xff=x"))
-        // A value that is not UTF-8 either, under an ordinary name.
-        .arg("-H")
-        .arg(std::ffi::OsStr::from_bytes(b"tenant=\xfe\xfd"))
-        // `cargo test` puts the build's own librdkafka on LD_LIBRARY_PATH.
-        .env_remove("LD_LIBRARY_PATH")
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kcat (installed by scripts/services.sh)");
-    use std::io::Write;
-    let written = child.stdin.take().expect("kcat stdin").write_all(&value);
-    let out = child.wait_with_output().expect("kcat");
-    assert!(
-        out.status.success() && written.is_ok(),
-        "kcat: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kcat_with_headers(&s, &n.topic, 1, &[b"\xff=x", b"tenant=\xfe\xfd"], &value);
     produced.ids.push(hostile.clone());
     produced.offsets.push((1, at));
     let producer = courier::loadgen::producer(&s.brokers).unwrap();
@@ -415,6 +394,14 @@ async fn a_header_name_that_is_not_utf8_stops_nothing() {
     assert_eq!(produced.ids.len(), 1_001);
 
     let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), ""));
+    // Counted once, as the record is begun.
+    let counted = "courier_header_names_not_utf8_total";
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while c.metric(counted).await < 1.0 {
+        assert!(std::time::Instant::now() < until, "{counted} never counted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(c.metric(counted).await, 1.0);
     finish("hdr", &s, &n, &mut c, &api, &produced).await;
     assert!(api.audit().attempts[&hostile] >= 4, "through the DLQ");
     let log = c.log_text();
@@ -436,4 +423,96 @@ async fn a_header_name_that_is_not_utf8_stops_nothing() {
             (b"tenant".to_vec(), Some(b"\xfe\xfd".to_vec())),
         ]
     );
+    // Replay writes the name back as its bytes.
+    let end = courier::kafka::admin::end_offsets(&s.brokers, &n.topic, 3).unwrap()[1];
+    let cfg = log_dir().join(format!("{}-cli.toml", n.topic));
+    std::fs::write(&cfg, config(&n, &api.url(), "")).unwrap();
+    let (code, out) = courier_cli(
+        &s,
+        &cfg,
+        &["dlq", "replay", "--from-dlq", "--id", &hostile, "--yes"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        replayed_headers(&s, &n.topic, 1, end),
+        vec![
+            (b"\xff".to_vec(), Some(b"x".to_vec())),
+            (b"tenant".to_vec(), Some(b"\xfe\xfd".to_vec())),
+        ],
+        "{out}"
+    );
+    // `courier dlq inspect`'s reader takes such a name in the topic's own
+    // headers too (it read them with rdkafka's panicking accessor).
+    kcat_with_headers(&s, &n.parking, 0, &[b"\xff=y"], b"not an envelope");
+    let read = courier::kafka::admin::read_all(&s.brokers, &n.parking).expect("read back");
+    assert!(read
+        .iter()
+        .any(|r| r.headers.get("\u{fffd}").map(String::as_str) == Some("y")));
+}
+
+/// Produces one record with kcat to `partition`, with `-H name=value` headers
+/// given as bytes (Kafka checks neither names nor values for UTF-8).
+fn kcat_with_headers(s: &Services, topic: &str, partition: i32, headers: &[&[u8]], value: &[u8]) {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let mut cmd = std::process::Command::new("kcat");
+    cmd.args([
+        "-b",
+        &s.brokers,
+        "-t",
+        topic,
+        "-P",
+        "-p",
+        &partition.to_string(),
+    ]);
+    for h in headers {
+        cmd.arg("-H").arg(std::ffi::OsStr::from_bytes(h));
+    }
+    let mut child = cmd
+        // `cargo test` puts the build's own librdkafka on LD_LIBRARY_PATH.
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kcat (installed by scripts/services.sh)");
+    let written = child.stdin.take().expect("kcat stdin").write_all(value);
+    let out = child.wait_with_output().expect("kcat");
+    assert!(
+        out.status.success() && written.is_ok(),
+        "kcat: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The headers of the record at `offset` of `partition`, as bytes, without
+/// the one replay adds (`courier-replayed-from`).
+fn replayed_headers(
+    s: &Services,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &s.brokers)
+        .set("group.id", unique("replayed"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(std::time::Instant::now() < until, "no record at {offset}");
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            return courier::kafka::record_headers(&m)
+                .unwrap_or_default()
+                .iter()
+                .filter(|(n, _)| !n.eq_ignore_ascii_case("courier-replayed-from"))
+                .map(|(n, v)| (n.as_bytes().to_vec(), v.as_ref().map(|v| v.to_vec())))
+                .collect();
+        }
+    }
 }

@@ -326,7 +326,9 @@ pub trait PollSink: Send + Sync {
     fn auto_committed(&self) {}
     /// The client hit a fatal error (librdkafka: e.g. a static member fenced by
     /// another with its `group.instance.id`): this consumer never fetches or
-    /// commits again. Called once, from the poll thread, which then stops.
+    /// commits again; or the poll thread panicked (the client itself is fine:
+    /// the shutdown still commits). Called once, from the poll thread, which
+    /// then stops.
     fn client_fatal(&self, reason: String);
 }
 
