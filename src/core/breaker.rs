@@ -8,9 +8,12 @@
 //!     └──────────────── all half_open_probes succeed ───────────────────┘
 //! ```
 //!
-//! `trip` forces `Open` from any state: systemic answers (401/403) and the DLQ flood
-//! guard are verdicts about the API or our credentials, not about one call, so they
-//! do not wait for the failure rate to build up.
+//! `trip` forces `Open` from any state: the DLQ and parking flood guards are
+//! verdicts about the API, not about one call, so they do not wait for the failure
+//! rate to build up. A systemic answer (401/403, TLS) is a hypothesis instead
+//! (`core::systemic`): [`Breaker::systemic`] makes a closed breaker half-open at
+//! once, one delivered probe refutes it, and it opens only when every probe
+//! failed. [`GateQueue`] orders the waiting calls so the probes rotate.
 //!
 //! # What the pipeline reads
 //!
