@@ -222,8 +222,12 @@ impl Health {
                 self.noted(&mut g, advanced);
                 let g = &mut *g;
                 if g.queue.admit(ticket, &mut g.breaker, now) {
-                    // The next waiter's turn (it re-checks when woken).
-                    self.gate_wake.notify_waiters();
+                    // Half-open: the next waiter's turn (it re-checks when
+                    // woken). Closed: the transition woke every waiter already
+                    // (waking them all again per admission would be quadratic).
+                    if g.breaker.state(now) == BreakerStateKind::HalfOpen {
+                        self.gate_wake.notify_waiters();
+                    }
                     return;
                 }
             }

@@ -8,9 +8,12 @@
 //!     └──────────────── all half_open_probes succeed ───────────────────┘
 //! ```
 //!
-//! `trip` forces `Open` from any state: systemic answers (401/403) and the DLQ flood
-//! guard are verdicts about the API or our credentials, not about one call, so they
-//! do not wait for the failure rate to build up.
+//! `trip` forces `Open` from any state: the DLQ and parking flood guards are
+//! verdicts about the API, not about one call, so they do not wait for the failure
+//! rate to build up. A systemic answer (401/403, TLS) is a hypothesis instead
+//! (`core::systemic`): [`Breaker::systemic`] makes a closed breaker half-open at
+//! once, one delivered probe refutes it, and it opens only when every probe
+//! failed. [`GateQueue`] orders the waiting calls so the probes rotate.
 //!
 //! # What the pipeline reads
 //!
@@ -155,6 +158,9 @@ pub enum Reason {
     OpenElapsed,
     /// HalfOpen → Closed: every probe succeeded.
     ProbesSucceeded,
+    /// HalfOpen → Closed: a probe of a suspected systemic failure succeeded
+    /// (the API does not refuse every call).
+    Refuted,
     /// HalfOpen → Open: a probe failed.
     ProbeFailed,
     /// Any → Open by [`Breaker::trip`], with the caller's reason (`"systemic"`,
@@ -169,6 +175,7 @@ impl Reason {
             Reason::ConsecutiveFailures => "consecutive_failures",
             Reason::OpenElapsed => "open_elapsed",
             Reason::ProbesSucceeded => "probes_succeeded",
+            Reason::Refuted => "refuted",
             Reason::ProbeFailed => "probe_failed",
             Reason::Forced(r) => r,
         }
@@ -282,8 +289,11 @@ pub struct Breaker {
     /// Failures since the last success (Closed only).
     streak: u32,
     /// The half-open period began with a systemic answer ([`Breaker::systemic`]):
-    /// a probe's systemic answer confirms it with that answer's reason.
+    /// one probe's success refutes it; it is confirmed (open, with the answer's
+    /// reason) once every probe slot was used and every probe failed.
     suspected: bool,
+    /// Probes of a suspected period that failed so far.
+    suspect_failed: u32,
 }
 
 impl Breaker {
@@ -297,6 +307,7 @@ impl Breaker {
             state: BreakerState::Closed,
             streak: 0,
             suspected: false,
+            suspect_failed: 0,
         }
     }
 
@@ -414,6 +425,30 @@ impl Breaker {
                 admitted,
                 succeeded,
             } => {
+                if self.suspected {
+                    if *succeeded + self.suspect_failed >= *admitted {
+                        return None; // no probe is waiting for an outcome
+                    }
+                    if success {
+                        self.state = BreakerState::Closed;
+                        self.suspected = false;
+                        self.window.clear();
+                        return Some(Transition {
+                            from: BreakerStateKind::HalfOpen,
+                            to: BreakerStateKind::Closed,
+                            reason: Reason::Refuted,
+                        });
+                    }
+                    self.suspect_failed += 1;
+                    if *admitted >= probes && self.suspect_failed >= *admitted {
+                        return Some(self.open(
+                            now,
+                            BreakerStateKind::HalfOpen,
+                            Reason::ProbeFailed,
+                        ));
+                    }
+                    return None;
+                }
                 if *succeeded >= *admitted {
                     return None; // no probe is waiting for an outcome
                 }
@@ -458,9 +493,12 @@ impl Breaker {
     /// call" is *suspected* — half-open at once, with the reason: the next
     /// `half_open_probes` calls test it (other events', if any wait: see
     /// [`GateQueue`]) instead of every partition pausing for `open_for` on one
-    /// event's word. Half-open: a probe's systemic answer confirms it (open,
-    /// with the answer's reason when the period was a suspicion, else
-    /// `probe_failed`); a `straggler` (a call sent before the period) is
+    /// event's word. In a suspected period one probe's success refutes it
+    /// (closed, `refuted`), and it is confirmed (open, with the answer's reason)
+    /// once every probe slot was used and every probe was refused or failed —
+    /// so one more refused event among the probes does not pause everyone.
+    /// Half-open after an open interval: a probe's systemic answer reopens it
+    /// (`probe_failed`). A `straggler` (a call sent before the period) is
     /// ignored. Open: extended, as [`Breaker::trip`].
     pub fn systemic(
         &mut self,
@@ -475,6 +513,7 @@ impl Breaker {
                     succeeded: 0,
                 };
                 self.suspected = true;
+                self.suspect_failed = 0;
                 self.streak = 0;
                 Some(Transition {
                     from: BreakerStateKind::Closed,
@@ -484,19 +523,30 @@ impl Breaker {
             }
             BreakerStateKind::Open => self.trip(now, reason),
             BreakerStateKind::HalfOpen if straggler => None,
-            BreakerStateKind::HalfOpen => {
-                let why = if self.suspected {
-                    Reason::Forced(reason)
-                } else {
-                    Reason::ProbeFailed
+            BreakerStateKind::HalfOpen if self.suspected => {
+                let (admitted, succeeded) = match self.state {
+                    BreakerState::HalfOpen {
+                        admitted,
+                        succeeded,
+                    } => (admitted, succeeded),
+                    _ => (0, 0),
                 };
-                Some(self.open(now, BreakerStateKind::HalfOpen, why))
+                if succeeded + self.suspect_failed >= admitted {
+                    return None; // not a probe's answer
+                }
+                self.suspect_failed += 1;
+                (admitted >= self.probes() && self.suspect_failed >= admitted)
+                    .then(|| self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)))
+            }
+            BreakerStateKind::HalfOpen => {
+                Some(self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed))
             }
         }
     }
 
     fn open(&mut self, now: Instant, from: BreakerStateKind, reason: Reason) -> Transition {
         self.suspected = false;
+        self.suspect_failed = 0;
         self.state = BreakerState::Open {
             until: now + self.cfg.open_for,
         };
@@ -598,16 +648,21 @@ mod tests {
         assert!(!b.is_open(t0), "a suspicion pauses no partition");
         // A straggler's systemic answer changes nothing.
         assert_eq!(b.systemic(t0, "http_403", true), None);
-        // The probes succeed: closed (refuted).
+        // One probe refused (another refused event), the other delivered:
+        // refuted, closed.
         assert!(b.allow(t0) && b.allow(t0));
         assert!(!b.allow(t0), "two probes");
-        assert_eq!(b.record(t0, true), None);
-        assert_eq!(
-            b.record(t0, true).map(|t| t.reason),
-            Some(Reason::ProbesSucceeded)
-        );
-        // Suspected again, and a probe is refused too: open with the reason.
+        assert_eq!(b.systemic(t0, "http_403", false), None);
+        assert_eq!(b.record(t0, true).map(|t| t.reason), Some(Reason::Refuted));
+        assert_eq!(b.state(t0), BreakerStateKind::Closed);
+        // Suspected again, and every probe is refused: open with the reason.
         b.systemic(t0, "http_401", false).expect("suspected");
+        assert!(b.allow(t0));
+        assert_eq!(
+            b.systemic(t0, "http_401", false),
+            None,
+            "a probe slot is still unused"
+        );
         assert!(b.allow(t0));
         let t = b.systemic(t0, "http_401", false).expect("confirmed");
         assert_eq!(
@@ -1090,6 +1145,7 @@ mod tests {
         assert_eq!(Reason::FailureRate.as_str(), "failure_rate");
         assert_eq!(Reason::OpenElapsed.as_str(), "open_elapsed");
         assert_eq!(Reason::ProbesSucceeded.as_str(), "probes_succeeded");
+        assert_eq!(Reason::Refuted.as_str(), "refuted");
         assert_eq!(Reason::ProbeFailed.as_str(), "probe_failed");
     }
 
