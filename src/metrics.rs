@@ -51,6 +51,10 @@ pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
 pub const REVOKED_WORK: &str = "courier_revoked_work_total";
 pub const TAKEOVER: &str = "courier_takeover_seconds";
 pub const OFFSET_COMMITS: &str = "courier_offset_commits_total";
+// Positions that moved under Courier (issue 23, item 1).
+pub const POSITION_RESETS: &str = "courier_position_resets_total";
+pub const EVENTS_DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
+pub const POSITIONS_PASSED: &str = "courier_positions_passed_markers_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -208,6 +212,18 @@ pub const ALL: &[(&str, &str)] = &[
         OFFSET_COMMITS,
         "OffsetCommit requests to the broker, by kind: auto (librdkafka's auto-commit, with something to commit) and explicit (Courier's: commits that follow progress, and metadata changed alone). The broker cost of keeping redelivery after a crash small.",
     ),
+    (
+        POSITION_RESETS,
+        "Read positions that moved back without Courier seeking (by topic and reason: topic_recreated, offset_reset): the partition started afresh at the new position, nothing dropped, the old position and metadata never committed onto the new log.",
+    ),
+    (
+        EVENTS_DELETED_UNREAD,
+        "Events removed from the log before Courier read them, by topic and partition (a recreated topic: the old log's records past Courier's position at its last lag check, a lower bound).",
+    ),
+    (
+        POSITIONS_PASSED,
+        "Times an idle partition's position was moved past offsets holding nothing to deliver (transaction markers, aborted records), checked by reading them: lag reaches 0 at idle.",
+    ),
 ];
 
 /// Delivery latency buckets (seconds): fine enough that p50/p99 read within ~25 %
@@ -292,6 +308,7 @@ pub fn register_known_series() {
         metrics::counter!(OFFSET_COMMITS, "kind" => kind).absolute(0);
     }
     metrics::counter!(OFFSETS_SKIPPED).absolute(0);
+    metrics::counter!(POSITIONS_PASSED).absolute(0);
     metrics::counter!(REVOKED_WORK).absolute(0);
     metrics::counter!(DLQ_REDELIVERED).absolute(0);
     metrics::counter!(DELIVERED).absolute(0);
