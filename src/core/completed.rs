@@ -32,13 +32,14 @@ pub const DEFAULT_MAX_METADATA_BYTES: usize = 4096;
 const PREFIX: &str = "c2:";
 
 /// A log's identity as the metadata carries it: the topic id, 1–64 characters
-/// of URL-safe base64 (anything else is no identity: nothing is encoded for it
-/// and nothing decoded).
+/// of base64 (librdkafka spells it with the standard alphabet, Kafka's tools
+/// with the URL-safe one; anything else, `:` above all, is no identity:
+/// nothing is encoded for it and nothing decoded).
 fn valid_log(log: &str) -> bool {
     (1..=64).contains(&log.len())
         && log
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            .all(|b| b.is_ascii_alphanumeric() || b"+/=-_".contains(&b))
 }
 
 /// Encodes the done offsets in `[watermark, begun_end)` of the log `log` (the
@@ -238,6 +239,10 @@ mod tests {
         assert_eq!(decode("OTHERidOTHERidOTHERid0", 10, &m), None);
         // The topic's id is not known now: nothing is trusted.
         assert_eq!(decode("", 10, &m), None);
+        // librdkafka's spelling (standard base64) is an identity too.
+        let std = "CTj/xQ4sRmOo79E+oypA0w";
+        let m = encode(std, 10, 15, [10, 13], 4096);
+        assert!(decode(std, 10, &m).is_some_and(|c| c.len() == 3), "{m}");
         // No identity, nothing encoded; an identity that could forge the
         // format is none.
         assert_eq!(encode("", 10, 15, [10, 13], 4096), "");
