@@ -208,7 +208,10 @@ impl Actor for ConsumerActor {
         .await
         {
             Some(n) => {
-                tracing::info!(offset_metadata_max_bytes = n, "commit metadata limit read from the brokers");
+                tracing::info!(
+                    offset_metadata_max_bytes = n,
+                    "commit metadata limit read from the brokers"
+                );
                 n
             }
             None => {
@@ -506,7 +509,11 @@ impl ConsumerState {
         // Not the metadata read at assignment (stale by now: this owner
         // finished and stored more since) but the crashed incarnation's last.
         let named: u64 = skip.iter().flatten().map(Completed::len).sum();
-        tracing::info!(partition = p, named, "re-read skips the offsets the crashed actor's last stored metadata names done");
+        tracing::info!(
+            partition = p,
+            named,
+            "re-read skips the offsets the crashed actor's last stored metadata names done"
+        );
         self.spawn_partition(myself, p, starts, old.shared, skip)
             .await?;
         if let Some(part) = self.parts.get_mut(&p) {

@@ -384,7 +384,11 @@ impl PartitionState {
             )
             .remove(&topic);
             let recreated = matches!((&before, &now), (Some(b), Some(n)) if **b != **n);
-            let reason = if recreated { "topic_recreated" } else { "offset_reset" };
+            let reason = if recreated {
+                "topic_recreated"
+            } else {
+                "offset_reset"
+            };
             tracing::warn!(
                 %topic,
                 partition,

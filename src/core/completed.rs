@@ -166,6 +166,14 @@ pub fn decode(log: &str, committed: i64, metadata: &str) -> Option<Completed> {
     }
 }
 
+/// The log (topic id) a metadata string says it was made for; for tools
+/// reading back commits of a known topic (Courier itself compares with the
+/// topic's id now, see [`decode`]).
+pub fn made_for(metadata: &str) -> Option<&str> {
+    let (log, _) = metadata.strip_prefix(PREFIX)?.split_once(':')?;
+    valid_log(log).then_some(log)
+}
+
 fn leb128(mut v: u64, out: &mut Vec<u8>) {
     loop {
         let b = (v & 0x7f) as u8;
@@ -235,6 +243,7 @@ mod tests {
     fn metadata_is_bound_to_its_log() {
         let m = encode(LOG, 10, 15, [10, 13], 4096);
         assert!(m.starts_with(&format!("c2:{LOG}:")), "{m}");
+        assert_eq!(made_for(&m), Some(LOG));
         // The topic was deleted and recreated: another id, same name.
         assert_eq!(decode("OTHERidOTHERidOTHERid0", 10, &m), None);
         // The topic's id is not known now: nothing is trusted.

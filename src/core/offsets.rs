@@ -228,7 +228,10 @@ mod tests {
     #[test]
     fn an_idle_tracker_passes_offsets_with_nothing_to_deliver() {
         let mut t = OffsetTracker::new(1);
-        assert!(!t.pass_to(NextOffset::at(5)), "nothing seen: no position to move");
+        assert!(
+            !t.pass_to(NextOffset::at(5)),
+            "nothing seen: no position to move"
+        );
         t.begin(3).unwrap();
         assert!(!t.pass_to(NextOffset::at(6)), "3 is in flight");
         t.complete(1, 3).unwrap();

@@ -52,8 +52,10 @@ pub fn topic_ids<C: ConsumerContext>(
     // read before the event that owns them is destroyed.
     unsafe {
         let collection = rd::rd_kafka_TopicCollection_of_topic_names(ptrs.as_mut_ptr(), ptrs.len());
-        let options =
-            rd::rd_kafka_AdminOptions_new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS);
+        let options = rd::rd_kafka_AdminOptions_new(
+            rk,
+            rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS,
+        );
         let mut errstr = [0 as std::os::raw::c_char; 256];
         rd::rd_kafka_AdminOptions_set_request_timeout(
             options,
@@ -73,8 +75,9 @@ pub fn topic_ids<C: ConsumerContext>(
             if event.is_null() {
                 continue;
             }
-            if rd::rd_kafka_event_type(event) == rd::RD_KAFKA_EVENT_DESCRIBETOPICS_RESULT as i32
-                && rd::rd_kafka_event_error(event) == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            if rd::rd_kafka_event_type(event) == rd::RD_KAFKA_EVENT_DESCRIBETOPICS_RESULT
+                && rd::rd_kafka_event_error(event)
+                    == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
             {
                 let result = rd::rd_kafka_event_DescribeTopics_result(event);
                 let mut n = 0usize;
@@ -123,7 +126,10 @@ pub async fn metadata_max_bytes(base: &ClientConfig, timeout: Duration) -> Optio
         let md = admin.inner().fetch_metadata(None, timeout).ok()?;
         md.brokers().iter().map(|b| b.id()).collect()
     };
-    let specs: Vec<ResourceSpecifier> = ids.iter().map(|id| ResourceSpecifier::Broker(*id)).collect();
+    let specs: Vec<ResourceSpecifier> = ids
+        .iter()
+        .map(|id| ResourceSpecifier::Broker(*id))
+        .collect();
     let opts = AdminOptions::new().request_timeout(Some(timeout));
     let results = admin.describe_configs(&specs, &opts).await.ok()?;
     results

@@ -42,10 +42,10 @@
 
 use crate::core::backoff::persistent_delay;
 use crate::core::budget::ByteBudget;
+pub use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
 use crate::core::completed::{self, Completed};
 use crate::core::fsm::{Change, Mode, PartitionFsm};
 use crate::core::offsets::{NextOffset, OffsetTracker, TrackerError};
-pub use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
 use crate::core::ordering::{OrderingMode, Scheduler};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;

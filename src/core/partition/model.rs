@@ -609,7 +609,11 @@ impl Harness {
     /// ends where its last record was.
     fn log_end(&self, src: Src, inc: u32) -> i64 {
         let log = &self.logs[src.index()];
-        let last = log.iter().filter(|r| r.inc == inc).map(|r| r.offset + 1).max();
+        let last = log
+            .iter()
+            .filter(|r| r.inc == inc)
+            .map(|r| r.offset + 1)
+            .max();
         let latest = log.last().is_none_or(|r| r.inc == inc);
         match (src, last) {
             (Src::Main, Some(end)) if latest => end + self.markers,
@@ -859,7 +863,9 @@ impl Harness {
         // (the offsets before it held only markers then).
         let main = match self.logs[0].get(self.sent[0]) {
             Some(next) if stale => next.offset,
-            _ => self.logs[0].last().map_or(0, |r| self.log_end(Src::Main, r.inc)),
+            _ => self.logs[0]
+                .last()
+                .map_or(0, |r| self.log_end(Src::Main, r.inc)),
         };
         let p = Positions {
             main_high: Some(main),

@@ -929,7 +929,11 @@ fn the_old_incarnation_finishes_before_the_new_log_is_stored() {
     let fx = t.feed(main_recs(5..7, |_| None));
     assert_eq!(resets(&fx), vec![(Src::Main, 13, 5)]);
     t.done(Src::Main, &[13, 14]); // The new log's 5 and 6.
-    assert_eq!(t.store_timer(), vec![], "11 and 12 of the old log are unfinished");
+    assert_eq!(
+        t.store_timer(),
+        vec![],
+        "11 and 12 of the old log are unfinished"
+    );
     t.done(Src::Main, &[11]);
     assert_eq!(t.store_timer(), vec![]);
     t.done(Src::Main, &[12]);
@@ -999,7 +1003,10 @@ fn an_idle_side_passes_trailing_markers_on_a_proof() {
     };
     let fx = t.feed(proof);
     assert_eq!(stores(&fx), vec![(Src::Main, 4)]);
-    assert!(probes(&lag(&mut t)).is_empty(), "at the end: nothing to prove");
+    assert!(
+        probes(&lag(&mut t)).is_empty(),
+        "at the end: nothing to prove"
+    );
 
     // Stale: a record arrived after the probe was asked.
     let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
