@@ -414,6 +414,8 @@ struct Side {
     probing: bool,
     /// The log's end at the last lag check.
     end: Option<i64>,
+    /// Idle below the end at the last lag check: the position and the end.
+    idle_at: Option<(NextOffset, i64)>,
     /// The next store is committed explicitly: after a reset, librdkafka
     /// still holds the old log's committed position, and its auto-commit
     /// sends a partition only when the stored position passes that one.
@@ -450,6 +452,7 @@ impl Side {
         self.log = None;
         self.probing = false;
         self.end = None;
+        self.idle_at = None;
         self.commit_next = true;
         Some(expected)
     }
@@ -534,6 +537,7 @@ impl<X: Intake> PartitionMachine<X> {
             log: settings.logs[src.index()].clone(),
             probing: false,
             end: None,
+            idle_at: None,
             commit_next: false,
         };
         PartitionMachine {
@@ -985,19 +989,28 @@ impl<X: Intake> PartitionMachine<X> {
     }
 
     /// Asks for an [`Effect::Probe`] when the side is idle below the end of
-    /// its log: nothing held or waiting, everything begun done and stored.
-    /// Once per lag check at most (a probe answered, or lost, is asked again
-    /// at the next one).
+    /// its log: reading, nothing held or waiting, everything begun done and
+    /// stored, and so at two lag checks in a row (records merely on their way
+    /// would have moved it: a probe costs a reader). At most every other lag
+    /// check (a probe answered, or lost, is asked again after that).
     fn probe(&mut self, src: Src) {
         let waiting = !self.backlog[src.index()].is_empty();
         let draining = self.draining();
         let side = &mut self.sides[src.index()];
         let was_probing = std::mem::replace(&mut side.probing, false);
+        let seen = side.idle_at.take();
         let (Some(end), Some(wm)) = (side.end, side.watermark()) else {
             return;
         };
-        let idle = side.held == 0 && side.tracker.in_flight() == 0 && !waiting;
-        if was_probing || draining || !idle || side.stored != Some(wm) || end <= wm.get() {
+        let idle = side.held == 0
+            && side.tracker.in_flight() == 0
+            && !waiting
+            && side.reading == Some(true);
+        if draining || !idle || side.stored != Some(wm) || end <= wm.get() {
+            return;
+        }
+        side.idle_at = Some((wm, end));
+        if was_probing || seen != Some((wm, end)) {
             return;
         }
         side.probing = true;

@@ -1022,7 +1022,7 @@ impl Harness {
         if !self.drain_requested {
             // Lag checks, with the probes they ask for answered: a proof is
             // asked at most every other check.
-            for _ in 0..3 {
+            for _ in 0..4 {
                 self.positions(false)?;
                 self.answer_probes()?;
                 let Some(&(due, _)) = self.timers.iter().min_by_key(|(due, _)| *due) else {

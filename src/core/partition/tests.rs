@@ -992,6 +992,8 @@ fn an_idle_side_passes_trailing_markers_on_a_proof() {
             })
             .collect()
     };
+    // Idle at 3 with the end at 4 at two checks in a row: a probe.
+    assert!(probes(&lag(&mut t)).is_empty());
     let fx = lag(&mut t);
     assert_eq!(probes(&fx), vec![(Src::Main, 3, 4)]);
     // The next check does not ask again while one is out.
@@ -1014,6 +1016,7 @@ fn an_idle_side_passes_trailing_markers_on_a_proof() {
     t.feed(main_recs(0..3, |_| None));
     t.done(Src::Main, &[0, 1, 2]);
     t.store_timer();
+    lag(&mut t);
     assert_eq!(probes(&lag(&mut t)), vec![(Src::Main, 3, 4)]);
     t.feed(main_recs(3..4, |_| None)); // In flight.
     let fx = t.feed(Input::Probed {
