@@ -55,6 +55,10 @@ pub const OFFSET_COMMITS: &str = "courier_offset_commits_total";
 pub const HEADER_NAMES_NOT_UTF8: &str = "courier_header_names_not_utf8_total";
 // Systemic answers refuted by the API (issue 23 item 4).
 pub const SYSTEMIC_DEMOTED: &str = "courier_systemic_demoted_total";
+// Positions that moved under Courier (issue 23, item 1).
+pub const POSITION_RESETS: &str = "courier_position_resets_total";
+pub const EVENTS_DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
+pub const POSITIONS_PASSED: &str = "courier_positions_passed_markers_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -220,6 +224,18 @@ pub const ALL: &[(&str, &str)] = &[
         HEADER_NAMES_NOT_UTF8,
         "Record headers whose name is not UTF-8 (Kafka does not check names): the record is delivered; the name is kept as bytes in the record and its envelope, never forwarded to the API nor read as a CloudEvents attribute.",
     ),
+    (
+        POSITION_RESETS,
+        "Read positions that moved back without Courier seeking (by topic and reason: topic_recreated, offset_reset): the partition started afresh at the new position, nothing dropped, the old position and metadata never committed onto the new log.",
+    ),
+    (
+        EVENTS_DELETED_UNREAD,
+        "Events removed from the log before Courier read them, by topic and partition (a recreated topic: the old log's records past Courier's position at its last lag check, a lower bound).",
+    ),
+    (
+        POSITIONS_PASSED,
+        "Times an idle partition's position was moved past offsets holding nothing to deliver (transaction markers, aborted records), checked by reading them: lag reaches 0 at idle.",
+    ),
 ];
 
 /// Delivery latency buckets (seconds): fine enough that p50/p99 read within ~25 %
@@ -308,6 +324,7 @@ pub fn register_known_series() {
     for reason in ["http_401", "http_403"] {
         metrics::counter!(SYSTEMIC_DEMOTED, "reason" => reason).absolute(0);
     }
+    metrics::counter!(POSITIONS_PASSED).absolute(0);
     metrics::counter!(REVOKED_WORK).absolute(0);
     metrics::counter!(DLQ_REDELIVERED).absolute(0);
     metrics::counter!(DELIVERED).absolute(0);

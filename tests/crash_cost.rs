@@ -324,7 +324,8 @@ impl<'a> Books<'a> {
         };
         c.offset >= 0
             && (o < c.offset
-                || courier::core::completed::decode(c.offset, &c.metadata)
+                || courier::core::completed::made_for(&c.metadata)
+                    .and_then(|log| courier::core::completed::decode(log, c.offset, &c.metadata))
                     .is_some_and(|done| done.contains(o)))
     }
 

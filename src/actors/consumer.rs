@@ -101,6 +101,11 @@ pub struct ConsumerState {
     lag_running: bool,
     /// Partitions were assigned while a check was running: check again when it ends.
     lag_again: bool,
+    /// The brokers' `offset.metadata.max.bytes` (read at start).
+    metadata_max: usize,
+    /// The topics' ids (main, DLQ) at the last assignment: each commit's
+    /// metadata is bound to them (`core::completed`).
+    topic_ids: [Option<Arc<str>>; 2],
     /// When this consumer subscribed, until its first assignment: the wait is
     /// `courier_takeover_seconds` (about a second for a restarted static member,
     /// up to `session.timeout.ms` when the group must first expire a dead one).
@@ -201,6 +206,25 @@ impl Actor for ConsumerActor {
         // It never joins the group: it must not claim this process's member id.
         lag_cfg.remove("group.instance.id");
         let lag_client: BaseConsumer = lag_cfg.create()?;
+        let metadata_max = match crate::kafka::identity::metadata_max_bytes(
+            &crate::kafka::client_base(&cfg.kafka),
+            Duration::from_secs(10),
+        )
+        .await
+        {
+            Some(n) => {
+                tracing::info!(
+                    offset_metadata_max_bytes = n,
+                    "commit metadata limit read from the brokers"
+                );
+                n
+            }
+            None => {
+                let n = completed::DEFAULT_MAX_METADATA_BYTES;
+                tracing::warn!(assumed = n, "cannot read offset.metadata.max.bytes from the brokers: assuming Kafka's default");
+                n
+            }
+        };
         let poller = Poller::start(
             consumer.clone(),
             cfg.pipeline.max_buffered,
@@ -221,6 +245,8 @@ impl Actor for ConsumerActor {
             lag_client: Arc::new(lag_client),
             lag_running: false,
             lag_again: false,
+            metadata_max,
+            topic_ids: [None, None],
         })
     }
 
@@ -377,6 +403,8 @@ impl ConsumerState {
             start,
             shared: shared.clone(),
             skip,
+            logs: self.topic_ids.clone(),
+            metadata_max_bytes: self.metadata_max,
         };
         let (actor, _) = Actor::spawn_linked(None, PartitionActor, args, myself.get_cell()).await?;
         self.parts.insert(
@@ -454,8 +482,16 @@ impl ConsumerState {
         ];
         let mut starts = [None, None];
         let mut fences = [None, None];
+        let mut skip = [None, None];
         for src in [Src::Main, Src::Dlq] {
             let i = src as usize;
+            // What the crashed incarnation stored names the offsets it had
+            // finished above its watermark: the re-read skips them.
+            if let (Some((at, meta)), Some(log)) =
+                (old.shared.stored_with_metadata(src), &self.topic_ids[i])
+            {
+                skip[i] = completed::decode(log, at, &meta);
+            }
             let start = old.shared.stored(src).or(old.first_forwarded[i]);
             starts[i] = start.map(NextOffset::at);
             if let (Some(s), Some(last)) = (start, old.last_forwarded[i]) {
@@ -475,9 +511,15 @@ impl ConsumerState {
                 }
             }
         }
-        // The metadata read at assignment may be stale by now (this owner
-        // completed and committed more since): no skipping after a crash.
-        self.spawn_partition(myself, p, starts, old.shared, [None, None])
+        // Not the metadata read at assignment (stale by now: this owner
+        // finished and stored more since) but the crashed incarnation's last.
+        let named: u64 = skip.iter().flatten().map(Completed::len).sum();
+        tracing::info!(
+            partition = p,
+            named,
+            "re-read skips the offsets the crashed actor's last stored metadata names done"
+        );
+        self.spawn_partition(myself, p, starts, old.shared, skip)
             .await?;
         if let Some(part) = self.parts.get_mut(&p) {
             part.fence = fences;
@@ -490,7 +532,10 @@ impl ConsumerState {
     /// and DLQ) and decodes their metadata: the offsets an earlier owner finished
     /// above its committed position. A failed lookup skips nothing (the earlier
     /// owner's finished work is then delivered again).
-    async fn committed_metadata(&self, partitions: &[i32]) -> HashMap<i32, [Option<Completed>; 2]> {
+    async fn committed_metadata(
+        &mut self,
+        partitions: &[i32],
+    ) -> HashMap<i32, [Option<Completed>; 2]> {
         if partitions.is_empty() {
             return HashMap::new();
         }
@@ -499,6 +544,21 @@ impl ConsumerState {
             self.pipeline.config.kafka.topic.clone(),
             self.pipeline.dlq_topic.clone(),
         ];
+        // The topics' ids now: metadata made for another incarnation of a
+        // topic (deleted and recreated under its name) names offsets of a log
+        // that is gone, and is not trusted.
+        let (c2, t2) = (c.clone(), topics.clone());
+        let ids = tokio::task::spawn_blocking(move || {
+            let names = [t2[0].as_str(), t2[1].as_str()];
+            let mut ids = crate::kafka::identity::topic_ids(&c2, &names, Duration::from_secs(10));
+            t2.map(|t| ids.remove(&t).map(Arc::<str>::from))
+        })
+        .await
+        .unwrap_or_default();
+        if ids[0].is_none() {
+            tracing::warn!(topic = %topics[0], "cannot read the topic's id: commit metadata is neither read nor written (finished work above a committed position is delivered again after a restart)");
+        }
+        self.topic_ids = ids.clone();
         let parts = partitions.to_vec();
         let lookup = tokio::task::spawn_blocking(move || {
             let mut tpl = TopicPartitionList::new();
@@ -511,8 +571,8 @@ impl ConsumerState {
             let mut out: HashMap<i32, [Option<Completed>; 2]> = HashMap::new();
             for (i, t) in topics.iter().enumerate() {
                 for e in committed.elements_for_topic(t) {
-                    if let Offset::Offset(at) = e.offset() {
-                        let named = completed::decode(at, e.metadata());
+                    if let (Offset::Offset(at), Some(log)) = (e.offset(), &ids[i]) {
+                        let named = completed::decode(log, at, e.metadata());
                         out.entry(e.partition()).or_default()[i] = named;
                     }
                 }

@@ -16,7 +16,7 @@ mod shared;
 
 use crate::actors::delivery::{DeliveryMsg, PoolHandles};
 use crate::core::offsets::NextOffset;
-use crate::core::partition::{Effect, Input, Now, PartitionMachine, Settings, Timer};
+use crate::core::partition::{Effect, Input, Note, Now, PartitionMachine, Settings, Timer};
 use crate::delivery::token::{CompletionToken, Inbox};
 use crate::delivery::{Item, Job, Work};
 use crate::health::Verdict;
@@ -46,6 +46,12 @@ pub enum PartitionMsg {
     Positions(Positions),
     /// A timer the machine asked for.
     Timer(Timer),
+    /// A probe found nothing to deliver in `[from, to)` (see `Effect::Probe`).
+    Probed {
+        src: Src,
+        from: NextOffset,
+        to: NextOffset,
+    },
 }
 
 pub struct PartitionArgs {
@@ -62,6 +68,11 @@ pub struct PartitionArgs {
     /// Per side: what the committed offset's metadata names done (read at
     /// assignment, see `core::completed`).
     pub skip: [Option<crate::core::completed::Completed>; 2],
+    /// Per side: the topic's id at assignment (what each store's metadata is
+    /// bound to); `None`: not known.
+    pub logs: [Option<Arc<str>>; 2],
+    /// The brokers' `offset.metadata.max.bytes`.
+    pub metadata_max_bytes: usize,
 }
 
 pub struct PartitionState {
@@ -109,6 +120,8 @@ impl Actor for PartitionActor {
             start: a.start,
             stored: Src::BOTH.map(|src| a.shared.stored(src).map(NextOffset::at)),
             skip: a.skip.clone(),
+            logs: a.logs.clone(),
+            metadata_max_bytes: a.metadata_max_bytes,
             commit_interval: cfg.kafka.auto_commit_interval,
             // 0 (off): never due.
             commit_after: match cfg.kafka.commit_after {
@@ -180,6 +193,7 @@ impl Actor for PartitionActor {
             },
             PartitionMsg::Positions(p) => Input::Positions(p),
             PartitionMsg::Timer(t) => Input::Timer(t),
+            PartitionMsg::Probed { src, from, to } => Input::Probed { src, from, to },
         };
         s.run(&myself, input);
         Ok(())
@@ -254,7 +268,7 @@ impl PartitionState {
                 let mut r =
                     tpl.add_partition_offset(topic, partition, Offset::Offset(offset.get()));
                 if let Some(mut e) = tpl.find_partition(topic, partition) {
-                    e.set_metadata(metadata);
+                    e.set_metadata(metadata.clone());
                 }
                 // librdkafka (≥ 2.1) keeps a stored offset's metadata and its
                 // auto-commit sends it; but it commits a partition only when
@@ -268,7 +282,7 @@ impl PartitionState {
                 }
                 match r {
                     Ok(()) => {
-                        self.a.shared.set_stored(src, offset);
+                        self.a.shared.set_stored(src, offset, &metadata);
                         if src == Src::Main {
                             self.gauges.watermark.set(offset.get() as f64);
                         }
@@ -307,9 +321,100 @@ impl PartitionState {
             Effect::Finished(n) => self.a.shared.finished(n, &self.a.ready),
             Effect::Mode { mode, change } => self.gauges.show_mode(partition, mode, change),
             Effect::Lag { dlq, main } => self.gauges.show_lag(dlq, main),
+            Effect::Probe { src, from, to } => self.probe(myself, src, from, to),
+            Effect::Note(Note::PositionReset {
+                src,
+                from,
+                to,
+                seen_end,
+            }) => self.position_reset(src, from, to, seen_end),
             Effect::Note(note) => observe::log(partition, note),
         }
         None
+    }
+
+    /// Reads `[from, to)` of one side off the runtime, on a reader of its own
+    /// (`read_committed`, no group): if nothing there is to be delivered, the
+    /// machine may move the side's position to `to`.
+    fn probe(&self, myself: &ActorRef<PartitionMsg>, src: Src, from: NextOffset, to: NextOffset) {
+        let mut cfg = crate::kafka::consumer_config(&self.a.pipeline.config.kafka);
+        cfg.set("enable.auto.commit", "false");
+        // It never joins the group: it must not claim this process's member id.
+        cfg.remove("group.instance.id");
+        let topic = self.machine.intake().topic(src).to_string();
+        let (partition, me) = (self.a.partition, myself.clone());
+        tokio::task::spawn_blocking(move || {
+            let Ok(reader) = cfg.create::<rdkafka::consumer::BaseConsumer>() else {
+                return;
+            };
+            let timeout = std::time::Duration::from_secs(5);
+            let clean = crate::kafka::identity::nothing_to_deliver(
+                &reader,
+                &topic,
+                partition,
+                from.get(),
+                to.get(),
+                timeout,
+            );
+            if clean {
+                metrics::counter!(crate::metrics::POSITIONS_PASSED).increment(1);
+                tracing::debug!(partition, %topic, %from, %to, "nothing to deliver below the end (transaction markers): the position moves to the end");
+                let _ = me.send_message(PartitionMsg::Probed { src, from, to });
+            }
+        });
+    }
+
+    /// The read position of a side moved back without a seek of Courier's
+    /// (the machine started a new incarnation at `to`): a WARN line and
+    /// `courier_position_resets_total{topic,reason}`, once it is known
+    /// whether the topic is another one now (its id changed: recreated).
+    /// Then the old log's records Courier never read are gone: an ERROR line
+    /// and `courier_events_deleted_unread_total` with what the last lag
+    /// check saw of them (a lower bound: records written after it are not
+    /// known).
+    fn position_reset(&self, src: Src, from: i64, to: i64, seen_end: Option<i64>) {
+        let topic = self.machine.intake().topic(src).to_string();
+        let before = self.a.logs[src.index()].clone();
+        let (partition, consumer) = (self.a.partition, self.a.consumer.clone());
+        tokio::task::spawn_blocking(move || {
+            let now = crate::kafka::identity::topic_ids(
+                &consumer,
+                &[topic.as_str()],
+                std::time::Duration::from_secs(5),
+            )
+            .remove(&topic);
+            let recreated = matches!((&before, &now), (Some(b), Some(n)) if **b != **n);
+            let reason = if recreated {
+                "topic_recreated"
+            } else {
+                "offset_reset"
+            };
+            tracing::warn!(
+                %topic,
+                partition,
+                old_position = from,
+                new_position = to,
+                reason,
+                old_topic_id = before.as_deref().unwrap_or("unknown"),
+                topic_id = now.as_deref().unwrap_or("unknown"),
+                "read position moved back without a seek: the partition starts afresh at the new position (nothing dropped; the old position and its metadata are not committed onto the new log)"
+            );
+            metrics::counter!(crate::metrics::POSITION_RESETS, "topic" => topic.clone(), "reason" => reason)
+                .increment(1);
+            if let Some(end) = seen_end.filter(|end| recreated && *end > from) {
+                let count = end - from;
+                tracing::error!(
+                    %topic,
+                    partition,
+                    from,
+                    to = end,
+                    count,
+                    "events deleted unread: the topic was recreated before Courier read these records of the old one (at least this many: the end seen at the last lag check)"
+                );
+                metrics::counter!(crate::metrics::EVENTS_DELETED_UNREAD, "topic" => topic, "partition" => partition.to_string())
+                    .increment(count as u64);
+            }
+        });
     }
 
     /// Sends a job to the delivery pool. If the pool is missing or gone, the job is

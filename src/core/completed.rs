@@ -6,15 +6,20 @@
 //! commits with each offset a compact list of the offsets already done above it;
 //! the next owner skips them and redelivers only what was really in flight.
 //!
-//! Format (ASCII, within Kafka's `offset.metadata.max.bytes`, 4,096 by default):
-//! `c1:` followed by URL-safe base64 (no padding) of LEB128 varints —
+//! Format (ASCII, within the broker's `offset.metadata.max.bytes`, read at start,
+//! 4,096 by default): `c2:`, the identity of the log it was made for (the
+//! topic's id, Kafka's URL-safe base64 UUID), `:`, then URL-safe base64 (no
+//! padding) of LEB128 varints —
 //! the watermark `W`, then run lengths alternating *unfinished*, *done*,
 //! *unfinished*, … covering `[W, W + Σ runs)`. The first run is unfinished (`W`
 //! itself is, by definition). Offsets past the last run are unknown, never done.
 //!
 //! Safety: decoding only ever yields offsets that were done when the metadata
-//! was made, and only for the watermark it was made for (a metadata string whose
-//! `W` differs from the committed offset is ignored). When the encoding would not
+//! was made, and only for the log and the watermark it was made for (a metadata
+//! string whose topic id differs from the topic's id now — the topic was deleted
+//! and recreated under the same name — or whose `W` differs from the committed
+//! offset is ignored; so is one without an identity, `c1`, or when the topic's id
+//! is not known). When the encoding would not
 //! fit, runs are dropped from the end: fewer offsets are skipped (more duplicates),
 //! never a wrong one.
 
@@ -24,19 +29,32 @@ use base64::Engine;
 /// Kafka's default `offset.metadata.max.bytes`.
 pub const DEFAULT_MAX_METADATA_BYTES: usize = 4096;
 
-const PREFIX: &str = "c1:";
+const PREFIX: &str = "c2:";
 
-/// Encodes the done offsets in `[watermark, begun_end)`: every offset there that
-/// is not in `unfinished` (ascending, all within the range). Returns the
-/// metadata string, at most `max_bytes` long (empty when nothing is done above
-/// the watermark, or nothing fits).
+/// A log's identity as the metadata carries it: the topic id, 1–64 characters
+/// of base64 (librdkafka spells it with the standard alphabet, Kafka's tools
+/// with the URL-safe one; anything else, `:` above all, is no identity:
+/// nothing is encoded for it and nothing decoded).
+fn valid_log(log: &str) -> bool {
+    (1..=64).contains(&log.len())
+        && log
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+/=-_".contains(&b))
+}
+
+/// Encodes the done offsets in `[watermark, begun_end)` of the log `log` (the
+/// topic's id): every offset there that is not in `unfinished` (ascending, all
+/// within the range). Returns the metadata string, at most `max_bytes` long
+/// (empty when nothing is done above the watermark, nothing fits, or the log
+/// has no usable identity).
 pub fn encode(
+    log: &str,
     watermark: i64,
     begun_end: i64,
     unfinished: impl IntoIterator<Item = i64>,
     max_bytes: usize,
 ) -> String {
-    if begun_end <= watermark {
+    if begun_end <= watermark || !valid_log(log) {
         return String::new();
     }
     // Runs: unfinished, done, unfinished, done, …
@@ -63,7 +81,7 @@ pub fn encode(
     }
     // `runs` ends with a done run (or is empty): trailing unfinished offsets
     // need no mention.
-    let budget = max_bytes.saturating_sub(PREFIX.len());
+    let budget = max_bytes.saturating_sub(PREFIX.len() + log.len() + 1);
     let fits = |n: usize| n.div_ceil(3) * 4 <= budget;
     // A prefix of the runs encodes to a prefix of the bytes: keep whole
     // (unfinished, done) pairs while they fit, drop the rest.
@@ -80,7 +98,7 @@ pub fn encode(
         kept = Some(bytes.len());
     }
     match kept {
-        Some(n) => format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(&bytes[..n])),
+        Some(n) => format!("{PREFIX}{log}:{}", URL_SAFE_NO_PAD.encode(&bytes[..n])),
         None => String::new(),
     }
 }
@@ -116,10 +134,14 @@ impl Completed {
     }
 }
 
-/// Decodes `metadata` committed with offset `committed`. `None` for anything
-/// that is not Courier's, is malformed, or was made for another watermark.
-pub fn decode(committed: i64, metadata: &str) -> Option<Completed> {
-    let body = metadata.strip_prefix(PREFIX)?;
+/// Decodes `metadata` committed with offset `committed` on the log `log` (the
+/// topic's id now). `None` for anything that is not Courier's, is malformed, or
+/// was made for another log or another watermark.
+pub fn decode(log: &str, committed: i64, metadata: &str) -> Option<Completed> {
+    let (made_for, body) = metadata.strip_prefix(PREFIX)?.split_once(':')?;
+    if !valid_log(log) || made_for != log {
+        return None;
+    }
     let bytes = URL_SAFE_NO_PAD.decode(body).ok()?;
     let mut it = Leb128Iter { bytes: &bytes };
     let watermark = i64::try_from(it.next()?).ok()?;
@@ -142,6 +164,14 @@ pub fn decode(committed: i64, metadata: &str) -> Option<Completed> {
     } else {
         None
     }
+}
+
+/// The log (topic id) a metadata string says it was made for; for tools
+/// reading back commits of a known topic (Courier itself compares with the
+/// topic's id now, see [`decode`]).
+pub fn made_for(metadata: &str) -> Option<&str> {
+    let (log, _) = metadata.strip_prefix(PREFIX)?.split_once(':')?;
+    valid_log(log).then_some(log)
 }
 
 fn leb128(mut v: u64, out: &mut Vec<u8>) {
@@ -188,36 +218,76 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
+    /// A topic id as Kafka prints it.
+    const LOG: &str = "q6AUPnmAS0yMtYhZ7I9-Ag";
+
     #[test]
     fn named_cases() {
         // Nothing above the watermark, or nothing done there: no metadata.
-        assert_eq!(encode(10, 10, [], 4096), "");
-        assert_eq!(encode(10, 13, [10, 11, 12], 4096), "");
+        assert_eq!(encode(LOG, 10, 10, [], 4096), "");
+        assert_eq!(encode(LOG, 10, 13, [10, 11, 12], 4096), "");
         // 10 unfinished, 11..13 done, 13 unfinished, 14 done.
-        let m = encode(10, 15, [10, 13], 4096);
-        let c = decode(10, &m).unwrap();
+        let m = encode(LOG, 10, 15, [10, 13], 4096);
+        let c = decode(LOG, 10, &m).unwrap();
         let done: Vec<i64> = (8..20).filter(|o| c.contains(*o)).collect();
         assert_eq!(done, vec![11, 12, 14]);
         assert_eq!(c.len(), 3);
         // Made for another watermark, or not ours: ignored.
-        assert_eq!(decode(11, &m), None);
-        assert_eq!(decode(10, ""), None);
-        assert_eq!(decode(10, "something else"), None);
-        assert_eq!(decode(10, "c1:!!"), None);
+        assert_eq!(decode(LOG, 11, &m), None);
+        assert_eq!(decode(LOG, 10, ""), None);
+        assert_eq!(decode(LOG, 10, "something else"), None);
+        assert_eq!(decode(LOG, 10, "c2:!!"), None);
+    }
+
+    #[test]
+    fn metadata_is_bound_to_its_log() {
+        let m = encode(LOG, 10, 15, [10, 13], 4096);
+        assert!(m.starts_with(&format!("c2:{LOG}:")), "{m}");
+        assert_eq!(made_for(&m), Some(LOG));
+        // The topic was deleted and recreated: another id, same name.
+        assert_eq!(decode("OTHERidOTHERidOTHERid0", 10, &m), None);
+        // The topic's id is not known now: nothing is trusted.
+        assert_eq!(decode("", 10, &m), None);
+        // librdkafka's spelling (standard base64) is an identity too.
+        let std = "CTj/xQ4sRmOo79E+oypA0w";
+        let m = encode(std, 10, 15, [10, 13], 4096);
+        assert!(decode(std, 10, &m).is_some_and(|c| c.len() == 3), "{m}");
+        // No identity, nothing encoded; an identity that could forge the
+        // format is none.
+        assert_eq!(encode("", 10, 15, [10, 13], 4096), "");
+        assert_eq!(encode("a:b", 10, 15, [10, 13], 4096), "");
+        // The format before the identity (`c1`, made for any log): refused.
+        let c1 = format!("c1:{}", m.rsplit(':').next().unwrap());
+        assert_eq!(decode(LOG, 10, &c1), None);
+    }
+
+    #[test]
+    fn the_budget_counts_the_identity() {
+        // The prefix and the identity take 26 bytes: a budget that leaves no
+        // room for the watermark's group of four encodes nothing.
+        assert_eq!(encode(LOG, 10, 15, [10, 13], 29), "");
+        let m = encode(LOG, 10, 15, [10, 13], 30);
+        assert!(m.len() <= 30 && decode(LOG, 10, &m).is_some(), "{m}");
+        // The broker's `offset.metadata.max.bytes` far below 4,096: still a
+        // decodable prefix within it.
+        let unfinished: Vec<i64> = (0..1_000).step_by(2).collect();
+        let m = encode(LOG, 0, 1_000, unfinished.iter().copied(), 100);
+        assert!(!m.is_empty() && m.len() <= 100, "{}", m.len());
+        assert!(decode(LOG, 0, &m).is_some());
     }
 
     #[test]
     fn a_long_gap_pattern_degrades_to_a_prefix() {
         // Every other offset unfinished over 100,000 offsets: far beyond 4 KB.
         let unfinished: Vec<i64> = (0..100_000).step_by(2).collect();
-        let m = encode(0, 100_000, unfinished.iter().copied(), 4096);
+        let m = encode(LOG, 0, 100_000, unfinished.iter().copied(), 4096);
         assert!(m.len() <= 4096, "{}", m.len());
-        let c = decode(0, &m).unwrap();
+        let c = decode(LOG, 0, &m).unwrap();
         assert!(c.len() > 1_000, "still useful: {}", c.len());
         assert!(c.end().unwrap() < 100_000);
         assert!(unfinished.iter().all(|o| !c.contains(*o)));
         // A budget too small for anything: no metadata at all.
-        assert_eq!(encode(0, 100, [0], 5), "");
+        assert_eq!(encode(LOG, 0, 100, [0], 29), "");
     }
 
     proptest! {
@@ -228,7 +298,7 @@ mod tests {
             watermark in 0i64..1_000_000_000_000,
             span in 0i64..2_000,
             holes in proptest::collection::btree_set(0i64..2_000, 0..300),
-            max_bytes in prop_oneof![Just(4096usize), 0usize..200],
+            max_bytes in prop_oneof![Just(4096usize), 0usize..230],
         ) {
             let end = watermark + span;
             // The watermark is unfinished by definition when anything was begun.
@@ -237,12 +307,12 @@ mod tests {
             if span > 0 {
                 unfinished.insert(watermark);
             }
-            let m = encode(watermark, end, unfinished.iter().copied(), max_bytes);
+            let m = encode(LOG, watermark, end, unfinished.iter().copied(), max_bytes);
             prop_assert!(m.len() <= max_bytes);
             if m.is_empty() {
                 return Ok(());
             }
-            let c = decode(watermark, &m).expect("decodes what it encoded");
+            let c = decode(LOG, watermark, &m).expect("decodes what it encoded");
             for o in watermark.saturating_sub(3)..end + 3 {
                 let done = o >= watermark && o < end && !unfinished.contains(&o);
                 if c.contains(o) {
@@ -257,8 +327,8 @@ mod tests {
         /// Arbitrary strings never panic the decoder and never name an offset
         /// below the committed one.
         #[test]
-        fn decode_survives_anything(committed in 0i64..1000, s in "c1:[A-Za-z0-9_-]{0,40}|\\PC{0,40}") {
-            if let Some(c) = decode(committed, &s) {
+        fn decode_survives_anything(committed in 0i64..1000, s in "c2:AAAAAAAAAAAAAAAAAAAAAA:[A-Za-z0-9_-]{0,40}|\\PC{0,40}") {
+            if let Some(c) = decode("AAAAAAAAAAAAAAAAAAAAAA", committed, &s) {
                 for o in 0..committed {
                     prop_assert!(!c.contains(o));
                 }

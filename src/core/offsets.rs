@@ -128,6 +128,17 @@ impl OffsetTracker {
         }
     }
 
+    /// Nothing is in flight and nothing at or above `next` was begun: the
+    /// offsets below `next` hold nothing to deliver (e.g. only transaction
+    /// markers), so the watermark moves up to `next`. Returns whether it moved.
+    pub fn pass_to(&mut self, next: NextOffset) -> bool {
+        let moves = self.in_flight.is_empty() && self.next_expected.is_some_and(|n| n < next.get());
+        if moves {
+            self.next_expected = Some(next.get());
+        }
+        moves
+    }
+
     /// Highest begun offset, if any.
     pub fn highest_begun(&self) -> Option<i64> {
         self.next_expected.map(|n| n - 1)
@@ -212,6 +223,23 @@ mod tests {
         assert_eq!(t.complete(2, 10), Err(TrackerError::NotInFlight(10)));
         let mut s = OffsetTracker::starting_at(1, NextOffset::at(50));
         assert!(s.begin(49).is_err());
+    }
+
+    #[test]
+    fn an_idle_tracker_passes_offsets_with_nothing_to_deliver() {
+        let mut t = OffsetTracker::new(1);
+        assert!(
+            !t.pass_to(NextOffset::at(5)),
+            "nothing seen: no position to move"
+        );
+        t.begin(3).unwrap();
+        assert!(!t.pass_to(NextOffset::at(6)), "3 is in flight");
+        t.complete(1, 3).unwrap();
+        assert!(!t.pass_to(NextOffset::at(4)), "not past the position");
+        assert!(t.pass_to(NextOffset::at(6)));
+        assert_eq!(t.watermark(), Some(NextOffset::at(6)));
+        assert!(t.begin(5).is_err());
+        t.begin(6).unwrap();
     }
 
     #[derive(Debug, Clone)]

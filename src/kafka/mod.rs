@@ -2,6 +2,7 @@
 //! callbacks) and the poll thread. No pipeline logic lives here.
 
 pub mod admin;
+pub mod identity;
 pub mod poller;
 
 use crate::config::KafkaConfig;

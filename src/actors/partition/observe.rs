@@ -78,9 +78,8 @@ impl Gauges {
 /// The log line for a machine's [`Note`].
 pub(super) fn log(partition: i32, note: Note) {
     match note {
-        Note::OutOfOrder { src, error } => {
-            tracing::warn!(partition, ?src, error = %error, "record out of order, dropped")
-        }
+        // Logged by the actor once it knows why (`PartitionState::position_reset`).
+        Note::PositionReset { .. } => {}
         Note::RefusedCompletion { src, error } => {
             tracing::error!(partition, ?src, error = %error, "impossible completion refused")
         }

@@ -6,6 +6,7 @@ use crate::core::offsets::NextOffset;
 use crate::kafka::poller::Buffered;
 use crate::metrics::Readiness;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
 
 /// State that outlives one incarnation of the actor (the consumer actor reads it
 /// to recover after a crash).
@@ -13,6 +14,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 pub struct PartitionShared {
     /// Last stored watermark per side, -1 when none.
     pub stored: [AtomicI64; 2],
+    /// The metadata stored with it (the offsets done above it,
+    /// `core::completed`): after a crash the next incarnation skips them.
+    meta: [Mutex<String>; 2],
     /// Events this partition counts in `Readiness::held` (given back when the
     /// actor stops or crashes).
     pub held: AtomicI64,
@@ -26,6 +30,7 @@ impl Default for PartitionShared {
     fn default() -> Self {
         PartitionShared {
             stored: [AtomicI64::new(-1), AtomicI64::new(-1)],
+            meta: [Mutex::new(String::new()), Mutex::new(String::new())],
             held: AtomicI64::new(0),
             buffered: Buffered::default(),
         }
@@ -63,8 +68,20 @@ impl PartitionShared {
         self.held.fetch_sub(n as i64, Ordering::Relaxed);
     }
 
-    pub(super) fn set_stored(&self, src: Src, offset: NextOffset) {
+    pub(super) fn set_stored(&self, src: Src, offset: NextOffset, metadata: &str) {
+        // The metadata first: whoever reads the new position finds the
+        // metadata made for it (or an older one, which `decode` refuses).
+        if let Ok(mut m) = self.meta[src.index()].lock() {
+            m.clear();
+            m.push_str(metadata);
+        }
         self.stored[src.index()].store(offset.get(), Ordering::SeqCst);
+    }
+
+    /// The last stored position of a side and the metadata stored with it.
+    pub fn stored_with_metadata(&self, src: Src) -> Option<(i64, String)> {
+        let meta = self.meta[src.index()].lock().ok()?.clone();
+        Some((self.stored(src)?, meta))
     }
 
     /// Events this partition holds (begun, not finished).

@@ -13,10 +13,28 @@
 //! What it guarantees: every [`Effect::Store`] carries
 //! [`OffsetTracker::watermark`], so no stored offset passes a record that was taken
 //! in and whose outcome is not durable; a stored offset never goes back. What it
-//! relies on: records of each side arrive in offset order (duplicates and
-//! replays below the highest begun offset are dropped), every dispatched job is
+//! relies on: records of each side arrive in offset order, except when the
+//! side's read position moved back without Courier seeking it (see below),
+//! every dispatched job is
 //! answered once by a [`Report`] (done, or errored), and the effects are carried
 //! out in order.
+//!
+//! A position that moves back is a new incarnation of the log, never a
+//! duplicate. Courier seeks a partition only by replacing its machine (crash
+//! recovery, rebalance), so a record of one machine's side at or below an offset
+//! already begun means the log under the side changed: an offset reset, a topic
+//! deleted and recreated, a truncation after an unclean leader election. The
+//! side then starts afresh at that record ([`Note::PositionReset`]): its records
+//! are taken in and delivered like any other; the old incarnation's unfinished
+//! events still finish; nothing is stored for the side until they have (their
+//! positions mean nothing on the new log), and then only positions of the new
+//! log, never the old watermark or its metadata (which names offsets of the old
+//! log); the earlier owner's metadata is no longer used to skip. Inside, each
+//! side numbers its records with *slots*: a slot is the offset plus the side's
+//! shift, which a reset raises so that slots keep increasing across
+//! incarnations (the tracker, the lanes, the held map and the jobs' reports work
+//! in slots; [`Effect::Dispatch`]'s `offset` is the slot, equal to the offset
+//! until the first reset). Stores and notes carry offsets.
 //!
 //! The machine is generic over what a record is and what a dispatched job carries
 //! ([`Intake`]): the actor decodes Kafka records into `delivery::Item`s, the tests
@@ -24,6 +42,7 @@
 
 use crate::core::backoff::persistent_delay;
 use crate::core::budget::ByteBudget;
+pub use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
 use crate::core::completed::{self, Completed};
 use crate::core::fsm::{Change, Mode, PartitionFsm};
 use crate::core::offsets::{NextOffset, OffsetTracker, TrackerError};
@@ -190,6 +209,15 @@ pub enum Input<R> {
     ReadingFailed {
         src: Src,
     },
+    /// The answer to an [`Effect::Probe`] that found nothing to deliver in
+    /// `[from, to)` (read from the broker with `read_committed`: only
+    /// transaction markers and aborted records lie there). A probe that found
+    /// a record, or failed, is not answered.
+    Probed {
+        src: Src,
+        from: NextOffset,
+        to: NextOffset,
+    },
 }
 
 #[derive(Debug, PartialEq)]
@@ -233,6 +261,18 @@ pub enum Effect<I> {
     Mode { mode: Mode, change: Option<Change> },
     /// Lag figures after a lag check (main: `None` when not known).
     Lag { dlq: i64, main: Option<i64> },
+    /// The side is idle at `from` (nothing held, nothing waiting) while the
+    /// log ends at `to`: read `[from, to)` from the broker and answer
+    /// [`Input::Probed`] if nothing there is to be delivered. A transactional
+    /// producer's commit marker takes the last offset of an idle partition and
+    /// is never handed to the application, so a position that only follows
+    /// delivered records would stay one short of the end forever (lag 1).
+    /// Asked at most once per side until the next lag check after its answer.
+    Probe {
+        src: Src,
+        from: NextOffset,
+        to: NextOffset,
+    },
     /// Something worth a log line.
     Note(Note),
 }
@@ -240,8 +280,17 @@ pub enum Effect<I> {
 /// Things the log should say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Note {
-    /// A record at or below one already begun: dropped (it is in flight or done).
-    OutOfOrder { src: Src, error: TrackerError },
+    /// The side's read position moved back without a seek of Courier's: the
+    /// record at `to` starts a new incarnation of the log (see the module's
+    /// documentation). `from`: the position the side expected next.
+    /// `seen_end`: the end of the log at the last lag check (of the old
+    /// incarnation: what was unread there lies in `[from, seen_end)`).
+    PositionReset {
+        src: Src,
+        from: i64,
+        to: i64,
+        seen_end: Option<i64>,
+    },
     /// A completion the tracker refused (a bug upstream).
     RefusedCompletion { src: Src, error: TrackerError },
     /// A job errored [`MAX_ERRORED`] times or more: it is parked instead.
@@ -280,6 +329,13 @@ pub struct Settings {
     /// `core::completed`, made by an earlier owner). Records at these offsets
     /// are completed without dispatch.
     pub skip: [Option<Completed>; 2],
+    /// Per side: the identity of the log read (the topic's id), which each
+    /// store's metadata carries (`core::completed`); `None` (not known): no
+    /// metadata is written.
+    pub logs: [Option<Arc<str>>; 2],
+    /// The broker's `offset.metadata.max.bytes`: the most a store's metadata
+    /// may hold.
+    pub metadata_max_bytes: usize,
     /// The least time between two commits of metadata alone (the position
     /// unchanged, see [`Effect::Store`]'s `commit`).
     pub commit_interval: Duration,
@@ -346,6 +402,60 @@ struct Side {
     reading: Option<bool>,
     /// Begun, not finished.
     held: usize,
+    /// Slot = offset + `shift` (raised by each reset, see the module's
+    /// documentation).
+    shift: i64,
+    /// The first slot of the current incarnation (`i64::MIN` before any
+    /// reset): nothing is stored while the watermark is below it.
+    base: i64,
+    /// The log's identity for the metadata (`None` after a reset).
+    log: Option<Arc<str>>,
+    /// An [`Effect::Probe`] is out, or was answered since the last lag check.
+    probing: bool,
+    /// The log's end at the last lag check.
+    end: Option<i64>,
+    /// Idle below the end at the last lag check: the position and the end.
+    idle_at: Option<(NextOffset, i64)>,
+    /// The next store is committed explicitly: after a reset, librdkafka
+    /// still holds the old log's committed position, and its auto-commit
+    /// sends a partition only when the stored position passes that one.
+    commit_next: bool,
+}
+
+impl Side {
+    /// The offset of a slot of the current incarnation.
+    fn offset(&self, slot: i64) -> i64 {
+        slot - self.shift
+    }
+
+    /// The watermark as an offset of the current log: `None` while nothing
+    /// was seen, or while events of an earlier incarnation are unfinished.
+    fn watermark(&self) -> Option<NextOffset> {
+        let wm = self.tracker.watermark()?;
+        (wm.get() >= self.base).then(|| NextOffset::at(self.offset(wm.get())))
+    }
+
+    /// The side's log is not the one it was reading: a new incarnation starts
+    /// at `offset`. Returns the position it expected (an offset of the old
+    /// incarnation).
+    fn reset(&mut self, offset: i64) -> Option<i64> {
+        let next = self.tracker.highest_begun()? + 1;
+        let expected = self.offset(next);
+        self.shift = next - offset;
+        self.base = next;
+        self.stored = None;
+        self.stored_before = None;
+        self.meta.clear();
+        self.meta_before.clear();
+        self.done_since_commit = 0;
+        self.skip = None;
+        self.log = None;
+        self.probing = false;
+        self.end = None;
+        self.idle_at = None;
+        self.commit_next = true;
+        Some(expected)
+    }
 }
 
 pub struct PartitionMachine<X: Intake> {
@@ -399,6 +509,7 @@ pub struct PartitionMachine<X: Intake> {
     commit_interval: Duration,
     commit_after: usize,
     commit_floor: Duration,
+    metadata_max_bytes: usize,
     /// The time of the input being handled.
     clock: Option<Instant>,
 }
@@ -421,6 +532,13 @@ impl<X: Intake> PartitionMachine<X> {
             skip: settings.skip[src.index()].clone().filter(|c| !c.is_empty()),
             reading: None,
             held: 0,
+            shift: 0,
+            base: i64::MIN,
+            log: settings.logs[src.index()].clone(),
+            probing: false,
+            end: None,
+            idle_at: None,
+            commit_next: false,
         };
         PartitionMachine {
             intake,
@@ -456,6 +574,7 @@ impl<X: Intake> PartitionMachine<X> {
             commit_interval: settings.commit_interval,
             commit_after: settings.commit_after.max(1),
             commit_floor: settings.commit_floor,
+            metadata_max_bytes: settings.metadata_max_bytes,
             clock: None,
         }
     }
@@ -562,6 +681,7 @@ impl<X: Intake> PartitionMachine<X> {
                 }
             }
             Input::ReadingFailed { src } => self.sides[src.index()].reading = None,
+            Input::Probed { src, from, to } => self.on_probed(src, from, to),
         }
         if self.begun > 0 {
             self.fx.push(Effect::Begun(std::mem::take(&mut self.begun)));
@@ -670,11 +790,29 @@ impl<X: Intake> PartitionMachine<X> {
     fn begin(&mut self, r: X::Raw, bytes: u64) {
         let (src, offset) = X::position(&r);
         let side = &mut self.sides[src.index()];
-        if let Err(error) = side.tracker.begin(offset) {
-            // At or below an offset already begun: in flight or done. Dropping it
-            // is safe (the watermark cannot pass it).
+        let next = side.tracker.highest_begun().map(|h| h + 1);
+        if next.is_some_and(|next| offset + side.shift < next) {
+            // At or below an offset already begun, and Courier did not seek:
+            // the log changed under the side. A new incarnation, never a
+            // duplicate to drop.
+            let seen_end = side.end;
+            if let Some(from) = side.reset(offset) {
+                let note = Note::PositionReset {
+                    src,
+                    from,
+                    to: offset,
+                    seen_end,
+                };
+                self.fx.push(Effect::Note(note));
+            }
+        }
+        let slot = offset + side.shift;
+        if let Err(error) = side.tracker.begin(slot) {
+            // Cannot happen (the slot is above every one begun); refused, not
+            // absorbed: the watermark cannot pass a record never begun.
             self.budget.give_back(bytes);
-            self.fx.push(Effect::Note(Note::OutOfOrder { src, error }));
+            self.fx
+                .push(Effect::Note(Note::RefusedCompletion { src, error }));
             return;
         }
         if let Some(skip) = &side.skip {
@@ -685,7 +823,7 @@ impl<X: Intake> PartitionMachine<X> {
             if done {
                 // Done by an earlier owner (its commit's metadata says so):
                 // completed here, never dispatched.
-                if let Err(error) = side.tracker.complete(self.generation, offset) {
+                if let Err(error) = side.tracker.complete(self.generation, slot) {
                     self.fx
                         .push(Effect::Note(Note::RefusedCompletion { src, error }));
                 }
@@ -697,7 +835,7 @@ impl<X: Intake> PartitionMachine<X> {
         self.held_bytes += bytes;
         let Begun { item, kind } = self.intake.begin(src, r);
         let lane_free = match kind {
-            Kind::Ordered => self.lanes.admit(X::key(&item), offset),
+            Kind::Ordered => self.lanes.admit(X::key(&item), slot),
             _ => true,
         };
         let held = Held {
@@ -707,13 +845,13 @@ impl<X: Intake> PartitionMachine<X> {
             in_lane: kind == Kind::Ordered,
             errored: 0,
         };
-        self.held.insert((src, offset), held);
+        self.held.insert((src, slot), held);
         self.sides[src.index()].held += 1;
         self.begun += 1;
         if matches!(kind, Kind::Queued { .. }) {
-            self.dlq_queue.push_back(offset);
+            self.dlq_queue.push_back(slot);
         } else if lane_free {
-            self.dispatch(src, offset);
+            self.dispatch(src, slot);
         }
     }
 
@@ -835,6 +973,11 @@ impl<X: Intake> PartitionMachine<X> {
     fn on_positions(&mut self, p: Positions, now: Now) {
         self.dlq_high = Some(p.dlq_high);
         self.dlq_start = Some(p.dlq_start);
+        self.sides[Src::Main.index()].end = p.main_high;
+        self.sides[Src::Dlq.index()].end = Some(p.dlq_high);
+        for src in Src::BOTH {
+            self.probe(src);
+        }
         let next = self.dlq_next().unwrap_or(p.dlq_start);
         let main = match (p.main_high, self.sides[Src::Main.index()].stored) {
             (Some(high), Some(wm)) => Some((high - wm.get()).max(0)),
@@ -845,12 +988,56 @@ impl<X: Intake> PartitionMachine<X> {
         self.evaluate(now);
     }
 
+    /// Asks for an [`Effect::Probe`] when the side is idle below the end of
+    /// its log: reading, nothing held or waiting, everything begun done and
+    /// stored, and so at two lag checks in a row (records merely on their way
+    /// would have moved it: a probe costs a reader). At most every other lag
+    /// check (a probe answered, or lost, is asked again after that).
+    fn probe(&mut self, src: Src) {
+        let waiting = !self.backlog[src.index()].is_empty();
+        let draining = self.draining();
+        let side = &mut self.sides[src.index()];
+        let was_probing = std::mem::replace(&mut side.probing, false);
+        let seen = side.idle_at.take();
+        let (Some(end), Some(wm)) = (side.end, side.watermark()) else {
+            return;
+        };
+        let idle = side.held == 0
+            && side.tracker.in_flight() == 0
+            && !waiting
+            && side.reading == Some(true);
+        if draining || !idle || side.stored != Some(wm) || end <= wm.get() {
+            return;
+        }
+        side.idle_at = Some((wm, end));
+        if was_probing || seen != Some((wm, end)) {
+            return;
+        }
+        side.probing = true;
+        let to = NextOffset::at(end);
+        self.fx.push(Effect::Probe { src, from: wm, to });
+    }
+
+    /// A probe found nothing to deliver in `[from, to)`: when the side is still
+    /// idle at `from`, its position moves to `to` and is stored.
+    fn on_probed(&mut self, src: Src, from: NextOffset, to: NextOffset) {
+        let waiting = !self.backlog[src.index()].is_empty();
+        let side = &mut self.sides[src.index()];
+        if self.drain != Drain::Off || waiting || side.watermark() != Some(from) {
+            return; // Records came meanwhile, or the side is being handed over.
+        }
+        let slot = NextOffset::at(to.get() + side.shift);
+        if side.tracker.pass_to(slot) {
+            self.store_all(false);
+        }
+    }
+
     /// The next DLQ offset this partition would read.
     fn dlq_next(&self) -> Option<i64> {
-        self.sides[Src::Dlq.index()]
-            .tracker
+        let side = &self.sides[Src::Dlq.index()];
+        side.tracker
             .highest_begun()
-            .map(|h| h + 1)
+            .map(|h| side.offset(h + 1))
             .or(self.dlq_start)
     }
 
@@ -999,21 +1186,29 @@ impl<X: Intake> PartitionMachine<X> {
         let mut later: Option<Duration> = None;
         for src in Src::BOTH {
             let side = &mut self.sides[src.index()];
-            let Some(wm) = side.tracker.watermark() else {
+            // Nothing while an earlier incarnation's events are unfinished.
+            let Some(wm) = side.watermark() else {
                 continue;
             };
             if side.stored.is_some_and(|s| s > wm) {
                 continue;
             }
-            let end = side.tracker.highest_begun().map_or(wm.get(), |h| h + 1);
-            let metadata = completed::encode(
-                wm.get(),
-                end,
-                side.tracker.in_flight_offsets(),
-                completed::DEFAULT_MAX_METADATA_BYTES,
-            );
+            let end = side
+                .tracker
+                .highest_begun()
+                .map_or(wm.get(), |h| side.offset(h + 1));
+            let metadata = match &side.log {
+                Some(log) => completed::encode(
+                    log,
+                    wm.get(),
+                    end,
+                    side.tracker.in_flight_offsets().map(|o| o - side.shift),
+                    self.metadata_max_bytes,
+                ),
+                None => String::new(),
+            };
             let moved = side.stored != Some(wm);
-            let due = side.done_since_commit >= self.commit_after;
+            let due = side.done_since_commit >= self.commit_after || side.commit_next;
             if !moved && metadata == side.meta && !due {
                 continue;
             }
@@ -1042,6 +1237,7 @@ impl<X: Intake> PartitionMachine<X> {
             if commit {
                 side.committed_at = self.clock;
                 side.done_since_commit = 0;
+                side.commit_next = false;
             }
             side.stored_before = side.stored;
             side.stored = Some(wm);

@@ -1,15 +1,27 @@
 //! Model-based property test of the partition machine.
 //!
 //! A harness plays the rest of the world: the consumer (records of a main log and
-//! a DLQ log, in order, with duplicates; lag checks, accurate or stale), the
+//! a DLQ log, in order; the main log's read position moving back — a reset: the
+//! rest of the log comes again as a new incarnation, renumbered from an offset
+//! already read; trailing transaction markers that are never handed over, and
+//! probes of them answered truthfully, late or never; lag checks, accurate or
+//! stale), the
 //! delivery side (answers jobs in any order, makes jobs vanish, even
 //! [`MAX_ERRORED`] times in a row), the clock (timers fire in due order), the
 //! health verdict (flapping), failing stores and pauses, late reports of an
 //! earlier generation, and a revoke at any point. After every input it checks the
 //! effects against a reference model that only knows what was fed and answered:
 //!
-//! - a stored offset never passes a record taken in and not answered done, never
-//!   goes past the end of what was taken in, and never goes back;
+//! - a stored offset never passes a record of the log not taken in and answered
+//!   done, never goes past the log's end, and never goes back (within an
+//!   incarnation of the log);
+//! - a reset: every record of the new incarnation is delivered (none dropped as
+//!   a duplicate, none skipped for the earlier owner's metadata), nothing is
+//!   stored until the old incarnation's records are done, then only positions
+//!   of the new log and no metadata (the old log's, or one bound to an unknown
+//!   log); the reset is noted with its new position;
+//! - an idle side whose log ends with markers is stored to the log's end once a
+//!   probe proves nothing is there, never on a stale proof;
 //! - `key` mode: a key's events are dispatched one at a time, each only once every
 //!   earlier event of the key is done; `partition` mode: the same for the
 //!   partition's events;
@@ -39,7 +51,7 @@
 //!   positions equal the ends of both logs (a budget that never wakes a waiting
 //!   machine would leave records undone).
 
-use super::tests::{Plain, Rec, GEN};
+use super::tests::{Plain, Rec, GEN, LOG};
 use super::*;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -48,11 +60,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Debug, Clone)]
 enum Action {
-    /// The next `n` main records; `dup` also re-sends one already sent.
+    /// The next `n` main records; `reset`: first, the read position moves
+    /// back (the rest of the log comes as a new incarnation).
     FeedMain {
         n: usize,
-        dup: bool,
+        reset: bool,
     },
+    /// Clean probe answers arrive (possibly stale by now).
+    ProbeAnswers,
     FeedDlq {
         n: usize,
     },
@@ -98,7 +113,8 @@ enum Action {
 
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
-        6 => (1usize..8, prop::bool::weighted(0.15)).prop_map(|(n, dup)| Action::FeedMain { n, dup }),
+        6 => (1usize..8, prop::bool::weighted(0.1)).prop_map(|(n, reset)| Action::FeedMain { n, reset }),
+        2 => Just(Action::ProbeAnswers),
         3 => (1usize..4).prop_map(|n| Action::FeedDlq { n }),
         8 => (any::<usize>(), prop::bool::weighted(0.1))
             .prop_map(|(pick, errored)| Action::Answer { pick, errored }),
@@ -138,6 +154,8 @@ struct Scenario {
     /// the log, above offset 100, its committed position), and the metadata's
     /// size budget.
     prev_done: Option<(Vec<bool>, usize)>,
+    /// Transaction markers after the main log's last record.
+    markers: i64,
 }
 
 /// Wall-clock ms at the harness's start.
@@ -223,15 +241,29 @@ prop_compose! {
         drain_stalls in any::<bool>(),
         prev_done in prop::option::weighted(0.3, (
             prop::collection::vec(any::<bool>(), 0..120),
-            prop_oneof![Just(4096usize), 4usize..40],
+            prop_oneof![Just(4096usize), 4usize..70],
         )),
+        markers in prop_oneof![2 => Just(0i64), 1 => 1i64..3],
     ) -> Scenario {
-        Scenario { ordering, limit, backlog_cap, backlog_bytes_cap, budget, min_pause_ms, main, dlq, actions, drain_at, drain_stalls, prev_done }
+        Scenario { ordering, limit, backlog_cap, backlog_bytes_cap, budget, min_pause_ms, main, dlq, actions, drain_at, drain_stalls, prev_done, markers }
     }
 }
 
+/// A record in the model: its log's incarnation and its offset (ordered as the
+/// machine's slots are).
+type Id = (u32, i64);
+
 struct Harness {
     m: PartitionMachine<Plain>,
+    /// Per side: the incarnation the machine reads (resets it noted).
+    inc: [u32; 2],
+    /// Where each incarnation of the main log starts (after the first).
+    reset_at: Vec<i64>,
+    /// Slot of a dispatched job → the record.
+    slots: BTreeMap<(Src, i64), Id>,
+    /// Clean probe answers not delivered yet.
+    probes: Vec<Input<Rec>>,
+    markers: i64,
     ordering: OrderingMode,
     limit: usize,
     base: Instant,
@@ -239,13 +271,14 @@ struct Harness {
     logs: [Vec<Rec>; 2],
     /// How many records of each log were sent.
     sent: [usize; 2],
-    /// Records sent once (not duplicates), by offset: the model's "taken in".
-    taken: [BTreeMap<i64, Rec>; 2],
-    done: [BTreeSet<i64>; 2],
+    /// Records sent, the model's "taken in".
+    taken: [BTreeMap<Id, Rec>; 2],
+    done: [BTreeSet<Id>; 2],
     /// Positions the harness saw stored successfully.
     stored: [Option<i64>; 2],
+    /// Jobs in flight, by slot.
     in_flight: Vec<(Src, i64)>,
-    ever_dispatched: [BTreeSet<i64>; 2],
+    ever_dispatched: [BTreeSet<Id>; 2],
     timers: Vec<(u64, Timer)>,
     api_unavailable: bool,
     reading: [Option<bool>; 2],
@@ -282,15 +315,15 @@ impl Harness {
                 .collect();
             let end = s.main.last()?.offset + 1;
             let unfinished = (COMMITTED..end).filter(|o| !done.contains(o));
-            let metadata = completed::encode(COMMITTED, end, unfinished, *max_bytes);
-            completed::decode(COMMITTED, &metadata)
+            let metadata = completed::encode(LOG, COMMITTED, end, unfinished, *max_bytes);
+            completed::decode(LOG, COMMITTED, &metadata)
         });
         // What the machine must skip counts as done from the start.
-        let named: BTreeSet<i64> = s
+        let named: BTreeSet<Id> = s
             .main
             .iter()
-            .map(|r| r.offset)
-            .filter(|o| skip.as_ref().is_some_and(|c| c.contains(*o)))
+            .map(|r| (0, r.offset))
+            .filter(|(_, o)| skip.as_ref().is_some_and(|c| c.contains(*o)))
             .collect();
         let settings = Settings {
             generation: GEN,
@@ -304,12 +337,19 @@ impl Harness {
             start: [None, None],
             stored: [None, None],
             skip: [skip, None],
+            logs: [Some(LOG.into()), Some(LOG.into())],
+            metadata_max_bytes: DEFAULT_MAX_METADATA_BYTES,
             commit_interval: Duration::from_millis(250),
             commit_after: 3,
             commit_floor: super::COMMIT_FLOOR,
         };
         let mut h = Harness {
             m: PartitionMachine::new(settings, Plain),
+            inc: [0, 0],
+            reset_at: Vec::new(),
+            slots: BTreeMap::new(),
+            probes: Vec::new(),
+            markers: s.markers,
             ordering: s.ordering,
             limit: s.limit,
             base: Instant::now(),
@@ -368,8 +408,29 @@ impl Harness {
     fn effect(&mut self, e: Effect<Rec>) -> Result<Option<Input<Rec>>, TestCaseError> {
         match e {
             Effect::Dispatch { src, offset, item } => {
-                prop_assert_eq!((item.src, item.offset), (src, offset));
-                self.on_dispatch(src, offset)?;
+                prop_assert_eq!(item.src, src);
+                if item.inc == 0 {
+                    prop_assert_eq!(item.offset, offset, "a slot before any reset is the offset");
+                }
+                let id = (item.inc, item.offset);
+                if let Some(&was) = self.slots.get(&(src, offset)) {
+                    prop_assert_eq!(was, id, "one slot for two records");
+                }
+                self.slots.insert((src, offset), id);
+                self.on_dispatch(src, offset, id)?;
+            }
+            Effect::Probe { src, from, to } => {
+                prop_assert!(!self.drain_requested, "probed while draining");
+                prop_assert!(from < to, "probe of nothing");
+                // The truth: no record of the current log in [from, to).
+                let i = src.index();
+                let inc = *self.taken[i].keys().next_back().map_or(&0, |(inc, _)| inc);
+                let log = self.current_log(src, inc);
+                let clean = log.iter().all(|o| *o < from.get() || *o >= to.get())
+                    && to.get() <= self.log_end(src, inc);
+                if clean {
+                    self.probes.push(Input::Probed { src, from, to });
+                }
             }
             Effect::SetReading { src, on } => {
                 if std::mem::take(&mut self.fail_reading) {
@@ -387,7 +448,7 @@ impl Harness {
                         };
                         prop_assert!(
                             not_before_ms > self.now().wall_ms,
-                            "main p resumed while DLQ record {} is due",
+                            "main p resumed while DLQ record {:?} is due",
                             head
                         );
                     }
@@ -401,16 +462,26 @@ impl Harness {
                 commit,
             } => {
                 let offset = offset.get();
+                let i = src.index();
+                let inc = self.inc[i];
+                if inc > 0 {
+                    prop_assert!(
+                        metadata.is_empty(),
+                        "{:?} metadata {} stored onto a new incarnation",
+                        src,
+                        metadata
+                    );
+                }
                 if !metadata.is_empty() {
-                    let named = completed::decode(offset, &metadata);
+                    let named = completed::decode(LOG, offset, &metadata);
                     prop_assert!(named.is_some(), "unreadable metadata {}", metadata);
                     let named = named.unwrap_or_default();
                     // Offsets missing from the log (gaps) may be named: there
                     // is nothing to deliver there.
-                    let wrong = self.logs[src.index()]
-                        .iter()
-                        .map(|r| r.offset)
-                        .find(|o| named.contains(*o) && !self.done[src.index()].contains(o));
+                    let wrong = self
+                        .current_log(src, inc)
+                        .into_iter()
+                        .find(|o| named.contains(*o) && !self.done[i].contains(&(inc, *o)));
                     prop_assert!(
                         wrong.is_none(),
                         "{:?} metadata at {} names {:?}, not done",
@@ -419,18 +490,36 @@ impl Harness {
                         wrong
                     );
                 }
-                let taken = &self.taken[src.index()];
-                let done = &self.done[src.index()];
-                if let Some(&unfinished) = taken.keys().find(|o| !done.contains(o)) {
+                // Earlier incarnations: all done before anything is stored.
+                let done = &self.done[i];
+                if let Some(old) = self.taken[i]
+                    .keys()
+                    .find(|id| id.0 < inc && !done.contains(id))
+                {
                     prop_assert!(
-                        offset <= unfinished,
-                        "{:?} stored {} past unfinished {}",
+                        false,
+                        "{:?} stored {} with {:?} of an earlier incarnation unfinished",
                         src,
                         offset,
-                        unfinished
+                        old
                     );
                 }
-                let end = taken.keys().next_back().map_or(i64::MIN, |o| o + 1);
+                // The current log: every record below the position taken in
+                // and done, and the position within the log.
+                if let Some(o) = self
+                    .current_log(src, inc)
+                    .into_iter()
+                    .find(|o| *o < offset && !done.contains(&(inc, *o)))
+                {
+                    prop_assert!(
+                        false,
+                        "{:?} stored {} past {} (not taken in, or unfinished)",
+                        src,
+                        offset,
+                        o
+                    );
+                }
+                let end = self.log_end(src, inc);
                 prop_assert!(
                     offset <= end,
                     "{:?} stored {} past the end {}",
@@ -491,48 +580,85 @@ impl Harness {
             Effect::Note(Note::RefusedCompletion { src, error }) => {
                 prop_assert!(false, "{:?}: a real completion was refused: {}", src, error);
             }
+            Effect::Note(Note::PositionReset { src, from, to, .. }) => {
+                let i = src.index();
+                prop_assert_eq!(src, Src::Main, "the DLQ log never moves back here");
+                let inc = self.inc[i] as usize;
+                prop_assert!(inc < self.reset_at.len(), "a reset the log never made");
+                prop_assert_eq!(to, self.reset_at[inc], "reset to another position");
+                prop_assert!(to < from, "a reset forward: {} → {}", from, to);
+                self.inc[i] += 1;
+                self.stored[i] = None;
+            }
             Effect::Mode { .. } | Effect::Lag { .. } | Effect::Note(_) => {}
         }
         Ok(None)
     }
 
+    /// The offsets of one incarnation of a side's log.
+    fn current_log(&self, src: Src, inc: u32) -> Vec<i64> {
+        self.logs[src.index()]
+            .iter()
+            .filter(|r| r.inc == inc)
+            .map(|r| r.offset)
+            .collect()
+    }
+
+    /// Where one incarnation of a side's log ends (markers included). The
+    /// main log's last incarnation ends with the markers; an earlier one
+    /// ends where its last record was.
+    fn log_end(&self, src: Src, inc: u32) -> i64 {
+        let log = &self.logs[src.index()];
+        let last = log
+            .iter()
+            .filter(|r| r.inc == inc)
+            .map(|r| r.offset + 1)
+            .max();
+        let latest = log.last().is_none_or(|r| r.inc == inc);
+        match (src, last) {
+            (Src::Main, Some(end)) if latest => end + self.markers,
+            (_, Some(end)) => end,
+            (_, None) => i64::MIN,
+        }
+    }
+
     /// The lowest DLQ record taken in, queued for the drain and never dispatched.
-    fn dlq_head(&self) -> Option<(&i64, &Rec)> {
+    fn dlq_head(&self) -> Option<(&Id, &Rec)> {
         let dlq = Src::Dlq.index();
         self.taken[dlq].iter().find(|(o, r)| {
             matches!(r.kind, Kind::Queued { .. }) && !self.ever_dispatched[dlq].contains(o)
         })
     }
 
-    fn on_dispatch(&mut self, src: Src, offset: i64) -> Result<(), TestCaseError> {
+    fn on_dispatch(&mut self, src: Src, slot: i64, offset: Id) -> Result<(), TestCaseError> {
         prop_assert!(
             !self.api_unavailable,
-            "{:?} {} dispatched while the API is down",
+            "{:?} {:?} dispatched while the API is down",
             src,
             offset
         );
         prop_assert!(self.m.mode() != Mode::Paused, "dispatched while paused");
         prop_assert!(
             !self.drain_requested,
-            "{:?} {} dispatched after the drain request",
+            "{:?} {:?} dispatched after the drain request",
             src,
             offset
         );
         prop_assert!(
-            !self.in_flight.contains(&(src, offset)),
-            "{:?} {} dispatched twice at once",
+            !self.in_flight.contains(&(src, slot)),
+            "{:?} {:?} dispatched twice at once",
             src,
             offset
         );
         let i = src.index();
         let Some(rec) = self.taken[i].get(&offset).cloned() else {
             return Err(TestCaseError::fail(format!(
-                "{src:?} {offset} dispatched, never taken in"
+                "{src:?} {offset:?} dispatched, never taken in"
             )));
         };
         prop_assert!(
             !self.done[i].contains(&offset),
-            "{:?} {} dispatched after done",
+            "{:?} {:?} dispatched after done",
             src,
             offset
         );
@@ -544,18 +670,18 @@ impl Harness {
                     OrderingMode::Partition => true,
                     OrderingMode::Unordered => false,
                 };
-                let same_lane = |o: &i64| {
+                let same_lane = |o: &Id| {
                     let r = &self.taken[i][o];
                     r.kind == Kind::Ordered && lane(r)
                 };
                 if let Some(&(_, busy)) = self
                     .in_flight
                     .iter()
-                    .find(|(s, o)| *s == Src::Main && same_lane(o))
+                    .find(|(s, o)| *s == Src::Main && same_lane(&self.slots[&(*s, *o)]))
                 {
                     prop_assert!(
                         false,
-                        "main {} dispatched while {} of its lane is in flight",
+                        "main {:?} dispatched while {} of its lane is in flight",
                         offset,
                         busy
                     );
@@ -567,7 +693,7 @@ impl Harness {
                 {
                     prop_assert!(
                         false,
-                        "main {} dispatched before {} of its lane is done",
+                        "main {:?} dispatched before {:?} of its lane is done",
                         offset,
                         earlier
                     );
@@ -576,7 +702,7 @@ impl Harness {
             (Src::Dlq, Kind::Queued { not_before_ms }) if first => {
                 prop_assert!(
                     not_before_ms <= self.now().wall_ms,
-                    "DLQ {} dispatched before due",
+                    "DLQ {:?} dispatched before due",
                     offset
                 );
                 let skipped = self.taken[i].range(..offset).find(|(o, r)| {
@@ -584,14 +710,14 @@ impl Harness {
                 });
                 prop_assert!(
                     skipped.is_none(),
-                    "DLQ {} dispatched before {:?}",
+                    "DLQ {:?} dispatched before {:?}",
                     offset,
                     skipped
                 );
             }
             _ => {}
         }
-        self.in_flight.push((src, offset));
+        self.in_flight.push((src, slot));
         Ok(())
     }
 
@@ -637,18 +763,33 @@ impl Harness {
         Ok(())
     }
 
-    fn send(&mut self, src: Src, n: usize, dup: bool) -> Result<(), TestCaseError> {
+    fn send(&mut self, src: Src, n: usize, reset: bool) -> Result<(), TestCaseError> {
         let i = src.index();
         let from = self.sent[i];
-        let to = (from + n).min(self.logs[i].len());
-        let mut batch: Vec<Rec> = self.logs[i][from..to].to_vec();
-        for r in &batch {
-            self.taken[i].insert(r.offset, r.clone());
+        if reset && from > 0 && from < self.logs[i].len() {
+            // The read position moves back to an offset already read (an
+            // offset reset, a recreated topic): the rest of the log comes as
+            // a new incarnation from there, its gaps kept.
+            // At or below an offset of the current incarnation already sent.
+            let inc = self.logs[i][from - 1].inc;
+            let read: Vec<i64> = self.logs[i][..from]
+                .iter()
+                .filter(|r| r.inc == inc)
+                .map(|r| r.offset)
+                .collect();
+            let back = read[read.len() - 1 - (n % read.len())];
+            let first = self.logs[i][from].offset;
+            let inc = inc + 1;
+            for r in &mut self.logs[i][from..] {
+                r.offset = back + (r.offset - first);
+                r.inc = inc;
+            }
+            self.reset_at.push(back);
         }
-        if dup && from > 0 {
-            // A record already sent comes again (a replay after a seek, say).
-            let again = self.logs[i][from - 1 - (n % from)].clone();
-            batch.insert(batch.len() / 2, again);
+        let to = (from + n).min(self.logs[i].len());
+        let batch: Vec<Rec> = self.logs[i][from..to].to_vec();
+        for r in &batch {
+            self.taken[i].insert((r.inc, r.offset), r.clone());
         }
         self.sent[i] = to;
         if batch.is_empty() {
@@ -662,7 +803,7 @@ impl Harness {
     fn answer(&mut self, idx: usize, outcome: Outcome) -> Result<(), TestCaseError> {
         let (src, offset) = self.in_flight.remove(idx);
         if outcome == Outcome::Done {
-            prop_assert!(self.done[src.index()].insert(offset));
+            prop_assert!(self.done[src.index()].insert(self.slots[&(src, offset)]));
         }
         let report = Report {
             generation: GEN,
@@ -677,7 +818,7 @@ impl Harness {
         let reports: Vec<Report> = std::mem::take(&mut self.in_flight)
             .into_iter()
             .map(|(src, offset)| {
-                self.done[src.index()].insert(offset);
+                self.done[src.index()].insert(self.slots[&(src, offset)]);
                 Report {
                     generation: GEN,
                     src,
@@ -718,8 +859,16 @@ impl Harness {
         } else {
             end(dlq, dlq.len())
         };
+        // Stale: the end as it was when the next record was not written yet
+        // (the offsets before it held only markers then).
+        let main = match self.logs[0].get(self.sent[0]) {
+            Some(next) if stale => next.offset,
+            _ => self.logs[0]
+                .last()
+                .map_or(0, |r| self.log_end(Src::Main, r.inc)),
+        };
         let p = Positions {
-            main_high: Some(end(&self.logs[0], self.logs[0].len())),
+            main_high: Some(main),
             dlq_high: dlq_high.max(10),
             dlq_start: 10,
         };
@@ -728,7 +877,8 @@ impl Harness {
 
     fn step(&mut self, a: &Action) -> Result<(), TestCaseError> {
         match *a {
-            Action::FeedMain { n, dup } => self.send(Src::Main, n, dup),
+            Action::FeedMain { n, reset } => self.send(Src::Main, n, reset),
+            Action::ProbeAnswers => self.answer_probes(),
             Action::FeedDlq { n } => self.send(Src::Dlq, n, false),
             Action::Answer { pick, errored } if !self.in_flight.is_empty() => {
                 let outcome = if errored {
@@ -802,6 +952,14 @@ impl Harness {
         }
     }
 
+    /// Delivers the clean probe answers (they may be stale by now).
+    fn answer_probes(&mut self) -> Result<(), TestCaseError> {
+        for p in std::mem::take(&mut self.probes) {
+            self.feed(p)?;
+        }
+        Ok(())
+    }
+
     /// Delivers the waker's message, if the waker was called.
     fn wake(&mut self) -> Result<(), TestCaseError> {
         if !self.woken.swap(false, Ordering::SeqCst) {
@@ -861,6 +1019,18 @@ impl Harness {
             self.in_flight.is_empty() && self.timers.is_empty(),
             "never settled"
         );
+        if !self.drain_requested {
+            // Lag checks, with the probes they ask for answered: a proof is
+            // asked at most every other check.
+            for _ in 0..4 {
+                self.positions(false)?;
+                self.answer_probes()?;
+                let Some(&(due, _)) = self.timers.iter().min_by_key(|(due, _)| *due) else {
+                    continue;
+                };
+                self.advance_to(due + 1_000)?;
+            }
+        }
         if self.drain_requested {
             prop_assert_eq!(self.drained, 1, "the drain was never answered");
             return Ok(());
@@ -871,14 +1041,17 @@ impl Harness {
         prop_assert_eq!(self.budget.used(), 0);
         for src in Src::BOTH {
             let i = src.index();
-            let undone: Vec<i64> = self.taken[i]
+            let undone: Vec<Id> = self.taken[i]
                 .keys()
                 .filter(|o| !self.done[i].contains(o))
                 .copied()
                 .collect();
             prop_assert!(undone.is_empty(), "{:?} never done: {:?}", src, undone);
-            let end = self.logs[i].last().map(|r| r.offset + 1);
+            let end = self.logs[i].last().map(|r| self.log_end(src, r.inc));
             prop_assert_eq!(self.stored[i], end, "{:?} not stored to the end", src);
+            if let Some(last) = self.logs[i].last() {
+                prop_assert_eq!(self.inc[i], last.inc, "{:?} resets not all noted", src);
+            }
         }
         Ok(())
     }

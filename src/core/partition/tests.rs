@@ -14,6 +14,8 @@ pub(super) struct Rec {
     pub parked_after: Option<u32>,
     /// What it costs against the byte budgets.
     pub size: usize,
+    /// Which incarnation of its log it belongs to (the model's resets).
+    pub inc: u32,
 }
 
 impl Rec {
@@ -25,6 +27,7 @@ impl Rec {
             kind: Kind::Ordered,
             parked_after: None,
             size: 100,
+            inc: 0,
         }
     }
 
@@ -36,6 +39,7 @@ impl Rec {
             kind: Kind::Queued { not_before_ms },
             parked_after: None,
             size: 100,
+            inc: 0,
         }
     }
 }
@@ -74,6 +78,9 @@ impl Intake for Plain {
 
 pub(super) const GEN: u64 = 7;
 
+/// The topic id the tests' logs have.
+pub(super) const LOG: &str = "q6AUPnmAS0yMtYhZ7I9-Ag";
+
 pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize) -> Settings {
     Settings {
         generation: GEN,
@@ -87,6 +94,8 @@ pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize)
         start: [None, None],
         stored: [None, None],
         skip: [None, None],
+        logs: [Some(LOG.into()), Some(LOG.into())],
+        metadata_max_bytes: DEFAULT_MAX_METADATA_BYTES,
         commit_interval: Duration::from_millis(250),
         commit_after: usize::MAX,
         commit_floor: super::COMMIT_FLOOR,
@@ -220,7 +229,7 @@ fn metadata_commits<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, Vec<i64>)> {
 }
 
 fn named_done(at: i64, metadata: &str) -> Vec<i64> {
-    let c = crate::core::completed::decode(at, metadata).expect("Courier's metadata");
+    let c = crate::core::completed::decode(LOG, at, metadata).expect("Courier's metadata");
     (0..100).filter(|o| c.contains(*o)).collect()
 }
 
@@ -281,8 +290,8 @@ fn done_offsets_above_a_stuck_watermark_are_committed_as_metadata() {
 #[test]
 fn offsets_the_metadata_names_done_are_skipped_and_no_other() {
     // An earlier owner: 10 and 13 in flight, 11, 12, 14 done.
-    let metadata = crate::core::completed::encode(10, 15, [10, 13], 4096);
-    let skip = crate::core::completed::decode(10, &metadata);
+    let metadata = crate::core::completed::encode(LOG, 10, 15, [10, 13], 4096);
+    let skip = crate::core::completed::decode(LOG, 10, &metadata);
     let mut t = T::new(Settings {
         skip: [skip, None],
         ..settings(OrderingMode::Unordered, 10, 100)
@@ -309,8 +318,8 @@ fn offsets_the_metadata_names_done_are_skipped_and_no_other() {
 /// beyond its end are all dispatched (it is dropped once passed).
 #[test]
 fn a_skip_set_ends_where_its_metadata_ends() {
-    let metadata = crate::core::completed::encode(0, 3, [0], 4096);
-    let skip = crate::core::completed::decode(0, &metadata);
+    let metadata = crate::core::completed::encode(LOG, 0, 3, [0], 4096);
+    let skip = crate::core::completed::decode(LOG, 0, &metadata);
     let mut t = T::new(Settings {
         skip: [skip, None],
         ..settings(OrderingMode::Unordered, 10, 100)
@@ -837,4 +846,195 @@ proptest! {
             prop_assert!(uncommitted < commit_after, "{} ≥ {}", uncommitted, commit_after);
         }
     }
+}
+
+fn resets<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, i64)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Note(Note::PositionReset { src, from, to, .. }) => Some((*src, *from, *to)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn metadata_of<I>(fx: &[Effect<I>]) -> Vec<String> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Store { metadata, .. } => Some(metadata.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The topic was recreated (or its offsets reset) while the machine ran: the
+/// records at offsets below its position are a new log, delivered, not
+/// dropped as duplicates; the position stored is the new log's.
+#[test]
+fn a_position_that_moves_back_is_a_new_incarnation() {
+    let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
+    t.normal();
+    t.feed(main_recs(10..15, |_| None));
+    t.done(Src::Main, &[10, 11, 12, 13, 14]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 15)]);
+    // The new log from 0.
+    let fx = t.feed(main_recs(0..3, |_| None));
+    assert_eq!(resets(&fx), vec![(Src::Main, 15, 0)]);
+    // Slots continue above the old ones: 15, 16, 17 carry offsets 0, 1, 2.
+    let jobs: Vec<(Src, i64, i64)> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Dispatch { src, offset, item } => Some((*src, *offset, item.offset)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        jobs,
+        vec![(Src::Main, 15, 0), (Src::Main, 16, 1), (Src::Main, 17, 2)]
+    );
+    // The old position is forgotten: the new log's is stored, and committed
+    // at once (librdkafka's auto-commit would wait for it to pass the old).
+    let commits: Vec<(i64, bool)> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Store { offset, commit, .. } => Some((offset.get(), *commit)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(commits, vec![(0, true)]);
+    let fx = t.done(Src::Main, &[16]);
+    assert!(stores(&fx).is_empty());
+    // 16 done, 15 not: the position stays at the new log's 0.
+    assert_eq!(t.store_timer(), vec![]);
+    t.done(Src::Main, &[15, 17]);
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert_eq!(stores(&fx), vec![(Src::Main, 3)]);
+    // Metadata is bound to the old log's id: none on the new one.
+    assert!(metadata_of(&fx).iter().all(String::is_empty), "{fx:?}");
+    // It goes on in order from there.
+    let fx = t.feed(main_recs(3..4, |_| None));
+    assert!(resets(&fx).is_empty());
+    assert_eq!(dispatched(&fx), vec![(Src::Main, 18)]);
+}
+
+/// Nothing is stored for the new log while events of the old one are
+/// unfinished (their positions mean nothing there), and the old watermark is
+/// never stored after the reset.
+#[test]
+fn the_old_incarnation_finishes_before_the_new_log_is_stored() {
+    let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
+    t.normal();
+    t.feed(main_recs(10..13, |_| None));
+    t.done(Src::Main, &[10]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 11)]);
+    let fx = t.feed(main_recs(5..7, |_| None));
+    assert_eq!(resets(&fx), vec![(Src::Main, 13, 5)]);
+    t.done(Src::Main, &[13, 14]); // The new log's 5 and 6.
+    assert_eq!(
+        t.store_timer(),
+        vec![],
+        "11 and 12 of the old log are unfinished"
+    );
+    t.done(Src::Main, &[11]);
+    assert_eq!(t.store_timer(), vec![]);
+    t.done(Src::Main, &[12]);
+    let fx = t.feed(Input::Timer(Timer::Store));
+    let stored: Vec<(i64, bool)> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Store { offset, commit, .. } => Some((offset.get(), *commit)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, vec![(7, true)], "the new log's, committed at once");
+}
+
+/// An earlier owner's metadata names offsets of the old log: after a reset a
+/// record at such an offset is delivered.
+#[test]
+fn the_skip_set_does_not_outlive_a_reset() {
+    let metadata = crate::core::completed::encode(LOG, 10, 15, [10], 4096);
+    let mut t = T::new(Settings {
+        skip: [crate::core::completed::decode(LOG, 10, &metadata), None],
+        ..settings(OrderingMode::Unordered, 10, 100)
+    });
+    t.normal();
+    let fx = t.feed(main_recs(10..11, |_| None));
+    assert_eq!(dispatched(&fx), vec![(Src::Main, 10)]);
+    let fx = t.feed(main_recs(9..15, |_| None));
+    assert_eq!(resets(&fx), vec![(Src::Main, 11, 9)]);
+    assert_eq!(skipped(&fx), 0);
+    assert_eq!(dispatched(&fx).len(), 6);
+}
+
+/// A transactional producer's commit marker is the last offset of an idle
+/// partition: the side asks for a probe, and a proof that nothing is to be
+/// delivered there moves the stored position to the end. A stale proof (records
+/// came since) moves nothing.
+#[test]
+fn an_idle_side_passes_trailing_markers_on_a_proof() {
+    let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
+    t.normal();
+    t.feed(main_recs(0..3, |_| None));
+    t.done(Src::Main, &[0, 1, 2]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 3)]);
+    let lag = |t: &mut T| {
+        t.feed(Input::Positions(Positions {
+            main_high: Some(4),
+            dlq_high: 0,
+            dlq_start: 0,
+        }))
+    };
+    let probes = |fx: &[Effect<Rec>]| -> Vec<(Src, i64, i64)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Probe { src, from, to } => Some((*src, from.get(), to.get())),
+                _ => None,
+            })
+            .collect()
+    };
+    // Idle at 3 with the end at 4 at two checks in a row: a probe.
+    assert!(probes(&lag(&mut t)).is_empty());
+    let fx = lag(&mut t);
+    assert_eq!(probes(&fx), vec![(Src::Main, 3, 4)]);
+    // The next check does not ask again while one is out.
+    assert!(probes(&lag(&mut t)).is_empty());
+    let proof = Input::Probed {
+        src: Src::Main,
+        from: NextOffset::at(3),
+        to: NextOffset::at(4),
+    };
+    let fx = t.feed(proof);
+    assert_eq!(stores(&fx), vec![(Src::Main, 4)]);
+    assert!(
+        probes(&lag(&mut t)).is_empty(),
+        "at the end: nothing to prove"
+    );
+
+    // Stale: a record arrived after the probe was asked.
+    let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
+    t.normal();
+    t.feed(main_recs(0..3, |_| None));
+    t.done(Src::Main, &[0, 1, 2]);
+    t.store_timer();
+    lag(&mut t);
+    assert_eq!(probes(&lag(&mut t)), vec![(Src::Main, 3, 4)]);
+    t.feed(main_recs(3..4, |_| None)); // In flight.
+    let fx = t.feed(Input::Probed {
+        src: Src::Main,
+        from: NextOffset::at(3),
+        to: NextOffset::at(4),
+    });
+    assert!(stores(&fx).is_empty(), "{fx:?}");
+    // After a reset, a proof made for the old log moves nothing either.
+    t.done(Src::Main, &[3]);
+    t.store_timer();
+    t.feed(main_recs(0..1, |_| None));
+    t.done(Src::Main, &[4]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 1)]);
+    let fx = t.feed(Input::Probed {
+        src: Src::Main,
+        from: NextOffset::at(4),
+        to: NextOffset::at(9),
+    });
+    assert!(stores(&fx).is_empty(), "{fx:?}");
 }
