@@ -51,6 +51,8 @@ pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
 pub const REVOKED_WORK: &str = "courier_revoked_work_total";
 pub const TAKEOVER: &str = "courier_takeover_seconds";
 pub const OFFSET_COMMITS: &str = "courier_offset_commits_total";
+// Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
+pub const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -207,6 +209,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         OFFSET_COMMITS,
         "OffsetCommit requests to the broker, by kind: auto (librdkafka's auto-commit, with something to commit) and explicit (Courier's: commits that follow progress, and metadata changed alone). The broker cost of keeping redelivery after a crash small.",
+    ),
+    (
+        DELETED_UNREAD,
+        "Events deleted (retention, delete-records, truncation) before this group read them, by topic and partition: the offsets between the committed position and the log start, less those the commit metadata names done. Each is an event lost. Expected 0.",
     ),
 ];
 
