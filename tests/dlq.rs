@@ -14,13 +14,18 @@ use std::time::Duration;
 async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     let s = services();
     let n = Names::new("dlq", 3);
-    // The DLQ refuses writes (acks=all needs 2 in-sync replicas, the test
-    // broker has 1) until its min.insync.replicas is lowered. (A missing DLQ is
-    // refused at start: `a_missing_dlq_or_parking_topic_is_refused_at_start`.)
+    // The DLQ refuses every write (a record's timestamp may be 0 ms old:
+    // INVALID_TIMESTAMP, which Courier retries) until the limit is lifted. (A
+    // missing DLQ is refused at start:
+    // `a_missing_dlq_or_parking_topic_is_refused_at_start`.)
     n.create(&s, true).await;
-    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("min.insync.replicas", "2")])
-        .await
-        .unwrap();
+    courier::kafka::admin::alter_topic_config(
+        &s.brokers,
+        &n.dlq,
+        &[("message.timestamp.before.max.ms", "0")],
+    )
+    .await
+    .unwrap();
     let spec = Spec {
         count: 3_000,
         // One key per event: in `key` mode, later events of a failing event's key
@@ -76,7 +81,7 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
         },
     )
     .await;
-    // …and a DLQ write was refused by the broker (not enough replicas).
+    // …and a DLQ write was refused by the broker (invalid timestamp).
     let mut failures = 0.0;
     wait_until(
         Duration::from_secs(30),
@@ -111,9 +116,13 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
 
     // Let the DLQ accept writes: the pending ones go through and the offsets
     // move to the end.
-    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("min.insync.replicas", "1")])
-        .await
-        .unwrap();
+    courier::kafka::admin::alter_topic_config(
+        &s.brokers,
+        &n.dlq,
+        &[("message.timestamp.before.max.ms", "9223372036854775807")],
+    )
+    .await
+    .unwrap();
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     c.terminate(Duration::from_secs(30)).await;
 
@@ -262,7 +271,10 @@ async fn deleted_unread(c: &Courier, topic: &str) -> f64 {
         .unwrap_or_default();
     page.lines()
         .filter(|l| l.starts_with("courier_events_deleted_unread_total{"))
-        .filter(|l| l.contains(&format!("topic=\"{topic}\"")))
+        // Not `main_topic="…"`, on every series.
+        .filter(|l| {
+            l.contains(&format!("{{topic=\"{topic}\"")) || l.contains(&format!(",topic=\"{topic}\""))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }

@@ -516,7 +516,17 @@ pub fn scan(
                 }
             }
             Some(Err(e)) => return Err(failure(&c, e)),
-            None => {}
+            None => {
+                // Nothing more to read: the partitions whose last offsets are
+                // a transaction's control marker (or an aborted batch), which no
+                // poll returns, are done once the position passed them.
+                if let Ok(at) = c.position() {
+                    remaining.retain(|p, hi| {
+                        !matches!(at.find_partition(topic, *p).map(|e| e.offset()),
+                            Some(Offset::Offset(o)) if o >= *hi)
+                    });
+                }
+            }
         }
     }
     Ok(())
