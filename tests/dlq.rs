@@ -416,6 +416,36 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
     expected.sort();
     assert_eq!(lost, expected, "lost = the 30 events deleted unread, nothing else");
     assert_eq!(rep.delivered, 40 + 30);
+
+    // The operator tools report the same way: the DLQ below the group's
+    // committed position, and the parking lot (which nothing consumes) below
+    // what the replay log lists.
+    for i in 0..2 {
+        producer
+            .send(
+                FutureRecord::to(&n.parking)
+                    .partition(0)
+                    .key("k")
+                    .payload(&format!("parked {i}")),
+                Timeout::After(Duration::from_secs(10)),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    courier::kafka::admin::delete_records(&s.brokers, &n.parking, 0, 2)
+        .await
+        .unwrap();
+    let cfg = log_dir().join(format!("{}-cli.toml", n.topic));
+    std::fs::write(&cfg, &toml).unwrap();
+    for (args, topic, range) in [
+        (&["dlq", "inspect"][..], &n.dlq, "[0] offsets 5..8: 3 records"),
+        (&["dlq", "inspect", "--parking"][..], &n.parking, "[0] offsets 0..2: 2 records"),
+    ] {
+        let (code, out) = courier_cli(&s, &cfg, args);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains(&format!("events deleted unread: {topic}{range}")), "{out}");
+    }
 }
 
 /// A DLQ partition whose only remaining offsets are an aborted transaction

@@ -440,6 +440,33 @@ pub fn snapshot(
     snapshot_with(&c, topic)
 }
 
+/// Start and end offsets (low and high watermarks) of every partition of
+/// `topic`, empty ones included. Empty when the topic does not exist.
+pub fn watermarks(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
+    let c = reader(&cluster.client_config())?;
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|e| failure(&c, e))?;
+    let Some(t) = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+    else {
+        return Ok(BTreeMap::new());
+    };
+    let mut out = BTreeMap::new();
+    for p in t.partitions() {
+        let w = c
+            .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+            .map_err(|e| failure(&c, e))?;
+        out.insert(p.id(), w);
+    }
+    Ok(out)
+}
+
 fn snapshot_with(c: &Reader, topic: &str) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
     let md = c
         .fetch_metadata(Some(topic), Duration::from_secs(10))
