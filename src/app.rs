@@ -54,7 +54,9 @@ pub async fn start(
     if config.pipeline.oversize == crate::config::Oversize::Refuse {
         check_envelopes_fit(&config).await?;
     }
-    warn_dlq_retention(&config).await;
+    // Only a warning: checked beside the start, never delaying it.
+    let checked = config.clone();
+    tokio::spawn(async move { warn_dlq_retention(&checked).await });
     if config.uses_postgres() {
         crate::delivery::enrich::check_at_start(&config.enrichment, config.enrichment_password()?)
             .await?;

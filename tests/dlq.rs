@@ -474,6 +474,12 @@ async fn a_transaction_marker_at_the_dlq_end_is_not_unread() {
     drop(tx);
     let ends = courier::kafka::admin::end_offsets(&s.brokers, &n.dlq, 1).unwrap();
     assert_eq!(ends, vec![2], "the aborted record and its marker");
+    // A DLQ retention shorter than the policy's horizon (FAST: the default 5
+    // rounds, back-off 300 ms doubling up to 2 s: an envelope waits up to 2 s)
+    // is warned about at start.
+    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("retention.ms", "1500")])
+        .await
+        .unwrap();
     let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
         .await
         .unwrap();
@@ -491,6 +497,15 @@ async fn a_transaction_marker_at_the_dlq_end_is_not_unread() {
     .await;
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     c.terminate(Duration::from_secs(30)).await;
+    let log = strip_ansi(&c.log_text());
+    let warned = log
+        .lines()
+        .find(|l| l.contains("retention.ms is shorter than the longest time"))
+        .unwrap_or_else(|| panic!("no retention warning: {}", group_log_excerpt(&c.log)));
+    assert!(
+        warned.contains("retention_ms=1500") && warned.contains("horizon_ms=2000"),
+        "{warned}"
+    );
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("marker at the DLQ end", &rep);
 }

@@ -848,3 +848,62 @@ fn dlq_positions(
         dlq_start: start,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(position: Option<i64>, last_forwarded: Option<i64>) -> DlqRead {
+        DlqRead {
+            position,
+            last_forwarded,
+        }
+    }
+
+    /// What the partition machine would conclude (`dlq_has_unread` with
+    /// nothing begun, or with `begun` the highest begun offset).
+    fn unread(p: &Positions, begun: Option<i64>) -> bool {
+        p.dlq_high > begun.map_or(p.dlq_start, |b| b + 1)
+    }
+
+    #[test]
+    fn the_dlq_start_is_raised_to_the_log_start() {
+        // Committed 5, everything up to 8 deleted (the DLQ purged to its end).
+        let p = dlq_positions(None, 8, 8, Some(5), None);
+        assert_eq!((p.dlq_start, p.dlq_high), (8, 8));
+        assert!(!unread(&p, None), "nothing can be read: not unread");
+        // Purged up to 8 of 10: two envelopes left to read.
+        let p = dlq_positions(None, 8, 10, Some(5), None);
+        assert_eq!(p.dlq_start, 8);
+        assert!(unread(&p, None));
+        // Nothing committed: from the log start.
+        let p = dlq_positions(None, 3, 10, None, None);
+        assert_eq!(p.dlq_start, 3);
+    }
+
+    #[test]
+    fn a_control_marker_at_the_end_is_not_unread() {
+        // An aborted record (0) and its marker (1): the consumer's position
+        // passed both, nothing was handed over.
+        let p = dlq_positions(None, 0, 2, None, Some(&read(Some(2), None)));
+        assert!(!unread(&p, None), "{p:?}");
+        // A committed transaction: record 4 read and begun, marker at 5.
+        let p = dlq_positions(None, 0, 6, Some(4), Some(&read(Some(6), Some(4))));
+        assert_eq!(p.dlq_high, 5);
+        assert!(!unread(&p, Some(4)));
+        // Before the position passed the marker: still unread (looked at again
+        // at the next lag check).
+        let p = dlq_positions(None, 0, 6, Some(4), Some(&read(Some(5), Some(4))));
+        assert!(unread(&p, Some(4)));
+        // Records not handed over yet are unread whatever the position says.
+        let p = dlq_positions(None, 0, 10, Some(4), Some(&read(None, Some(4))));
+        assert!(unread(&p, Some(4)));
+    }
+
+    #[test]
+    fn a_log_start_moved_past_what_was_read_leaves_nothing_unread() {
+        // Read and begun up to 2, then the log was purged to 10 (= its end).
+        let p = dlq_positions(None, 10, 10, Some(0), Some(&read(Some(3), Some(2))));
+        assert!(!unread(&p, Some(2)), "{p:?}");
+    }
+}
