@@ -406,7 +406,11 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             let plan = replay::prepare(&cfg.kafka, &source, &filter).await?;
             // Records deleted before they were handled cannot be replayed: said
             // (and logged) as the consumer says it.
-            let (k, t, g) = (cfg.kafka.clone(), source.clone(), cfg.kafka.group_id.clone());
+            let (k, t, g) = (
+                cfg.kafka.clone(),
+                source.clone(),
+                cfg.kafka.group_id.clone(),
+            );
             let deleted = tokio::task::spawn_blocking(move || {
                 inspect::deleted_report(&k, &t, from_dlq.then_some(g.as_str()))
             })

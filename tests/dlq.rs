@@ -273,7 +273,8 @@ async fn deleted_unread(c: &Courier, topic: &str) -> f64 {
         .filter(|l| l.starts_with("courier_events_deleted_unread_total{"))
         // Not `main_topic="…"`, on every series.
         .filter(|l| {
-            l.contains(&format!("{{topic=\"{topic}\"")) || l.contains(&format!(",topic=\"{topic}\""))
+            l.contains(&format!("{{topic=\"{topic}\""))
+                || l.contains(&format!(",topic=\"{topic}\""))
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -334,12 +335,13 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
     let toml = toml_with(&n, &api.url(), FAST);
     let mut c = Courier::start(&n.topic, &s, &toml);
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
-    let dlq_committed = || {
-        courier::kafka::admin::committed_offsets(&s.brokers, &n.group, &n.dlq, 1).unwrap()[0]
-    };
-    wait_until(Duration::from_secs(60), "the DLQ drained and committed", || {
-        dlq_committed() == 5
-    })
+    let dlq_committed =
+        || courier::kafka::admin::committed_offsets(&s.brokers, &n.group, &n.dlq, 1).unwrap()[0];
+    wait_until(
+        Duration::from_secs(60),
+        "the DLQ drained and committed",
+        || dlq_committed() == 5,
+    )
     .await;
     assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
     assert_eq!(n.committed(&s), vec![40]);
@@ -388,7 +390,9 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
     let line_of = |topic: &str| {
         lines
             .iter()
-            .find(|l| l.contains(&format!("topic={topic} ")) || l.contains(&format!("topic=\"{topic}\"")))
+            .find(|l| {
+                l.contains(&format!("topic={topic} ")) || l.contains(&format!("topic=\"{topic}\""))
+            })
             .unwrap_or_else(|| panic!("no line for {topic}: {lines:#?}"))
             .clone()
     };
@@ -414,7 +418,10 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
     let mut lost = rep.lost.clone();
     lost.sort();
     expected.sort();
-    assert_eq!(lost, expected, "lost = the 30 events deleted unread, nothing else");
+    assert_eq!(
+        lost, expected,
+        "lost = the 30 events deleted unread, nothing else"
+    );
     assert_eq!(rep.delivered, 40 + 30);
 
     // The operator tools report the same way: the DLQ below the group's
@@ -439,12 +446,23 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
     let cfg = log_dir().join(format!("{}-cli.toml", n.topic));
     std::fs::write(&cfg, &toml).unwrap();
     for (args, topic, range) in [
-        (&["dlq", "inspect"][..], &n.dlq, "[0] offsets 5..8: 3 records"),
-        (&["dlq", "inspect", "--parking"][..], &n.parking, "[0] offsets 0..2: 2 records"),
+        (
+            &["dlq", "inspect"][..],
+            &n.dlq,
+            "[0] offsets 5..8: 3 records",
+        ),
+        (
+            &["dlq", "inspect", "--parking"][..],
+            &n.parking,
+            "[0] offsets 0..2: 2 records",
+        ),
     ] {
         let (code, out) = courier_cli(&s, &cfg, args);
         assert_eq!(code, 0, "{out}");
-        assert!(out.contains(&format!("events deleted unread: {topic}{range}")), "{out}");
+        assert!(
+            out.contains(&format!("events deleted unread: {topic}{range}")),
+            "{out}"
+        );
     }
 }
 
@@ -466,9 +484,14 @@ async fn a_transaction_marker_at_the_dlq_end_is_not_unread() {
     let t = Duration::from_secs(30);
     tx.init_transactions(t).unwrap();
     tx.begin_transaction().unwrap();
-    tx.send(BaseRecord::to(&n.dlq).partition(0).key("k").payload("aborted"))
-        .map_err(|(e, _)| e)
-        .unwrap();
+    tx.send(
+        BaseRecord::to(&n.dlq)
+            .partition(0)
+            .key("k")
+            .payload("aborted"),
+    )
+    .map_err(|(e, _)| e)
+    .unwrap();
     tx.flush(t).unwrap();
     tx.abort_transaction(t).unwrap();
     drop(tx);
@@ -530,7 +553,10 @@ async fn a_missing_dlq_or_parking_topic_is_refused_at_start() {
             .unwrap();
         let mut c = Courier::start(&n.topic, &s, &base_toml(&n, "http://127.0.0.1:9/"));
         let code = c.wait_exit(Duration::from_secs(60)).await;
-        assert!(matches!(code, Some(c) if c != 0), "{missing}: exit {code:?}");
+        assert!(
+            matches!(code, Some(c) if c != 0),
+            "{missing}: exit {code:?}"
+        );
         let log = strip_ansi(&c.log_text());
         assert!(
             log.contains(&format!("{missing} topic `{absent}` does not exist")),
@@ -568,7 +594,12 @@ async fn partitions_added_while_running_are_refused() {
         .unwrap();
     let code = c.wait_exit(Duration::from_secs(90)).await;
     let log = strip_ansi(&c.log_text());
-    assert_eq!(code, Some(70), "exit for a restart: {}", group_log_excerpt(&c.log));
+    assert_eq!(
+        code,
+        Some(70),
+        "exit for a restart: {}",
+        group_log_excerpt(&c.log)
+    );
     assert!(
         log.contains("has 2 partitions but") && log.contains("has 3"),
         "the mismatch named: {}",

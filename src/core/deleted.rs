@@ -122,7 +122,10 @@ mod tests {
     fn offsets_the_metadata_names_done_are_not_lost() {
         let d = done(40, &[41, 42, 50, 90]);
         let g = gap(40, 70, Some(&d)).unwrap();
-        assert_eq!(g.count, 27, "41, 42 and 50 were done; 90 is above the range");
+        assert_eq!(
+            g.count, 27,
+            "41, 42 and 50 were done; 90 is above the range"
+        );
         let all = done(10, &[11, 12]);
         assert_eq!(gap(10, 13, Some(&all)).map(|g| g.count), Some(1));
     }

@@ -273,7 +273,9 @@ mod tests {
         assert_eq!(horizon_ms(many, base, cap), cap);
         // Deadline 10 s: rounds at 0 (1 s), 1 (1 s), 2 (2 s), 4 (4 s), then
         // 8 s (written at 8 s < 10 s).
-        let ten = RetryPolicy::Deadline { deadline_ms: 10_000 };
+        let ten = RetryPolicy::Deadline {
+            deadline_ms: 10_000,
+        };
         assert_eq!(horizon_ms(ten, base, cap), 8_000);
         let day = RetryPolicy::Deadline {
             deadline_ms: 86_400_000,

@@ -49,7 +49,12 @@ pub fn deleted_report(
     let mut committed = BTreeMap::new();
     if let (Some(group), Some(n)) = (group, marks.keys().max()) {
         let positions = crate::kafka::admin::committed_offsets(kafka, group, topic, n + 1)?;
-        committed.extend(positions.into_iter().enumerate().map(|(p, c)| (p as i32, c)));
+        committed.extend(
+            positions
+                .into_iter()
+                .enumerate()
+                .map(|(p, c)| (p as i32, c)),
+        );
     }
     let replayed = crate::ops::replay::replayed_before(kafka, topic)?;
     let deleted = deleted_unread(&starts, &committed, &replayed);
