@@ -632,7 +632,8 @@ impl ConsumerState {
             .collect()
     }
 
-    /// The main topic and the DLQ still have as many partitions as each other.
+    /// The main topic and the DLQ still have as many partitions as each other
+    /// (when both are in the metadata).
     async fn check_partition_counts(&self) -> Result<(), StartupError> {
         let c = self.lag_client.clone();
         let main = self.pipeline.config.kafka.topic.clone();
@@ -642,14 +643,12 @@ impl ConsumerState {
             let dlq_n = partition_count(&c, &dlq)?;
             match (main_n, dlq_n) {
                 (Some(m), Some(d)) => check_pairs(&main, m, &dlq, d),
-                (None, _) => Err(StartupError::MissingTopic {
-                    role: "main",
-                    topic: main,
-                }),
-                (_, None) => Err(StartupError::MissingTopic {
-                    role: "DLQ",
-                    topic: dlq,
-                }),
+                // A topic being deleted and created again (a purge) has no
+                // partitions for a moment: its next assignment is checked.
+                _ => {
+                    tracing::warn!(main = %main, dlq = %dlq, main_partitions = ?main_n, dlq_partitions = ?dlq_n, "a topic of the pair has no partitions in the metadata (deleted, or being created): partition counts checked again at the next assignment");
+                    Ok(())
+                }
             }
         })
         .await
