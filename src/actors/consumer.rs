@@ -539,6 +539,9 @@ impl ConsumerState {
                 // The log start of each partition: where a committed position
                 // below it lost events (deleted-unread accounting).
                 let starts = list_offsets(&c, t, &parts, Offset::Beginning);
+                if starts.is_none() {
+                    tracing::warn!(topic = %t, partitions = ?parts, "cannot read the log start offsets: events deleted unread are not checked at this assignment");
+                }
                 for e in committed.elements_for_topic(t) {
                     if let Offset::Offset(at) = e.offset() {
                         let named = completed::decode(at, e.metadata());
