@@ -161,6 +161,7 @@ async fn warn_dlq_retention(config: &Config) {
         }
     };
     let Some(retention_ms) = retention else {
+        tracing::warn!(dlq = %dlq, "the broker's answer has no retention.ms for the DLQ topic: not checked against the DLQ policy");
         return;
     };
     let (base, cap) = (

@@ -510,6 +510,20 @@ async fn a_transaction_marker_at_the_dlq_end_is_not_unread() {
     courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("retention.ms", "1500")])
         .await
         .unwrap();
+    // The broker applies a config change a moment after acknowledging it.
+    let mut applied = false;
+    for _ in 0..100 {
+        let now =
+            courier::kafka::admin::topic_setting(&s.brokers, &[n.dlq.as_str()], "retention.ms")
+                .await
+                .unwrap();
+        if now.get(&n.dlq).map(String::as_str) == Some("1500") {
+            applied = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(applied, "retention.ms of {} not applied within 10 s", n.dlq);
     let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
         .await
         .unwrap();
@@ -520,7 +534,15 @@ async fn a_transaction_marker_at_the_dlq_end_is_not_unread() {
         ..Spec::default()
     };
     let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
-    let mut c = Courier::start(&n.topic, &s, &toml_with(&n, &api.url(), FAST));
+    // RUST_LOG=info: with the harness's default (`info,librdkafka=warn,…`)
+    // some of the process's first lines never reach the log (noticed here, not
+    // understood; the warning is one of them).
+    let mut c = Courier::start_with_env(
+        &n.topic,
+        &s,
+        &toml_with(&n, &api.url(), FAST),
+        &[("RUST_LOG", "info")],
+    );
     wait_until(Duration::from_secs(60), "every event delivered", || {
         api.audit().delivered.len() == 50
     })
