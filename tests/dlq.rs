@@ -380,7 +380,8 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
         .await
         .unwrap();
 
-    let mut c = Courier::start(&n.topic, &s, &toml);
+    // RUST_LOG=info: see the marker test below.
+    let mut c = Courier::start_with_env(&n.topic, &s, &toml, &[("RUST_LOG", "info")]);
     wait_until(
         Duration::from_secs(60),
         "the losses reported on both topics",
