@@ -58,6 +58,9 @@ pub async fn start(
     if config.pipeline.oversize == crate::config::Oversize::Refuse {
         check_envelopes_fit(&config).await?;
     }
+    // Only a warning: checked beside the start, never delaying it.
+    let checked = config.clone();
+    tokio::spawn(async move { warn_dlq_retention(&checked).await });
     if config.uses_postgres() {
         crate::delivery::enrich::check_at_start(&config.enrichment, config.enrichment_password()?)
             .await?;
@@ -144,6 +147,60 @@ async fn check_envelopes_fit(config: &Config) -> Result<(), StartError> {
             limit,
         }),
         None => Ok(()),
+    }
+}
+
+/// Warns when the DLQ topic's `retention.ms` is shorter than the longest time
+/// an envelope waits there before it is due (the horizon of the longest DLQ
+/// policy: `core::dlq_policy::horizon_ms`): the broker may delete envelopes
+/// before their retry, and those events are lost (counted by
+/// `courier_events_deleted_unread_total` once the DLQ's log start passes the
+/// committed DLQ position). A topic whose config cannot be read is only
+/// logged: the consumer refuses a missing one.
+async fn warn_dlq_retention(config: &Config) {
+    let dlq = config.kafka.dlq_topic();
+    let topics = [dlq.as_str()];
+    let read = crate::kafka::admin::topic_setting(&config.kafka, &topics, "retention.ms");
+    let retention = match tokio::time::timeout(Duration::from_secs(15), read).await {
+        Ok(Ok(r)) => r.get(&dlq).and_then(|v| v.parse::<i64>().ok()),
+        Ok(Err(e)) => {
+            tracing::warn!(dlq = %dlq, error = %e, "cannot read the DLQ topic's retention.ms: not checked against the DLQ policy");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(dlq = %dlq, "reading the DLQ topic's retention.ms timed out: not checked against the DLQ policy");
+            return;
+        }
+    };
+    let Some(retention_ms) = retention else {
+        tracing::warn!(dlq = %dlq, "the broker's answer has no retention.ms for the DLQ topic: not checked against the DLQ policy");
+        return;
+    };
+    let (base, cap) = (
+        config.degraded.dlq_backoff_base_ms(),
+        config.degraded.dlq_backoff_cap_ms(),
+    );
+    let policies = std::iter::once(("default".to_string(), config.retry.default)).chain(
+        config
+            .retry
+            .types
+            .iter()
+            .map(|(t, p)| (format!("type {t}"), *p)),
+    );
+    let longest = policies
+        .map(|(name, p)| (crate::core::dlq_policy::horizon_ms(p, base, cap), name))
+        .max();
+    if let Some((horizon_ms, policy)) = longest {
+        // -1: no time limit.
+        if retention_ms >= 0 && (retention_ms as u64) < horizon_ms {
+            tracing::warn!(
+                dlq = %dlq,
+                retention_ms,
+                horizon_ms,
+                %policy,
+                "the DLQ topic's retention.ms is shorter than the longest time an envelope waits there before its retry (the DLQ policy's horizon, from degraded.dlq_backoff_base/cap and [retry]): the broker can delete envelopes before they are retried, and their events are lost; raise the topic's retention.ms"
+            );
+        }
     }
 }
 

@@ -460,6 +460,10 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             };
             cfg.kafka.secret_properties()?;
             let (k, t) = (cfg.kafka.clone(), topic.clone());
+            // The DLQ is consumed by the group: what it read is below its
+            // committed position. The parking lot is not: what was handled is
+            // what the replay log lists.
+            let group = (!parking).then(|| cfg.kafka.group_id.clone());
             let now = courier::runtime::now_ms();
             // Streamed: the summary keeps counts and samples, not the records.
             let s = tokio::task::spawn_blocking(move || {
@@ -467,8 +471,10 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 courier::kafka::admin::scan(&k, &t, |r| {
                     s.add(r.payload.as_deref());
                     std::ops::ControlFlow::Continue(())
-                })
-                .map(|()| s.finish())
+                })?;
+                let mut s = s.finish();
+                s.deleted = inspect::deleted_report(&k, &t, group.as_deref())?;
+                Ok::<_, courier::kafka::admin::AdminError>(s)
             })
             .await??;
             if json {
@@ -507,6 +513,23 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             };
             cfg.kafka.secret_properties()?;
             let plan = replay::prepare(&cfg.kafka, &source, &filter).await?;
+            // Records deleted before they were handled cannot be replayed: said
+            // (and logged) as the consumer says it.
+            let (k, t, g) = (
+                cfg.kafka.clone(),
+                source.clone(),
+                cfg.kafka.group_id.clone(),
+            );
+            let deleted = tokio::task::spawn_blocking(move || {
+                inspect::deleted_report(&k, &t, from_dlq.then_some(g.as_str()))
+            })
+            .await??;
+            for d in &deleted {
+                println!(
+                    "{source}[{}] offsets {}..{}: {} events deleted unread (retention or delete-records): they cannot be replayed",
+                    d.partition, d.from, d.to, d.count
+                );
+            }
             println!(
                 "{source}: {} to replay to {} ({} with the payload read back from the origin topic), {} already replayed, {} not matching, {} unreadable",
                 plan.selected_count,

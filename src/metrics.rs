@@ -57,8 +57,9 @@ pub const HEADER_NAMES_NOT_UTF8: &str = "courier_header_names_not_utf8_total";
 pub const SYSTEMIC_DEMOTED: &str = "courier_systemic_demoted_total";
 // Positions that moved under Courier (issue 23, item 1).
 pub const POSITION_RESETS: &str = "courier_position_resets_total";
-pub const EVENTS_DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 pub const POSITIONS_PASSED: &str = "courier_positions_passed_markers_total";
+// Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
+pub const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -229,12 +230,12 @@ pub const ALL: &[(&str, &str)] = &[
         "Read positions that moved back without Courier seeking (by topic and reason: topic_recreated, offset_reset): the partition started afresh at the new position, nothing dropped, the old position and metadata never committed onto the new log.",
     ),
     (
-        EVENTS_DELETED_UNREAD,
-        "Events removed from the log before Courier read them, by topic and partition (a recreated topic: the old log's records past Courier's position at its last lag check, a lower bound).",
-    ),
-    (
         POSITIONS_PASSED,
         "Times an idle partition's position was moved past offsets holding nothing to deliver (transaction markers, aborted records), checked by reading them: lag reaches 0 at idle.",
+    ),
+    (
+        DELETED_UNREAD,
+        "Events deleted (retention, delete-records, truncation) before this group read them, by topic and partition: the offsets between the committed position and the log start, less those the commit metadata names done (a recreated topic: the old log's records past Courier's position at its last lag check, a lower bound). Each is an event lost. Expected 0.",
     ),
 ];
 

@@ -34,6 +34,8 @@ pub struct Pipeline {
     pub status: Arc<StatusBoard>,
     budget: Mutex<RestartBudget>,
     fatal: tokio::sync::watch::Sender<Option<String>>,
+    /// Deleted-unread ranges reported so far (each lost offset counted once).
+    deleted: Mutex<crate::core::deleted::Ledger>,
 }
 
 impl Pipeline {
@@ -52,7 +54,58 @@ impl Pipeline {
             config,
             budget: Mutex::new(budget),
             fatal: tokio::sync::watch::Sender::new(None),
+            deleted: Mutex::default(),
         }
+    }
+
+    /// Deleted-unread accounting, the one place it is logged and counted: the
+    /// offsets of `topic`/`partition` between the committed position and the
+    /// log start `log_start`, less those `done` (the commit metadata) names, not
+    /// reported before in this process (`core::deleted::Ledger`). Logs an ERROR
+    /// "events deleted unread" with topic, partition, from, to and count, and
+    /// adds the count to `courier_events_deleted_unread_total{topic,partition}`.
+    /// Returns the count (0: nothing new was lost). For an assignment, an
+    /// offset reset, main, DLQ or parking topic alike.
+    pub fn deleted_unread(
+        &self,
+        topic: &str,
+        partition: i32,
+        committed: i64,
+        log_start: i64,
+        done: Option<&crate::core::completed::Completed>,
+    ) -> u64 {
+        let gap = self
+            .deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .claim(topic, partition, committed, log_start, done);
+        let Some(g) = gap else {
+            return 0;
+        };
+        tracing::error!(
+            topic,
+            partition,
+            from = g.from,
+            to = g.to,
+            count = g.count,
+            "events deleted unread: the log now starts past offsets this group never read (retention, delete-records or truncation); they were neither delivered, dead-lettered nor parked"
+        );
+        metrics::counter!(
+            crate::metrics::DELETED_UNREAD,
+            "topic" => topic.to_string(),
+            "partition" => partition.to_string()
+        )
+        .increment(g.count);
+        g.count
+    }
+
+    /// A new incarnation of `topic`/`partition`'s log (recreated, truncated to
+    /// below what was reported): its losses are counted afresh.
+    pub fn forget_deleted_unread(&self, topic: &str, partition: i32) {
+        self.deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(topic, partition);
     }
 
     /// Counts one actor restart against the budget shared by the whole process.

@@ -116,9 +116,9 @@ pub struct ConsumerActor;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    #[error("topic `{0}` does not exist (Courier does not create topics)")]
-    MissingTopic(String),
-    #[error("DLQ topic `{dlq}` has {dlq_n} partitions but `{main}` has {main_n}: they must be equal (main p and DLQ p are processed together)")]
+    #[error("{role} topic `{topic}` does not exist: create it (Courier does not create topics, and its producer never has the broker create one)")]
+    MissingTopic { role: &'static str, topic: String },
+    #[error("DLQ topic `{dlq}` has {dlq_n} partitions but `{main}` has {main_n}: they must be equal (main p and DLQ p are processed together); add partitions to the one with fewer")]
     PartitionMismatch {
         main: String,
         main_n: usize,
@@ -129,7 +129,23 @@ pub enum StartupError {
     Metadata(String, String),
 }
 
-fn partition_count(c: &KafkaConsumer, topic: &str) -> Result<Option<usize>, StartupError> {
+/// Main p and DLQ p are one pair: the topics must have as many partitions.
+fn check_pairs(main: &str, main_n: usize, dlq: &str, dlq_n: usize) -> Result<(), StartupError> {
+    if main_n == dlq_n {
+        return Ok(());
+    }
+    Err(StartupError::PartitionMismatch {
+        main: main.to_string(),
+        main_n,
+        dlq: dlq.to_string(),
+        dlq_n,
+    })
+}
+
+fn partition_count<C: rdkafka::consumer::ConsumerContext>(
+    c: &BaseConsumer<C>,
+    topic: &str,
+) -> Result<Option<usize>, StartupError> {
     let md = c
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .map_err(|e| StartupError::Metadata(topic.to_string(), e.to_string()))?;
@@ -170,33 +186,37 @@ impl Actor for ConsumerActor {
         )
         .create_with_context(ctx)?;
         let consumer = Arc::new(consumer);
-        let (c2, topic, dlq) = (
+        let (c2, topic, dlq, parking) = (
             consumer.clone(),
             cfg.kafka.topic.clone(),
             p.dlq_topic.clone(),
+            p.parking_topic.clone(),
         );
-        let (main_n, dlq_n) = tokio::task::spawn_blocking(move || {
-            Ok::<_, StartupError>((partition_count(&c2, &topic)?, partition_count(&c2, &dlq)?))
+        let (main_n, dlq_n, parking_n) = tokio::task::spawn_blocking(move || {
+            Ok::<_, StartupError>((
+                partition_count(&c2, &topic)?,
+                partition_count(&c2, &dlq)?,
+                partition_count(&c2, &parking)?,
+            ))
         })
         .await??;
-        let Some(main_n) = main_n else {
-            return Err(StartupError::MissingTopic(cfg.kafka.topic.clone()).into());
+        // Every topic must exist: Courier creates none (a DLQ the broker
+        // auto-created would get its default partition count, and a write to a
+        // missing topic would hold its event's offset until someone noticed).
+        let missing = |role, topic: &str| StartupError::MissingTopic {
+            role,
+            topic: topic.to_string(),
         };
-        match dlq_n {
-            Some(n) if n != main_n => {
-                return Err(StartupError::PartitionMismatch {
-                    main: cfg.kafka.topic.clone(),
-                    main_n,
-                    dlq: p.dlq_topic.clone(),
-                    dlq_n: n,
-                }
-                .into())
-            }
-            Some(_) => {}
-            None => {
-                tracing::warn!(dlq = %p.dlq_topic, "DLQ topic does not exist: failed events will wait (their offsets stay uncommitted) until it is created")
-            }
+        let Some(main_n) = main_n else {
+            return Err(missing("main", &cfg.kafka.topic).into());
+        };
+        let Some(dlq_n) = dlq_n else {
+            return Err(missing("DLQ", &p.dlq_topic).into());
+        };
+        if parking_n.is_none() {
+            return Err(missing("parking", &p.parking_topic).into());
         }
+        check_pairs(&cfg.kafka.topic, main_n, &p.dlq_topic, dlq_n)?;
         // Main p and DLQ p are read by the same member (range assignment).
         consumer.subscribe(&[cfg.kafka.topic.as_str(), p.dlq_topic.as_str()])?;
         let subscribed_at = Some(std::time::Instant::now());
@@ -273,6 +293,16 @@ impl Actor for ConsumerActor {
                         continue;
                     }
                     new.push(p);
+                }
+                // Partitions added to the main topic or the DLQ while running
+                // (the group rebalances when they appear): the `range` assignor
+                // would then pair main p with a DLQ p elsewhere, or with none.
+                // Nothing is started on such an assignment: the process exits
+                // for a restart, which refuses to start until the counts match.
+                if let Err(e) = s.check_partition_counts().await {
+                    tracing::error!(error = %e, "partition counts changed while running: refusing this assignment and exiting");
+                    s.pipeline.fatal(e.to_string());
+                    return Ok(());
                 }
                 // Records of the new assignment wait in this mailbox meanwhile.
                 let mut skips = s.committed_metadata(&new).await;
@@ -569,18 +599,36 @@ impl ConsumerState {
             }
             let committed = c.committed_offsets(tpl, Duration::from_secs(10))?;
             let mut out: HashMap<i32, [Option<Completed>; 2]> = HashMap::new();
+            let mut positions = Vec::new();
             for (i, t) in topics.iter().enumerate() {
+                // The log start of each partition: where a committed position
+                // below it lost events (deleted-unread accounting).
+                let starts = list_offsets(&c, t, &parts, Offset::Beginning);
+                if starts.is_none() {
+                    tracing::warn!(topic = %t, partitions = ?parts, "cannot read the log start offsets: events deleted unread are not checked at this assignment");
+                }
                 for e in committed.elements_for_topic(t) {
-                    if let (Offset::Offset(at), Some(log)) = (e.offset(), &ids[i]) {
-                        let named = completed::decode(log, at, e.metadata());
+                    if let Offset::Offset(at) = e.offset() {
+                        let named = ids[i]
+                            .as_ref()
+                            .and_then(|log| completed::decode(log, at, e.metadata()));
+                        let start = starts.as_ref().and_then(|s| s.get(&e.partition()));
+                        if let Some(&start) = start {
+                            positions.push((i, e.partition(), at, start, named.clone()));
+                        }
                         out.entry(e.partition()).or_default()[i] = named;
                     }
                 }
             }
-            Ok::<_, rdkafka::error::KafkaError>(out)
+            Ok::<_, rdkafka::error::KafkaError>((out, positions))
         });
         match lookup.await {
-            Ok(Ok(out)) => {
+            Ok(Ok((out, positions))) => {
+                let topics = [&self.pipeline.config.kafka.topic, &self.pipeline.dlq_topic];
+                for (i, p, committed, start, done) in positions {
+                    self.pipeline
+                        .deleted_unread(topics[i], p, committed, start, done.as_ref());
+                }
                 let named: u64 = out.values().flatten().flatten().map(Completed::len).sum();
                 tracing::info!(partitions = ?partitions, named, "committed metadata read: offsets done above the committed positions are skipped");
                 out
@@ -613,12 +661,68 @@ impl ConsumerState {
         let dlq = self.pipeline.dlq_topic.clone();
         let main = self.pipeline.config.kafka.topic.clone();
         let parts: Vec<i32> = self.parts.keys().copied().collect();
+        let read = self.dlq_read(&parts);
         let me = myself.clone();
         tokio::spawn(async move {
-            let lookup = tokio::task::spawn_blocking(move || lag_lookup(&c, &main, &dlq, &parts));
+            let lookup =
+                tokio::task::spawn_blocking(move || lag_lookup(&c, &main, &dlq, &parts, &read));
             // Always answer, even if the lookup panicked: the answer ends the check.
             let _ = me.send_message(ConsumerMsg::Lag(lookup.await.unwrap_or_default()));
         });
+    }
+
+    /// How far each partition's DLQ side was read: the group consumer's
+    /// position (librdkafka moves it past control records, which are never
+    /// handed over) and the last DLQ offset handed to the partition actor.
+    fn dlq_read(&self, parts: &[i32]) -> HashMap<i32, DlqRead> {
+        let dlq = &self.pipeline.dlq_topic;
+        let position = self.consumer.as_ref().and_then(|c| c.position().ok());
+        parts
+            .iter()
+            .map(|p| {
+                let at = position
+                    .as_ref()
+                    .and_then(|t| t.find_partition(dlq, *p))
+                    .and_then(|e| match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    });
+                let last = self
+                    .parts
+                    .get(p)
+                    .and_then(|part| part.last_forwarded[Src::Dlq as usize]);
+                (
+                    *p,
+                    DlqRead {
+                        position: at,
+                        last_forwarded: last,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The main topic and the DLQ still have as many partitions as each other
+    /// (when both are in the metadata).
+    async fn check_partition_counts(&self) -> Result<(), StartupError> {
+        let c = self.lag_client.clone();
+        let main = self.pipeline.config.kafka.topic.clone();
+        let dlq = self.pipeline.dlq_topic.clone();
+        tokio::task::spawn_blocking(move || {
+            let main_n = partition_count(&c, &main)?;
+            let dlq_n = partition_count(&c, &dlq)?;
+            match (main_n, dlq_n) {
+                (Some(m), Some(d)) => check_pairs(&main, m, &dlq, d),
+                // A topic being deleted and created again (a purge) has no
+                // partitions for a moment: its next assignment is checked.
+                _ => {
+                    tracing::warn!(main = %main, dlq = %dlq, main_partitions = ?main_n, dlq_partitions = ?dlq_n, "a topic of the pair has no partitions in the metadata (deleted, or being created): partition counts checked again at the next assignment");
+                    Ok(())
+                }
+            }
+        })
+        .await
+        .map_err(|e| StartupError::Metadata("main and DLQ".into(), e.to_string()))?
     }
 
     /// Drains the given partitions concurrently (bounded) and stops their actors.
@@ -703,19 +807,29 @@ impl ConsumerState {
     }
 }
 
-/// One batched `ListOffsets` per topic and kind (not one per partition), plus one
-/// `OffsetFetch`.
-fn lag_lookup(c: &BaseConsumer, main: &str, dlq: &str, parts: &[i32]) -> Vec<(i32, Positions)> {
-    let timeout = Duration::from_secs(5);
-    // `offsets_for_times` with the special timestamps -1 (latest) and -2
-    // (earliest) answers the end and start offsets of every partition at once.
-    let lookup = |topic: &str, at: Offset| {
-        let mut tpl = TopicPartitionList::new();
-        for p in parts {
-            tpl.add_partition_offset(topic, *p, at).ok()?;
-        }
-        let answer = c.offsets_for_times(tpl, timeout).ok()?;
-        let found: HashMap<i32, i64> = answer
+/// How far the group consumer read a DLQ partition (see `ConsumerState::dlq_read`).
+#[derive(Debug, Clone, Copy, Default)]
+struct DlqRead {
+    position: Option<i64>,
+    last_forwarded: Option<i64>,
+}
+
+/// The start or end offsets of `parts` of `topic` in one `ListOffsets`:
+/// `offsets_for_times` with the special timestamps -1 (latest) and -2
+/// (earliest). `None` when the lookup failed.
+fn list_offsets(
+    c: &BaseConsumer,
+    topic: &str,
+    parts: &[i32],
+    at: Offset,
+) -> Option<HashMap<i32, i64>> {
+    let mut tpl = TopicPartitionList::new();
+    for p in parts {
+        tpl.add_partition_offset(topic, *p, at).ok()?;
+    }
+    let answer = c.offsets_for_times(tpl, Duration::from_secs(5)).ok()?;
+    Some(
+        answer
             .elements_for_topic(topic)
             .iter()
             .filter(|e| e.error().is_ok())
@@ -723,17 +837,27 @@ fn lag_lookup(c: &BaseConsumer, main: &str, dlq: &str, parts: &[i32]) -> Vec<(i3
                 Offset::Offset(o) => Some((e.partition(), o)),
                 _ => None,
             })
-            .collect();
-        Some(found)
-    };
-    let main_highs = lookup(main, Offset::End).unwrap_or_default();
-    let highs = lookup(dlq, Offset::End).unwrap_or_default();
-    let lows = lookup(dlq, Offset::Beginning).unwrap_or_default();
+            .collect(),
+    )
+}
+
+/// One batched `ListOffsets` per topic and kind (not one per partition), plus one
+/// `OffsetFetch`.
+fn lag_lookup(
+    c: &BaseConsumer,
+    main: &str,
+    dlq: &str,
+    parts: &[i32],
+    read: &HashMap<i32, DlqRead>,
+) -> Vec<(i32, Positions)> {
+    let main_highs = list_offsets(c, main, parts, Offset::End).unwrap_or_default();
+    let highs = list_offsets(c, dlq, parts, Offset::End).unwrap_or_default();
+    let lows = list_offsets(c, dlq, parts, Offset::Beginning).unwrap_or_default();
     let mut tpl = TopicPartitionList::new();
     for p in parts {
         tpl.add_partition(dlq, *p);
     }
-    let committed = c.committed_offsets(tpl, timeout).ok();
+    let committed = c.committed_offsets(tpl, Duration::from_secs(5)).ok();
     parts
         .iter()
         .map(|p| {
@@ -748,20 +872,107 @@ fn lag_lookup(c: &BaseConsumer, main: &str, dlq: &str, parts: &[i32]) -> Vec<(i3
                 };
                 return (*p, none);
             };
-            let start = committed
+            let committed = committed
                 .as_ref()
                 .and_then(|t| t.find_partition(dlq, *p))
                 .and_then(|e| match e.offset() {
                     Offset::Offset(o) => Some(o),
                     _ => None,
-                })
-                .unwrap_or(low);
-            let positions = Positions {
-                main_high,
-                dlq_high: high,
-                dlq_start: start,
-            };
+                });
+            let positions = dlq_positions(main_high, low, high, committed, read.get(p));
             (*p, positions)
         })
         .collect()
+}
+
+/// What a partition is told about its DLQ side: "unread" must mean records a
+/// fetch can still return. Reading starts at the committed position, raised to
+/// the log start (envelopes deleted by retention or `delete-records` can never
+/// be read: a start below them would keep the partition draining forever). And
+/// when the consumer has read to the end (its position, which librdkafka moves
+/// past control records, is at the end offset) the end reported is what was
+/// handed over: a transaction marker (or an aborted batch) at the end takes
+/// offsets that no record will ever fill.
+fn dlq_positions(
+    main_high: Option<i64>,
+    low: i64,
+    high: i64,
+    committed: Option<i64>,
+    read: Option<&DlqRead>,
+) -> Positions {
+    let start = committed.unwrap_or(low).max(low).min(high);
+    let read = read.copied().unwrap_or_default();
+    let handed = read.last_forwarded.map(|l| l + 1);
+    let read_to = read.position.max(handed).unwrap_or(start);
+    let dlq_high = if read_to.max(start) >= high {
+        // Not raised to `start`: what was handed over before the log start
+        // moved up is what the partition compares with (its next offset).
+        handed.unwrap_or(start).min(high)
+    } else {
+        high
+    };
+    Positions {
+        main_high,
+        dlq_high,
+        dlq_start: start,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(position: Option<i64>, last_forwarded: Option<i64>) -> DlqRead {
+        DlqRead {
+            position,
+            last_forwarded,
+        }
+    }
+
+    /// What the partition machine would conclude (`dlq_has_unread` with
+    /// nothing begun, or with `begun` the highest begun offset).
+    fn unread(p: &Positions, begun: Option<i64>) -> bool {
+        p.dlq_high > begun.map_or(p.dlq_start, |b| b + 1)
+    }
+
+    #[test]
+    fn the_dlq_start_is_raised_to_the_log_start() {
+        // Committed 5, everything up to 8 deleted (the DLQ purged to its end).
+        let p = dlq_positions(None, 8, 8, Some(5), None);
+        assert_eq!((p.dlq_start, p.dlq_high), (8, 8));
+        assert!(!unread(&p, None), "nothing can be read: not unread");
+        // Purged up to 8 of 10: two envelopes left to read.
+        let p = dlq_positions(None, 8, 10, Some(5), None);
+        assert_eq!(p.dlq_start, 8);
+        assert!(unread(&p, None));
+        // Nothing committed: from the log start.
+        let p = dlq_positions(None, 3, 10, None, None);
+        assert_eq!(p.dlq_start, 3);
+    }
+
+    #[test]
+    fn a_control_marker_at_the_end_is_not_unread() {
+        // An aborted record (0) and its marker (1): the consumer's position
+        // passed both, nothing was handed over.
+        let p = dlq_positions(None, 0, 2, None, Some(&read(Some(2), None)));
+        assert!(!unread(&p, None), "{p:?}");
+        // A committed transaction: record 4 read and begun, marker at 5.
+        let p = dlq_positions(None, 0, 6, Some(4), Some(&read(Some(6), Some(4))));
+        assert_eq!(p.dlq_high, 5);
+        assert!(!unread(&p, Some(4)));
+        // Before the position passed the marker: still unread (looked at again
+        // at the next lag check).
+        let p = dlq_positions(None, 0, 6, Some(4), Some(&read(Some(5), Some(4))));
+        assert!(unread(&p, Some(4)));
+        // Records not handed over yet are unread whatever the position says.
+        let p = dlq_positions(None, 0, 10, Some(4), Some(&read(None, Some(4))));
+        assert!(unread(&p, Some(4)));
+    }
+
+    #[test]
+    fn a_log_start_moved_past_what_was_read_leaves_nothing_unread() {
+        // Read and begun up to 2, then the log was purged to 10 (= its end).
+        let p = dlq_positions(None, 10, 10, Some(0), Some(&read(Some(3), Some(2))));
+        assert!(!unread(&p, Some(2)), "{p:?}");
+    }
 }

@@ -376,6 +376,7 @@ impl PartitionState {
         let topic = self.machine.intake().topic(src).to_string();
         let before = self.a.logs[src.index()].clone();
         let (partition, consumer) = (self.a.partition, self.a.consumer.clone());
+        let pipeline = self.a.pipeline.clone();
         tokio::task::spawn_blocking(move || {
             let now = crate::kafka::identity::topic_ids(
                 &consumer,
@@ -401,18 +402,14 @@ impl PartitionState {
             );
             metrics::counter!(crate::metrics::POSITION_RESETS, "topic" => topic.clone(), "reason" => reason)
                 .increment(1);
-            if let Some(end) = seen_end.filter(|end| recreated && *end > from) {
-                let count = end - from;
-                tracing::error!(
-                    %topic,
-                    partition,
-                    from,
-                    to = end,
-                    count,
-                    "events deleted unread: the topic was recreated before Courier read these records of the old one (at least this many: the end seen at the last lag check)"
-                );
-                metrics::counter!(crate::metrics::EVENTS_DELETED_UNREAD, "topic" => topic, "partition" => partition.to_string())
-                    .increment(count as u64);
+            if recreated {
+                // A new log: what the old one lost is counted afresh, here the
+                // old log's records past Courier's position (at least this many:
+                // the end the last lag check saw).
+                pipeline.forget_deleted_unread(&topic, partition);
+                if let Some(end) = seen_end.filter(|end| *end > from) {
+                    pipeline.deleted_unread(&topic, partition, from, end, None);
+                }
             }
         });
     }

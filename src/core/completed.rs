@@ -132,6 +132,15 @@ impl Completed {
     pub fn end(&self) -> Option<i64> {
         self.ranges.last().map(|&(_, e)| e)
     }
+
+    /// How many of the offsets in `[from, to)` it names (deleted-unread
+    /// accounting: `core::deleted`).
+    pub fn count_within(&self, from: i64, to: i64) -> u64 {
+        self.ranges
+            .iter()
+            .map(|&(s, e)| (e.min(to) - s.max(from)).max(0) as u64)
+            .sum()
+    }
 }
 
 /// Decodes `metadata` committed with offset `committed` on the log `log` (the

@@ -217,11 +217,86 @@ pub fn next_not_before(
     now_ms.saturating_add(i64::try_from(delay).unwrap_or(i64::MAX))
 }
 
+/// The DLQ policy's horizon: the longest time one envelope waits in the DLQ
+/// before it is due (its `not_before`), so the shortest `retention.ms` that
+/// never deletes an envelope before it was due (the time a drain waits
+/// behind a backlog or an outage comes on top). An envelope enters with
+/// `now + base`, each later round is written anew with the next back-off
+/// ([`next_not_before`]), so the longest wait is the longest back-off the
+/// policy lets an event reach: the counter policy writes rounds
+/// `0..max_retries` (round `max_retries` is dropped when due); the deadline
+/// policy writes rounds while the deadline has not passed, each waiting one
+/// back-off (the last one written just before the deadline).
+pub fn horizon_ms(policy: RetryPolicy, base_ms: u64, cap_ms: u64) -> u64 {
+    let wait = |round: u32| {
+        let now = 0i64;
+        u64::try_from(next_not_before(now, round, base_ms, cap_ms)).unwrap_or(u64::MAX)
+    };
+    match policy {
+        // Round 0 (the first entry) waits as long as round 1.
+        RetryPolicy::Counter { max_retries } => wait(max_retries.saturating_sub(1)),
+        RetryPolicy::Deadline { deadline_ms } => {
+            // Rounds follow each other by their waits (at the soonest) until
+            // the deadline: the wait of the last round written is the longest.
+            let (mut round, mut elapsed, mut longest) = (0u32, 0u64, 0u64);
+            while elapsed < deadline_ms {
+                let w = wait(round);
+                longest = longest.max(w);
+                if w == 0 || longest >= cap_ms || round == u32::MAX {
+                    break;
+                }
+                elapsed = elapsed.saturating_add(w);
+                round += 1;
+            }
+            longest.max(wait(0))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use DlqDecision::*;
+
+    #[test]
+    fn horizon_is_the_longest_back_off_a_policy_reaches() {
+        let (base, cap) = (1_000, 60_000);
+        // Rounds 0..5: 1, 1, 2, 4, 8 s.
+        let five = RetryPolicy::Counter { max_retries: 5 };
+        assert_eq!(horizon_ms(five, base, cap), 8_000);
+        let one = RetryPolicy::Counter { max_retries: 1 };
+        assert_eq!(horizon_ms(one, base, cap), 1_000);
+        let zero = RetryPolicy::Counter { max_retries: 0 };
+        assert_eq!(horizon_ms(zero, base, cap), 1_000, "the first entry waits");
+        let many = RetryPolicy::Counter { max_retries: 40 };
+        assert_eq!(horizon_ms(many, base, cap), cap);
+        // Deadline 10 s: rounds at 0 (1 s), 1 (1 s), 2 (2 s), 4 (4 s), then
+        // 8 s (written at 8 s < 10 s).
+        let ten = RetryPolicy::Deadline {
+            deadline_ms: 10_000,
+        };
+        assert_eq!(horizon_ms(ten, base, cap), 8_000);
+        let day = RetryPolicy::Deadline {
+            deadline_ms: 86_400_000,
+        };
+        assert_eq!(horizon_ms(day, base, cap), cap);
+        let none = RetryPolicy::Deadline { deadline_ms: 0 };
+        assert_eq!(horizon_ms(none, base, cap), base);
+    }
+
+    proptest! {
+        /// The horizon is one of the waits the policy can write, never above the
+        /// cap (nor below the first wait).
+        #[test]
+        fn horizon_is_bounded(base in 0u64..100_000, cap in 0u64..1_000_000, n in 0u32..100, d in 0u64..10_000_000) {
+            for p in [RetryPolicy::Counter { max_retries: n }, RetryPolicy::Deadline { deadline_ms: d }] {
+                let h = horizon_ms(p, base, cap);
+                prop_assert!(h <= cap.max(base.min(cap)));
+                prop_assert!(h >= base.min(cap));
+            }
+        }
+    }
 
     const COUNTER: RetryPolicy = RetryPolicy::Counter { max_retries: 3 };
     const DEADLINE: RetryPolicy = RetryPolicy::Deadline {

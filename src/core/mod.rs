@@ -7,6 +7,7 @@ pub mod budget;
 pub mod classify;
 pub mod completed;
 pub mod concurrency;
+pub mod deleted;
 pub mod dlq_policy;
 pub mod envelope;
 pub mod event;

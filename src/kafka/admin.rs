@@ -220,6 +220,22 @@ pub async fn max_message_bytes(
     cluster: &(impl Connection + ?Sized),
     topics: &[&str],
 ) -> Result<BTreeMap<String, usize>, AdminError> {
+    Ok(topic_setting(cluster, topics, "max.message.bytes")
+        .await?
+        .into_iter()
+        .filter_map(|(t, v)| Some((t, v.parse::<usize>().ok()?)))
+        .collect())
+}
+
+/// One setting (`retention.ms`, `max.message.bytes`, …) of each topic, as the
+/// broker applies it (DescribeConfigs: the topic's own value or the broker's
+/// default). A topic that does not exist, or whose config cannot be read, is
+/// missing from the result.
+pub async fn topic_setting(
+    cluster: &(impl Connection + ?Sized),
+    topics: &[&str],
+    key: &str,
+) -> Result<BTreeMap<String, String>, AdminError> {
     let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
     let specs: Vec<ResourceSpecifier> =
         topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
@@ -234,15 +250,83 @@ pub async fn max_message_bytes(
         let OwnedResourceSpecifier::Topic(name) = &r.specifier else {
             continue;
         };
-        if let Some(v) = r
-            .get("max.message.bytes")
-            .and_then(|e| e.value.as_deref())
-            .and_then(|v| v.parse::<usize>().ok())
-        {
+        if let Some(v) = r.get(key).and_then(|e| e.value.clone()) {
             out.insert(name.clone(), v);
         }
     }
     Ok(out)
+}
+
+/// Sets topic configs (IncrementalAlterConfigs is not in rdkafka 0.39:
+/// AlterConfigs, which resets the topic's other overrides). For tests and drills.
+pub async fn alter_topic_config(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+    settings: &[(&str, &str)],
+) -> Result<(), AdminError> {
+    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
+    let mut alter = rdkafka::admin::AlterConfig::new(ResourceSpecifier::Topic(topic));
+    for (k, v) in settings {
+        alter = alter.set(k, v);
+    }
+    let results = admin
+        .alter_configs(
+            [&alter],
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
+        )
+        .await?;
+    for r in results {
+        if let Err((_, code)) = r {
+            return Err(AdminError::Create(topic.to_string(), code.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the records of `topic`/`partition` below `before` (DeleteRecords,
+/// what `kafka-delete-records.sh` does): the log then starts at `before`.
+/// For tests and drills.
+pub async fn delete_records(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+    partition: i32,
+    before: i64,
+) -> Result<(), AdminError> {
+    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(before))?;
+    let answer = admin
+        .delete_records(
+            &tpl,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await?;
+    for e in answer.elements() {
+        e.error()?;
+    }
+    Ok(())
+}
+
+/// Grows `topic` to `total` partitions (CreatePartitions). For tests and drills.
+pub async fn add_partitions(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+    total: usize,
+) -> Result<(), AdminError> {
+    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
+    let new = rdkafka::admin::NewPartitions::new(topic, total);
+    let results = admin
+        .create_partitions(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await?;
+    for r in results {
+        if let Err((name, code)) = r {
+            return Err(AdminError::Create(name, code.to_string()));
+        }
+    }
+    Ok(())
 }
 
 /// High watermarks (end offsets) of every partition of `topic`.
@@ -356,6 +440,33 @@ pub fn snapshot(
     snapshot_with(&c, topic)
 }
 
+/// Start and end offsets (low and high watermarks) of every partition of
+/// `topic`, empty ones included. Empty when the topic does not exist.
+pub fn watermarks(
+    cluster: &(impl Connection + ?Sized),
+    topic: &str,
+) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
+    let c = reader(&cluster.client_config())?;
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|e| failure(&c, e))?;
+    let Some(t) = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+    else {
+        return Ok(BTreeMap::new());
+    };
+    let mut out = BTreeMap::new();
+    for p in t.partitions() {
+        let w = c
+            .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+            .map_err(|e| failure(&c, e))?;
+        out.insert(p.id(), w);
+    }
+    Ok(out)
+}
+
 fn snapshot_with(c: &Reader, topic: &str) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
     let md = c
         .fetch_metadata(Some(topic), Duration::from_secs(10))
@@ -432,7 +543,17 @@ pub fn scan(
                 }
             }
             Some(Err(e)) => return Err(failure(&c, e)),
-            None => {}
+            None => {
+                // Nothing more to read: the partitions whose last offsets are
+                // a transaction's control marker (or an aborted batch), which no
+                // poll returns, are done once the position passed them.
+                if let Ok(at) = c.position() {
+                    remaining.retain(|p, hi| {
+                        !matches!(at.find_partition(topic, *p).map(|e| e.offset()),
+                            Some(Offset::Offset(o)) if o >= *hi)
+                    });
+                }
+            }
         }
     }
     Ok(())

@@ -310,6 +310,11 @@ pub fn producer_config(k: &KafkaConfig) -> ClientConfig {
             c.set(key, v);
         }
     }
+    // Never has the broker create a topic it writes to (set after
+    // `[kafka.properties]`, so it cannot be turned on): a missing DLQ would be
+    // created with the broker's default partition count, pairing main p with
+    // the wrong DLQ partition or none. Missing topics are refused at start.
+    c.set("allow.auto.create.topics", "false");
     set_secrets(&mut c, k);
     c
 }
@@ -659,6 +664,17 @@ mod tests {
         // Without headers the charge is what it was.
         let bare = Record { headers: None, ..r };
         assert_eq!(bare.size(), 1024 + RECORD_OVERHEAD);
+    }
+
+    /// The producer never asks the broker to create a topic, whatever
+    /// `[kafka.properties]` says.
+    #[test]
+    fn the_producer_never_auto_creates_topics() {
+        let mut k = KafkaConfig::default();
+        k.properties
+            .insert("allow.auto.create.topics".into(), "true".into());
+        let c = producer_config(&k);
+        assert_eq!(c.get("allow.auto.create.topics"), Some("false"));
     }
 
     /// Without `zstd`, a topic written with zstd (the default of many producers)

@@ -30,6 +30,95 @@ pub struct Summary {
     pub oldest_ms: Option<i64>,
     pub newest_ms: Option<i64>,
     pub samples: Vec<Envelope>,
+    /// Records deleted (retention, delete-records) before they were handled:
+    /// see [`deleted_unread`].
+    pub deleted: Vec<Deleted>,
+}
+
+/// Reads what [`deleted_unread`] needs for `topic` (its log starts, the
+/// committed positions of `group` when Courier consumes it, the replay log) and
+/// reports each range as the consumer does: an ERROR "events deleted unread"
+/// with topic, partition, from, to and count.
+pub fn deleted_report(
+    kafka: &crate::config::KafkaConfig,
+    topic: &str,
+    group: Option<&str>,
+) -> Result<Vec<Deleted>, crate::kafka::admin::AdminError> {
+    let marks = crate::kafka::admin::watermarks(kafka, topic)?;
+    let starts: BTreeMap<i32, i64> = marks.iter().map(|(p, (lo, _))| (*p, *lo)).collect();
+    let mut committed = BTreeMap::new();
+    if let (Some(group), Some(n)) = (group, marks.keys().max()) {
+        let positions = crate::kafka::admin::committed_offsets(kafka, group, topic, n + 1)?;
+        committed.extend(
+            positions
+                .into_iter()
+                .enumerate()
+                .map(|(p, c)| (p as i32, c)),
+        );
+    }
+    let replayed = crate::ops::replay::replayed_before(kafka, topic)?;
+    let deleted = deleted_unread(&starts, &committed, &replayed);
+    for d in &deleted {
+        tracing::error!(
+            topic,
+            partition = d.partition,
+            from = d.from,
+            to = d.to,
+            count = d.count,
+            "events deleted unread: the log now starts past records that were never handled (retention or delete-records)"
+        );
+    }
+    Ok(deleted)
+}
+
+/// Records of one partition deleted before they were handled: the offsets
+/// `[from, to)` (`to` is the log start now), of which `count` were neither read
+/// by the group (the DLQ: below its committed position) nor replayed (the
+/// parking lot: listed in the replay log).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Deleted {
+    pub partition: i32,
+    pub from: i64,
+    pub to: i64,
+    pub count: u64,
+}
+
+/// Deleted-unread accounting for the DLQ and the parking lot, as the consumer
+/// does it for what it reads (`core::deleted`): per partition, the offsets
+/// between where handling stands and the log start. Where handling stands is
+/// the group's committed position when it has one (the DLQ, which Courier
+/// consumes), else the start of the topic (the parking lot, which nothing
+/// consumes), less the offsets the replay log names replayed. Pure.
+pub fn deleted_unread(
+    starts: &BTreeMap<i32, i64>,
+    committed: &BTreeMap<i32, i64>,
+    replayed: &std::collections::HashSet<String>,
+) -> Vec<Deleted> {
+    let mut out = Vec::new();
+    for (&p, &start) in starts {
+        let from = committed.get(&p).copied().filter(|c| *c >= 0).unwrap_or(0);
+        let Some(g) = crate::core::deleted::gap(from, start, None) else {
+            continue;
+        };
+        let done = replayed
+            .iter()
+            .filter_map(|k| {
+                let (kp, ko) = k.split_once('/')?;
+                Some((kp.parse::<i32>().ok()?, ko.parse::<i64>().ok()?))
+            })
+            .filter(|&(kp, ko)| kp == p && g.from <= ko && ko < g.to)
+            .count() as u64;
+        let count = g.count.saturating_sub(done);
+        if count > 0 {
+            out.push(Deleted {
+                partition: p,
+                from: g.from,
+                to: g.to,
+                count,
+            });
+        }
+    }
+    out
 }
 
 pub fn age_bucket(age_ms: i64) -> &'static str {
@@ -142,6 +231,13 @@ impl fmt::Display for Table<'_> {
                 writeln!(f, "  {k:<32} {n:>8}")?;
             }
         }
+        for d in &s.deleted {
+            writeln!(
+                f,
+                "\nevents deleted unread: {}[{}] offsets {}..{}: {} records gone (retention or delete-records) before they were handled",
+                s.topic, d.partition, d.from, d.to, d.count
+            )?;
+        }
         if !s.samples.is_empty() {
             writeln!(f, "\nsamples:")?;
             for e in &s.samples {
@@ -182,6 +278,34 @@ impl fmt::Display for Table<'_> {
 mod tests {
     use super::*;
     use crate::core::envelope::tests::sample;
+
+    #[test]
+    fn deleted_unread_counts_what_was_neither_read_nor_replayed() {
+        let starts = BTreeMap::from([(0, 10), (1, 0), (2, 5)]);
+        // DLQ-like: partition 0 committed at 4.
+        let committed = BTreeMap::from([(0, 4)]);
+        let replayed: std::collections::HashSet<String> =
+            ["2/1", "2/3", "2/7", "0/5"].map(String::from).into();
+        let d = deleted_unread(&starts, &committed, &replayed);
+        assert_eq!(
+            d,
+            vec![
+                Deleted {
+                    partition: 0,
+                    from: 4,
+                    to: 10,
+                    count: 5
+                },
+                Deleted {
+                    partition: 2,
+                    from: 0,
+                    to: 5,
+                    count: 3
+                },
+            ],
+            "0: 4..10 less 5 (replayed); 1: nothing deleted; 2: 0..5 less 1 and 3"
+        );
+    }
 
     #[test]
     fn summary_counts_by_reason_type_and_age() {

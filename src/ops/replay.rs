@@ -158,7 +158,7 @@ pub fn log_topic(source: &str) -> String {
 }
 
 /// The keys of the replay log: what earlier runs replayed.
-fn replayed_before(kafka: &KafkaConfig, source: &str) -> Result<HashSet<String>, AdminError> {
+pub fn replayed_before(kafka: &KafkaConfig, source: &str) -> Result<HashSet<String>, AdminError> {
     let mut already = HashSet::new();
     scan(kafka, &log_topic(source), |r| {
         if let Some(k) = r.key {
