@@ -95,8 +95,8 @@ mod tests {
     fn done(committed: i64, offsets: &[i64]) -> Completed {
         let end = offsets.iter().max().map_or(committed + 1, |m| m + 1);
         let unfinished = (committed..end).filter(|o| !offsets.contains(o));
-        let md = crate::core::completed::encode(committed, end, unfinished, 4_096);
-        crate::core::completed::decode(committed, &md).unwrap_or_default()
+        let md = crate::core::completed::encode("log", committed, end, unfinished, 4_096);
+        crate::core::completed::decode("log", committed, &md).unwrap_or_default()
     }
 
     #[test]
