@@ -294,6 +294,15 @@ pub struct Breaker {
     suspected: bool,
     /// Probes of a suspected period that failed so far.
     suspect_failed: u32,
+    /// When the current half-open period began (`None` outside one).
+    half_open_since: Option<Instant>,
+    /// Probe slots of this half-open period taken by *suspects* (events that
+    /// were refused systemic before: [`Breaker::allow_suspect`]).
+    suspects_admitted: u32,
+    /// Suspects' probes of this period refused again
+    /// ([`Breaker::systemic_repeat`]): the slot is settled, the answer is
+    /// neutral (it repeats what was known).
+    repeats: u32,
 }
 
 impl Breaker {
@@ -308,6 +317,9 @@ impl Breaker {
             streak: 0,
             suspected: false,
             suspect_failed: 0,
+            half_open_since: None,
+            suspects_admitted: 0,
+            repeats: 0,
         }
     }
 
@@ -360,6 +372,7 @@ impl Breaker {
                     admitted: 0,
                     succeeded: 0,
                 };
+                self.new_period(now);
                 Some(Transition {
                     from: BreakerStateKind::Open,
                     to: BreakerStateKind::HalfOpen,
@@ -425,46 +438,28 @@ impl Breaker {
                 admitted,
                 succeeded,
             } => {
-                if self.suspected {
-                    if *succeeded + self.suspect_failed >= *admitted {
-                        return None; // no probe is waiting for an outcome
-                    }
-                    if success {
-                        self.state = BreakerState::Closed;
-                        self.suspected = false;
-                        self.window.clear();
-                        return Some(Transition {
-                            from: BreakerStateKind::HalfOpen,
-                            to: BreakerStateKind::Closed,
-                            reason: Reason::Refuted,
-                        });
-                    }
-                    self.suspect_failed += 1;
-                    if *admitted >= probes && self.suspect_failed >= *admitted {
-                        return Some(self.open(
-                            now,
-                            BreakerStateKind::HalfOpen,
-                            Reason::ProbeFailed,
-                        ));
-                    }
-                    return None;
-                }
-                if *succeeded >= *admitted {
+                if *succeeded + self.repeats >= *admitted {
                     return None; // no probe is waiting for an outcome
+                }
+                if self.suspected {
+                    if success {
+                        return Some(self.close(Reason::Refuted));
+                    }
+                    // Evidence; the slot goes to the next waiter.
+                    *admitted -= 1;
+                    self.suspect_failed += 1;
+                    return self
+                        .confirmed(now)
+                        .then(|| self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
                 }
                 if !success {
                     return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
                 }
                 *succeeded += 1;
-                if *succeeded >= probes {
-                    self.state = BreakerState::Closed;
-                    self.suspected = false;
-                    self.window.clear();
-                    return Some(Transition {
-                        from: BreakerStateKind::HalfOpen,
-                        to: BreakerStateKind::Closed,
-                        reason: Reason::ProbesSucceeded,
-                    });
+                // Every slot settled: the suspects' refusals repeat what was
+                // known, the successes say the API is up.
+                if *succeeded + self.repeats >= probes {
+                    return Some(self.close(Reason::ProbesSucceeded));
                 }
                 None
             }
@@ -512,8 +507,8 @@ impl Breaker {
                     admitted: 0,
                     succeeded: 0,
                 };
+                self.new_period(now);
                 self.suspected = true;
-                self.suspect_failed = 0;
                 self.streak = 0;
                 Some(Transition {
                     from: BreakerStateKind::Closed,
@@ -531,11 +526,16 @@ impl Breaker {
                     } => (admitted, succeeded),
                     _ => (0, 0),
                 };
-                if succeeded + self.suspect_failed >= admitted {
+                if succeeded + self.repeats >= admitted {
                     return None; // not a probe's answer
                 }
+                // Evidence; the slot goes to the next waiter, so calls of
+                // other events keep testing the hypothesis.
+                if let BreakerState::HalfOpen { admitted, .. } = &mut self.state {
+                    *admitted -= 1;
+                }
                 self.suspect_failed += 1;
-                (admitted >= self.probes() && self.suspect_failed >= admitted)
+                self.confirmed(now)
                     .then(|| self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)))
             }
             BreakerStateKind::HalfOpen => {
@@ -544,9 +544,120 @@ impl Breaker {
         }
     }
 
+    /// A suspect's systemic answer (its event was refused systemic before, and
+    /// nothing refuted that yet): in a half-open period it repeats what was
+    /// known, so it settles the suspect's probe slot without a verdict — one
+    /// refused event, or a burst of them from one tenant, cannot hold the
+    /// breaker open, and whether the API refuses every call is left to the
+    /// other probes ([`Breaker::allow_suspect`] keeps a slot for a fresh event
+    /// until the period is `open_for` old). The period is settled once every
+    /// slot was used: closed if a probe was delivered, else open (`reason` in
+    /// a suspected period, `probe_failed` after an open interval). Closed or
+    /// open: as [`Breaker::systemic`].
+    pub fn systemic_repeat(
+        &mut self,
+        now: Instant,
+        reason: &'static str,
+        straggler: bool,
+    ) -> Option<Transition> {
+        if self.state(now) != BreakerStateKind::HalfOpen || straggler {
+            return self.systemic(now, reason, straggler);
+        }
+        self.advance(now);
+        let BreakerState::HalfOpen {
+            admitted,
+            succeeded,
+        } = self.state
+        else {
+            return None;
+        };
+        if succeeded + self.repeats >= admitted {
+            return None; // not a probe's answer
+        }
+        self.repeats += 1;
+        if self.confirmed(now) {
+            return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)));
+        }
+        if admitted < self.probes() || succeeded + self.repeats < admitted {
+            return None;
+        }
+        if succeeded > 0 {
+            return Some(self.close(Reason::ProbesSucceeded));
+        }
+        // Only suspects probed, and they said what was known: no verdict —
+        // the breaker stays half-open (no partition pauses, no marker is
+        // written on the suspects' word) and a new period begins.
+        self.state = BreakerState::HalfOpen {
+            admitted: 0,
+            succeeded: 0,
+        };
+        let (failed, suspected) = (self.suspect_failed, self.suspected);
+        self.new_period(now);
+        if suspected {
+            self.suspect_failed = failed;
+        }
+        None
+    }
+
+    /// A suspected period is confirmed once `half_open_probes` calls of
+    /// events not refused before were refused too, and it is `open_for` old:
+    /// a burst of one tenant's refused events, however many, cannot confirm
+    /// it while the calls of other events keep being delivered.
+    fn confirmed(&self, now: Instant) -> bool {
+        self.suspected
+            && self.suspect_failed >= self.probes()
+            && self
+                .half_open_since
+                .is_none_or(|since| now >= since + self.cfg.open_for)
+    }
+
+    /// Asks for a probe slot for a *suspect* (an event refused systemic
+    /// before). Closed: yes; open: no. Half-open: while slots are free, and
+    /// suspects hold fewer than `half_open_probes - 1` of them — at least one
+    /// is kept for an event that was not refused, so the period tests the API
+    /// rather than the suspects — unless the period is `open_for` old (no such
+    /// event came: the suspects alone may end it).
+    pub fn allow_suspect(&mut self, now: Instant) -> bool {
+        self.advance(now);
+        if let BreakerState::HalfOpen { .. } = self.state {
+            let lapsed = self
+                .half_open_since
+                .is_none_or(|since| now >= since + self.cfg.open_for);
+            if self.suspects_admitted + 1 >= self.probes() && !lapsed {
+                return false;
+            }
+            let ok = self.allow(now);
+            if ok {
+                self.suspects_admitted += 1;
+            }
+            return ok;
+        }
+        self.allow(now)
+    }
+
+    fn new_period(&mut self, now: Instant) {
+        self.half_open_since = Some(now);
+        self.suspects_admitted = 0;
+        self.repeats = 0;
+        self.suspect_failed = 0;
+    }
+
+    fn close(&mut self, reason: Reason) -> Transition {
+        self.state = BreakerState::Closed;
+        self.suspected = false;
+        self.half_open_since = None;
+        self.window.clear();
+        Transition {
+            from: BreakerStateKind::HalfOpen,
+            to: BreakerStateKind::Closed,
+            reason,
+        }
+    }
+
     fn open(&mut self, now: Instant, from: BreakerStateKind, reason: Reason) -> Transition {
         self.suspected = false;
         self.suspect_failed = 0;
+        self.half_open_since = None;
         self.state = BreakerState::Open {
             until: now + self.cfg.open_for,
         };
@@ -566,18 +677,28 @@ impl Breaker {
 /// answer tripped the breaker) joins behind everyone already waiting. So the
 /// probes rotate over the waiting events, across partitions and keys, and one
 /// event answered systemic cannot be the probe again and again while others
-/// wait. While the breaker is closed every waiter is admitted at once.
+/// wait. *Suspects* (events refused systemic before) go after every fresh
+/// waiter and take slots only through [`Breaker::allow_suspect`], so a period
+/// tests the API with events that were not refused, when there are any.
+/// While the breaker is closed every waiter is admitted at once.
 #[derive(Debug, Default, Clone)]
 pub struct GateQueue {
     next: u64,
-    waiting: std::collections::BTreeSet<u64>,
+    /// Ticket → whether its holder is a suspect.
+    waiting: std::collections::BTreeMap<u64, bool>,
 }
 
 impl GateQueue {
-    /// A ticket behind every waiter.
+    /// A ticket behind every waiter, for an event not refused before.
     pub fn join(&mut self) -> u64 {
+        self.join_as(false)
+    }
+
+    /// A ticket behind every waiter; `suspect`: the event was refused
+    /// systemic before.
+    pub fn join_as(&mut self, suspect: bool) -> u64 {
         self.next += 1;
-        self.waiting.insert(self.next);
+        self.waiting.insert(self.next, suspect);
         self.next
     }
 
@@ -594,19 +715,37 @@ impl GateQueue {
         self.waiting.len()
     }
 
-    /// Whether `ticket` may take a probe slot now: it is the longest waiting.
+    fn first_of(&self, suspect: bool) -> Option<u64> {
+        self.waiting
+            .iter()
+            .find(|(_, s)| **s == suspect)
+            .map(|(t, _)| *t)
+    }
+
+    /// Whether `ticket` may take a probe slot now: it is the longest waiting
+    /// fresh event, or, while no fresh event waits, the longest waiting
+    /// suspect.
     pub fn is_head(&self, ticket: u64) -> bool {
-        self.waiting.first() == Some(&ticket)
+        match self.waiting.get(&ticket) {
+            Some(false) => self.first_of(false) == Some(ticket),
+            Some(true) => self.first_of(false).is_none() && self.first_of(true) == Some(ticket),
+            None => false,
+        }
     }
 
     /// Asks to admit the waiter holding `ticket` at `now`: closed, every waiter;
-    /// half-open, only the head, while probe slots are free (it then leaves
-    /// the queue). `false`: keep waiting.
+    /// half-open, only the head, while probe slots are free (a suspect: while
+    /// [`Breaker::allow_suspect`] says so); it then leaves the queue. `false`:
+    /// keep waiting.
     pub fn admit(&mut self, ticket: u64, breaker: &mut Breaker, now: Instant) -> bool {
         breaker.advance(now);
+        let suspect = self.waiting.get(&ticket).copied().unwrap_or(false);
         let ok = match breaker.raw_state() {
             BreakerState::Closed => breaker.allow(now),
             BreakerState::Open { .. } => false,
+            BreakerState::HalfOpen { .. } if suspect => {
+                self.is_head(ticket) && breaker.allow_suspect(now)
+            }
             BreakerState::HalfOpen { .. } => self.is_head(ticket) && breaker.allow(now),
         };
         if ok {
@@ -616,13 +755,22 @@ impl GateQueue {
     }
 
     /// Asks to admit a newcomer that would not wait (the fast path): closed,
-    /// yes; half-open only while nobody waits (else it must queue behind them).
+    /// yes; half-open only while nobody it must queue behind waits (a fresh
+    /// event: no fresh waiter; a suspect: nobody).
     pub fn admit_newcomer(&self, breaker: &mut Breaker, now: Instant) -> bool {
+        self.admit_newcomer_as(false, breaker, now)
+    }
+
+    /// [`GateQueue::admit_newcomer`] for a fresh event or a `suspect`.
+    pub fn admit_newcomer_as(&self, suspect: bool, breaker: &mut Breaker, now: Instant) -> bool {
         breaker.advance(now);
         match breaker.raw_state() {
             BreakerState::Closed => breaker.allow(now),
             BreakerState::Open { .. } => false,
-            BreakerState::HalfOpen { .. } => self.is_empty() && breaker.allow(now),
+            BreakerState::HalfOpen { .. } if suspect => {
+                self.is_empty() && breaker.allow_suspect(now)
+            }
+            BreakerState::HalfOpen { .. } => self.first_of(false).is_none() && breaker.allow(now),
         }
     }
 }
@@ -655,24 +803,21 @@ mod tests {
         assert_eq!(b.systemic(t0, "http_403", false), None);
         assert_eq!(b.record(t0, true).map(|t| t.reason), Some(Reason::Refuted));
         assert_eq!(b.state(t0), BreakerStateKind::Closed);
-        // Suspected again, and every probe is refused: open with the reason.
+        // Suspected again, and every fresh probe is refused: a refused slot
+        // goes to the next waiter; confirmed (open with the reason) once
+        // `half_open_probes` were refused and the period is `open_for` old.
         b.systemic(t0, "http_401", false).expect("suspected");
         assert!(b.allow(t0));
+        assert_eq!(b.systemic(t0, "http_401", false), None, "one refusal");
+        assert!(b.allow(t0), "the refused probe's slot is free again");
         assert_eq!(
             b.systemic(t0, "http_401", false),
             None,
-            "a probe slot is still unused"
+            "two refusals, but the period is young: others may still refute it"
         );
+        let t0 = t0 + secs(5);
         assert!(b.allow(t0));
         let t = b.systemic(t0, "http_401", false).expect("confirmed");
-        assert_eq!(
-            (t.from, t.to, t.reason),
-            (
-                BreakerStateKind::HalfOpen,
-                BreakerStateKind::Open,
-                Reason::Forced("http_401")
-            )
-        );
         assert!(b.is_open(t0 + ms(4_999)));
         // Open: a systemic answer extends it.
         assert_eq!(b.systemic(t0 + secs(3), "http_401", false), None);

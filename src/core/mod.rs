@@ -23,6 +23,6 @@ pub mod ratelimit;
 pub mod restart;
 pub mod status;
 pub mod status_policy;
-pub mod text;
 pub mod systemic;
+pub mod text;
 pub mod trace;
