@@ -584,9 +584,22 @@ impl Breaker {
         if succeeded > 0 {
             return Some(self.close(Reason::ProbesSucceeded));
         }
-        // Only suspects probed, and they said what was known: no verdict —
-        // the breaker stays half-open (no partition pauses, no marker is
-        // written on the suspects' word) and a new period begins.
+        let old = self
+            .half_open_since
+            .is_none_or(|since| now >= since + self.cfg.open_for);
+        if !self.suspected {
+            // After an open interval: nothing was delivered, as before.
+            return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
+        }
+        if old {
+            // Suspected for `open_for` and nothing was delivered, whoever
+            // probed: confirmed.
+            return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)));
+        }
+        // Only suspects probed a young suspected period, and they said what
+        // was known: no verdict — the breaker stays half-open (no partition
+        // pauses, no marker is written on the suspects' word) and a new
+        // period begins.
         self.state = BreakerState::HalfOpen {
             admitted: 0,
             succeeded: 0,
@@ -863,6 +876,162 @@ mod tests {
         assert!(q.admit(cc, &mut b, t1));
         assert!(q.is_empty());
         assert!(q.admit_newcomer(&mut b, t1));
+    }
+
+    /// A model of one instance's gate: `tenant` events the API refuses
+    /// (each on its own key, all at the gate at once, as a burst), and a
+    /// stream of other events, `others_ok`: delivered or refused too (an API
+    /// that refuses everything). Each step (10 ms) some other events arrive;
+    /// every waiter asks for admission in a random order; the admitted calls
+    /// are numbered and answered in a random order, through
+    /// `core::systemic` as the shell does (`judge`, `EventHypothesis`).
+    /// Returns (tenant events demoted, steps until the last was, others
+    /// delivered, whether the breaker was ever closed after the first
+    /// refusal, final state).
+    fn simulate(
+        tenant: usize,
+        others_ok: bool,
+        order: &[u8],
+        steps: usize,
+        budget: u32,
+    ) -> (usize, usize, usize, bool, BreakerStateKind) {
+        use crate::core::systemic::{judge, EventHypothesis, Judgement, SystemicStep};
+        let mut c = cfg();
+        c.half_open_probes = 3;
+        c.open_for = ms(1_500);
+        let mut b = Breaker::new(c);
+        let mut q = GateQueue::default();
+        // (ticket, is_tenant, hypothesis)
+        let mut waiting: Vec<(u64, bool, EventHypothesis)> = (0..tenant)
+            .map(|_| (q.join(), true, EventHypothesis::default()))
+            .collect();
+        let (mut seq, mut last_success, mut half_open_from) = (0u64, 0u64, None::<u64>);
+        let (mut demoted, mut last_demoted, mut delivered) = (0, 0, 0);
+        let mut closed_after_refusal = false;
+        let mut refused_once = false;
+        let t0 = Instant::now();
+        let mut r = order.iter().cycle();
+        for step in 0..steps {
+            let now = t0 + ms(10 * step as u64);
+            let before = b.state(now);
+            if b.advance(now).is_some() {
+                half_open_from = Some(seq);
+            }
+            for _ in 0..(1 + *r.next().unwrap_or(&0) % 2) {
+                waiting.push((q.join(), false, EventHypothesis::default()));
+            }
+            // Every waiter asks, in a random rotation.
+            let k = usize::from(*r.next().unwrap_or(&0)) % waiting.len().max(1);
+            waiting.rotate_left(k);
+            let mut calls = Vec::new();
+            let mut still = Vec::new();
+            for (t, tenant, h) in waiting.drain(..) {
+                if q.admit(t, &mut b, now) {
+                    seq += 1;
+                    calls.push((seq, tenant, h));
+                } else {
+                    still.push((t, tenant, h));
+                }
+            }
+            waiting = still;
+            if calls.len() > 1 {
+                let k = usize::from(*r.next().unwrap_or(&0)) % calls.len();
+                calls.rotate_left(k);
+            }
+            for (s, tenant, mut h) in calls {
+                let t = if !tenant && others_ok {
+                    delivered += 1;
+                    last_success = last_success.max(s);
+                    b.record(now, true)
+                } else {
+                    refused_once = true;
+                    let suspect = h.suspect();
+                    match h.answered(s, last_success, budget) {
+                        SystemicStep::Wait => {
+                            let from = (b.state(now) == BreakerStateKind::HalfOpen)
+                                .then_some(half_open_from)
+                                .flatten();
+                            let t = match judge(s, last_success, from) {
+                                Judgement::Refuted => b.record(now, true),
+                                Judgement::Straggler => None,
+                                Judgement::Evidence if suspect => {
+                                    b.systemic_repeat(now, "http_403", false)
+                                }
+                                Judgement::Evidence => b.systemic(now, "http_403", false),
+                            };
+                            let ticket = q.join_as(true);
+                            waiting.push((ticket, tenant, h));
+                            t
+                        }
+                        SystemicStep::Retry { .. } => {
+                            let ticket = q.join_as(true);
+                            waiting.push((ticket, tenant, h));
+                            b.record(now, true)
+                        }
+                        SystemicStep::Demote { .. } => {
+                            demoted += 1;
+                            last_demoted = step;
+                            b.record(now, true)
+                        }
+                    }
+                };
+                if let Some(t) = t {
+                    if t.to == BreakerStateKind::HalfOpen {
+                        half_open_from = Some(seq);
+                    }
+                }
+            }
+            if refused_once
+                && before != BreakerStateKind::Closed
+                && b.state(now) == BreakerStateKind::Closed
+            {
+                closed_after_refusal = true;
+            }
+        }
+        let end = t0 + ms(10 * steps as u64);
+        (
+            demoted,
+            last_demoted,
+            delivered,
+            closed_after_refusal,
+            b.state(end),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// One tenant's refused burst among other events that are delivered:
+        /// whatever the order of arrivals, admissions and answers, every one
+        /// of its events is demoted (the others' deliveries refute it) within
+        /// a bounded time, the others flow, and the breaker ends closed.
+        #[test]
+        fn a_refused_tenant_is_demoted_while_the_others_flow(
+            tenant in 1usize..20,
+            order in proptest::collection::vec(any::<u8>(), 1..64),
+            budget in 1u32..4,
+        ) {
+            let (demoted, last, delivered, _, state) = simulate(tenant, true, &order, 1_000, budget);
+            prop_assert_eq!(demoted, tenant);
+            prop_assert!(last < 600, "demoted by step {last} (6 s)");
+            prop_assert!(delivered > 0);
+            prop_assert_eq!(state, BreakerStateKind::Closed);
+        }
+
+        /// An API that refuses every call: nothing is ever demoted, nothing
+        /// delivered, and the breaker never closes (the group pauses; the
+        /// events wait).
+        #[test]
+        fn refusing_everything_demotes_nothing_and_never_closes(
+            tenant in 1usize..20,
+            order in proptest::collection::vec(any::<u8>(), 1..64),
+            budget in 1u32..4,
+        ) {
+            let (demoted, _, delivered, closed, state) = simulate(tenant, false, &order, 1_000, budget);
+            prop_assert_eq!(demoted, 0);
+            prop_assert_eq!(delivered, 0);
+            prop_assert!(!closed);
+            prop_assert_ne!(state, BreakerStateKind::Closed);
+        }
     }
 
     proptest! {
