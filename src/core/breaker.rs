@@ -831,6 +831,14 @@ mod tests {
         let t0 = t0 + secs(5);
         assert!(b.allow(t0));
         let t = b.systemic(t0, "http_401", false).expect("confirmed");
+        assert_eq!(
+            (t.from, t.to, t.reason),
+            (
+                BreakerStateKind::HalfOpen,
+                BreakerStateKind::Open,
+                Reason::Forced("http_401")
+            )
+        );
         assert!(b.is_open(t0 + ms(4_999)));
         // Open: a systemic answer extends it.
         assert_eq!(b.systemic(t0 + secs(3), "http_401", false), None);
@@ -841,6 +849,41 @@ mod tests {
         assert!(b.allow(later));
         let t = b.systemic(later, "http_401", false).expect("reopened");
         assert_eq!(t.reason, Reason::ProbeFailed);
+    }
+
+    #[test]
+    fn suspects_keep_a_slot_for_a_fresh_event_and_their_refusals_are_neutral() {
+        let t0 = Instant::now();
+        let mut c = cfg();
+        c.half_open_probes = 3;
+        let mut b = Breaker::new(c);
+        b.systemic(t0, "http_403", false).expect("suspected");
+        // Suspects take two of the three slots; the third is kept.
+        assert!(b.allow_suspect(t0) && b.allow_suspect(t0));
+        assert!(!b.allow_suspect(t0), "one slot is kept for a fresh event");
+        // Their refusals repeat what was known: no verdict.
+        assert_eq!(b.systemic_repeat(t0, "http_403", false), None);
+        assert_eq!(b.systemic_repeat(t0, "http_403", false), None);
+        assert_eq!(b.state(t0), BreakerStateKind::HalfOpen);
+        // A fresh event probes and is delivered: refuted.
+        assert!(b.allow(t0));
+        assert_eq!(b.record(t0, true).map(|t| t.reason), Some(Reason::Refuted));
+        // Suspected again with only suspects waiting: once the period is
+        // `open_for` old they take the last slot too, and the period ends
+        // (confirmed: nothing was delivered).
+        b.systemic(t0, "http_403", false).expect("suspected");
+        assert!(b.allow_suspect(t0) && b.allow_suspect(t0));
+        assert_eq!(b.systemic_repeat(t0, "http_403", false), None);
+        assert_eq!(b.systemic_repeat(t0, "http_403", false), None);
+        let later = t0 + secs(5);
+        assert!(b.allow_suspect(later), "the kept slot lapses");
+        let t = b
+            .systemic_repeat(later, "http_403", false)
+            .expect("confirmed");
+        assert_eq!(
+            (t.to, t.reason),
+            (BreakerStateKind::Open, Reason::Forced("http_403"))
+        );
     }
 
     #[test]
