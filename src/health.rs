@@ -154,6 +154,18 @@ impl Health {
     /// delivered call (the breaker hears "up"), a straggler of a half-open
     /// period (nothing), or evidence (the breaker suspects, or confirms).
     pub fn systemic(&self, seq: u64, reason: &'static str) -> (Judgement, Option<Transition>) {
+        self.systemic_as(seq, reason, false)
+    }
+
+    /// [`Health::systemic`]; `suspect`: the event was refused systemic before
+    /// (its answer in a half-open period repeats what was known:
+    /// `Breaker::systemic_repeat`).
+    pub fn systemic_as(
+        &self,
+        seq: u64,
+        reason: &'static str,
+        suspect: bool,
+    ) -> (Judgement, Option<Transition>) {
         let now = Instant::now();
         let mut g = self.gate_lock();
         let advanced = g.breaker.advance(now);
@@ -169,7 +181,11 @@ impl Health {
             Judgement::Straggler => None,
             Judgement::Evidence => {
                 self.systemic.store(true, Ordering::Relaxed);
-                g.breaker.systemic(now, reason, false)
+                if suspect {
+                    g.breaker.systemic_repeat(now, reason, false)
+                } else {
+                    g.breaker.systemic(now, reason, false)
+                }
             }
         };
         (j, self.noted(&mut g, t))
@@ -206,7 +222,14 @@ impl Health {
     /// rotate over the waiting events). Dropping the future (a cancelled
     /// wait) leaves the queue.
     pub async fn gate(&self) {
-        let ticket = self.gate_lock().queue.join();
+        self.gate_as(false).await
+    }
+
+    /// [`Health::gate`] for an event refused systemic before (`suspect`): it
+    /// waits behind every fresh waiter and takes at most a share of the
+    /// probe slots (`Breaker::allow_suspect`).
+    pub async fn gate_as(&self, suspect: bool) {
+        let ticket = self.gate_lock().queue.join_as(suspect);
         let _leave = Waiting {
             health: self,
             ticket,
@@ -244,12 +267,17 @@ impl Health {
     /// half-open probe slot while no call waits at the gate — else the call
     /// queues behind them); [`Health::gate`] waits until it is admitted.
     pub fn admit_now(&self) -> bool {
+        self.admit_now_as(false)
+    }
+
+    /// [`Health::admit_now`] for a fresh event or a `suspect`.
+    pub fn admit_now_as(&self, suspect: bool) -> bool {
         let now = Instant::now();
         let mut g = self.gate_lock();
         let advanced = g.breaker.advance(now);
         self.noted(&mut g, advanced);
         let g = &mut *g;
-        g.queue.admit_newcomer(&mut g.breaker, now)
+        g.queue.admit_newcomer_as(suspect, &mut g.breaker, now)
     }
 
     /// Records a call's outcome; returns the transition if the breaker moved.
@@ -375,6 +403,7 @@ mod tests {
     fn a_systemic_answer_is_suspected_and_a_probe_confirms_it() {
         let h = Health::new(&DegradedConfig {
             breaker_half_open_probes: 1,
+            breaker_open: Duration::from_millis(200),
             ..cfg()
         });
         assert_eq!(h.record(CallOutcome::Up), None);
@@ -390,7 +419,10 @@ mod tests {
         );
         // A call sent before the suspicion is answered the same: a straggler.
         assert_eq!(h.systemic(first, "tls_untrusted").0, Judgement::Straggler);
-        // The probe is refused too: open, with the reason.
+        // The probe is refused too, once the period is `breaker_open` old
+        // (younger, other events' calls could still refute it): open, with
+        // the reason.
+        std::thread::sleep(Duration::from_millis(250));
         assert!(h.admit_now());
         let probe = h.call_number();
         let (j, t) = h.systemic(probe, "tls_untrusted");

@@ -294,6 +294,15 @@ pub struct Breaker {
     suspected: bool,
     /// Probes of a suspected period that failed so far.
     suspect_failed: u32,
+    /// When the current half-open period began (`None` outside one).
+    half_open_since: Option<Instant>,
+    /// Probe slots of this half-open period taken by *suspects* (events that
+    /// were refused systemic before: [`Breaker::allow_suspect`]).
+    suspects_admitted: u32,
+    /// Suspects' probes of this period refused again
+    /// ([`Breaker::systemic_repeat`]): the slot is settled, the answer is
+    /// neutral (it repeats what was known).
+    repeats: u32,
 }
 
 impl Breaker {
@@ -308,6 +317,9 @@ impl Breaker {
             streak: 0,
             suspected: false,
             suspect_failed: 0,
+            half_open_since: None,
+            suspects_admitted: 0,
+            repeats: 0,
         }
     }
 
@@ -360,6 +372,7 @@ impl Breaker {
                     admitted: 0,
                     succeeded: 0,
                 };
+                self.new_period(now);
                 Some(Transition {
                     from: BreakerStateKind::Open,
                     to: BreakerStateKind::HalfOpen,
@@ -425,46 +438,28 @@ impl Breaker {
                 admitted,
                 succeeded,
             } => {
-                if self.suspected {
-                    if *succeeded + self.suspect_failed >= *admitted {
-                        return None; // no probe is waiting for an outcome
-                    }
-                    if success {
-                        self.state = BreakerState::Closed;
-                        self.suspected = false;
-                        self.window.clear();
-                        return Some(Transition {
-                            from: BreakerStateKind::HalfOpen,
-                            to: BreakerStateKind::Closed,
-                            reason: Reason::Refuted,
-                        });
-                    }
-                    self.suspect_failed += 1;
-                    if *admitted >= probes && self.suspect_failed >= *admitted {
-                        return Some(self.open(
-                            now,
-                            BreakerStateKind::HalfOpen,
-                            Reason::ProbeFailed,
-                        ));
-                    }
-                    return None;
-                }
-                if *succeeded >= *admitted {
+                if *succeeded + self.repeats >= *admitted {
                     return None; // no probe is waiting for an outcome
+                }
+                if self.suspected {
+                    if success {
+                        return Some(self.close(Reason::Refuted));
+                    }
+                    // Evidence; the slot goes to the next waiter.
+                    *admitted -= 1;
+                    self.suspect_failed += 1;
+                    return self
+                        .confirmed(now)
+                        .then(|| self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
                 }
                 if !success {
                     return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
                 }
                 *succeeded += 1;
-                if *succeeded >= probes {
-                    self.state = BreakerState::Closed;
-                    self.suspected = false;
-                    self.window.clear();
-                    return Some(Transition {
-                        from: BreakerStateKind::HalfOpen,
-                        to: BreakerStateKind::Closed,
-                        reason: Reason::ProbesSucceeded,
-                    });
+                // Every slot settled: the suspects' refusals repeat what was
+                // known, the successes say the API is up.
+                if *succeeded + self.repeats >= probes {
+                    return Some(self.close(Reason::ProbesSucceeded));
                 }
                 None
             }
@@ -512,8 +507,8 @@ impl Breaker {
                     admitted: 0,
                     succeeded: 0,
                 };
+                self.new_period(now);
                 self.suspected = true;
-                self.suspect_failed = 0;
                 self.streak = 0;
                 Some(Transition {
                     from: BreakerStateKind::Closed,
@@ -531,11 +526,16 @@ impl Breaker {
                     } => (admitted, succeeded),
                     _ => (0, 0),
                 };
-                if succeeded + self.suspect_failed >= admitted {
+                if succeeded + self.repeats >= admitted {
                     return None; // not a probe's answer
                 }
+                // Evidence; the slot goes to the next waiter, so calls of
+                // other events keep testing the hypothesis.
+                if let BreakerState::HalfOpen { admitted, .. } = &mut self.state {
+                    *admitted -= 1;
+                }
                 self.suspect_failed += 1;
-                (admitted >= self.probes() && self.suspect_failed >= admitted)
+                self.confirmed(now)
                     .then(|| self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)))
             }
             BreakerStateKind::HalfOpen => {
@@ -544,9 +544,133 @@ impl Breaker {
         }
     }
 
+    /// A suspect's systemic answer (its event was refused systemic before, and
+    /// nothing refuted that yet): in a half-open period it repeats what was
+    /// known, so it settles the suspect's probe slot without a verdict — one
+    /// refused event, or a burst of them from one tenant, cannot hold the
+    /// breaker open, and whether the API refuses every call is left to the
+    /// other probes ([`Breaker::allow_suspect`] keeps a slot for a fresh event
+    /// until the period is `open_for` old). The period is settled once every
+    /// slot was used: closed if a probe was delivered, else open (`reason` in
+    /// a suspected period, `probe_failed` after an open interval). Closed or
+    /// open: as [`Breaker::systemic`].
+    pub fn systemic_repeat(
+        &mut self,
+        now: Instant,
+        reason: &'static str,
+        straggler: bool,
+    ) -> Option<Transition> {
+        if self.state(now) != BreakerStateKind::HalfOpen || straggler {
+            return self.systemic(now, reason, straggler);
+        }
+        self.advance(now);
+        let BreakerState::HalfOpen {
+            admitted,
+            succeeded,
+        } = self.state
+        else {
+            return None;
+        };
+        if succeeded + self.repeats >= admitted {
+            return None; // not a probe's answer
+        }
+        self.repeats += 1;
+        if self.confirmed(now) {
+            return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)));
+        }
+        if admitted < self.probes() || succeeded + self.repeats < admitted {
+            return None;
+        }
+        if succeeded > 0 {
+            return Some(self.close(Reason::ProbesSucceeded));
+        }
+        let old = self
+            .half_open_since
+            .is_none_or(|since| now >= since + self.cfg.open_for);
+        if !self.suspected {
+            // After an open interval: nothing was delivered, as before.
+            return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
+        }
+        if old {
+            // Suspected for `open_for` and nothing was delivered, whoever
+            // probed: confirmed.
+            return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)));
+        }
+        // Only suspects probed a young suspected period, and they said what
+        // was known: no verdict — the breaker stays half-open (no partition
+        // pauses, no marker is written on the suspects' word) and a new
+        // period begins.
+        self.state = BreakerState::HalfOpen {
+            admitted: 0,
+            succeeded: 0,
+        };
+        let (failed, suspected) = (self.suspect_failed, self.suspected);
+        self.new_period(now);
+        if suspected {
+            self.suspect_failed = failed;
+        }
+        None
+    }
+
+    /// A suspected period is confirmed once `half_open_probes` calls of
+    /// events not refused before were refused too, and it is `open_for` old:
+    /// a burst of one tenant's refused events, however many, cannot confirm
+    /// it while the calls of other events keep being delivered.
+    fn confirmed(&self, now: Instant) -> bool {
+        self.suspected
+            && self.suspect_failed >= self.probes()
+            && self
+                .half_open_since
+                .is_none_or(|since| now >= since + self.cfg.open_for)
+    }
+
+    /// Asks for a probe slot for a *suspect* (an event refused systemic
+    /// before). Closed: yes; open: no. Half-open: while slots are free, and
+    /// suspects hold fewer than `half_open_probes - 1` of them — at least one
+    /// is kept for an event that was not refused, so the period tests the API
+    /// rather than the suspects — unless the period is `open_for` old (no such
+    /// event came: the suspects alone may end it).
+    pub fn allow_suspect(&mut self, now: Instant) -> bool {
+        self.advance(now);
+        if let BreakerState::HalfOpen { .. } = self.state {
+            let lapsed = self
+                .half_open_since
+                .is_none_or(|since| now >= since + self.cfg.open_for);
+            if self.suspects_admitted + 1 >= self.probes() && !lapsed {
+                return false;
+            }
+            let ok = self.allow(now);
+            if ok {
+                self.suspects_admitted += 1;
+            }
+            return ok;
+        }
+        self.allow(now)
+    }
+
+    fn new_period(&mut self, now: Instant) {
+        self.half_open_since = Some(now);
+        self.suspects_admitted = 0;
+        self.repeats = 0;
+        self.suspect_failed = 0;
+    }
+
+    fn close(&mut self, reason: Reason) -> Transition {
+        self.state = BreakerState::Closed;
+        self.suspected = false;
+        self.half_open_since = None;
+        self.window.clear();
+        Transition {
+            from: BreakerStateKind::HalfOpen,
+            to: BreakerStateKind::Closed,
+            reason,
+        }
+    }
+
     fn open(&mut self, now: Instant, from: BreakerStateKind, reason: Reason) -> Transition {
         self.suspected = false;
         self.suspect_failed = 0;
+        self.half_open_since = None;
         self.state = BreakerState::Open {
             until: now + self.cfg.open_for,
         };
@@ -566,18 +690,28 @@ impl Breaker {
 /// answer tripped the breaker) joins behind everyone already waiting. So the
 /// probes rotate over the waiting events, across partitions and keys, and one
 /// event answered systemic cannot be the probe again and again while others
-/// wait. While the breaker is closed every waiter is admitted at once.
+/// wait. *Suspects* (events refused systemic before) go after every fresh
+/// waiter and take slots only through [`Breaker::allow_suspect`], so a period
+/// tests the API with events that were not refused, when there are any.
+/// While the breaker is closed every waiter is admitted at once.
 #[derive(Debug, Default, Clone)]
 pub struct GateQueue {
     next: u64,
-    waiting: std::collections::BTreeSet<u64>,
+    /// Ticket → whether its holder is a suspect.
+    waiting: std::collections::BTreeMap<u64, bool>,
 }
 
 impl GateQueue {
-    /// A ticket behind every waiter.
+    /// A ticket behind every waiter, for an event not refused before.
     pub fn join(&mut self) -> u64 {
+        self.join_as(false)
+    }
+
+    /// A ticket behind every waiter; `suspect`: the event was refused
+    /// systemic before.
+    pub fn join_as(&mut self, suspect: bool) -> u64 {
         self.next += 1;
-        self.waiting.insert(self.next);
+        self.waiting.insert(self.next, suspect);
         self.next
     }
 
@@ -594,19 +728,37 @@ impl GateQueue {
         self.waiting.len()
     }
 
-    /// Whether `ticket` may take a probe slot now: it is the longest waiting.
+    fn first_of(&self, suspect: bool) -> Option<u64> {
+        self.waiting
+            .iter()
+            .find(|(_, s)| **s == suspect)
+            .map(|(t, _)| *t)
+    }
+
+    /// Whether `ticket` may take a probe slot now: it is the longest waiting
+    /// fresh event, or, while no fresh event waits, the longest waiting
+    /// suspect.
     pub fn is_head(&self, ticket: u64) -> bool {
-        self.waiting.first() == Some(&ticket)
+        match self.waiting.get(&ticket) {
+            Some(false) => self.first_of(false) == Some(ticket),
+            Some(true) => self.first_of(false).is_none() && self.first_of(true) == Some(ticket),
+            None => false,
+        }
     }
 
     /// Asks to admit the waiter holding `ticket` at `now`: closed, every waiter;
-    /// half-open, only the head, while probe slots are free (it then leaves
-    /// the queue). `false`: keep waiting.
+    /// half-open, only the head, while probe slots are free (a suspect: while
+    /// [`Breaker::allow_suspect`] says so); it then leaves the queue. `false`:
+    /// keep waiting.
     pub fn admit(&mut self, ticket: u64, breaker: &mut Breaker, now: Instant) -> bool {
         breaker.advance(now);
+        let suspect = self.waiting.get(&ticket).copied().unwrap_or(false);
         let ok = match breaker.raw_state() {
             BreakerState::Closed => breaker.allow(now),
             BreakerState::Open { .. } => false,
+            BreakerState::HalfOpen { .. } if suspect => {
+                self.is_head(ticket) && breaker.allow_suspect(now)
+            }
             BreakerState::HalfOpen { .. } => self.is_head(ticket) && breaker.allow(now),
         };
         if ok {
@@ -616,13 +768,22 @@ impl GateQueue {
     }
 
     /// Asks to admit a newcomer that would not wait (the fast path): closed,
-    /// yes; half-open only while nobody waits (else it must queue behind them).
+    /// yes; half-open only while nobody it must queue behind waits (a fresh
+    /// event: no fresh waiter; a suspect: nobody).
     pub fn admit_newcomer(&self, breaker: &mut Breaker, now: Instant) -> bool {
+        self.admit_newcomer_as(false, breaker, now)
+    }
+
+    /// [`GateQueue::admit_newcomer`] for a fresh event or a `suspect`.
+    pub fn admit_newcomer_as(&self, suspect: bool, breaker: &mut Breaker, now: Instant) -> bool {
         breaker.advance(now);
         match breaker.raw_state() {
             BreakerState::Closed => breaker.allow(now),
             BreakerState::Open { .. } => false,
-            BreakerState::HalfOpen { .. } => self.is_empty() && breaker.allow(now),
+            BreakerState::HalfOpen { .. } if suspect => {
+                self.is_empty() && breaker.allow_suspect(now)
+            }
+            BreakerState::HalfOpen { .. } => self.first_of(false).is_none() && breaker.allow(now),
         }
     }
 }
@@ -655,14 +816,19 @@ mod tests {
         assert_eq!(b.systemic(t0, "http_403", false), None);
         assert_eq!(b.record(t0, true).map(|t| t.reason), Some(Reason::Refuted));
         assert_eq!(b.state(t0), BreakerStateKind::Closed);
-        // Suspected again, and every probe is refused: open with the reason.
+        // Suspected again, and every fresh probe is refused: a refused slot
+        // goes to the next waiter; confirmed (open with the reason) once
+        // `half_open_probes` were refused and the period is `open_for` old.
         b.systemic(t0, "http_401", false).expect("suspected");
         assert!(b.allow(t0));
+        assert_eq!(b.systemic(t0, "http_401", false), None, "one refusal");
+        assert!(b.allow(t0), "the refused probe's slot is free again");
         assert_eq!(
             b.systemic(t0, "http_401", false),
             None,
-            "a probe slot is still unused"
+            "two refusals, but the period is young: others may still refute it"
         );
+        let t0 = t0 + secs(5);
         assert!(b.allow(t0));
         let t = b.systemic(t0, "http_401", false).expect("confirmed");
         assert_eq!(
@@ -683,6 +849,41 @@ mod tests {
         assert!(b.allow(later));
         let t = b.systemic(later, "http_401", false).expect("reopened");
         assert_eq!(t.reason, Reason::ProbeFailed);
+    }
+
+    #[test]
+    fn suspects_keep_a_slot_for_a_fresh_event_and_their_refusals_are_neutral() {
+        let t0 = Instant::now();
+        let mut c = cfg();
+        c.half_open_probes = 3;
+        let mut b = Breaker::new(c);
+        b.systemic(t0, "http_403", false).expect("suspected");
+        // Suspects take two of the three slots; the third is kept.
+        assert!(b.allow_suspect(t0) && b.allow_suspect(t0));
+        assert!(!b.allow_suspect(t0), "one slot is kept for a fresh event");
+        // Their refusals repeat what was known: no verdict.
+        assert_eq!(b.systemic_repeat(t0, "http_403", false), None);
+        assert_eq!(b.systemic_repeat(t0, "http_403", false), None);
+        assert_eq!(b.state(t0), BreakerStateKind::HalfOpen);
+        // A fresh event probes and is delivered: refuted.
+        assert!(b.allow(t0));
+        assert_eq!(b.record(t0, true).map(|t| t.reason), Some(Reason::Refuted));
+        // Suspected again with only suspects waiting: once the period is
+        // `open_for` old they take the last slot too, and the period ends
+        // (confirmed: nothing was delivered).
+        b.systemic(t0, "http_403", false).expect("suspected");
+        assert!(b.allow_suspect(t0) && b.allow_suspect(t0));
+        assert_eq!(b.systemic_repeat(t0, "http_403", false), None);
+        assert_eq!(b.systemic_repeat(t0, "http_403", false), None);
+        let later = t0 + secs(5);
+        assert!(b.allow_suspect(later), "the kept slot lapses");
+        let t = b
+            .systemic_repeat(later, "http_403", false)
+            .expect("confirmed");
+        assert_eq!(
+            (t.to, t.reason),
+            (BreakerStateKind::Open, Reason::Forced("http_403"))
+        );
     }
 
     #[test]
@@ -718,6 +919,162 @@ mod tests {
         assert!(q.admit(cc, &mut b, t1));
         assert!(q.is_empty());
         assert!(q.admit_newcomer(&mut b, t1));
+    }
+
+    /// A model of one instance's gate: `tenant` events the API refuses
+    /// (each on its own key, all at the gate at once, as a burst), and a
+    /// stream of other events, `others_ok`: delivered or refused too (an API
+    /// that refuses everything). Each step (10 ms) some other events arrive;
+    /// every waiter asks for admission in a random order; the admitted calls
+    /// are numbered and answered in a random order, through
+    /// `core::systemic` as the shell does (`judge`, `EventHypothesis`).
+    /// Returns (tenant events demoted, steps until the last was, others
+    /// delivered, whether the breaker was ever closed after the first
+    /// refusal, final state).
+    fn simulate(
+        tenant: usize,
+        others_ok: bool,
+        order: &[u8],
+        steps: usize,
+        budget: u32,
+    ) -> (usize, usize, usize, bool, BreakerStateKind) {
+        use crate::core::systemic::{judge, EventHypothesis, Judgement, SystemicStep};
+        let mut c = cfg();
+        c.half_open_probes = 3;
+        c.open_for = ms(1_500);
+        let mut b = Breaker::new(c);
+        let mut q = GateQueue::default();
+        // (ticket, is_tenant, hypothesis)
+        let mut waiting: Vec<(u64, bool, EventHypothesis)> = (0..tenant)
+            .map(|_| (q.join(), true, EventHypothesis::default()))
+            .collect();
+        let (mut seq, mut last_success, mut half_open_from) = (0u64, 0u64, None::<u64>);
+        let (mut demoted, mut last_demoted, mut delivered) = (0, 0, 0);
+        let mut closed_after_refusal = false;
+        let mut refused_once = false;
+        let t0 = Instant::now();
+        let mut r = order.iter().cycle();
+        for step in 0..steps {
+            let now = t0 + ms(10 * step as u64);
+            let before = b.state(now);
+            if b.advance(now).is_some() {
+                half_open_from = Some(seq);
+            }
+            for _ in 0..(1 + *r.next().unwrap_or(&0) % 2) {
+                waiting.push((q.join(), false, EventHypothesis::default()));
+            }
+            // Every waiter asks, in a random rotation.
+            let k = usize::from(*r.next().unwrap_or(&0)) % waiting.len().max(1);
+            waiting.rotate_left(k);
+            let mut calls = Vec::new();
+            let mut still = Vec::new();
+            for (t, tenant, h) in waiting.drain(..) {
+                if q.admit(t, &mut b, now) {
+                    seq += 1;
+                    calls.push((seq, tenant, h));
+                } else {
+                    still.push((t, tenant, h));
+                }
+            }
+            waiting = still;
+            if calls.len() > 1 {
+                let k = usize::from(*r.next().unwrap_or(&0)) % calls.len();
+                calls.rotate_left(k);
+            }
+            for (s, tenant, mut h) in calls {
+                let t = if !tenant && others_ok {
+                    delivered += 1;
+                    last_success = last_success.max(s);
+                    b.record(now, true)
+                } else {
+                    refused_once = true;
+                    let suspect = h.suspect();
+                    match h.answered(s, last_success, budget) {
+                        SystemicStep::Wait => {
+                            let from = (b.state(now) == BreakerStateKind::HalfOpen)
+                                .then_some(half_open_from)
+                                .flatten();
+                            let t = match judge(s, last_success, from) {
+                                Judgement::Refuted => b.record(now, true),
+                                Judgement::Straggler => None,
+                                Judgement::Evidence if suspect => {
+                                    b.systemic_repeat(now, "http_403", false)
+                                }
+                                Judgement::Evidence => b.systemic(now, "http_403", false),
+                            };
+                            let ticket = q.join_as(true);
+                            waiting.push((ticket, tenant, h));
+                            t
+                        }
+                        SystemicStep::Retry { .. } => {
+                            let ticket = q.join_as(true);
+                            waiting.push((ticket, tenant, h));
+                            b.record(now, true)
+                        }
+                        SystemicStep::Demote { .. } => {
+                            demoted += 1;
+                            last_demoted = step;
+                            b.record(now, true)
+                        }
+                    }
+                };
+                if let Some(t) = t {
+                    if t.to == BreakerStateKind::HalfOpen {
+                        half_open_from = Some(seq);
+                    }
+                }
+            }
+            if refused_once
+                && before != BreakerStateKind::Closed
+                && b.state(now) == BreakerStateKind::Closed
+            {
+                closed_after_refusal = true;
+            }
+        }
+        let end = t0 + ms(10 * steps as u64);
+        (
+            demoted,
+            last_demoted,
+            delivered,
+            closed_after_refusal,
+            b.state(end),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// One tenant's refused burst among other events that are delivered:
+        /// whatever the order of arrivals, admissions and answers, every one
+        /// of its events is demoted (the others' deliveries refute it) within
+        /// a bounded time, the others flow, and the breaker ends closed.
+        #[test]
+        fn a_refused_tenant_is_demoted_while_the_others_flow(
+            tenant in 1usize..20,
+            order in proptest::collection::vec(any::<u8>(), 1..64),
+            budget in 1u32..4,
+        ) {
+            let (demoted, last, delivered, _, state) = simulate(tenant, true, &order, 1_000, budget);
+            prop_assert_eq!(demoted, tenant);
+            prop_assert!(last < 600, "demoted by step {last} (6 s)");
+            prop_assert!(delivered > 0);
+            prop_assert_eq!(state, BreakerStateKind::Closed);
+        }
+
+        /// An API that refuses every call: nothing is ever demoted, nothing
+        /// delivered, and the breaker never closes (the group pauses; the
+        /// events wait).
+        #[test]
+        fn refusing_everything_demotes_nothing_and_never_closes(
+            tenant in 1usize..20,
+            order in proptest::collection::vec(any::<u8>(), 1..64),
+            budget in 1u32..4,
+        ) {
+            let (demoted, _, delivered, closed, state) = simulate(tenant, false, &order, 1_000, budget);
+            prop_assert_eq!(demoted, 0);
+            prop_assert_eq!(delivered, 0);
+            prop_assert!(!closed);
+            prop_assert_ne!(state, BreakerStateKind::Closed);
+        }
     }
 
     proptest! {

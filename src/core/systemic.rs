@@ -95,6 +95,12 @@ impl EventHypothesis {
         }
     }
 
+    /// Whether the event was refused systemic before (a *suspect* at the
+    /// breaker's gate: `core::breaker::GateQueue`).
+    pub fn suspect(&self) -> bool {
+        self.first.is_some()
+    }
+
     /// Whether the event's refusal has been refuted (its answers count).
     pub fn refuted(&self, last_success: u64) -> bool {
         self.first.is_some_and(|f| last_success > f)

@@ -471,19 +471,21 @@ impl Deliverer {
     /// Waits until the breaker admits a call; `false`: the partition was
     /// handed over first (the wait ends at once, before the breaker counts an
     /// admission — a half-open probe — for a call that will not be made).
-    async fn gate(&self, token: &CompletionToken) -> bool {
+    /// `suspect`: the event was refused systemic before (it waits behind the
+    /// others and takes at most a share of the half-open probes).
+    async fn gate(&self, token: &CompletionToken, suspect: bool) -> bool {
         if token.cancelled() {
             return false;
         }
         // The usual case, a closed breaker, without registering for the
         // cancellation (a lock on the partition's notifier per event).
-        if self.pipeline.health.admit_now() {
+        if self.pipeline.health.admit_now_as(suspect) {
             return true;
         }
         tokio::select! {
             biased;
             _ = token.until_cancelled() => false,
-            _ = self.pipeline.health.gate() => true,
+            _ = self.pipeline.health.gate_as(suspect) => true,
         }
     }
 
@@ -675,7 +677,7 @@ impl Deliverer {
                 let Ok(_permit) = permit else {
                     return std::future::pending::<Option<Finished>>().await;
                 };
-                if !self.drain_pacer.slot(token).await || !self.gate(token).await {
+                if !self.drain_pacer.slot(token).await || !self.gate(token, false).await {
                     return None;
                 }
                 let call = self.rate_slot(token).await?;
@@ -919,7 +921,10 @@ impl Deliverer {
                 payload: item.payload.as_ref(),
             };
             let failure = match self.request(&src, ev).await {
-                Ok(Body::Send { body, out }) => match self.call(&ev.id, &out, body, token).await {
+                Ok(Body::Send { body, out }) => match self
+                    .call(&ev.id, &out, body, token, hypothesis.suspect())
+                    .await
+                {
                     None => return None, // Handed over while waiting at the gate.
                     Some((answer, seq)) => {
                         called = Some(seq);
@@ -1052,8 +1057,9 @@ impl Deliverer {
         out: &Outgoing,
         body: Bytes,
         token: &CompletionToken,
+        suspect: bool,
     ) -> Option<(Result<http::Answer, TransportError>, u64)> {
-        if !self.gate(token).await {
+        if !self.gate(token, suspect).await {
             return None;
         }
         let call = self.rate_slot(token).await?;

@@ -21,13 +21,18 @@ impl Deliverer {
         f: &Failure,
     ) -> SystemicStep {
         let health = &self.pipeline.health;
+        let suspect = hypothesis.suspect();
         let step = hypothesis.answered(
             seq,
             health.last_success(),
             self.pipeline.config.api.systemic_budget,
         );
         let t = match step {
-            SystemicStep::Wait => health.systemic(seq, f.reason.breaker_reason()).1,
+            SystemicStep::Wait => {
+                health
+                    .systemic_as(seq, f.reason.breaker_reason(), suspect)
+                    .1
+            }
             // Refuted: the API is up, the refusal is this event's.
             SystemicStep::Retry { .. } | SystemicStep::Demote { .. } => {
                 health.record(CallOutcome::Up)
