@@ -136,15 +136,26 @@ pub struct Cancellation {
 
 impl Cancellation {
     pub fn cancelled(&self) -> bool {
-        self.inbox.cancelled.load(Ordering::SeqCst)
+        self.inbox.is_cancelled()
     }
 
     /// Resolves once the partition is cancelled (at once if it already is).
     pub async fn until_cancelled(&self) {
-        let wake = self.inbox.cancel_wake.notified();
+        self.inbox.until_cancelled().await
+    }
+}
+
+impl Inbox {
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    async fn until_cancelled(&self) {
+        let wake = self.cancel_wake.notified();
         tokio::pin!(wake);
+        // Registered before the flag is read: a cancel between the two still wakes.
         wake.as_mut().enable();
-        if self.cancelled() {
+        if self.is_cancelled() {
             return;
         }
         wake.await;
@@ -185,20 +196,13 @@ impl CompletionToken {
     /// take a permit or make another request (dropping the token reports it
     /// errored; the next owner delivers the event).
     pub fn cancelled(&self) -> bool {
-        self.inbox.cancelled.load(Ordering::SeqCst)
+        self.inbox.is_cancelled()
     }
 
     /// Resolves once the partition is cancelled (at once if it already is): what
     /// a wait for a permit, a drain slot or the breaker's gate races against.
     pub async fn until_cancelled(&self) {
-        let wake = self.inbox.cancel_wake.notified();
-        tokio::pin!(wake);
-        // Registered before the flag is read: a cancel between the two still wakes.
-        wake.as_mut().enable();
-        if self.cancelled() {
-            return;
-        }
-        wake.await;
+        self.inbox.until_cancelled().await
     }
 
     /// Reports the durable outcome.

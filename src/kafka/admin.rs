@@ -447,27 +447,12 @@ pub fn watermarks(
     topic: &str,
 ) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
     let c = reader(&cluster.client_config())?;
-    let md = c
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(|e| failure(&c, e))?;
-    let Some(t) = md
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic && t.error().is_none())
-    else {
-        return Ok(BTreeMap::new());
-    };
-    let mut out = BTreeMap::new();
-    for p in t.partitions() {
-        let w = c
-            .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
-            .map_err(|e| failure(&c, e))?;
-        out.insert(p.id(), w);
-    }
-    Ok(out)
+    all_watermarks(&c, topic)
 }
 
-fn snapshot_with(c: &Reader, topic: &str) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
+/// Low and high watermarks of every partition of `topic` (empty when the
+/// topic does not exist).
+fn all_watermarks(c: &Reader, topic: &str) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
     let md = c
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .map_err(|e| failure(c, e))?;
@@ -480,13 +465,17 @@ fn snapshot_with(c: &Reader, topic: &str) -> Result<BTreeMap<i32, (i64, i64)>, A
     };
     let mut out = BTreeMap::new();
     for p in t.partitions() {
-        let (lo, hi) = c
+        let w = c
             .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
             .map_err(|e| failure(c, e))?;
-        if hi > lo {
-            out.insert(p.id(), (lo, hi));
-        }
+        out.insert(p.id(), w);
     }
+    Ok(out)
+}
+
+fn snapshot_with(c: &Reader, topic: &str) -> Result<BTreeMap<i32, (i64, i64)>, AdminError> {
+    let mut out = all_watermarks(c, topic)?;
+    out.retain(|_, (lo, hi)| hi > lo);
     Ok(out)
 }
 
