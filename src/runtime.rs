@@ -99,6 +99,17 @@ impl Pipeline {
         g.count
     }
 
+    /// The deleted-unread series of an assigned partition, at 0 until something
+    /// is counted (dashboards and the alert see "nothing lost", not "no data").
+    pub fn deleted_unread_series(&self, topic: &str, partition: i32) {
+        metrics::counter!(
+            crate::metrics::DELETED_UNREAD,
+            "topic" => topic.to_string(),
+            "partition" => partition.to_string()
+        )
+        .increment(0);
+    }
+
     /// A new incarnation of `topic`/`partition`'s log (recreated, truncated to
     /// below what was reported): its losses are counted afresh.
     pub fn forget_deleted_unread(&self, topic: &str, partition: i32) {

@@ -625,6 +625,11 @@ impl ConsumerState {
         match lookup.await {
             Ok(Ok((out, positions))) => {
                 let topics = [&self.pipeline.config.kafka.topic, &self.pipeline.dlq_topic];
+                for t in topics {
+                    for p in partitions {
+                        self.pipeline.deleted_unread_series(t, *p);
+                    }
+                }
                 for (i, p, committed, start, done) in positions {
                     self.pipeline
                         .deleted_unread(topics[i], p, committed, start, done.as_ref());
