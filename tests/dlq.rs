@@ -19,13 +19,7 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     // missing DLQ is refused at start:
     // `a_missing_dlq_or_parking_topic_is_refused_at_start`.)
     n.create(&s, true).await;
-    courier::kafka::admin::alter_topic_config(
-        &s.brokers,
-        &n.dlq,
-        &[("message.timestamp.before.max.ms", "0")],
-    )
-    .await
-    .unwrap();
+    dlq_accepts_writes(&s, &n, false).await;
     let spec = Spec {
         count: 3_000,
         // One key per event: in `key` mode, later events of a failing event's key
@@ -116,13 +110,7 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
 
     // Let the DLQ accept writes: the pending ones go through and the offsets
     // move to the end.
-    courier::kafka::admin::alter_topic_config(
-        &s.brokers,
-        &n.dlq,
-        &[("message.timestamp.before.max.ms", "9223372036854775807")],
-    )
-    .await
-    .unwrap();
+    dlq_accepts_writes(&s, &n, true).await;
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     c.terminate(Duration::from_secs(30)).await;
 
@@ -667,13 +655,7 @@ async fn a_revoke_during_a_dlq_outage_abandons_the_old_owners_writes() {
     // The DLQ refuses every write (INVALID_TIMESTAMP, retried by Courier)
     // until the limit is lifted (a missing DLQ is refused at start).
     n.create(&s, true).await;
-    courier::kafka::admin::alter_topic_config(
-        &s.brokers,
-        &n.dlq,
-        &[("message.timestamp.before.max.ms", "0")],
-    )
-    .await
-    .unwrap();
+    dlq_accepts_writes(&s, &n, false).await;
     let spec = Spec {
         count: 400,
         keys: 400,
@@ -796,13 +778,7 @@ async fn a_revoke_during_a_dlq_outage_abandons_the_old_owners_writes() {
         },
     )
     .await;
-    courier::kafka::admin::alter_topic_config(
-        &s.brokers,
-        &n.dlq,
-        &[("message.timestamp.before.max.ms", "9223372036854775807")],
-    )
-    .await
-    .expect("let the DLQ accept writes");
+    dlq_accepts_writes(&s, &n, true).await;
     n.wait_committed_to_end(&s, Duration::from_secs(90)).await;
     let log = strip_ansi(&a.log_text());
     let retried_after: Vec<&str> = moved
@@ -839,4 +815,18 @@ async fn a_revoke_during_a_dlq_outage_abandons_the_old_owners_writes() {
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("dlq-revoke", &rep);
     assert_eq!(rep.in_dlq, 8, "{rep}");
+}
+
+/// A DLQ outage a real broker holds: with `message.timestamp.before.max.ms` 0 it
+/// answers every write (stamped earlier than it arrives) INVALID_TIMESTAMP, which
+/// Courier retries; `accept` lifts the limit.
+async fn dlq_accepts_writes(s: &Services, n: &Names, accept: bool) {
+    let limit = if accept { "9223372036854775807" } else { "0" };
+    courier::kafka::admin::alter_topic_config(
+        &s.brokers,
+        &n.dlq,
+        &[("message.timestamp.before.max.ms", limit)],
+    )
+    .await
+    .expect("set the DLQ's timestamp limit");
 }
