@@ -3,6 +3,8 @@
 //! process, and condition waits with deadlines.
 #![allow(dead_code)]
 
+pub mod tenant;
+
 use courier::audit::{audit, AuditReport, Produced};
 use courier::kafka::admin::{committed_positions, create_topics, end_offsets, CommittedPosition};
 use courier::sink::{Behaviour, SinkHandle};
