@@ -153,14 +153,9 @@ impl Health {
     /// the event's own hypothesis could not set aside: refuted by a later
     /// delivered call (the breaker hears "up"), a straggler of a half-open
     /// period (nothing), or evidence (the breaker suspects, or confirms).
-    pub fn systemic(&self, seq: u64, reason: &'static str) -> (Judgement, Option<Transition>) {
-        self.systemic_as(seq, reason, false)
-    }
-
-    /// [`Health::systemic`]; `suspect`: the event was refused systemic before
-    /// (its answer in a half-open period repeats what was known:
-    /// `Breaker::systemic_repeat`).
-    pub fn systemic_as(
+    /// `suspect`: the event was refused systemic before (its answer in a
+    /// half-open period repeats what was known: `Breaker::systemic_repeat`).
+    pub fn systemic(
         &self,
         seq: u64,
         reason: &'static str,
@@ -221,15 +216,11 @@ impl Health {
     /// comes back after a refusal waits behind the others, so the probes
     /// rotate over the waiting events). Dropping the future (a cancelled
     /// wait) leaves the queue.
-    pub async fn gate(&self) {
-        self.gate_as(false).await
-    }
-
-    /// [`Health::gate`] for an event refused systemic before (`suspect`): it
-    /// waits behind every fresh waiter and takes at most a share of the
-    /// probe slots (`Breaker::allow_suspect`).
-    pub async fn gate_as(&self, suspect: bool) {
-        let ticket = self.gate_lock().queue.join_as(suspect);
+    /// An event refused systemic before (`suspect`) waits behind every fresh
+    /// waiter and takes at most a share of the probe slots
+    /// (`Breaker::allow_suspect`).
+    pub async fn gate(&self, suspect: bool) {
+        let ticket = self.gate_lock().queue.join(suspect);
         let _leave = Waiting {
             health: self,
             ticket,
@@ -266,18 +257,14 @@ impl Health {
     /// Whether the breaker admits a call now without waiting (closed; or a
     /// half-open probe slot while no call waits at the gate — else the call
     /// queues behind them); [`Health::gate`] waits until it is admitted.
-    pub fn admit_now(&self) -> bool {
-        self.admit_now_as(false)
-    }
-
-    /// [`Health::admit_now`] for a fresh event or a `suspect`.
-    pub fn admit_now_as(&self, suspect: bool) -> bool {
+    /// `suspect`: as for [`Health::gate`].
+    pub fn admit_now(&self, suspect: bool) -> bool {
         let now = Instant::now();
         let mut g = self.gate_lock();
         let advanced = g.breaker.advance(now);
         self.noted(&mut g, advanced);
         let g = &mut *g;
-        g.queue.admit_newcomer_as(suspect, &mut g.breaker, now)
+        g.queue.admit_newcomer(suspect, &mut g.breaker, now)
     }
 
     /// Records a call's outcome; returns the transition if the breaker moved.
@@ -393,7 +380,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert!(h.systemic_outage(), "half-open still counts");
         // The probe succeeds: closed, the outage is over.
-        assert!(h.admit_now(), "a half-open probe is admitted");
+        assert!(h.admit_now(false), "a half-open probe is admitted");
         h.record(CallOutcome::Up);
         assert_eq!(h.breaker_state(Instant::now()), BreakerStateKind::Closed);
         assert!(!h.systemic_outage());
@@ -408,7 +395,7 @@ mod tests {
         });
         assert_eq!(h.record(CallOutcome::Up), None);
         let first = h.call_number();
-        let (j, t) = h.systemic(first, "tls_untrusted");
+        let (j, t) = h.systemic(first, "tls_untrusted", false);
         assert_eq!(j, Judgement::Evidence);
         let t = t.expect("401/403 and TLS failures are suspected at once");
         assert_eq!(t.to, BreakerStateKind::HalfOpen);
@@ -418,14 +405,17 @@ mod tests {
             "no partition pauses yet"
         );
         // A call sent before the suspicion is answered the same: a straggler.
-        assert_eq!(h.systemic(first, "tls_untrusted").0, Judgement::Straggler);
+        assert_eq!(
+            h.systemic(first, "tls_untrusted", false).0,
+            Judgement::Straggler
+        );
         // The probe is refused too, once the period is `breaker_open` old
         // (younger, other events' calls could still refute it): open, with
         // the reason.
         std::thread::sleep(Duration::from_millis(250));
-        assert!(h.admit_now());
+        assert!(h.admit_now(false));
         let probe = h.call_number();
-        let (j, t) = h.systemic(probe, "tls_untrusted");
+        let (j, t) = h.systemic(probe, "tls_untrusted", false);
         assert_eq!(j, Judgement::Evidence);
         let t = t.expect("confirmed");
         assert_eq!(
@@ -450,13 +440,16 @@ mod tests {
         assert_eq!(h.delivered(later), None);
         assert_eq!(h.last_success(), later);
         // The refusal of a call sent before a delivered one: the API is up.
-        assert_eq!(h.systemic(refused, "http_403"), (Judgement::Refuted, None));
+        assert_eq!(
+            h.systemic(refused, "http_403", false),
+            (Judgement::Refuted, None)
+        );
         assert_eq!(h.breaker_state(Instant::now()), BreakerStateKind::Closed);
         // A refusal of a call sent after it is evidence; a later delivered probe
         // closes the breaker again.
         let next = h.call_number();
-        assert_eq!(h.systemic(next, "http_403").0, Judgement::Evidence);
-        assert!(h.admit_now());
+        assert_eq!(h.systemic(next, "http_403", false).0, Judgement::Evidence);
+        assert!(h.admit_now(false));
         let probe = h.call_number();
         let t = h.delivered(probe).expect("the probe closes it");
         assert_eq!(t.to, BreakerStateKind::Closed);
@@ -474,26 +467,26 @@ mod tests {
         }));
         // Event "a" is refused: suspected; "a" waits first, then "b" and "c".
         let seq = h.call_number();
-        h.systemic(seq, "http_403");
+        h.systemic(seq, "http_403", false);
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<&'static str>();
         for name in ["a", "b", "c"] {
             let (h, tx) = (h.clone(), tx.clone());
             tokio::spawn(async move {
-                h.gate().await;
+                h.gate(false).await;
                 let _ = tx.send(name);
             });
             tokio::task::yield_now().await;
         }
-        assert!(!h.admit_now(), "a newcomer queues behind the waiters");
+        assert!(!h.admit_now(false), "a newcomer queues behind the waiters");
         assert_eq!(rx.recv().await, Some("a"), "the first to wait probes");
         assert!(rx.try_recv().is_err(), "one probe slot");
         // "a" is refused again: open; it waits again, behind "b" and "c".
         let probe = h.call_number();
-        h.systemic(probe, "http_403");
+        h.systemic(probe, "http_403", false);
         {
             let (h, tx) = (h.clone(), tx.clone());
             tokio::spawn(async move {
-                h.gate().await;
+                h.gate(false).await;
                 let _ = tx.send("a again");
             });
         }
@@ -506,7 +499,7 @@ mod tests {
         let mut rest = vec![rx.recv().await.unwrap(), rx.recv().await.unwrap()];
         rest.sort_unstable();
         assert_eq!(rest, ["a again", "c"]);
-        assert!(h.admit_now());
+        assert!(h.admit_now(false));
     }
 
     #[test]

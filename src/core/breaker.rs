@@ -702,14 +702,9 @@ pub struct GateQueue {
 }
 
 impl GateQueue {
-    /// A ticket behind every waiter, for an event not refused before.
-    pub fn join(&mut self) -> u64 {
-        self.join_as(false)
-    }
-
     /// A ticket behind every waiter; `suspect`: the event was refused
     /// systemic before.
-    pub fn join_as(&mut self, suspect: bool) -> u64 {
+    pub fn join(&mut self, suspect: bool) -> u64 {
         self.next += 1;
         self.waiting.insert(self.next, suspect);
         self.next
@@ -770,12 +765,7 @@ impl GateQueue {
     /// Asks to admit a newcomer that would not wait (the fast path): closed,
     /// yes; half-open only while nobody it must queue behind waits (a fresh
     /// event: no fresh waiter; a suspect: nobody).
-    pub fn admit_newcomer(&self, breaker: &mut Breaker, now: Instant) -> bool {
-        self.admit_newcomer_as(false, breaker, now)
-    }
-
-    /// [`GateQueue::admit_newcomer`] for a fresh event or a `suspect`.
-    pub fn admit_newcomer_as(&self, suspect: bool, breaker: &mut Breaker, now: Instant) -> bool {
+    pub fn admit_newcomer(&self, suspect: bool, breaker: &mut Breaker, now: Instant) -> bool {
         breaker.advance(now);
         match breaker.raw_state() {
             BreakerState::Closed => breaker.allow(now),
@@ -895,17 +885,17 @@ mod tests {
         let mut q = GateQueue::default();
         // Event A (partition 0, key a) was refused: the breaker suspects, A waits.
         b.systemic(t0, "http_403", false);
-        let a = q.join();
+        let a = q.join(false);
         // B (partition 1) and C (partition 0, key c) arrive and wait behind A.
-        let bb = q.join();
-        let cc = q.join();
-        assert!(!q.admit_newcomer(&mut b, t0), "a newcomer queues");
+        let bb = q.join(false);
+        let cc = q.join(false);
+        assert!(!q.admit_newcomer(false, &mut b, t0), "a newcomer queues");
         assert!(!q.admit(bb, &mut b, t0), "not B's turn");
         assert!(q.admit(a, &mut b, t0), "A probes");
         // A is refused again (a probe's systemic answer): open; A comes back
         // behind B and C.
         b.systemic(t0, "http_403", false);
-        let a2 = q.join();
+        let a2 = q.join(false);
         let t1 = t0 + secs(5);
         assert!(!q.admit(a2, &mut b, t1), "A just probed and failed");
         assert!(!q.admit(cc, &mut b, t1), "C after B");
@@ -918,7 +908,7 @@ mod tests {
         assert!(q.admit(a2, &mut b, t1));
         assert!(q.admit(cc, &mut b, t1));
         assert!(q.is_empty());
-        assert!(q.admit_newcomer(&mut b, t1));
+        assert!(q.admit_newcomer(false, &mut b, t1));
     }
 
     /// A model of one instance's gate: `tenant` events the API refuses
@@ -946,7 +936,7 @@ mod tests {
         let mut q = GateQueue::default();
         // (ticket, is_tenant, hypothesis)
         let mut waiting: Vec<(u64, bool, EventHypothesis)> = (0..tenant)
-            .map(|_| (q.join(), true, EventHypothesis::default()))
+            .map(|_| (q.join(false), true, EventHypothesis::default()))
             .collect();
         let (mut seq, mut last_success, mut half_open_from) = (0u64, 0u64, None::<u64>);
         let (mut demoted, mut last_demoted, mut delivered) = (0, 0, 0);
@@ -961,7 +951,7 @@ mod tests {
                 half_open_from = Some(seq);
             }
             for _ in 0..(1 + *r.next().unwrap_or(&0) % 2) {
-                waiting.push((q.join(), false, EventHypothesis::default()));
+                waiting.push((q.join(false), false, EventHypothesis::default()));
             }
             // Every waiter asks, in a random rotation.
             let k = usize::from(*r.next().unwrap_or(&0)) % waiting.len().max(1);
@@ -1002,12 +992,12 @@ mod tests {
                                 }
                                 Judgement::Evidence => b.systemic(now, "http_403", false),
                             };
-                            let ticket = q.join_as(true);
+                            let ticket = q.join(true);
                             waiting.push((ticket, tenant, h));
                             t
                         }
                         SystemicStep::Retry { .. } => {
-                            let ticket = q.join_as(true);
+                            let ticket = q.join(true);
                             waiting.push((ticket, tenant, h));
                             b.record(now, true)
                         }
@@ -1095,7 +1085,7 @@ mod tests {
             let mut waiting: Vec<u64> = Vec::new();
             for op in ops {
                 match op {
-                    0 | 1 => waiting.push(q.join()),
+                    0 | 1 => waiting.push(q.join(false)),
                     2 if !waiting.is_empty() => {
                         // The longest waiting leaves without being admitted.
                         let t = waiting.remove(0);
@@ -1115,7 +1105,7 @@ mod tests {
                             waiting.remove(0);
                             // Its probe is refused: back to the end.
                             b.systemic(t0, "http_403", false);
-                            waiting.push(q.join());
+                            waiting.push(q.join(false));
                         }
                     }
                 }

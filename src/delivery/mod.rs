@@ -479,13 +479,13 @@ impl Deliverer {
         }
         // The usual case, a closed breaker, without registering for the
         // cancellation (a lock on the partition's notifier per event).
-        if self.pipeline.health.admit_now_as(suspect) {
+        if self.pipeline.health.admit_now(suspect) {
             return true;
         }
         tokio::select! {
             biased;
             _ = token.until_cancelled() => false,
-            _ = self.pipeline.health.gate_as(suspect) => true,
+            _ = self.pipeline.health.gate(suspect) => true,
         }
     }
 

@@ -28,11 +28,7 @@ impl Deliverer {
             self.pipeline.config.api.systemic_budget,
         );
         let t = match step {
-            SystemicStep::Wait => {
-                health
-                    .systemic_as(seq, f.reason.breaker_reason(), suspect)
-                    .1
-            }
+            SystemicStep::Wait => health.systemic(seq, f.reason.breaker_reason(), suspect).1,
             // Refuted: the API is up, the refusal is this event's.
             SystemicStep::Retry { .. } | SystemicStep::Demote { .. } => {
                 health.record(CallOutcome::Up)
@@ -67,7 +63,7 @@ impl Deliverer {
         let (j, t) = self
             .pipeline
             .health
-            .systemic(seq, f.reason.breaker_reason());
+            .systemic(seq, f.reason.breaker_reason(), false);
         if let Some(t) = t {
             self.on_transition(t);
         }
