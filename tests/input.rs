@@ -424,7 +424,8 @@ async fn a_header_name_that_is_not_utf8_stops_nothing() {
         ]
     );
     // Replay writes the name back as its bytes.
-    let end = courier::kafka::admin::end_offsets(&s.brokers, &n.topic, 3).unwrap()[1];
+    // The record has no key, so replay's producer picks any partition.
+    let end = courier::kafka::admin::end_offsets(&s.brokers, &n.topic, 3).unwrap();
     let cfg = log_dir().join(format!("{}-cli.toml", n.topic));
     std::fs::write(&cfg, config(&n, &api.url(), "")).unwrap();
     let (code, out) = courier_cli(
@@ -434,7 +435,7 @@ async fn a_header_name_that_is_not_utf8_stops_nothing() {
     );
     assert_eq!(code, 0, "{out}");
     assert_eq!(
-        replayed_headers(&s, &n.topic, 1, end),
+        replayed_headers(&s, &n.topic, &end),
         vec![
             (b"\xff".to_vec(), Some(b"x".to_vec())),
             (b"tenant".to_vec(), Some(b"\xfe\xfd".to_vec())),
@@ -484,15 +485,12 @@ fn kcat_with_headers(s: &Services, topic: &str, partition: i32, headers: &[&[u8]
     );
 }
 
-/// The headers of the record at `offset` of `partition`, as bytes, without
-/// the one replay adds (`courier-replayed-from`).
-fn replayed_headers(
-    s: &Services,
-    topic: &str,
-    partition: i32,
-    offset: i64,
-) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+/// The headers of the first record written after `end` (one offset per
+/// partition) that carries replay's `courier-replayed-from`, as bytes, without
+/// that header.
+fn replayed_headers(s: &Services, topic: &str, end: &[i64]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
     let c: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &s.brokers)
         .set("group.id", unique("replayed"))
@@ -500,19 +498,30 @@ fn replayed_headers(
         .create()
         .unwrap();
     let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset))
-        .unwrap();
+    for (p, at) in end.iter().enumerate() {
+        tpl.add_partition_offset(topic, p as i32, rdkafka::Offset::Offset(*at))
+            .unwrap();
+    }
     c.assign(&tpl).unwrap();
     let until = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        assert!(std::time::Instant::now() < until, "no record at {offset}");
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            return courier::kafka::record_headers(&m)
-                .unwrap_or_default()
-                .iter()
-                .filter(|(n, _)| !n.eq_ignore_ascii_case("courier-replayed-from"))
-                .map(|(n, v)| (n.as_bytes().to_vec(), v.as_ref().map(|v| v.to_vec())))
-                .collect();
+        assert!(
+            std::time::Instant::now() < until,
+            "no replayed record after {end:?}"
+        );
+        let Some(Ok(m)) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let headers = courier::kafka::record_headers(&m).unwrap_or_default();
+        let replayed =
+            |n: &courier::core::input::HeaderName| n.eq_ignore_ascii_case("courier-replayed-from");
+        if !headers.iter().any(|(n, _)| replayed(n)) {
+            panic!("record at {}/{} is not replay's", m.partition(), m.offset());
         }
+        return headers
+            .iter()
+            .filter(|(n, _)| !replayed(n))
+            .map(|(n, v)| (n.as_bytes().to_vec(), v.as_ref().map(|v| v.to_vec())))
+            .collect();
     }
 }
