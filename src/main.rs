@@ -188,15 +188,34 @@ fn init_logging_with(format: LogFormat, level: &str, otel: Option<OtelLayer>) {
         .unwrap_or_else(|_| {
             tracing_subscriber::EnvFilter::new("info,ractor=warn,rustls_platform_verifier=off")
         });
+    match otel {
+        // The OTLP layer sees its own target whatever the level: the filter is
+        // the fmt layer's alone.
+        Some(otel) => tracing_subscriber::registry()
+            .with(otel)
+            .with(fmt_layer(format).with_filter(filter))
+            .init(),
+        // One global filter otherwise: a per-layer filter can drop events
+        // after a `log` record it refused left stale state behind
+        // (tokio-rs/tracing#2519, #2448).
+        None => tracing_subscriber::registry()
+            .with(filter)
+            .with(fmt_layer(format))
+            .init(),
+    }
+}
+
+/// The log lines' layer, to stderr, for any subscriber it is stacked on.
+fn fmt_layer<S>(format: LogFormat) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use tracing_subscriber::Layer as _;
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let fmt = match format {
+    match format {
         LogFormat::Json => fmt.json().boxed(),
         LogFormat::Human => fmt.boxed(),
-    };
-    tracing_subscriber::registry()
-        .with(otel)
-        .with(fmt.with_filter(filter))
-        .init();
+    }
 }
 
 fn main() -> ExitCode {
