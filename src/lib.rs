@@ -2,6 +2,7 @@
 //! commit only what is finished. See `docs/ARCHITECTURE.md`.
 
 pub mod actors;
+pub mod api_health;
 pub mod app;
 pub mod audit;
 pub mod clock;
@@ -10,7 +11,6 @@ pub mod core;
 pub mod delivery;
 pub mod demo;
 pub mod handle;
-pub mod health;
 pub mod kafka;
 pub mod loadgen;
 pub mod metrics;

@@ -3,12 +3,12 @@
 //! themselves: each one is given handles to the peers it talks to when it is
 //! constructed (`crate::handle`).
 
+use crate::api_health::ApiHealth;
 pub use crate::clock::now_ms;
 use crate::config::Config;
 use crate::core::budget::ByteBudget;
 use crate::core::ratelimit::Assignment;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
-use crate::health::Health;
 use crate::kafka::poller::Buffered;
 use crate::status::StatusBoard;
 use std::sync::{Arc, Mutex};
@@ -29,7 +29,7 @@ pub struct Pipeline {
     pub assignment: Arc<Assignment>,
     /// Identifies this instance in logs and in the Redis marker's value.
     pub instance: String,
-    pub health: Health,
+    pub health: ApiHealth,
     /// What `/status` shows; each actor publishes its own part.
     pub status: Arc<StatusBoard>,
     budget: Mutex<RestartBudget>,
@@ -47,7 +47,7 @@ impl Pipeline {
             parking_topic: config.kafka.parking_topic(),
             instance: status.instance().to_string(),
             status,
-            health: Health::new(&config.degraded),
+            health: ApiHealth::new(&config.degraded),
             buffered: Arc::new(Buffered::default()),
             in_flight: Arc::new(ByteBudget::new(config.pipeline.max_in_flight_bytes as u64)),
             assignment: Arc::default(),

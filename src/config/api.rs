@@ -1,7 +1,7 @@
 //! `[api]`: the external HTTP API, its client and the in-place retry policy.
 
 use super::{invalid, ConfigError};
-use crate::core::backoff::RetryPolicy;
+use crate::core::backoff::InPlaceRetry;
 use crate::core::mapping::{BodyMode, Method, Route, Routes, Template};
 use crate::core::status_policy::{StatusAction, StatusPolicy};
 use serde::{Deserialize, Serialize};
@@ -203,8 +203,8 @@ impl Default for ApiConfig {
 }
 
 impl ApiConfig {
-    pub fn retry_policy(&self) -> RetryPolicy {
-        RetryPolicy {
+    pub fn retry_policy(&self) -> InPlaceRetry {
+        InPlaceRetry {
             max_attempts: self.max_attempts,
             base_delay: self.retry_base,
             max_delay: self.retry_max_delay,

@@ -387,7 +387,7 @@ mod tests {
         assert_eq!(c.degraded.min_pause, Duration::from_millis(250));
         assert_eq!(
             c.retry.default,
-            crate::core::dlq_policy::RetryPolicy::Deadline {
+            crate::core::dlq_policy::DlqRetry::Deadline {
                 deadline_ms: 3_600_000
             }
         );
@@ -408,7 +408,7 @@ mod tests {
         assert_eq!(c.pipeline.drain_timeout, Duration::from_secs(3));
         assert_eq!(
             c.retry.types["order.paid"],
-            crate::core::dlq_policy::RetryPolicy::Deadline {
+            crate::core::dlq_policy::DlqRetry::Deadline {
                 deadline_ms: 60_000
             }
         );

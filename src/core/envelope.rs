@@ -4,7 +4,7 @@
 //! body). The same context also goes into Kafka headers with the usual names, so
 //! `kcat -J` and other tools can read a DLQ record without parsing its body.
 
-use crate::core::classify::{ErrorClass, Reason};
+use crate::core::classify::{ErrorClass, FailureReason};
 use serde::{Deserialize, Serialize};
 
 /// The version written for an envelope that carries its payload. Version 2 (see
@@ -73,7 +73,7 @@ pub struct ErrorInfo {
     /// `transient`, `permanent`, `systemic`, `poison` (bad input) or `dropped`
     /// (given up on by the DLQ retry policy): [`ErrorClass`].
     pub class: String,
-    /// Bounded reason code (`http_503`, `timeout`, `malformed_json`, ...): [`Reason`].
+    /// Bounded reason code (`http_503`, `timeout`, `malformed_json`, ...): [`FailureReason`].
     pub reason: String,
     pub status: Option<u16>,
     /// Human-readable detail, control characters replaced and cut to
@@ -85,7 +85,12 @@ pub struct ErrorInfo {
 
 impl ErrorInfo {
     /// The one way Courier builds a `last_error`.
-    pub fn new(class: ErrorClass, reason: Reason, status: Option<u16>, message: &str) -> ErrorInfo {
+    pub fn new(
+        class: ErrorClass,
+        reason: FailureReason,
+        status: Option<u16>,
+        message: &str,
+    ) -> ErrorInfo {
         ErrorInfo {
             class: class.as_str().into(),
             reason: reason.as_str().into(),

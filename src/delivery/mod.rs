@@ -12,10 +12,12 @@ pub mod ratelimit;
 mod systemic;
 pub mod token;
 
+use crate::api_health::CallOutcome;
 use crate::config::{Config, OnMissing};
-use crate::core::backoff::RetryPolicy;
+use crate::core::backoff::InPlaceRetry;
 use crate::core::classify::{
-    outcome_of, ErrorClass, FailureClass, FailureLog, Reason, TransportFailure, Verdict,
+    outcome_of, ErrorClass, FailureClass, FailureLog, FailureReason, StatusVerdict,
+    TransportFailure,
 };
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
 use crate::core::envelope::OriginHeader;
@@ -27,7 +29,6 @@ use crate::core::mapping::{Attributes, BodyMode, Routes};
 use crate::core::status_policy::StatusPolicy;
 use crate::core::systemic::SystemicStep;
 use crate::core::trace;
-use crate::health::CallOutcome;
 use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
 use bytes::Bytes;
@@ -47,7 +48,7 @@ pub enum Work {
     Deliver(Event),
     /// Bad input: straight to the parking lot with this reason.
     Park {
-        reason: Reason,
+        reason: FailureReason,
         message: String,
     },
     /// A DLQ record whose turn has come (drain).
@@ -101,7 +102,7 @@ enum Body {
     /// The event cannot be sent (no enrichment row and the config says park, or
     /// the body cannot be built): parked with this reason, never retried.
     Park {
-        reason: Reason,
+        reason: FailureReason,
         message: String,
     },
 }
@@ -119,7 +120,7 @@ pub struct Deliverer {
     forward_headers: Vec<String>,
     /// What each HTTP status means (`[api.status]` over the defaults).
     status: StatusPolicy,
-    policy: RetryPolicy,
+    policy: InPlaceRetry,
     permits: Arc<Semaphore>,
     /// The adaptive concurrency limit (and what feeds it) the permits follow.
     limits: limits::Limits,
@@ -144,7 +145,7 @@ const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 /// and the envelope's `last_error`.
 struct Failure {
     class: FailureClass,
-    reason: Reason,
+    reason: FailureReason,
     status: Option<u16>,
     retry_after: Option<Duration>,
     /// The innermost error's text for a failure without an answer (no URL, no
@@ -159,7 +160,7 @@ impl Failure {
     fn status(class: FailureClass, a: &http::Answer) -> Failure {
         Failure {
             class,
-            reason: Reason::Http(a.status),
+            reason: FailureReason::Http(a.status),
             status: Some(a.status),
             retry_after: a.retry_after,
             detail: None,
@@ -171,7 +172,7 @@ impl Failure {
     fn transport(t: TransportError) -> Failure {
         Failure {
             class: t.kind.class(),
-            reason: Reason::Transport(t.kind),
+            reason: FailureReason::Transport(t.kind),
             status: None,
             retry_after: None,
             detail: Some(t.detail),
@@ -451,17 +452,15 @@ impl Deliverer {
             "circuit breaker"
         );
         if t.to == crate::core::breaker::BreakerStateKind::Open {
-            if let Some(h) = self.peers.health.current() {
-                let _ = h.send_message(crate::health::HealthMsg::Tripped);
-            }
+            self.peers.breaker_alarm.ring();
         }
     }
 
     /// The parking flood guard: an event parked because of the API's answer (a
     /// permanent status, not bad input nor a request unbuildable here) counts;
     /// too many per second trip the breaker (`park_flood`).
-    fn parked_after(&self, reason: Reason) {
-        if matches!(reason, Reason::Http(_)) {
+    fn parked_after(&self, reason: FailureReason) {
+        if matches!(reason, FailureReason::Http(_)) {
             if let Some(t) = self.pipeline.health.parked_by_api() {
                 self.on_transition(t);
             }
@@ -539,7 +538,7 @@ impl Deliverer {
                 self.drop_from_dlq(
                     item,
                     env,
-                    Reason::DlqPolicy(reason),
+                    FailureReason::DlqPolicy(reason),
                     format!("{} policy: {reason}", policy.as_str()),
                 )
                 .await,
@@ -622,7 +621,7 @@ impl Deliverer {
         &self,
         item: &Item,
         env: &Envelope,
-        policy: dlq_policy::RetryPolicy,
+        policy: dlq_policy::DlqRetry,
         token: &CompletionToken,
     ) -> Option<Finished> {
         let Some(id) = env.event_id.clone() else {
@@ -630,7 +629,7 @@ impl Deliverer {
                 self.drop_from_dlq(
                     item,
                     env,
-                    Reason::UnreadableEnvelope,
+                    FailureReason::UnreadableEnvelope,
                     "DLQ envelope without an event id".into(),
                 )
                 .await,
@@ -644,7 +643,7 @@ impl Deliverer {
             Ok(d) => d,
             Err(e) => {
                 return Some(
-                    self.drop_from_dlq(item, env, Reason::UnreadableEnvelope, e.to_string())
+                    self.drop_from_dlq(item, env, FailureReason::UnreadableEnvelope, e.to_string())
                         .await,
                 )
             }
@@ -711,14 +710,14 @@ impl Deliverer {
         &self,
         item: &Item,
         env: &Envelope,
-        policy: dlq_policy::RetryPolicy,
+        policy: dlq_policy::DlqRetry,
         answer: Result<http::Answer, TransportError>,
         called: Option<u64>,
     ) -> Finished {
         let cfg = &self.pipeline.config;
         let failure = match answer {
             Ok(a) => match self.status.classify(a.status) {
-                Verdict::Delivered => {
+                StatusVerdict::Delivered => {
                     if let Some(seq) = called {
                         self.observe_delivered(seq);
                     }
@@ -726,7 +725,7 @@ impl Deliverer {
                     self.hot.delivered.increment(1);
                     return Finished::Delivered;
                 }
-                Verdict::Failed(c) => Failure::status(c, &a),
+                StatusVerdict::Failed(c) => Failure::status(c, &a),
             },
             Err(t) => Failure::transport(t),
         };
@@ -776,7 +775,7 @@ impl Deliverer {
         if let Some(why) = dlq_policy::exhausted(policy, retries, env.first_dlq_at_ms, now) {
             let why_error = ErrorInfo::new(
                 class.into(),
-                Reason::DlqPolicy(why),
+                FailureReason::DlqPolicy(why),
                 failure.status,
                 message.trim_end(),
             );
@@ -808,7 +807,7 @@ impl Deliverer {
         &self,
         _item: &Item,
         env: &Envelope,
-        reason: Reason,
+        reason: FailureReason,
         message: String,
     ) -> Finished {
         let mut last = env.clone();
@@ -855,7 +854,7 @@ impl Deliverer {
         );
         env.last_error = ErrorInfo::new(
             ErrorClass::Systemic,
-            Reason::DlqRefused(refusal),
+            FailureReason::DlqRefused(refusal),
             None,
             &format!("DLQ write refused: {detail}"),
         );
@@ -930,7 +929,7 @@ impl Deliverer {
                         called = Some(seq);
                         match answer {
                             Ok(answer) => match self.status.classify(answer.status) {
-                                Verdict::Delivered => {
+                                StatusVerdict::Delivered => {
                                     drop(in_flight);
                                     self.hot.latency.record(start.elapsed().as_secs_f64());
                                     if let Some(ts) = item.timestamp_ms {
@@ -940,7 +939,7 @@ impl Deliverer {
                                     self.hot.delivered.increment(1);
                                     return Some(Finished::Delivered);
                                 }
-                                Verdict::Failed(class) => Failure::status(class, &answer),
+                                StatusVerdict::Failed(class) => Failure::status(class, &answer),
                             },
                             Err(t) => Failure::transport(t),
                         }
@@ -954,8 +953,8 @@ impl Deliverer {
                 }
                 Err(e) => {
                     let reason = match e {
-                        EnrichError::Timeout => Reason::EnrichmentTimeout,
-                        _ => Reason::EnrichmentUnavailable,
+                        EnrichError::Timeout => FailureReason::EnrichmentTimeout,
+                        _ => FailureReason::EnrichmentUnavailable,
                     };
                     Failure {
                         class: FailureClass::Transient,
@@ -1070,14 +1069,16 @@ impl Deliverer {
             // Back-pressure the concurrency limit answers, not an outage.
             Ok(a) if self.limits.absorbs(a.status) => {}
             Ok(a) => match self.status.classify(a.status) {
-                Verdict::Delivered => self.observe_delivered(seq),
+                StatusVerdict::Delivered => self.observe_delivered(seq),
                 // The caller weighs it against the event's hypothesis.
-                Verdict::Failed(FailureClass::Systemic) => {}
-                Verdict::Failed(c) => self.observe(outcome_of(c, Reason::Http(a.status))),
+                StatusVerdict::Failed(FailureClass::Systemic) => {}
+                StatusVerdict::Failed(c) => {
+                    self.observe(outcome_of(c, FailureReason::Http(a.status)))
+                }
             },
             Err(t) if t.kind.reached_the_api() && t.kind.class() == FailureClass::Systemic => {}
             Err(t) if t.kind.reached_the_api() => {
-                self.observe(outcome_of(t.kind.class(), Reason::Transport(t.kind)))
+                self.observe(outcome_of(t.kind.class(), FailureReason::Transport(t.kind)))
             }
             // A request that could not be built says nothing about the API.
             Err(_) => {}
@@ -1102,7 +1103,7 @@ impl Deliverer {
                 }
                 None => {
                     return Ok(Body::Park {
-                        reason: Reason::BodyUnbuildable,
+                        reason: FailureReason::BodyUnbuildable,
                         message: "the event's data_base64 is not base64".into(),
                     })
                 }
@@ -1126,7 +1127,7 @@ impl Deliverer {
                 Ok(url) => out.url = Some(url),
                 Err(e) => {
                     return Ok(Body::Park {
-                        reason: Reason::Transport(TransportFailure::Request),
+                        reason: FailureReason::Transport(TransportFailure::Request),
                         message: e.to_string(),
                     })
                 }
@@ -1183,7 +1184,7 @@ impl Deliverer {
                 match crate::core::event::with_attribute(&ev.raw, &cfg.field, &doc) {
                     Ok(body) => send(body),
                     Err(e) => Body::Park {
-                        reason: Reason::BodyUnbuildable,
+                        reason: FailureReason::BodyUnbuildable,
                         message: e.to_string(),
                     },
                 },
@@ -1191,7 +1192,7 @@ impl Deliverer {
             None => Ok(match cfg.on_missing {
                 OnMissing::Deliver => send(ev.raw.clone()),
                 OnMissing::Park => Body::Park {
-                    reason: Reason::EnrichmentMissing,
+                    reason: FailureReason::EnrichmentMissing,
                     message: "no enrichment row for the event's key".into(),
                 },
             }),

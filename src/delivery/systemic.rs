@@ -3,9 +3,9 @@
 //! refutes).
 
 use super::{Deliverer, Failure};
+use crate::api_health::CallOutcome;
 use crate::core::backoff::persistent_delay;
 use crate::core::systemic::{EventHypothesis, Judgement, SystemicStep};
-use crate::health::CallOutcome;
 use crate::metrics as m;
 use std::time::Duration;
 

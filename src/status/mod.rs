@@ -487,7 +487,7 @@ pub struct ErrorRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::breaker::Reason;
+    use crate::core::breaker::TransitionReason;
 
     pub(crate) fn board() -> StatusBoard {
         let info = BoardInfo {
@@ -548,7 +548,7 @@ mod tests {
         let t = Transition {
             from: BreakerStateKind::Closed,
             to: BreakerStateKind::Open,
-            reason: Reason::ConsecutiveFailures,
+            reason: TransitionReason::ConsecutiveFailures,
         };
         let report = HealthReport {
             breaker: BreakerStateKind::Open,
