@@ -1,6 +1,7 @@
 //! The pure core: no I/O, no clocks of its own. Everything here is decided from its
 //! inputs and tested exhaustively; the actors only apply the decisions.
 
+pub mod attempt;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
