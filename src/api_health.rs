@@ -246,6 +246,12 @@ impl ApiHealth {
         }
     }
 
+    /// How many calls wait at the gate (the delivery shell's tests).
+    #[cfg(test)]
+    pub(crate) fn waiting_at_gate(&self) -> usize {
+        self.gate_lock().queue.len()
+    }
+
     /// Whether the breaker admits a call now without waiting (closed; or a
     /// half-open probe slot while no call waits at the gate — else the call
     /// queues behind them); [`ApiHealth::gate`] waits until it is admitted.

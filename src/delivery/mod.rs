@@ -40,6 +40,8 @@ mod report;
 mod request;
 mod run;
 mod systemic;
+#[cfg(test)]
+mod tests;
 pub mod token;
 
 use crate::config::Config;
@@ -210,11 +212,34 @@ impl Deliverer {
                 cfg.enrichment.query_timeout,
             ))
         };
+        Deliverer::with_parts(
+            pipeline.clone(),
+            api,
+            peers.dlq_writer,
+            peers.breaker_alarm,
+            enricher,
+            source,
+        )
+    }
+}
+
+impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+    /// A deliverer sending through `api` and writing through `writer` (the
+    /// shell's unit tests give fakes; [`Deliverer::new`] the real ones).
+    pub(crate) fn with_parts(
+        pipeline: Arc<Pipeline>,
+        api: A,
+        writer: W,
+        alarm: BreakerAlarm,
+        enricher: Option<Enricher>,
+        source: Option<SourceOfTruth>,
+    ) -> Result<Deliverer<A, W>, DelivererError> {
+        let cfg: &Config = &pipeline.config;
         let d = &cfg.degraded;
         Ok(Deliverer {
             api,
-            writer: peers.dlq_writer,
-            alarm: peers.breaker_alarm,
+            writer,
+            alarm,
             routes: cfg.api.routes()?,
             forward_headers: cfg.api.forward_headers.clone(),
             status: cfg.api.status_policy()?,
@@ -236,9 +261,7 @@ impl Deliverer {
             failure_log: std::sync::Mutex::new(FailureLog::new(report::FAILURE_LOG_EVERY)),
         })
     }
-}
 
-impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// The pool's permits, kept at the current concurrency limit.
     pub fn permit_gate(&self) -> limits::PermitGate {
         self.limits.gate(
