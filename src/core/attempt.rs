@@ -16,9 +16,15 @@
 //!   ([`InPlaceRetry`]: tries, total budget, `Retry-After`) allows, then goes
 //!   to the DLQ.
 //! - A permanent one is parked at once.
+//!
+//! A DLQ round (one try of a DLQ record whose turn came) has its own decision,
+//! [`decide_round`]: permanent → parked; systemic and not refuted → back to the
+//! DLQ without using up a retry; otherwise one more retry, or a drop to the
+//! parking lot once the `[retry]` policy ([`DlqRetry`]) is exhausted.
 
 use crate::core::backoff::{persistent_delay, InPlaceRetry};
 use crate::core::classify::FailureClass;
+use crate::core::dlq_policy::{self, DlqRetry};
 use crate::core::systemic::SystemicStep;
 use std::time::Duration;
 
@@ -120,6 +126,63 @@ pub fn decide(policy: &InPlaceRetry, failed: Failed, breaker: Breaker, at: Progr
             }
         }
         FailureClass::Permanent => Next::Park(ParkCause::Permanent),
+    }
+}
+
+/// Where a DLQ record is when its round failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Round {
+    /// The envelope's `dlq_retries` before this round.
+    pub dlq_retries: u32,
+    pub first_dlq_at_ms: i64,
+    pub now_ms: i64,
+    /// `degraded.dlq_backoff_base` / `dlq_backoff_cap`, in ms.
+    pub backoff_base_ms: u64,
+    pub backoff_cap_ms: u64,
+}
+
+/// What a failed DLQ round leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoundNext {
+    /// Permanent: to the parking lot.
+    Park,
+    /// Systemic, not refuted (not the event's fault): back to the DLQ with
+    /// the same `dlq_retries`, not before this.
+    Again { not_before_ms: i64 },
+    /// Back to the DLQ with `dlq_retries + 1`, not before this.
+    Retry { not_before_ms: i64 },
+    /// The policy is exhausted with this round: dropped to the parking lot.
+    Drop { why: &'static str },
+}
+
+/// The decision after a failed DLQ round. `refuted`: a systemic answer a call
+/// sent later refuted (the event's failure: the round is used up like a
+/// transient one's).
+pub fn decide_round(policy: DlqRetry, class: FailureClass, refuted: bool, r: Round) -> RoundNext {
+    match class {
+        FailureClass::Permanent => RoundNext::Park,
+        FailureClass::Systemic if !refuted => RoundNext::Again {
+            not_before_ms: dlq_policy::next_not_before(
+                r.now_ms,
+                r.dlq_retries.max(1),
+                r.backoff_base_ms,
+                r.backoff_cap_ms,
+            ),
+        },
+        _ => {
+            let retries = r.dlq_retries.saturating_add(1);
+            match dlq_policy::exhausted(policy, retries, r.first_dlq_at_ms, r.now_ms) {
+                Some(why) => RoundNext::Drop { why },
+                None => RoundNext::Retry {
+                    not_before_ms: dlq_policy::next_not_before(
+                        r.now_ms,
+                        retries,
+                        r.backoff_base_ms,
+                        r.backoff_cap_ms,
+                    ),
+                },
+            }
+        }
     }
 }
 
@@ -322,6 +385,48 @@ mod tests {
                     retry_after: None,
                 };
                 prop_assert_eq!(decide(&policy(), tried, Breaker { systemic_outage: true }, at), Next::WaitAtGate);
+            }
+        }
+
+        /// A DLQ round: permanent parks; an unrefuted systemic answer goes
+        /// back without using up a retry and is never dropped; any other
+        /// failure is dropped exactly when the policy is exhausted with this
+        /// round, and otherwise retried no sooner than now.
+        #[test]
+        fn a_dlq_round_drops_only_when_the_policy_is_exhausted(
+            class in class(), refuted in any::<bool>(), retries in 0u32..12,
+            max_retries in 1u32..10, deadline in proptest::option::of(1u64..100_000),
+            age in 0i64..200_000,
+        ) {
+            let policy = match deadline {
+                Some(deadline_ms) => DlqRetry::Deadline { deadline_ms },
+                None => DlqRetry::Counter { max_retries },
+            };
+            let now = 1_000_000;
+            let r = Round {
+                dlq_retries: retries,
+                first_dlq_at_ms: now - age,
+                now_ms: now,
+                backoff_base_ms: 100,
+                backoff_cap_ms: 60_000,
+            };
+            let next = decide_round(policy, class, refuted, r);
+            let exhausted = dlq_policy::exhausted(policy, retries + 1, now - age, now);
+            match next {
+                RoundNext::Park => prop_assert_eq!(class, FailureClass::Permanent),
+                RoundNext::Again { not_before_ms } => {
+                    prop_assert!(class == FailureClass::Systemic && !refuted);
+                    prop_assert!(not_before_ms >= now);
+                }
+                RoundNext::Drop { why } => {
+                    prop_assert_ne!(class, FailureClass::Permanent);
+                    prop_assert!(!(class == FailureClass::Systemic && !refuted));
+                    prop_assert_eq!(Some(why), exhausted);
+                }
+                RoundNext::Retry { not_before_ms } => {
+                    prop_assert_eq!(exhausted, None);
+                    prop_assert!(not_before_ms >= now);
+                }
             }
         }
     }

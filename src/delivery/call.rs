@@ -51,7 +51,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// One API call on the main path: waits while the breaker is open, and feeds
     /// the breaker with what the answer says about the API (a systemic answer:
     /// the caller, with the event's hypothesis). With the answer, the call's
-    /// number (`Health::call_number`).
+    /// number (`ApiHealth::call_number`).
     /// `None`: the partition was handed over while the call waited at the
     /// gate (no request made).
     pub(super) async fn call(

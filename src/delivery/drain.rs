@@ -9,6 +9,7 @@ use super::report::Failure;
 use super::request::{Body, Source};
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
+use crate::core::attempt::{self, Round, RoundNext};
 use crate::core::classify::{
     outcome_of, FailureClass, FailureReason, StatusVerdict, TransportFailure,
 };
@@ -246,17 +247,15 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             },
             Err(t) => Failure::transport(t),
         };
-        let mut class = failure.class;
+        let mut refuted = false;
         if let Some(seq) = called.filter(|_| {
             failure.reason.reached_the_api()
                 && !failure.status.is_some_and(|s| self.limits.absorbs(s))
         }) {
-            if class == FailureClass::Systemic {
+            if failure.class == FailureClass::Systemic {
                 // Refuted by a later delivered call: this event's failure, a
                 // round used up like a transient one.
-                if self.systemic_refuted_in_round(seq, &failure) {
-                    class = FailureClass::Transient;
-                }
+                refuted = self.systemic_refuted_in_round(seq, &failure);
             } else {
                 self.observe(outcome_of(failure.class, failure.reason));
             }
@@ -265,47 +264,49 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let reason = failure.reason.as_str().to_string();
         let message = format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""));
         let error = failure.error(message.trim_end());
-        if class == FailureClass::Permanent {
-            let mut parked = env.clone();
-            parked.last_error = error;
-            let done = self.park_envelope(item, parked).await;
-            self.parked_after(failure.reason);
-            return done;
-        }
         let now = now_ms();
-        if class == FailureClass::Systemic {
-            // Not the event's fault: back to the DLQ without using up a retry.
-            let mut again = env.clone();
-            again.not_before_ms = dlq_policy::next_not_before(
-                now,
-                env.dlq_retries.max(1),
-                cfg.degraded.dlq_backoff_base_ms(),
-                cfg.degraded.dlq_backoff_cap_ms(),
-            );
-            again.last_error = error;
-            if let Err(parked) = self.rewrite_dlq(item, again).await {
-                return parked;
+        let round = Round {
+            dlq_retries: env.dlq_retries,
+            first_dlq_at_ms: env.first_dlq_at_ms,
+            now_ms: now,
+            backoff_base_ms: cfg.degraded.dlq_backoff_base_ms(),
+            backoff_cap_ms: cfg.degraded.dlq_backoff_cap_ms(),
+        };
+        let again = match attempt::decide_round(policy, failure.class, refuted, round) {
+            RoundNext::Park => {
+                let mut parked = env.clone();
+                parked.last_error = error;
+                let done = self.park_envelope(item, parked).await;
+                self.parked_after(failure.reason);
+                return done;
             }
-            return Finished::DeadLettered { reason };
-        }
-        let retries = env.dlq_retries.saturating_add(1);
-        if let Some(why) = dlq_policy::exhausted(policy, retries, env.first_dlq_at_ms, now) {
-            let why_error = ErrorInfo::new(
-                class.into(),
-                FailureReason::DlqPolicy(why),
-                failure.status,
-                message.trim_end(),
-            );
-            let last = env.retried(why_error, now);
-            return self.drop_enveloped(last, why).await;
-        }
-        let not_before = dlq_policy::next_not_before(
-            now,
-            retries,
-            cfg.degraded.dlq_backoff_base_ms(),
-            cfg.degraded.dlq_backoff_cap_ms(),
-        );
-        let again = env.retried(error, not_before);
+            RoundNext::Drop { why } => {
+                // A refuted systemic answer is recorded as the transient one it became.
+                let class = match failure.class {
+                    FailureClass::Systemic => FailureClass::Transient,
+                    c => c,
+                };
+                let why_error = ErrorInfo::new(
+                    class.into(),
+                    FailureReason::DlqPolicy(why),
+                    failure.status,
+                    message.trim_end(),
+                );
+                let last = env.retried(why_error, now);
+                return self.drop_enveloped(last, why).await;
+            }
+            // Not the event's fault: back to the DLQ without using up a retry.
+            RoundNext::Again { not_before_ms } => {
+                let mut again = env.clone();
+                again.not_before_ms = not_before_ms;
+                again.last_error = error;
+                if let Err(parked) = self.rewrite_dlq(item, again).await {
+                    return parked;
+                }
+                return Finished::DeadLettered { reason };
+            }
+            RoundNext::Retry { not_before_ms } => env.retried(error, not_before_ms),
+        };
         if let Err(parked) = self.rewrite_dlq(item, again).await {
             return parked;
         }
