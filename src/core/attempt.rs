@@ -420,7 +420,7 @@ mod tests {
                 }
                 RoundNext::Drop { why } => {
                     prop_assert_ne!(class, FailureClass::Permanent);
-                    prop_assert!(!(class == FailureClass::Systemic && !refuted));
+                    prop_assert!(class != FailureClass::Systemic || refuted);
                     prop_assert_eq!(Some(why), exhausted);
                 }
                 RoundNext::Retry { not_before_ms } => {
