@@ -4,140 +4,16 @@
 //! mailboxes: the test reads what each fake received. Real time, short
 //! delays (the breaker reads `std::time::Instant`).
 
-use super::durable::DlqWrite;
-use super::http::{Answer, Api, Outgoing, TransportError};
-use super::peers::{BreakerAlarm, DlqRecord, Refusal, WriteError};
+mod fakes;
+
+use super::peers::{BreakerAlarm, Refusal};
 use super::token::{Completion, CompletionToken, Finished, Inbox, Wake};
 use super::*;
 use crate::core::classify::{FailureReason, TransportFailure};
 use crate::core::partition::Src;
-use std::collections::VecDeque;
-use std::future::Future;
+use fakes::{FakeApi, FakeDlq, Reply, WriteReply};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
-
-/// One scripted answer of the fake API.
-#[derive(Clone, Copy)]
-enum Reply {
-    Status(u16),
-    Transport(TransportFailure),
-}
-
-/// Answers from a script in order (the last answer repeats); records each
-/// request's event id.
-#[derive(Clone, Default)]
-struct FakeApi(Arc<FakeApiState>);
-
-#[derive(Default)]
-struct FakeApiState {
-    script: Mutex<VecDeque<Reply>>,
-    calls: Mutex<Vec<String>>,
-}
-
-impl FakeApi {
-    fn answering(script: &[Reply]) -> FakeApi {
-        let api = FakeApi::default();
-        api.0.script.lock().unwrap().extend(script.iter().copied());
-        api
-    }
-
-    fn calls(&self) -> usize {
-        self.0.calls.lock().unwrap().len()
-    }
-}
-
-impl Api for FakeApi {
-    fn send(
-        &self,
-        _out: &Outgoing,
-        event_id: &str,
-        _body: Bytes,
-        _redelivery: Option<u32>,
-    ) -> impl Future<Output = Result<Answer, TransportError>> + Send {
-        self.0.calls.lock().unwrap().push(event_id.to_string());
-        let mut script = self.0.script.lock().unwrap();
-        let reply = match script.len() {
-            0 => Reply::Status(200),
-            1 => script[0],
-            _ => script.pop_front().unwrap_or(Reply::Status(200)),
-        };
-        let r = match reply {
-            Reply::Status(status) => Ok(Answer {
-                status,
-                retry_after: None,
-                body: None,
-            }),
-            Reply::Transport(kind) => Err(TransportError::new(kind, "scripted")),
-        };
-        async move { r }
-    }
-}
-
-/// One scripted answer of the fake DLQ writer, per topic.
-#[derive(Clone, Copy)]
-enum WriteReply {
-    Ack,
-    NotNow,
-    Refuse(Refusal),
-}
-
-/// Answers each write from its topic's script (the last answer repeats;
-/// none: acknowledged) and keeps every record it was asked to write.
-#[derive(Clone, Default)]
-struct FakeDlq(Arc<FakeDlqState>);
-
-#[derive(Default)]
-struct FakeDlqState {
-    scripts: Mutex<std::collections::HashMap<String, VecDeque<WriteReply>>>,
-    asked: Mutex<Vec<(DlqRecord, bool)>>,
-}
-
-impl FakeDlq {
-    fn answering(topic: &str, script: &[WriteReply]) -> FakeDlq {
-        let w = FakeDlq::default();
-        w.0.scripts
-            .lock()
-            .unwrap()
-            .insert(topic.into(), script.iter().copied().collect());
-        w
-    }
-
-    /// Every write asked for, and whether it was acknowledged.
-    fn asked(&self) -> Vec<(DlqRecord, bool)> {
-        self.0.asked.lock().unwrap().clone()
-    }
-
-    /// The records acknowledged on `topic`.
-    fn written(&self, topic: &str) -> Vec<DlqRecord> {
-        self.asked()
-            .into_iter()
-            .filter(|(r, ok)| *ok && r.topic == topic)
-            .map(|(r, _)| r)
-            .collect()
-    }
-}
-
-impl DlqWrite for FakeDlq {
-    fn write(&self, rec: &DlqRecord) -> impl Future<Output = Result<i64, WriteError>> + Send {
-        let reply = {
-            let mut scripts = self.0.scripts.lock().unwrap();
-            match scripts.get_mut(&rec.topic) {
-                Some(s) if s.len() > 1 => s.pop_front().unwrap_or(WriteReply::Ack),
-                Some(s) => s.front().copied().unwrap_or(WriteReply::Ack),
-                None => WriteReply::Ack,
-            }
-        };
-        let mut asked = self.0.asked.lock().unwrap();
-        asked.push((rec.clone(), matches!(reply, WriteReply::Ack)));
-        let r = match reply {
-            WriteReply::Ack => Ok(asked.len() as i64),
-            WriteReply::NotNow => Err(WriteError::Retry("scripted: not now".into())),
-            WriteReply::Refuse(r) => Err(WriteError::Refused(r, "scripted".into())),
-        };
-        async move { r }
-    }
-}
 
 struct Nobody;
 impl Wake for Nobody {
