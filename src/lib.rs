@@ -19,7 +19,7 @@ pub mod otel;
 pub mod redis_conn;
 pub mod runtime;
 pub mod sink;
-pub mod status;
+pub mod status_page;
 pub mod store_tls;
 pub mod testkit;
 pub mod tls;

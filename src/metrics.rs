@@ -427,7 +427,7 @@ pub async fn serve(
     listen: SocketAddr,
     handle: Option<PrometheusHandle>,
     ready: Arc<Readiness>,
-    status: Arc<crate::status::StatusBoard>,
+    status: Arc<crate::status_page::StatusBoard>,
 ) -> std::io::Result<()> {
     if let Some(h) = handle.clone() {
         // Histogram memory grows unless upkeep runs.
@@ -447,15 +447,15 @@ pub async fn serve(
             handle,
             ready: ready.clone(),
         })
-        .merge(crate::status::http::routes(status, probes(ready)));
+        .merge(crate::status_page::http::routes(status, probes(ready)));
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(%listen, "metrics and health listener up");
     axum::serve(listener, app).await
 }
 
 /// `/readyz` and `/healthz` as the status page shows them.
-fn probes(ready: Arc<Readiness>) -> crate::status::http::ProbeFn {
-    use crate::status::{http::Probes, Probe};
+fn probes(ready: Arc<Readiness>) -> crate::status_page::http::ProbeFn {
+    use crate::status_page::{http::Probes, Probe};
     Arc::new(move || {
         let now_ms = crate::clock::now_ms();
         Probes {

@@ -10,7 +10,7 @@ use crate::core::ratelimit::Assignment;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
 use crate::health::Health;
 use crate::kafka::poller::Buffered;
-use crate::status::StatusBoard;
+use crate::status_page::StatusBoard;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -230,7 +230,7 @@ mod tests {
     fn pipeline() -> Arc<Pipeline> {
         let config = Config::default();
         let status = Arc::new(StatusBoard::new(
-            crate::status::BoardInfo::new(&config, "test".into()),
+            crate::status_page::BoardInfo::new(&config, "test".into()),
             now_ms(),
         ));
         Arc::new(Pipeline::new(config, status))

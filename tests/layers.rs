@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["core"],
     &["clock", "handle", "tls", "store_tls", "testkit"],
     &["config", "sink"],
-    &["health", "status", "kafka", "otel", "redis_conn"],
+    &["health", "status_page", "kafka", "otel", "redis_conn"],
     &["metrics", "ops", "audit"],
     &["runtime", "loadgen"],
     &["delivery"],

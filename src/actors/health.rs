@@ -14,7 +14,7 @@ pub use crate::health::HealthMsg;
 use crate::health::Verdict;
 use crate::metrics as m;
 use crate::runtime::Pipeline;
-use crate::status::HealthReport;
+use crate::status_page::HealthReport;
 use fred::prelude::*;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;

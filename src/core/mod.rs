@@ -21,7 +21,7 @@ pub mod pacer;
 pub mod partition;
 pub mod ratelimit;
 pub mod restart;
-pub mod status;
+pub mod status_page;
 pub mod status_policy;
 pub mod systemic;
 pub mod text;

@@ -11,10 +11,10 @@
 //!   replaced by its successor's), and updates it with atomic stores after each
 //!   input it handles;
 //! - the health actor publishes the breaker, the marker and the verdict at every
-//!   evaluation; the marker's transitions are decided in `core::status`;
+//!   evaluation; the marker's transitions are decided in `core::status_page`;
 //! - delivery errors are counted where `courier_delivery_errors_total` is
 //!   (lock-free slots, see [`ErrorTally`]) and sampled every [`ERROR_STEP`] into
-//!   a sliding window ([`crate::core::status::ErrorWindow`]).
+//!   a sliding window ([`crate::core::status_page::ErrorWindow`]).
 
 pub mod http;
 pub mod page;
@@ -22,7 +22,7 @@ pub mod page;
 use crate::config::Config;
 use crate::core::breaker::{BreakerStateKind, Transition};
 use crate::core::fsm::Mode;
-use crate::core::status::{
+use crate::core::status_page::{
     marker_change, ErrorKey, ErrorWindow, HealthSource, MarkerChange, MarkerState,
 };
 use serde::{Deserialize, Serialize};

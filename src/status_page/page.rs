@@ -240,7 +240,7 @@ pub fn render(s: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{
+    use crate::status_page::{
         ErrorRow, ErrorsSnapshot, HealthSnapshot, PartitionSnapshot, Probe, Topics,
     };
 
