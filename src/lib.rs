@@ -47,24 +47,24 @@
 //! `crates/courier-testkit` (runs Courier processes, free ports, Prometheus text;
 //! a dev-dependency) and `crates/courier-drill` (the chaos drills, docs/DRILLS.md).
 
-pub mod actors;
+pub(crate) mod actors;
 pub mod app;
 pub mod audit;
-pub mod clock;
+pub(crate) mod clock;
 pub mod config;
 pub mod core;
 pub mod delivery;
 pub mod demo;
-pub mod handle;
-pub mod health;
+pub(crate) mod handle;
+pub(crate) mod health;
 pub mod kafka;
 pub mod loadgen;
 pub mod metrics;
 pub mod ops;
 pub mod otel;
-pub mod redis_conn;
+pub(crate) mod redis_conn;
 pub mod runtime;
 pub mod sink;
 pub mod status_page;
-pub mod store_tls;
-pub mod tls;
+pub(crate) mod store_tls;
+pub(crate) mod tls;

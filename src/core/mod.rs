@@ -38,28 +38,28 @@
 //!   the `/status` page shows: the marker's state, the verdict's source, recent
 //!   errors).
 
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod breaker;
-pub mod budget;
+pub(crate) mod budget;
 pub mod classify;
 pub mod completed;
-pub mod concurrency;
-pub mod deleted;
+pub(crate) mod concurrency;
+pub(crate) mod deleted;
 pub mod dlq_policy;
 pub mod envelope;
 pub mod event;
-pub mod fsm;
+pub(crate) mod fsm;
 pub mod input;
-pub mod liveness;
-pub mod mapping;
+pub(crate) mod liveness;
+pub(crate) mod mapping;
 pub mod offsets;
-pub mod ordering;
-pub mod pacer;
+pub(crate) mod ordering;
+pub(crate) mod pacer;
 pub mod partition;
-pub mod ratelimit;
-pub mod restart;
-pub mod status_page;
-pub mod status_policy;
+pub(crate) mod ratelimit;
+pub(crate) mod restart;
+pub(crate) mod status_page;
+pub(crate) mod status_policy;
 pub mod systemic;
-pub mod text;
-pub mod trace;
+pub(crate) mod text;
+pub(crate) mod trace;
