@@ -5,7 +5,7 @@
 
 pub use crate::clock::now_ms;
 use crate::config::Config;
-use crate::core::budget::ByteBudget;
+use crate::core::byte_budget::ByteBudget;
 use crate::core::ratelimit::Assignment;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
 use crate::health::Health;

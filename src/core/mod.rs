@@ -12,7 +12,7 @@
 //!   `actors::partition`), `offsets` (the commit watermark), `completed` (offsets
 //!   done above it, encoded in commit metadata), `deleted` (events the log lost
 //!   before the group read them), `ordering` (what may be in flight together),
-//!   `fsm` (which of main p and DLQ p is read), `budget` (the process-wide byte
+//!   `fsm` (which of main p and DLQ p is read), `byte_budget` (the process-wide byte
 //!   budget).
 //!
 //! * **What a record is, and its request** (`kafka`, `actors::partition`,
@@ -40,7 +40,7 @@
 
 pub(crate) mod backoff;
 pub mod breaker;
-pub(crate) mod budget;
+pub(crate) mod byte_budget;
 pub mod classify;
 pub mod completed;
 pub(crate) mod concurrency;
