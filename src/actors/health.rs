@@ -13,7 +13,7 @@ use crate::api_health::HealthVerdict;
 use crate::handle::Handle;
 use crate::metrics as m;
 use crate::runtime::Pipeline;
-use crate::status::HealthReport;
+use crate::status_page::HealthReport;
 use fred::prelude::*;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;

@@ -28,7 +28,7 @@ impl Default for RetryConfig {
 }
 
 impl RetryConfig {
-    pub fn policy_for(&self, event_type: Option<&str>) -> DlqRetry {
+    pub(crate) fn policy_for(&self, event_type: Option<&str>) -> DlqRetry {
         event_type
             .and_then(|t| self.types.get(t))
             .copied()
@@ -36,13 +36,13 @@ impl RetryConfig {
     }
 
     /// Whether some policy needs the source-of-truth query.
-    pub fn uses_deadline(&self) -> bool {
+    pub(crate) fn uses_deadline(&self) -> bool {
         std::iter::once(&self.default)
             .chain(self.types.values())
             .any(|p| matches!(p, DlqRetry::Deadline { .. }))
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.uses_deadline() && !self.source_query.contains("$1") {
             return Err(invalid(
                 "retry.source_query",

@@ -63,6 +63,7 @@ impl StatusRange {
     fn overlaps(self, o: StatusRange) -> bool {
         self.lo <= o.hi && o.lo <= self.hi
     }
+    #[cfg(test)]
     pub fn contains(self, s: u16) -> bool {
         (self.lo..=self.hi).contains(&s)
     }

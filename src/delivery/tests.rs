@@ -48,8 +48,8 @@ fn deliverer(
         k.retry_base, k.retry_base, k.retry_budget, k.breaker_open
     );
     let config = Config::from_toml(&toml).expect("the test's config parses");
-    let status = Arc::new(crate::status::StatusBoard::new(
-        crate::status::BoardInfo::new(&config, "test".into()),
+    let status = Arc::new(crate::status_page::StatusBoard::new(
+        crate::status_page::BoardInfo::new(&config, "test".into()),
         crate::runtime::now_ms(),
     ));
     let pipeline = Arc::new(Pipeline::new(config, status));
