@@ -21,7 +21,11 @@ RUN apt-get update \
 
 # 1. Dependencies only, with stand-ins for the sources: this layer (librdkafka, jemalloc,
 #    every crate: most of the build time) is reused until Cargo.toml or Cargo.lock change.
+#    The workspace's tooling crates (crates/: testkit, drill) are never built here, but
+#    Cargo loads their manifests to resolve the workspace: manifests only, stubbed too.
 COPY Cargo.toml Cargo.lock ./
+COPY crates/courier-testkit/Cargo.toml crates/courier-testkit/
+COPY crates/courier-drill/Cargo.toml crates/courier-drill/
 COPY deploy/docker/stub-crate.sh /usr/local/bin/
 RUN stub-crate.sh \
     && cargo build --release --locked --bin courier \

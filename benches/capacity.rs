@@ -15,7 +15,7 @@ use clap::Parser;
 use courier::kafka::admin::create_topics;
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, SinkHandle};
-use courier::testkit::{CourierProcess, Launch};
+use courier_testkit::{CourierProcess, Launch};
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
@@ -118,7 +118,7 @@ concurrency = {c}
     );
     sink.reset();
     let launch = Launch::new(
-        courier::testkit::measured_courier(env!("CARGO_BIN_EXE_courier")),
+        courier_testkit::measured_courier(env!("CARGO_BIN_EXE_courier")),
         std::env::temp_dir().join("courier-capacity-bench"),
         id.clone(),
         toml,
@@ -177,7 +177,7 @@ concurrency = {c}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    if !courier::testkit::asked_as_benchmark("capacity") {
+    if !courier_testkit::asked_as_benchmark("capacity") {
         return Ok(());
     }
     let o = Opts::parse();

@@ -210,7 +210,7 @@ async fn run(
 }
 
 fn main() -> anyhow::Result<()> {
-    if !courier::testkit::asked_as_benchmark("compression") {
+    if !courier_testkit::asked_as_benchmark("compression") {
         return Ok(());
     }
     let brokers = std::env::var("COURIER_TEST_BROKERS")

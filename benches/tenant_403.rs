@@ -47,7 +47,7 @@ async fn bench_tenant_403() {
 }
 
 fn main() -> anyhow::Result<()> {
-    if !courier::testkit::asked_as_benchmark("tenant_403") {
+    if !courier_testkit::asked_as_benchmark("tenant_403") {
         return Ok(());
     }
     tokio::runtime::Runtime::new()?.block_on(bench_tenant_403());

@@ -25,7 +25,9 @@ fi
 source "${COURIER_STATE:-/tmp/courier-services}/services.env"
 
 cargo fmt --all -- --check
-cargo clippy --all-targets --features test-hooks -- -D warnings
+# --workspace: the service (the root package) and the tooling in crates/ (the testkit,
+# the drill and its CI test, crates/courier-drill/tests/drills.rs).
+cargo clippy --workspace --all-targets --features test-hooks -- -D warnings
 # The binary the deploy checks run (`courier check-config`); cargo test reuses it.
 cargo build --bin courier --features test-hooks
 # Static checks of dashboards/ and deploy/ (promtool, Grafana schema, helm, Kubernetes
@@ -36,4 +38,4 @@ bash scripts/check-deploy.sh
 # The OpenTelemetry Collector tests/otlp.rs exports to (built once, cached).
 COURIER_TEST_OTELCOL=$(bash scripts/otelcol.sh)
 export COURIER_TEST_OTELCOL
-cargo test --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"
+cargo test --workspace --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"

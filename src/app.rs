@@ -5,7 +5,7 @@ use crate::actors::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 use crate::config::Config;
 use crate::metrics::Readiness;
 use crate::runtime::{fatal_on_panic, Pipeline};
-use crate::status::{BoardInfo, StatusBoard};
+use crate::status_page::{BoardInfo, StatusBoard};
 use metrics_exporter_prometheus::PrometheusHandle;
 use ractor::{Actor, ActorRef};
 use std::net::SocketAddr;
@@ -80,7 +80,7 @@ pub async fn start(
     let sampler = tokio::spawn({
         let p = pipeline.clone();
         async move {
-            let sample = crate::status::http::sample_errors(status, crate::runtime::now_ms);
+            let sample = crate::status_page::http::sample_errors(status, crate::runtime::now_ms);
             fatal_on_panic(p, "the status sampler", sample).await;
         }
     });

@@ -9,55 +9,55 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
-pub const CONSUMED: &str = "courier_consumed_total";
-pub const DELIVERED: &str = "courier_delivered_total";
-pub const DELIVERY_ATTEMPTS: &str = "courier_delivery_attempts_total";
-pub const DELIVERY_ERRORS: &str = "courier_delivery_errors_total";
+pub(crate) const CONSUMED: &str = "courier_consumed_total";
+pub(crate) const DELIVERED: &str = "courier_delivered_total";
+pub(crate) const DELIVERY_ATTEMPTS: &str = "courier_delivery_attempts_total";
+pub(crate) const DELIVERY_ERRORS: &str = "courier_delivery_errors_total";
 pub const DELIVERY_LATENCY: &str = "courier_delivery_latency_seconds";
 pub const EVENT_AGE: &str = "courier_event_age_seconds";
-pub const IN_FLIGHT: &str = "courier_in_flight";
-pub const PARKED: &str = "courier_parked_total";
-pub const DLQ_WRITTEN: &str = "courier_dlq_written_total";
-pub const DLQ_WRITE_FAILURES: &str = "courier_dlq_write_failures_total";
-pub const PRODUCE_REFUSED: &str = "courier_produce_refused_total";
-pub const ENVELOPE_REFERENCES: &str = "courier_envelope_payload_omitted_total";
-pub const COMMIT_WATERMARK: &str = "courier_commit_watermark";
-pub const PARTITION_PAUSED: &str = "courier_partition_paused";
-pub const ACTOR_RESTARTS: &str = "courier_actor_restarts_total";
-pub const ENRICH_CACHE: &str = "courier_enrichment_cache_total";
-pub const ASSIGNED_PARTITIONS: &str = "courier_assigned_partitions";
-pub const BREAKER_STATE: &str = "courier_breaker_state";
-pub const BREAKER_TRANSITIONS: &str = "courier_breaker_transitions_total";
-pub const MARKER: &str = "courier_marker_alive";
-pub const HEALTH_SOURCE: &str = "courier_health_source";
-pub const API_UNAVAILABLE: &str = "courier_api_unavailable";
-pub const PARTITION_MODE: &str = "courier_partition_mode";
-pub const MODE_TRANSITIONS: &str = "courier_partition_mode_transitions_total";
-pub const DLQ_RETRIED: &str = "courier_dlq_retried_total";
-pub const DLQ_DROPPED: &str = "courier_dlq_dropped_total";
-pub const DLQ_REDELIVERED: &str = "courier_dlq_redelivered_total";
-pub const RECONCILIATION: &str = "courier_reconciliation_total";
-pub const DLQ_LAG: &str = "courier_dlq_lag";
-pub const CONSUMER_LAG: &str = "courier_consumer_lag";
-pub const MEMORY_ALLOCATED: &str = "courier_memory_allocated_bytes";
-pub const MEMORY_RESIDENT: &str = "courier_memory_resident_bytes";
-pub const MEMORY_BUDGET: &str = "courier_memory_budget_bytes";
-pub const MEMORY_BUDGET_USED: &str = "courier_memory_budget_used_bytes";
-pub const BUFFERED_RECORDS: &str = "courier_buffered_records";
-pub const API_CONCURRENCY_LIMIT: &str = "courier_api_concurrency_limit";
-pub const API_RATE_LIMIT: &str = "courier_api_rate_limit_per_sec";
-pub const API_RATE_PERMITS: &str = "courier_api_rate_permits_total";
-pub const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
-pub const REVOKED_WORK: &str = "courier_revoked_work_total";
-pub const TAKEOVER: &str = "courier_takeover_seconds";
-pub const OFFSET_COMMITS: &str = "courier_offset_commits_total";
+pub(crate) const IN_FLIGHT: &str = "courier_in_flight";
+pub(crate) const PARKED: &str = "courier_parked_total";
+pub(crate) const DLQ_WRITTEN: &str = "courier_dlq_written_total";
+pub(crate) const DLQ_WRITE_FAILURES: &str = "courier_dlq_write_failures_total";
+pub(crate) const PRODUCE_REFUSED: &str = "courier_produce_refused_total";
+pub(crate) const ENVELOPE_REFERENCES: &str = "courier_envelope_payload_omitted_total";
+pub(crate) const COMMIT_WATERMARK: &str = "courier_commit_watermark";
+pub(crate) const PARTITION_PAUSED: &str = "courier_partition_paused";
+pub(crate) const ACTOR_RESTARTS: &str = "courier_actor_restarts_total";
+pub(crate) const ENRICH_CACHE: &str = "courier_enrichment_cache_total";
+pub(crate) const ASSIGNED_PARTITIONS: &str = "courier_assigned_partitions";
+pub(crate) const BREAKER_STATE: &str = "courier_breaker_state";
+pub(crate) const BREAKER_TRANSITIONS: &str = "courier_breaker_transitions_total";
+pub(crate) const MARKER: &str = "courier_marker_alive";
+pub(crate) const HEALTH_SOURCE: &str = "courier_health_source";
+pub(crate) const API_UNAVAILABLE: &str = "courier_api_unavailable";
+pub(crate) const PARTITION_MODE: &str = "courier_partition_mode";
+pub(crate) const MODE_TRANSITIONS: &str = "courier_partition_mode_transitions_total";
+pub(crate) const DLQ_RETRIED: &str = "courier_dlq_retried_total";
+pub(crate) const DLQ_DROPPED: &str = "courier_dlq_dropped_total";
+pub(crate) const DLQ_REDELIVERED: &str = "courier_dlq_redelivered_total";
+pub(crate) const RECONCILIATION: &str = "courier_reconciliation_total";
+pub(crate) const DLQ_LAG: &str = "courier_dlq_lag";
+pub(crate) const CONSUMER_LAG: &str = "courier_consumer_lag";
+pub(crate) const MEMORY_ALLOCATED: &str = "courier_memory_allocated_bytes";
+pub(crate) const MEMORY_RESIDENT: &str = "courier_memory_resident_bytes";
+pub(crate) const MEMORY_BUDGET: &str = "courier_memory_budget_bytes";
+pub(crate) const MEMORY_BUDGET_USED: &str = "courier_memory_budget_used_bytes";
+pub(crate) const BUFFERED_RECORDS: &str = "courier_buffered_records";
+pub(crate) const API_CONCURRENCY_LIMIT: &str = "courier_api_concurrency_limit";
+pub(crate) const API_RATE_LIMIT: &str = "courier_api_rate_limit_per_sec";
+pub(crate) const API_RATE_PERMITS: &str = "courier_api_rate_permits_total";
+pub(crate) const OFFSETS_SKIPPED: &str = "courier_offsets_skipped_total";
+pub(crate) const REVOKED_WORK: &str = "courier_revoked_work_total";
+pub(crate) const TAKEOVER: &str = "courier_takeover_seconds";
+pub(crate) const OFFSET_COMMITS: &str = "courier_offset_commits_total";
 // Hostile headers (issue 23 item 3).
-pub const HEADER_NAMES_NOT_UTF8: &str = "courier_header_names_not_utf8_total";
+pub(crate) const HEADER_NAMES_NOT_UTF8: &str = "courier_header_names_not_utf8_total";
 // Systemic answers refuted by the API (issue 23 item 4).
-pub const SYSTEMIC_DEMOTED: &str = "courier_systemic_demoted_total";
+pub(crate) const SYSTEMIC_DEMOTED: &str = "courier_systemic_demoted_total";
 // Positions that moved under Courier (issue 23, item 1).
-pub const POSITION_RESETS: &str = "courier_position_resets_total";
-pub const POSITIONS_PASSED: &str = "courier_positions_passed_markers_total";
+pub(crate) const POSITION_RESETS: &str = "courier_position_resets_total";
+pub(crate) const POSITIONS_PASSED: &str = "courier_positions_passed_markers_total";
 // Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
 pub const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 
@@ -247,16 +247,16 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 /// End-to-end event age buckets (seconds), up to an hour.
-pub const AGE_BUCKETS: &[f64] = &[
+pub(crate) const AGE_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
     120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
 ];
 
 /// Label on every series: the consumer group (`kafka.group_id`).
-pub const GROUP_LABEL: &str = "group";
+pub(crate) const GROUP_LABEL: &str = "group";
 /// Label on every series: the main topic (`kafka.topic`). Not `topic`: that label
 /// already tells the main topic from the DLQ on `courier_consumed_total`.
-pub const MAIN_TOPIC_LABEL: &str = "main_topic";
+pub(crate) const MAIN_TOPIC_LABEL: &str = "main_topic";
 
 /// The exporter's configuration: histogram buckets, and the deployment's identity
 /// (consumer group, main topic) as labels on every series, so the series of two
@@ -286,7 +286,7 @@ pub fn install(group: &str, main_topic: &str) -> Option<PrometheusHandle> {
 /// Creates the counters whose label sets are known in advance at 0, so the first
 /// real event is a visible increase (`rate()`/`increase()` cannot see a series
 /// that is born at 1).
-pub fn register_known_series() {
+pub(crate) fn register_known_series() {
     for reason in [
         "max_retries",
         "expired",
@@ -357,11 +357,11 @@ pub struct Readiness {
     /// Events begun and not finished, all partitions.
     pub held: AtomicI64,
     /// Wall-clock ms of the last finished event (or of the start).
-    pub last_progress_ms: AtomicI64,
+    pub(crate) last_progress_ms: AtomicI64,
     pub api_unavailable: AtomicBool,
-    pub stuck_after_ms: i64,
+    pub(crate) stuck_after_ms: i64,
     /// `/healthz` fails after this long stuck (0: never).
-    pub wedged_after_ms: i64,
+    pub(crate) wedged_after_ms: i64,
 }
 
 impl Readiness {
@@ -427,7 +427,7 @@ pub async fn serve(
     listen: SocketAddr,
     handle: Option<PrometheusHandle>,
     ready: Arc<Readiness>,
-    status: Arc<crate::status::StatusBoard>,
+    status: Arc<crate::status_page::StatusBoard>,
 ) -> std::io::Result<()> {
     if let Some(h) = handle.clone() {
         // Histogram memory grows unless upkeep runs.
@@ -447,15 +447,15 @@ pub async fn serve(
             handle,
             ready: ready.clone(),
         })
-        .merge(crate::status::http::routes(status, probes(ready)));
+        .merge(crate::status_page::http::routes(status, probes(ready)));
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(%listen, "metrics and health listener up");
     axum::serve(listener, app).await
 }
 
 /// `/readyz` and `/healthz` as the status page shows them.
-fn probes(ready: Arc<Readiness>) -> crate::status::http::ProbeFn {
-    use crate::status::{http::Probes, Probe};
+fn probes(ready: Arc<Readiness>) -> crate::status_page::http::ProbeFn {
+    use crate::status_page::{http::Probes, Probe};
     Arc::new(move || {
         let now_ms = crate::clock::now_ms();
         Probes {

@@ -23,7 +23,7 @@ use tracing_subscriber::{Layer, Registry};
 pub type OtelLayer = Box<dyn Layer<Registry> + Send + Sync>;
 
 /// The target of the spans exported (the OTLP layer sees only these).
-pub const TARGET: &str = "courier::otel";
+pub(crate) const TARGET: &str = "courier::otel";
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -84,7 +84,7 @@ pub fn init(cfg: &TracingConfig) -> Result<Option<(Otel, OtelLayer)>, OtelError>
 
 /// The delivery span of an event (call only when [`enabled`]): a child of the
 /// event's trace context when it has one.
-pub fn delivery_span(id: &str, parent: Option<&TraceContext>) -> tracing::Span {
+pub(crate) fn delivery_span(id: &str, parent: Option<&TraceContext>) -> tracing::Span {
     let span = tracing::info_span!(target: TARGET, parent: None, "deliver", event_id = id);
     if let Some(p) = parent {
         let mut carrier = HashMap::new();
@@ -100,7 +100,7 @@ pub fn delivery_span(id: &str, parent: Option<&TraceContext>) -> tracing::Span {
 }
 
 /// The W3C headers naming `span` as the parent (for the request to the API).
-pub fn headers_of(span: &tracing::Span) -> Option<TraceContext> {
+pub(crate) fn headers_of(span: &tracing::Span) -> Option<TraceContext> {
     let mut carrier: HashMap<String, String> = HashMap::new();
     TraceContextPropagator::new().inject_context(&span.context(), &mut carrier);
     let traceparent = carrier.remove("traceparent")?;

@@ -3,14 +3,14 @@
 //! themselves: each one is given handles to the peers it talks to when it is
 //! constructed (`crate::handle`).
 
+use crate::api_health::ApiHealth;
 pub use crate::clock::now_ms;
 use crate::config::Config;
-use crate::core::budget::ByteBudget;
+use crate::core::byte_budget::ByteBudget;
 use crate::core::ratelimit::Assignment;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
-use crate::health::Health;
 use crate::kafka::poller::Buffered;
-use crate::status::StatusBoard;
+use crate::status_page::StatusBoard;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -29,7 +29,7 @@ pub struct Pipeline {
     pub assignment: Arc<Assignment>,
     /// Identifies this instance in logs and in the Redis marker's value.
     pub instance: String,
-    pub health: Health,
+    pub health: ApiHealth,
     /// What `/status` shows; each actor publishes its own part.
     pub status: Arc<StatusBoard>,
     budget: Mutex<RestartBudget>,
@@ -47,7 +47,7 @@ impl Pipeline {
             parking_topic: config.kafka.parking_topic(),
             instance: status.instance().to_string(),
             status,
-            health: Health::new(&config.degraded),
+            health: ApiHealth::new(&config.degraded),
             buffered: Arc::new(Buffered::default()),
             in_flight: Arc::new(ByteBudget::new(config.pipeline.max_in_flight_bytes as u64)),
             assignment: Arc::default(),
@@ -101,7 +101,7 @@ impl Pipeline {
 
     /// The deleted-unread series of an assigned partition, at 0 until something
     /// is counted (dashboards and the alert see "nothing lost", not "no data").
-    pub fn deleted_unread_series(&self, topic: &str, partition: i32) {
+    pub(crate) fn deleted_unread_series(&self, topic: &str, partition: i32) {
         metrics::counter!(
             crate::metrics::DELETED_UNREAD,
             "topic" => topic.to_string(),
@@ -112,7 +112,7 @@ impl Pipeline {
 
     /// A new incarnation of `topic`/`partition`'s log (recreated, truncated to
     /// below what was reported): its losses are counted afresh.
-    pub fn forget_deleted_unread(&self, topic: &str, partition: i32) {
+    pub(crate) fn forget_deleted_unread(&self, topic: &str, partition: i32) {
         self.deleted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -120,7 +120,7 @@ impl Pipeline {
     }
 
     /// Counts one actor restart against the budget shared by the whole process.
-    pub fn record_restart(&self, actor: &'static str) -> Result<(), BudgetExhausted> {
+    pub(crate) fn record_restart(&self, actor: &'static str) -> Result<(), BudgetExhausted> {
         metrics::counter!(crate::metrics::ACTOR_RESTARTS, "actor" => actor).increment(1);
         self.budget
             .lock()
@@ -145,7 +145,7 @@ impl Pipeline {
     }
 
     /// Resolves with the reason once [`Pipeline::fatal`] was called.
-    pub async fn wait_fatal(&self) -> String {
+    pub(crate) async fn wait_fatal(&self) -> String {
         let mut rx = self.fatal.subscribe();
         loop {
             if let Some(r) = rx.borrow_and_update().clone() {
@@ -183,7 +183,7 @@ impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {
 /// without it (a tokio task's panic otherwise ends that task alone, silently).
 /// Supervised actors are not wrapped: ractor catches their panics and the
 /// supervisor restarts them within the restart budget.
-pub async fn fatal_on_panic<F: std::future::Future>(
+pub(crate) async fn fatal_on_panic<F: std::future::Future>(
     pipeline: Arc<Pipeline>,
     what: &'static str,
     fut: F,
@@ -209,7 +209,7 @@ pub fn instance_id() -> String {
 impl Pipeline {
     /// Sets the byte-budget gauges (limits and use) of the fetch and in-flight
     /// budgets; the enrichment cache shows its own (`delivery::enrich`).
-    pub fn show_budgets(&self) {
+    pub(crate) fn show_budgets(&self) {
         use crate::metrics as m;
         let p = &self.config.pipeline;
         let (records, bytes) = self.buffered.get();
@@ -230,7 +230,7 @@ mod tests {
     fn pipeline() -> Arc<Pipeline> {
         let config = Config::default();
         let status = Arc::new(StatusBoard::new(
-            crate::status::BoardInfo::new(&config, "test".into()),
+            crate::status_page::BoardInfo::new(&config, "test".into()),
             now_ms(),
         ));
         Arc::new(Pipeline::new(config, status))

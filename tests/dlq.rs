@@ -254,7 +254,7 @@ async fn forged_envelopes_are_parked_and_never_block_the_drain() {
 /// The `courier_events_deleted_unread_total` series of `topic`, read from the
 /// `/metrics` page (0 when absent).
 async fn deleted_unread(c: &Courier, topic: &str) -> f64 {
-    let page = courier::testkit::metrics_page(c.metrics_port, Some(Duration::from_secs(5)))
+    let page = courier_testkit::metrics_page(c.metrics_port, Some(Duration::from_secs(5)))
         .await
         .unwrap_or_default();
     page.lines()

@@ -1,9 +1,10 @@
-//! The module layers of `src/` (the library; `src/bin` and `main.rs` are left out):
+//! The module layers of `src/` (the library; `main.rs` is left out):
 //! a module may use only modules of lower layers, so no two modules import each
 //! other, and `core` imports nothing else of Courier. docs/ARCHITECTURE.md
 //! ("Layers") explains the order. A use is any `crate::<module>` path in the file,
 //! comments included (a doc link to a higher layer is a hint of a wrong direction
-//! too).
+//! too). And the workspace's tooling crates (`crates/`) stay out of the service's
+//! build: the `courier` package names them only as dev-dependencies.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,9 +12,9 @@ use std::path::Path;
 /// Lowest first. Modules of one layer do not use each other.
 const LAYERS: &[&[&str]] = &[
     &["core"],
-    &["clock", "handle", "tls", "store_tls", "testkit"],
+    &["clock", "handle", "tls", "store_tls"],
     &["config", "sink"],
-    &["health", "status", "kafka", "otel", "redis_conn"],
+    &["api_health", "status_page", "kafka", "otel", "redis_conn"],
     &["metrics", "ops", "audit"],
     &["runtime", "loadgen"],
     &["delivery"],
@@ -105,6 +106,47 @@ fn modules_use_only_lower_layers() {
     }
     assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
     assert!(graph["core"].is_empty(), "core uses {:?}", graph["core"]);
+}
+
+/// The workspace's tooling crates: `cargo build --release` of the root package must
+/// not compile them (`cargo tree -e normal` lists none of them).
+const TOOLING: &[&str] = &["courier-testkit", "courier-drill"];
+
+/// The dependency names of one `[section]` of a Cargo manifest.
+fn section_deps<'a>(manifest: &'a str, section: &str) -> Vec<&'a str> {
+    let header = format!("[{section}]");
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != header)
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim()))
+        .filter(|name| !name.is_empty() && !name.starts_with('#'))
+        .collect()
+}
+
+#[test]
+fn tooling_crates_are_dev_dependencies_only() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    for section in manifest.lines().filter(|l| {
+        l.starts_with('[') && l.contains("dependencies") && !l.contains("dev-dependencies")
+    }) {
+        let section = section.trim().trim_matches(|c| c == '[' || c == ']');
+        for dep in section_deps(&manifest, section) {
+            assert!(
+                !TOOLING.contains(&dep),
+                "`{dep}` is a normal dependency of courier ([{section}]): release builds would compile it"
+            );
+        }
+    }
+    assert!(section_deps(&manifest, "dev-dependencies").contains(&"courier-testkit"));
+    // The testkit is below Courier: it does not depend on it (so the library's tests
+    // can use it without a cycle).
+    let testkit = std::fs::read_to_string(root.join("crates/courier-testkit/Cargo.toml"))
+        .expect("crates/courier-testkit/Cargo.toml");
+    assert!(!section_deps(&testkit, "dependencies").contains(&"courier"));
+    assert!(!root.join("src/testkit").exists() && !root.join("src/bin/courier-drill").exists());
 }
 
 #[test]

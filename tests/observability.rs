@@ -26,7 +26,7 @@ use common::*;
 use courier::audit::Produced;
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, FailRule, SinkHandle};
-use courier::testkit::ChildGuard;
+use courier_testkit::ChildGuard;
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 use serde_json::Value;

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, SinkHandle};
-use courier::testkit::ChildGuard;
+use courier_testkit::ChildGuard;
 use std::process::Command;
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use courier::loadgen::{self, Spec};
-use courier::status::Snapshot;
+use courier::status_page::Snapshot;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -23,7 +23,7 @@ mod common;
 use common::*;
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, SinkHandle};
-use courier::testkit::ChildGuard;
+use courier_testkit::ChildGuard;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -176,7 +176,7 @@ pub async fn run(
         .zip(cpu0)
         .map(|(b, a)| b - a);
     latencies.sort_by(f64::total_cmp);
-    let bucketed = courier::testkit::prom::Histogram::from_samples(
+    let bucketed = courier_testkit::prom::Histogram::from_samples(
         courier::metrics::LATENCY_BUCKETS,
         &latencies,
     );
@@ -189,8 +189,8 @@ pub async fn run(
         secs,
         req_per_s: ok as f64 / secs,
         cpu_us_per_req: cpu.filter(|_| done > 0).map(|c| c * 1e6 / done as f64),
-        p50_ms_exact: ms(courier::testkit::prom::exact_quantile(&latencies, 0.5)),
-        p99_ms_exact: ms(courier::testkit::prom::exact_quantile(&latencies, 0.99)),
+        p50_ms_exact: ms(courier_testkit::prom::exact_quantile(&latencies, 0.5)),
+        p99_ms_exact: ms(courier_testkit::prom::exact_quantile(&latencies, 0.99)),
         p50_ms_bucketed: ms(bucketed.quantile(0.5)),
         p99_ms_bucketed: ms(bucketed.quantile(0.99)),
         mean_ms: ms(

@@ -2,10 +2,10 @@
 //! from its first delivery until the group's committed offsets reach the end offsets.
 
 use crate::procs::{cpu_seconds, current_rss_bytes, peak_rss_bytes, Pid};
-use courier::testkit::metric_sum;
-use courier::testkit::prom::Histogram;
-use courier::testkit::ChildGuard;
-use courier::testkit::{CourierProcess, Launch};
+use courier_testkit::metric_sum;
+use courier_testkit::prom::Histogram;
+use courier_testkit::ChildGuard;
+use courier_testkit::{CourierProcess, Launch};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -173,7 +173,7 @@ async fn committed_at_end(s: &Setup<'_>) -> bool {
 }
 
 pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<CourierResult> {
-    // Started like the tests and the drills start it (`courier::testkit`).
+    // Started like the tests and the drills start it (`courier_testkit`).
     let mut launch = Launch::new(
         s.bin,
         s.log_dir,

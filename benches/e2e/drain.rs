@@ -7,7 +7,7 @@
 
 use crate::Sink;
 use courier::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
-use courier::testkit::{CourierProcess, Launch};
+use courier_testkit::{CourierProcess, Launch};
 use rdkafka::producer::FutureRecord;
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -33,7 +33,7 @@ mod certs;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
-use courier::testkit::{free_port, ChildGuard};
+use courier_testkit::{free_port, ChildGuard};
 use procs::{cpu_seconds, Pid};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 /// The binary measured: this build's, or `E2E_COURIER_BIN` (an A/B against
 /// another build).
 fn courier_bin() -> String {
-    courier::testkit::measured_courier(env!("CARGO_BIN_EXE_courier"))
+    courier_testkit::measured_courier(env!("CARGO_BIN_EXE_courier"))
 }
 
 // The same allocator as the `courier` binary, so the bare client's CPU per request
@@ -935,7 +935,7 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    if !courier::testkit::asked_as_benchmark("e2e") {
+    if !courier_testkit::asked_as_benchmark("e2e") {
         return ExitCode::SUCCESS;
     }
     let mut opts = Opts::parse();

@@ -1,5 +1,5 @@
 //! What `/proc` says about a process: CPU seconds, peak RSS, the load average.
-//! (Child processes: `courier::testkit::ChildGuard`.)
+//! (Child processes: `courier_testkit::ChildGuard`.)
 
 use std::process::Command;
 

@@ -8,6 +8,18 @@ set -eu
 mkdir -p src benches tests
 echo 'fn main() {}' > src/main.rs
 : > src/lib.rs
+# The workspace members under crates/ (only their manifests are copied): a stand-in
+# main.rs for one that declares a [[bin]], a lib.rs for the others.
+for manifest in crates/*/Cargo.toml; do
+    [ -f "$manifest" ] || continue
+    dir=${manifest%/Cargo.toml}
+    mkdir -p "$dir/src"
+    if grep -q '^\[\[bin\]\]' "$manifest"; then
+        echo 'fn main() {}' > "$dir/src/main.rs"
+    else
+        : > "$dir/src/lib.rs"
+    fi
+done
 # Targets Cargo.toml declares by name ([[bench]], [[test]]): their files must exist for
 # any build. Read from the manifest, so a new declared target needs no edit here.
 awk '

@@ -6,13 +6,13 @@
 //! the old read position that were already polled are fenced off (dropped) until
 //! the first record of the new read position arrives.
 
-use crate::actors::delivery::PoolHandles;
+use crate::actors::delivery_pool::PoolHandles;
 use crate::actors::partition::{
     PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, Positions, Src,
 };
+use crate::api_health::HealthVerdict;
 use crate::core::completed::{self, Completed};
 use crate::core::offsets::NextOffset;
-use crate::health::Verdict;
 use crate::kafka::poller::Poller;
 use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, PollSink, Record};
 use crate::metrics::{self as m, Readiness};
@@ -36,7 +36,7 @@ pub enum ConsumerMsg {
     /// Graceful shutdown: stop fetching, drain within the grace period, commit, close.
     Shutdown(RpcReplyPort<()>),
     /// The health verdict changed: fan out to the partition actors.
-    Health(Verdict),
+    Health(HealthVerdict),
     /// Time to look at DLQ lag.
     LagTick,
     /// Result of a lag check, per partition.

@@ -9,18 +9,26 @@
 //! point of failure, and every Redis call has a short timeout.
 
 use crate::actors::consumer::ConsumerMsg;
+use crate::api_health::HealthVerdict;
 use crate::handle::Handle;
-pub use crate::health::HealthMsg;
-use crate::health::Verdict;
 use crate::metrics as m;
 use crate::runtime::Pipeline;
-use crate::status::HealthReport;
+use crate::status_page::HealthReport;
 use fred::prelude::*;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
 use std::time::Instant;
 
 pub struct HealthActor;
+
+/// What the health actor takes. The delivery tasks reach `Tripped` through
+/// [`crate::delivery::peers::BreakerAlarm`], which the supervisor builds on
+/// this actor's handle (delivery sits below the actors).
+pub enum HealthMsg {
+    Tick,
+    /// The local breaker just opened: act now, not at the next tick.
+    Tripped,
+}
 
 pub struct HealthArgs {
     pub pipeline: Arc<Pipeline>,
@@ -132,7 +140,7 @@ impl Actor for HealthActor {
                 }
             }
         };
-        let v = Verdict {
+        let v = HealthVerdict {
             api_unavailable: breaker_open || marker,
             breaker_open,
             marker,

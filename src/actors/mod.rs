@@ -12,7 +12,7 @@
 //! ```
 
 pub mod consumer;
-pub mod delivery;
+pub mod delivery_pool;
 pub mod dlq_writer;
 pub mod health;
 pub mod partition;

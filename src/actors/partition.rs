@@ -14,12 +14,12 @@ mod decode;
 mod observe;
 mod shared;
 
-use crate::actors::delivery::{DeliveryMsg, PoolHandles};
+use crate::actors::delivery_pool::{DeliveryMsg, PoolHandles};
+use crate::api_health::HealthVerdict;
 use crate::core::offsets::NextOffset;
 use crate::core::partition::{Effect, Input, Note, Now, PartitionMachine, Settings, Timer};
 use crate::delivery::token::{CompletionToken, Inbox};
 use crate::delivery::{Item, Job, Work};
-use crate::health::Verdict;
 use crate::kafka::{KafkaConsumer, Record};
 use crate::runtime::{now_ms, Pipeline};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -41,7 +41,7 @@ pub enum PartitionMsg {
     /// main watermark. Used on revoke and shutdown.
     Drain(RpcReplyPort<Option<i64>>),
     /// The health verdict changed.
-    Health(Verdict),
+    Health(HealthVerdict),
     /// The consumer's periodic lag check.
     Positions(Positions),
     /// A timer the machine asked for.
@@ -82,7 +82,7 @@ pub struct PartitionState {
     draining: Option<RpcReplyPort<Option<i64>>>,
     /// Where this incarnation's completion tokens leave their outcomes.
     inbox: Arc<Inbox>,
-    /// The delivery pool's queue (see `actors::delivery`), refreshed when a send fails.
+    /// The delivery pool's queue (see `actors::delivery_pool`), refreshed when a send fails.
     queue: Option<tokio::sync::mpsc::UnboundedSender<Job>>,
     gauges: Gauges,
 }

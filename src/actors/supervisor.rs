@@ -9,10 +9,10 @@
 //! delivery pool is reached through the handles they already hold.
 
 use crate::actors::consumer::{ConsumerActor, ConsumerArgs, ConsumerMsg};
-use crate::actors::delivery::{DeliveryArgs, DeliveryMsg, DeliveryPool, PoolHandles};
+use crate::actors::delivery_pool::{DeliveryArgs, DeliveryMsg, DeliveryPool, PoolHandles};
 use crate::actors::dlq_writer::{DlqWriter, DlqWriterMsg};
 use crate::actors::health::{HealthActor, HealthArgs, HealthMsg};
-use crate::delivery::peers::Peers;
+use crate::delivery::peers::{BreakerAlarm, Peers};
 use crate::delivery::Job;
 use crate::handle::Binding;
 use crate::metrics::Readiness;
@@ -199,7 +199,14 @@ impl SupervisorState {
                     pipeline: self.pipeline.clone(),
                     peers: Peers {
                         dlq_writer: self.bindings.writer.handle(),
-                        health: self.bindings.health.handle(),
+                        breaker_alarm: {
+                            let health = self.bindings.health.handle();
+                            BreakerAlarm::new(move || {
+                                if let Some(h) = health.current() {
+                                    let _ = h.send_message(HealthMsg::Tripped);
+                                }
+                            })
+                        },
                     },
                     queue: self.bindings.queue.clone(),
                 };

@@ -1,7 +1,7 @@
 //! `[api]`: the external HTTP API, its client and the in-place retry policy.
 
 use super::{invalid, ConfigError};
-use crate::core::backoff::RetryPolicy;
+use crate::core::backoff::InPlaceRetry;
 use crate::core::mapping::{BodyMode, Method, Route, Routes, Template};
 use crate::core::status_policy::{StatusAction, StatusPolicy};
 use serde::{Deserialize, Serialize};
@@ -96,7 +96,7 @@ pub struct RouteConfig {
 
 /// Headers Courier sets itself or that belong to one connection: never taken
 /// from config or forwarded from Kafka.
-pub const RESERVED_HEADERS: &[&str] = &[
+pub(crate) const RESERVED_HEADERS: &[&str] = &[
     "authorization",
     "idempotency-key",
     "content-type",
@@ -118,7 +118,7 @@ pub const RESERVED_HEADERS: &[&str] = &[
 
 /// The most `api.error_body_bytes` may be: the message around it must still fit
 /// the envelope's 1 KB limit.
-pub const MAX_ERROR_BODY_BYTES: usize = 768;
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 768;
 
 /// `[api.tls]`: whom to trust, and the client certificate for mTLS. Paths to
 /// PEM files (read at start; never their contents in the config).
@@ -203,8 +203,8 @@ impl Default for ApiConfig {
 }
 
 impl ApiConfig {
-    pub fn retry_policy(&self) -> RetryPolicy {
-        RetryPolicy {
+    pub(crate) fn retry_policy(&self) -> InPlaceRetry {
+        InPlaceRetry {
             max_attempts: self.max_attempts,
             base_delay: self.retry_base,
             max_delay: self.retry_max_delay,
@@ -213,7 +213,7 @@ impl ApiConfig {
     }
 
     /// The status-code policy (`[api.status]` over the defaults).
-    pub fn status_policy(&self) -> Result<StatusPolicy, ConfigError> {
+    pub(crate) fn status_policy(&self) -> Result<StatusPolicy, ConfigError> {
         StatusPolicy::new(&self.status).map_err(|e| invalid("api.status", e.to_string()))
     }
 
@@ -246,7 +246,7 @@ impl ApiConfig {
     }
 
     /// Checks what depends on the input format: `body = "data"` needs CloudEvents.
-    pub fn validate_for_input(
+    pub(crate) fn validate_for_input(
         &self,
         format: crate::core::input::InputFormat,
     ) -> Result<(), ConfigError> {
@@ -261,7 +261,7 @@ impl ApiConfig {
         Ok(())
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.status_policy()?;
         self.routes()?;
         let https = self.url.starts_with("https://");
@@ -398,7 +398,7 @@ impl ApiConfig {
     /// PEM, and the key belonging to the certificate. I/O, so not part of
     /// `validate`: `check-config` and `run` call it (through
     /// `Config::check_secrets`); the API client loads the same files itself.
-    pub fn check_tls_files(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check_tls_files(&self) -> Result<(), ConfigError> {
         self.tls.load().map(|_| ())
     }
 }

@@ -86,16 +86,16 @@ impl DegradedConfig {
     }
 
     /// `dlq_backoff_base` in milliseconds, for wall-clock arithmetic on envelopes.
-    pub fn dlq_backoff_base_ms(&self) -> u64 {
+    pub(crate) fn dlq_backoff_base_ms(&self) -> u64 {
         millis(self.dlq_backoff_base)
     }
 
     /// `dlq_backoff_cap` in milliseconds.
-    pub fn dlq_backoff_cap_ms(&self) -> u64 {
+    pub(crate) fn dlq_backoff_cap_ms(&self) -> u64 {
         millis(self.dlq_backoff_cap)
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.breaker()
             .validate()
             .map_err(|e| invalid("degraded.breaker_*", e.to_string()))?;

@@ -68,7 +68,7 @@ impl Default for EnrichmentConfig {
 impl EnrichmentConfig {
     /// The URL is checked whenever it may be used: by enrichment, or by the
     /// deadline policy's source-of-truth query (`needed`).
-    pub fn validate(&self, needed: bool) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, needed: bool) -> Result<(), ConfigError> {
         if self.enabled {
             if self.query.trim().is_empty() {
                 return Err(invalid(
@@ -125,7 +125,7 @@ impl EnrichmentConfig {
     /// a sidecar or local PostgreSQL rarely has TLS and never a certificate for
     /// 127.0.0.1, and libpq's own default is `prefer`. Explicit modes are kept
     /// as written.
-    pub fn ssl_mode(&self) -> Result<SslMode, ConfigError> {
+    pub(crate) fn ssl_mode(&self) -> Result<SslMode, ConfigError> {
         let url = reqwest::Url::parse(&self.url)
             .map_err(|err| invalid("enrichment.url", err.to_string()))?;
         let mut mode = if pg_host_is_local(&url) {
@@ -157,7 +157,7 @@ impl EnrichmentConfig {
 
     /// The URL without `sslmode` (which tokio-postgres only knows as
     /// disable/prefer/require): Courier applies the mode itself.
-    pub fn url_for_driver(&self) -> String {
+    pub(crate) fn url_for_driver(&self) -> String {
         match reqwest::Url::parse(&self.url) {
             Ok(mut url) => {
                 let rest: Vec<(String, String)> = url

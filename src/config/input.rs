@@ -49,7 +49,7 @@ impl InputConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         for (field, pointer) in [
             ("input.id", &self.id),
             ("input.type", &self.event_type),

@@ -98,7 +98,7 @@ impl KafkaConfig {
             .unwrap_or_else(|| format!("{}.parking", self.topic))
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.brokers.trim().is_empty() {
             return Err(invalid("kafka.brokers", "must not be empty"));
         }
@@ -150,7 +150,7 @@ impl KafkaConfig {
 
 /// Where [`KafkaConfig::instance_id`] comes from when unset, in order: the pod
 /// name (set it from the downward API, `metadata.name`), then the host name.
-pub const INSTANCE_ID_ENV: [&str; 2] = ["POD_NAME", "HOSTNAME"];
+pub(crate) const INSTANCE_ID_ENV: [&str; 2] = ["POD_NAME", "HOSTNAME"];
 
 impl KafkaConfig {
     /// The static member id (`group.instance.id`), `None` for dynamic membership.

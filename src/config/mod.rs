@@ -103,7 +103,7 @@ impl Config {
     }
 
     /// Checks what the types cannot: ranges, names, relations between fields.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.kafka.validate()?;
         self.pipeline.validate()?;
         self.input.validate()?;
@@ -175,7 +175,7 @@ impl Config {
 
     /// PostgreSQL is used for enrichment and for the deadline policies'
     /// source-of-truth query.
-    pub fn uses_postgres(&self) -> bool {
+    pub(crate) fn uses_postgres(&self) -> bool {
         self.enrichment.enabled || !self.retry.source_query.is_empty()
     }
 
@@ -188,17 +188,17 @@ impl Config {
     }
 
     /// The bearer token, read from the environment variable the config names.
-    pub fn api_token(&self) -> Result<Option<String>, ConfigError> {
+    pub(crate) fn api_token(&self) -> Result<Option<String>, ConfigError> {
         secret("api.token_env", self.api.token_env.as_deref())
     }
 
     /// The Redis password, read from the environment variable the config names.
-    pub fn redis_password(&self) -> Result<Option<String>, ConfigError> {
+    pub(crate) fn redis_password(&self) -> Result<Option<String>, ConfigError> {
         secret("redis.password_env", self.redis.password_env.as_deref())
     }
 
     /// The PostgreSQL password, read from the environment variable the config names.
-    pub fn enrichment_password(&self) -> Result<Option<String>, ConfigError> {
+    pub(crate) fn enrichment_password(&self) -> Result<Option<String>, ConfigError> {
         secret(
             "enrichment.password_env",
             self.enrichment.password_env.as_deref(),
@@ -387,7 +387,7 @@ mod tests {
         assert_eq!(c.degraded.min_pause, Duration::from_millis(250));
         assert_eq!(
             c.retry.default,
-            crate::core::dlq_policy::RetryPolicy::Deadline {
+            crate::core::dlq_policy::DlqRetry::Deadline {
                 deadline_ms: 3_600_000
             }
         );
@@ -408,7 +408,7 @@ mod tests {
         assert_eq!(c.pipeline.drain_timeout, Duration::from_secs(3));
         assert_eq!(
             c.retry.types["order.paid"],
-            crate::core::dlq_policy::RetryPolicy::Deadline {
+            crate::core::dlq_policy::DlqRetry::Deadline {
                 deadline_ms: 60_000
             }
         );

@@ -24,7 +24,7 @@ impl Default for SupervisionConfig {
 }
 
 impl SupervisionConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.max_restarts == 0 {
             return Err(invalid("supervision.max_restarts", "must be at least 1"));
         }
@@ -62,7 +62,7 @@ impl Default for MetricsConfig {
 }
 
 impl MetricsConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if !self.listen.is_empty() && self.listen.parse::<SocketAddr>().is_err() {
             return Err(invalid(
                 "metrics.listen",
@@ -108,7 +108,7 @@ impl Default for LogConfig {
 }
 
 impl LogConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         tracing_subscriber::EnvFilter::try_new(&self.level)
             .map_err(|e| invalid("log.level", e.to_string()))?;
         Ok(())
@@ -133,9 +133,9 @@ pub struct TestingConfig {
 
 impl TestingConfig {
     /// Whether this build honours test hooks.
-    pub const HOOKS_BUILT_IN: bool = cfg!(feature = "test-hooks");
+    pub(crate) const HOOKS_BUILT_IN: bool = cfg!(feature = "test-hooks");
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if !Self::HOOKS_BUILT_IN && *self != TestingConfig::default() {
             return Err(invalid(
                 "testing",

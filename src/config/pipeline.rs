@@ -72,14 +72,14 @@ impl Default for PipelineConfig {
 }
 
 impl PipelineConfig {
-    pub fn decode_options(&self) -> DecodeOptions {
+    pub(crate) fn decode_options(&self) -> DecodeOptions {
         DecodeOptions {
             max_event_bytes: self.max_event_bytes,
             entity_version_attribute: self.entity_version_attribute.clone(),
         }
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.concurrency == 0 {
             return Err(invalid("pipeline.concurrency", "must be at least 1"));
         }

@@ -57,7 +57,7 @@ impl RedisConfig {
             .map(|u| u.scheme().to_ascii_lowercase())
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let url = reqwest::Url::parse(&self.url).ok();
         if url.as_ref().is_none_or(|u| u.password().is_some()) {
             return Err(invalid(

@@ -1,16 +1,16 @@
 //! `[retry]`: the DLQ retry policy per CloudEvents `type`, with a default.
 
 use super::{invalid, ConfigError};
-use crate::core::dlq_policy::RetryPolicy;
+use crate::core::dlq_policy::DlqRetry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryConfig {
-    pub default: RetryPolicy,
+    pub default: DlqRetry,
     /// e.g. `[retry.types."order.paid"] kind = "deadline", deadline = "1h"`
-    pub types: BTreeMap<String, RetryPolicy>,
+    pub types: BTreeMap<String, DlqRetry>,
     /// Source of truth for `deadline` policies: a query with `$1` = the Kafka key
     /// that returns the entity's current version (one integer column), run against
     /// `enrichment.url`.
@@ -20,7 +20,7 @@ pub struct RetryConfig {
 impl Default for RetryConfig {
     fn default() -> Self {
         RetryConfig {
-            default: RetryPolicy::Counter { max_retries: 5 },
+            default: DlqRetry::Counter { max_retries: 5 },
             types: BTreeMap::new(),
             source_query: String::new(),
         }
@@ -28,7 +28,7 @@ impl Default for RetryConfig {
 }
 
 impl RetryConfig {
-    pub fn policy_for(&self, event_type: Option<&str>) -> RetryPolicy {
+    pub(crate) fn policy_for(&self, event_type: Option<&str>) -> DlqRetry {
         event_type
             .and_then(|t| self.types.get(t))
             .copied()
@@ -36,13 +36,13 @@ impl RetryConfig {
     }
 
     /// Whether some policy needs the source-of-truth query.
-    pub fn uses_deadline(&self) -> bool {
+    pub(crate) fn uses_deadline(&self) -> bool {
         std::iter::once(&self.default)
             .chain(self.types.values())
-            .any(|p| matches!(p, RetryPolicy::Deadline { .. }))
+            .any(|p| matches!(p, DlqRetry::Deadline { .. }))
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.uses_deadline() && !self.source_query.contains("$1") {
             return Err(invalid(
                 "retry.source_query",

@@ -27,7 +27,7 @@ impl Default for TracingConfig {
 }
 
 impl TracingConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if let Some(e) = &self.otlp_endpoint {
             let url = reqwest::Url::parse(e)
                 .map_err(|err| invalid("tracing.otlp_endpoint", err.to_string()))?;

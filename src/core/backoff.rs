@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct RetryPolicy {
+pub struct InPlaceRetry {
     /// Total tries including the first one.
     pub max_attempts: u32,
     pub base_delay: Duration,
@@ -14,9 +14,9 @@ pub struct RetryPolicy {
     pub total_budget: Duration,
 }
 
-impl Default for RetryPolicy {
+impl Default for InPlaceRetry {
     fn default() -> Self {
-        RetryPolicy {
+        InPlaceRetry {
             max_attempts: 3,
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(1),
@@ -25,7 +25,7 @@ impl Default for RetryPolicy {
     }
 }
 
-impl RetryPolicy {
+impl InPlaceRetry {
     /// Delay before the next try, or `None` to give up.
     ///
     /// - `attempts_done`: tries made so far (≥ 1).
@@ -95,8 +95,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn p() -> RetryPolicy {
-        RetryPolicy {
+    fn p() -> InPlaceRetry {
+        InPlaceRetry {
             max_attempts: 4,
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_millis(500),

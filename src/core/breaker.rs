@@ -149,7 +149,7 @@ impl BreakerStateKind {
 
 /// Why the state changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reason {
+pub enum TransitionReason {
     /// Closed → Open: the failure rate over the window reached the threshold.
     FailureRate,
     /// Closed → Open: `consecutive_failures` failures in a row.
@@ -168,16 +168,16 @@ pub enum Reason {
     Forced(&'static str),
 }
 
-impl Reason {
+impl TransitionReason {
     pub fn as_str(self) -> &'static str {
         match self {
-            Reason::FailureRate => "failure_rate",
-            Reason::ConsecutiveFailures => "consecutive_failures",
-            Reason::OpenElapsed => "open_elapsed",
-            Reason::ProbesSucceeded => "probes_succeeded",
-            Reason::Refuted => "refuted",
-            Reason::ProbeFailed => "probe_failed",
-            Reason::Forced(r) => r,
+            TransitionReason::FailureRate => "failure_rate",
+            TransitionReason::ConsecutiveFailures => "consecutive_failures",
+            TransitionReason::OpenElapsed => "open_elapsed",
+            TransitionReason::ProbesSucceeded => "probes_succeeded",
+            TransitionReason::Refuted => "refuted",
+            TransitionReason::ProbeFailed => "probe_failed",
+            TransitionReason::Forced(r) => r,
         }
     }
 }
@@ -186,7 +186,7 @@ impl Reason {
 pub struct Transition {
     pub from: BreakerStateKind,
     pub to: BreakerStateKind,
-    pub reason: Reason,
+    pub reason: TransitionReason,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -376,7 +376,7 @@ impl Breaker {
                 Some(Transition {
                     from: BreakerStateKind::Open,
                     to: BreakerStateKind::HalfOpen,
-                    reason: Reason::OpenElapsed,
+                    reason: TransitionReason::OpenElapsed,
                 })
             }
             _ => None,
@@ -420,7 +420,7 @@ impl Breaker {
                     return Some(self.open(
                         now,
                         BreakerStateKind::Closed,
-                        Reason::ConsecutiveFailures,
+                        TransitionReason::ConsecutiveFailures,
                     ));
                 }
                 let (calls, failures) = self.window.totals(now);
@@ -428,7 +428,11 @@ impl Breaker {
                     && failures > 0
                     && f64::from(failures) >= self.cfg.failure_rate * f64::from(calls);
                 if over {
-                    return Some(self.open(now, BreakerStateKind::Closed, Reason::FailureRate));
+                    return Some(self.open(
+                        now,
+                        BreakerStateKind::Closed,
+                        TransitionReason::FailureRate,
+                    ));
                 }
                 None
             }
@@ -443,23 +447,31 @@ impl Breaker {
                 }
                 if self.suspected {
                     if success {
-                        return Some(self.close(Reason::Refuted));
+                        return Some(self.close(TransitionReason::Refuted));
                     }
                     // Evidence; the slot goes to the next waiter.
                     *admitted -= 1;
                     self.suspect_failed += 1;
-                    return self
-                        .confirmed(now)
-                        .then(|| self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
+                    return self.confirmed(now).then(|| {
+                        self.open(
+                            now,
+                            BreakerStateKind::HalfOpen,
+                            TransitionReason::ProbeFailed,
+                        )
+                    });
                 }
                 if !success {
-                    return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
+                    return Some(self.open(
+                        now,
+                        BreakerStateKind::HalfOpen,
+                        TransitionReason::ProbeFailed,
+                    ));
                 }
                 *succeeded += 1;
                 // Every slot settled: the suspects' refusals repeat what was
                 // known, the successes say the API is up.
                 if *succeeded + self.repeats >= probes {
-                    return Some(self.close(Reason::ProbesSucceeded));
+                    return Some(self.close(TransitionReason::ProbesSucceeded));
                 }
                 None
             }
@@ -479,7 +491,7 @@ impl Breaker {
                 };
                 None
             }
-            _ => Some(self.open(now, from, Reason::Forced(reason))),
+            _ => Some(self.open(now, from, TransitionReason::Forced(reason))),
         }
     }
 
@@ -513,7 +525,7 @@ impl Breaker {
                 Some(Transition {
                     from: BreakerStateKind::Closed,
                     to: BreakerStateKind::HalfOpen,
-                    reason: Reason::Forced(reason),
+                    reason: TransitionReason::Forced(reason),
                 })
             }
             BreakerStateKind::Open => self.trip(now, reason),
@@ -535,12 +547,19 @@ impl Breaker {
                     *admitted -= 1;
                 }
                 self.suspect_failed += 1;
-                self.confirmed(now)
-                    .then(|| self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)))
+                self.confirmed(now).then(|| {
+                    self.open(
+                        now,
+                        BreakerStateKind::HalfOpen,
+                        TransitionReason::Forced(reason),
+                    )
+                })
             }
-            BreakerStateKind::HalfOpen => {
-                Some(self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed))
-            }
+            BreakerStateKind::HalfOpen => Some(self.open(
+                now,
+                BreakerStateKind::HalfOpen,
+                TransitionReason::ProbeFailed,
+            )),
         }
     }
 
@@ -576,25 +595,37 @@ impl Breaker {
         }
         self.repeats += 1;
         if self.confirmed(now) {
-            return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)));
+            return Some(self.open(
+                now,
+                BreakerStateKind::HalfOpen,
+                TransitionReason::Forced(reason),
+            ));
         }
         if admitted < self.probes() || succeeded + self.repeats < admitted {
             return None;
         }
         if succeeded > 0 {
-            return Some(self.close(Reason::ProbesSucceeded));
+            return Some(self.close(TransitionReason::ProbesSucceeded));
         }
         let old = self
             .half_open_since
             .is_none_or(|since| now >= since + self.cfg.open_for);
         if !self.suspected {
             // After an open interval: nothing was delivered, as before.
-            return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::ProbeFailed));
+            return Some(self.open(
+                now,
+                BreakerStateKind::HalfOpen,
+                TransitionReason::ProbeFailed,
+            ));
         }
         if old {
             // Suspected for `open_for` and nothing was delivered, whoever
             // probed: confirmed.
-            return Some(self.open(now, BreakerStateKind::HalfOpen, Reason::Forced(reason)));
+            return Some(self.open(
+                now,
+                BreakerStateKind::HalfOpen,
+                TransitionReason::Forced(reason),
+            ));
         }
         // Only suspects probed a young suspected period, and they said what
         // was known: no verdict — the breaker stays half-open (no partition
@@ -655,7 +686,7 @@ impl Breaker {
         self.suspect_failed = 0;
     }
 
-    fn close(&mut self, reason: Reason) -> Transition {
+    fn close(&mut self, reason: TransitionReason) -> Transition {
         self.state = BreakerState::Closed;
         self.suspected = false;
         self.half_open_since = None;
@@ -667,7 +698,12 @@ impl Breaker {
         }
     }
 
-    fn open(&mut self, now: Instant, from: BreakerStateKind, reason: Reason) -> Transition {
+    fn open(
+        &mut self,
+        now: Instant,
+        from: BreakerStateKind,
+        reason: TransitionReason,
+    ) -> Transition {
         self.suspected = false;
         self.suspect_failed = 0;
         self.half_open_since = None;
@@ -793,7 +829,7 @@ mod tests {
             (
                 BreakerStateKind::Closed,
                 BreakerStateKind::HalfOpen,
-                Reason::Forced("http_403")
+                TransitionReason::Forced("http_403")
             )
         );
         assert!(!b.is_open(t0), "a suspicion pauses no partition");
@@ -804,7 +840,10 @@ mod tests {
         assert!(b.allow(t0) && b.allow(t0));
         assert!(!b.allow(t0), "two probes");
         assert_eq!(b.systemic(t0, "http_403", false), None);
-        assert_eq!(b.record(t0, true).map(|t| t.reason), Some(Reason::Refuted));
+        assert_eq!(
+            b.record(t0, true).map(|t| t.reason),
+            Some(TransitionReason::Refuted)
+        );
         assert_eq!(b.state(t0), BreakerStateKind::Closed);
         // Suspected again, and every fresh probe is refused: a refused slot
         // goes to the next waiter; confirmed (open with the reason) once
@@ -826,7 +865,7 @@ mod tests {
             (
                 BreakerStateKind::HalfOpen,
                 BreakerStateKind::Open,
-                Reason::Forced("http_401")
+                TransitionReason::Forced("http_401")
             )
         );
         assert!(b.is_open(t0 + ms(4_999)));
@@ -838,7 +877,7 @@ mod tests {
         let later = t0 + secs(9);
         assert!(b.allow(later));
         let t = b.systemic(later, "http_401", false).expect("reopened");
-        assert_eq!(t.reason, Reason::ProbeFailed);
+        assert_eq!(t.reason, TransitionReason::ProbeFailed);
     }
 
     #[test]
@@ -857,7 +896,10 @@ mod tests {
         assert_eq!(b.state(t0), BreakerStateKind::HalfOpen);
         // A fresh event probes and is delivered: refuted.
         assert!(b.allow(t0));
-        assert_eq!(b.record(t0, true).map(|t| t.reason), Some(Reason::Refuted));
+        assert_eq!(
+            b.record(t0, true).map(|t| t.reason),
+            Some(TransitionReason::Refuted)
+        );
         // Suspected again with only suspects waiting: once the period is
         // `open_for` old they take the last slot too, and the period ends
         // (confirmed: nothing was delivered).
@@ -872,7 +914,7 @@ mod tests {
             .expect("confirmed");
         assert_eq!(
             (t.to, t.reason),
-            (BreakerStateKind::Open, Reason::Forced("http_403"))
+            (BreakerStateKind::Open, TransitionReason::Forced("http_403"))
         );
     }
 
@@ -1135,7 +1177,7 @@ mod tests {
         }
         let t = b.record(t0 + Duration::from_millis(1010), false).unwrap();
         assert_eq!(t.to, BreakerStateKind::Open);
-        assert_eq!(t.reason, Reason::ConsecutiveFailures);
+        assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
         assert!(b.is_open(t0 + Duration::from_millis(1011)));
     }
     use proptest::prelude::*;
@@ -1166,7 +1208,7 @@ mod tests {
             assert_eq!(b.record(t0, false), None);
         }
         let t = b.record(t0, false).expect("opens on the 4th failure");
-        assert_eq!(t.reason, Reason::FailureRate);
+        assert_eq!(t.reason, TransitionReason::FailureRate);
         b
     }
 
@@ -1241,7 +1283,7 @@ mod tests {
             Transition {
                 from: BreakerStateKind::Closed,
                 to: BreakerStateKind::Open,
-                reason: Reason::FailureRate,
+                reason: TransitionReason::FailureRate,
             }
         );
         assert!(b.is_open(t0 + ms(1)));
@@ -1343,7 +1385,7 @@ mod tests {
             Some(Transition {
                 from: BreakerStateKind::Open,
                 to: BreakerStateKind::HalfOpen,
-                reason: Reason::OpenElapsed,
+                reason: TransitionReason::OpenElapsed,
             })
         );
         assert_eq!(b.advance(t0 + secs(6)), None);
@@ -1386,7 +1428,7 @@ mod tests {
             Some(Transition {
                 from: BreakerStateKind::HalfOpen,
                 to: BreakerStateKind::Closed,
-                reason: Reason::ProbesSucceeded,
+                reason: TransitionReason::ProbesSucceeded,
             })
         );
         assert_eq!(b.state(t), BreakerStateKind::Closed);
@@ -1411,7 +1453,7 @@ mod tests {
             Some(Transition {
                 from: BreakerStateKind::HalfOpen,
                 to: BreakerStateKind::Open,
-                reason: Reason::ProbeFailed,
+                reason: TransitionReason::ProbeFailed,
             })
         );
         assert!(b.is_open(t + ms(10)));
@@ -1449,7 +1491,7 @@ mod tests {
             Some(Transition {
                 from: BreakerStateKind::Closed,
                 to: BreakerStateKind::Open,
-                reason: Reason::Forced("systemic"),
+                reason: TransitionReason::Forced("systemic"),
             })
         );
         assert!(b.is_open(t0));
@@ -1489,11 +1531,14 @@ mod tests {
         assert_eq!(BreakerStateKind::Closed.as_gauge(), 0.0);
         assert_eq!(BreakerStateKind::HalfOpen.as_gauge(), 1.0);
         assert_eq!(BreakerStateKind::Open.as_gauge(), 2.0);
-        assert_eq!(Reason::FailureRate.as_str(), "failure_rate");
-        assert_eq!(Reason::OpenElapsed.as_str(), "open_elapsed");
-        assert_eq!(Reason::ProbesSucceeded.as_str(), "probes_succeeded");
-        assert_eq!(Reason::Refuted.as_str(), "refuted");
-        assert_eq!(Reason::ProbeFailed.as_str(), "probe_failed");
+        assert_eq!(TransitionReason::FailureRate.as_str(), "failure_rate");
+        assert_eq!(TransitionReason::OpenElapsed.as_str(), "open_elapsed");
+        assert_eq!(
+            TransitionReason::ProbesSucceeded.as_str(),
+            "probes_succeeded"
+        );
+        assert_eq!(TransitionReason::Refuted.as_str(), "refuted");
+        assert_eq!(TransitionReason::ProbeFailed.as_str(), "probe_failed");
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //!   instead of filling the DLQ.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verdict {
+pub enum StatusVerdict {
     Delivered,
     Failed(FailureClass),
 }
@@ -85,7 +85,7 @@ impl From<FailureClass> for ErrorClass {
 /// `courier_delivery_errors_total{reason}`, `courier_parked_total{reason}` and
 /// the log lines. Produced only from this type, so the set stays bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reason {
+pub enum FailureReason {
     /// The API answered this status (`http_NNN`).
     Http(u16),
     /// No answer: what failed on the way.
@@ -159,24 +159,24 @@ fn http_reason(status: u16) -> &'static str {
     }
 }
 
-impl Reason {
+impl FailureReason {
     pub fn as_str(self) -> &'static str {
         match self {
-            Reason::Http(s) => http_reason(s),
-            Reason::Transport(t) => t.as_str(),
-            Reason::Input(r) | Reason::DlqPolicy(r) => r,
-            Reason::EnrichmentTimeout => "enrichment_timeout",
-            Reason::EnrichmentUnavailable => "enrichment_unavailable",
-            Reason::EnrichmentMissing => "enrichment_missing",
-            Reason::BodyUnbuildable => "body_unbuildable",
-            Reason::DlqRefused(r) => match r {
+            FailureReason::Http(s) => http_reason(s),
+            FailureReason::Transport(t) => t.as_str(),
+            FailureReason::Input(r) | FailureReason::DlqPolicy(r) => r,
+            FailureReason::EnrichmentTimeout => "enrichment_timeout",
+            FailureReason::EnrichmentUnavailable => "enrichment_unavailable",
+            FailureReason::EnrichmentMissing => "enrichment_missing",
+            FailureReason::BodyUnbuildable => "body_unbuildable",
+            FailureReason::DlqRefused(r) => match r {
                 Refusal::TooLarge => "dlq_too_large",
                 Refusal::NotAuthorized => "dlq_not_authorized",
                 Refusal::UnknownTopic => "dlq_unknown_topic",
                 Refusal::InvalidRecord => "dlq_invalid_record",
             },
-            Reason::UnreadableEnvelope => "unreadable_envelope",
-            Reason::InternalError => "internal_error",
+            FailureReason::UnreadableEnvelope => "unreadable_envelope",
+            FailureReason::InternalError => "internal_error",
         }
     }
 
@@ -184,8 +184,8 @@ impl Reason {
     /// built here, or a failure before any call, did not).
     pub fn reached_the_api(self) -> bool {
         match self {
-            Reason::Http(_) => true,
-            Reason::Transport(t) => t.reached_the_api(),
+            FailureReason::Http(_) => true,
+            FailureReason::Transport(t) => t.reached_the_api(),
             _ => false,
         }
     }
@@ -195,15 +195,15 @@ impl Reason {
     pub fn breaker_reason(self) -> &'static str {
         match self {
             // 401/403 by default; any 4xx/5xx `[api.status]` makes systemic.
-            Reason::Http(400..=599) => self.as_str(),
+            FailureReason::Http(400..=599) => self.as_str(),
             // 1xx/3xx: answers Courier cannot act on.
-            Reason::Http(_) => "systemic",
+            FailureReason::Http(_) => "systemic",
             other => other.as_str(),
         }
     }
 }
 
-impl std::fmt::Display for Reason {
+impl std::fmt::Display for FailureReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -225,7 +225,7 @@ pub enum CallOutcome {
 /// What a failed call says about the API (not the event): a permanent failure
 /// is the event's, so the API is up; a systemic one trips the breaker with its
 /// reason.
-pub fn outcome_of(class: FailureClass, reason: Reason) -> CallOutcome {
+pub fn outcome_of(class: FailureClass, reason: FailureReason) -> CallOutcome {
     match class {
         FailureClass::Permanent => CallOutcome::Up,
         FailureClass::Systemic => CallOutcome::Systemic(reason.breaker_reason()),
@@ -233,14 +233,14 @@ pub fn outcome_of(class: FailureClass, reason: Reason) -> CallOutcome {
     }
 }
 
-pub fn classify_status(status: u16) -> Verdict {
+pub fn classify_status(status: u16) -> StatusVerdict {
     use FailureClass::*;
     match status {
-        200..=299 | 409 => Verdict::Delivered,
-        408 | 429 | 500..=599 => Verdict::Failed(Transient),
-        401 | 403 => Verdict::Failed(Systemic),
-        400..=499 => Verdict::Failed(Permanent),
-        _ => Verdict::Failed(Systemic),
+        200..=299 | 409 => StatusVerdict::Delivered,
+        408 | 429 | 500..=599 => StatusVerdict::Failed(Transient),
+        401 | 403 => StatusVerdict::Failed(Systemic),
+        400..=499 => StatusVerdict::Failed(Permanent),
+        _ => StatusVerdict::Failed(Systemic),
     }
 }
 
@@ -502,11 +502,11 @@ mod tests {
         for s in 100u16..600 {
             let v = classify_status(s);
             let expected = match s {
-                200..=299 | 409 => Verdict::Delivered,
-                408 | 429 | 500..=599 => Verdict::Failed(Transient),
-                401 | 403 => Verdict::Failed(Systemic),
-                400 | 402 | 404..=407 | 410..=428 | 430..=499 => Verdict::Failed(Permanent),
-                _ => Verdict::Failed(Systemic),
+                200..=299 | 409 => StatusVerdict::Delivered,
+                408 | 429 | 500..=599 => StatusVerdict::Failed(Transient),
+                401 | 403 => StatusVerdict::Failed(Systemic),
+                400 | 402 | 404..=407 | 410..=428 | 430..=499 => StatusVerdict::Failed(Permanent),
+                _ => StatusVerdict::Failed(Systemic),
             };
             assert_eq!(v, expected, "status {s}");
         }
@@ -514,13 +514,13 @@ mod tests {
 
     #[test]
     fn named_cases() {
-        assert_eq!(classify_status(200), Verdict::Delivered);
-        assert_eq!(classify_status(409), Verdict::Delivered);
-        assert_eq!(classify_status(503), Verdict::Failed(Transient));
-        assert_eq!(classify_status(429), Verdict::Failed(Transient));
-        assert_eq!(classify_status(422), Verdict::Failed(Permanent));
-        assert_eq!(classify_status(404), Verdict::Failed(Permanent));
-        assert_eq!(classify_status(401), Verdict::Failed(Systemic));
+        assert_eq!(classify_status(200), StatusVerdict::Delivered);
+        assert_eq!(classify_status(409), StatusVerdict::Delivered);
+        assert_eq!(classify_status(503), StatusVerdict::Failed(Transient));
+        assert_eq!(classify_status(429), StatusVerdict::Failed(Transient));
+        assert_eq!(classify_status(422), StatusVerdict::Failed(Permanent));
+        assert_eq!(classify_status(404), StatusVerdict::Failed(Permanent));
+        assert_eq!(classify_status(401), StatusVerdict::Failed(Systemic));
         assert!(!Permanent.is_retryable());
         assert!(Transient.is_retryable());
         assert_eq!(TransportFailure::Timeout.class(), Transient);
@@ -544,26 +544,26 @@ mod tests {
 
     #[test]
     fn reasons_name_what_they_carry() {
-        assert_eq!(Reason::Http(404).as_str(), "http_404");
-        assert_eq!(Reason::Http(100).as_str(), "http_100");
-        assert_eq!(Reason::Http(999).as_str(), "http_999");
-        assert_eq!(Reason::Http(0).as_str(), "http_invalid");
-        assert_eq!(Reason::Http(1000).as_str(), "http_invalid");
+        assert_eq!(FailureReason::Http(404).as_str(), "http_404");
+        assert_eq!(FailureReason::Http(100).as_str(), "http_100");
+        assert_eq!(FailureReason::Http(999).as_str(), "http_999");
+        assert_eq!(FailureReason::Http(0).as_str(), "http_invalid");
+        assert_eq!(FailureReason::Http(1000).as_str(), "http_invalid");
         assert_eq!(
-            Reason::Transport(TransportFailure::Timeout).as_str(),
+            FailureReason::Transport(TransportFailure::Timeout).as_str(),
             "timeout"
         );
         assert_eq!(
-            Reason::DlqRefused(Refusal::TooLarge).as_str(),
+            FailureReason::DlqRefused(Refusal::TooLarge).as_str(),
             "dlq_too_large"
         );
         // The breaker hears 4xx/5xx by name, 1xx/3xx as one label.
-        assert_eq!(Reason::Http(401).breaker_reason(), "http_401");
-        assert_eq!(Reason::Http(404).breaker_reason(), "http_404");
-        assert_eq!(Reason::Http(302).breaker_reason(), "systemic");
-        assert!(!Reason::Transport(TransportFailure::Request).reached_the_api());
-        assert!(Reason::Http(500).reached_the_api());
-        assert!(!Reason::EnrichmentTimeout.reached_the_api());
+        assert_eq!(FailureReason::Http(401).breaker_reason(), "http_401");
+        assert_eq!(FailureReason::Http(404).breaker_reason(), "http_404");
+        assert_eq!(FailureReason::Http(302).breaker_reason(), "systemic");
+        assert!(!FailureReason::Transport(TransportFailure::Request).reached_the_api());
+        assert!(FailureReason::Http(500).reached_the_api());
+        assert!(!FailureReason::EnrichmentTimeout.reached_the_api());
         let classes: std::collections::HashSet<_> =
             ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(classes.len(), 5);
@@ -571,15 +571,21 @@ mod tests {
 
     #[test]
     fn the_breaker_hears_the_api_not_the_event() {
-        let r = Reason::Http(503);
-        assert_eq!(outcome_of(Permanent, Reason::Http(422)), CallOutcome::Up);
+        let r = FailureReason::Http(503);
+        assert_eq!(
+            outcome_of(Permanent, FailureReason::Http(422)),
+            CallOutcome::Up
+        );
         assert_eq!(outcome_of(Transient, r), CallOutcome::Failed);
         assert_eq!(
-            outcome_of(Systemic, Reason::Http(403)),
+            outcome_of(Systemic, FailureReason::Http(403)),
             CallOutcome::Systemic("http_403")
         );
         assert_eq!(
-            outcome_of(Systemic, Reason::Transport(TransportFailure::TlsExpired)),
+            outcome_of(
+                Systemic,
+                FailureReason::Transport(TransportFailure::TlsExpired)
+            ),
             CallOutcome::Systemic("tls_expired")
         );
     }

@@ -135,7 +135,7 @@ impl Completed {
 
     /// How many of the offsets in `[from, to)` it names (deleted-unread
     /// accounting: `core::deleted`).
-    pub fn count_within(&self, from: i64, to: i64) -> u64 {
+    pub(crate) fn count_within(&self, from: i64, to: i64) -> u64 {
         self.ranges
             .iter()
             .map(|&(s, e)| (e.min(to) - s.max(from)).max(0) as u64)

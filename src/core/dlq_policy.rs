@@ -31,7 +31,7 @@ pub mod reason {
 /// it in milliseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
-pub enum RetryPolicy {
+pub enum DlqRetry {
     Counter {
         max_retries: u32,
     },
@@ -56,11 +56,11 @@ mod millis_as_humantime {
     }
 }
 
-impl RetryPolicy {
+impl DlqRetry {
     pub fn as_str(self) -> &'static str {
         match self {
-            RetryPolicy::Counter { .. } => "counter",
-            RetryPolicy::Deadline { .. } => "deadline",
+            DlqRetry::Counter { .. } => "counter",
+            DlqRetry::Deadline { .. } => "deadline",
         }
     }
 }
@@ -136,16 +136,16 @@ fn deadline_at(first_dlq_at_ms: i64, deadline_ms: u64) -> i64 {
 /// `now_ms`) to park the event at once instead of writing it back only to drop it
 /// one backoff later.
 pub fn exhausted(
-    policy: RetryPolicy,
+    policy: DlqRetry,
     dlq_retries: u32,
     first_dlq_at_ms: i64,
     now_ms: i64,
 ) -> Option<&'static str> {
     match policy {
-        RetryPolicy::Counter { max_retries } => {
+        DlqRetry::Counter { max_retries } => {
             (dlq_retries >= max_retries).then_some(reason::MAX_RETRIES)
         }
-        RetryPolicy::Deadline { deadline_ms } => {
+        DlqRetry::Deadline { deadline_ms } => {
             (now_ms >= deadline_at(first_dlq_at_ms, deadline_ms)).then_some(reason::EXPIRED)
         }
     }
@@ -154,10 +154,10 @@ pub fn exhausted(
 /// Whether [`decide`] needs a [`SourceCheck`]: only the deadline policy asks the
 /// source, and only while the deadline has not passed (an expired event is dropped
 /// without a query, so a source outage costs no extra load on expired backlog).
-pub fn needs_source_check(policy: RetryPolicy, first_dlq_at_ms: i64, now_ms: i64) -> bool {
+pub fn needs_source_check(policy: DlqRetry, first_dlq_at_ms: i64, now_ms: i64) -> bool {
     match policy {
-        RetryPolicy::Counter { .. } => false,
-        RetryPolicy::Deadline { deadline_ms } => now_ms < deadline_at(first_dlq_at_ms, deadline_ms),
+        DlqRetry::Counter { .. } => false,
+        DlqRetry::Deadline { deadline_ms } => now_ms < deadline_at(first_dlq_at_ms, deadline_ms),
     }
 }
 
@@ -170,7 +170,7 @@ pub fn needs_source_check(policy: RetryPolicy, first_dlq_at_ms: i64, now_ms: i64
 /// needed is treated as a failed query (kept, not dropped: absence of an answer is
 /// not evidence that the event is stale).
 pub fn decide(
-    policy: RetryPolicy,
+    policy: DlqRetry,
     dlq_retries: u32,
     first_dlq_at_ms: i64,
     not_before_ms: i64,
@@ -186,8 +186,8 @@ pub fn decide(
         return DlqDecision::Drop { reason };
     }
     match policy {
-        RetryPolicy::Counter { .. } => DlqDecision::Deliver,
-        RetryPolicy::Deadline { .. } => match check {
+        DlqRetry::Counter { .. } => DlqDecision::Deliver,
+        DlqRetry::Deadline { .. } => match check {
             Some(SourceCheck::Match) => DlqDecision::Deliver,
             Some(SourceCheck::Mismatch) => DlqDecision::Drop {
                 reason: reason::STALE,
@@ -227,15 +227,15 @@ pub fn next_not_before(
 /// `0..max_retries` (round `max_retries` is dropped when due); the deadline
 /// policy writes rounds while the deadline has not passed, each waiting one
 /// back-off (the last one written just before the deadline).
-pub fn horizon_ms(policy: RetryPolicy, base_ms: u64, cap_ms: u64) -> u64 {
+pub fn horizon_ms(policy: DlqRetry, base_ms: u64, cap_ms: u64) -> u64 {
     let wait = |round: u32| {
         let now = 0i64;
         u64::try_from(next_not_before(now, round, base_ms, cap_ms)).unwrap_or(u64::MAX)
     };
     match policy {
         // Round 0 (the first entry) waits as long as round 1.
-        RetryPolicy::Counter { max_retries } => wait(max_retries.saturating_sub(1)),
-        RetryPolicy::Deadline { deadline_ms } => {
+        DlqRetry::Counter { max_retries } => wait(max_retries.saturating_sub(1)),
+        DlqRetry::Deadline { deadline_ms } => {
             // Rounds follow each other by their waits (at the soonest) until
             // the deadline: the wait of the last round written is the longest.
             let (mut round, mut elapsed, mut longest) = (0u32, 0u64, 0u64);
@@ -263,25 +263,25 @@ mod tests {
     fn horizon_is_the_longest_back_off_a_policy_reaches() {
         let (base, cap) = (1_000, 60_000);
         // Rounds 0..5: 1, 1, 2, 4, 8 s.
-        let five = RetryPolicy::Counter { max_retries: 5 };
+        let five = DlqRetry::Counter { max_retries: 5 };
         assert_eq!(horizon_ms(five, base, cap), 8_000);
-        let one = RetryPolicy::Counter { max_retries: 1 };
+        let one = DlqRetry::Counter { max_retries: 1 };
         assert_eq!(horizon_ms(one, base, cap), 1_000);
-        let zero = RetryPolicy::Counter { max_retries: 0 };
+        let zero = DlqRetry::Counter { max_retries: 0 };
         assert_eq!(horizon_ms(zero, base, cap), 1_000, "the first entry waits");
-        let many = RetryPolicy::Counter { max_retries: 40 };
+        let many = DlqRetry::Counter { max_retries: 40 };
         assert_eq!(horizon_ms(many, base, cap), cap);
         // Deadline 10 s: rounds at 0 (1 s), 1 (1 s), 2 (2 s), 4 (4 s), then
         // 8 s (written at 8 s < 10 s).
-        let ten = RetryPolicy::Deadline {
+        let ten = DlqRetry::Deadline {
             deadline_ms: 10_000,
         };
         assert_eq!(horizon_ms(ten, base, cap), 8_000);
-        let day = RetryPolicy::Deadline {
+        let day = DlqRetry::Deadline {
             deadline_ms: 86_400_000,
         };
         assert_eq!(horizon_ms(day, base, cap), cap);
-        let none = RetryPolicy::Deadline { deadline_ms: 0 };
+        let none = DlqRetry::Deadline { deadline_ms: 0 };
         assert_eq!(horizon_ms(none, base, cap), base);
     }
 
@@ -290,7 +290,7 @@ mod tests {
         /// cap (nor below the first wait).
         #[test]
         fn horizon_is_bounded(base in 0u64..100_000, cap in 0u64..1_000_000, n in 0u32..100, d in 0u64..10_000_000) {
-            for p in [RetryPolicy::Counter { max_retries: n }, RetryPolicy::Deadline { deadline_ms: d }] {
+            for p in [DlqRetry::Counter { max_retries: n }, DlqRetry::Deadline { deadline_ms: d }] {
                 let h = horizon_ms(p, base, cap);
                 prop_assert!(h <= cap.max(base.min(cap)));
                 prop_assert!(h >= base.min(cap));
@@ -298,8 +298,8 @@ mod tests {
         }
     }
 
-    const COUNTER: RetryPolicy = RetryPolicy::Counter { max_retries: 3 };
-    const DEADLINE: RetryPolicy = RetryPolicy::Deadline {
+    const COUNTER: DlqRetry = DlqRetry::Counter { max_retries: 3 };
+    const DEADLINE: DlqRetry = DlqRetry::Deadline {
         deadline_ms: 10_000,
     };
 
@@ -309,13 +309,12 @@ mod tests {
 
     #[test]
     fn serde_shape() {
-        let c: RetryPolicy = serde_json::from_str(r#"{"kind":"counter","max_retries":5}"#).unwrap();
-        assert_eq!(c, RetryPolicy::Counter { max_retries: 5 });
-        let d: RetryPolicy =
-            serde_json::from_str(r#"{"kind":"deadline","deadline":"60s"}"#).unwrap();
+        let c: DlqRetry = serde_json::from_str(r#"{"kind":"counter","max_retries":5}"#).unwrap();
+        assert_eq!(c, DlqRetry::Counter { max_retries: 5 });
+        let d: DlqRetry = serde_json::from_str(r#"{"kind":"deadline","deadline":"60s"}"#).unwrap();
         assert_eq!(
             d,
-            RetryPolicy::Deadline {
+            DlqRetry::Deadline {
                 deadline_ms: 60_000
             }
         );
@@ -328,14 +327,11 @@ mod tests {
             serde_json::json!({"kind": "deadline", "deadline": "1m"})
         );
         assert!(
-            serde_json::from_str::<RetryPolicy>(r#"{"kind":"deadline","deadline_ms":60000}"#)
-                .is_err()
+            serde_json::from_str::<DlqRetry>(r#"{"kind":"deadline","deadline_ms":60000}"#).is_err()
         );
-        assert!(
-            serde_json::from_str::<RetryPolicy>(r#"{"kind":"Counter","max_retries":5}"#).is_err()
-        );
-        assert!(serde_json::from_str::<RetryPolicy>(r#"{"kind":"counter"}"#).is_err());
-        assert!(serde_json::from_str::<RetryPolicy>(r#"{"max_retries":5}"#).is_err());
+        assert!(serde_json::from_str::<DlqRetry>(r#"{"kind":"Counter","max_retries":5}"#).is_err());
+        assert!(serde_json::from_str::<DlqRetry>(r#"{"kind":"counter"}"#).is_err());
+        assert!(serde_json::from_str::<DlqRetry>(r#"{"max_retries":5}"#).is_err());
         assert_eq!(c.as_str(), "counter");
         assert_eq!(d.as_str(), "deadline");
     }
@@ -389,7 +385,7 @@ mod tests {
         ] {
             assert_eq!(decide(COUNTER, 0, 0, 0, 5, Some(c)), Deliver);
         }
-        let zero = RetryPolicy::Counter { max_retries: 0 };
+        let zero = DlqRetry::Counter { max_retries: 0 };
         assert_eq!(decide(zero, 0, 0, 0, 0, None), dropped("max_retries"));
         assert!(!needs_source_check(COUNTER, 0, 0));
     }
@@ -438,7 +434,7 @@ mod tests {
             Deliver
         );
         // A deadline too large for i64 does not overflow.
-        let forever = RetryPolicy::Deadline {
+        let forever = DlqRetry::Deadline {
             deadline_ms: u64::MAX,
         };
         assert!(needs_source_check(forever, i64::MAX - 1, i64::MAX - 1));
@@ -477,7 +473,7 @@ mod tests {
         fn counter_delivers_at_most_max_retries_times(
             max in 0u32..50, k in 0u32..100, first in -1_000i64..1_000, nb in -1_000i64..1_000, late in 0i64..10_000,
         ) {
-            let policy = RetryPolicy::Counter { max_retries: max };
+            let policy = DlqRetry::Counter { max_retries: max };
             let now = nb + late;
             let d = decide(policy, k, first, nb, now, None);
             prop_assert_eq!(matches!(d, Drop { .. }), k >= max);
@@ -502,7 +498,7 @@ mod tests {
         fn waits_until_not_before(
             max in 0u32..10, deadline in 0u64..100_000, k in 0u32..20, nb in -10_000i64..10_000, early in 1i64..10_000,
         ) {
-            for policy in [RetryPolicy::Counter { max_retries: max }, RetryPolicy::Deadline { deadline_ms: deadline }] {
+            for policy in [DlqRetry::Counter { max_retries: max }, DlqRetry::Deadline { deadline_ms: deadline }] {
                 let d = decide(policy, k, 0, nb, nb - early, Some(SourceCheck::Match));
                 prop_assert_eq!(d, NotYet { wait_ms: early });
             }
@@ -514,7 +510,7 @@ mod tests {
         fn deadline_is_a_hard_bound(
             deadline in 0u64..100_000, first in -50_000i64..50_000, now in -50_000i64..200_000,
         ) {
-            let policy = RetryPolicy::Deadline { deadline_ms: deadline };
+            let policy = DlqRetry::Deadline { deadline_ms: deadline };
             let checks = [None, Some(SourceCheck::Match), Some(SourceCheck::Mismatch),
                 Some(SourceCheck::Expired), Some(SourceCheck::QueryFailed)];
             let results: Vec<_> = checks.iter().map(|&c| decide(policy, 0, first, i64::MIN, now, c)).collect();

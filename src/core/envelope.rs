@@ -4,20 +4,20 @@
 //! body). The same context also goes into Kafka headers with the usual names, so
 //! `kcat -J` and other tools can read a DLQ record without parsing its body.
 
-use crate::core::classify::{ErrorClass, Reason};
+use crate::core::classify::{ErrorClass, FailureReason};
 use serde::{Deserialize, Serialize};
 
 /// The version written for an envelope that carries its payload. Version 2 (see
 /// [`ENVELOPE_VERSION_REFERENCE`]) is written only when the payload had to be left
 /// out, so a Courier of the previous release, which knows version 1 only, parks
 /// such a record as unreadable instead of redelivering an empty payload.
-pub const ENVELOPE_VERSION: u32 = 2;
+pub(crate) const ENVELOPE_VERSION: u32 = 2;
 pub const ENVELOPE_VERSION_PAYLOAD: u32 = 1;
-pub const ENVELOPE_VERSION_REFERENCE: u32 = 2;
+pub(crate) const ENVELOPE_VERSION_REFERENCE: u32 = 2;
 
 /// Error messages and header values longer than this are cut (on a character
 /// boundary, marked with `…`).
-pub const MAX_TEXT_BYTES: usize = 1024;
+pub(crate) const MAX_TEXT_BYTES: usize = 1024;
 
 /// More DLQ rounds than any real event can have had: even at one round per
 /// second (the backoff's floor is far above that) it is more than a day.
@@ -26,7 +26,7 @@ pub const MAX_PLAUSIBLE_DLQ_RETRIES: u32 = 100_000;
 /// Control characters replaced by a space and the text cut to `max` bytes: what
 /// goes into a header value, a log line or `last_error.message` comes from the
 /// network or from input and must not carry line breaks or escape sequences.
-pub fn clean_text(s: &str, max: usize) -> String {
+pub(crate) fn clean_text(s: &str, max: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max));
     for c in s.chars() {
         let c = if c.is_control() { ' ' } else { c };
@@ -42,18 +42,18 @@ pub fn clean_text(s: &str, max: usize) -> String {
 /// Header names. The `kafka_dlt-*` names follow Spring Kafka's dead-letter
 /// convention, which most Kafka tooling already knows.
 pub mod header {
-    pub const ORIGINAL_TOPIC: &str = "kafka_dlt-original-topic";
-    pub const ORIGINAL_PARTITION: &str = "kafka_dlt-original-partition";
-    pub const ORIGINAL_OFFSET: &str = "kafka_dlt-original-offset";
-    pub const ORIGINAL_TIMESTAMP: &str = "kafka_dlt-original-timestamp";
-    pub const ORIGINAL_GROUP: &str = "kafka_dlt-original-consumer-group";
-    pub const EXCEPTION_MESSAGE: &str = "kafka_dlt-exception-message";
-    pub const ENVELOPE_VERSION: &str = "courier-envelope-version";
-    pub const EVENT_ID: &str = "courier-event-id";
-    pub const ATTEMPTS: &str = "courier-dlq-retries";
-    pub const REASON: &str = "courier-reason";
-    pub const ERROR_CLASS: &str = "courier-error-class";
-    pub const NOT_BEFORE: &str = "courier-not-before";
+    pub(crate) const ORIGINAL_TOPIC: &str = "kafka_dlt-original-topic";
+    pub(crate) const ORIGINAL_PARTITION: &str = "kafka_dlt-original-partition";
+    pub(crate) const ORIGINAL_OFFSET: &str = "kafka_dlt-original-offset";
+    pub(crate) const ORIGINAL_TIMESTAMP: &str = "kafka_dlt-original-timestamp";
+    pub(crate) const ORIGINAL_GROUP: &str = "kafka_dlt-original-consumer-group";
+    pub(crate) const EXCEPTION_MESSAGE: &str = "kafka_dlt-exception-message";
+    pub(crate) const ENVELOPE_VERSION: &str = "courier-envelope-version";
+    pub(crate) const EVENT_ID: &str = "courier-event-id";
+    pub(crate) const ATTEMPTS: &str = "courier-dlq-retries";
+    pub(crate) const REASON: &str = "courier-reason";
+    pub(crate) const ERROR_CLASS: &str = "courier-error-class";
+    pub(crate) const NOT_BEFORE: &str = "courier-not-before";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +73,7 @@ pub struct ErrorInfo {
     /// `transient`, `permanent`, `systemic`, `poison` (bad input) or `dropped`
     /// (given up on by the DLQ retry policy): [`ErrorClass`].
     pub class: String,
-    /// Bounded reason code (`http_503`, `timeout`, `malformed_json`, ...): [`Reason`].
+    /// Bounded reason code (`http_503`, `timeout`, `malformed_json`, ...): [`FailureReason`].
     pub reason: String,
     pub status: Option<u16>,
     /// Human-readable detail, control characters replaced and cut to
@@ -85,7 +85,12 @@ pub struct ErrorInfo {
 
 impl ErrorInfo {
     /// The one way Courier builds a `last_error`.
-    pub fn new(class: ErrorClass, reason: Reason, status: Option<u16>, message: &str) -> ErrorInfo {
+    pub fn new(
+        class: ErrorClass,
+        reason: FailureReason,
+        status: Option<u16>,
+        message: &str,
+    ) -> ErrorInfo {
         ErrorInfo {
             class: class.as_str().into(),
             reason: reason.as_str().into(),
@@ -133,14 +138,14 @@ pub struct Envelope {
 pub struct OriginHeader {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "b64_opt")]
-    pub name_bytes: Option<Vec<u8>>,
+    pub(crate) name_bytes: Option<Vec<u8>>,
     #[serde(with = "b64_opt")]
     pub value: Option<Vec<u8>>,
 }
 
 impl OriginHeader {
     /// The headers of a record, for an envelope.
-    pub fn from_record(headers: Option<&[crate::core::input::Header]>) -> Vec<OriginHeader> {
+    pub(crate) fn from_record(headers: Option<&[crate::core::input::Header]>) -> Vec<OriginHeader> {
         headers
             .unwrap_or_default()
             .iter()
@@ -162,7 +167,7 @@ impl OriginHeader {
     }
 
     /// Back into record headers (decoding reads them as the record had them).
-    pub fn to_record(headers: &[OriginHeader]) -> Vec<crate::core::input::Header> {
+    pub(crate) fn to_record(headers: &[OriginHeader]) -> Vec<crate::core::input::Header> {
         headers
             .iter()
             .map(|h| {
@@ -190,10 +195,10 @@ pub struct Omitted {
     pub payload_omitted: bool,
     pub payload_bytes: u64,
     /// SHA-256 of the payload, lowercase hex.
-    pub payload_sha256: String,
+    pub(crate) payload_sha256: String,
     /// The key was left out too (it alone would not fit).
     #[serde(default)]
-    pub key_omitted: bool,
+    pub(crate) key_omitted: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -278,7 +283,7 @@ impl Envelope {
     /// most `max_bytes`: unchanged when it fits, otherwise with the payload (and
     /// if still needed, the key) replaced by a reference to the origin record.
     /// `None`: not even the reference fits (`max_bytes` is absurdly small).
-    pub fn fitted(self, max_bytes: usize) -> Option<Envelope> {
+    pub(crate) fn fitted(self, max_bytes: usize) -> Option<Envelope> {
         let capped = self.capped();
         if capped.record_bytes() <= max_bytes {
             return Some(capped);
@@ -329,7 +334,7 @@ impl Envelope {
     /// An envelope as large as one for an event of `payload_bytes` can get
     /// (the longest id, a long error message, every header): for checking at
     /// start that such an event fits a topic with its payload.
-    pub fn largest_for(payload_bytes: usize) -> Envelope {
+    pub(crate) fn largest_for(payload_bytes: usize) -> Envelope {
         let text = "x".repeat(MAX_TEXT_BYTES);
         Envelope {
             version: ENVELOPE_VERSION_PAYLOAD,
@@ -360,7 +365,7 @@ impl Envelope {
 
     /// What the record costs against `max.message.bytes`: key, value, headers
     /// and the record batch's own overhead (generous: 512 bytes).
-    pub fn record_bytes(&self) -> usize {
+    pub(crate) fn record_bytes(&self) -> usize {
         const BATCH_OVERHEAD: usize = 512;
         let headers: usize = self
             .headers()
@@ -420,7 +425,7 @@ impl Envelope {
 }
 
 /// SHA-256 of `bytes`, lowercase hex (the payload reference's checksum).
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(bytes)
         .iter()
@@ -431,10 +436,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 mod b64 {
     use base64::{engine::general_purpose::STANDARD, Engine};
     use serde::{Deserialize, Deserializer, Serializer};
-    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&STANDARD.encode(v))
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let s = String::deserialize(d)?;
         STANDARD.decode(s).map_err(serde::de::Error::custom)
     }
@@ -443,13 +448,15 @@ mod b64 {
 mod b64_opt {
     use base64::{engine::general_purpose::STANDARD, Engine};
     use serde::{Deserialize, Deserializer, Serializer};
-    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(v) => s.serialize_some(&STANDARD.encode(v)),
             None => s.serialize_none(),
         }
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
         match Option::<String>::deserialize(d)? {
             Some(s) => STANDARD
                 .decode(s)

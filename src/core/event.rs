@@ -34,7 +34,7 @@ pub struct Event {
     pub event_type: String,
     pub subject: Option<String>,
     pub time: Option<String>,
-    pub entity_version: Option<i64>,
+    pub(crate) entity_version: Option<i64>,
     pub raw: Bytes,
 }
 
@@ -70,7 +70,7 @@ pub enum DecodeError {
 }
 
 /// The longest event id accepted (it travels as the `Idempotency-Key` header).
-pub const MAX_ID_BYTES: usize = 256;
+pub(crate) const MAX_ID_BYTES: usize = 256;
 
 /// The deepest nesting accepted anywhere in an event. serde_json refuses deeper
 /// documents when it builds a tree (its recursion limit is 128), so an event that
@@ -157,7 +157,7 @@ pub(crate) fn quoted(s: &str) -> String {
 }
 
 /// An id fit for a header value and a log line: visible ASCII, bounded.
-pub fn valid_id(id: &str) -> bool {
+pub(crate) fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_ID_BYTES && id.bytes().all(|b| b.is_ascii_graphic())
 }
 
@@ -196,7 +196,7 @@ fn optional_str(
 /// Why a request body could not be built from an event (a permanent failure of
 /// that event: it is parked, never sent as something else).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     #[error("the event is not a JSON object")]
     NotAnObject,
     #[error("the event cannot be re-encoded with the added attribute: {0}")]
@@ -209,7 +209,7 @@ pub enum BodyError {
 /// the closing brace. Only when the event already has an attribute of that name
 /// is the object rebuilt as a tree, so the added value replaces the old one
 /// instead of appearing twice. Never falls back to an empty object.
-pub fn with_attribute(
+pub(crate) fn with_attribute(
     raw: &[u8],
     name: &str,
     value: &serde_json::Value,
@@ -264,7 +264,7 @@ pub(crate) fn append_member(raw: &[u8], name: &str, value_json: &[u8]) -> Result
 /// in range, valid strings, nesting within [`MAX_DEPTH`] counting from `depth`
 /// (1 for a whole event, 2 for a value that will sit inside one) — without
 /// building it.
-pub fn check_json(bytes: &[u8], depth: usize) -> Result<(), DecodeError> {
+pub(crate) fn check_json(bytes: &[u8], depth: usize) -> Result<(), DecodeError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     de::DeserializeSeed::deserialize(Depth(depth), &mut de)
         .and_then(|_| de.end())

@@ -115,6 +115,7 @@ impl PartitionFsm {
     }
 
     /// When the current mode was entered, if it was entered by a change.
+    #[cfg(test)]
     pub fn last_change(&self) -> Option<Instant> {
         self.last_change
     }

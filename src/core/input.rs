@@ -151,7 +151,7 @@ impl std::fmt::Debug for HeaderName {
 
 /// One Kafka record, as decoding sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct RecordIn<'a> {
+pub(crate) struct RecordIn<'a> {
     pub value: Option<&'a Bytes>,
     /// Header names and values, in record order.
     pub headers: &'a [Header],
@@ -174,15 +174,15 @@ impl RecordIn<'_> {
 
 /// A decoded event and, for formats that name it, its entity key.
 #[derive(Debug, Clone)]
-pub struct Decoded {
+pub(crate) struct Decoded {
     pub event: Event,
-    pub body_type: BodyType,
+    pub(crate) body_type: BodyType,
     /// The entity key from the body (`json` with `input.key`); `None`: the record's key.
     pub key: Option<Vec<u8>>,
 }
 
 /// Decodes one record in the configured format.
-pub fn decode_record(
+pub(crate) fn decode_record(
     r: &RecordIn<'_>,
     format: InputFormat,
     json: &JsonInput,

@@ -1,28 +1,67 @@
 //! The pure core: no I/O, no clocks of its own. Everything here is decided from its
 //! inputs and tested exhaustively; the actors only apply the decisions.
+//!
+//! # Layout
+//!
+//! Each module is a decision (or a value type) that a shell module carries out;
+//! time, randomness and what the broker or the API said are inputs. Grouped by job
+//! (the shell that uses each in brackets):
+//!
+//! * **Offsets and the partition pair**: `partition` (the [`partition::PartitionMachine`]
+//!   of main p + DLQ p, with its model-based test; carried out by
+//!   `actors::partition`), `offsets` (the commit watermark), `completed` (offsets
+//!   done above it, encoded in commit metadata), `deleted` (events the log lost
+//!   before the group read them), `ordering` (what may be in flight together),
+//!   `fsm` (which of main p and DLQ p is read), `byte_budget` (the process-wide byte
+//!   budget).
+//!
+//! * **What a record is, and its request** (`kafka`, `actors::partition`,
+//!   `delivery`): `input` (record formats → [`event::Event`]), `event` (CloudEvents
+//!   decoding and validation), `envelope` (the DLQ / parking-lot envelope and its
+//!   headers), `mapping` (an event's request: route, URL, method, headers, body),
+//!   `trace` (W3C trace context), `text` (record-chosen text made safe for logs and
+//!   errors).
+//!
+//! * **What an answer means and what follows** (`delivery`, `api_health`): `classify`
+//!   (an answer or transport failure → a class and a reason), `status_policy`
+//!   (what each HTTP status code means, `[api.status]`), `attempt` (the decision
+//!   after a failed try or a failed DLQ round: retry, wait at the gate, dead-letter,
+//!   park), `backoff` (in-place retries' delays), `dlq_policy` (a DLQ event at the
+//!   head of the drain), `systemic` (a systemic answer as a hypothesis a later call
+//!   refutes), `breaker` (the local circuit breaker and its gate).
+//!
+//! * **Limits toward the API** (`delivery::limits`, `delivery::ratelimit`,
+//!   `delivery::pacer`): `concurrency` (the adaptive limit), `ratelimit` (GCRA),
+//!   `pacer` (the DLQ drain's rate).
+//!
+//! * **The process** (`actors::supervisor`, `metrics`, `status_page`): `restart`
+//!   (the restart budget), `liveness` (readiness and liveness), `status_page` (what
+//!   the `/status` page shows: the marker's state, the verdict's source, recent
+//!   errors).
 
-pub mod backoff;
+pub(crate) mod attempt;
+pub(crate) mod backoff;
 pub mod breaker;
-pub mod budget;
+pub(crate) mod byte_budget;
 pub mod classify;
 pub mod completed;
-pub mod concurrency;
-pub mod deleted;
+pub(crate) mod concurrency;
+pub(crate) mod deleted;
 pub mod dlq_policy;
 pub mod envelope;
 pub mod event;
-pub mod fsm;
+pub(crate) mod fsm;
 pub mod input;
-pub mod liveness;
-pub mod mapping;
+pub(crate) mod liveness;
+pub(crate) mod mapping;
 pub mod offsets;
-pub mod ordering;
-pub mod pacer;
+pub(crate) mod ordering;
+pub(crate) mod pacer;
 pub mod partition;
-pub mod ratelimit;
-pub mod restart;
-pub mod status;
-pub mod status_policy;
+pub(crate) mod ratelimit;
+pub(crate) mod restart;
+pub(crate) mod status_page;
+pub(crate) mod status_policy;
 pub mod systemic;
-pub mod text;
-pub mod trace;
+pub(crate) mod text;
+pub(crate) mod trace;

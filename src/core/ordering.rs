@@ -80,6 +80,7 @@ impl Scheduler {
     }
 
     /// Number of offsets waiting behind a lane front.
+    #[cfg(test)]
     pub fn waiting(&self) -> usize {
         self.lanes.values().map(|q| q.len().saturating_sub(1)).sum()
     }

@@ -7,7 +7,7 @@
 //! are refused, since neither is more specific. Codes outside 100-599 are
 //! refused. Pure: a table of 500 verdicts built once, looked up per answer.
 
-use crate::core::classify::{classify_status, FailureClass, Verdict};
+use crate::core::classify::{classify_status, FailureClass, StatusVerdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -35,12 +35,12 @@ impl StatusAction {
         }
     }
 
-    pub fn verdict(self) -> Verdict {
+    pub fn verdict(self) -> StatusVerdict {
         match self {
-            StatusAction::Ok => Verdict::Delivered,
-            StatusAction::Transient => Verdict::Failed(FailureClass::Transient),
-            StatusAction::Permanent => Verdict::Failed(FailureClass::Permanent),
-            StatusAction::Systemic => Verdict::Failed(FailureClass::Systemic),
+            StatusAction::Ok => StatusVerdict::Delivered,
+            StatusAction::Transient => StatusVerdict::Failed(FailureClass::Transient),
+            StatusAction::Permanent => StatusVerdict::Failed(FailureClass::Permanent),
+            StatusAction::Systemic => StatusVerdict::Failed(FailureClass::Systemic),
         }
     }
 }
@@ -63,6 +63,7 @@ impl StatusRange {
     fn overlaps(self, o: StatusRange) -> bool {
         self.lo <= o.hi && o.lo <= self.hi
     }
+    #[cfg(test)]
     pub fn contains(self, s: u16) -> bool {
         (self.lo..=self.hi).contains(&s)
     }
@@ -111,7 +112,7 @@ pub fn parse_range(key: &str) -> Result<StatusRange, StatusPolicyError> {
 /// The verdict for every status 100-599; others take the defaults.
 #[derive(Debug, Clone)]
 pub struct StatusPolicy {
-    table: Box<[Verdict]>,
+    table: Box<[StatusVerdict]>,
 }
 
 impl Default for StatusPolicy {
@@ -147,7 +148,7 @@ impl StatusPolicy {
         Ok(p)
     }
 
-    pub fn classify(&self, status: u16) -> Verdict {
+    pub fn classify(&self, status: u16) -> StatusVerdict {
         match status {
             FIRST..=LAST => self.table[usize::from(status - FIRST)],
             _ => classify_status(status),
@@ -184,16 +185,16 @@ mod tests {
             ("501", A::Permanent),
         ])
         .expect("valid");
-        assert_eq!(p.classify(404), Verdict::Failed(Systemic));
-        assert_eq!(p.classify(422), Verdict::Failed(Permanent));
-        assert_eq!(p.classify(409), Verdict::Delivered);
-        assert_eq!(p.classify(503), Verdict::Failed(Transient));
+        assert_eq!(p.classify(404), StatusVerdict::Failed(Systemic));
+        assert_eq!(p.classify(422), StatusVerdict::Failed(Permanent));
+        assert_eq!(p.classify(409), StatusVerdict::Delivered);
+        assert_eq!(p.classify(503), StatusVerdict::Failed(Transient));
         // The narrower rule wins over the range.
-        assert_eq!(p.classify(501), Verdict::Failed(Permanent));
+        assert_eq!(p.classify(501), StatusVerdict::Failed(Permanent));
         // Untouched codes keep their defaults.
-        assert_eq!(p.classify(400), Verdict::Failed(Permanent));
-        assert_eq!(p.classify(401), Verdict::Failed(Systemic));
-        assert_eq!(p.classify(200), Verdict::Delivered);
+        assert_eq!(p.classify(400), StatusVerdict::Failed(Permanent));
+        assert_eq!(p.classify(401), StatusVerdict::Failed(Systemic));
+        assert_eq!(p.classify(200), StatusVerdict::Delivered);
     }
 
     #[test]

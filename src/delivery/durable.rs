@@ -7,6 +7,9 @@
 use super::peers::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use super::token::Cancellation;
 use crate::core::backoff::persistent_delay;
+use crate::handle::Handle;
+use ractor::ActorRef;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +41,33 @@ tokio::task_local! {
     pub(super) static SCOPE: WriteScope;
 }
 
+/// One try of a write to the DLQ or the parking lot: `Ok(offset)` once the
+/// broker acknowledged it. The seam between the delivery stages and the DLQ
+/// writer actor (a fake in the shell's unit tests); [`write_durably`] retries.
+pub(crate) trait DlqWrite: Send + Sync + 'static {
+    fn write(&self, rec: &DlqRecord) -> impl Future<Output = Result<i64, WriteError>> + Send;
+}
+
+/// The DLQ writer actor, whichever incarnation is current.
+impl DlqWrite for Handle<ActorRef<DlqWriterMsg>> {
+    async fn write(&self, rec: &DlqRecord) -> Result<i64, WriteError> {
+        let Some(writer) = self.current() else {
+            return Err(WriteError::Retry("DLQ writer not running".into()));
+        };
+        let r = writer
+            .call(
+                |reply| DlqWriterMsg::Write(Box::new(rec.clone()), reply),
+                Some(Duration::from_secs(60)),
+            )
+            .await;
+        match r {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            Ok(_) => Err(WriteError::Retry("DLQ writer did not answer".into())),
+            Err(e) => Err(WriteError::Retry(format!("DLQ writer unreachable: {e}"))),
+        }
+    }
+}
+
 /// How long a write to a topic the broker says does not exist is retried before
 /// it counts as refused (a topic being created, a partition being moved).
 const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(120);
@@ -50,7 +80,7 @@ const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(120);
 /// further try is made (the try on the wire is waited for), the task's
 /// [`WriteScope`] is told and this never returns.
 pub(super) async fn write_durably(
-    writer: &crate::handle::Handle<ractor::ActorRef<DlqWriterMsg>>,
+    writer: &impl DlqWrite,
     rec: &DlqRecord,
 ) -> Result<(), (Refusal, String)> {
     let scope = SCOPE.try_with(WriteScope::clone).ok();
@@ -72,22 +102,9 @@ pub(super) async fn write_durably(
             }
         }
         tries += 1;
-        let err = match writer.current() {
-            None => WriteError::Retry("DLQ writer not running".into()),
-            Some(writer) => {
-                let r = writer
-                    .call(
-                        |reply| DlqWriterMsg::Write(Box::new(rec.clone()), reply),
-                        Some(Duration::from_secs(60)),
-                    )
-                    .await;
-                match r {
-                    Ok(ractor::rpc::CallResult::Success(Ok(_offset))) => return Ok(()),
-                    Ok(ractor::rpc::CallResult::Success(Err(e))) => e,
-                    Ok(_) => WriteError::Retry("DLQ writer did not answer".into()),
-                    Err(e) => WriteError::Retry(format!("DLQ writer unreachable: {e}")),
-                }
-            }
+        let err = match writer.write(rec).await {
+            Ok(_offset) => return Ok(()),
+            Err(e) => e,
         };
         match &err {
             WriteError::Refused(Refusal::UnknownTopic, detail) => {

@@ -1,19 +1,42 @@
 //! What the delivery tasks need from their peers, given to the [`super::Deliverer`]
 //! at construction: the DLQ writer's protocol (a record for the DLQ or the parking
-//! lot, and how a write can fail) and handles to the current DLQ writer and health
-//! actor. The actors themselves (`actors::dlq_writer`, `actors::health`) sit above
-//! this module and implement the protocol.
+//! lot, and how a write can fail), a handle to the current DLQ writer, and the
+//! alarm that wakes the health actor when the breaker opens. The actors
+//! themselves (`actors::dlq_writer`, `actors::health`) sit above this module and
+//! implement the protocol.
 
 use crate::core::envelope::Envelope;
 use crate::handle::Handle;
-use crate::health::HealthMsg;
 use ractor::{ActorRef, RpcReplyPort};
+use std::sync::Arc;
 
 /// The peers a [`super::Deliverer`] sends to, following their re-spawns.
 #[derive(Clone)]
 pub struct Peers {
     pub dlq_writer: Handle<ActorRef<DlqWriterMsg>>,
-    pub health: Handle<ActorRef<HealthMsg>>,
+    /// Rung when the local breaker opens (the health actor acts at once).
+    pub breaker_alarm: BreakerAlarm,
+}
+
+/// Tells the health actor that the local breaker just opened (it acts now, not
+/// at its next tick). Built by the supervisor on the actor's handle; a call on
+/// the rare transition to open, so a boxed closure costs nothing that matters.
+#[derive(Clone)]
+pub struct BreakerAlarm(Arc<dyn Fn() + Send + Sync>);
+
+impl BreakerAlarm {
+    pub fn new(ring: impl Fn() + Send + Sync + 'static) -> BreakerAlarm {
+        BreakerAlarm(Arc::new(ring))
+    }
+
+    /// An alarm nobody hears (tests of the delivery shell).
+    pub fn silent() -> BreakerAlarm {
+        BreakerAlarm::new(|| {})
+    }
+
+    pub fn ring(&self) {
+        (self.0)()
+    }
 }
 
 /// One record for the DLQ or the parking lot.

@@ -2,14 +2,15 @@
 //! `core::systemic` (a systemic answer is a hypothesis a later delivered call
 //! refutes).
 
-use super::{Deliverer, Failure};
-use crate::core::backoff::persistent_delay;
+use super::durable::DlqWrite;
+use super::http::Api;
+use super::report::Failure;
+use super::Deliverer;
+use crate::api_health::CallOutcome;
 use crate::core::systemic::{EventHypothesis, Judgement, SystemicStep};
-use crate::health::CallOutcome;
 use crate::metrics as m;
-use std::time::Duration;
 
-impl Deliverer {
+impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// A systemic answer `f` to the event's call `seq`: what the event does next
     /// (wait at the gate, retry after a back-off, or be parked), and what the
     /// breaker hears (the hypothesis while nothing refutes it; "up" once a call
@@ -47,12 +48,6 @@ impl Deliverer {
             );
         }
         step
-    }
-
-    /// The wait before the `n`-th refuted try (`api.retry_base` doubling, at most
-    /// `api.retry_max_delay`).
-    pub(super) fn systemic_delay(&self, n: u32) -> Duration {
-        persistent_delay(n, self.policy.base_delay, self.policy.max_delay)
     }
 
     /// A systemic answer on a DLQ round (one try per round, no hypothesis kept

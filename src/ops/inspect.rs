@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// Age buckets, by time since the event first entered the DLQ / parking lot.
-pub const AGE_BUCKETS: &[(&str, i64)] = &[
+pub(crate) const AGE_BUCKETS: &[(&str, i64)] = &[
     ("< 1m", 60_000),
     ("< 1h", 3_600_000),
     ("< 1d", 86_400_000),
     ("< 7d", 7 * 86_400_000),
 ];
-pub const AGE_OLDER: &str = ">= 7d";
+pub(crate) const AGE_OLDER: &str = ">= 7d";
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
@@ -25,10 +25,10 @@ pub struct Summary {
     /// payload (it did not fit the topic's `max.message.bytes`).
     pub payload_omitted: usize,
     pub by_reason: BTreeMap<String, usize>,
-    pub by_type: BTreeMap<String, usize>,
-    pub by_age: BTreeMap<String, usize>,
-    pub oldest_ms: Option<i64>,
-    pub newest_ms: Option<i64>,
+    pub(crate) by_type: BTreeMap<String, usize>,
+    pub(crate) by_age: BTreeMap<String, usize>,
+    pub(crate) oldest_ms: Option<i64>,
+    pub(crate) newest_ms: Option<i64>,
     pub samples: Vec<Envelope>,
     /// Records deleted (retention, delete-records) before they were handled:
     /// see [`deleted_unread`].
@@ -121,7 +121,7 @@ pub fn deleted_unread(
     out
 }
 
-pub fn age_bucket(age_ms: i64) -> &'static str {
+pub(crate) fn age_bucket(age_ms: i64) -> &'static str {
     AGE_BUCKETS
         .iter()
         .find(|(_, limit)| age_ms < *limit)

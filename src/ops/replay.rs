@@ -76,23 +76,23 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub const SAMPLES: usize = 20;
+    pub(crate) const SAMPLES: usize = 20;
 }
 
-pub fn log_key(partition: i32, offset: i64) -> String {
+pub(crate) fn log_key(partition: i32, offset: i64) -> String {
     format!("{partition}/{offset}")
 }
 
 /// What one source record means for a run (pure).
 #[derive(Debug)]
-pub enum Decision {
+pub(crate) enum Decision {
     Unreadable,
     NotMatching,
     AlreadyReplayed,
     Replay(Box<Candidate>),
 }
 
-pub fn decide(r: &ReadRecord, filter: &Filter, already: &HashSet<String>) -> Decision {
+pub(crate) fn decide(r: &ReadRecord, filter: &Filter, already: &HashSet<String>) -> Decision {
     let Some(env) = r
         .payload
         .as_deref()
@@ -153,12 +153,15 @@ pub enum ReplayError {
     Rate(f64),
 }
 
-pub fn log_topic(source: &str) -> String {
+pub(crate) fn log_topic(source: &str) -> String {
     format!("{source}.replayed")
 }
 
 /// The keys of the replay log: what earlier runs replayed.
-pub fn replayed_before(kafka: &KafkaConfig, source: &str) -> Result<HashSet<String>, AdminError> {
+pub(crate) fn replayed_before(
+    kafka: &KafkaConfig,
+    source: &str,
+) -> Result<HashSet<String>, AdminError> {
     let mut already = HashSet::new();
     scan(kafka, &log_topic(source), |r| {
         if let Some(k) = r.key {

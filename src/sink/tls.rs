@@ -113,7 +113,7 @@ impl ResolvesServerCert for SwappableCert {
 pub(super) struct HandshakeStats {
     pub failures: AtomicU64,
     /// Unix time in ms of the first failure; 0 = none yet.
-    pub first_failure_unix_ms: AtomicI64,
+    pub(crate) first_failure_unix_ms: AtomicI64,
 }
 
 impl HandshakeStats {

@@ -8,7 +8,7 @@ pub mod tenant;
 use courier::audit::{audit, AuditReport, Produced};
 use courier::kafka::admin::{committed_positions, create_topics, end_offsets, CommittedPosition};
 use courier::sink::{Behaviour, SinkHandle};
-use courier::testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
+use courier_testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -154,10 +154,10 @@ pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() ->
 }
 
 pub fn free_port() -> u16 {
-    courier::testkit::free_port().expect("free port")
+    courier_testkit::free_port().expect("free port")
 }
 
-/// A Courier instance as a child process ([`courier::testkit::CourierProcess`]),
+/// A Courier instance as a child process ([`courier_testkit::CourierProcess`]),
 /// configured by a generated TOML file plus `COURIER__*` environment overrides.
 /// Dropping it kills the process.
 pub struct Courier {

@@ -1,7 +1,7 @@
 //! The partition machine's [`Intake`]: decodes records as they are begun.
 
 use super::Src;
-use crate::core::classify::Reason;
+use crate::core::classify::FailureReason;
 use crate::core::envelope::Envelope;
 use crate::core::event::DecodeOptions;
 use crate::core::input::{decode_record, BodyType, InputFormat, JsonInput, RecordIn};
@@ -42,7 +42,7 @@ impl Intake for Decoder {
         self.consumed[src.index()].increment(1);
         count_names_not_utf8(r.headers.as_deref());
         let park = |reason: &'static str, message: String| Work::Park {
-            reason: Reason::Input(reason),
+            reason: FailureReason::Input(reason),
             message,
         };
         let (mut entity_key, mut body_type) = (None, BodyType::default());
@@ -73,7 +73,7 @@ impl Intake for Decoder {
                 }
             },
             (Src::Dlq, None) => Work::Park {
-                reason: Reason::UnreadableEnvelope,
+                reason: FailureReason::UnreadableEnvelope,
                 message: "DLQ record without a value".into(),
             },
         };
@@ -119,7 +119,7 @@ impl Intake for Decoder {
             headers: old.headers.clone(),
             body_type: old.body_type,
             work: Work::Park {
-                reason: Reason::InternalError,
+                reason: FailureReason::InternalError,
                 message: format!("delivery work vanished {times} times without an outcome"),
             },
         }

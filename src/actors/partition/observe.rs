@@ -4,7 +4,7 @@
 use crate::core::fsm::{Change, Mode};
 use crate::core::partition::Note;
 use crate::metrics as m;
-use crate::status::PartitionRow;
+use crate::status_page::PartitionRow;
 use std::sync::Arc;
 
 /// The partition's metric handles, registered once: building a labelled key per

@@ -41,7 +41,7 @@
 //! use plain data.
 
 use crate::core::backoff::persistent_delay;
-use crate::core::budget::ByteBudget;
+use crate::core::byte_budget::ByteBudget;
 pub use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
 use crate::core::completed::{self, Completed};
 use crate::core::fsm::{Change, Mode, PartitionFsm};

@@ -16,7 +16,7 @@ pub struct Probes {
     pub live: Probe,
 }
 
-pub type ProbeFn = Arc<dyn Fn() -> Probes + Send + Sync>;
+pub(crate) type ProbeFn = Arc<dyn Fn() -> Probes + Send + Sync>;
 
 #[derive(Clone)]
 struct StatusState {
@@ -50,7 +50,7 @@ async fn json(State(s): State<StatusState>) -> impl IntoResponse {
 
 /// Samples the error counts into the window every [`super::ERROR_STEP`] until
 /// the task is dropped; `now_ms` is the wall clock.
-pub async fn sample_errors(board: Arc<StatusBoard>, now_ms: fn() -> i64) {
+pub(crate) async fn sample_errors(board: Arc<StatusBoard>, now_ms: fn() -> i64) {
     let mut tick = tokio::time::interval(super::ERROR_STEP);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -11,10 +11,10 @@
 //!   replaced by its successor's), and updates it with atomic stores after each
 //!   input it handles;
 //! - the health actor publishes the breaker, the marker and the verdict at every
-//!   evaluation; the marker's transitions are decided in `core::status`;
+//!   evaluation; the marker's transitions are decided in `core::status_page`;
 //! - delivery errors are counted where `courier_delivery_errors_total` is
 //!   (lock-free slots, see [`ErrorTally`]) and sampled every [`ERROR_STEP`] into
-//!   a sliding window ([`crate::core::status::ErrorWindow`]).
+//!   a sliding window ([`crate::core::status_page::ErrorWindow`]).
 
 pub mod http;
 pub mod page;
@@ -22,7 +22,7 @@ pub mod page;
 use crate::config::Config;
 use crate::core::breaker::{BreakerStateKind, Transition};
 use crate::core::fsm::Mode;
-use crate::core::status::{
+use crate::core::status_page::{
     marker_change, ErrorKey, ErrorWindow, HealthSource, MarkerChange, MarkerState,
 };
 use serde::{Deserialize, Serialize};
@@ -32,13 +32,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 /// The window of "recent errors".
-pub const ERROR_WINDOW: Duration = Duration::from_secs(300);
+pub(crate) const ERROR_WINDOW: Duration = Duration::from_secs(300);
 /// How often the error counts are sampled into the window.
-pub const ERROR_STEP: Duration = Duration::from_secs(10);
+pub(crate) const ERROR_STEP: Duration = Duration::from_secs(10);
 
 /// The build: `CARGO_PKG_VERSION`, and the git commit when the build could see
 /// one (`build.rs`; `COURIER_GIT_COMMIT` set at build time wins).
-pub fn build_commit() -> Option<&'static str> {
+pub(crate) fn build_commit() -> Option<&'static str> {
     option_env!("COURIER_GIT_COMMIT").filter(|c| !c.is_empty())
 }
 
@@ -66,14 +66,14 @@ impl BoardInfo {
 
 /// What the health actor saw at one evaluation.
 #[derive(Debug, Clone, Copy)]
-pub struct HealthReport {
+pub(crate) struct HealthReport {
     pub breaker: BreakerStateKind,
     /// The breaker's last transition and when it happened (wall-clock ms).
-    pub breaker_last: Option<(Transition, i64)>,
-    pub redis_ok: bool,
+    pub(crate) breaker_last: Option<(Transition, i64)>,
+    pub(crate) redis_ok: bool,
     pub marker: bool,
     /// This evaluation's `SET NX` created the marker.
-    pub set_here: bool,
+    pub(crate) set_here: bool,
     pub api_unavailable: bool,
 }
 
@@ -119,12 +119,12 @@ impl PartitionRow {
         }
     }
 
-    pub fn set_mode(&self, mode: Mode) {
+    pub(crate) fn set_mode(&self, mode: Mode) {
         let i = MODES.iter().position(|m| *m == mode).unwrap_or(1);
         self.mode.store(i as u8, Ordering::Relaxed);
     }
 
-    pub fn set_lag(&self, dlq: i64, main: Option<i64>) {
+    pub(crate) fn set_lag(&self, dlq: i64, main: Option<i64>) {
         self.dlq_lag.store(dlq, Ordering::Relaxed);
         if let Some(lag) = main {
             self.lag.store(lag, Ordering::Relaxed);
@@ -134,7 +134,7 @@ impl PartitionRow {
     /// The stored main watermark, events in flight (held: begun, not finished)
     /// and jobs dispatched to the delivery pool and not answered (queued for a
     /// permit or being delivered).
-    pub fn set_progress(&self, watermark: Option<i64>, held: i64, dispatched: usize) {
+    pub(crate) fn set_progress(&self, watermark: Option<i64>, held: i64, dispatched: usize) {
         self.watermark
             .store(watermark.unwrap_or(-1), Ordering::Relaxed);
         self.held.store(held, Ordering::Relaxed);
@@ -270,7 +270,7 @@ impl StatusBoard {
     }
 
     /// Removes the row, unless a later incarnation already replaced it.
-    pub fn remove_partition(&self, partition: i32, generation: u64) {
+    pub(crate) fn remove_partition(&self, partition: i32, generation: u64) {
         let mut rows = lock(&self.partitions);
         if rows
             .get(&partition)
@@ -281,7 +281,7 @@ impl StatusBoard {
     }
 
     /// The health actor's evaluation at `now_ms`.
-    pub fn publish_health(&self, r: HealthReport, now_ms: i64) {
+    pub(crate) fn publish_health(&self, r: HealthReport, now_ms: i64) {
         let mut h = lock(&self.health);
         let seen = MarkerState::seen(r.redis_ok, r.marker);
         if let Some(c) = marker_change(h.marker, seen, r.set_here) {
@@ -293,7 +293,7 @@ impl StatusBoard {
     }
 
     /// Takes a sample of the error counts for the window (kept once per step).
-    pub fn sample_errors(&self, now_ms: i64) {
+    pub(crate) fn sample_errors(&self, now_ms: i64) {
         let counts = self.errors.counts();
         lock(&self.window).sample(now_ms, &counts);
     }
@@ -384,9 +384,9 @@ pub struct Snapshot {
     pub topics: Topics,
     pub version: String,
     pub commit: Option<String>,
-    pub started_at_ms: i64,
+    pub(crate) started_at_ms: i64,
     pub now_ms: i64,
-    pub uptime_s: u64,
+    pub(crate) uptime_s: u64,
     /// `/readyz`.
     pub ready: Probe,
     /// `/healthz`.
@@ -431,7 +431,7 @@ pub struct HealthSnapshot {
     /// `breaker+marker`, `breaker_only` (Redis unreachable), or `unknown` before
     /// the first evaluation.
     pub source: String,
-    pub evaluated_at_ms: Option<i64>,
+    pub(crate) evaluated_at_ms: Option<i64>,
     pub breaker: StateSnapshot,
     pub marker: StateSnapshot,
 }
@@ -447,7 +447,7 @@ pub struct TransitionSnapshot {
     pub from: String,
     pub to: String,
     pub reason: String,
-    pub at_ms: i64,
+    pub(crate) at_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -465,14 +465,14 @@ pub struct PartitionSnapshot {
     /// or being delivered); while paused, the rest of `held` waits in the partition.
     pub dispatched: i64,
     /// Unread records of DLQ p.
-    pub dlq_lag: Option<i64>,
+    pub(crate) dlq_lag: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorsSnapshot {
-    pub window_s: u64,
+    pub(crate) window_s: u64,
     /// What `recent` covers: the window, or less while the process is younger.
-    pub span_s: u64,
+    pub(crate) span_s: u64,
     pub by_reason: Vec<ErrorRow>,
 }
 
@@ -480,14 +480,14 @@ pub struct ErrorsSnapshot {
 pub struct ErrorRow {
     pub class: String,
     pub reason: String,
-    pub recent: u64,
+    pub(crate) recent: u64,
     pub total: u64,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::breaker::Reason;
+    use crate::core::breaker::TransitionReason;
 
     pub(crate) fn board() -> StatusBoard {
         let info = BoardInfo {
@@ -548,7 +548,7 @@ mod tests {
         let t = Transition {
             from: BreakerStateKind::Closed,
             to: BreakerStateKind::Open,
-            reason: Reason::ConsecutiveFailures,
+            reason: TransitionReason::ConsecutiveFailures,
         };
         let report = HealthReport {
             breaker: BreakerStateKind::Open,

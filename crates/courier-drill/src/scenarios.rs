@@ -552,10 +552,10 @@ async fn crash_cost(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>> {
     c.reap()?;
     let slot = 0;
     let port = c.instances[slot].metrics_port;
-    let page = courier::testkit::metrics_page(port, Some(metrics::SCRAPE_TIMEOUT)).await;
+    let page = courier_testkit::metrics_page(port, Some(metrics::SCRAPE_TIMEOUT)).await;
     let in_flight = page
         .as_deref()
-        .map(|p| courier::testkit::metric_sum(p, "courier_in_flight"))
+        .map(|p| courier_testkit::metric_sum(p, "courier_in_flight"))
         .unwrap_or(0.0);
     let duplicates_before = c.sink.audit().duplicates();
     eprintln!(

@@ -4,6 +4,11 @@
 //! partition scenario fails and so does this test (never skipped silently).
 //! `hostile` (issue 23: a 403 tenant, a non-UTF-8 header name, the topic
 //! recreated, events deleted unread) runs last.
+//!
+//! The drill runs the `courier` binary beside its own (`target/<profile>/courier`):
+//! this test lives in the drill's crate, which cannot name another package's
+//! binary. `cargo test --workspace` (scripts/test.sh) builds both in the same run;
+//! `cargo test -p courier-drill` alone needs `cargo build --bin courier` first.
 
 use std::process::Command;
 
@@ -16,11 +21,18 @@ fn short_drill_sequence_loses_nothing() {
     let json = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("drill-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&json);
-    let status = Command::new(env!("CARGO_BIN_EXE_courier-drill"))
+    let drill = std::path::Path::new(env!("CARGO_BIN_EXE_courier-drill"));
+    let courier = drill.with_file_name(format!("courier{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        courier.is_file(),
+        "no Courier binary at {}: build it first (`cargo build --bin courier --features test-hooks`) or run `cargo test --workspace`",
+        courier.display()
+    );
+    let status = Command::new(drill)
         .args(["--short", "--scenario", "all", "--json"])
         .arg(&json)
         .arg("--courier")
-        .arg(env!("CARGO_BIN_EXE_courier"))
+        .arg(&courier)
         .status()
         .expect("run courier-drill");
     let text = std::fs::read_to_string(&json).unwrap_or_else(|e| {

@@ -222,6 +222,7 @@ impl ErrorWindow {
     }
 
     /// Samples held (for the memory bound).
+    #[cfg(test)]
     pub fn samples(&self) -> usize {
         self.samples.len()
     }

@@ -11,16 +11,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// What the health actor (`actors::health`) takes: defined here, below the
-/// delivery tasks that send `Tripped`.
-pub enum HealthMsg {
-    Tick,
-    /// The local breaker just opened: act now, not at the next tick.
-    Tripped,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Verdict {
+pub struct HealthVerdict {
     pub api_unavailable: bool,
     pub breaker_open: bool,
     pub marker: bool,
@@ -47,7 +39,7 @@ struct Gate {
     half_open_from: Option<u64>,
 }
 
-pub struct Health {
+pub struct ApiHealth {
     gate: Mutex<Gate>,
     /// Wakes the calls waiting at the gate: on every transition, and when the
     /// longest waiting one leaves (the next one's turn).
@@ -56,7 +48,7 @@ pub struct Health {
     calls: AtomicU64,
     /// The highest number of a call that was delivered (2xx/409).
     last_success: AtomicU64,
-    verdict: watch::Sender<Verdict>,
+    verdict: watch::Sender<HealthVerdict>,
     flood: Mutex<RateCounter>,
     flood_limit: f64,
     park_flood: Mutex<RateCounter>,
@@ -65,13 +57,13 @@ pub struct Health {
     /// The breaker's last transition and its wall-clock time (ms), for `/status`.
     last: Mutex<Option<(Transition, i64)>>,
     /// The breaker is away from `closed` because of a systemic failure (a
-    /// certificate, the credentials): see [`Health::systemic_outage`].
+    /// certificate, the credentials): see [`ApiHealth::systemic_outage`].
     systemic: std::sync::atomic::AtomicBool,
 }
 
-impl Health {
-    pub fn new(cfg: &DegradedConfig) -> Health {
-        Health {
+impl ApiHealth {
+    pub fn new(cfg: &DegradedConfig) -> ApiHealth {
+        ApiHealth {
             gate: Mutex::new(Gate {
                 breaker: Breaker::new(cfg.breaker()),
                 queue: GateQueue::default(),
@@ -80,7 +72,7 @@ impl Health {
             gate_wake: tokio::sync::Notify::new(),
             calls: AtomicU64::new(0),
             last_success: AtomicU64::new(0),
-            verdict: watch::Sender::new(Verdict::default()),
+            verdict: watch::Sender::new(HealthVerdict::default()),
             flood: Mutex::new(RateCounter::default()),
             flood_limit: cfg.flood_dlq_per_sec,
             park_flood: Mutex::new(RateCounter::default()),
@@ -186,12 +178,12 @@ impl Health {
         (j, self.noted(&mut g, t))
     }
 
-    pub fn verdict(&self) -> Verdict {
+    pub fn verdict(&self) -> HealthVerdict {
         *self.verdict.borrow()
     }
 
     /// Publishes a new verdict; `true` if it changed.
-    pub fn publish(&self, v: Verdict) -> bool {
+    pub fn publish(&self, v: HealthVerdict) -> bool {
         self.verdict.send_if_modified(|cur| {
             if *cur == v {
                 false
@@ -254,10 +246,16 @@ impl Health {
         }
     }
 
+    /// How many calls wait at the gate (the delivery shell's tests).
+    #[cfg(test)]
+    pub(crate) fn waiting_at_gate(&self) -> usize {
+        self.gate_lock().queue.len()
+    }
+
     /// Whether the breaker admits a call now without waiting (closed; or a
     /// half-open probe slot while no call waits at the gate — else the call
-    /// queues behind them); [`Health::gate`] waits until it is admitted.
-    /// `suspect`: as for [`Health::gate`].
+    /// queues behind them); [`ApiHealth::gate`] waits until it is admitted.
+    /// `suspect`: as for [`ApiHealth::gate`].
     pub fn admit_now(&self, suspect: bool) -> bool {
         let now = Instant::now();
         let mut g = self.gate_lock();
@@ -269,7 +267,7 @@ impl Health {
 
     /// Records a call's outcome; returns the transition if the breaker moved.
     /// A systemic outcome here has no call number to be judged by (see
-    /// [`Health::systemic`]): it is evidence.
+    /// [`ApiHealth::systemic`]): it is evidence.
     pub fn record(&self, outcome: CallOutcome) -> Option<Transition> {
         let now = Instant::now();
         let mut g = self.gate_lock();
@@ -339,7 +337,7 @@ impl Health {
 
 /// A call waiting at the gate: leaves the queue however the wait ends.
 struct Waiting<'a> {
-    health: &'a Health,
+    health: &'a ApiHealth,
     ticket: u64,
 }
 
@@ -367,7 +365,7 @@ mod tests {
 
     #[test]
     fn a_systemic_trip_is_an_outage_until_the_breaker_closes() {
-        let h = Health::new(&DegradedConfig {
+        let h = ApiHealth::new(&DegradedConfig {
             breaker_open: Duration::from_millis(1),
             breaker_half_open_probes: 1,
             ..cfg()
@@ -388,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_systemic_answer_is_suspected_and_a_probe_confirms_it() {
-        let h = Health::new(&DegradedConfig {
+        let h = ApiHealth::new(&DegradedConfig {
             breaker_half_open_probes: 1,
             breaker_open: Duration::from_millis(200),
             ..cfg()
@@ -431,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_later_delivered_call_refutes_a_systemic_answer() {
-        let h = Health::new(&DegradedConfig {
+        let h = ApiHealth::new(&DegradedConfig {
             breaker_half_open_probes: 1,
             ..cfg()
         });
@@ -460,7 +458,7 @@ mod tests {
     /// the gate knows only the order of arrival).
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn probes_rotate_over_the_waiters_at_the_gate() {
-        let h = std::sync::Arc::new(Health::new(&DegradedConfig {
+        let h = std::sync::Arc::new(ApiHealth::new(&DegradedConfig {
             breaker_half_open_probes: 1,
             breaker_open: Duration::from_secs(5),
             ..cfg()
@@ -504,7 +502,7 @@ mod tests {
 
     #[test]
     fn a_dlq_flood_trips_the_breaker() {
-        let h = Health::new(&cfg());
+        let h = ApiHealth::new(&cfg());
         let t0 = h.started;
         // Five writes in one second are within the limit; a new second starts over.
         for i in 0..5 {
@@ -530,7 +528,7 @@ mod tests {
 
     #[test]
     fn a_parking_flood_trips_the_breaker_on_its_own_count() {
-        let h = Health::new(&DegradedConfig {
+        let h = ApiHealth::new(&DegradedConfig {
             flood_parked_per_sec: 3.0,
             ..cfg()
         });
@@ -545,7 +543,7 @@ mod tests {
             .expect("the fourth parking in one second is a flood");
         assert_eq!(t.reason.as_str(), "park_flood");
         assert_eq!(t.to, BreakerStateKind::Open);
-        let off = Health::new(&DegradedConfig {
+        let off = ApiHealth::new(&DegradedConfig {
             flood_parked_per_sec: 0.0,
             ..cfg()
         });
@@ -556,7 +554,7 @@ mod tests {
 
     #[test]
     fn flood_guard_can_be_off() {
-        let h = Health::new(&DegradedConfig {
+        let h = ApiHealth::new(&DegradedConfig {
             flood_dlq_per_sec: 0.0,
             ..DegradedConfig::default()
         });
@@ -567,8 +565,8 @@ mod tests {
 
     #[test]
     fn verdict_changes_are_reported_once() {
-        let h = Health::new(&cfg());
-        let v = Verdict {
+        let h = ApiHealth::new(&cfg());
+        let v = HealthVerdict {
             api_unavailable: true,
             breaker_open: true,
             marker: false,

@@ -3,8 +3,8 @@
 //! ending in the no-loss audit. See docs/DRILLS.md.
 //!
 //! ```sh
-//! cargo build --bins && cargo run --bin courier-drill -- --scenario all --json drill.json
-//! cargo run --bin courier-drill -- --short --scenario api-outage
+//! cargo build --workspace --bins && cargo run -p courier-drill -- --scenario all --json drill.json
+//! cargo run -p courier-drill -- --short --scenario api-outage
 //! ```
 //!
 //! Exit code: 0 when every scenario lost nothing and every check held; 1 otherwise;
@@ -79,7 +79,10 @@ struct Args {
 }
 
 fn repo_path(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+    // This crate sits at crates/courier-drill of the repository.
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
 }
 
 fn scenarios(arg: &str) -> anyhow::Result<Vec<&'static str>> {

@@ -11,7 +11,7 @@
 use super::{Snapshot, StateSnapshot, TransitionSnapshot};
 use std::fmt::Write;
 
-pub const REFRESH_SECONDS: u32 = 5;
+pub(crate) const REFRESH_SECONDS: u32 = 5;
 
 /// Escapes text for HTML element content and double-quoted attribute values.
 pub fn esc(s: &str) -> String {
@@ -240,7 +240,7 @@ pub fn render(s: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{
+    use crate::status_page::{
         ErrorRow, ErrorsSnapshot, HealthSnapshot, PartitionSnapshot, Probe, Topics,
     };
 

@@ -7,7 +7,7 @@ use courier::audit::Produced;
 use courier::kafka::admin::{committed_offsets, create_topics, end_offsets};
 use courier::loadgen::{self, Spec};
 use courier::sink::{Behaviour, SinkHandle};
-use courier::testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
+use courier_testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

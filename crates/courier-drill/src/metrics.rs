@@ -2,7 +2,7 @@
 //! (`courier_event_age_seconds`: Kafka timestamp → the API's acceptance) of all
 //! instances and incarnations.
 
-use courier::testkit::prom::{metric_sum, Histogram};
+use courier_testkit::prom::{metric_sum, Histogram};
 use std::time::Duration;
 
 /// What the drill reads from one scrape.
@@ -27,7 +27,7 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Scrapes the instance whose metrics listener is on `port`; `None` when it does
 /// not answer (yet, or any more).
 pub async fn scrape(port: u16) -> Option<Scrape> {
-    let text = courier::testkit::metrics_page(port, Some(SCRAPE_TIMEOUT))
+    let text = courier_testkit::metrics_page(port, Some(SCRAPE_TIMEOUT))
         .await
         .ok()?;
     Some(parse(&text))

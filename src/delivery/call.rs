@@ -1,0 +1,92 @@
+//! Stage 3, the call: the waits before a request (the breaker's gate, the
+//! API's rate slot) and one API call on the main path, whose answer feeds the
+//! breaker and the adaptive concurrency limit.
+
+use super::durable::DlqWrite;
+use super::http::{self, Api, Outgoing, TransportError};
+use super::limits;
+use super::token::CompletionToken;
+use super::Deliverer;
+use crate::core::classify::{outcome_of, FailureClass, FailureReason, StatusVerdict};
+use bytes::Bytes;
+
+impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+    /// Waits until the breaker admits a call; `false`: the partition was
+    /// handed over first (the wait ends at once, before the breaker counts an
+    /// admission — a half-open probe — for a call that will not be made).
+    /// `suspect`: the event was refused systemic before (it waits behind the
+    /// others and takes at most a share of the half-open probes).
+    pub(super) async fn gate(&self, token: &CompletionToken, suspect: bool) -> bool {
+        if token.cancelled() {
+            return false;
+        }
+        // The usual case, a closed breaker, without registering for the
+        // cancellation (a lock on the partition's notifier per event).
+        if self.pipeline.health.admit_now(suspect) {
+            return true;
+        }
+        tokio::select! {
+            biased;
+            _ = token.until_cancelled() => false,
+            _ = self.pipeline.health.gate(suspect) => true,
+        }
+    }
+
+    /// Waits for the API rate limit's slot (`api.rate_limit_per_sec`), then
+    /// counts the call for the concurrency limit; `None`: the partition was
+    /// handed over first, and no request is made for it. A wait dropped here
+    /// takes no slot (a batch taken from Redis but not yet counted is lost to
+    /// the group, which errs on the side of fewer calls).
+    pub(super) async fn rate_slot(&self, token: &CompletionToken) -> Option<limits::Call> {
+        if !self.limits.rate_limited() {
+            return Some(self.limits.before_call().await);
+        }
+        tokio::select! {
+            biased;
+            _ = token.until_cancelled() => None,
+            call = self.limits.before_call() => Some(call),
+        }
+    }
+
+    /// One API call on the main path: waits while the breaker is open, and feeds
+    /// the breaker with what the answer says about the API (a systemic answer:
+    /// the caller, with the event's hypothesis). With the answer, the call's
+    /// number (`ApiHealth::call_number`).
+    /// `None`: the partition was handed over while the call waited at the
+    /// gate (no request made).
+    pub(super) async fn call(
+        &self,
+        id: &str,
+        out: &Outgoing,
+        body: Bytes,
+        token: &CompletionToken,
+        suspect: bool,
+    ) -> Option<(Result<http::Answer, TransportError>, u64)> {
+        if !self.gate(token, suspect).await {
+            return None;
+        }
+        let call = self.rate_slot(token).await?;
+        let seq = self.pipeline.health.call_number();
+        let r = self.api.send(out, id, body, None).await;
+        self.limits.after_call(call, &r);
+        match &r {
+            // Back-pressure the concurrency limit answers, not an outage.
+            Ok(a) if self.limits.absorbs(a.status) => {}
+            Ok(a) => match self.status.classify(a.status) {
+                StatusVerdict::Delivered => self.observe_delivered(seq),
+                // The caller weighs it against the event's hypothesis.
+                StatusVerdict::Failed(FailureClass::Systemic) => {}
+                StatusVerdict::Failed(c) => {
+                    self.observe(outcome_of(c, FailureReason::Http(a.status)))
+                }
+            },
+            Err(t) if t.kind.reached_the_api() && t.kind.class() == FailureClass::Systemic => {}
+            Err(t) if t.kind.reached_the_api() => {
+                self.observe(outcome_of(t.kind.class(), FailureReason::Transport(t.kind)))
+            }
+            // A request that could not be built says nothing about the API.
+            Err(_) => {}
+        }
+        Some((r, seq))
+    }
+}

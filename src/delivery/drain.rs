@@ -1,0 +1,316 @@
+//! Stage 7, the DLQ drain: a DLQ record's turn. The policy (and for deadline
+//! policies the source of truth) decides; a round is one try at the drain's
+//! own pace and concurrency, and its answer sends the event back to the DLQ
+//! with one more retry, to the parking lot, or delivers it.
+
+use super::durable::DlqWrite;
+use super::http::{self, Api, TransportError};
+use super::report::Failure;
+use super::request::{Body, Source};
+use super::token::{CompletionToken, Finished};
+use super::{Deliverer, Item};
+use crate::core::attempt::{self, Round, RoundNext};
+use crate::core::classify::{
+    outcome_of, FailureClass, FailureReason, StatusVerdict, TransportFailure,
+};
+use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
+use crate::core::envelope::{Envelope, ErrorInfo, OriginHeader};
+use crate::core::event::DecodeError;
+use crate::core::input::{decode_record, Decoded, RecordIn};
+use crate::metrics as m;
+use crate::runtime::now_ms;
+use bytes::Bytes;
+
+impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+    /// A DLQ event's turn: check the policy (and the source of truth for deadline
+    /// policies), then one delivery try at the drain's pace. On failure it goes
+    /// back to the DLQ with `dlq_retries + 1`, or to the parking lot once the
+    /// policy says so. Every drop is parked with its reason and counted.
+    /// `None`: the partition was handed over before the request (no outcome).
+    pub(super) async fn retry_from_dlq(
+        &self,
+        item: &Item,
+        env: &Envelope,
+        token: &CompletionToken,
+    ) -> Option<Finished> {
+        let cfg = &self.pipeline.config;
+        let policy = cfg.retry.policy_for(env.event_type.as_deref());
+        let now = now_ms();
+        let check = if dlq_policy::needs_source_check(policy, env.first_dlq_at_ms, now) {
+            Some(self.source_check(env).await)
+        } else {
+            None
+        };
+        if let Some(c) = check {
+            metrics::counter!(m::RECONCILIATION, "result" => c.as_str()).increment(1);
+        }
+        match dlq_policy::decide(
+            policy,
+            env.dlq_retries,
+            env.first_dlq_at_ms,
+            env.not_before_ms,
+            now,
+            check,
+        ) {
+            DlqDecision::Drop { reason } => Some(
+                self.drop_from_dlq(
+                    item,
+                    env,
+                    FailureReason::DlqPolicy(reason),
+                    format!("{} policy: {reason}", policy.as_str()),
+                )
+                .await,
+            ),
+            DlqDecision::KeepInDlq { reason } => {
+                let not_before = dlq_policy::next_not_before(
+                    now,
+                    env.dlq_retries.max(1),
+                    cfg.degraded.dlq_backoff_base_ms(),
+                    cfg.degraded.dlq_backoff_cap_ms(),
+                );
+                let mut again = env.clone();
+                again.not_before_ms = not_before;
+                again.last_error.message = format!("kept in the DLQ: {reason}");
+                if let Err(parked) = self.rewrite_dlq(item, again).await {
+                    return Some(parked);
+                }
+                Some(Finished::DeadLettered {
+                    reason: reason.to_string(),
+                })
+            }
+            DlqDecision::NotYet { .. } => {
+                if let Err(parked) = self.rewrite_dlq(item, env.clone()).await {
+                    return Some(parked);
+                }
+                Some(Finished::DeadLettered {
+                    reason: "not_yet".into(),
+                })
+            }
+            DlqDecision::Deliver => self.redeliver(item, env, policy, token).await,
+        }
+    }
+
+    /// The event an envelope carries, decoded in the configured input format
+    /// from its payload and the origin record's headers and coordinates (as
+    /// the main path decoded it). An envelope with a payload reference has
+    /// nothing to decode here (`courier dlq replay` reads it back).
+    pub(super) fn decode_envelope(&self, env: &Envelope) -> Result<Decoded, DecodeError> {
+        if env.omitted.is_some() {
+            return Err(DecodeError::Empty);
+        }
+        let cfg = &self.pipeline.config;
+        let payload = Bytes::from(env.payload.clone());
+        let headers = OriginHeader::to_record(&env.origin_headers);
+        let rec = RecordIn {
+            value: (!payload.is_empty()).then_some(&payload),
+            headers: &headers,
+            topic: &env.origin.topic,
+            partition: env.origin.partition,
+            offset: env.origin.offset,
+        };
+        decode_record(
+            &rec,
+            cfg.input.format,
+            &cfg.input.json(),
+            &cfg.pipeline.decode_options(),
+        )
+    }
+
+    pub(super) async fn source_check(&self, env: &Envelope) -> SourceCheck {
+        let decoded = self.decode_envelope(env).ok();
+        let key = decoded
+            .as_ref()
+            .and_then(|d| d.key.as_ref())
+            .or(env.key.as_ref());
+        let (Some(src), Some(key)) = (&self.source, key) else {
+            return SourceCheck::QueryFailed;
+        };
+        let version = decoded.as_ref().and_then(|d| d.event.entity_version);
+        match src.current_version(&String::from_utf8_lossy(key)).await {
+            Ok(current) => dlq_policy::compare_versions(version, current),
+            Err(e) => {
+                tracing::warn!(id = env.event_id.as_deref().unwrap_or("-"), error = %e, "source-of-truth check failed; the event stays in the DLQ");
+                SourceCheck::QueryFailed
+            }
+        }
+    }
+
+    pub(super) async fn redeliver(
+        &self,
+        item: &Item,
+        env: &Envelope,
+        policy: dlq_policy::DlqRetry,
+        token: &CompletionToken,
+    ) -> Option<Finished> {
+        let Some(id) = env.event_id.clone() else {
+            return Some(
+                self.drop_from_dlq(
+                    item,
+                    env,
+                    FailureReason::UnreadableEnvelope,
+                    "DLQ envelope without an event id".into(),
+                )
+                .await,
+            );
+        };
+        let Decoded {
+            event,
+            key,
+            body_type,
+        } = match self.decode_envelope(env) {
+            Ok(d) => d,
+            Err(e) => {
+                return Some(
+                    self.drop_from_dlq(item, env, FailureReason::UnreadableEnvelope, e.to_string())
+                        .await,
+                )
+            }
+        };
+        let headers = OriginHeader::to_record(&env.origin_headers);
+        let payload = Bytes::from(env.payload.clone());
+        let src = Source {
+            headers: Some(&headers),
+            key: key.as_deref().or(env.key.as_deref()),
+            body_type,
+            payload: Some(&payload),
+        };
+        // Whether the API was called: an enrichment database error is not the API's,
+        // and the breaker must not hear of it.
+        let mut called = true;
+        let mut seq = 0;
+        let answer = match self.request(&src, &event).await {
+            Ok(Body::Send { body, out }) => {
+                // Each wait ends at once when the partition is handed over,
+                // before it takes a drain permit, a rate slot or a breaker
+                // admission; no request is made for it.
+                if token.cancelled() {
+                    return None;
+                }
+                let permit = tokio::select! {
+                    biased;
+                    _ = token.until_cancelled() => return None,
+                    p = self.drain_permits.acquire() => p,
+                };
+                let Ok(_permit) = permit else {
+                    return std::future::pending::<Option<Finished>>().await;
+                };
+                if !self.drain_pacer.slot(token).await || !self.gate(token, false).await {
+                    return None;
+                }
+                let call = self.rate_slot(token).await?;
+                seq = self.pipeline.health.call_number();
+                let r = self
+                    .api
+                    .send(&out, &id, body, Some(env.dlq_retries + 1))
+                    .await;
+                self.limits.after_call(call, &r);
+                r
+            }
+            Ok(Body::Park { reason, message }) => {
+                return Some(self.drop_from_dlq(item, env, reason, message).await)
+            }
+            // The database, not the API: back to the DLQ.
+            Err(e) => {
+                called = false;
+                Err(TransportError::new(
+                    TransportFailure::Other,
+                    format!("enrichment: {e}"),
+                ))
+            }
+        };
+        let called = called.then_some(seq);
+        Some(Box::pin(self.redelivered(item, env, policy, answer, called)).await)
+    }
+
+    /// What a DLQ round's answer means for the event (`called`: the API was
+    /// asked, with the call's number, so the breaker hears of it).
+    pub(super) async fn redelivered(
+        &self,
+        item: &Item,
+        env: &Envelope,
+        policy: dlq_policy::DlqRetry,
+        answer: Result<http::Answer, TransportError>,
+        called: Option<u64>,
+    ) -> Finished {
+        let cfg = &self.pipeline.config;
+        let failure = match answer {
+            Ok(a) => match self.status.classify(a.status) {
+                StatusVerdict::Delivered => {
+                    if let Some(seq) = called {
+                        self.observe_delivered(seq);
+                    }
+                    metrics::counter!(m::DLQ_REDELIVERED).increment(1);
+                    self.hot.delivered.increment(1);
+                    return Finished::Delivered;
+                }
+                StatusVerdict::Failed(c) => Failure::status(c, &a),
+            },
+            Err(t) => Failure::transport(t),
+        };
+        let mut refuted = false;
+        if let Some(seq) = called.filter(|_| {
+            failure.reason.reached_the_api()
+                && !failure.status.is_some_and(|s| self.limits.absorbs(s))
+        }) {
+            if failure.class == FailureClass::Systemic {
+                // Refuted by a later delivered call: this event's failure, a
+                // round used up like a transient one.
+                refuted = self.systemic_refuted_in_round(seq, &failure);
+            } else {
+                self.observe(outcome_of(failure.class, failure.reason));
+            }
+        }
+        self.report(&failure);
+        let reason = failure.reason.as_str().to_string();
+        let message = format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""));
+        let error = failure.error(message.trim_end());
+        let now = now_ms();
+        let round = Round {
+            dlq_retries: env.dlq_retries,
+            first_dlq_at_ms: env.first_dlq_at_ms,
+            now_ms: now,
+            backoff_base_ms: cfg.degraded.dlq_backoff_base_ms(),
+            backoff_cap_ms: cfg.degraded.dlq_backoff_cap_ms(),
+        };
+        let again = match attempt::decide_round(policy, failure.class, refuted, round) {
+            RoundNext::Park => {
+                let mut parked = env.clone();
+                parked.last_error = error;
+                let done = self.park_envelope(item, parked).await;
+                self.parked_after(failure.reason);
+                return done;
+            }
+            RoundNext::Drop { why } => {
+                // A refuted systemic answer is recorded as the transient one it became.
+                let class = match failure.class {
+                    FailureClass::Systemic => FailureClass::Transient,
+                    c => c,
+                };
+                let why_error = ErrorInfo::new(
+                    class.into(),
+                    FailureReason::DlqPolicy(why),
+                    failure.status,
+                    message.trim_end(),
+                );
+                let last = env.retried(why_error, now);
+                return self.drop_enveloped(last, why).await;
+            }
+            // Not the event's fault: back to the DLQ without using up a retry.
+            RoundNext::Again { not_before_ms } => {
+                let mut again = env.clone();
+                again.not_before_ms = not_before_ms;
+                again.last_error = error;
+                if let Err(parked) = self.rewrite_dlq(item, again).await {
+                    return parked;
+                }
+                return Finished::DeadLettered { reason };
+            }
+            RoundNext::Retry { not_before_ms } => env.retried(error, not_before_ms),
+        };
+        if let Err(parked) = self.rewrite_dlq(item, again).await {
+            return parked;
+        }
+        metrics::counter!(m::DLQ_RETRIED, "reason" => reason.clone()).increment(1);
+        Finished::DeadLettered { reason }
+    }
+}

@@ -1,0 +1,169 @@
+//! Stage 6, the durable outcomes: the envelope of a failed event and its writes
+//! to the DLQ and the parking lot (each retried until the broker acknowledges,
+//! `durable::write_durably`); a DLQ that refuses an event for good parks it, a
+//! parking lot that refuses it stops the process.
+
+use super::durable::{self, DlqWrite};
+use super::http::Api;
+use super::peers::DlqRecord;
+use super::token::Finished;
+use super::{Deliverer, Item, Work};
+use crate::core::classify::{ErrorClass, FailureReason};
+use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
+use crate::metrics as m;
+use crate::runtime::now_ms;
+
+impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+    pub(super) fn envelope(&self, item: &Item, error: ErrorInfo) -> Envelope {
+        let now = now_ms();
+        let (event_id, event_type) = match &item.work {
+            Work::Deliver(e) => (Some(e.id.clone()), Some(e.event_type.clone())),
+            Work::FromDlq(env) => (env.event_id.clone(), env.event_type.clone()),
+            Work::Park { .. } => (None, None),
+        };
+        Envelope {
+            version: ENVELOPE_VERSION_PAYLOAD,
+            event_id,
+            event_type,
+            key: item.key.clone(),
+            payload: item
+                .payload
+                .as_ref()
+                .map(|b| b.to_vec())
+                .unwrap_or_default(),
+            omitted: None,
+            origin_headers: crate::core::envelope::OriginHeader::from_record(
+                item.headers.as_deref(),
+            ),
+            dlq_retries: 0,
+            first_dlq_at_ms: now,
+            not_before_ms: now + self.pipeline.config.degraded.dlq_backoff_base_ms() as i64,
+            last_error: error,
+            origin: Origin {
+                topic: item.topic.to_string(),
+                partition: item.partition,
+                offset: item.offset,
+                timestamp_ms: item.timestamp_ms,
+                consumer_group: self.pipeline.config.kafka.group_id.clone(),
+            },
+        }
+    }
+
+    pub(super) async fn park(&self, item: &Item, error: ErrorInfo) -> Finished {
+        self.to_parking(self.envelope(item, error)).await
+    }
+
+    pub(super) async fn dead_letter(&self, item: &Item, error: ErrorInfo) -> Finished {
+        let reason = error.reason.clone();
+        if let Err(parked) = self
+            .to_dlq(item.partition, self.envelope(item, error))
+            .await
+        {
+            return parked;
+        }
+        metrics::counter!(m::DLQ_WRITTEN, "reason" => reason.clone()).increment(1);
+        // Flood guard: many events going to the DLQ at once is systemic.
+        if let Some(t) = self.pipeline.health.dlq_written() {
+            self.on_transition(t);
+        }
+        Finished::DeadLettered { reason }
+    }
+
+    /// Writes `env` to DLQ partition `partition`. When the DLQ refuses it for
+    /// good (too large even as a reference, not authorized, no such topic after
+    /// the grace period), the event is parked with the refusal as its reason
+    /// (`dlq_too_large`, …): it never waits forever.
+    pub(super) async fn to_dlq(&self, partition: i32, env: Envelope) -> Result<(), Finished> {
+        let rec = DlqRecord {
+            topic: self.pipeline.dlq_topic.clone(),
+            partition: Some(partition),
+            key: env.key.clone(),
+            envelope: env,
+        };
+        let Err((refusal, detail)) = durable::write_durably(&self.writer, &rec).await else {
+            return Ok(());
+        };
+        let mut env = rec.envelope;
+        tracing::error!(
+            topic = %rec.topic,
+            id = env.event_id.as_deref().unwrap_or("-"),
+            origin_partition = env.origin.partition,
+            origin_offset = env.origin.offset,
+            refusal = refusal.as_str(),
+            error = %detail,
+            "the DLQ refuses this event for good; parking it"
+        );
+        env.last_error = ErrorInfo::new(
+            ErrorClass::Systemic,
+            FailureReason::DlqRefused(refusal),
+            None,
+            &format!("DLQ write refused: {detail}"),
+        );
+        Err(self.to_parking(env).await)
+    }
+
+    /// Parks `env` (its `last_error.reason` says why); the offset waits for the
+    /// broker's acknowledgement. A parking lot that refuses the record for good
+    /// leaves nowhere durable to put the event: Courier names it and exits
+    /// non-zero (the orchestrator restarts it, the offset stays before the event)
+    /// rather than stall silently or lose it.
+    pub(super) async fn to_parking(&self, env: Envelope) -> Finished {
+        let reason = env.last_error.reason.clone();
+        let rec = DlqRecord {
+            topic: self.pipeline.parking_topic.clone(),
+            partition: None,
+            key: env.key.clone(),
+            envelope: env,
+        };
+        if let Err((refusal, detail)) = durable::write_durably(&self.writer, &rec).await {
+            let e = &rec.envelope;
+            let why = format!(
+                "the parking lot {} refuses event {} ({}/{}@{}) for good ({}: {detail}); fix the topic (size limit, ACLs, existence) and restart",
+                rec.topic,
+                e.event_id.as_deref().unwrap_or("-"),
+                e.origin.topic,
+                e.origin.partition,
+                e.origin.offset,
+                refusal.as_str()
+            );
+            self.pipeline.fatal(why);
+            // The event is neither delivered nor durable: its token must not
+            // report an outcome (the offset stays before it) while the process
+            // shuts down.
+            return std::future::pending().await;
+        }
+        metrics::counter!(m::PARKED, "reason" => reason.clone()).increment(1);
+        Finished::Parked { reason }
+    }
+
+    /// Back into DLQ partition p (the envelope only ever gains retries). A DLQ
+    /// that refuses the record for good parks the event instead (`Err`, with
+    /// what the caller returns).
+    pub(super) async fn rewrite_dlq(&self, item: &Item, env: Envelope) -> Result<(), Finished> {
+        self.to_dlq(item.partition, env).await
+    }
+
+    pub(super) async fn drop_from_dlq(
+        &self,
+        _item: &Item,
+        env: &Envelope,
+        reason: FailureReason,
+        message: String,
+    ) -> Finished {
+        let mut last = env.clone();
+        last.last_error = ErrorInfo::new(ErrorClass::Dropped, reason, None, &message);
+        self.drop_enveloped(last, reason.as_str()).await
+    }
+
+    /// A drop is never silent: the envelope goes to the parking lot with its
+    /// reason, and `dlq_dropped{reason}` counts it.
+    pub(super) async fn drop_enveloped(&self, env: Envelope, reason: &str) -> Finished {
+        let done = self.to_parking(env).await;
+        metrics::counter!(m::DLQ_DROPPED, "reason" => reason.to_string()).increment(1);
+        done
+    }
+
+    pub(super) async fn park_envelope(&self, _item: &Item, env: Envelope) -> Finished {
+        self.to_parking(env).await
+    }
+}

@@ -1,0 +1,177 @@
+//! Stage 5, the failure report: what one failed try said ([`Failure`]), how it
+//! is counted and logged, and what the breaker hears of the calls.
+
+use super::durable::DlqWrite;
+use super::enrich::EnrichError;
+use super::http::{self, Api, TransportError};
+use super::Deliverer;
+use crate::api_health::CallOutcome;
+use crate::core::classify::{FailureClass, FailureReason};
+use crate::core::envelope::ErrorInfo;
+use crate::metrics as m;
+use std::time::{Duration, Instant};
+
+/// At most one log line per failure reason per this interval (after the first).
+pub(super) const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// What one failed try said: for `courier_delivery_errors_total`, the log line
+/// and the envelope's `last_error`.
+pub(super) struct Failure {
+    pub(super) class: FailureClass,
+    pub(super) reason: FailureReason,
+    pub(super) status: Option<u16>,
+    pub(super) retry_after: Option<Duration>,
+    /// The innermost error's text for a failure without an answer (no URL, no
+    /// secret, nothing the API sent).
+    pub(super) detail: Option<String>,
+    pub(super) hint: Option<&'static str>,
+    /// The start of the API's answer (non-2xx): the envelope's message only.
+    pub(super) body: Option<String>,
+}
+
+impl Failure {
+    pub(super) fn status(class: FailureClass, a: &http::Answer) -> Failure {
+        Failure {
+            class,
+            reason: FailureReason::Http(a.status),
+            status: Some(a.status),
+            retry_after: a.retry_after,
+            detail: None,
+            hint: crate::core::classify::status_hint(a.status),
+            body: a.body.clone(),
+        }
+    }
+
+    pub(super) fn transport(t: TransportError) -> Failure {
+        Failure {
+            class: t.kind.class(),
+            reason: FailureReason::Transport(t.kind),
+            status: None,
+            retry_after: None,
+            detail: Some(t.detail),
+            hint: Some(t.kind.hint()),
+            body: None,
+        }
+    }
+
+    /// The enrichment database failed (not the API's: the breaker never
+    /// hears of it): transient.
+    pub(super) fn enrichment(e: EnrichError) -> Failure {
+        let reason = match e {
+            EnrichError::Timeout => FailureReason::EnrichmentTimeout,
+            _ => FailureReason::EnrichmentUnavailable,
+        };
+        Failure {
+            class: FailureClass::Transient,
+            reason,
+            status: None,
+            retry_after: None,
+            detail: Some(e.to_string()),
+            hint: None,
+            body: None,
+        }
+    }
+
+    /// The envelope's `last_error` for this failure, with `message`.
+    pub(super) fn error(&self, message: &str) -> ErrorInfo {
+        ErrorInfo::new(self.class.into(), self.reason, self.status, message)
+    }
+
+    /// `last_error.message`: what the API answered, or what failed and why.
+    pub(super) fn message(&self, what: &str) -> String {
+        match (self.status, &self.detail) {
+            (Some(s), _) => {
+                let m = format!("API answered {s} {what}");
+                match &self.body {
+                    Some(b) => format!("{}: {b}", m.trim_end()),
+                    None => m,
+                }
+            }
+            (None, Some(d)) if !d.is_empty() => format!("{} {what}: {d}", self.reason),
+            (None, _) => format!("{} {what}", self.reason),
+        }
+    }
+}
+
+impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+    /// Counts a failed try in `courier_delivery_errors_total{class, reason}` and
+    /// logs it on the first occurrence of its reason (then once per
+    /// [`FAILURE_LOG_EVERY`], with the count left out): systemic failures at WARN,
+    /// since someone must act, the others at INFO.
+    pub(super) fn report(&self, f: &Failure) {
+        let reason = f.reason.as_str();
+        metrics::counter!(m::DELIVERY_ERRORS, "class" => f.class.as_str(), "reason" => reason)
+            .increment(1);
+        self.pipeline.status.errors.record(f.class.as_str(), reason);
+        let log = self
+            .failure_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(reason, Instant::now());
+        let Some(l) = log else { return };
+        let (detail, hint, status) = (f.detail.as_deref(), f.hint, f.status);
+        // tracing fixes an event's level where it is written: one line, two levels.
+        macro_rules! failure_line {
+            ($level:ident, $message:literal) => {
+                tracing::$level!(
+                    // Display, as before: `reason=tls_expired` (operators grep for it).
+                    reason = %reason,
+                    class = f.class.as_str(),
+                    status,
+                    detail,
+                    hint,
+                    first = l.first,
+                    left_out = l.left_out,
+                    $message
+                )
+            };
+        }
+        if f.class == FailureClass::Systemic {
+            failure_line!(
+                warn,
+                "API call failed: the pipeline pauses until it works again"
+            );
+        } else {
+            failure_line!(info, "API call failed");
+        }
+    }
+
+    /// Tells the health side what a call said about the API; wakes the health
+    /// actor at once when the breaker opens.
+    pub(super) fn observe(&self, outcome: CallOutcome) {
+        if let Some(t) = self.pipeline.health.record(outcome) {
+            self.on_transition(t);
+        }
+    }
+
+    /// Call `seq` was delivered (it refutes the systemic answers to earlier calls).
+    pub(super) fn observe_delivered(&self, seq: u64) {
+        if let Some(t) = self.pipeline.health.delivered(seq) {
+            self.on_transition(t);
+        }
+    }
+
+    pub(super) fn on_transition(&self, t: crate::core::breaker::Transition) {
+        metrics::counter!(m::BREAKER_TRANSITIONS, "to" => t.to.as_str(), "reason" => t.reason.as_str()).increment(1);
+        tracing::warn!(
+            from = t.from.as_str(),
+            to = t.to.as_str(),
+            reason = t.reason.as_str(),
+            "circuit breaker"
+        );
+        if t.to == crate::core::breaker::BreakerStateKind::Open {
+            self.alarm.ring();
+        }
+    }
+
+    /// The parking flood guard: an event parked because of the API's answer (a
+    /// permanent status, not bad input nor a request unbuildable here) counts;
+    /// too many per second trip the breaker (`park_flood`).
+    pub(super) fn parked_after(&self, reason: FailureReason) {
+        if matches!(reason, FailureReason::Http(_)) {
+            if let Some(t) = self.pipeline.health.parked_by_api() {
+                self.on_transition(t);
+            }
+        }
+    }
+}

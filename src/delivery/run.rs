@@ -1,0 +1,104 @@
+//! Stage 1, the job: a delivery task's entry. Runs the work an [`Item`] needs
+//! (deliver, park bad input, or a DLQ record's turn) inside the task's
+//! [`durable::WriteScope`], and reports the outcome through the token unless the
+//! partition was handed over first.
+
+use super::durable::{self, DlqWrite};
+use super::http::Api;
+use super::token::{CompletionToken, Finished};
+use super::{Deliverer, Item, Job, Work};
+use crate::core::classify::ErrorClass;
+use crate::core::envelope::ErrorInfo;
+use crate::core::trace;
+use std::sync::Arc;
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+    /// Does the job's work and reports its outcome through the token. A delivery
+    /// runs with `permit` (the pool's dispatcher takes one before it spawns the
+    /// task) or waits for one here.
+    pub async fn run(self: Arc<Self>, job: Job, permit: Option<OwnedSemaphorePermit>) {
+        let Job { item, token } = job;
+        // A DLQ or parking-lot write deep in the work abandons the event when
+        // the partition is handed over between its tries (`durable`): the work
+        // ends then without an outcome (errored; the next owner writes it).
+        let scope = durable::WriteScope::new(token.cancellation());
+        let abandoned = scope.abandoned();
+        let work = durable::SCOPE.scope(scope, self.work(&item, &token, permit));
+        let outcome = tokio::select! {
+            biased;
+            o = work => o,
+            _ = abandoned.notified() => None,
+        };
+        if let Some(outcome) = outcome {
+            token.finish(outcome);
+        }
+    }
+
+    /// The job's work; `None`: handed over first (no outcome).
+    pub(super) async fn work(
+        &self,
+        item: &Arc<Item>,
+        token: &CompletionToken,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Option<Finished> {
+        // A root span: the message may have been sent from inside another event's
+        // span, and chaining events would keep them all alive. At DEBUG: an enabled
+        // span per event cost ~10 % of the CPU per event at the default `info`
+        // (docs/BENCHMARKS.md); the few per-event warnings name the event themselves.
+        let span = || {
+            tracing::debug_span!(
+                parent: None,
+                "event",
+                id = item.event_id().unwrap_or("-"),
+                topic = %item.topic,
+                partition = item.partition,
+                offset = item.offset,
+            )
+        };
+        if token.cancelled() {
+            return None; // Handed over before it started: errored, never begun.
+        }
+        let outcome = match &item.work {
+            Work::Deliver(ev) => {
+                let permit = match permit {
+                    Some(p) => p,
+                    // Waits for a permit unless the partition is handed over first.
+                    None => match tokio::select! {
+                        biased;
+                        _ = token.until_cancelled() => return None,
+                        p = self.permits.clone().acquire_owned() => p,
+                    } {
+                        Ok(p) => p,
+                        // The semaphore is never closed; if it were, the dropped
+                        // token reports errored and the event is re-dispatched.
+                        Err(_) => return None,
+                    },
+                };
+                let delivered = if crate::otel::enabled() {
+                    let parent = trace::extract(&ev.raw, item.headers.as_deref());
+                    let span = crate::otel::delivery_span(&ev.id, parent.as_ref());
+                    Box::pin(self.deliver(item, ev, permit, token).instrument(span)).await
+                } else {
+                    Box::pin(self.deliver(item, ev, permit, token).instrument(span())).await
+                };
+                match delivered {
+                    Some(outcome) => outcome,
+                    None => return None, // Cancelled between tries.
+                }
+            }
+            Work::Park { reason, message } => {
+                let info = ErrorInfo::new(ErrorClass::Poison, *reason, None, message);
+                Box::pin(self.park(item, info).instrument(span())).await
+            }
+            Work::FromDlq(env) => {
+                match Box::pin(self.retry_from_dlq(item, env, token).instrument(span())).await {
+                    Some(outcome) => outcome,
+                    None => return None, // Handed over before its request.
+                }
+            }
+        };
+        Some(outcome)
+    }
+}

@@ -1,0 +1,323 @@
+//! The delivery shell without a broker: a [`Deliverer`] over a fake API (its
+//! answers scripted, every request recorded) and a fake DLQ writer (its
+//! answers scripted per topic, every record kept), like Quickwit's test
+//! mailboxes: the test reads what each fake received. Real time, short
+//! delays (the breaker reads `std::time::Instant`).
+
+mod fakes;
+
+use super::peers::{BreakerAlarm, Refusal};
+use super::token::{Completion, CompletionToken, Finished, Inbox, Wake};
+use super::*;
+use crate::core::classify::{FailureReason, TransportFailure};
+use crate::core::partition::Src;
+use fakes::{FakeApi, FakeDlq, Reply, WriteReply};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+struct Nobody;
+impl Wake for Nobody {
+    fn wake(&self) {}
+}
+
+/// What a test may change of the defaults below.
+struct Knobs {
+    retry_base: &'static str,
+    retry_budget: &'static str,
+    breaker_open: &'static str,
+}
+
+/// Short in-place retries (3 tries, 5–10 ms apart) and a breaker that opens
+/// after 2 failures in a row for 100 ms.
+const QUICK: Knobs = Knobs {
+    retry_base: "5ms",
+    retry_budget: "5s",
+    breaker_open: "100ms",
+};
+
+/// A deliverer over the fakes, and how often its breaker alarm rang.
+fn deliverer(
+    k: Knobs,
+    api: &FakeApi,
+    dlq: &FakeDlq,
+) -> (Arc<Deliverer<FakeApi, FakeDlq>>, Arc<AtomicUsize>) {
+    let toml = format!(
+        "[api]\nmax_attempts = 3\nretry_base = \"{}\"\nretry_max_delay = \"{}\"\n\
+         retry_budget = \"{}\"\n[degraded]\nbreaker_open = \"{}\"\n\
+         breaker_consecutive_failures = 2\nflood_dlq_per_sec = 0\nflood_parked_per_sec = 0\n",
+        k.retry_base, k.retry_base, k.retry_budget, k.breaker_open
+    );
+    let config = Config::from_toml(&toml).expect("the test's config parses");
+    let status = Arc::new(crate::status_page::StatusBoard::new(
+        crate::status_page::BoardInfo::new(&config, "test".into()),
+        crate::runtime::now_ms(),
+    ));
+    let pipeline = Arc::new(Pipeline::new(config, status));
+    let rang = Arc::new(AtomicUsize::new(0));
+    let r = rang.clone();
+    let alarm = BreakerAlarm::new(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    let d = Deliverer::with_parts(pipeline, api.clone(), dlq.clone(), alarm, None, None)
+        .expect("a deliverer over fakes");
+    (Arc::new(d), rang)
+}
+
+/// One event to deliver, its token and the inbox its outcome arrives in.
+fn job() -> (Job, Arc<Inbox>) {
+    let raw = Bytes::from_static(br#"{"specversion":"1.0","id":"e-1","source":"s","type":"t"}"#);
+    let ev = Event {
+        id: "e-1".into(),
+        source: "s".into(),
+        event_type: "t".into(),
+        subject: None,
+        time: None,
+        entity_version: None,
+        raw: raw.clone(),
+    };
+    let item = Item {
+        topic: "events".into(),
+        partition: 2,
+        offset: 7,
+        timestamp_ms: None,
+        key: Some(b"k".to_vec()),
+        entity_key: None,
+        payload: Some(raw),
+        headers: None,
+        body_type: BodyType::CloudEventsJson,
+        work: Work::Deliver(ev),
+    };
+    let inbox = Arc::new(Inbox::new(Nobody));
+    let token = CompletionToken::new(inbox.clone(), 1, Src::Main, 7);
+    (
+        Job {
+            item: Arc::new(item),
+            token,
+        },
+        inbox,
+    )
+}
+
+/// Runs `job` to its end (a generous deadline: a hang fails the test) and
+/// returns the one completion it left.
+async fn finish(d: Arc<Deliverer<FakeApi, FakeDlq>>, job: Job, inbox: &Inbox) -> Completion {
+    tokio::time::timeout(Duration::from_secs(30), d.run(job, None))
+        .await
+        .expect("the delivery ends");
+    let mut done = inbox.take();
+    assert_eq!(done.len(), 1, "one completion per job");
+    done.remove(0)
+}
+
+/// Polls `cond` until it holds (deadline 30 s).
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn transient_answers_are_retried_in_place_then_delivered() {
+    let api = FakeApi::answering(&[
+        Reply::Status(503),
+        Reply::Transport(TransportFailure::Timeout),
+        Reply::Status(200),
+    ]);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer(QUICK, &api, &dlq);
+    let (job, inbox) = job();
+    let done = finish(d, job, &inbox).await;
+    assert_eq!(done.outcome, Some(Finished::Delivered));
+    assert_eq!(api.calls(), 3);
+    assert!(dlq.asked().is_empty(), "nothing written: {:?}", dlq.asked());
+}
+
+#[tokio::test]
+async fn transient_until_the_tries_are_used_up_goes_to_the_dlq() {
+    let api = FakeApi::answering(&[Reply::Status(503)]);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer(QUICK, &api, &dlq);
+    let (job, inbox) = job();
+    let done = finish(d, job, &inbox).await;
+    assert_eq!(
+        done.outcome,
+        Some(Finished::DeadLettered {
+            reason: "http_503".into()
+        })
+    );
+    assert_eq!(api.calls(), 3, "api.max_attempts = 3");
+    let written = dlq.written("events.dlq");
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0].partition, Some(2), "DLQ partition = origin's");
+    let e = &written[0].envelope;
+    assert_eq!(e.event_id.as_deref(), Some("e-1"));
+    assert!(e.last_error.message.contains("after 3 tries"), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_permanent_answer_parks_at_once() {
+    let api = FakeApi::answering(&[Reply::Status(422)]);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer(QUICK, &api, &dlq);
+    let (job, inbox) = job();
+    let done = finish(d, job, &inbox).await;
+    assert_eq!(
+        done.outcome,
+        Some(Finished::Parked {
+            reason: "http_422".into()
+        })
+    );
+    assert_eq!(api.calls(), 1);
+    assert_eq!(dlq.written("events.parking").len(), 1);
+    assert!(dlq.written("events.dlq").is_empty());
+}
+
+/// 401 four times, then 200: the breaker opens (the alarm rings) and the
+/// event waits at its gate through the outage; none of the five calls uses
+/// up one of its 3 tries, and nothing is written anywhere.
+#[tokio::test]
+async fn a_systemic_outage_waits_at_the_gate_without_spending_tries() {
+    let api = FakeApi::answering(&[
+        Reply::Status(401),
+        Reply::Status(401),
+        Reply::Status(401),
+        Reply::Status(401),
+        Reply::Status(200),
+    ]);
+    let dlq = FakeDlq::default();
+    let (d, rang) = deliverer(QUICK, &api, &dlq);
+    let (job, inbox) = job();
+    let done = finish(d, job, &inbox).await;
+    assert_eq!(done.outcome, Some(Finished::Delivered));
+    assert_eq!(api.calls(), 5, "more calls than api.max_attempts");
+    assert!(rang.load(Ordering::SeqCst) >= 1, "the breaker opened");
+    assert!(dlq.asked().is_empty(), "nothing written: {:?}", dlq.asked());
+}
+
+/// Handed over while it waits at the breaker's gate (its 401s made the
+/// breaker suspect the API; the suspect event waits for the probes): the wait
+/// ends, no further call is made and the job ends without an outcome.
+#[tokio::test]
+async fn a_handover_ends_the_wait_at_the_gate() {
+    let api = FakeApi::answering(&[Reply::Status(401)]);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer(
+        Knobs {
+            breaker_open: "60s",
+            ..QUICK
+        },
+        &api,
+        &dlq,
+    );
+    let (job, inbox) = job();
+    let run = tokio::spawn(d.clone().run(job, None));
+    until("the event at the gate", || {
+        d.pipeline.health.waiting_at_gate() == 1
+    })
+    .await;
+    let calls = api.calls();
+    inbox.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the delivery ends")
+        .expect("no panic");
+    assert_eq!(api.calls(), calls, "no call after the handover");
+    let done = inbox.take();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].outcome, None, "errored: the next owner delivers it");
+    assert!(dlq.asked().is_empty());
+}
+
+/// Handed over during an in-place back-off: no further try, no outcome.
+#[tokio::test]
+async fn a_handover_ends_the_back_off_between_tries() {
+    let api = FakeApi::answering(&[Reply::Status(503)]);
+    let dlq = FakeDlq::default();
+    let slow = Knobs {
+        retry_base: "60s",
+        retry_budget: "600s",
+        ..QUICK
+    };
+    let (d, _) = deliverer(slow, &api, &dlq);
+    let (job, inbox) = job();
+    let run = tokio::spawn(d.run(job, None));
+    until("the first call", || api.calls() == 1).await;
+    inbox.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the back-off is cut short")
+        .expect("no panic");
+    assert_eq!(api.calls(), 1);
+    assert_eq!(inbox.take()[0].outcome, None);
+    assert!(dlq.asked().is_empty());
+}
+
+/// A DLQ that refuses the envelope for good: the event is parked with the
+/// refusal as its reason, never left waiting.
+#[tokio::test]
+async fn a_dlq_that_refuses_for_good_parks_the_event() {
+    let api = FakeApi::answering(&[Reply::Status(503)]);
+    let dlq = FakeDlq::answering("events.dlq", &[WriteReply::Refuse(Refusal::TooLarge)]);
+    let (d, _) = deliverer(QUICK, &api, &dlq);
+    let (job, inbox) = job();
+    let done = finish(d, job, &inbox).await;
+    let reason = FailureReason::DlqRefused(Refusal::TooLarge)
+        .as_str()
+        .to_string();
+    assert_eq!(done.outcome, Some(Finished::Parked { reason }));
+    assert!(dlq.written("events.dlq").is_empty());
+    let parked = dlq.written("events.parking");
+    assert_eq!(parked.len(), 1);
+    assert!(parked[0]
+        .envelope
+        .last_error
+        .message
+        .contains("DLQ write refused"));
+}
+
+/// A write the broker does not acknowledge is tried again until it is; the
+/// outcome waits for it.
+#[tokio::test]
+async fn an_unacknowledged_dlq_write_is_retried_until_acknowledged() {
+    let api = FakeApi::answering(&[Reply::Status(503)]);
+    let script = [WriteReply::NotNow, WriteReply::NotNow, WriteReply::Ack];
+    let dlq = FakeDlq::answering("events.dlq", &script);
+    let (d, _) = deliverer(QUICK, &api, &dlq);
+    let (job, inbox) = job();
+    let done = finish(d, job, &inbox).await;
+    assert_eq!(
+        done.outcome,
+        Some(Finished::DeadLettered {
+            reason: "http_503".into()
+        })
+    );
+    let asked = dlq.asked();
+    assert_eq!(asked.len(), 3, "two refusals to ack, then the ack");
+    assert_eq!(dlq.written("events.dlq").len(), 1);
+}
+
+/// Handed over while its DLQ write is being retried: the write is abandoned
+/// (the next owner makes it) and the job ends without an outcome.
+#[tokio::test]
+async fn a_handover_abandons_a_dlq_write_being_retried() {
+    let api = FakeApi::answering(&[Reply::Status(503)]);
+    let dlq = FakeDlq::answering("events.dlq", &[WriteReply::NotNow]);
+    let (d, _) = deliverer(QUICK, &api, &dlq);
+    let (job, inbox) = job();
+    let run = tokio::spawn(d.run(job, None));
+    until("a refused write", || !dlq.asked().is_empty()).await;
+    inbox.cancel();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the write is abandoned")
+        .expect("no panic");
+    assert_eq!(inbox.take()[0].outcome, None);
+    assert!(dlq.written("events.dlq").is_empty());
+    assert!(dlq.written("events.parking").is_empty());
+    assert!(dlq
+        .asked()
+        .iter()
+        .all(|(r, ok)| r.topic == "events.dlq" && !ok));
+}
