@@ -110,6 +110,13 @@ async fn finish(d: Arc<Deliverer<FakeApi, FakeDlq>>, job: Job, inbox: &Inbox) ->
 }
 
 /// Polls `cond` until it holds (deadline 30 s).
+/// One event through a deliverer with the quick policy, to its completion.
+async fn one_event(api: &FakeApi, dlq: &FakeDlq) -> Completion {
+    let (d, _) = deliverer(QUICK, api, dlq);
+    let (job, inbox) = job();
+    finish(d, job, &inbox).await
+}
+
 async fn until(what: &str, cond: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cond() {
@@ -126,9 +133,7 @@ async fn transient_answers_are_retried_in_place_then_delivered() {
         Reply::Status(200),
     ]);
     let dlq = FakeDlq::default();
-    let (d, _) = deliverer(QUICK, &api, &dlq);
-    let (job, inbox) = job();
-    let done = finish(d, job, &inbox).await;
+    let done = one_event(&api, &dlq).await;
     assert_eq!(done.outcome, Some(Finished::Delivered));
     assert_eq!(api.calls(), 3);
     assert!(dlq.asked().is_empty(), "nothing written: {:?}", dlq.asked());
@@ -138,9 +143,7 @@ async fn transient_answers_are_retried_in_place_then_delivered() {
 async fn transient_until_the_tries_are_used_up_goes_to_the_dlq() {
     let api = FakeApi::answering(&[Reply::Status(503)]);
     let dlq = FakeDlq::default();
-    let (d, _) = deliverer(QUICK, &api, &dlq);
-    let (job, inbox) = job();
-    let done = finish(d, job, &inbox).await;
+    let done = one_event(&api, &dlq).await;
     assert_eq!(
         done.outcome,
         Some(Finished::DeadLettered {
@@ -160,9 +163,7 @@ async fn transient_until_the_tries_are_used_up_goes_to_the_dlq() {
 async fn a_permanent_answer_parks_at_once() {
     let api = FakeApi::answering(&[Reply::Status(422)]);
     let dlq = FakeDlq::default();
-    let (d, _) = deliverer(QUICK, &api, &dlq);
-    let (job, inbox) = job();
-    let done = finish(d, job, &inbox).await;
+    let done = one_event(&api, &dlq).await;
     assert_eq!(
         done.outcome,
         Some(Finished::Parked {
@@ -260,9 +261,7 @@ async fn a_handover_ends_the_back_off_between_tries() {
 async fn a_dlq_that_refuses_for_good_parks_the_event() {
     let api = FakeApi::answering(&[Reply::Status(503)]);
     let dlq = FakeDlq::answering("events.dlq", &[WriteReply::Refuse(Refusal::TooLarge)]);
-    let (d, _) = deliverer(QUICK, &api, &dlq);
-    let (job, inbox) = job();
-    let done = finish(d, job, &inbox).await;
+    let done = one_event(&api, &dlq).await;
     let reason = FailureReason::DlqRefused(Refusal::TooLarge)
         .as_str()
         .to_string();
@@ -284,9 +283,7 @@ async fn an_unacknowledged_dlq_write_is_retried_until_acknowledged() {
     let api = FakeApi::answering(&[Reply::Status(503)]);
     let script = [WriteReply::NotNow, WriteReply::NotNow, WriteReply::Ack];
     let dlq = FakeDlq::answering("events.dlq", &script);
-    let (d, _) = deliverer(QUICK, &api, &dlq);
-    let (job, inbox) = job();
-    let done = finish(d, job, &inbox).await;
+    let done = one_event(&api, &dlq).await;
     assert_eq!(
         done.outcome,
         Some(Finished::DeadLettered {
