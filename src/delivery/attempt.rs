@@ -77,11 +77,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 Err(e) => Failure::enrichment(e),
             };
             self.report(&failure);
-            if token.cancelled() {
-                return None;
-            }
             // A systemic answer is a hypothesis about the API (core::systemic),
-            // kept across the event's tries; the breaker hears of it here.
+            // kept across the event's tries; the breaker hears of it here —
+            // also after a handover: it admitted the call (maybe as a half-open
+            // probe, whose slot stays taken until its answer is heard).
             let systemic = (failure.class == FailureClass::Systemic)
                 .then(|| {
                     called
@@ -89,6 +88,9 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                         .map(|seq| self.systemic_answer(&mut hypothesis, seq, &failure))
                 })
                 .flatten();
+            if token.cancelled() {
+                return None;
+            }
             let failed = Failed {
                 class: failure.class,
                 systemic,

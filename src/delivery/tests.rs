@@ -231,6 +231,37 @@ async fn a_handover_ends_the_wait_at_the_gate() {
     assert!(dlq.asked().is_empty());
 }
 
+/// Handed over while its call is on the wire, and the API answers 401: the
+/// breaker still hears the answer (it admitted the call; a half-open probe
+/// whose answer it never hears keeps the probe slot forever, and every later
+/// call of the instance waits at the gate — seen as a stalled
+/// `crash_cost::a_revoke_cancels_the_deliveries_waiting_at_the_breaker`).
+/// No outcome: the next owner delivers the event.
+#[tokio::test]
+async fn a_systemic_answer_after_the_handover_still_reaches_the_breaker() {
+    let api = FakeApi::answering(&[Reply::Held(401)]);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer(QUICK, &api, &dlq);
+    let (job, inbox) = job();
+    let run = tokio::spawn(d.clone().run(job, None));
+    until("the call on the wire", || api.calls() == 1).await;
+    inbox.cancel();
+    api.release();
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the delivery ends")
+        .expect("no panic");
+    assert_eq!(api.calls(), 1, "no call after the handover");
+    let done = inbox.take();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].outcome, None, "errored: the next owner delivers it");
+    assert_ne!(
+        d.pipeline.health.breaker_state(Instant::now()),
+        crate::core::breaker::BreakerStateKind::Closed,
+        "the 401 made the breaker suspect the API"
+    );
+}
+
 /// Handed over during an in-place back-off: no further try, no outcome.
 #[tokio::test]
 async fn a_handover_ends_the_back_off_between_tries() {

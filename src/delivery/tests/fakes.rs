@@ -16,6 +16,9 @@ use std::sync::{Arc, Mutex};
 pub(super) enum Reply {
     Status(u16),
     Transport(TransportFailure),
+    /// This status, once [`FakeApi::release`] was called (a call still on
+    /// the wire).
+    Held(u16),
 }
 
 /// Answers from a script in order (the last answer repeats); records each
@@ -27,6 +30,16 @@ pub(super) struct FakeApi(Arc<FakeApiState>);
 struct FakeApiState {
     script: Mutex<VecDeque<Reply>>,
     calls: Mutex<Vec<String>>,
+    released: Released,
+}
+
+/// Held calls wait for a permit; the test adds them.
+struct Released(tokio::sync::Semaphore);
+
+impl Default for Released {
+    fn default() -> Self {
+        Released(tokio::sync::Semaphore::new(0))
+    }
 }
 
 impl FakeApi {
@@ -38,6 +51,14 @@ impl FakeApi {
 
     pub(super) fn calls(&self) -> usize {
         self.0.calls.lock().unwrap().len()
+    }
+
+    /// Lets the held calls answer.
+    pub(super) fn release(&self) {
+        self.0
+            .released
+            .0
+            .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
     }
 }
 
@@ -56,15 +77,25 @@ impl Api for FakeApi {
             1 => script[0],
             _ => script.pop_front().unwrap_or(Reply::Status(200)),
         };
-        let r = match reply {
-            Reply::Status(status) => Ok(Answer {
-                status,
-                retry_after: None,
-                body: None,
-            }),
-            Reply::Transport(kind) => Err(TransportError::new(kind, "scripted")),
-        };
-        async move { r }
+        let state = self.0.clone();
+        async move {
+            let status = |status| {
+                Ok(Answer {
+                    status,
+                    retry_after: None,
+                    body: None,
+                })
+            };
+            match reply {
+                Reply::Status(s) => status(s),
+                Reply::Transport(kind) => Err(TransportError::new(kind, "scripted")),
+                Reply::Held(s) => {
+                    // Never closed: the wait ends when the test releases it.
+                    let _ = state.released.0.acquire().await;
+                    status(s)
+                }
+            }
+        }
     }
 }
 
