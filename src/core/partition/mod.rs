@@ -73,47 +73,8 @@ const REDISPATCH_CAP: Duration = Duration::from_secs(5);
 /// The held map's hasher. Its keys are a side and a slot (an offset the broker
 /// numbered, plus the side's shift): no producer chooses them, so the
 /// standard library's SipHash (its DoS resistance is for keys an attacker
-/// picks; ~0.5 µs per event here, docs/BENCHMARKS.md run 12) is not needed. One
-/// multiply-rotate per word, the Fx hash rustc uses for its integer keys.
-#[derive(Clone, Copy, Default)]
-pub struct SlotHash;
-
-impl std::hash::BuildHasher for SlotHash {
-    type Hasher = SlotHasher;
-    fn build_hasher(&self) -> SlotHasher {
-        SlotHasher(0)
-    }
-}
-
-pub struct SlotHasher(u64);
-
-impl SlotHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl std::hash::Hasher for SlotHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-    fn write_u8(&mut self, n: u8) {
-        self.add(u64::from(n));
-    }
-    fn write_isize(&mut self, n: isize) {
-        self.add(n as u64);
-    }
-    fn write_i64(&mut self, n: i64) {
-        self.add(n as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// picks; ~0.5 µs per event here, docs/BENCHMARKS.md run 12) is not needed.
+type SlotHash = foldhash::fast::FixedState;
 
 /// Which topic of the pair an offset belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
