@@ -30,7 +30,9 @@
 //!   inspect|replay`).
 //!
 //! * **The pipeline** (5–8): `runtime` (what the actors and tasks share: the
-//!   [`runtime::Pipeline`]), `delivery` (the work of one event: enrich, POST,
+//!   [`runtime::Pipeline`]), `auth` (what a request carries to prove who sends it:
+//!   the bearer token from the environment, a rotating file or OAuth2, and the
+//!   Standard Webhooks signature), `delivery` (the work of one event: enrich, POST,
 //!   DLQ, parking lot; completion tokens), `actors` (supervisor, consumer,
 //!   partition, delivery pool, DLQ writer, health), `app` (starts and stops one
 //!   instance: `courier run`).
@@ -51,6 +53,7 @@ pub(crate) mod actors;
 pub(crate) mod api_health;
 pub mod app;
 pub mod audit;
+pub mod auth;
 pub(crate) mod clock;
 pub mod config;
 pub mod core;

@@ -312,6 +312,7 @@ fn check_config(path: PathBuf) -> anyhow::Result<u8> {
         cfg.kafka.group_id,
         cfg.api.url
     );
+    println!("API credentials: {}", cfg.api.auth_summary());
     Ok(0)
 }
 

@@ -58,6 +58,11 @@ pub(crate) const SYSTEMIC_DEMOTED: &str = "courier_systemic_demoted_total";
 // Positions that moved under Courier (issue 23, item 1).
 pub(crate) const POSITION_RESETS: &str = "courier_position_resets_total";
 pub(crate) const POSITIONS_PASSED: &str = "courier_positions_passed_markers_total";
+// Credentials toward the API (`auth`).
+pub(crate) const AUTH_TOKEN_REQUESTS: &str = "courier_auth_token_requests_total";
+pub(crate) const AUTH_TOKEN_EXPIRY: &str = "courier_auth_token_expiry_timestamp_seconds";
+pub(crate) const AUTH_RETRIES: &str = "courier_auth_retries_total";
+pub(crate) const SECRET_RELOADS: &str = "courier_secret_reloads_total";
 // Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
 pub const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 
@@ -232,6 +237,22 @@ pub const ALL: &[(&str, &str)] = &[
     (
         POSITIONS_PASSED,
         "Times an idle partition's position was moved past offsets holding nothing to deliver (transaction markers, aborted records), checked by reading them: lag reaches 0 at idle.",
+    ),
+    (
+        AUTH_TOKEN_REQUESTS,
+        "Requests to the OAuth2 token endpoint ([api.oauth2]), by outcome: ok, auth_token_unavailable (unreachable, 5xx, no usable answer), auth_token_refused (a 4xx: bad client credentials). About run time / token lifetime while tokens are cached.",
+    ),
+    (
+        AUTH_TOKEN_EXPIRY,
+        "When the cached OAuth2 access token expires (Unix seconds); 0 before the first token.",
+    ),
+    (
+        AUTH_RETRIES,
+        "Requests sent again once after a 401 with a refreshed credential (a new OAuth2 token, or a rotated api.token_file), not counted as a try of the event; by outcome of the retry (delivered, refused).",
+    ),
+    (
+        SECRET_RELOADS,
+        "Times a secret file (api.token_file, api.oauth2.client_secret_file, api.signing.secret_file) was seen changed and its new value taken, by field.",
     ),
     (
         DELETED_UNREAD,

@@ -98,7 +98,8 @@ async fn fail_with(url: &str, tune: impl FnOnce(&mut ApiConfig)) -> (TransportFa
         ..ApiConfig::default()
     };
     tune(&mut cfg);
-    let client = ApiClient::new(&cfg, None, 4).expect("client");
+    let client =
+        ApiClient::new(&cfg, std::sync::Arc::new(courier::auth::Auth::none()), 4).expect("client");
     let body = bytes::Bytes::from_static(br#"{"id":"x"}"#);
     let e = client
         .post("x", body, None)
@@ -231,7 +232,8 @@ async fn an_error_body_is_read_only_up_to_the_cap() {
         error_body_bytes: 64,
         ..ApiConfig::default()
     };
-    let client = ApiClient::new(&cfg, None, 4).expect("client");
+    let client =
+        ApiClient::new(&cfg, std::sync::Arc::new(courier::auth::Auth::none()), 4).expect("client");
     let t0 = std::time::Instant::now();
     let answer = client
         .post("x", bytes::Bytes::from_static(br#"{"id":"x"}"#), None)
@@ -279,7 +281,12 @@ async fn a_token_echoed_in_an_error_body_is_redacted() {
     };
     cfg.headers
         .insert("X-Api-Key".into(), "key-4242-SECRET".into());
-    let client = ApiClient::new(&cfg, Some(TOKEN), 4).expect("client");
+    let client = ApiClient::new(
+        &cfg,
+        std::sync::Arc::new(courier::auth::Auth::static_token(TOKEN).expect("token")),
+        4,
+    )
+    .expect("client");
     let answer = client
         .post("x", bytes::Bytes::from_static(br#"{"id":"x"}"#), None)
         .await

@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["config", "sink"],
     &["api_health", "status_page", "kafka", "otel", "redis_conn"],
     &["metrics", "ops", "audit"],
-    &["runtime", "loadgen"],
+    &["runtime", "loadgen", "auth"],
     &["delivery"],
     &["actors"],
     &["app"],

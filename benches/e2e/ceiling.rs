@@ -99,7 +99,7 @@ impl Transport {
 pub fn client(url: &str, concurrency: usize, transport: &Transport) -> anyhow::Result<ApiClient> {
     Ok(ApiClient::new(
         &transport.api_config(url),
-        None,
+        std::sync::Arc::new(courier::auth::Auth::none()),
         concurrency,
     )?)
 }

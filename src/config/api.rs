@@ -29,6 +29,13 @@ pub struct ApiConfig {
     pub retry_budget: Duration,
     /// Name of the environment variable holding a bearer token (never the token).
     pub token_env: Option<String>,
+    /// A file holding the bearer token, re-read when it changes (a Kubernetes
+    /// Secret volume); instead of `token_env`.
+    pub token_file: Option<PathBuf>,
+    /// `[api.oauth2]`: the bearer token from the client credentials grant.
+    pub oauth2: Option<super::OAuth2Config>,
+    /// `[api.signing]`: a Standard Webhooks signature on every request.
+    pub signing: Option<super::SigningConfig>,
     /// Extra request headers (not secrets: those come from `token_env`).
     pub headers: BTreeMap<String, String>,
     /// Speak HTTP/2 without negotiation (h2c) to an `http://` API.
@@ -112,6 +119,9 @@ pub(crate) const RESERVED_HEADERS: &[&str] = &[
     "transfer-encoding",
     "upgrade",
     "courier-redelivery",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
     "traceparent",
     "tracestate",
 ];
@@ -184,6 +194,9 @@ impl Default for ApiConfig {
             retry_max_delay: Duration::from_secs(1),
             retry_budget: Duration::from_secs(2),
             token_env: None,
+            token_file: None,
+            oauth2: None,
+            signing: None,
             headers: BTreeMap::new(),
             http2_prior_knowledge: false,
             http2: false,
@@ -316,15 +329,7 @@ impl ApiConfig {
                 "needs api.rate_limit_per_sec (0 means no limit)",
             ));
         }
-        if let Some(env) = &self.token_env {
-            if env.is_empty() {
-                return Err(invalid(
-                    "api.token_env",
-                    "must name an environment variable",
-                ));
-            }
-        }
-        Ok(())
+        self.validate_auth()
     }
 
     /// http or https, no credentials, plain HTTP only to loopback unless allowed.

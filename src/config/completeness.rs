@@ -162,10 +162,17 @@ fn courier_toml_lists_every_field_and_no_other() {
     let (all, maps) = fields();
     let (headers, keys) = toml_listed(&read("config/courier.toml"));
     // A map field is listed by its table header (`[kafka.properties]`).
+    // An optional section (`[api.oauth2]`, `None` by default: a field whose
+    // value is null) is listed by the keys of its commented-out example.
+    let optional = all
+        .iter()
+        .filter(|f| keys.iter().any(|k| k.starts_with(&format!("{f}."))))
+        .cloned();
     let listed: BTreeSet<String> = keys
         .iter()
         .cloned()
         .chain(headers.intersection(&maps).cloned())
+        .chain(optional)
         .collect();
     // The `[testing]` fault hooks are left out of the production sample on purpose:
     // a release build refuses the section.

@@ -10,6 +10,7 @@
 //! read from environment variables whose *names* the file may set.
 
 mod api;
+mod auth;
 #[cfg(test)]
 mod completeness;
 mod degraded;
@@ -25,6 +26,9 @@ mod tracing;
 
 use api::is_loopback;
 pub use api::{ApiConfig, ApiTlsConfig, CaMode};
+pub use auth::{
+    read_secret_file, AuthStyle, OAuth2Config, SecretSpec, SigningConfig, SigningScheme,
+};
 pub(crate) use degraded::millis;
 pub use degraded::DegradedConfig;
 pub use enrichment::{EnrichmentConfig, OnMissing, SslMode};
@@ -50,7 +54,7 @@ pub enum ConfigError {
     Invalid { field: String, reason: String },
 }
 
-fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.to_string(),
         reason: reason.into(),
@@ -134,6 +138,20 @@ impl Config {
         ] {
             check_env_name(field, name.as_deref())?;
         }
+        let oauth2 = self.api.oauth2.as_ref();
+        let signing = self.api.signing.as_ref();
+        for (field, name) in [
+            (
+                "api.oauth2.client_secret_env",
+                oauth2.and_then(|o| o.client_secret_env.as_deref()),
+            ),
+            (
+                "api.signing.secret_env",
+                signing.and_then(|s| s.secret_env.as_deref()),
+            ),
+        ] {
+            check_env_name(field, name)?;
+        }
         // Revocation must finish inside the rebalance: the drain deadline has to stay
         // below the session timeout and well below max.poll.interval.ms.
         let (p, k) = (&self.pipeline, &self.kafka);
@@ -163,7 +181,7 @@ impl Config {
     /// passphrase), Redis's password, and PostgreSQL's when PostgreSQL is used;
     /// and that the API's TLS files are readable PEM.
     pub fn check_secrets(&self) -> Result<(), ConfigError> {
-        self.api_token()?;
+        self.api.check_auth_secrets()?;
         self.api.check_tls_files()?;
         self.kafka.secret_properties()?;
         self.redis_password()?;
@@ -185,11 +203,6 @@ impl Config {
             "kafka.sasl_password_env",
             self.kafka.sasl_password_env.as_deref(),
         )
-    }
-
-    /// The bearer token, read from the environment variable the config names.
-    pub(crate) fn api_token(&self) -> Result<Option<String>, ConfigError> {
-        secret("api.token_env", self.api.token_env.as_deref())
     }
 
     /// The Redis password, read from the environment variable the config names.

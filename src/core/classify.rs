@@ -303,10 +303,16 @@ pub enum TransportFailure {
     Request,
     /// Anything else before an answer.
     Other,
+    /// No OAuth2 access token to send: the token endpoint could not be asked
+    /// or gave no usable answer. *Systemic* (the group pauses at the breaker,
+    /// never parks), and fed to the breaker like an answer of the API.
+    AuthTokenUnavailable,
+    /// The token endpoint refused the client's credentials. *Systemic*.
+    AuthTokenRefused,
 }
 
 impl TransportFailure {
-    pub const ALL: [TransportFailure; 16] = [
+    pub const ALL: [TransportFailure; 18] = [
         TransportFailure::Dns,
         TransportFailure::ConnectRefused,
         TransportFailure::ConnectTimeout,
@@ -323,10 +329,12 @@ impl TransportFailure {
         TransportFailure::TlsHandshake,
         TransportFailure::Request,
         TransportFailure::Other,
+        TransportFailure::AuthTokenUnavailable,
+        TransportFailure::AuthTokenRefused,
     ];
 
     pub fn class(self) -> FailureClass {
-        if self.is_tls() {
+        if self.is_tls() || self.is_auth() {
             FailureClass::Systemic
         } else if self == TransportFailure::Request {
             FailureClass::Permanent
@@ -339,6 +347,15 @@ impl TransportFailure {
     /// says nothing about the API, so the breaker does not hear of it.
     pub fn reached_the_api(self) -> bool {
         self != TransportFailure::Request
+    }
+
+    /// No credential to send (`auth_token_*`): never the event's fault, so
+    /// never counted against it (`core::systemic`'s hypothesis is not kept).
+    pub fn is_auth(self) -> bool {
+        matches!(
+            self,
+            TransportFailure::AuthTokenUnavailable | TransportFailure::AuthTokenRefused
+        )
     }
 
     pub fn is_tls(self) -> bool {
@@ -374,6 +391,8 @@ impl TransportFailure {
             TlsHandshake => "tls_handshake",
             Request => "request_unbuildable",
             Other => "transport",
+            AuthTokenUnavailable => "auth_token_unavailable",
+            AuthTokenRefused => "auth_token_refused",
         }
     }
 
@@ -420,6 +439,12 @@ impl TransportFailure {
                  the port does not speak TLS"
             }
             Other => "the request failed before an answer",
+            AuthTokenUnavailable => {
+                "no OAuth2 access token: api.oauth2.token_url cannot be reached or gives no                  token; calls wait until it does"
+            }
+            AuthTokenRefused => {
+                "the OAuth2 token endpoint refuses Courier's client credentials: check                  api.oauth2.client_id and the client secret; calls wait until it accepts them"
+            }
         }
     }
 }
@@ -528,16 +553,17 @@ mod tests {
     }
 
     #[test]
-    fn reasons_are_distinct_and_only_tls_is_systemic() {
+    fn reasons_are_distinct_and_only_tls_and_auth_are_systemic() {
         let names: std::collections::HashSet<_> =
             TransportFailure::ALL.iter().map(|t| t.as_str()).collect();
         assert_eq!(names.len(), TransportFailure::ALL.len());
         for t in TransportFailure::ALL {
             assert_eq!(
                 t.class() == Systemic,
-                t.as_str().starts_with("tls_"),
+                t.as_str().starts_with("tls_") || t.as_str().starts_with("auth_token_"),
                 "{t:?}"
             );
+            assert_eq!(t.is_auth(), t.as_str().starts_with("auth_token_"), "{t:?}");
             assert!(!t.hint().is_empty());
         }
     }

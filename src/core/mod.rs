@@ -30,6 +30,10 @@
 //!   head of the drain), `systemic` (a systemic answer as a hypothesis a later call
 //!   refutes), `breaker` (the local circuit breaker and its gate).
 //!
+//! * **Credentials toward the API** (`auth`): `credentials` (when to fetch or
+//!   refresh an OAuth2 token), `webhook_signature` (Standard Webhooks secrets and
+//!   signatures).
+//!
 //! * **Limits toward the API** (`delivery::limits`, `delivery::ratelimit`,
 //!   `delivery::pacer`): `concurrency` (the adaptive limit), `ratelimit` (GCRA),
 //!   `pacer` (the DLQ drain's rate).
@@ -46,6 +50,7 @@ pub(crate) mod byte_budget;
 pub mod classify;
 pub mod completed;
 pub(crate) mod concurrency;
+pub(crate) mod credentials;
 pub(crate) mod deleted;
 pub mod dlq_policy;
 pub mod envelope;
@@ -65,3 +70,4 @@ pub(crate) mod status_policy;
 pub mod systemic;
 pub(crate) mod text;
 pub(crate) mod trace;
+pub mod webhook_signature;

@@ -6,11 +6,19 @@
 //! in addition (`"add"`); a client certificate for mTLS from `api.tls.cert_file`
 //! and `key_file`; HTTP/2 offered in ALPN only with `api.http2 = true`.
 //!
+//! Credentials come from [`Auth`] for each request: the bearer token
+//! (static, a rotating file, or OAuth2) and the Standard Webhooks signature
+//! over exactly the body sent. A 401 to a request that carried a token is
+//! answered by one more send with a new credential when there is one (a
+//! refreshed OAuth2 token, a token file that changed): one call to the stages,
+//! not a try of the event (`courier_auth_retries_total`).
+//!
 //! A failed call says what failed: [`classify`] walks the error's `source()`
 //! chain down to rustls, hyper and I/O errors and names a [`TransportFailure`]
 //! (`tls_untrusted`, `dns`, `connect_refused`, ...), with a short detail that
 //! holds neither the URL nor anything the API sent.
 
+use crate::auth::{Auth, AuthFailure};
 use crate::config::{ApiConfig, CaMode};
 use crate::core::backoff::parse_retry_after;
 use crate::core::classify::TransportFailure;
@@ -85,8 +93,10 @@ pub struct ApiClient {
     url: reqwest::Url,
     error_body_bytes: usize,
     /// Values redacted from an answer's body before it goes into an envelope:
-    /// the token, and configured header values whose names say credential.
+    /// configured header values whose names say credential (the credentials
+    /// `auth` holds are added at each answer: they may rotate).
     secrets: Vec<Vec<u8>>,
+    auth: std::sync::Arc<Auth>,
 }
 
 /// Whether a configured header's name says its value is a credential.
@@ -145,11 +155,11 @@ impl Api for ApiClient {
 }
 
 impl ApiClient {
-    /// `token` comes from the environment; it goes into a sensitive header value,
-    /// which reqwest and Courier's logs never print. The TLS files are read here.
+    /// `auth` gives each request its credentials (sensitive header values,
+    /// which reqwest and Courier's logs never print). The TLS files are read here.
     pub fn new(
         cfg: &ApiConfig,
-        token: Option<&str>,
+        auth: std::sync::Arc<Auth>,
         max_conns: usize,
     ) -> Result<ApiClient, ClientError> {
         let mut headers = HeaderMap::new();
@@ -162,12 +172,6 @@ impl ApiClient {
                 HeaderName::from_bytes(k.as_bytes()).map_err(|_| ClientError::Header(k.clone()))?;
             let value = HeaderValue::from_str(v).map_err(|_| ClientError::Header(k.clone()))?;
             headers.insert(name, value);
-        }
-        if let Some(t) = token {
-            let mut value = HeaderValue::from_str(&format!("Bearer {t}"))
-                .map_err(|_| ClientError::Header("authorization".into()))?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
         }
         let url = reqwest::Url::parse(&cfg.url).map_err(|_| ClientError::Header("url".into()))?;
         let mut b = reqwest::Client::builder()
@@ -192,7 +196,7 @@ impl ApiClient {
         if url.scheme() == "https" {
             b = tls(b, cfg)?;
         }
-        let mut secrets: Vec<Vec<u8>> = token.map(secret_forms).unwrap_or_default();
+        let mut secrets: Vec<Vec<u8>> = Vec::new();
         for (k, v) in &cfg.headers {
             if secret_header(k) && !v.is_empty() {
                 secrets.extend(secret_forms(v));
@@ -203,6 +207,7 @@ impl ApiClient {
             url,
             error_body_bytes: cfg.error_body_bytes,
             secrets,
+            auth,
         })
     }
 
@@ -218,7 +223,8 @@ impl ApiClient {
     }
 
     /// One request as `out` says. A URL, header name or value the HTTP stack
-    /// refuses fails as `request_unbuildable` (the event's fault).
+    /// refuses fails as `request_unbuildable` (the event's fault); no
+    /// credential to send fails as `auth_token_*` (systemic).
     pub async fn send(
         &self,
         out: &Outgoing,
@@ -231,6 +237,58 @@ impl ApiClient {
             Some(u) => reqwest::Url::parse(u)
                 .map_err(|_| TransportError::new(TransportFailure::Request, String::new()))?,
         };
+        let authorization = self.auth.authorization().await.map_err(auth_error)?;
+        let resp = self
+            .request(
+                out,
+                url.clone(),
+                event_id,
+                &body,
+                redelivery,
+                authorization.as_ref(),
+            )
+            .send()
+            .await
+            .map_err(|e| classify_reqwest(&e))?;
+        let resp = match authorization {
+            Some(used) if resp.status() == reqwest::StatusCode::UNAUTHORIZED => {
+                if !self.auth.unauthorized(&used).await {
+                    resp
+                } else {
+                    let fresh = self.auth.authorization().await.map_err(auth_error)?;
+                    // Read to its end, so the connection goes back to the pool.
+                    read_body(resp, 0, false).await;
+                    let again = self
+                        .request(out, url, event_id, &body, redelivery, fresh.as_ref())
+                        .send()
+                        .await
+                        .map_err(|e| classify_reqwest(&e))?;
+                    let outcome = if again.status() == reqwest::StatusCode::UNAUTHORIZED {
+                        "refused"
+                    } else {
+                        "delivered"
+                    };
+                    metrics::counter!(crate::metrics::AUTH_RETRIES, "outcome" => outcome)
+                        .increment(1);
+                    again
+                }
+            }
+            _ => resp,
+        };
+        self.answer(resp).await
+    }
+
+    /// The request: the route's method and URL, the event id as
+    /// `Idempotency-Key`, the credential, the signature over `body`.
+    fn request(
+        &self,
+        out: &Outgoing,
+        url: reqwest::Url,
+        event_id: &str,
+        body: &bytes::Bytes,
+        redelivery: Option<u32>,
+        authorization: Option<&HeaderValue>,
+    ) -> reqwest::RequestBuilder {
         let method = match out.method {
             Method::Post => reqwest::Method::POST,
             Method::Put => reqwest::Method::PUT,
@@ -239,8 +297,10 @@ impl ApiClient {
         let mut req = self
             .client
             .request(method, url)
-            .header("Idempotency-Key", event_id)
-            .body(body);
+            .header("Idempotency-Key", event_id);
+        if let Some(a) = authorization {
+            req = req.header(AUTHORIZATION, a.clone());
+        }
         if let Some(ct) = &out.content_type {
             req = req.header(CONTENT_TYPE, ct.as_ref());
         }
@@ -250,7 +310,17 @@ impl ApiClient {
         if let Some(n) = redelivery {
             req = req.header("Courier-Redelivery", n.to_string());
         }
-        let resp = req.send().await.map_err(|e| classify_reqwest(&e))?;
+        if let Some(headers) = self.auth.signature(event_id, body) {
+            for (name, value) in headers {
+                req = req.header(name, value);
+            }
+        }
+        req.body(body.clone())
+    }
+
+    /// The answer, reduced: status, `Retry-After`, and for a failure an
+    /// excerpt of its body with every secret redacted.
+    async fn answer(&self, resp: reqwest::Response) -> Result<Answer, TransportError> {
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
@@ -261,24 +331,36 @@ impl ApiClient {
         // pool; of any other, only what the excerpt needs (the cap plus the
         // longest secret, so a secret is redacted whole).
         let success = (200..300).contains(&status);
-        let keep = if success || self.error_body_bytes == 0 {
-            0
-        } else {
-            let longest = self.secrets.iter().map(Vec::len).max().unwrap_or(0);
-            self.error_body_bytes.saturating_add(longest)
-        };
+        if success || self.error_body_bytes == 0 {
+            read_body(resp, 0, success).await;
+            return Ok(Answer {
+                status,
+                retry_after,
+                body: None,
+            });
+        }
+        let mut secrets = self.secrets.clone();
+        for s in self.auth.current_secrets() {
+            secrets.extend(secret_forms(&s));
+        }
+        let longest = secrets.iter().map(Vec::len).max().unwrap_or(0);
+        let keep = self.error_body_bytes.saturating_add(longest);
         let read = read_body(resp, keep, success).await;
-        let body = if keep > 0 {
-            redacted_excerpt(&read, self.error_body_bytes, &self.secrets)
-        } else {
-            None
-        };
         Ok(Answer {
             status,
             retry_after,
-            body,
+            body: redacted_excerpt(&read, self.error_body_bytes, &secrets),
         })
     }
+}
+
+/// No credential to send: a systemic transport failure of its own reason.
+fn auth_error(f: AuthFailure) -> TransportError {
+    let kind = match f {
+        AuthFailure::Unavailable => TransportFailure::AuthTokenUnavailable,
+        AuthFailure::Refused => TransportFailure::AuthTokenRefused,
+    };
+    TransportError::new(kind, "no OAuth2 access token")
 }
 
 /// Roots and client identity from `[api.tls]`.

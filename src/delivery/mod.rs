@@ -190,8 +190,8 @@ pub enum DelivererError {
 impl Deliverer {
     pub fn new(pipeline: Arc<Pipeline>, peers: Peers) -> Result<Deliverer, DelivererError> {
         let cfg: &Config = &pipeline.config;
-        let token = cfg.api_token()?;
-        let api = ApiClient::new(&cfg.api, token.as_deref(), cfg.pipeline.concurrency)?;
+        let auth = crate::auth::Auth::from_config(&cfg.api, Some(pipeline.status.clone()))?;
+        let api = ApiClient::new(&cfg.api, Arc::new(auth), cfg.pipeline.concurrency)?;
         let password = || {
             cfg.enrichment
                 .password_env

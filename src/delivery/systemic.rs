@@ -23,6 +23,16 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     ) -> SystemicStep {
         let health = &self.pipeline.health;
         let suspect = hypothesis.suspect();
+        // No credential to send is never the event's fault: no hypothesis is
+        // kept (nothing to refute, never parked); the breaker hears of it.
+        if let crate::core::classify::FailureReason::Transport(t) = f.reason {
+            if t.is_auth() {
+                if let Some(t) = health.systemic(seq, f.reason.breaker_reason(), suspect).1 {
+                    self.on_transition(t);
+                }
+                return SystemicStep::Wait;
+            }
+        }
         let step = hypothesis.answered(
             seq,
             health.last_success(),

@@ -57,6 +57,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+mod introspect;
 mod tls;
 pub use tls::{SinkTls, SinkTlsError};
 
@@ -84,6 +85,10 @@ pub struct Behaviour {
     /// When set, a delivery without `Authorization: Bearer <token>` gets 401
     /// (credentials revoked, or never sent).
     pub required_token: Option<String>,
+    /// When set (and `required_token` is not), a delivery's bearer token must
+    /// be one this OAuth2 introspection endpoint (RFC 7662) says is active,
+    /// and not past its `exp`: 401 otherwise.
+    pub introspect_url: Option<String>,
     /// The body of every non-2xx answer (e.g. an API's JSON error); none when unset.
     pub fail_body: Option<String>,
     /// Hidden capacity: at most this many deliveries handled at once; one
@@ -101,6 +106,7 @@ impl Default for Behaviour {
             fail_rate: 0.0,
             fail_status: 503,
             required_token: None,
+            introspect_url: None,
             fail_body: None,
             capacity: None,
         }
@@ -352,6 +358,7 @@ impl Shared {
             http2_requests: AtomicU64::new(0),
             handshakes: Arc::default(),
             shutdown,
+            introspector: introspect::Introspector::default(),
         });
         (shared, shutdown_rx)
     }
@@ -480,6 +487,7 @@ struct Shared {
     http2_requests: AtomicU64,
     handshakes: Arc<tls::HandshakeStats>,
     shutdown: watch::Sender<bool>,
+    introspector: introspect::Introspector,
 }
 
 /// The mutable part of the audit.
@@ -895,12 +903,18 @@ async fn answer_delivery(
     // Decide with the behaviour as it is now, so a change made during the latency
     // (an outage starting) applies to the requests already waiting.
     let behaviour = shared.behaviour();
-    let authorized = behaviour.required_token.as_ref().is_none_or(|t| {
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v == format!("Bearer {t}"))
-    });
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let authorized = match (&behaviour.required_token, &behaviour.introspect_url) {
+        (Some(t), _) => bearer == Some(t.as_str()),
+        (None, Some(url)) => match bearer {
+            Some(token) => shared.introspector.accepts(url, token).await,
+            None => false,
+        },
+        (None, None) => true,
+    };
     let answer = if authorized {
         decide(&behaviour, &id, attempt)
     } else {

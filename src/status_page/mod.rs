@@ -226,6 +226,7 @@ pub struct StatusBoard {
     health: Mutex<HealthView>,
     pub errors: ErrorTally,
     window: Mutex<ErrorWindow>,
+    credential: Mutex<Option<CredentialSnapshot>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -254,6 +255,7 @@ impl StatusBoard {
                 millis(ERROR_STEP),
                 now_ms,
             )),
+            credential: Mutex::new(None),
         }
     }
 
@@ -290,6 +292,12 @@ impl StatusBoard {
         h.marker = seen;
         h.report = Some(r);
         h.at_ms = now_ms;
+    }
+
+    /// The API credential's state (`auth`): what kind, until when the token is
+    /// valid, the last refresh and the last failure's reason — never a secret.
+    pub fn publish_credential(&self, c: CredentialSnapshot) {
+        *lock(&self.credential) = Some(c);
     }
 
     /// Takes a sample of the error counts for the window (kept once per step).
@@ -366,6 +374,7 @@ impl StatusBoard {
                 breaker,
                 marker,
             },
+            credential: lock(&self.credential).clone(),
             partitions,
             errors: ErrorsSnapshot {
                 window_s: u64::try_from(window_ms / 1000).unwrap_or(0),
@@ -392,6 +401,9 @@ pub struct Snapshot {
     /// `/healthz`.
     pub live: Probe,
     pub health: HealthSnapshot,
+    /// The API credential (`None`: no bearer token configured).
+    #[serde(default)]
+    pub credential: Option<CredentialSnapshot>,
     pub partitions: Vec<PartitionSnapshot>,
     pub errors: ErrorsSnapshot,
 }
@@ -434,6 +446,20 @@ pub struct HealthSnapshot {
     pub(crate) evaluated_at_ms: Option<i64>,
     pub breaker: StateSnapshot,
     pub marker: StateSnapshot,
+}
+
+/// The API credential's state on `/status` (never the token or a secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialSnapshot {
+    /// `oauth2`, `token_file` or `token_env`.
+    pub kind: String,
+    /// An OAuth2 token's expiry (Unix ms).
+    pub valid_until_ms: Option<i64>,
+    /// The last token fetched (Unix ms).
+    pub last_refresh_ms: Option<i64>,
+    /// The last failed fetch's reason (`auth_token_unavailable`,
+    /// `auth_token_refused`) while no fetch has succeeded since.
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -52,6 +52,23 @@ fn when(at_ms: i64, now_ms: i64) -> String {
     format!("{utc} ({} ago)", duration(ago))
 }
 
+/// A time ahead (or just past): `2026-12-02 05:00:00 UTC (in 42s)`.
+fn until_text(at_ms: i64, now_ms: i64) -> String {
+    let t =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(at_ms).unwrap_or(0));
+    let utc = humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .replace('T', " ")
+        .replace('Z', " UTC");
+    if at_ms >= now_ms {
+        let left = u64::try_from((at_ms - now_ms) / 1000).unwrap_or(0);
+        format!("{utc} (in {})", duration(left))
+    } else {
+        let ago = u64::try_from((now_ms - at_ms) / 1000).unwrap_or(0);
+        format!("{utc} ({} ago)", duration(ago))
+    }
+}
+
 fn opt(v: Option<i64>) -> String {
     v.map_or_else(|| "–".into(), |v| v.to_string())
 }
@@ -106,6 +123,38 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}\
 .reason{font-family:monospace}.meta{color:#666}";
 
 /// The page for `s`.
+/// The API credential's rows: its kind, an OAuth2 token's expiry, last
+/// refresh and last failure (never the token).
+fn credential_rows(o: &mut String, c: &super::CredentialSnapshot, now: i64) {
+    let state = match (&c.last_error, c.valid_until_ms) {
+        (Some(e), _) => e.as_str(),
+        (None, Some(until)) if until > now => "valid",
+        (None, Some(_)) => "expired",
+        (None, None) if c.kind == "oauth2" => "none yet",
+        (None, None) => "static",
+    };
+    let _ = write!(
+        o,
+        "<tr><th>API credential</th><td id=\"credential\" data-kind=\"{k}\" data-state=\"{st}\">{k}: {st}</td></tr>",
+        k = esc(&c.kind),
+        st = esc(state)
+    );
+    if let Some(until) = c.valid_until_ms {
+        let _ = write!(
+            o,
+            "<tr><th>token valid until</th><td id=\"credential-until\">{}</td></tr>",
+            esc(&until_text(until, now))
+        );
+    }
+    if let Some(at) = c.last_refresh_ms {
+        let _ = write!(
+            o,
+            "<tr><th>token last refreshed</th><td>{}</td></tr>",
+            esc(&when(at, now))
+        );
+    }
+}
+
 pub fn render(s: &Snapshot) -> String {
     let now = s.now_ms;
     let mut o = String::with_capacity(8 * 1024);
@@ -172,6 +221,9 @@ pub fn render(s: &Snapshot) -> String {
             "<tr><th>evaluated</th><td>{}</td></tr>",
             esc(&when(at, now))
         );
+    }
+    if let Some(c) = &s.credential {
+        credential_rows(&mut o, c, now);
     }
     o.push_str("</table>");
 

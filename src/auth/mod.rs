@@ -1,0 +1,217 @@
+//! What a request to the API carries to prove who sends it: the bearer token
+//! (`api.token_env`, `api.token_file`, or `[api.oauth2]`), and the Standard
+//! Webhooks signature (`[api.signing]`). The HTTP client
+//! (`delivery::http`) asks for both for each request and tells this module when
+//! the API answered 401.
+//!
+//! # Layout
+//!
+//! * `secret` — a secret from the environment or from a file re-read when it
+//!   changes (a Kubernetes Secret volume's symlink swap included).
+//! * `oauth2` — the client credentials grant: the token cache and its refresh
+//!   (`core::credentials` decides when).
+//! * this file — [`Auth`], the credentials of one API client, and
+//!   [`AuthFailure`], why a request has no credential to send.
+//!
+//! Secrets never reach a log line, a metric, an envelope or `/status`: header
+//! values are marked sensitive, and the client redacts the current values from
+//! every answer's excerpt.
+
+pub mod oauth2;
+pub mod secret;
+
+use crate::config::{ApiConfig, ConfigError};
+use crate::core::webhook_signature;
+use crate::status_page::{CredentialSnapshot, StatusBoard};
+use reqwest::header::HeaderValue;
+use secret::Watched;
+use std::sync::Arc;
+
+/// Why a request has no credential to send: systemic (the group pauses at
+/// the breaker; never an event's fault, never parked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuthFailure {
+    /// The token endpoint could not be asked, or gave no usable answer.
+    Unavailable,
+    /// The token endpoint refused the client's credentials (a 4xx).
+    Refused,
+}
+
+impl AuthFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthFailure::Unavailable => "auth_token_unavailable",
+            AuthFailure::Refused => "auth_token_refused",
+        }
+    }
+}
+
+/// The bearer token's source.
+enum Bearer {
+    /// `api.token_env` (fixed) or `api.token_file` (re-read).
+    Static(Arc<Watched<HeaderValue>>),
+    OAuth2(Arc<oauth2::TokenSource>),
+}
+
+/// The credentials of one API client.
+#[derive(Default)]
+pub struct Auth {
+    bearer: Option<Bearer>,
+    signing: Option<Arc<Watched<Vec<Vec<u8>>>>>,
+}
+
+/// `Bearer <token>` as a sensitive header value.
+fn bearer_header(token: &str) -> Result<HeaderValue, String> {
+    let mut v = HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| "holds characters an HTTP header cannot carry".to_string())?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+fn signing_keys(text: &str) -> Result<Vec<Vec<u8>>, String> {
+    webhook_signature::parse_secrets(text)
+        .map_err(|e| format!("is not a Standard Webhooks secret: {e}"))
+}
+
+fn plain(text: &str) -> Result<String, String> {
+    Ok(text.to_string())
+}
+
+impl Auth {
+    /// No credentials.
+    pub fn none() -> Auth {
+        Auth::default()
+    }
+
+    /// A fixed bearer token (tests and tools).
+    pub fn static_token(token: &str) -> Result<Auth, String> {
+        Ok(Auth {
+            bearer: Some(Bearer::Static(Arc::new(Watched::fixed(
+                "api.token_env",
+                token,
+                bearer_header,
+            )?))),
+            signing: None,
+        })
+    }
+
+    /// The credentials `[api]` configures, read now (an error names the field).
+    /// Secret files are watched on the current Tokio runtime; `board` shows
+    /// the OAuth2 token's state on `/status`.
+    pub fn from_config(
+        cfg: &ApiConfig,
+        board: Option<Arc<StatusBoard>>,
+    ) -> Result<Auth, ConfigError> {
+        let bearer = if let Some(o) = &cfg.oauth2 {
+            let spec = o.secret_spec()?.ok_or_else(|| {
+                crate::config::invalid(
+                    "api.oauth2.client_secret_env",
+                    "or api.oauth2.client_secret_file must name the client secret",
+                )
+            })?;
+            let secret = Watched::start(&spec, plain)?;
+            let source = oauth2::TokenSource::new(
+                o,
+                secret,
+                cfg.request_timeout,
+                cfg.connect_timeout,
+                board.clone(),
+            )?;
+            if let Some(b) = &board {
+                b.publish_credential(source.snapshot());
+            }
+            Some(Bearer::OAuth2(Arc::new(source)))
+        } else if let Some(spec) = cfg.token_spec()? {
+            if let Some(b) = &board {
+                b.publish_credential(CredentialSnapshot {
+                    kind: match spec {
+                        crate::config::SecretSpec::Env { .. } => "token_env".into(),
+                        crate::config::SecretSpec::File { .. } => "token_file".into(),
+                    },
+                    valid_until_ms: None,
+                    last_refresh_ms: None,
+                    last_error: None,
+                });
+            }
+            Some(Bearer::Static(Watched::start(&spec, bearer_header)?))
+        } else {
+            None
+        };
+        let signing = match cfg
+            .signing
+            .as_ref()
+            .map(|s| s.spec())
+            .transpose()?
+            .flatten()
+        {
+            Some(spec) => Some(Watched::start(&spec, signing_keys)?),
+            None => None,
+        };
+        Ok(Auth { bearer, signing })
+    }
+
+    /// The `Authorization` value for the next request (`None`: none is sent).
+    pub async fn authorization(&self) -> Result<Option<HeaderValue>, AuthFailure> {
+        match &self.bearer {
+            None => Ok(None),
+            Some(Bearer::Static(w)) => Ok(Some((*w.get()).clone())),
+            Some(Bearer::OAuth2(t)) => t.bearer().await.map(Some),
+        }
+    }
+
+    /// The API answered 401 to a request that carried `used`: `true` when a
+    /// different credential may now be sent (a token to fetch, a token file
+    /// that changed), for one more try of the same request.
+    pub async fn unauthorized(&self, used: &HeaderValue) -> bool {
+        match &self.bearer {
+            None => false,
+            Some(Bearer::Static(w)) => {
+                w.reload().await;
+                *w.get() != *used
+            }
+            Some(Bearer::OAuth2(t)) => t.unauthorized(used),
+        }
+    }
+
+    /// The Standard Webhooks headers for a request of event `id` with `body`
+    /// (`None`: no signing configured): `webhook-id`, `webhook-timestamp`,
+    /// `webhook-signature` (one `v1,` signature per configured secret).
+    pub fn signature(&self, id: &str, body: &[u8]) -> Option<[(&'static str, String); 3]> {
+        let keys = self.signing.as_ref()?.get();
+        let ts = crate::clock::now_ms().div_euclid(1000);
+        let sig = webhook_signature::signature(&keys, id, ts, body);
+        Some([
+            ("webhook-id", id.to_string()),
+            ("webhook-timestamp", ts.to_string()),
+            ("webhook-signature", sig),
+        ])
+    }
+
+    /// The secrets' current texts, for redaction from answers (the static
+    /// token; OAuth2 tokens are never echoed in a form we could miss: their
+    /// header values are sensitive, and the current one is redacted too).
+    pub fn current_secrets(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        match &self.bearer {
+            Some(Bearer::Static(w)) => out.push(w.text()),
+            Some(Bearer::OAuth2(t)) => out.extend(t.current_token()),
+            None => {}
+        }
+        if let Some(s) = &self.signing {
+            out.extend(s.text().split_whitespace().map(String::from));
+        }
+        out
+    }
+}
+
+/// An error's chain of causes, innermost last, without reqwest's URL.
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
+}

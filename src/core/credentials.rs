@@ -1,0 +1,174 @@
+//! When to ask the OAuth2 token endpoint for an access token (`auth::oauth2`
+//! carries it out): use the cached token, use it and refresh it in the
+//! background, fetch one and wait for it, or wait out the back-off after a
+//! failed fetch. Pure: the clock and the jitter are inputs.
+//!
+//! A token is refreshed ahead of its expiry by a margin of 10–20 % of its
+//! lifetime (jittered, so the instances of a group do not all ask at once; at
+//! most [`MAX_MARGIN`]); a failed fetch is retried after 1 s, doubling up to
+//! [`MAX_BACKOFF`]. One fetch is in flight for the whole process.
+
+use std::time::{Duration, Instant};
+
+/// The most a token is refreshed ahead of its expiry.
+pub const MAX_MARGIN: Duration = Duration::from_secs(300);
+/// The longest wait between two failed fetches.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The times of the cached token and of the last failure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenTimes {
+    /// The cached token: when to refresh it, and when it expires.
+    pub token: Option<(Instant, Instant)>,
+    /// After a failed fetch: no new fetch before this.
+    pub retry_at: Option<Instant>,
+    /// A fetch is in flight.
+    pub fetching: bool,
+}
+
+/// What a caller that needs a token does now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenStep {
+    /// Send with the cached token.
+    Use,
+    /// Send with the cached token, and start a refresh in the background.
+    UseAndRefresh,
+    /// No usable token: fetch one (or join the fetch in flight) and wait.
+    Fetch,
+    /// No usable token, and the last fetch failed: wait until this, then fetch.
+    WaitUntil(Instant),
+}
+
+pub fn step(t: &TokenTimes, now: Instant) -> TokenStep {
+    let backing_off = t.retry_at.is_some_and(|r| now < r);
+    match t.token {
+        Some((refresh_at, expires_at)) if now < expires_at => {
+            if now >= refresh_at && !t.fetching && !backing_off {
+                TokenStep::UseAndRefresh
+            } else {
+                TokenStep::Use
+            }
+        }
+        _ => match t.retry_at {
+            Some(r) if now < r && !t.fetching => TokenStep::WaitUntil(r),
+            _ => TokenStep::Fetch,
+        },
+    }
+}
+
+/// When a token fetched at `asked` (the request's start) with `lifetime` is
+/// refreshed; `jitter` in `[0, 1)`.
+pub fn refresh_at(asked: Instant, lifetime: Duration, jitter: f64) -> Instant {
+    let share = 0.10 + 0.10 * jitter.clamp(0.0, 1.0);
+    let margin = lifetime.mul_f64(share).min(MAX_MARGIN);
+    asked + lifetime.saturating_sub(margin)
+}
+
+/// The wait after the `failures`-th failed fetch in a row (from 1).
+pub fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    FIRST_BACKOFF.saturating_mul(1 << exp).min(MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn at(base: Instant, ms: u64) -> Instant {
+        base + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn no_token_fetches_and_a_failure_waits_out_its_backoff() {
+        let t0 = Instant::now();
+        assert_eq!(step(&TokenTimes::default(), t0), TokenStep::Fetch);
+        let failed = TokenTimes {
+            retry_at: Some(at(t0, 1000)),
+            ..TokenTimes::default()
+        };
+        assert_eq!(step(&failed, t0), TokenStep::WaitUntil(at(t0, 1000)));
+        assert_eq!(step(&failed, at(t0, 1000)), TokenStep::Fetch);
+        // A fetch already in flight is joined, not waited for twice.
+        let joined = TokenTimes {
+            fetching: true,
+            ..failed
+        };
+        assert_eq!(step(&joined, t0), TokenStep::Fetch);
+    }
+
+    #[test]
+    fn a_token_is_used_then_refreshed_once_ahead_of_its_expiry() {
+        let t0 = Instant::now();
+        let t = TokenTimes {
+            token: Some((at(t0, 800), at(t0, 1000))),
+            ..TokenTimes::default()
+        };
+        assert_eq!(step(&t, at(t0, 799)), TokenStep::Use);
+        assert_eq!(step(&t, at(t0, 800)), TokenStep::UseAndRefresh);
+        let fetching = TokenTimes {
+            fetching: true,
+            ..t
+        };
+        assert_eq!(step(&fetching, at(t0, 900)), TokenStep::Use);
+        // A failed refresh keeps using the token until it expires.
+        let failed = TokenTimes {
+            retry_at: Some(at(t0, 950)),
+            ..t
+        };
+        assert_eq!(step(&failed, at(t0, 900)), TokenStep::Use);
+        assert_eq!(step(&failed, at(t0, 960)), TokenStep::UseAndRefresh);
+        assert_eq!(step(&t, at(t0, 1000)), TokenStep::Fetch);
+    }
+
+    #[test]
+    fn the_backoff_doubles_to_its_cap() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(2), Duration::from_secs(2));
+        assert_eq!(backoff(5), Duration::from_secs(16));
+        assert_eq!(backoff(6), MAX_BACKOFF);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+
+    proptest! {
+        /// The refresh comes after 80 % of the lifetime (or the capped margin)
+        /// and before the expiry.
+        #[test]
+        fn a_refresh_is_ahead_of_the_expiry_within_its_margin(
+            lifetime_ms in 1u64..10_000_000, jitter in 0.0f64..1.0,
+        ) {
+            let t0 = Instant::now();
+            let lifetime = Duration::from_millis(lifetime_ms);
+            let r = refresh_at(t0, lifetime, jitter);
+            prop_assert!(r <= t0 + lifetime);
+            let margin = (t0 + lifetime) - r;
+            prop_assert!(margin <= MAX_MARGIN);
+            prop_assert!(margin <= lifetime.mul_f64(0.2) + Duration::from_nanos(1));
+            prop_assert!(margin >= lifetime.mul_f64(0.1).min(MAX_MARGIN) - Duration::from_nanos(1));
+        }
+
+        /// Whatever the state, a caller is never told to use a token past its
+        /// expiry, and never told to fetch during a back-off nobody is fetching in.
+        #[test]
+        fn a_step_never_uses_an_expired_token(
+            refresh in 0u64..2000, life in 0u64..2000, retry in proptest::option::of(0u64..3000),
+            has_token: bool, fetching: bool, now in 0u64..4000,
+        ) {
+            let t0 = Instant::now();
+            let t = TokenTimes {
+                token: has_token.then(|| (at(t0, refresh.min(life)), at(t0, life))),
+                retry_at: retry.map(|r| at(t0, r)),
+                fetching,
+            };
+            let now = at(t0, now);
+            match step(&t, now) {
+                TokenStep::Use | TokenStep::UseAndRefresh => {
+                    prop_assert!(t.token.is_some_and(|(_, e)| now < e))
+                }
+                TokenStep::Fetch => prop_assert!(fetching || t.retry_at.is_none_or(|r| now >= r)),
+                TokenStep::WaitUntil(r) => prop_assert!(r > now && !fetching),
+            }
+        }
+    }
+}
