@@ -38,4 +38,11 @@ bash scripts/check-deploy.sh
 # The OpenTelemetry Collector tests/otlp.rs exports to (built once, cached).
 COURIER_TEST_OTELCOL=$(bash scripts/otelcol.sh)
 export COURIER_TEST_OTELCOL
+# The OAuth2 server tests/auth.rs gets tokens from (ory/hydra, built once, cached),
+# and the python with the Standard Webhooks reference library tests/signing.rs's
+# receiver verifies with (a venv, made once).
+COURIER_TEST_HYDRA=$(bash scripts/hydra.sh)
+export COURIER_TEST_HYDRA
+COURIER_TEST_PYTHON=$(bash scripts/pytools.sh)
+export COURIER_TEST_PYTHON
 cargo test --workspace --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"

@@ -353,6 +353,49 @@ mod tests {
     }
 
     #[test]
+    fn the_api_credential_shows_its_state_and_never_a_token() {
+        let base = snapshot();
+        let now = base.now_ms;
+        let s = Snapshot {
+            credential: Some(super::super::CredentialSnapshot {
+                kind: "oauth2".into(),
+                valid_until_ms: Some(now + 42_000),
+                last_refresh_ms: Some(now - 3_000),
+                last_error: None,
+            }),
+            ..base.clone()
+        };
+        let html = render(&s);
+        assert!(
+            html.contains("id=\"credential\" data-kind=\"oauth2\" data-state=\"valid\""),
+            "{html}"
+        );
+        assert!(html.contains("(in 42s)"), "{html}");
+        assert!(
+            html.contains("token last refreshed</th><td>2025-11-30 19:40:58 UTC (3s ago)"),
+            "{html}"
+        );
+        let failing = Snapshot {
+            credential: Some(super::super::CredentialSnapshot {
+                kind: "oauth2".into(),
+                valid_until_ms: Some(now - 1_000),
+                last_refresh_ms: None,
+                last_error: Some("auth_token_refused".into()),
+            }),
+            ..base.clone()
+        };
+        let html = render(&failing);
+        assert!(
+            html.contains("data-state=\"auth_token_refused\">oauth2: auth_token_refused"),
+            "{html}"
+        );
+        assert!(
+            !render(&base).contains("id=\"credential\""),
+            "no credential, no row"
+        );
+    }
+
+    #[test]
     fn empty_states_are_said_not_left_blank() {
         let s = Snapshot {
             partitions: Vec::new(),

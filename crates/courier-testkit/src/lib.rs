@@ -1,6 +1,8 @@
 //! Helpers for tests, drills and the bench: run a Courier process (or any child
-//! process: [`ChildGuard`]), pick a free port, read metrics ([`prom`]). One of each:
-//! the tests (`tests/common`), `courier-drill` and the bench (`benches/e2e/`) use these.
+//! process: [`ChildGuard`]), pick a free port, read metrics ([`prom`]), run the real
+//! servers the auth tests talk to (an OAuth2 server: [`hydra`]; a webhook receiver
+//! that verifies signatures: [`webhooks`]). One of each: the tests (`tests/common`),
+//! `courier-drill` and the bench (`benches/e2e/`) use these.
 //!
 //! Courier itself does not use this module. The integration tests (`tests/common`)
 //! and `courier-drill` start Courier the same way — `courier run --config
@@ -12,7 +14,10 @@
 //! rather than polled). A [`CourierProcess`] that is dropped kills its process.
 
 pub mod child;
+pub mod hydra;
 pub mod prom;
+mod service;
+pub mod webhooks;
 
 pub use child::ChildGuard;
 pub use prom::metric_sum;
@@ -82,6 +87,41 @@ pub enum TestkitError {
         url: String,
         #[source]
         source: reqwest::Error,
+    },
+    /// A request to a helper service (hydra, the webhook receiver) failed.
+    #[error("{what} ({url}): {source}")]
+    Http {
+        what: &'static str,
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A helper service answered with an unexpected status (`body`: the start of
+    /// its answer).
+    #[error("{what} ({url}): answered {status}: {body}")]
+    Status {
+        what: &'static str,
+        url: String,
+        status: u16,
+        body: String,
+    },
+    /// A helper service's answer is not what its API promises.
+    #[error("{what}: unexpected answer: {reason}")]
+    Answer { what: &'static str, reason: String },
+    /// A helper process exited before it was ready.
+    #[error("{name} exited while starting (exit code {code:?}); log: {}", log.display())]
+    Exited {
+        name: String,
+        code: Option<i32>,
+        log: PathBuf,
+    },
+    /// A helper process did not become ready in time (it was killed).
+    #[error("{name} did not answer {url} within {timeout:?}; log: {}", log.display())]
+    NotReady {
+        name: String,
+        url: String,
+        timeout: Duration,
+        log: PathBuf,
     },
 }
 
