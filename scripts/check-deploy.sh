@@ -50,7 +50,11 @@ render() { # release values-args... -> stdout
     helmq template "$release" "$CHART" --namespace courier --kube-version "$KUBE_VERSION" "$@"
 }
 # The courier.toml of each ConfigMap in a rendering, through `courier check-config`, with
-# the secret variables the config names set to placeholders.
+# the secret variables the config names set to placeholders, and the secret files it
+# names under /var/run/secrets/courier/ (projected from Secrets in a cluster) replaced by
+# placeholder files. The placeholder is a well-formed Standard Webhooks secret, so it
+# passes for a signing secret as well as for a token or a password.
+placeholder=whsec_cGxhY2Vob2xkZXItc2VjcmV0LWJ5dGVz
 check_configs() {
     local file=$1 n=0
     local dir=$work/configs-$(basename "$file" .yaml)
@@ -64,8 +68,12 @@ check_configs() {
     for toml in "$dir"/*.toml; do
         n=$((n + 1))
         env_vars=()
-        while IFS= read -r var; do env_vars+=("$var=placeholder"); done \
+        while IFS= read -r var; do env_vars+=("$var=$placeholder"); done \
             < <(sed -n 's/^[a-z_]*_env = "\(.*\)"$/\1/p' "$toml")
+        while IFS= read -r f; do
+            mkdir -p "$(dirname "$dir/secrets/$f")"; echo "$placeholder" >"$dir/secrets/$f"
+        done < <(sed -n 's|^[a-z_]*_file = "/var/run/secrets/courier/\(.*\)"$|\1|p' "$toml")
+        sed -i "s|= \"/var/run/secrets/courier/|= \"$dir/secrets/|" "$toml"
         if ! out=$(env "${env_vars[@]}" "$courier" check-config --config "$toml" 2>&1); then
             echo "check-deploy: $file: courier.toml #$n fails check-config:"; echo "$out"; cat -n "$toml"; return 1
         fi
@@ -155,6 +163,8 @@ cat "$work/default.yaml" "$work/default.yaml" >"$work/twice.yaml"
 expect_refusal "two releases with one name" 'name collides' "$k8scheck" "$work/twice.yaml"
 expect_refusal "helm: image.tag=latest" '`latest` is not allowed' render x --set image.tag=latest
 expect_refusal "helm: a *_env no Secret provides" 'neither secrets.env nor extraEnv provides it' render x --set config.api.token_env=COURIER_API_TOKEN
+expect_refusal "helm: a *_file no Secret projects" 'no secrets.files item projects the path oauth2-secret' render x --set config.api.token_file=null --set config.api.oauth2.client_secret_file=/var/run/secrets/courier/oauth2-secret
+expect_refusal "helm: a path projected twice" 'the path api-token is projected twice' render x --set-json 'secrets.files=[{"items":[{"key":"api-token","path":"api-token"}]},{"secretName":"other","items":[{"key":"token","path":"api-token"}]}]'
 expect_refusal "helm: metrics on loopback" 'must be 0.0.0.0:<port>' render x --set config.metrics.listen=127.0.0.1:9464
 expect_refusal "helm: not a duration" 'is not a duration' render x --set config.pipeline.shutdown_grace=soon
 expect_refusal "helm: a misspelled option" "additional properties 'replicaCnt' not allowed" render x --set replicaCnt=3

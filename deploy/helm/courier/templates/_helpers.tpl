@@ -188,3 +188,33 @@ Environment variables named by the config's `*_env` fields (any section, any dep
 {{ end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Files named by the config's `*_file` fields (any section, any depth):
+"field.path=/the/path" lines.
+*/}}
+{{- define "courier.namedFiles" -}}
+{{- include "courier.namedFilesIn" (dict "table" .Values.config "path" "") -}}
+{{- end -}}
+
+{{- define "courier.namedFilesIn" -}}
+{{- $path := .path -}}
+{{- range $k, $v := .table -}}
+{{- $field := ternary $k (printf "%s.%s" $path $k) (eq $path "") -}}
+{{- if kindIs "map" $v -}}
+{{- include "courier.namedFilesIn" (dict "table" $v "path" $field) -}}
+{{- else if and (hasSuffix "_file" $k) (kindIs "string" $v) $v -}}
+{{ printf "%s=%s" $field $v }}
+{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where secrets.files are mounted (one projected volume, read-only). */}}
+{{- define "courier.secretsDir" -}}
+/var/run/secrets/courier
+{{- end -}}
+
+{{/* The Secret the chart reads by default: secrets.existingSecret, else "<full name>-secrets". */}}
+{{- define "courier.secretName" -}}
+{{- default (printf "%s-secrets" (include "courier.fullname" .)) .Values.secrets.existingSecret -}}
+{{- end -}}
