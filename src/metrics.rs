@@ -63,6 +63,11 @@ pub(crate) const AUTH_TOKEN_REQUESTS: &str = "courier_auth_token_requests_total"
 pub(crate) const AUTH_TOKEN_EXPIRY: &str = "courier_auth_token_expiry_timestamp_seconds";
 pub(crate) const AUTH_RETRIES: &str = "courier_auth_retries_total";
 pub(crate) const SECRET_RELOADS: &str = "courier_secret_reloads_total";
+// Batch delivery (`delivery::batch`).
+pub(crate) const BATCH_REQUESTS: &str = "courier_batch_requests_total";
+pub(crate) const BATCH_EVENTS: &str = "courier_batch_events";
+pub(crate) const BATCH_SPLIT_REQUESTS: &str = "courier_batch_split_requests_total";
+pub(crate) const BATCH_SHRUNK: &str = "courier_batch_shrunk_total";
 // Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
 pub const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 
@@ -255,6 +260,22 @@ pub const ALL: &[(&str, &str)] = &[
         "Times a secret file (api.token_file, api.oauth2.client_secret_file, api.signing.secret_file) was seen changed and its new value taken, by field.",
     ),
     (
+        BATCH_REQUESTS,
+        "Requests sent by batch delivery ([api.batch] with max_events > 1), a batch of one included.",
+    ),
+    (
+        BATCH_EVENTS,
+        "Events per request sent by batch delivery (histogram).",
+    ),
+    (
+        BATCH_SPLIT_REQUESTS,
+        "Extra requests made by splitting batches refused as a whole (api.batch.split statuses) into halves: at most 2*ceil(log2 n) per bad event in a batch of n.",
+    ),
+    (
+        BATCH_SHRUNK,
+        "Times a 413 to a batch held its route's batches to half the refused size for a minute.",
+    ),
+    (
         DELETED_UNREAD,
         "Events deleted (retention, delete-records, truncation) before this group read them, by topic and partition: the offsets between the committed position and the log start, less those the commit metadata names done (a recreated topic: the old log's records past Courier's position at its last lag check, a lower bound). Each is an event lost. Expected 0.",
     ),
@@ -268,6 +289,10 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 /// End-to-end event age buckets (seconds), up to an hour.
+/// Events per batch request.
+pub(crate) const BATCH_BUCKETS: &[f64] =
+    &[1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0];
+
 pub(crate) const AGE_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
     120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
@@ -289,6 +314,8 @@ fn builder(group: &str, main_topic: &str) -> Option<PrometheusBuilder> {
             .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.into()), LATENCY_BUCKETS)
             .ok()?
             .set_buckets_for_metric(Matcher::Full(EVENT_AGE.into()), AGE_BUCKETS)
+            .ok()?
+            .set_buckets_for_metric(Matcher::Full(BATCH_EVENTS.into()), BATCH_BUCKETS)
             .ok()?
             .add_global_label(GROUP_LABEL, group)
             .add_global_label(MAIN_TOPIC_LABEL, main_topic),
@@ -363,6 +390,8 @@ pub fn describe() {
             metrics::describe_counter!(*name, *help);
         } else if *name == DELIVERY_LATENCY || *name == EVENT_AGE {
             metrics::describe_histogram!(*name, metrics::Unit::Seconds, *help);
+        } else if *name == BATCH_EVENTS {
+            metrics::describe_histogram!(*name, metrics::Unit::Count, *help);
         } else {
             metrics::describe_gauge!(*name, *help);
         }

@@ -36,6 +36,10 @@ pub struct ApiConfig {
     pub oauth2: Option<super::OAuth2Config>,
     /// `[api.signing]`: a Standard Webhooks signature on every request.
     pub signing: Option<super::SigningConfig>,
+    /// `[api.batch]`: many events per request (`max_events = 1`: one each).
+    pub batch: super::BatchConfig,
+    /// What `rate_limit_per_sec` counts: requests (a batch is one) or events.
+    pub rate_limit_unit: super::RateLimitUnit,
     /// Extra request headers (not secrets: those come from `token_env`).
     pub headers: BTreeMap<String, String>,
     /// Speak HTTP/2 without negotiation (h2c) to an `http://` API.
@@ -99,6 +103,9 @@ pub struct RouteConfig {
     pub headers: BTreeMap<String, String>,
     #[serde(default)]
     pub body: BodyMode,
+    /// Batching for this route: any `[api.batch]` field, over the section.
+    #[serde(default)]
+    pub batch: Option<super::BatchOverride>,
 }
 
 /// Headers Courier sets itself or that belong to one connection: never taken
@@ -197,6 +204,8 @@ impl Default for ApiConfig {
             token_file: None,
             oauth2: None,
             signing: None,
+            batch: super::BatchConfig::default(),
+            rate_limit_unit: super::RateLimitUnit::Requests,
             headers: BTreeMap::new(),
             http2_prior_knowledge: false,
             http2: false,
@@ -247,12 +256,17 @@ impl ApiConfig {
             if r.event_type.is_empty() {
                 return Err(invalid(&field("type"), "must name a type or a glob"));
             }
+            let batch = match &r.batch {
+                Some(o) => self.batch.with(o).spec(&field("batch"))?,
+                None => self.batch.spec("api.batch")?,
+            };
             out.push(Route {
                 types: r.event_type.clone(),
                 url,
                 method: r.method,
                 headers,
                 body: r.body,
+                batch: batch.map(std::sync::Arc::new),
             });
         }
         Routes::new(out).map_err(|e| invalid("api.routes", e.to_string()))
@@ -274,8 +288,14 @@ impl ApiConfig {
         Ok(())
     }
 
+    /// Batching of the events no route matches (`[api.batch]`).
+    pub fn batch_spec(&self) -> Result<Option<std::sync::Arc<super::BatchSpec>>, ConfigError> {
+        Ok(self.batch.spec("api.batch")?.map(std::sync::Arc::new))
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.status_policy()?;
+        self.batch_spec()?;
         self.routes()?;
         let https = self.url.starts_with("https://");
         for (i, r) in self.routes.iter().enumerate() {

@@ -11,6 +11,7 @@
 
 mod api;
 mod auth;
+mod batch;
 #[cfg(test)]
 mod completeness;
 mod degraded;
@@ -24,11 +25,13 @@ mod redis;
 mod retry;
 mod tracing;
 
+pub use crate::core::batch::BatchSpec;
 use api::is_loopback;
 pub use api::{ApiConfig, ApiTlsConfig, CaMode};
 pub use auth::{
     read_secret_file, AuthStyle, OAuth2Config, SecretSpec, SigningConfig, SigningScheme,
 };
+pub use batch::{BatchConfig, BatchFormatName, BatchOverride, RateLimitUnit};
 pub(crate) use degraded::millis;
 pub use degraded::DegradedConfig;
 pub use enrichment::{EnrichmentConfig, OnMissing, SslMode};

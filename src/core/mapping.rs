@@ -302,7 +302,7 @@ pub fn glob_match(pattern: &str, s: &str) -> bool {
 }
 
 /// `method` of a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Method {
     #[default]
@@ -338,6 +338,8 @@ pub struct Route {
     pub method: Method,
     pub headers: Vec<(String, Template)>,
     pub body: BodyMode,
+    /// How this route's events are batched (`None`: one request each).
+    pub batch: Option<std::sync::Arc<crate::core::batch::BatchSpec>>,
 }
 
 /// The routes, in order: the first whose glob matches the type wins.
@@ -356,6 +358,11 @@ impl Routes {
 
     pub fn is_empty(&self) -> bool {
         self.routes.is_empty()
+    }
+
+    /// Whether any route batches its events.
+    pub fn any_batched(&self) -> bool {
+        self.routes.iter().any(|r| r.batch.is_some())
     }
 
     pub fn find(&self, event_type: &str) -> Option<&Route> {
@@ -443,6 +450,7 @@ mod tests {
         assert!(glob_match("*.created", "x.y.created"));
         assert!(!glob_match("*.created", "x.y.created.z"));
         let route = |types: &str, url: &str| Route {
+            batch: None,
             types: types.into(),
             url: Template::parse_url(url).unwrap(),
             method: Method::Post,

@@ -26,7 +26,8 @@
 //!   (an answer or transport failure → a class and a reason), `status_policy`
 //!   (what each HTTP status code means, `[api.status]`), `attempt` (the decision
 //!   after a failed try or a failed DLQ round: retry, wait at the gate, dead-letter,
-//!   park), `backoff` (in-place retries' delays), `dlq_policy` (a DLQ event at the
+//!   park), `batch` (a batch's body, its per-item results, bisection of a batch
+//!   refused as a whole), `backoff` (in-place retries' delays), `dlq_policy` (a DLQ event at the
 //!   head of the drain), `systemic` (a systemic answer as a hypothesis a later call
 //!   refutes), `breaker` (the local circuit breaker and its gate).
 //!
@@ -45,6 +46,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod backoff;
+pub mod batch;
 pub mod breaker;
 pub(crate) mod byte_budget;
 pub mod classify;

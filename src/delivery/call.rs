@@ -7,7 +7,10 @@ use super::http::{self, Api, Outgoing, TransportError};
 use super::limits;
 use super::token::CompletionToken;
 use super::Deliverer;
-use crate::core::classify::{outcome_of, FailureClass, FailureReason, StatusVerdict};
+use crate::core::batch;
+use crate::core::classify::{
+    outcome_of, FailureClass, FailureReason, StatusVerdict, TransportFailure,
+};
 use bytes::Bytes;
 
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
@@ -48,6 +51,44 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         }
     }
 
+    /// The request for one event, after the gate: into its route's batch
+    /// (`[api.batch]`, a JSON body), or alone after the rate slot. With the
+    /// call's number. `None`: handed over first (no answer for it).
+    pub(super) async fn send_once(
+        &self,
+        out: &Outgoing,
+        id: &str,
+        body: Bytes,
+        redelivery: Option<u32>,
+        token: &CompletionToken,
+    ) -> Option<(Result<http::Answer, TransportError>, u64)> {
+        if let Some(spec) = out
+            .batch
+            .as_ref()
+            .filter(|s| batch::batchable(&s.format, &body))
+        {
+            let answer = self.batcher.submit(out, spec, id, body, redelivery);
+            return tokio::select! {
+                biased;
+                _ = token.until_cancelled() => None,
+                r = answer => Some(r.unwrap_or_else(|_| {
+                    (
+                        Err(TransportError::new(
+                            TransportFailure::Other,
+                            "the batch of this event ended without an answer",
+                        )),
+                        0,
+                    )
+                })),
+            };
+        }
+        let call = self.rate_slot(token).await?;
+        let seq = self.pipeline.health.call_number();
+        let r = self.api.send(out, id, body, redelivery).await;
+        self.limits.after_call(call, &r);
+        Some((r, seq))
+    }
+
     /// One API call on the main path: waits while the breaker is open, and feeds
     /// the breaker with what the answer says about the API (a systemic answer:
     /// the caller, with the event's hypothesis). With the answer, the call's
@@ -65,10 +106,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         if !self.gate(token, suspect).await {
             return None;
         }
-        let call = self.rate_slot(token).await?;
-        let seq = self.pipeline.health.call_number();
-        let r = self.api.send(out, id, body, None).await;
-        self.limits.after_call(call, &r);
+        let (r, seq) = self.send_once(out, id, body, None, token).await?;
         match &r {
             // Back-pressure the concurrency limit answers, not an outage.
             Ok(a) if self.limits.absorbs(a.status) => {}

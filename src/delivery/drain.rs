@@ -197,13 +197,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 if !self.drain_pacer.slot(token).await || !self.gate(token, false).await {
                     return None;
                 }
-                let call = self.rate_slot(token).await?;
-                seq = self.pipeline.health.call_number();
-                let r = self
-                    .api
-                    .send(&out, &id, body, Some(env.dlq_retries + 1))
-                    .await;
-                self.limits.after_call(call, &r);
+                let (r, s) = self
+                    .send_once(&out, &id, body, Some(env.dlq_retries + 1), token)
+                    .await?;
+                seq = s;
                 r
             }
             Ok(Body::Park { reason, message }) => {

@@ -55,7 +55,13 @@ pub struct Answer {
     /// control characters replaced), for the envelope's `last_error.message`
     /// only — never a log line or a metric label.
     pub body: Option<String>,
+    /// The whole body (at most [`MAX_READ_ANSWER_BYTES`]) when the request
+    /// asked for it (`Outgoing::read_answer`: a batch's per-item results).
+    pub full: Option<bytes::Bytes>,
 }
+
+/// The most of an answer read whole (`Outgoing::read_answer`).
+pub const MAX_READ_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
 /// A call that got no HTTP answer: what failed, and the innermost error's text
 /// (no URL, no secret, nothing from a response body).
@@ -85,6 +91,11 @@ pub struct Outgoing {
     /// `None`: `application/cloudevents+json`.
     pub content_type: Option<std::borrow::Cow<'static, str>>,
     pub headers: Vec<(String, bytes::Bytes)>,
+    /// How the route's events are batched (`None`: one request each); for
+    /// the delivery stages, not the client.
+    pub batch: Option<std::sync::Arc<crate::core::batch::BatchSpec>>,
+    /// Read the whole answer into `Answer::full` (a batch's per-item results).
+    pub read_answer: bool,
 }
 
 #[derive(Clone)]
@@ -131,7 +142,7 @@ fn secret_forms(value: &str) -> Vec<Vec<u8>> {
 /// What the delivery stages send requests through: the [`ApiClient`] in
 /// production, a fake in the shell's unit tests (the stages are generic over
 /// it, so the hot path stays monomorphic).
-pub(crate) trait Api: Send + Sync + 'static {
+pub(crate) trait Api: Clone + Send + Sync + 'static {
     /// One request for event `event_id` (`redelivery`: the DLQ round).
     fn send(
         &self,
@@ -275,7 +286,7 @@ impl ApiClient {
             }
             _ => resp,
         };
-        self.answer(resp).await
+        self.answer(resp, out.read_answer).await
     }
 
     /// The request: the route's method and URL, the event id as
@@ -320,13 +331,28 @@ impl ApiClient {
 
     /// The answer, reduced: status, `Retry-After`, and for a failure an
     /// excerpt of its body with every secret redacted.
-    async fn answer(&self, resp: reqwest::Response) -> Result<Answer, TransportError> {
+    async fn answer(&self, resp: reqwest::Response, whole: bool) -> Result<Answer, TransportError> {
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
+        if whole {
+            let full = bytes::Bytes::from(read_body(resp, MAX_READ_ANSWER_BYTES, false).await);
+            let body = ((200..300).contains(&status) || self.error_body_bytes == 0)
+                .then_some(())
+                .map_or_else(
+                    || redacted_excerpt(&full, self.error_body_bytes, &self.current_secrets()),
+                    |()| None,
+                );
+            return Ok(Answer {
+                status,
+                retry_after,
+                body,
+                full: Some(full),
+            });
+        }
         // Read a small body to its end, so the connection goes back to the
         // pool; of any other, only what the excerpt needs (the cap plus the
         // longest secret, so a secret is redacted whole).
@@ -337,12 +363,10 @@ impl ApiClient {
                 status,
                 retry_after,
                 body: None,
+                full: None,
             });
         }
-        let mut secrets = self.secrets.clone();
-        for s in self.auth.current_secrets() {
-            secrets.extend(secret_forms(&s));
-        }
+        let secrets = self.current_secrets();
         let longest = secrets.iter().map(Vec::len).max().unwrap_or(0);
         let keep = self.error_body_bytes.saturating_add(longest);
         let read = read_body(resp, keep, success).await;
@@ -350,7 +374,18 @@ impl ApiClient {
             status,
             retry_after,
             body: redacted_excerpt(&read, self.error_body_bytes, &secrets),
+            full: None,
         })
+    }
+
+    /// Every value redacted from an answer's excerpt now: the configured
+    /// credential headers and the current credentials (they may rotate).
+    fn current_secrets(&self) -> Vec<Vec<u8>> {
+        let mut secrets = self.secrets.clone();
+        for s in self.auth.current_secrets() {
+            secrets.extend(secret_forms(&s));
+        }
+        secrets
     }
 }
 

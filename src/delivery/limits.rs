@@ -76,8 +76,16 @@ impl Limits {
 
     /// Waits for the rate limit (if any), then counts the call as in flight.
     pub async fn before_call(&self) -> Call {
+        self.before_call_weighted(1).await
+    }
+
+    /// Like [`Limits::before_call`] for a call that takes `weight` of the rate
+    /// limit (a batch of n events with `api.rate_limit_unit = "events"`).
+    pub async fn before_call_weighted(&self, weight: usize) -> Call {
         if let Some(rate) = &self.rate {
-            rate.acquire().await;
+            for _ in 0..weight.max(1) {
+                rate.acquire().await;
+            }
         }
         self.calls.fetch_add(1, Relaxed);
         Call {
@@ -230,6 +238,7 @@ mod tests {
                 status,
                 retry_after: None,
                 body: None,
+                full: None,
             })
         };
         let rtt = Duration::from_millis(7);

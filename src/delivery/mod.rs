@@ -26,6 +26,7 @@
 //! the [`Deliverer`] every stage is a part of.
 
 mod attempt;
+mod batch;
 mod call;
 mod drain;
 mod durable;
@@ -141,7 +142,11 @@ pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriter
     policy: InPlaceRetry,
     permits: Arc<Semaphore>,
     /// The adaptive concurrency limit (and what feeds it) the permits follow.
-    limits: limits::Limits,
+    limits: Arc<limits::Limits>,
+    /// Batches being formed (`[api.batch]`), and the batching of events no
+    /// route matches.
+    batcher: Arc<batch::Batcher<A>>,
+    batch: Option<Arc<crate::core::batch::BatchSpec>>,
     /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
     /// not receive the whole backlog at once.
     drain_permits: Semaphore,
@@ -236,20 +241,32 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     ) -> Result<Deliverer<A, W>, DelivererError> {
         let cfg: &Config = &pipeline.config;
         let d = &cfg.degraded;
+        let routes = cfg.api.routes()?;
+        let batch = cfg.api.batch_spec()?;
+        let batching = batch.is_some() || routes.any_batched();
+        // With batching the permits count events and a request carries many:
+        // the adaptive limit (which learns from requests) would starve them.
+        let limits = Arc::new(limits::Limits::new(
+            cfg.pipeline.concurrency,
+            cfg.api.adaptive_concurrency && !batching,
+            ratelimit::RateLimiter::from_config(&pipeline),
+        ));
         Ok(Deliverer {
+            batcher: Arc::new(batch::Batcher::new(
+                api.clone(),
+                limits.clone(),
+                pipeline.clone(),
+            )),
+            batch,
+            limits,
             api,
             writer,
             alarm,
-            routes: cfg.api.routes()?,
+            routes,
             forward_headers: cfg.api.forward_headers.clone(),
             status: cfg.api.status_policy()?,
             policy: cfg.api.retry_policy(),
             permits: Arc::new(Semaphore::new(cfg.pipeline.concurrency)),
-            limits: limits::Limits::new(
-                cfg.pipeline.concurrency,
-                cfg.api.adaptive_concurrency,
-                ratelimit::RateLimiter::from_config(&pipeline),
-            ),
             drain_permits: Semaphore::new(d.drain_concurrency),
             drain_pacer: pacer::DrainPacer::new(Duration::from_secs_f64(
                 1.0 / d.drain_rate_per_sec,

@@ -48,6 +48,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let route = self.routes.find(&ev.event_type);
         let mut out = Outgoing {
             content_type: Some(src.body_type.content_type().into()),
+            batch: route.map_or_else(|| self.batch.clone(), |r| r.batch.clone()),
             ..Outgoing::default()
         };
         let body = match route {

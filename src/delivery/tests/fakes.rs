@@ -84,6 +84,7 @@ impl Api for FakeApi {
                     status,
                     retry_after: None,
                     body: None,
+                    full: None,
                 })
             };
             match reply {

@@ -1,0 +1,428 @@
+//! Batch delivery's decisions (`delivery::batch` carries them out): how the
+//! items of a batch become one request body, what a batch answer says about
+//! each item, and how a batch refused as a whole is split until the item at
+//! fault is alone. Pure: bodies, answers and the split are values.
+//!
+//! **Bodies** (`api.batch.format`): `json_array` (`[a,b,…]`, `application/json`),
+//! `ndjson` (one item per line, `application/x-ndjson`), `cloudevents_batch`
+//! (`[a,b,…]`, `application/cloudevents-batch+json`, the CloudEvents HTTP
+//! binding's batched mode) and `template`: a JSON text with exactly one
+//! `$items` where the array goes (`{"events": $items}`). Nothing else in a
+//! template is interpreted.
+//!
+//! **Per-item results** (`api.batch.results`, a JSON pointer to an array in the
+//! answer): element `i` is the result of item `i` — or, with `result_id`, the
+//! element whose id is the item's event id. Its status (`result_status`, a JSON
+//! pointer within the element; a number or a numeric string) goes through the
+//! status policy as if the item had been sent alone. An item the answer does not
+//! mention gets [`MISSING_RESULT_STATUS`] (transient: sent again).
+//!
+//! **Bisection**: a batch answered as a whole with a "split" status (400, 413,
+//! 422 by default) is sent again as two halves, each half the same way, down to
+//! single items, whose answer is then their own. An item is in one request per
+//! level of the split, so a bad item costs at most `2·⌈log₂ n⌉` extra requests
+//! (its half and the half's sibling at each level) and a done item is never
+//! sent again by the split: only halves of a batch refused as a whole are.
+
+use sha2::{Digest, Sha256};
+
+/// How a route's events are batched (`[api.batch]`, parsed by `config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchSpec {
+    /// Events per request at most (at least 2: 1 is no batching).
+    pub max_events: usize,
+    /// Bytes of the encoded body at most; a larger single event goes alone.
+    pub max_bytes: usize,
+    /// The longest an event waits for its batch.
+    pub linger: std::time::Duration,
+    pub format: BatchFormat,
+    pub results: Option<ResultsSpec>,
+    /// Statuses that split a batch answered as a whole.
+    pub split: Vec<u16>,
+}
+
+/// The status an item gets when a batch answer has per-item results but none
+/// for it: 502 (transient: sent again; at least once).
+pub const MISSING_RESULT_STATUS: u16 = 502;
+
+/// `api.batch.format`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchFormat {
+    JsonArray,
+    Ndjson,
+    CloudEventsBatch,
+    /// The text before and after `$items`.
+    Template {
+        before: String,
+        after: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("must hold $items exactly once (where the JSON array of the items goes)")]
+    Placeholder,
+    #[error("is not JSON once $items is replaced by an array: {0}")]
+    NotJson(String),
+}
+
+impl BatchFormat {
+    /// A template: `$items` exactly once, and JSON around an array.
+    pub fn template(text: &str) -> Result<BatchFormat, TemplateError> {
+        let mut parts = text.split("$items");
+        let (Some(before), Some(after), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(TemplateError::Placeholder);
+        };
+        let sample = format!("{before}[1,2]{after}");
+        serde_json::from_str::<serde_json::Value>(&sample)
+            .map_err(|e| TemplateError::NotJson(e.to_string()))?;
+        Ok(BatchFormat::Template {
+            before: before.to_string(),
+            after: after.to_string(),
+        })
+    }
+
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            BatchFormat::JsonArray | BatchFormat::Template { .. } => "application/json",
+            BatchFormat::Ndjson => "application/x-ndjson",
+            BatchFormat::CloudEventsBatch => "application/cloudevents-batch+json",
+        }
+    }
+
+    /// The bytes `items` add beyond their own: brackets, separators, the
+    /// template's text.
+    pub fn overhead(&self, items: usize) -> usize {
+        let seps = items.saturating_sub(1);
+        match self {
+            BatchFormat::JsonArray | BatchFormat::CloudEventsBatch => 2 + seps,
+            BatchFormat::Ndjson => items,
+            BatchFormat::Template { before, after } => before.len() + after.len() + 2 + seps,
+        }
+    }
+
+    /// The request body of `items` (each a JSON text; ndjson: each on one line).
+    pub fn encode<'a>(&self, items: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let array = |out: &mut Vec<u8>, items: &mut dyn Iterator<Item = &'a [u8]>| {
+            out.push(b'[');
+            for (i, it) in items.enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(it);
+            }
+            out.push(b']');
+        };
+        let mut items = items.into_iter();
+        match self {
+            BatchFormat::JsonArray | BatchFormat::CloudEventsBatch => array(&mut out, &mut items),
+            BatchFormat::Ndjson => {
+                for it in items {
+                    out.extend_from_slice(it);
+                    out.push(b'\n');
+                }
+            }
+            BatchFormat::Template { before, after } => {
+                out.extend_from_slice(before.as_bytes());
+                array(&mut out, &mut items);
+                out.extend_from_slice(after.as_bytes());
+            }
+        }
+        out
+    }
+}
+
+/// Whether an item's body can go into a batch of this format: JSON (for
+/// ndjson also on one line). One that cannot is sent alone.
+pub fn batchable(format: &BatchFormat, body: &[u8]) -> bool {
+    if serde_json::from_slice::<&serde_json::value::RawValue>(body).is_err() {
+        return false;
+    }
+    !matches!(format, BatchFormat::Ndjson) || !body.contains(&b'\n')
+}
+
+/// The `Idempotency-Key` of a batch: derived from its items' event ids in
+/// order, so the same batch sent again has the same key (`batch-` and 32 hex
+/// digits of SHA-256 over the ids, each followed by a newline).
+pub fn idempotency_key<'a>(ids: impl IntoIterator<Item = &'a str>) -> String {
+    let mut h = Sha256::new();
+    for id in ids {
+        h.update(id.as_bytes());
+        h.update(b"\n");
+    }
+    let d = h.finalize();
+    let mut out = String::with_capacity(38);
+    out.push_str("batch-");
+    for b in &d[..16] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// Where per-item results are in a batch answer (`api.batch.results`,
+/// `result_status`, `result_id`: JSON pointers).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResultsSpec {
+    pub results: String,
+    pub status: String,
+    /// `None`: matched by position.
+    pub id: Option<String>,
+}
+
+/// One item's result in a batch answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemResult {
+    pub status: u16,
+    /// Its position in the answer's results (for `last_error`), if found.
+    pub position: Option<usize>,
+    /// The element's JSON, cut (for `last_error`); none when not found.
+    pub detail: Option<String>,
+}
+
+/// Each item's result in a batch answer's `body`, for items with `ids` (in
+/// the batch's order). `None`: the body has no results array at the pointer
+/// (the whole answer's status then stands for every item).
+pub fn item_results(spec: &ResultsSpec, body: &[u8], ids: &[&str]) -> Option<Vec<ItemResult>> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let arr = v.pointer(&spec.results)?.as_array()?;
+    let status_of = |e: &serde_json::Value| -> Option<u16> {
+        let s = e.pointer(&spec.status)?;
+        s.as_u64()
+            .or_else(|| s.as_str().and_then(|t| t.trim().parse().ok()))
+            .and_then(|n| u16::try_from(n).ok())
+            .filter(|n| (100..=599).contains(n))
+    };
+    let found = |pos: usize, e: &serde_json::Value| {
+        let detail: String = e.to_string().chars().take(200).collect();
+        match status_of(e) {
+            Some(status) => ItemResult {
+                status,
+                position: Some(pos),
+                detail: Some(detail),
+            },
+            None => ItemResult {
+                status: MISSING_RESULT_STATUS,
+                position: Some(pos),
+                detail: Some(detail),
+            },
+        }
+    };
+    let missing = || ItemResult {
+        status: MISSING_RESULT_STATUS,
+        position: None,
+        detail: None,
+    };
+    Some(match &spec.id {
+        None => (0..ids.len())
+            .map(|i| arr.get(i).map_or_else(missing, |e| found(i, e)))
+            .collect(),
+        Some(idp) => {
+            let mut by_id = std::collections::HashMap::new();
+            for (pos, e) in arr.iter().enumerate() {
+                if let Some(id) = e.pointer(idp).and_then(|v| v.as_str()) {
+                    by_id.entry(id.to_string()).or_insert((pos, e));
+                }
+            }
+            ids.iter()
+                .map(|id| by_id.get(*id).map_or_else(missing, |(p, e)| found(*p, e)))
+                .collect()
+        }
+    })
+}
+
+/// What to do with a batch's answer as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WholeAnswer {
+    /// Each item's outcome is the answer's (or its per-item result).
+    PerItem,
+    /// Refused as a whole with a split status: send the two halves (a single
+    /// item's answer is its own: `PerItem`).
+    Split,
+}
+
+/// A batch of `len` items answered `status` with no per-item results.
+pub fn whole_answer(status: u16, len: usize, split: &[u16]) -> WholeAnswer {
+    if len > 1 && split.contains(&status) {
+        WholeAnswer::Split
+    } else {
+        WholeAnswer::PerItem
+    }
+}
+
+/// The two halves of a batch of `len` items: `0..mid` and `mid..len`.
+pub fn halves(len: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+    let mid = len / 2;
+    (0..mid, mid..len)
+}
+
+/// The most extra requests bisection spends to isolate one bad item in a
+/// batch of `n`: `2·⌈log₂ n⌉`.
+pub fn split_bound(n: usize) -> usize {
+    if n <= 1 {
+        0
+    } else {
+        2 * (usize::BITS - (n - 1).leading_zeros()) as usize
+    }
+}
+
+/// After a 413, the item count the route's batches are held to for a while:
+/// half of what was refused, at least 1.
+pub fn shrunk(refused_items: usize) -> usize {
+    (refused_items / 2).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn each_format_encodes_its_body() {
+        let items: Vec<&[u8]> = vec![br#"{"id":"a"}"#, br#"{"id":"b"}"#];
+        assert_eq!(
+            BatchFormat::JsonArray.encode(items.iter().copied()),
+            br#"[{"id":"a"},{"id":"b"}]"#
+        );
+        assert_eq!(
+            BatchFormat::Ndjson.encode(items.iter().copied()),
+            b"{\"id\":\"a\"}\n{\"id\":\"b\"}\n"
+        );
+        let t = BatchFormat::template(r#"{"events": $items, "n": 1}"#).expect("template");
+        let body = t.encode(items.iter().copied());
+        assert_eq!(body, br#"{"events": [{"id":"a"},{"id":"b"}], "n": 1}"#);
+        for f in [
+            BatchFormat::JsonArray,
+            BatchFormat::Ndjson,
+            BatchFormat::CloudEventsBatch,
+            t,
+        ] {
+            let body = f.encode(items.iter().copied());
+            let items_len: usize = items.iter().map(|i| i.len()).sum();
+            assert_eq!(body.len(), items_len + f.overhead(items.len()), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn a_template_needs_one_placeholder_and_json() {
+        assert_eq!(BatchFormat::template("{}"), Err(TemplateError::Placeholder));
+        assert_eq!(
+            BatchFormat::template("[$items, $items]"),
+            Err(TemplateError::Placeholder)
+        );
+        assert!(matches!(
+            BatchFormat::template("{\"a\": $items"),
+            Err(TemplateError::NotJson(_))
+        ));
+    }
+
+    #[test]
+    fn only_json_is_batched_and_ndjson_needs_one_line() {
+        assert!(batchable(&BatchFormat::JsonArray, b"{\"a\":\n1}"));
+        assert!(!batchable(&BatchFormat::Ndjson, b"{\"a\":\n1}"));
+        assert!(!batchable(&BatchFormat::JsonArray, b"not json"));
+        assert!(!batchable(&BatchFormat::JsonArray, b"{\"a\":1} trailing"));
+    }
+
+    #[test]
+    fn the_key_is_stable_and_depends_on_the_ids_in_order() {
+        let a = idempotency_key(["x", "y"]);
+        assert_eq!(a, idempotency_key(["x", "y"]));
+        assert_ne!(a, idempotency_key(["y", "x"]));
+        assert_ne!(a, idempotency_key(["xy"]));
+        assert_eq!(a.len(), 38);
+        assert!(a.starts_with("batch-"));
+    }
+
+    #[test]
+    fn results_by_position_and_by_id() {
+        // Elasticsearch's bulk answer.
+        let es = br#"{"errors":true,"items":[{"index":{"_id":"a","status":201}},{"index":{"_id":"b","status":400,"error":{"type":"mapper_parsing_exception"}}}]}"#;
+        let spec = ResultsSpec {
+            results: "/items".into(),
+            status: "/index/status".into(),
+            id: None,
+        };
+        let r = item_results(&spec, es, &["a", "b", "c"]).expect("results");
+        assert_eq!(r[0].status, 201);
+        assert_eq!(r[1].status, 400);
+        assert_eq!(r[1].position, Some(1));
+        assert!(r[1]
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("mapper_parsing")));
+        assert_eq!(r[2].status, MISSING_RESULT_STATUS);
+        assert_eq!(r[2].position, None);
+        let by_id = ResultsSpec {
+            id: Some("/index/_id".into()),
+            ..spec.clone()
+        };
+        let r = item_results(&by_id, es, &["b", "a"]).expect("results");
+        assert_eq!((r[0].status, r[1].status), (400, 201));
+        // A string status, and no array: the whole answer stands.
+        let s = ResultsSpec {
+            results: "/r".into(),
+            status: "/s".into(),
+            id: None,
+        };
+        assert_eq!(
+            item_results(&s, br#"{"r":[{"s":"503"}]}"#, &["a"]).expect("r")[0].status,
+            503
+        );
+        assert_eq!(item_results(&s, br#"{"ok":true}"#, &["a"]), None);
+        assert_eq!(item_results(&s, b"not json", &["a"]), None);
+    }
+
+    #[test]
+    fn only_a_refused_batch_of_several_is_split() {
+        let split = [400, 413, 422];
+        assert_eq!(whole_answer(400, 10, &split), WholeAnswer::Split);
+        assert_eq!(whole_answer(400, 1, &split), WholeAnswer::PerItem);
+        assert_eq!(whole_answer(503, 10, &split), WholeAnswer::PerItem);
+        assert_eq!(whole_answer(200, 10, &split), WholeAnswer::PerItem);
+        assert_eq!(split_bound(1), 0);
+        assert_eq!(split_bound(2), 2);
+        assert_eq!(split_bound(100), 14);
+        assert_eq!(split_bound(128), 14);
+        assert_eq!(split_bound(129), 16);
+        assert_eq!(shrunk(100), 50);
+        assert_eq!(shrunk(1), 1);
+    }
+
+    /// Bisection as `delivery::batch` runs it, over a model API that refuses a
+    /// batch as a whole when it holds a bad item.
+    fn bisect(items: &[bool], sent: &mut Vec<Vec<usize>>, range: std::ops::Range<usize>) {
+        sent.push(range.clone().collect());
+        let bad = items[range.clone()].iter().any(|b| *b);
+        if bad && whole_answer(400, range.len(), &[400]) == WholeAnswer::Split {
+            let (a, b) = halves(range.len());
+            bisect(items, sent, range.start + a.start..range.start + a.end);
+            bisect(items, sent, range.start + b.start..range.start + b.end);
+        }
+    }
+
+    proptest! {
+        /// One bad item in a batch of n: isolated alone, every other item ends
+        /// in exactly one request answered for it (never sent again once done),
+        /// and the extra requests stay within the bound.
+        #[test]
+        fn bisection_isolates_a_bad_item_within_its_bound(n in 1usize..300, bad in 0usize..300) {
+            let bad = bad % n;
+            let mut items = vec![false; n];
+            items[bad] = true;
+            let mut sent = Vec::new();
+            bisect(&items, &mut sent, 0..n);
+            prop_assert!(sent.len() - 1 <= split_bound(n), "{} extra > {}", sent.len() - 1, split_bound(n));
+            prop_assert!(sent.iter().any(|r| r == &vec![bad]), "the bad item ends alone");
+            // The requests that were answered (not split further).
+            for i in 0..n {
+                let answered = sent
+                    .iter()
+                    .filter(|r| r.contains(&i))
+                    .filter(|r| r.len() == 1 || !r.iter().any(|j| items[*j]))
+                    .count();
+                prop_assert_eq!(answered, 1, "item {} answered once", i);
+            }
+        }
+    }
+}

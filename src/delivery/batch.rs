@@ -1,0 +1,232 @@
+//! Batch delivery (`[api.batch]`, `core::batch` decides): an event's call
+//! joins the batch of its group (same URL, method, Content-Type, headers and
+//! batch settings) and waits for its own answer. A group's batch leaves when it
+//! holds `max_events`, when one more event would pass `max_bytes`, or when its
+//! oldest event has waited `linger`; an event larger than `max_bytes` goes
+//! alone. The request counts once for the rate limit (`api.rate_limit_unit =
+//! "requests"`) or once per event (`"events"`).
+//!
+//! Each event's answer is the batch's, or its per-item result when the answer
+//! has them (`api.batch.results`): each event then goes on through its own
+//! attempt loop — done, retried, dead-lettered or parked on its own, its
+//! `last_error` saying it came from a batch answer and at which position. A
+//! batch refused as a whole with a split status is sent again in halves
+//! (`send::bisect`); a 413 also holds the group's batches to half the refused
+//! size for [`SHRINK_FOR`] (`courier_batch_shrunk_total`).
+//!
+//! An event whose partition is handed over stops waiting at once; its answer,
+//! if its batch was already sent, is dropped. A batch leaves without the
+//! events that stopped waiting, so no request carries an event of a partition
+//! whose revoke completed before the batch was sent.
+
+mod send;
+
+use super::http::{Answer, Api, Outgoing, TransportError};
+use super::limits::Limits;
+use crate::core::batch::BatchSpec;
+use crate::core::mapping::Method;
+use crate::runtime::Pipeline;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// How long a group's batches stay at half the size a 413 refused.
+pub const SHRINK_FOR: Duration = Duration::from_secs(60);
+/// A group with no event for this long ends its task.
+const IDLE: Duration = Duration::from_secs(5);
+
+/// An event's answer from its batch, with the call's number.
+pub(super) type Reply = (Result<Answer, TransportError>, u64);
+
+/// One event waiting in a batch.
+pub(super) struct Submission {
+    pub(super) id: String,
+    pub(super) body: Bytes,
+    pub(super) redelivery: Option<u32>,
+    pub(super) reply: oneshot::Sender<Reply>,
+}
+
+/// What events must share to share a request.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct GroupKey {
+    url: Option<String>,
+    method: Method,
+    content_type: Option<String>,
+    headers: Vec<(String, Bytes)>,
+    /// The route's batch settings (by identity: one `Arc` per route).
+    spec: usize,
+    redelivery: bool,
+}
+
+struct Group {
+    tx: mpsc::UnboundedSender<Submission>,
+    /// After a 413: batches hold at most this many events until the instant.
+    shrunk: Option<(usize, Instant)>,
+}
+
+/// The batches being formed, per group, and what sending them needs.
+pub(crate) struct Batcher<A> {
+    api: A,
+    limits: Arc<Limits>,
+    pipeline: Arc<Pipeline>,
+    groups: Mutex<HashMap<GroupKey, Group>>,
+}
+
+impl<A: Api + Clone> Batcher<A> {
+    pub(super) fn new(api: A, limits: Arc<Limits>, pipeline: Arc<Pipeline>) -> Batcher<A> {
+        Batcher {
+            api,
+            limits,
+            pipeline,
+            groups: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<GroupKey, Group>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts the event into its group's batch; the answer comes on the
+    /// returned channel (closed without one only if the process is ending).
+    pub(super) fn submit(
+        self: &Arc<Self>,
+        out: &Outgoing,
+        spec: &Arc<BatchSpec>,
+        id: &str,
+        body: Bytes,
+        redelivery: Option<u32>,
+    ) -> oneshot::Receiver<Reply> {
+        let (reply, rx) = oneshot::channel();
+        // A batch carries no per-event trace context.
+        let headers: Vec<(String, Bytes)> = out
+            .headers
+            .iter()
+            .filter(|(n, _)| {
+                !n.eq_ignore_ascii_case("traceparent") && !n.eq_ignore_ascii_case("tracestate")
+            })
+            .cloned()
+            .collect();
+        let key = GroupKey {
+            url: out.url.clone(),
+            method: out.method,
+            content_type: out.content_type.as_deref().map(str::to_string),
+            headers,
+            spec: Arc::as_ptr(spec) as usize,
+            redelivery: redelivery.is_some(),
+        };
+        let s = Submission {
+            id: id.to_string(),
+            body,
+            redelivery,
+            reply,
+        };
+        // Sent under the lock: a group retires under it too, only when empty,
+        // so no submission lands in a receiver nobody reads.
+        let mut groups = self.lock();
+        let group = groups.entry(key.clone()).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let template = Outgoing {
+                url: out.url.clone(),
+                method: out.method,
+                content_type: out.content_type.clone(),
+                headers: key.headers.clone(),
+                ..Outgoing::default()
+            };
+            tokio::spawn(self.clone().form(key.clone(), template, spec.clone(), rx));
+            Group { tx, shrunk: None }
+        });
+        if let Err(e) = group.tx.send(s) {
+            // The group's task is gone (a panic in it): a new one next time.
+            groups.remove(&key);
+            drop(groups);
+            let _ = e.0.reply.send((
+                Err(TransportError::new(
+                    crate::core::classify::TransportFailure::Other,
+                    "the batch of this event ended without an answer",
+                )),
+                0,
+            ));
+        }
+        rx
+    }
+
+    /// The most events the group's next batch may hold.
+    fn max_events(&self, key: &GroupKey, spec: &BatchSpec) -> usize {
+        let mut groups = self.lock();
+        match groups.get_mut(key).and_then(|g| g.shrunk) {
+            Some((n, until)) if Instant::now() < until => n.min(spec.max_events),
+            Some(_) => {
+                if let Some(g) = groups.get_mut(key) {
+                    g.shrunk = None;
+                }
+                spec.max_events
+            }
+            None => spec.max_events,
+        }
+    }
+
+    /// After a 413 to a batch of `refused` events.
+    fn shrink(&self, key: &GroupKey, refused: usize) {
+        let n = crate::core::batch::shrunk(refused);
+        if let Some(g) = self.lock().get_mut(key) {
+            g.shrunk = Some((n, Instant::now() + SHRINK_FOR));
+        }
+        metrics::counter!(crate::metrics::BATCH_SHRUNK).increment(1);
+        tracing::info!(
+            events = n,
+            for_s = SHRINK_FOR.as_secs(),
+            "the API answered 413 to a batch: its route's batches are held smaller for a while"
+        );
+    }
+
+    /// A group's task: forms batches from its submissions and sends each.
+    async fn form(
+        self: Arc<Self>,
+        key: GroupKey,
+        out: Outgoing,
+        spec: Arc<BatchSpec>,
+        mut rx: mpsc::UnboundedReceiver<Submission>,
+    ) {
+        let mut carry: Option<Submission> = None;
+        loop {
+            let first = match carry.take() {
+                Some(s) => s,
+                None => match tokio::time::timeout(IDLE, rx.recv()).await {
+                    Ok(Some(s)) => s,
+                    Ok(None) => return,
+                    Err(_) => {
+                        let mut groups = self.lock();
+                        if rx.is_empty() {
+                            groups.remove(&key);
+                            return;
+                        }
+                        continue;
+                    }
+                },
+            };
+            let deadline = tokio::time::Instant::now() + spec.linger;
+            let max = self.max_events(&key, &spec);
+            let mut bytes = spec.format.overhead(1) + first.body.len();
+            let mut batch = vec![first];
+            while batch.len() < max && bytes <= spec.max_bytes {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(s)) => {
+                        let more = s.body.len() + 1;
+                        if bytes + more > spec.max_bytes {
+                            carry = Some(s);
+                            break;
+                        }
+                        bytes += more;
+                        batch.push(s);
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            let this = self.clone();
+            let (out, spec, key) = (out.clone(), spec.clone(), key.clone());
+            tokio::spawn(async move { this.bisect(&key, &out, &spec, batch).await });
+        }
+    }
+}
