@@ -72,6 +72,8 @@ pub(crate) struct Batcher<A> {
     limits: Arc<Limits>,
     pipeline: Arc<Pipeline>,
     groups: Mutex<HashMap<GroupKey, Group>>,
+    /// Events submitted so far.
+    submitted: std::sync::atomic::AtomicU64,
 }
 
 impl<A: Api + Clone> Batcher<A> {
@@ -81,7 +83,13 @@ impl<A: Api + Clone> Batcher<A> {
             limits,
             pipeline,
             groups: Mutex::new(HashMap::new()),
+            submitted: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Events submitted so far (a test's handle on "waiting in a batch").
+    pub(super) fn submitted(&self) -> u64 {
+        self.submitted.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<GroupKey, Group>> {
@@ -137,6 +145,8 @@ impl<A: Api + Clone> Batcher<A> {
             tokio::spawn(self.clone().form(key.clone(), template, spec.clone(), rx));
             Group { tx, shrunk: None }
         });
+        self.submitted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = group.tx.send(s) {
             // The group's task is gone (a panic in it): a new one next time.
             groups.remove(&key);

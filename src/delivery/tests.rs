@@ -4,6 +4,7 @@
 //! mailboxes: the test reads what each fake received. Real time, short
 //! delays (the breaker reads `std::time::Instant`).
 
+mod batched;
 mod fakes;
 
 use super::peers::{BreakerAlarm, Refusal};
@@ -41,10 +42,21 @@ fn deliverer(
     api: &FakeApi,
     dlq: &FakeDlq,
 ) -> (Arc<Deliverer<FakeApi, FakeDlq>>, Arc<AtomicUsize>) {
+    deliverer_with(k, "", api, dlq)
+}
+
+/// Like [`deliverer`], with `extra` TOML (sections after `[degraded]`) over
+/// any fake API.
+fn deliverer_with<A: http::Api>(
+    k: Knobs,
+    extra: &str,
+    api: &A,
+    dlq: &FakeDlq,
+) -> (Arc<Deliverer<A, FakeDlq>>, Arc<AtomicUsize>) {
     let toml = format!(
         "[api]\nmax_attempts = 3\nretry_base = \"{}\"\nretry_max_delay = \"{}\"\n\
          retry_budget = \"{}\"\n[degraded]\nbreaker_open = \"{}\"\n\
-         breaker_consecutive_failures = 2\nflood_dlq_per_sec = 0\nflood_parked_per_sec = 0\n",
+         breaker_consecutive_failures = 2\nflood_dlq_per_sec = 0\nflood_parked_per_sec = 0\n{extra}",
         k.retry_base, k.retry_base, k.retry_budget, k.breaker_open
     );
     let config = Config::from_toml(&toml).expect("the test's config parses");
@@ -65,9 +77,17 @@ fn deliverer(
 
 /// One event to deliver, its token and the inbox its outcome arrives in.
 fn job() -> (Job, Arc<Inbox>) {
-    let raw = Bytes::from_static(br#"{"specversion":"1.0","id":"e-1","source":"s","type":"t"}"#);
+    let inbox = Arc::new(Inbox::new(Nobody));
+    (job_in("e-1", 7, &inbox), inbox)
+}
+
+/// Event `id` at `offset` of partition 2, its outcome to `inbox`.
+fn job_in(id: &str, offset: i64, inbox: &Arc<Inbox>) -> Job {
+    let raw = Bytes::from(format!(
+        r#"{{"specversion":"1.0","id":"{id}","source":"s","type":"t"}}"#
+    ));
     let ev = Event {
-        id: "e-1".into(),
+        id: id.into(),
         source: "s".into(),
         event_type: "t".into(),
         subject: None,
@@ -78,7 +98,7 @@ fn job() -> (Job, Arc<Inbox>) {
     let item = Item {
         topic: "events".into(),
         partition: 2,
-        offset: 7,
+        offset,
         timestamp_ms: None,
         key: Some(b"k".to_vec()),
         entity_key: None,
@@ -87,15 +107,11 @@ fn job() -> (Job, Arc<Inbox>) {
         body_type: BodyType::CloudEventsJson,
         work: Work::Deliver(ev),
     };
-    let inbox = Arc::new(Inbox::new(Nobody));
-    let token = CompletionToken::new(inbox.clone(), 1, Src::Main, 7);
-    (
-        Job {
-            item: Arc::new(item),
-            token,
-        },
-        inbox,
-    )
+    let token = CompletionToken::new(inbox.clone(), 1, Src::Main, offset);
+    Job {
+        item: Arc::new(item),
+        token,
+    }
 }
 
 /// Runs `job` to its end (a generous deadline: a hang fails the test) and

@@ -1,0 +1,268 @@
+//! Batch delivery over a fake batch API: it reads each request's JSON array
+//! and answers per item (207 with `{"items":[{"id","status"}]}`), refuses a
+//! whole batch that holds a poison id (400) or is too big (413), and keeps
+//! every request's ids.
+
+use super::*;
+use crate::delivery::http::{Answer, Outgoing, TransportError};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+
+#[derive(Clone, Default)]
+struct BatchApi(Arc<BatchApiState>);
+
+#[derive(Default)]
+struct BatchApiState {
+    /// Per-item status by id (default 200); a `(status, times)` fails that
+    /// many times, then 200.
+    items: Mutex<HashMap<String, (u16, u32)>>,
+    /// A batch holding one of these is refused as a whole with 400.
+    poison: Vec<String>,
+    /// A batch of more items than this is answered 413.
+    max_items: Option<usize>,
+    /// Each request's ids (one for a single event).
+    requests: Mutex<Vec<Vec<String>>>,
+}
+
+impl BatchApi {
+    fn new(items: &[(&str, u16, u32)], poison: &[&str], max_items: Option<usize>) -> BatchApi {
+        BatchApi(Arc::new(BatchApiState {
+            items: Mutex::new(
+                items
+                    .iter()
+                    .map(|(id, s, n)| (id.to_string(), (*s, *n)))
+                    .collect(),
+            ),
+            poison: poison.iter().map(|s| s.to_string()).collect(),
+            max_items,
+            requests: Mutex::default(),
+        }))
+    }
+
+    fn requests(&self) -> Vec<Vec<String>> {
+        self.0.requests.lock().unwrap().clone()
+    }
+
+    fn status_of(&self, id: &str) -> u16 {
+        let mut items = self.0.items.lock().unwrap();
+        match items.get_mut(id) {
+            Some((s, n)) if *n > 0 => {
+                *n -= 1;
+                *s
+            }
+            _ => 200,
+        }
+    }
+}
+
+fn answer(status: u16, full: Option<String>) -> Result<Answer, TransportError> {
+    Ok(Answer {
+        status,
+        retry_after: None,
+        body: None,
+        full: full.map(Bytes::from),
+    })
+}
+
+impl http::Api for BatchApi {
+    fn send(
+        &self,
+        out: &Outgoing,
+        event_id: &str,
+        body: Bytes,
+        _redelivery: Option<u32>,
+    ) -> impl Future<Output = Result<Answer, TransportError>> + Send {
+        let ids: Vec<String> = if event_id.starts_with("batch-") {
+            let items: Vec<serde_json::Value> =
+                serde_json::from_slice(&body).expect("a JSON array");
+            items
+                .iter()
+                .map(|v| v["id"].as_str().expect("an id").to_string())
+                .collect()
+        } else {
+            vec![event_id.to_string()]
+        };
+        assert_eq!(
+            event_id.starts_with("batch-"),
+            ids.len() > 1,
+            "a batch key for several events, the event's id for one"
+        );
+        if ids.len() > 1 {
+            assert_eq!(out.content_type.as_deref(), Some("application/json"));
+            assert_eq!(
+                event_id,
+                crate::core::batch::idempotency_key(ids.iter().map(String::as_str))
+            );
+        }
+        self.0.requests.lock().unwrap().push(ids.clone());
+        let poisoned = ids.iter().any(|id| self.0.poison.contains(id));
+        let r = if self.0.max_items.is_some_and(|m| ids.len() > m) {
+            answer(413, None)
+        } else if poisoned {
+            answer(400, None)
+        } else if ids.len() == 1 {
+            answer(self.status_of(&ids[0]), None)
+        } else {
+            let results: Vec<serde_json::Value> = ids
+                .iter()
+                .rev() // out of order: matched by id
+                .map(|id| serde_json::json!({"id": id, "status": self.status_of(id)}))
+                .collect();
+            let all_ok = results.iter().all(|r| r["status"] == 200);
+            let body = serde_json::json!({ "items": results }).to_string();
+            answer(if all_ok { 200 } else { 207 }, Some(body))
+        };
+        std::future::ready(r)
+    }
+}
+
+const BATCH: &str = "\n[api.batch]\nmax_events = 10\nlinger = \"200ms\"\nresults = \"/items\"\nresult_id = \"/id\"\n";
+
+/// `n` events `e-0..`, run at once through `d`; their outcomes by id.
+async fn run_all(
+    d: &Arc<Deliverer<BatchApi, FakeDlq>>,
+    n: usize,
+) -> HashMap<String, Option<Finished>> {
+    let inbox = Arc::new(Inbox::new(Nobody));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let job = job_in(&format!("e-{i}"), i as i64, &inbox);
+        tasks.push(tokio::spawn(d.clone().run(job, None)));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("each delivery ends")
+            .expect("no panic");
+    }
+    inbox
+        .take()
+        .into_iter()
+        .map(|c| (format!("e-{}", c.offset), c.outcome))
+        .collect()
+}
+
+#[tokio::test]
+async fn per_item_results_give_each_event_its_own_outcome() {
+    let api = BatchApi::new(&[("e-3", 400, u32::MAX), ("e-5", 503, 1)], &[], None);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer_with(QUICK, BATCH, &api, &dlq);
+    let done = run_all(&d, 10).await;
+    assert_eq!(done.len(), 10);
+    for (id, outcome) in &done {
+        let want = match id.as_str() {
+            "e-3" => Finished::Parked {
+                reason: "http_400".into(),
+            },
+            _ => Finished::Delivered,
+        };
+        assert_eq!(outcome.as_ref(), Some(&want), "{id}");
+    }
+    let reqs = api.requests();
+    assert_eq!(reqs[0].len(), 10, "the ten events in one request: {reqs:?}");
+    // e-5 was answered 503 in the batch and retried (alone or batched again).
+    assert!(
+        reqs[1..].iter().any(|r| r.contains(&"e-5".to_string())),
+        "{reqs:?}"
+    );
+    let parked = dlq.written("events.parking");
+    assert_eq!(parked.len(), 1);
+    let msg = &parked[0].envelope.last_error.message;
+    assert!(
+        msg.contains("from a batch answer 207") && msg.contains("of 10 events"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_poison_event_is_isolated_by_bisection_within_the_bound() {
+    let api = BatchApi::new(&[("e-6", 400, u32::MAX)], &["e-6"], None);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer_with(QUICK, BATCH, &api, &dlq);
+    let done = run_all(&d, 10).await;
+    for (id, outcome) in &done {
+        let parked = id == "e-6";
+        assert_eq!(
+            matches!(outcome, Some(Finished::Parked { .. })),
+            parked,
+            "{id}: {outcome:?}"
+        );
+        assert_eq!(
+            matches!(outcome, Some(Finished::Delivered)),
+            !parked,
+            "{id}"
+        );
+    }
+    let reqs = api.requests();
+    let extra = reqs.len() - 1;
+    assert!(
+        extra <= crate::core::batch::split_bound(10),
+        "{extra} extra requests: {reqs:?}"
+    );
+    // No event answered done was sent again.
+    for id in (0..10).filter(|i| *i != 6).map(|i| format!("e-{i}")) {
+        let answered = reqs
+            .iter()
+            .filter(|r| r.contains(&id) && !r.contains(&"e-6".to_string()))
+            .count();
+        assert_eq!(
+            answered, 1,
+            "{id} delivered by exactly one request: {reqs:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_413_splits_the_batch_and_every_event_is_delivered() {
+    let api = BatchApi::new(&[], &[], Some(3));
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer_with(QUICK, BATCH, &api, &dlq);
+    let done = run_all(&d, 10).await;
+    assert!(
+        done.values().all(|o| o == &Some(Finished::Delivered)),
+        "{done:?}"
+    );
+    let reqs = api.requests();
+    assert!(
+        reqs.iter().any(|r| r.len() > 3),
+        "the first batch was too big: {reqs:?}"
+    );
+    let sizes: Vec<usize> = reqs.iter().map(Vec::len).collect();
+    assert!(sizes.iter().filter(|s| **s <= 3).count() >= 4, "{sizes:?}");
+    assert!(dlq.asked().is_empty());
+}
+
+#[tokio::test]
+async fn an_event_handed_over_before_its_batch_leaves_is_not_sent() {
+    let api = BatchApi::new(&[], &[], None);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer_with(
+        QUICK,
+        "\n[api.batch]\nmax_events = 10\nlinger = \"500ms\"\n",
+        &api,
+        &dlq,
+    );
+    // Two partitions: e-0 stays, e-1's partition is handed over.
+    let (stays, leaves) = (Arc::new(Inbox::new(Nobody)), Arc::new(Inbox::new(Nobody)));
+    let a = tokio::spawn(d.clone().run(job_in("e-0", 0, &stays), None));
+    let b = tokio::spawn(d.clone().run(job_in("e-1", 1, &leaves), None));
+    until("both wait in the batch", || d.batcher.submitted() == 2).await;
+    leaves.cancel();
+    for t in [a, b] {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("ends")
+            .expect("no panic");
+    }
+    assert_eq!(
+        api.requests(),
+        vec![vec!["e-0".to_string()]],
+        "only e-0 was sent"
+    );
+    assert_eq!(stays.take()[0].outcome, Some(Finished::Delivered));
+    assert!(
+        leaves.take().iter().all(|c| c.outcome.is_none()),
+        "handed over: no outcome"
+    );
+}
