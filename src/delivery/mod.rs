@@ -7,8 +7,8 @@
 //! 2. [`request`] — the request: route, body (enriched, or the event's data),
 //!    forwarded headers, trace context; or why it cannot be sent.
 //! 3. [`call`] — the call: the breaker's gate, the rate slot, one request
-//!    through the [`http::Api`] seam, what the breaker and the concurrency limit
-//!    hear of its answer.
+//!    through the [`http::Api`] seam (or into its route's batch: [`batch`]),
+//!    what the breaker and the concurrency limit hear of its answer.
 //! 4. [`attempt`] — the attempt loop: tries until `core::attempt` says retry,
 //!    wait at the gate, dead-letter or park (the systemic answers through
 //!    [`systemic`]).
