@@ -370,3 +370,75 @@ async fn a_token_file_swapped_like_a_secret_volume_is_used_without_a_restart() {
     println!("[token-file] duplicates {}", rep.duplicates);
     api.shutdown();
 }
+
+/// `check-config` refuses what would fail at run time — a malformed signing
+/// secret, a plain-http token URL to another host, two sources for one secret —
+/// names the field, shows no secret, and says where each credential comes from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_validates_the_credentials_without_showing_them() {
+    let s = services();
+    let dir = secrets_dir("auth-check");
+    let leaked = "sk_live_not_a_whsec_SECRET";
+    secret_volume(&dir, "signing-secret", 1, leaked);
+    secret_volume(&dir, "api-token", 1, "token-9c9c-SECRET");
+    let n = Names::new("auth-check", 1);
+    let base = base_toml(&n, "http://127.0.0.1:9/events");
+    let cases = [
+        (
+            "a malformed signing secret",
+            format!(
+                "[api.signing]\nsecret_file = \"{}\"\n",
+                dir.join("signing-secret").display()
+            ),
+            "api.signing.secret_file",
+        ),
+        (
+            "a plain-http token URL to another host",
+            "[api.oauth2]\ntoken_url = \"http://idp.example.com/token\"\nclient_id = \"c\"\nclient_secret_env = \"X\"\n".to_string(),
+            "api.oauth2.token_url",
+        ),
+        (
+            "the token from two sources",
+            "[api.oauth2]\ntoken_url = \"https://idp.example.com/token\"\nclient_id = \"c\"\nclient_secret_env = \"X\"\n".to_string(),
+            "api.token_file",
+        ),
+    ];
+    for (i, (what, section, field)) in cases.iter().enumerate() {
+        let mut toml = base.replace("[pipeline]\n", &format!("{section}\n[pipeline]\n"));
+        if *field == "api.token_file" {
+            toml = toml.replace(
+                "[api]\n",
+                &format!(
+                    "[api]\ntoken_file = \"{}\"\n",
+                    dir.join("api-token").display()
+                ),
+            );
+        }
+        let cfg = dir.join(format!("bad-{i}.toml"));
+        std::fs::write(&cfg, &toml).expect("config");
+        let (code, out) = courier_cli(&s, &cfg, &["check-config"]);
+        println!("[check-config] {what}: exit {code}: {}", out.trim());
+        assert_ne!(code, 0, "{what} is refused");
+        assert!(out.contains(field), "{what}: names {field}: {out}");
+        assert!(
+            !out.contains(leaked) && !out.contains("token-9c9c"),
+            "{what}: no secret shown"
+        );
+    }
+    let good = base.replace(
+        "[api]\n",
+        &format!(
+            "[api]\ntoken_file = \"{}\"\n",
+            dir.join("api-token").display()
+        ),
+    );
+    let cfg = dir.join("good.toml");
+    std::fs::write(&cfg, good).expect("config");
+    let (code, out) = courier_cli(&s, &cfg, &["check-config"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("API credentials: bearer token from api.token_file"),
+        "{out}"
+    );
+    assert!(!out.contains("token-9c9c"), "no secret shown: {out}");
+}
