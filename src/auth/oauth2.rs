@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 
 /// A token answer without `expires_in` is used for this long.
 pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+/// The shortest lifetime a token is used for (`expires_in: 0` included).
+pub const MIN_LIFETIME: Duration = Duration::from_secs(1);
 /// The most of a token endpoint's answer read.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
@@ -235,7 +237,8 @@ impl TokenSource {
         s.generation += 1;
         match result {
             Ok((value, lifetime)) => {
-                let lifetime = lifetime.unwrap_or(DEFAULT_LIFETIME);
+                // A lifetime under a second would have every call fetch anew.
+                let lifetime = lifetime.unwrap_or(DEFAULT_LIFETIME).max(MIN_LIFETIME);
                 let mut header = match HeaderValue::from_str(&format!("Bearer {value}")) {
                     Ok(h) => h,
                     Err(_) => {
