@@ -432,3 +432,434 @@ async fn healthz_and_shutdown() {
         .await
         .is_err());
 }
+
+// ---- The batch endpoint (`[api.batch]`) ----
+
+mod batch {
+    use super::*;
+    use courier::core::batch::{idempotency_key, item_results, BatchFormat, ResultsSpec};
+    use courier::loadgen::event_json;
+
+    /// How Courier reads the stand-in's per-item results.
+    fn results_spec(by_id: bool) -> ResultsSpec {
+        ResultsSpec {
+            results: "/items".into(),
+            status: "/status".into(),
+            id: by_id.then(|| "/id".into()),
+        }
+    }
+
+    /// Posts `ids` to `path` as Courier would: the format's body and
+    /// Content-Type, the key derived from the ids.
+    async fn post_batch(
+        client: &reqwest::Client,
+        sink: &SinkHandle,
+        path: &str,
+        format: &BatchFormat,
+        ids: &[&str],
+    ) -> reqwest::Response {
+        let bodies: Vec<Vec<u8>> = ids.iter().map(|id| event(id)).collect();
+        post_bodies(client, sink, path, format, ids, &bodies).await
+    }
+
+    async fn post_bodies(
+        client: &reqwest::Client,
+        sink: &SinkHandle,
+        path: &str,
+        format: &BatchFormat,
+        ids: &[&str],
+        bodies: &[Vec<u8>],
+    ) -> reqwest::Response {
+        client
+            .post(format!("{}{path}", base(sink)))
+            .header("content-type", format.content_type())
+            .header("Idempotency-Key", idempotency_key(ids.iter().copied()))
+            .body(format.encode(bodies.iter().map(Vec::as_slice)))
+            .send()
+            .await
+            .expect("request reaches the sink")
+    }
+
+    /// The per-item statuses of an answer, read the way Courier reads them.
+    async fn statuses(response: reqwest::Response, ids: &[&str], by_id: bool) -> Vec<u16> {
+        let body = response.bytes().await.expect("answer body");
+        item_results(&results_spec(by_id), &body, ids)
+            .expect("per-item results at /items")
+            .iter()
+            .map(|r| r.status)
+            .collect()
+    }
+
+    fn template() -> BatchFormat {
+        BatchFormat::template(r#"{"events": $items}"#).expect("template")
+    }
+
+    #[tokio::test]
+    async fn every_format_is_read_and_each_item_booked_like_a_delivery() {
+        let sink = start(Behaviour::default()).await;
+        let client = reqwest::Client::new();
+        let formats = [
+            ("/batch", BatchFormat::JsonArray, ["a1", "a2", "a3"]),
+            ("/batch/nd", BatchFormat::Ndjson, ["n1", "n2", "n3"]),
+            (
+                "/batch/ce/x",
+                BatchFormat::CloudEventsBatch,
+                ["c1", "c2", "c3"],
+            ),
+            ("/batch", template(), ["t1", "t2", "t3"]),
+        ];
+        for (path, format, ids) in &formats {
+            let response = post_batch(&client, &sink, path, format, ids).await;
+            assert_eq!(response.status(), StatusCode::OK, "{format:?}");
+            assert_eq!(statuses(response, ids, false).await, [200, 200, 200]);
+        }
+        // A batch of one is the event alone, keyed by its id.
+        let response = client
+            .post(format!("{}/batch/any", base(&sink)))
+            .header("content-type", "application/cloudevents+json")
+            .header("Idempotency-Key", "solo")
+            .body(event("solo"))
+            .send()
+            .await
+            .expect("request reaches the sink");
+        assert_eq!(response.status(), StatusCode::OK);
+
+        let audit = sink.audit();
+        let mut expected: Vec<&str> = formats.iter().flat_map(|(_, _, ids)| *ids).collect();
+        expected.push("solo");
+        assert_eq!(audit.order, expected);
+        for id in &expected {
+            assert_eq!((audit.delivered[*id], audit.attempts[*id]), (1, 1), "{id}");
+        }
+        assert_eq!(audit.requests_total, 13, "one per event");
+        assert_eq!(audit.per_second.iter().sum::<u64>(), 13);
+        assert_eq!(audit.batch_requests, 5);
+        assert_eq!(audit.per_second_batches.iter().sum::<u64>(), 5);
+        assert_eq!(audit.batch_items, 13);
+        assert_eq!(audit.batch_singles, 1);
+        assert_eq!(audit.batch_max_items, 3);
+        assert_eq!(audit.batch_key_mismatches, 0);
+        assert_eq!((audit.failures_total, audit.bad_requests), (0, 0));
+        assert_eq!(sink.delivered_count(), 13);
+        assert_eq!(http_audit(&client, &sink).await, audit);
+    }
+
+    #[tokio::test]
+    async fn the_template_pointer_is_configurable() {
+        let sink = start(Behaviour {
+            batch_items_pointer: "/data/records".into(),
+            ..Behaviour::default()
+        })
+        .await;
+        let client = reqwest::Client::new();
+        let format = BatchFormat::template(r#"{"data": {"records": $items}}"#).expect("template");
+        let response = post_batch(&client, &sink, "/batch", &format, &["x", "y"]).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        // The default pointer finds nothing there: a bad request.
+        sink.update_behaviour(|b| b.batch_items_pointer = "/events".into());
+        let response = post_batch(&client, &sink, "/batch", &format, &["z", "w"]).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let audit = sink.audit();
+        assert_eq!(audit.order, ["x", "y"]);
+        assert_eq!(audit.bad_requests, 1);
+    }
+
+    #[tokio::test]
+    async fn items_failing_on_their_own_get_a_207_with_each_status() {
+        let mut behaviour = Behaviour::default();
+        behaviour.fail_ids.insert(
+            "bad".into(),
+            FailRule {
+                status: 400,
+                ..FailRule::default()
+            },
+        );
+        behaviour.fail_ids.insert(
+            "busy".into(),
+            FailRule {
+                status: 503,
+                times: Some(1),
+                retry_after_s: Some(3),
+            },
+        );
+        let sink = start(behaviour).await;
+        let client = reqwest::Client::new();
+        let ids = ["ok1", "bad", "busy", "ok2"];
+        let response = post_batch(&client, &sink, "/batch", &BatchFormat::JsonArray, &ids).await;
+        assert_eq!(response.status(), StatusCode::MULTI_STATUS);
+        assert_eq!(response.headers()["retry-after"], "3");
+        assert_eq!(statuses(response, &ids, false).await, [200, 400, 503, 200]);
+
+        // Sent again (reversed results, read by id): `busy` is through now.
+        sink.update_behaviour(|b| b.batch_results_reversed = true);
+        let again = ["bad", "busy"];
+        let response = post_batch(&client, &sink, "/batch", &BatchFormat::Ndjson, &again).await;
+        assert_eq!(response.status(), StatusCode::MULTI_STATUS);
+        assert!(response.headers().get("retry-after").is_none());
+        let body = response.bytes().await.expect("body");
+        let shape: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(
+            shape,
+            json!({"items": [{"id": "busy", "status": 200}, {"id": "bad", "status": 400}]})
+        );
+        let by_id = item_results(&results_spec(true), &body, &again).expect("results");
+        assert_eq!(
+            by_id.iter().map(|r| r.status).collect::<Vec<_>>(),
+            [400, 200]
+        );
+
+        let audit = sink.audit();
+        assert_eq!(audit.order, ["ok1", "ok2", "busy"]);
+        assert_eq!(audit.attempts["bad"], 2);
+        assert_eq!(audit.attempts["busy"], 2);
+        assert!(!audit.delivered.contains_key("bad"));
+        assert_eq!(audit.failures_total, 3);
+        assert_eq!(audit.requests_total, 6);
+        assert_eq!(audit.batch_requests, 2);
+    }
+
+    #[tokio::test]
+    async fn a_batch_above_max_bytes_is_refused_413_but_a_single_event_is_not() {
+        let sink = start(Behaviour {
+            batch_max_bytes: Some(300),
+            ..Behaviour::default()
+        })
+        .await;
+        let client = reqwest::Client::new();
+        let ids: Vec<String> = (0..5).map(|i| format!("big-{i}")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let response = post_batch(&client, &sink, "/batch", &BatchFormat::JsonArray, &ids).await;
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let audit = sink.audit();
+        assert!(audit.delivered.is_empty());
+        assert_eq!(audit.batch_refused_413, 1);
+        assert_eq!(audit.attempts["big-0"], 1, "the attempt is booked");
+        assert_eq!(audit.failures_total, 5);
+
+        // Halves that fit are taken; a single event is never refused for its size.
+        let fits = post_batch(&client, &sink, "/batch", &BatchFormat::JsonArray, &ids[..2]).await;
+        assert_eq!(fits.status(), StatusCode::OK);
+        let mut padded = event("alone");
+        padded.splice(1..1, format!("\"pad\":\"{}\",", "x".repeat(400)).bytes());
+        let alone = client
+            .post(format!("{}/batch", base(&sink)))
+            .header("Idempotency-Key", "alone")
+            .body(padded)
+            .send()
+            .await
+            .expect("request reaches the sink");
+        assert_eq!(alone.status(), StatusCode::OK);
+        let audit = sink.audit();
+        assert_eq!(audit.order, ["big-0", "big-1", "alone"]);
+        assert_eq!(audit.batch_refused_413, 1);
+        assert_eq!(audit.batch_requests, 3);
+    }
+
+    #[tokio::test]
+    async fn a_poison_id_gets_its_whole_batch_400_and_alone_too() {
+        let sink = start(Behaviour {
+            batch_poison_ids: ["p".to_string()].into(),
+            fail_body: Some("{\"error\":\"bad batch\"}".into()),
+            ..Behaviour::default()
+        })
+        .await;
+        let client = reqwest::Client::new();
+        let all = ["a", "b", "p", "c"];
+        let response = post_batch(&client, &sink, "/batch", &BatchFormat::JsonArray, &all).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            response.text().await.expect("body"),
+            "{\"error\":\"bad batch\"}"
+        );
+        let audit = sink.audit();
+        assert!(audit.delivered.is_empty());
+        assert_eq!(audit.attempts.len(), 4);
+
+        // Bisected as Courier does: the clean half through, the poison half
+        // refused again, then its two singles.
+        let clean = post_batch(&client, &sink, "/batch", &BatchFormat::JsonArray, &all[..2]).await;
+        assert_eq!(clean.status(), StatusCode::OK);
+        let dirty = post_batch(&client, &sink, "/batch", &BatchFormat::JsonArray, &all[2..]).await;
+        assert_eq!(dirty.status(), StatusCode::BAD_REQUEST);
+        for (id, status) in [("p", StatusCode::BAD_REQUEST), ("c", StatusCode::OK)] {
+            let response = client
+                .post(format!("{}/batch", base(&sink)))
+                .header("Idempotency-Key", id)
+                .body(event(id))
+                .send()
+                .await
+                .expect("request reaches the sink");
+            assert_eq!(response.status(), status, "{id}");
+        }
+        let audit = sink.audit();
+        assert_eq!(audit.order, ["a", "b", "c"]);
+        assert_eq!(audit.attempts["p"], 3);
+        assert_eq!(audit.batch_refused_whole, 3);
+        assert_eq!(audit.batch_requests, 5);
+        assert_eq!(audit.batch_singles, 2);
+    }
+
+    #[tokio::test]
+    async fn whole_status_answers_plainly_and_fails_the_whole_batch() {
+        let mut behaviour = Behaviour {
+            batch_whole_status: true,
+            ..Behaviour::default()
+        };
+        behaviour.fail_ids.insert(
+            "flaky".into(),
+            FailRule {
+                status: 503,
+                times: Some(1),
+                retry_after_s: Some(2),
+            },
+        );
+        let sink = start(behaviour).await;
+        let client = reqwest::Client::new();
+        let ids = ["x", "flaky", "y"];
+        let first = post_batch(&client, &sink, "/batch", &BatchFormat::JsonArray, &ids).await;
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(first.headers()["retry-after"], "2");
+        assert!(sink.audit().delivered.is_empty());
+        let second = post_batch(&client, &sink, "/batch", &BatchFormat::JsonArray, &ids).await;
+        assert_eq!(second.status(), StatusCode::OK);
+        assert_eq!(second.bytes().await.expect("body").len(), 0, "no detail");
+        let audit = sink.audit();
+        assert_eq!(audit.order, ids);
+        assert_eq!(audit.duplicates(), 0);
+        assert_eq!(audit.failures_total, 3);
+    }
+
+    #[tokio::test]
+    async fn a_down_or_unauthorized_api_refuses_the_whole_batch() {
+        let sink = start(Behaviour {
+            down_status: Some(503),
+            ..Behaviour::default()
+        })
+        .await;
+        let client = reqwest::Client::new();
+        let ids = ["d1", "d2"];
+        let down = post_batch(&client, &sink, "/batch", &template(), &ids).await;
+        assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+        sink.set_behaviour(Behaviour {
+            required_token: Some("t".into()),
+            ..Behaviour::default()
+        });
+        let denied = post_batch(&client, &sink, "/batch", &template(), &ids).await;
+        assert_eq!(denied.status(), StatusCode::UNAUTHORIZED);
+        let audit = sink.audit();
+        assert!(audit.delivered.is_empty());
+        assert_eq!((audit.attempts["d1"], audit.failures_total), (2, 4));
+    }
+
+    #[tokio::test]
+    async fn malformed_batches_and_wrong_keys_are_bad_requests() {
+        let sink = start(Behaviour::default()).await;
+        let client = reqwest::Client::new();
+        let url = format!("{}/batch", base(&sink));
+        let array = format!(
+            "[{},{}]",
+            String::from_utf8(event("k1")).expect("utf-8"),
+            String::from_utf8(event("k2")).expect("utf-8")
+        );
+        for (key, body) in [
+            (None, array.clone()),
+            (Some("k1"), array.clone()),
+            (Some("batch-0"), "[]".to_string()),
+            (Some("batch-0"), "[{\"no\":\"id\"}]".to_string()),
+            (Some("batch-0"), "{\"events\": 1}".to_string()),
+            (
+                Some("other"),
+                String::from_utf8(event("k1")).expect("utf-8"),
+            ),
+        ] {
+            let mut request = client.post(&url).body(body.clone());
+            if let Some(key) = key {
+                request = request.header("Idempotency-Key", key);
+            }
+            let response = request.send().await.expect("request reaches the sink");
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{key:?} {body}");
+        }
+        // A batch- key that is not the one derived from the ids: answered, counted.
+        let response = client
+            .post(&url)
+            .header("Idempotency-Key", "batch-0")
+            .body(array)
+            .send()
+            .await
+            .expect("request reaches the sink");
+        assert_eq!(response.status(), StatusCode::OK);
+        let audit = sink.audit();
+        assert_eq!(audit.bad_requests, 6);
+        assert_eq!(audit.batch_requests, 1);
+        assert_eq!(audit.batch_key_mismatches, 1);
+        assert_eq!(audit.order, ["k1", "k2"]);
+    }
+
+    #[tokio::test]
+    async fn per_key_order_is_checked_on_first_deliveries() {
+        let sink = start(Behaviour::default()).await;
+        let client = reqwest::Client::new();
+        let ev = |seq: usize, key: &str| {
+            let id = courier::loadgen::event_id("ev", seq);
+            let body = event_json(&id, "t", key, seq, 200);
+            (id, body)
+        };
+        // key-0: 0, 2 in one batch, then 4 alone on /events; key-1: 1, 3.
+        let batch: Vec<_> = [(0, "key-0"), (1, "key-1"), (2, "key-0"), (3, "key-1")]
+            .into_iter()
+            .map(|(s, k)| ev(s, k))
+            .collect();
+        let ids: Vec<&str> = batch.iter().map(|(id, _)| id.as_str()).collect();
+        let bodies: Vec<Vec<u8>> = batch.iter().map(|(_, b)| b.clone()).collect();
+        let response = post_bodies(
+            &client,
+            &sink,
+            "/batch",
+            &BatchFormat::JsonArray,
+            &ids,
+            &bodies,
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let (id4, body4) = ev(4, "key-0");
+        assert_eq!(
+            post(&client, &sink, Some(&id4), body4).await.status(),
+            StatusCode::OK
+        );
+        assert_eq!(sink.audit().order_violations, 0);
+
+        // A duplicate of an old one is not a new position.
+        let (id0, body0) = ev(0, "key-0");
+        assert_eq!(
+            post(&client, &sink, Some(&id0), body0).await.status(),
+            StatusCode::OK
+        );
+        // key-1's seq 3 is in: a new event with seq 2 now is late.
+        let late = "late-2";
+        let late_body = event_json(late, "t", "key-1", 2, 200);
+        assert_eq!(
+            post(&client, &sink, Some(late), late_body).await.status(),
+            StatusCode::OK
+        );
+        // A DLQ redelivery of an old seq is not checked.
+        let replay = "replay-1";
+        let response = client
+            .post(format!("{}/batch", base(&sink)))
+            .header("Idempotency-Key", replay)
+            .header("Courier-Redelivery", "1")
+            .body(event_json(replay, "t", "key-0", 1, 200))
+            .send()
+            .await
+            .expect("request reaches the sink");
+        assert_eq!(response.status(), StatusCode::OK);
+
+        let audit = sink.audit();
+        assert_eq!(audit.order_checked, 6, "4 in the batch, ev-4, the late one");
+        assert_eq!(audit.order_violations, 1);
+        assert_eq!(
+            audit.order_violation_examples,
+            ["key-1: late-2 (seq 2) after seq 3"]
+        );
+        assert_eq!(audit.duplicates(), 1);
+    }
+}

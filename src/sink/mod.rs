@@ -17,6 +17,7 @@
 //! | route             | purpose                                               |
 //! |-------------------|-------------------------------------------------------|
 //! | `POST /events`    | the delivery endpoint (CloudEvent JSON with a string `id`; header `Idempotency-Key` must equal it) |
+//! | `POST /batch`, `POST /batch/*` | the batch endpoint (`[api.batch]`): many events per request, per-item results; see [`batch`] |
 //! | `GET /audit`      | the [`Audit`] as JSON                                 |
 //! | `GET /behaviour`  | the current [`Behaviour`] as JSON                     |
 //! | `PUT /behaviour`  | replace the [`Behaviour`] (JSON; missing fields take their defaults) |
@@ -37,7 +38,7 @@
 //! bookkeeping, the behaviour shared as an `Arc` snapshot (never cloned per request),
 //! atomics for the concurrency gauge, HTTP/1.1 keep-alive and `TCP_NODELAY`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -57,7 +58,10 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod batch;
 mod introspect;
+mod order;
+mod probe;
 mod tls;
 pub use tls::{SinkTls, SinkTlsError};
 
@@ -92,8 +96,27 @@ pub struct Behaviour {
     /// The body of every non-2xx answer (e.g. an API's JSON error); none when unset.
     pub fail_body: Option<String>,
     /// Hidden capacity: at most this many deliveries handled at once; one
-    /// above it is answered 429 at once (no latency, no `Retry-After`).
+    /// above it is answered 429 at once (no latency, no `Retry-After`). A
+    /// batch request takes one slot.
     pub capacity: Option<u64>,
+    /// Batch endpoint: a batch body (more than one event) larger than this many
+    /// bytes is answered 413 as a whole (counted in `Audit::batch_refused_413`).
+    /// A single event is never refused for its size.
+    pub batch_max_bytes: Option<usize>,
+    /// Batch endpoint: a request holding any of these ids is answered 400 as a
+    /// whole, a request of that one event alone included (counted in
+    /// `Audit::batch_refused_whole`); nothing in it is delivered.
+    pub batch_poison_ids: HashSet<String>,
+    /// Batch endpoint: answer a batch with a plain status and no per-item
+    /// results: 200 when every item succeeds, else the first failing item's
+    /// status for the whole batch (and every item booked as failed with it).
+    pub batch_whole_status: bool,
+    /// Batch endpoint: where the items are in a templated batch (a JSON object
+    /// body), as a JSON pointer; default `"/events"` (`{"events": [...]}`).
+    pub batch_items_pointer: String,
+    /// Batch endpoint: list the per-item results in reverse order, so that only
+    /// matching by id (`api.batch.result_id = "/id"`) reads them right.
+    pub batch_results_reversed: bool,
 }
 
 impl Default for Behaviour {
@@ -109,6 +132,11 @@ impl Default for Behaviour {
             introspect_url: None,
             fail_body: None,
             capacity: None,
+            batch_max_bytes: None,
+            batch_poison_ids: HashSet::new(),
+            batch_whole_status: false,
+            batch_items_pointer: "/events".into(),
+            batch_results_reversed: false,
         }
     }
 }
@@ -152,7 +180,8 @@ pub struct Audit {
     pub attempts: HashMap<String, u32>,
     /// Event ids in the order they were answered 2xx (duplicates appear again).
     pub order: Vec<String>,
-    /// All `POST /events` requests, including bad ones.
+    /// All delivery requests, including bad ones; each event of a batch
+    /// request counts as one (`batch_requests` counts the requests).
     pub requests_total: u64,
     /// Non-2xx answers sent, including the 400s counted in `bad_requests`.
     pub failures_total: u64,
@@ -161,7 +190,8 @@ pub struct Audit {
     pub bad_requests: u64,
     /// Peak number of delivery requests being handled at once.
     pub max_concurrent: u64,
-    /// Requests received in each whole second since start (index = second).
+    /// Requests received in each whole second since start (index = second);
+    /// each event of a batch request counts as one.
     pub per_second: Vec<u64>,
     /// The same, for requests marked `Courier-Redelivery` (DLQ drain), so a test
     /// can measure the drain rate apart from the main path.
@@ -188,6 +218,35 @@ pub struct Audit {
     /// [`SinkHandle::set_record_requests`] is on.
     #[serde(default)]
     pub requests_sample: HashMap<String, RequestSample>,
+    /// Well-formed requests to the batch endpoint (a single event sent there
+    /// included), whatever the answer: bisection's extra requests show here.
+    pub batch_requests: u64,
+    /// Events in those requests (Σ of their sizes).
+    pub batch_items: u64,
+    /// Those requests that carried a single event (not a batch body).
+    pub batch_singles: u64,
+    /// The most events one batch request carried.
+    pub batch_max_items: u64,
+    /// Batch requests answered 413 for `Behaviour::batch_max_bytes`.
+    pub batch_refused_413: u64,
+    /// Batch requests answered 400 as a whole for a `Behaviour::batch_poison_ids`
+    /// id (a lone poison event included).
+    pub batch_refused_whole: u64,
+    /// Batch bodies whose `Idempotency-Key` is not the one Courier derives from
+    /// their item ids (`core::batch::idempotency_key`); still answered.
+    pub batch_key_mismatches: u64,
+    /// Batch-endpoint requests received in each whole second (same index as
+    /// `per_second`, which counts events).
+    pub per_second_batches: Vec<u64>,
+    /// First deliveries whose per-key order was checked: events carrying the
+    /// load generator's `data.key` (or `subject`) and `data.seq`, DLQ
+    /// redeliveries left out.
+    pub order_checked: u64,
+    /// Of those, how many came with a `seq` below one already delivered for
+    /// their key (per-key order broken).
+    pub order_violations: u64,
+    /// The first few violations, described (`key: id (seq s) after seq t`).
+    pub order_violation_examples: Vec<String>,
 }
 
 /// What a request looked like: for tests of request mapping and forwarded headers.
@@ -320,6 +379,8 @@ where
             "/routes/{*rest}",
             post(routed_event).put(routed_event).patch(routed_event),
         )
+        .route("/batch", post(batch::post_batch))
+        .route("/batch/{*rest}", post(batch::post_batch))
         .route("/audit", get(get_audit))
         .route("/behaviour", get(get_behaviour).put(put_behaviour))
         .route("/reset", post(post_reset))
@@ -507,6 +568,8 @@ struct Book {
     per_second_over_capacity: Vec<u64>,
     bodies_sample: HashMap<String, Value>,
     requests_sample: HashMap<String, RequestSample>,
+    key_order: order::KeyOrder,
+    batch: batch::BatchBook,
 }
 
 impl Book {
@@ -525,7 +588,53 @@ impl Book {
             per_second_over_capacity: Vec::new(),
             bodies_sample: HashMap::new(),
             requests_sample: HashMap::new(),
+            key_order: order::KeyOrder::default(),
+            batch: batch::BatchBook::default(),
         }
+    }
+
+    /// Books a well-formed delivery of `id`; returns its attempt number (1-based).
+    fn attempt(&mut self, id: &str, received: Instant, body: Option<Value>) -> u32 {
+        self.count_request(received);
+        let attempt = match self.attempts.get_mut(id) {
+            Some(n) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                self.attempts.insert(id.to_owned(), 1);
+                1
+            }
+        };
+        if let Some(body) = body {
+            self.bodies_sample.insert(id.to_owned(), body);
+        }
+        attempt
+    }
+
+    /// Books the answer to a delivery of `id`, checking its key's order at its
+    /// first delivery (`mark`: none for events without one and redeliveries).
+    /// True if it is the id's first 2xx.
+    fn answer(&mut self, id: String, status: StatusCode, mark: Option<&order::Mark>) -> bool {
+        if !status.is_success() {
+            self.failures_total += 1;
+            return false;
+        }
+        let first = match self.delivered.get_mut(&id) {
+            Some(n) => {
+                *n += 1;
+                false
+            }
+            None => {
+                if let Some(mark) = mark {
+                    self.key_order.first_delivery(&id, mark);
+                }
+                self.delivered.insert(id.clone(), 1);
+                true
+            }
+        };
+        self.order.push(id);
+        first
     }
 
     fn count_redelivery(&mut self, received: Instant) {
@@ -578,6 +687,17 @@ impl Shared {
             tls_handshake_failures: self.handshakes.failures.load(Relaxed),
             tls_first_failure_unix_ms: self.handshakes.first_failure_unix_ms.load(Relaxed),
             requests_sample: book.requests_sample.clone(),
+            batch_requests: book.batch.requests,
+            batch_items: book.batch.items,
+            batch_singles: book.batch.singles,
+            batch_max_items: book.batch.max_items,
+            batch_refused_413: book.batch.refused_413,
+            batch_refused_whole: book.batch.refused_whole,
+            batch_key_mismatches: book.batch.key_mismatches,
+            per_second_batches: book.batch.per_second.clone(),
+            order_checked: book.key_order.checked,
+            order_violations: book.key_order.violations,
+            order_violation_examples: book.key_order.examples.clone(),
         }
     }
 
@@ -600,40 +720,36 @@ impl Shared {
     /// and the generation it belongs to.
     fn record_attempt(&self, id: &str, received: Instant, body: Option<Value>) -> (u32, u64) {
         let mut book = self.book();
-        book.count_request(received);
-        let attempt = match book.attempts.get_mut(id) {
-            Some(n) => {
-                *n += 1;
-                *n
-            }
-            None => {
-                book.attempts.insert(id.to_owned(), 1);
-                1
-            }
-        };
-        if let Some(body) = body {
-            book.bodies_sample.insert(id.to_owned(), body);
-        }
+        let attempt = book.attempt(id, received, body);
         (attempt, book.generation)
     }
 
-    fn record_answer(&self, id: String, generation: u64, status: StatusCode) {
+    fn record_answer(
+        &self,
+        id: String,
+        generation: u64,
+        status: StatusCode,
+        mark: Option<&order::Mark>,
+    ) {
+        self.record_answers(generation, [(id, status, mark)]);
+    }
+
+    /// Books the answers of one request's deliveries (a batch's items, in
+    /// order) under one lock; `mark` as in [`Book::answer`].
+    fn record_answers<'m>(
+        &self,
+        generation: u64,
+        answers: impl IntoIterator<Item = (String, StatusCode, Option<&'m order::Mark>)>,
+    ) {
         let mut book = self.book();
         if book.generation != generation {
             return; // recorded before a reset: not part of the current books
         }
-        if !status.is_success() {
-            book.failures_total += 1;
-            return;
-        }
-        match book.delivered.get_mut(&id) {
-            Some(n) => *n += 1,
-            None => {
-                book.delivered.insert(id.clone(), 1);
+        for (id, status, mark) in answers {
+            if book.answer(id, status, mark) {
                 self.delivered_count.fetch_add(1, Relaxed);
             }
         }
-        book.order.push(id);
     }
 }
 
@@ -692,37 +808,60 @@ impl Drop for CapacitySlot<'_> {
     }
 }
 
-/// The fields of a delivery the stand-in needs. Unknown fields are ignored, so this
-/// is much cheaper than building a full `Value` when bodies are not recorded.
-#[derive(Deserialize)]
-struct Probe {
+/// One event of a delivery, as the stand-in reads it.
+struct Delivered {
     id: String,
+    /// The full body, only while bodies are recorded.
+    body: Option<Value>,
+    /// Its key and sequence number, for the per-key order check.
+    mark: Option<order::Mark>,
 }
 
-/// Extracts the event id (and the full body when `keep_body`), checking the
+/// Reads one event's JSON text (and the full body when `keep_body`). The
+/// error is the reason sent with the 400.
+fn parse_event(text: &[u8], keep_body: bool) -> Result<Delivered, &'static str> {
+    // serde would also accept a JSON array as a struct; only objects are events.
+    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err("body must be a JSON object with a string \"id\"\n");
+    }
+    if keep_body {
+        let value: Value = serde_json::from_slice(text).map_err(|_| "body is not valid JSON\n")?;
+        event_of_value(value)
+    } else {
+        let probe: probe::EventProbe = serde_json::from_slice(text)
+            .map_err(|_| "body must be a JSON object with a string \"id\"\n")?;
+        Ok(Delivered {
+            id: probe.id.clone(),
+            body: None,
+            mark: probe.mark(),
+        })
+    }
+}
+
+/// Reads one event from its parsed JSON (kept as its body).
+fn event_of_value(value: Value) -> Result<Delivered, &'static str> {
+    if !value.is_object() {
+        return Err("body must be a JSON object with a string \"id\"\n");
+    }
+    let probe =
+        probe::EventProbe::deserialize(&value).map_err(|_| "body must have a string \"id\"\n")?;
+    Ok(Delivered {
+        id: probe.id.clone(),
+        mark: probe.mark(),
+        body: Some(value),
+    })
+}
+
+/// Extracts the event (and the full body when `keep_body`), checking the
 /// idempotency key. The error is the reason sent with the 400.
 fn parse_delivery(
     headers: &HeaderMap,
     body: &[u8],
     keep_body: bool,
-) -> Result<(String, Option<Value>), &'static str> {
-    // serde would also accept a JSON array as a struct; only objects are events.
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err("body must be a JSON object with a string \"id\"\n");
-    }
-    let (id, value) = if keep_body {
-        let value: Value = serde_json::from_slice(body).map_err(|_| "body is not valid JSON\n")?;
-        match value.get("id") {
-            Some(Value::String(id)) => (id.clone(), Some(value)),
-            _ => return Err("body must have a string \"id\"\n"),
-        }
-    } else {
-        let probe: Probe = serde_json::from_slice(body)
-            .map_err(|_| "body must be a JSON object with a string \"id\"\n")?;
-        (probe.id, None)
-    };
+) -> Result<Delivered, &'static str> {
+    let event = parse_event(body, keep_body)?;
     match headers.get(IDEMPOTENCY_KEY) {
-        Some(key) if key.as_bytes() == id.as_bytes() => Ok((id, value)),
+        Some(key) if key.as_bytes() == event.id.as_bytes() => Ok(event),
         Some(_) => Err("Idempotency-Key differs from the event id\n"),
         None => Err("missing Idempotency-Key header\n"),
     }
@@ -801,15 +940,15 @@ async fn post_event(
     }
 
     let keep_body = shared.record_bodies.load(Relaxed);
-    let (id, value) = match parse_delivery(&headers, &body, keep_body) {
+    let event = match parse_delivery(&headers, &body, keep_body) {
         Ok(parsed) => parsed,
         Err(reason) => {
             shared.record_bad_request(received);
             return (StatusCode::BAD_REQUEST, reason).into_response();
         }
     };
-    shared.sample_request(&id, "POST", &uri, &headers, &body);
-    answer_delivery(&shared, &headers, id, value, received).await
+    shared.sample_request(&event.id, "POST", &uri, &headers, &body);
+    answer_delivery(&shared, &headers, event, received).await
 }
 
 impl Shared {
@@ -849,7 +988,12 @@ async fn routed_event(
         return (StatusCode::BAD_REQUEST, "missing Idempotency-Key header\n").into_response();
     };
     shared.sample_request(&id, method.as_str(), &uri, &headers, &body);
-    answer_delivery(&shared, &headers, id, None, received).await
+    let event = Delivered {
+        id,
+        body: None,
+        mark: None,
+    };
+    answer_delivery(&shared, &headers, event, received).await
 }
 
 fn request_sample(
@@ -881,17 +1025,20 @@ fn request_sample(
 async fn answer_delivery(
     shared: &Shared,
     headers: &HeaderMap,
-    id: String,
-    body: Option<Value>,
+    event: Delivered,
     received: Instant,
 ) -> Response {
+    let Delivered { id, body, mark } = event;
     let (attempt, generation) = shared.record_attempt(&id, received, body);
-    if headers.contains_key("courier-redelivery") {
+    let redelivery = headers.contains_key(REDELIVERY);
+    if redelivery {
         shared.book().count_redelivery(received);
     }
+    // A redelivery comes after its key moved on by design: not order-checked.
+    let mark = mark.filter(|_| !redelivery);
 
     let Some(_slot) = CapacitySlot::take(shared, received) else {
-        shared.record_answer(id, generation, StatusCode::TOO_MANY_REQUESTS);
+        shared.record_answer(id, generation, StatusCode::TOO_MANY_REQUESTS, None);
         return StatusCode::TOO_MANY_REQUESTS.into_response();
     };
     let delay = latency(&shared.behaviour());
@@ -903,25 +1050,40 @@ async fn answer_delivery(
     // Decide with the behaviour as it is now, so a change made during the latency
     // (an outage starting) applies to the requests already waiting.
     let behaviour = shared.behaviour();
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let authorized = match (&behaviour.required_token, &behaviour.introspect_url) {
-        (Some(t), _) => bearer == Some(t.as_str()),
-        (None, Some(url)) => match bearer {
-            Some(token) => shared.introspector.accepts(url, token).await,
-            None => false,
-        },
-        (None, None) => true,
-    };
-    let answer = if authorized {
+    let answer = if shared.authorized(&behaviour, headers).await {
         decide(&behaviour, &id, attempt)
     } else {
         Answer::fail(401, None)
     };
-    shared.record_answer(id, generation, answer.status);
+    shared.record_answer(id, generation, answer.status, mark.as_ref());
+    respond(&behaviour, &answer)
+}
 
+/// Header marking a DLQ redelivery.
+const REDELIVERY: &str = "courier-redelivery";
+
+impl Shared {
+    /// Whether the request's credentials pass `required_token` /
+    /// `introspect_url` (true when neither is set).
+    async fn authorized(&self, behaviour: &Behaviour, headers: &HeaderMap) -> bool {
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match (&behaviour.required_token, &behaviour.introspect_url) {
+            (Some(t), _) => bearer == Some(t.as_str()),
+            (None, Some(url)) => match bearer {
+                Some(token) => self.introspector.accepts(url, token).await,
+                None => false,
+            },
+            (None, None) => true,
+        }
+    }
+}
+
+/// The response for `answer` alone: its status, `fail_body` on a failure,
+/// `Retry-After` when the answer has one.
+fn respond(behaviour: &Behaviour, answer: &Answer) -> Response {
     let mut response = match &behaviour.fail_body {
         Some(b) if !answer.status.is_success() => (answer.status, b.clone()).into_response(),
         _ => answer.status.into_response(),
