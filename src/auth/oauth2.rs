@@ -175,10 +175,10 @@ impl TokenSource {
                     step,
                     s.generation,
                     s.token.as_ref().map(|t| t.header.clone()),
-                    s.last_error.clone(),
+                    s.last_error,
                 )
             };
-            let unavailable = || last.clone().unwrap_or(AuthFailure::Unavailable);
+            let unavailable = || last.unwrap_or(AuthFailure::Unavailable);
             match (step, header) {
                 (TokenStep::Use, Some(h)) => return Ok(h),
                 (TokenStep::UseAndRefresh, Some(h)) => {
@@ -212,7 +212,7 @@ impl TokenSource {
     /// will be) another token to retry with.
     pub fn unauthorized(&self, used: &HeaderValue) -> bool {
         let mut s = self.lock();
-        if s.token.as_ref().is_some_and(|t| &t.header == used) {
+        if s.token.as_ref().is_some_and(|t| t.header == used) {
             s.token = None;
             s.generation += 1;
         }

@@ -88,6 +88,7 @@ impl<A: Api + Clone> Batcher<A> {
     }
 
     /// Events submitted so far (a test's handle on "waiting in a batch").
+    #[cfg(test)]
     pub(super) fn submitted(&self) -> u64 {
         self.submitted.load(std::sync::atomic::Ordering::Relaxed)
     }
