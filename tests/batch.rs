@@ -1,0 +1,325 @@
+//! Batch delivery (issue 25) against a real broker and the API stand-in's
+//! batch endpoint (`/batch`, `src/sink/batch.rs`), each ending with the audit:
+//! every produced event reached the API or sits in the DLQ or the parking lot
+//! with a reason; lost 0; duplicates counted.
+//!
+//! - every format (`json_array`, `ndjson`, `cloudevents_batch`, `template`)
+//!   delivered, many events per request;
+//! - per-item results with 3 % of the events answered 400 and 2 % 503: exactly
+//!   the 400s parked, the 503s dead-lettered and redelivered by the drain, the
+//!   rest delivered once;
+//! - one poison event refusing its batch as a whole (400): only it parked, the
+//!   others delivered, the extra requests within `2·⌈log₂ n⌉`;
+//! - 413 above a size: smaller batches, everything delivered;
+//! - key order kept (the stand-in checks each key's sequence).
+
+mod common;
+
+use common::*;
+use courier::loadgen::{self, Spec};
+use courier::sink::{Behaviour, FailRule, SinkHandle};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+async fn stand_in(behaviour: Behaviour) -> SinkHandle {
+    SinkHandle::start("127.0.0.1:0".parse().expect("addr"), behaviour)
+        .await
+        .expect("stand-in")
+}
+
+fn batch_url(api: &SinkHandle) -> String {
+    format!("http://{}/batch", api.addr())
+}
+
+/// The test's config with `[api.batch]` = `batch` (TOML lines).
+fn batch_toml(n: &Names, url: &str, degraded: &str, batch: &str) -> String {
+    toml_with(n, url, degraded).replace(
+        "[pipeline]\n",
+        &format!("[api.batch]\n{batch}\n\n[pipeline]\n"),
+    )
+}
+
+fn spec(prefix: &str, count: usize, keys: usize) -> Spec {
+    Spec {
+        count,
+        keys,
+        id_prefix: prefix.into(),
+        ..Spec::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_format_is_delivered_in_batches() {
+    let s = services();
+    for (format, extra) in [
+        ("json_array", ""),
+        ("ndjson", ""),
+        ("cloudevents_batch", ""),
+        ("template", "template = '{\"events\": $items}'\n"),
+    ] {
+        let api = stand_in(Behaviour {
+            latency_ms: 5,
+            ..Behaviour::default()
+        })
+        .await;
+        let n = Names::new(&format!("batch-{}", format.replace('_', "-")), 2);
+        n.create(&s, true).await;
+        let sp = spec(&format!("f{}", &format[..2]), 3_000, 3_000);
+        let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+            .await
+            .expect("produce");
+        let toml = batch_toml(
+            &n,
+            &batch_url(&api),
+            "dlq_backoff_base = \"1h\"\ndlq_backoff_cap = \"1h\"",
+            &format!("max_events = 100\nlinger = \"20ms\"\nformat = \"{format}\"\n{extra}"),
+        );
+        let mut c = Courier::start(&format!("batch-{format}"), &s, &toml);
+        n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+        let requests = c.metric("courier_batch_requests_total").await;
+        c.terminate(Duration::from_secs(30)).await;
+        let audit = api.audit();
+        println!(
+            "[batch {format}] {} events in {requests} requests ({} batch requests at the stand-in, {} items)",
+            sp.count, audit.batch_requests, audit.batch_items
+        );
+        assert!(
+            requests > 0.0 && requests <= (sp.count / 5) as f64,
+            "{format}: batched (more than 5 events per request on average): {requests} requests"
+        );
+        let rep = n.audit(&s, &produced, &api);
+        assert_no_loss(&format!("batch {format}"), &rep);
+        assert_eq!(rep.parked + rep.in_dlq, 0, "{format}: {rep}");
+        api.shutdown();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_item_results_park_and_dead_letter_exactly_the_failed_items() {
+    let s = services();
+    let n = Names::new("batch-items", 3);
+    n.create(&s, true).await;
+    let sp = spec("bi", 4_000, 4_000);
+    let ids: Vec<String> = (0..sp.count)
+        .map(|i| loadgen::event_id(&sp.id_prefix, i))
+        .collect();
+    // 3 % answered 400 for good, 2 % answered 503 for their 3 in-place tries
+    // (in a batch or alone), then delivered by the DLQ drain.
+    let bad: HashSet<String> = ids.iter().step_by(33).cloned().collect();
+    let flaky: HashSet<String> = ids
+        .iter()
+        .skip(7)
+        .step_by(50)
+        .filter(|i| !bad.contains(*i))
+        .cloned()
+        .collect();
+    let mut fail_ids = HashMap::new();
+    for id in &bad {
+        fail_ids.insert(
+            id.clone(),
+            FailRule {
+                status: 400,
+                times: None,
+                retry_after_s: None,
+            },
+        );
+    }
+    for id in &flaky {
+        fail_ids.insert(
+            id.clone(),
+            FailRule {
+                status: 503,
+                times: Some(3),
+                retry_after_s: None,
+            },
+        );
+    }
+    let api = stand_in(Behaviour {
+        latency_ms: 5,
+        fail_ids,
+        ..Behaviour::default()
+    })
+    .await;
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    let toml = batch_toml(
+        &n,
+        &batch_url(&api),
+        FAST,
+        "max_events = 100\nlinger = \"20ms\"\nresults = \"/items\"\nresult_status = \"/status\"\nresult_id = \"/id\"\n",
+    );
+    let mut c = Courier::start("batch-items", &s, &toml);
+    n.wait_committed_to_end(&s, Duration::from_secs(180)).await;
+    // The DLQ side too: every dead-lettered event redelivered.
+    wait_until(
+        Duration::from_secs(120),
+        "the drain redelivers the 503s",
+        || {
+            flaky
+                .iter()
+                .all(|id| api.audit().delivered.contains_key(id))
+        },
+    )
+    .await;
+    c.terminate(Duration::from_secs(30)).await;
+    let parked: HashSet<String> = envelopes(&s, &n.parking)
+        .into_iter()
+        .filter_map(|e| e.event_id)
+        .collect();
+    let dead: HashSet<String> = envelopes(&s, &n.dlq)
+        .into_iter()
+        .filter_map(|e| e.event_id)
+        .collect();
+    println!(
+        "[batch items] {} bad, {} flaky; parked {}, dead-lettered {}",
+        bad.len(),
+        flaky.len(),
+        parked.len(),
+        dead.len()
+    );
+    assert_eq!(parked, bad, "exactly the events answered 400 are parked");
+    assert_eq!(
+        dead, flaky,
+        "exactly the events answered 503 three times are dead-lettered"
+    );
+    let msg = envelopes(&s, &n.parking)
+        .into_iter()
+        .next()
+        .map(|e| e.last_error.message)
+        .unwrap_or_default();
+    assert!(
+        msg.contains("from a batch answer") && msg.contains("position"),
+        "{msg}"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("batch items", &rep);
+    println!("[batch items] duplicates {}", rep.duplicates);
+    api.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_event_takes_only_itself_and_a_413_makes_batches_smaller() {
+    let s = services();
+    // One poison event: its batch is refused as a whole with 400.
+    let n = Names::new("batch-poison", 1);
+    n.create(&s, true).await;
+    let sp = spec("bp", 1_000, 1_000);
+    let poison = loadgen::event_id(&sp.id_prefix, 437);
+    let api = stand_in(Behaviour {
+        batch_poison_ids: [poison.clone()].into_iter().collect(),
+        ..Behaviour::default()
+    })
+    .await;
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    let toml = batch_toml(
+        &n,
+        &batch_url(&api),
+        FAST,
+        "max_events = 100\nlinger = \"50ms\"\n",
+    );
+    let mut c = Courier::start("batch-poison", &s, &toml);
+    n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+    let extra = c.metric("courier_batch_split_requests_total").await;
+    c.terminate(Duration::from_secs(30)).await;
+    let parked: Vec<String> = envelopes(&s, &n.parking)
+        .into_iter()
+        .filter_map(|e| e.event_id)
+        .collect();
+    println!(
+        "[batch poison] parked {parked:?}, {extra} extra requests (bound {})",
+        courier::core::batch::split_bound(100)
+    );
+    assert_eq!(parked, vec![poison], "only the poison event is parked");
+    assert!(
+        extra <= courier::core::batch::split_bound(100) as f64,
+        "extra requests within 2·⌈log₂ n⌉: {extra}"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("batch poison", &rep);
+    api.shutdown();
+
+    // 413 above 12 KB: batches of 100 × ~300 B are refused, then held smaller.
+    let n = Names::new("batch-413", 1);
+    n.create(&s, true).await;
+    let sp = spec("bt", 2_000, 2_000);
+    let api = stand_in(Behaviour {
+        batch_max_bytes: Some(12_000),
+        ..Behaviour::default()
+    })
+    .await;
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    let toml = batch_toml(
+        &n,
+        &batch_url(&api),
+        FAST,
+        "max_events = 100\nlinger = \"50ms\"\n",
+    );
+    let mut c = Courier::start("batch-413", &s, &toml);
+    n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+    let shrunk = c.metric("courier_batch_shrunk_total").await;
+    c.terminate(Duration::from_secs(30)).await;
+    let audit = api.audit();
+    println!(
+        "[batch 413] {} refused 413, shrunk {shrunk}; {} batch requests, {} items",
+        audit.batch_refused_413, audit.batch_requests, audit.batch_items
+    );
+    assert!(
+        audit.batch_refused_413 >= 1 && shrunk >= 1.0,
+        "a 413 was answered and heeded"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("batch 413", &rep);
+    assert_eq!(rep.parked + rep.in_dlq, 0, "{rep}");
+    api.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_keep_each_keys_order() {
+    let s = services();
+    let n = Names::new("batch-order", 3);
+    n.create(&s, true).await;
+    // Few keys, many events each: every batch holds at most one event per key.
+    let sp = spec("bo", 4_000, 40);
+    let api = stand_in(Behaviour {
+        latency_ms: 3,
+        latency_jitter_ms: 10,
+        fail_rate: 0.02,
+        fail_status: 503,
+        ..Behaviour::default()
+    })
+    .await;
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    let toml = batch_toml(
+        &n,
+        &batch_url(&api),
+        "dlq_backoff_base = \"1h\"\ndlq_backoff_cap = \"1h\"",
+        "max_events = 50\nlinger = \"10ms\"\nresults = \"/items\"\nresult_id = \"/id\"\n",
+    )
+    .replace(
+        "retry_budget = \"500ms\"",
+        "retry_budget = \"30s\"\nmax_attempts = 20",
+    );
+    let mut c = Courier::start("batch-order", &s, &toml);
+    n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+    c.terminate(Duration::from_secs(30)).await;
+    let audit = api.audit();
+    println!(
+        "[batch order] {} batch requests, {} items, {} order violations",
+        audit.batch_requests, audit.batch_items, audit.order_violations
+    );
+    assert!(audit.batch_requests > 0);
+    assert_eq!(
+        audit.order_violations, 0,
+        "each key's events arrive in order"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("batch order", &rep);
+    api.shutdown();
+}
