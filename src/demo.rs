@@ -17,7 +17,8 @@ const TOPIC: &str = "demo.events";
 const PARTITIONS: i32 = 6;
 const GROUP: &str = "courier-demo";
 
-pub async fn run(events: usize) -> anyhow::Result<u8> {
+/// `batch`: events per request (`[api.batch] max_events`); 1 sends one each.
+pub async fn run(events: usize, batch: usize) -> anyhow::Result<u8> {
     println!("Courier demo: embedded Kafka (librdkafka mock cluster) + embedded API stand-in\n");
     let mock = MockCluster::new(1).context("cannot start the embedded mock cluster")?;
     let brokers = mock.bootstrap_servers();
@@ -75,6 +76,19 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
 
     let mut cfg = cfg;
     cfg.api.url = sink.url();
+    if batch > 1 {
+        // The stand-in's batch endpoint answers per item: {"items":[{"id","status"}]}.
+        cfg.api.url = format!("http://{}/batch", sink.addr());
+        cfg.api.batch.max_events = batch;
+        cfg.api.batch.results = Some("/items".into());
+        cfg.api.batch.result_status = "/status".into();
+        cfg.api.batch.result_id = Some("/id".into());
+        cfg.api.batch.spec("api.batch")?;
+        println!(
+            "batches of up to {batch} events per request ({})",
+            cfg.api.url
+        );
+    }
     let started = Instant::now();
     let prometheus = crate::metrics::install(&cfg.kafka.group_id, &cfg.kafka.topic);
     let running = crate::app::start(cfg.clone(), prometheus.clone()).await?;
@@ -110,15 +124,21 @@ pub async fn run(events: usize) -> anyhow::Result<u8> {
                 println!("  ── the API is back ──");
             }
         }
+        let a = sink.audit();
+        let calls = if batch > 1 {
+            let per = a.batch_items as f64 / a.batch_requests.max(1) as f64;
+            format!("API calls {:>6} ({per:.0} events each)", a.batch_requests)
+        } else {
+            format!("API calls {:>6}", a.requests_total)
+        };
         println!(
-            "  {:>5.1}s  delivered {:>6}  committed {:>6}/{}  DLQ {:>3}  parked {:>3}  API calls {:>6}  partitions {}",
+            "  {:>5.1}s  delivered {:>6}  committed {:>6}/{}  DLQ {:>3}  parked {:>3}  {calls}  partitions {}",
             started.elapsed().as_secs_f64(),
             delivered,
             committed,
             total,
             dlq,
             parked,
-            sink.audit().requests_total,
             prometheus.as_ref().map(|h| modes(&h.render())).unwrap_or_default()
         );
         if committed >= total && restored && dlq_drained(&brokers, &cfg)? {

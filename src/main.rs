@@ -46,6 +46,9 @@ enum Cmd {
         /// Events to produce.
         #[arg(long, default_value_t = 20_000)]
         events: usize,
+        /// Events per API request (`[api.batch] max_events`); 1: one each.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
     },
     /// Look into the DLQ or the parking lot, or replay events from them.
     Dlq {
@@ -230,13 +233,13 @@ fn main() -> ExitCode {
         Cmd::Run { config, log_format } => {
             runtime().and_then(|rt| rt.block_on(run(config, log_format)))
         }
-        Cmd::Demo { events } => {
+        Cmd::Demo { events, batch } => {
             // The embedded cluster's own connection chatter at teardown is noise here.
             init_logging(
                 LogFormat::Human,
                 "warn,librdkafka=off,rdkafka=off,courier::kafka=error",
             );
-            runtime().and_then(|rt| rt.block_on(courier::demo::run(events)))
+            runtime().and_then(|rt| rt.block_on(courier::demo::run(events, batch)))
         }
         Cmd::Dlq { cmd } => runtime().and_then(|rt| rt.block_on(dlq(cmd))),
         Cmd::Sink {
