@@ -150,3 +150,82 @@ impl Drop for SchemaGate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::schema_registry::SchemaRegistryConfig;
+
+    fn rec(offset: i64, dlq: bool, payload: &[u8]) -> Record {
+        Record {
+            partition: 0,
+            offset,
+            dlq,
+            key: None,
+            payload: Some(bytes::Bytes::copy_from_slice(payload)),
+            timestamp_ms: None,
+            headers: None,
+        }
+    }
+
+    fn framed(id: u32) -> Vec<u8> {
+        let mut v = crate::core::schema::frame::header(id).to_vec();
+        v.push(0);
+        v
+    }
+
+    fn offsets(rs: &[Record]) -> Vec<i64> {
+        rs.iter().map(|r| r.offset).collect()
+    }
+
+    fn gate() -> SchemaGate {
+        let registry = SchemaRegistry::new(&SchemaRegistryConfig {
+            url: "http://127.0.0.1:1".into(),
+            ..Default::default()
+        });
+        SchemaGate::new(Arc::new(registry), 0)
+    }
+
+    #[test]
+    fn records_wait_behind_an_unknown_schema_in_offset_order() {
+        let mut g = gate();
+        // Unframed records go on (the machine parks them); the first record
+        // naming an unresolved id stops everything after it on main p.
+        let (now, fetch) = g.admit(vec![
+            rec(0, false, b"{}"),
+            rec(1, false, &framed(7)),
+            rec(2, false, b"{}"),
+            rec(3, false, &framed(8)),
+        ]);
+        assert_eq!((offsets(&now), fetch), (vec![0], Some(7)));
+        assert!(g.is_waiting());
+        // While waiting: main records queue, DLQ records (envelopes) pass.
+        let (now, fetch) = g.admit(vec![rec(4, false, &framed(7)), rec(0, true, &framed(7))]);
+        assert_eq!((offsets(&now), now[0].dlq, fetch), (vec![0], true, None));
+        // 7 resolved: 1, 2 go, then 3 waits for 8.
+        let (now, fetch) = g.resolved(7, Arc::new(Resolved::Unknown));
+        assert_eq!((offsets(&now), fetch), (vec![1, 2], Some(8)));
+        let (now, fetch) = g.resolved(8, Arc::new(Resolved::Unknown));
+        assert_eq!((offsets(&now), fetch), (vec![3, 4], None));
+        assert!(!g.is_waiting());
+        // Known ids pass at once.
+        let (now, fetch) = g.admit(vec![rec(5, false, &framed(8))]);
+        assert_eq!((offsets(&now), fetch), (vec![5], None));
+    }
+
+    #[test]
+    fn a_drain_drops_the_waiting_records_unbegun() {
+        let mut g = gate();
+        let (_, fetch) = g.admit(vec![rec(0, false, &framed(7)), rec(1, false, &framed(7))]);
+        assert_eq!(fetch, Some(7));
+        g.close();
+        assert!(!g.is_waiting());
+        // A late answer hands nothing over; later records go to the machine
+        // (which ignores them while draining).
+        assert!(g.resolved(7, Arc::new(Resolved::Unknown)).0.is_empty());
+        assert_eq!(
+            offsets(&g.admit(vec![rec(2, false, &framed(9))]).0),
+            vec![2]
+        );
+    }
+}
