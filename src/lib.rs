@@ -19,7 +19,8 @@
 //! * **Configuration** (2): `config` — one file per `[section]`, validated by
 //!   `courier check-config`.
 //!
-//! * **Clients and state** (3): `kafka` (client settings, the poll thread, the
+//! * **Clients and state** (3): `schema_registry` (writers' schemas by id, cached),
+//!   `kafka` (client settings, the poll thread, the
 //!   rebalance context, admin helpers), `redis_conn` (the Redis client of the marker
 //!   and the rate limit), `api_health` (the instance's verdict: breaker + marker),
 //!   `status_page` (the board behind `/status`; its decisions are
@@ -67,6 +68,7 @@ pub mod ops;
 pub mod otel;
 pub(crate) mod redis_conn;
 pub mod runtime;
+pub mod schema_registry;
 pub mod sink;
 pub mod status_page;
 pub(crate) mod store_tls;

@@ -36,12 +36,24 @@ pub struct Pipeline {
     fatal: tokio::sync::watch::Sender<Option<String>>,
     /// Deleted-unread ranges reported so far (each lost offset counted once).
     deleted: Mutex<crate::core::deleted::Ledger>,
+    /// The schema registry, when `input.format` reads through one.
+    pub registry: Option<Arc<crate::schema_registry::SchemaRegistry>>,
 }
 
 impl Pipeline {
     /// `status` is the board of this instance (its id is the instance's).
     pub fn new(config: Config, status: Arc<StatusBoard>) -> Pipeline {
         let budget = RestartBudget::new(config.supervision.max_restarts, config.supervision.window);
+        let registry = config.input.format.uses_registry().then(|| {
+            // A corrupted length inside an Avro record must not allocate more
+            // than an event may hold (the crate's default is 512 MiB).
+            apache_avro::util::max_allocation_bytes(
+                config.pipeline.decode_options().max_event_bytes,
+            );
+            Arc::new(crate::schema_registry::SchemaRegistry::new(
+                &config.input.schema_registry,
+            ))
+        });
         Pipeline {
             dlq_topic: config.kafka.dlq_topic(),
             parking_topic: config.kafka.parking_topic(),
@@ -55,6 +67,7 @@ impl Pipeline {
             budget: Mutex::new(budget),
             fatal: tokio::sync::watch::Sender::new(None),
             deleted: Mutex::default(),
+            registry,
         }
     }
 

@@ -12,6 +12,7 @@
 
 mod decode;
 mod observe;
+mod schemas;
 mod shared;
 
 use crate::actors::delivery_pool::{DeliveryMsg, PoolHandles};
@@ -46,6 +47,11 @@ pub enum PartitionMsg {
     Positions(Positions),
     /// A timer the machine asked for.
     Timer(Timer),
+    /// A schema a waiting record names is at hand (`schemas::SchemaGate`).
+    Schema {
+        id: u32,
+        schema: Arc<crate::schema_registry::Resolved>,
+    },
     /// A probe found nothing to deliver in `[from, to)` (see `Effect::Probe`).
     Probed {
         src: Src,
@@ -85,6 +91,8 @@ pub struct PartitionState {
     /// The delivery pool's queue (see `actors::delivery_pool`), refreshed when a send fails.
     queue: Option<tokio::sync::mpsc::UnboundedSender<Job>>,
     gauges: Gauges,
+    /// Registry formats: records wait here for their schemas.
+    gate: Option<schemas::SchemaGate>,
 }
 
 pub struct PartitionActor;
@@ -131,13 +139,22 @@ impl Actor for PartitionActor {
             },
             commit_floor: crate::core::partition::COMMIT_FLOOR,
         };
-        let decoder = Decoder::new(a.pipeline.clone(), a.partition, topics);
+        let gate = a
+            .pipeline
+            .registry
+            .clone()
+            .map(|r| schemas::SchemaGate::new(r, a.partition));
+        let mut decoder = Decoder::new(a.pipeline.clone(), a.partition, topics);
+        if let Some(g) = &gate {
+            decoder.use_schemas(g.known.clone());
+        }
         let verdict = a.pipeline.health.verdict();
         let mut s = PartitionState {
             machine: PartitionMachine::new(settings, decoder),
             draining: None,
             queue: None,
             inbox: Arc::new(Inbox::new(myself.clone())),
+            gate,
             gauges: Gauges::new(
                 a.partition,
                 a.pipeline.status.partition(a.partition, a.generation),
@@ -176,12 +193,37 @@ impl Actor for PartitionActor {
         s: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let input = match msg {
-            PartitionMsg::Records(records) => Input::Records(records),
+            PartitionMsg::Records(records) => match s.gate.as_mut() {
+                None => Input::Records(records),
+                Some(g) => {
+                    let (now, fetch) = g.admit(records);
+                    if let Some(id) = fetch {
+                        g.fetch(id, myself.clone());
+                        s.set_main_reading(false);
+                    }
+                    Input::Records(now)
+                }
+            },
+            PartitionMsg::Schema { id, schema } => {
+                let Some(g) = s.gate.as_mut() else {
+                    return Ok(());
+                };
+                let (now, fetch) = g.resolved(id, schema);
+                match fetch {
+                    Some(id) => g.fetch(id, myself.clone()),
+                    None if g.machine_reading => s.set_main_reading(true),
+                    None => {}
+                }
+                Input::Records(now)
+            }
             PartitionMsg::Completed => {
                 Input::Reports(s.inbox.take().into_iter().map(|c| c.report()).collect())
             }
             PartitionMsg::Drain(reply) => {
                 s.draining = Some(reply);
+                if let Some(g) = s.gate.as_mut() {
+                    g.close();
+                }
                 // Only requests already on the wire are waited for: queued jobs,
                 // in-place retries and drain slots end now (errored, not
                 // redispatched while draining), before they take a permit.
@@ -238,6 +280,13 @@ impl PartitionState {
                 self.send(Job { item, token });
             }
             Effect::SetReading { src, on } => {
+                if let Some(g) = self.gate.as_mut().filter(|_| src == Src::Main) {
+                    g.machine_reading = on;
+                    if on && g.is_waiting() {
+                        // Resumed when the schema is at hand.
+                        return None;
+                    }
+                }
                 let mut tpl = TopicPartitionList::new();
                 tpl.add_partition(self.machine.intake().topic(src), partition);
                 let r = if on {
@@ -412,6 +461,24 @@ impl PartitionState {
                 }
             }
         });
+    }
+
+    /// Pauses or resumes main p for the schema gate (the machine's own wish is
+    /// `SchemaGate::machine_reading`, applied when the wait ends).
+    fn set_main_reading(&self, on: bool) {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(self.machine.intake().topic(Src::Main), self.a.partition);
+        let r = if on {
+            self.a.consumer.resume(&tpl)
+        } else {
+            self.a.consumer.pause(&tpl)
+        };
+        match r {
+            Ok(()) => self.gauges.paused.set(if on { 0.0 } else { 1.0 }),
+            Err(e) => {
+                tracing::debug!(partition = self.a.partition, error = %e, on, "schema wait: pause/resume")
+            }
+        }
     }
 
     /// Sends a job to the delivery pool. If the pool is missing or gone, the job is

@@ -277,7 +277,7 @@ impl ApiConfig {
         &self,
         format: crate::core::input::InputFormat,
     ) -> Result<(), ConfigError> {
-        if format == crate::core::input::InputFormat::Json {
+        if format.is_plain_json() {
             if let Some(i) = self.routes.iter().position(|r| r.body == BodyMode::Data) {
                 return Err(invalid(
                     &format!("api.routes[{i}].body"),

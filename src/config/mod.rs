@@ -23,6 +23,7 @@ mod ops;
 mod pipeline;
 mod redis;
 mod retry;
+pub mod schema_registry;
 mod tracing;
 
 pub use crate::core::batch::BatchSpec;

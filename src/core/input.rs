@@ -29,6 +29,40 @@ pub enum InputFormat {
     #[default]
     CloudEvents,
     Json,
+    /// Avro in the Confluent wire format, schemas from `[input.schema_registry]`
+    /// (`core::schema`), decoded to JSON and then read as `json`.
+    Avro,
+    /// Protobuf through a registry: named so config can refuse it clearly (not built yet).
+    Protobuf,
+    /// JSON Schema through a registry: named so config can refuse it clearly (not built yet).
+    #[serde(rename = "json_schema")]
+    JsonSchema,
+}
+
+impl InputFormat {
+    /// Whether records are framed by a schema registry.
+    pub fn uses_registry(self) -> bool {
+        matches!(
+            self,
+            InputFormat::Avro | InputFormat::Protobuf | InputFormat::JsonSchema
+        )
+    }
+
+    /// Whether the event is a plain JSON object read with `input.id`/`type`/`key`.
+    pub fn is_plain_json(self) -> bool {
+        self == InputFormat::Json || self.uses_registry()
+    }
+
+    /// The name in config.
+    pub fn name(self) -> &'static str {
+        match self {
+            InputFormat::CloudEvents => "cloudevents",
+            InputFormat::Json => "json",
+            InputFormat::Avro => "avro",
+            InputFormat::Protobuf => "protobuf",
+            InputFormat::JsonSchema => "json_schema",
+        }
+    }
 }
 
 /// What to do with a `json` event whose id pointer finds nothing.
@@ -200,7 +234,33 @@ pub(crate) fn decode_record(
             key: None,
         }),
         InputFormat::Json => json_event(r, json, opts),
+        // Decoded where the schema is at hand (`decode_json_from`); a caller
+        // without it cannot read the record.
+        InputFormat::Avro | InputFormat::Protobuf | InputFormat::JsonSchema => {
+            Err(DecodeError::WrongType {
+                attribute: "value".into(),
+                expected: "decoded with its registry schema (not available here)",
+            })
+        }
     }
+}
+
+/// A registry-framed record whose value was decoded to `json` (JSON text):
+/// read exactly as `input.format = "json"` reads a record's value.
+pub(crate) fn decode_json_from(
+    r: &RecordIn<'_>,
+    json: &Bytes,
+    cfg: &JsonInput,
+    opts: &DecodeOptions,
+) -> Result<Decoded, DecodeError> {
+    json_event(
+        &RecordIn {
+            value: Some(json),
+            ..*r
+        },
+        cfg,
+        opts,
+    )
 }
 
 /// The checks every format shares: present, not too large, UTF-8, a JSON

@@ -67,6 +67,7 @@ pub(crate) mod pacer;
 pub mod partition;
 pub(crate) mod ratelimit;
 pub(crate) mod restart;
+pub mod schema;
 pub(crate) mod status_page;
 pub(crate) mod status_policy;
 pub mod systemic;

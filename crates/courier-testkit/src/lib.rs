@@ -16,6 +16,7 @@
 pub mod child;
 pub mod hydra;
 pub mod prom;
+pub mod schema_registry;
 mod service;
 pub mod webhooks;
 

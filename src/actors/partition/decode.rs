@@ -6,6 +6,7 @@ use crate::core::envelope::Envelope;
 use crate::core::event::DecodeOptions;
 use crate::core::input::{decode_record, BodyType, InputFormat, JsonInput, RecordIn};
 use crate::core::partition::{Begun, Intake, Kind};
+use crate::core::schema::{decode_framed, JsonOptions};
 use crate::delivery::{Item, Work};
 use crate::kafka::Record;
 use crate::metrics as m;
@@ -25,6 +26,9 @@ pub struct Decoder {
     format: InputFormat,
     json: JsonInput,
     consumed: [metrics::Counter; 2],
+    /// Registry formats: the schemas the gate fetched (`schemas::SchemaGate`).
+    schemas: Option<super::schemas::Known>,
+    json_options: JsonOptions,
     /// How far ahead a DLQ envelope's `not_before` may plausibly be: twice the
     /// DLQ backoff cap, plus a minute of clock skew between instances.
     max_wait_ms: i64,
@@ -55,9 +59,9 @@ impl Intake for Decoder {
                     body_type = d.body_type;
                     Work::Deliver(d.event)
                 }
-                Err(e) => {
-                    tracing::info!(partition = self.partition, offset = r.offset, reason = e.reason(), error = %e, "bad input, parking");
-                    park(e.reason(), e.to_string())
+                Err((reason, e)) => {
+                    tracing::info!(partition = self.partition, offset = r.offset, reason, error = %e, "bad input, parking");
+                    park(reason, e)
                 }
             },
             // A forged or corrupted envelope (absurd retries, a `not_before`
@@ -134,6 +138,8 @@ impl Decoder {
             options: pipeline.config.pipeline.decode_options(),
             format: pipeline.config.input.format,
             json: pipeline.config.input.json(),
+            schemas: None,
+            json_options: pipeline.config.input.json_options(),
             consumed: topics.map(|t| metrics::counter!(m::CONSUMED, "topic" => t.to_string())),
             topics: topics.map(Arc::from),
             #[cfg(feature = "test-hooks")]
@@ -142,11 +148,14 @@ impl Decoder {
         }
     }
 
-    /// A main-topic record in the configured input format.
-    fn decode(
-        &self,
-        r: &Record,
-    ) -> Result<crate::core::input::Decoded, crate::core::event::DecodeError> {
+    /// Registry formats: where the gate leaves the schemas.
+    pub fn use_schemas(&mut self, known: super::schemas::Known) {
+        self.schemas = Some(known);
+    }
+
+    /// A main-topic record in the configured input format, or why it is
+    /// parked (reason, message).
+    fn decode(&self, r: &Record) -> Result<crate::core::input::Decoded, (&'static str, String)> {
         let rec = RecordIn {
             value: r.payload.as_ref(),
             headers: r.headers.as_deref().unwrap_or_default(),
@@ -154,7 +163,18 @@ impl Decoder {
             partition: self.partition,
             offset: r.offset,
         };
-        decode_record(&rec, self.format, &self.json, &self.options)
+        if !self.format.uses_registry() {
+            return decode_record(&rec, self.format, &self.json, &self.options)
+                .map_err(|e| (e.reason(), e.to_string()));
+        }
+        let known = self.schemas.as_ref().and_then(|k| k.lock().ok());
+        decode_framed(
+            &rec,
+            |id| known.as_ref().and_then(|k| k.get(&id)).map(|s| &**s),
+            &self.json,
+            &self.options,
+            self.json_options,
+        )
     }
 
     /// The topic of one side.

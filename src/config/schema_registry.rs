@@ -1,0 +1,246 @@
+//! `[input.schema_registry]`: where `input.format = "avro"` reads writers'
+//! schemas (the Confluent Schema Registry API: `GET /schemas/ids/{id}`; also
+//! Apicurio's `/apis/ccompat/v7`, Redpanda, Karapace).
+
+use super::{invalid, ConfigError};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchemaRegistryConfig {
+    /// The registry's base URL (`http://registry:8081`, or with a path such as
+    /// `…/apis/ccompat/v7`); `/schemas/ids/{id}` is appended.
+    pub url: String,
+    /// Basic auth user; the password comes from the variable `password_env` names.
+    pub username: Option<String>,
+    pub password_env: Option<String>,
+    /// A bearer token from this environment variable (instead of basic auth).
+    pub token_env: Option<String>,
+    pub tls: RegistryTls,
+    /// Bytes of parsed schemas kept (their text's length counts); the least
+    /// recently used go first. A schema is fetched again when it is needed after.
+    pub cache_max_bytes: usize,
+    /// One request's limit (connect, answer, body).
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryTls {
+    /// PEM roots to trust for an `https` registry, added to the platform's.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for SchemaRegistryConfig {
+    fn default() -> Self {
+        SchemaRegistryConfig {
+            url: String::new(),
+            username: None,
+            password_env: None,
+            token_env: None,
+            tls: RegistryTls::default(),
+            cache_max_bytes: 16 * 1024 * 1024,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How requests to the registry authenticate (secrets read from the environment).
+#[derive(Clone, PartialEq, Eq)]
+pub enum RegistryAuth {
+    None,
+    Basic { username: String, password: String },
+    Bearer(String),
+}
+
+/// Never shows a secret.
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegistryAuth::None => write!(f, "None"),
+            RegistryAuth::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
+            RegistryAuth::Bearer(_) => write!(f, "Bearer(***)"),
+        }
+    }
+}
+
+const FIELD: &str = "input.schema_registry";
+
+fn env_secret(field: &str, name: &str) -> Result<String, ConfigError> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => Ok(v),
+        Ok(_) => Err(invalid(field, format!("the variable `{name}` is empty"))),
+        Err(_) => Err(invalid(field, format!("the variable `{name}` is not set"))),
+    }
+}
+
+impl SchemaRegistryConfig {
+    /// Checks the section when a registry format is chosen (`format` names it).
+    pub(crate) fn validate(&self, format: &str) -> Result<(), ConfigError> {
+        if self.url.is_empty() {
+            return Err(invalid(
+                &format!("{FIELD}.url"),
+                format!("input.format = \"{format}\" reads schemas from a registry: give its URL"),
+            ));
+        }
+        let url = reqwest::Url::parse(&self.url)
+            .map_err(|e| invalid(&format!("{FIELD}.url"), format!("`{}`: {e}", self.url)))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(invalid(
+                &format!("{FIELD}.url"),
+                "must be http:// or https://",
+            ));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(invalid(
+                &format!("{FIELD}.url"),
+                "must not carry credentials: use username + password_env or token_env",
+            ));
+        }
+        if self.cache_max_bytes < 64 * 1024 {
+            return Err(invalid(
+                &format!("{FIELD}.cache_max_bytes"),
+                "must be at least 65536 (one large schema)",
+            ));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(invalid(
+                &format!("{FIELD}.request_timeout"),
+                "must be above 0",
+            ));
+        }
+        if let Some(ca) = &self.tls.ca_file {
+            crate::tls::load_certs(&format!("{FIELD}.tls.ca_file"), ca)
+                .map_err(|e| invalid(&format!("{FIELD}.tls.ca_file"), e.to_string()))?;
+        }
+        self.auth().map(|_| ())
+    }
+
+    /// The credentials, read from the environment.
+    pub fn auth(&self) -> Result<RegistryAuth, ConfigError> {
+        match (&self.username, &self.password_env, &self.token_env) {
+            (None, None, None) => Ok(RegistryAuth::None),
+            (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => Err(invalid(
+                &format!("{FIELD}.token_env"),
+                "give either username + password_env (basic auth) or token_env (a bearer token), not both",
+            )),
+            (Some(u), Some(p), None) => {
+                if u.is_empty() || u.contains(':') {
+                    return Err(invalid(
+                        &format!("{FIELD}.username"),
+                        "must be non-empty and without `:`",
+                    ));
+                }
+                Ok(RegistryAuth::Basic {
+                    username: u.clone(),
+                    password: env_secret(&format!("{FIELD}.password_env"), p)?,
+                })
+            }
+            (Some(_), None, None) => Err(invalid(
+                &format!("{FIELD}.password_env"),
+                "username needs password_env (the variable holding the password)",
+            )),
+            (None, Some(_), None) => Err(invalid(
+                &format!("{FIELD}.username"),
+                "password_env needs a username",
+            )),
+            (None, None, Some(t)) => Ok(RegistryAuth::Bearer(env_secret(
+                &format!("{FIELD}.token_env"),
+                t,
+            )?)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    fn field_of(toml: &str) -> String {
+        match Config::from_toml(toml) {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected an invalid field, got {other:?}"),
+        }
+    }
+
+    const AVRO: &str = "[input]\nformat = \"avro\"\nid = \"/id\"\n";
+
+    #[test]
+    fn avro_needs_a_registry_url() {
+        assert_eq!(field_of(AVRO), "input.schema_registry.url");
+        let c = Config::from_toml(&format!(
+            "{AVRO}[input.schema_registry]\nurl = \"http://127.0.0.1:8081/apis/ccompat/v7\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.input.schema_registry.cache_max_bytes, 16 << 20);
+        assert_eq!(
+            field_of(&format!(
+                "{AVRO}[input.schema_registry]\nurl = \"ftp://x\"\n"
+            )),
+            "input.schema_registry.url"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{AVRO}[input.schema_registry]\nurl = \"http://u:p@x\"\n"
+            )),
+            "input.schema_registry.url"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{AVRO}[input.schema_registry]\nurl = \"http://x\"\ncache_max_bytes = 10\n"
+            )),
+            "input.schema_registry.cache_max_bytes"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{AVRO}[input.schema_registry]\nurl = \"http://x\"\n[input.schema_registry.tls]\nca_file = \"/nonexistent.pem\"\n"
+            )),
+            "input.schema_registry.tls.ca_file"
+        );
+    }
+
+    #[test]
+    fn credentials_from_one_source_only() {
+        let base = format!("{AVRO}[input.schema_registry]\nurl = \"https://x\"\n");
+        assert_eq!(
+            field_of(&format!("{base}username = \"u\"\n")),
+            "input.schema_registry.password_env"
+        );
+        assert_eq!(
+            field_of(&format!("{base}password_env = \"P\"\n")),
+            "input.schema_registry.username"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{base}username = \"u\"\npassword_env = \"P\"\ntoken_env = \"T\"\n"
+            )),
+            "input.schema_registry.token_env"
+        );
+        // A variable that is not set is named, its value never shown.
+        let err = Config::from_toml(&format!(
+            "{base}token_env = \"COURIER_TEST_SR_TOKEN_UNSET\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("COURIER_TEST_SR_TOKEN_UNSET"), "{err}");
+        let auth = super::RegistryAuth::Basic {
+            username: "u".into(),
+            password: "hunter2".into(),
+        };
+        assert!(!format!("{auth:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn other_formats_ignore_the_section() {
+        assert!(Config::from_toml("[input]\nformat = \"json\"\n").is_ok());
+        assert_eq!(
+            field_of(
+                "[input]\nformat = \"protobuf\"\n[input.schema_registry]\nurl = \"http://x\"\n"
+            ),
+            "input.format"
+        );
+    }
+}

@@ -1,0 +1,299 @@
+//! The schema registry client (`[input.schema_registry]`): writers' schemas by
+//! id (`GET {url}/schemas/ids/{id}`, the Confluent API that Apicurio's
+//! `ccompat`, Redpanda and Karapace serve too), references resolved, parsed
+//! once and cached within `cache_max_bytes`. One fetch per id however many
+//! partitions wait for it (moka's `try_get_with` coalesces them); a failure is
+//! not cached, so the next wait asks again.
+//!
+//! What an answer means: 200 → the schema; 404 → the id is unknown (the
+//! record is parked `unknown_schema`, and the id asked again for the next
+//! record that names it); anything else (no connection, a timeout, 5xx, 401,
+//! an answer that is not a schema) → [`FetchError::Unavailable`], systemic:
+//! the partition waits and asks again, it never parks for it.
+
+use crate::config::schema_registry::{RegistryAuth, SchemaRegistryConfig};
+use crate::core::schema::AvroSchema;
+pub use crate::core::schema::Resolved;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `courier_schema_registry_fetches_total{result}`: fetches by outcome
+/// (`ok`, `unknown`, `unavailable`).
+pub const FETCHES: &str = "courier_schema_registry_fetches_total";
+/// `courier_schema_registry_waiting_partitions`: partitions waiting for a schema.
+pub const WAITING: &str = "courier_schema_registry_waiting_partitions";
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FetchError {
+    /// Systemic: the registry did not answer usefully.
+    #[error("schema registry unavailable: {0}")]
+    Unavailable(String),
+    #[error("schema id {0} not found")]
+    NotFound(u32),
+}
+
+#[derive(serde::Deserialize)]
+struct SchemaAnswer {
+    schema: String,
+    #[serde(rename = "schemaType")]
+    schema_type: Option<String>,
+    #[serde(default)]
+    references: Vec<Reference>,
+}
+
+#[derive(serde::Deserialize)]
+struct Reference {
+    subject: String,
+    version: i64,
+}
+
+/// The deepest chain of references followed.
+const MAX_REFERENCE_DEPTH: usize = 16;
+
+pub struct SchemaRegistry {
+    http: Result<reqwest::Client, String>,
+    base: String,
+    auth: RegistryAuth,
+    cache: moka::future::Cache<u32, Arc<Resolved>>,
+}
+
+impl std::fmt::Debug for SchemaRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchemaRegistry")
+            .field("base", &self.base)
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl SchemaRegistry {
+    /// Never fails: a client that cannot be built (a CA file that went away
+    /// since the config was checked) makes every fetch `Unavailable`, said in
+    /// the log, and the partitions wait.
+    pub fn new(cfg: &SchemaRegistryConfig) -> SchemaRegistry {
+        let auth = cfg.auth().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "schema registry credentials");
+            RegistryAuth::None
+        });
+        let http = build_client(cfg);
+        if let Err(e) = &http {
+            tracing::error!(error = %e, "schema registry client");
+        }
+        let budget = cfg.cache_max_bytes as u64;
+        SchemaRegistry {
+            http,
+            base: cfg.url.trim_end_matches('/').to_string(),
+            auth,
+            cache: moka::future::Cache::builder()
+                .max_capacity(budget)
+                .weigher(|_, v: &Arc<Resolved>| weight(v))
+                .build(),
+        }
+    }
+
+    /// The schema with this id: cached, or fetched once for every waiter.
+    pub async fn get(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
+        match self.cache.try_get_with(id, self.fetch(id)).await {
+            Ok(r) => Ok(r),
+            Err(e) => match &*e {
+                FetchError::NotFound(_) => Ok(Arc::new(Resolved::Unknown)),
+                other => Err(other.clone()),
+            },
+        }
+    }
+
+    async fn fetch(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
+        let r = self.fetch_uncounted(id).await;
+        let result = match &r {
+            Ok(_) => "ok",
+            Err(FetchError::NotFound(_)) => "unknown",
+            Err(FetchError::Unavailable(_)) => "unavailable",
+        };
+        metrics::counter!(FETCHES, "result" => result).increment(1);
+        r
+    }
+
+    async fn fetch_uncounted(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
+        let answer: SchemaAnswer = match self
+            .get_json(&format!("{}/schemas/ids/{id}", self.base))
+            .await?
+        {
+            Some(a) => a,
+            None => return Err(FetchError::NotFound(id)),
+        };
+        let kind = answer
+            .schema_type
+            .as_deref()
+            .unwrap_or("AVRO")
+            .to_ascii_uppercase();
+        if kind != "AVRO" {
+            return Ok(Arc::new(Resolved::Other(kind)));
+        }
+        let mut references = Vec::new();
+        self.references(&answer.references, &mut references, 0)
+            .await?;
+        Ok(Arc::new(
+            match AvroSchema::parse(&answer.schema, &references) {
+                Ok(s) => Resolved::Avro(Box::new(s)),
+                Err(e) => Resolved::Broken(e.to_string()),
+            },
+        ))
+    }
+
+    /// Referenced schemas' texts, dependencies first.
+    async fn references(
+        &self,
+        refs: &[Reference],
+        out: &mut Vec<String>,
+        depth: usize,
+    ) -> Result<(), FetchError> {
+        if depth > MAX_REFERENCE_DEPTH {
+            return Err(FetchError::Unavailable(
+                "schema references nested too deep".into(),
+            ));
+        }
+        for r in refs {
+            let url = format!(
+                "{}/subjects/{}/versions/{}",
+                self.base,
+                encode_segment(&r.subject),
+                r.version
+            );
+            let Some(v): Option<SchemaAnswer> = self.get_json(&url).await? else {
+                return Err(FetchError::Unavailable(format!(
+                    "referenced subject {} version {} not found",
+                    r.subject, r.version
+                )));
+            };
+            Box::pin(self.references(&v.references, out, depth + 1)).await?;
+            if !out.contains(&v.schema) {
+                out.push(v.schema);
+            }
+        }
+        Ok(())
+    }
+
+    /// `Ok(None)` on 404.
+    async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        url: &str,
+    ) -> Result<Option<T>, FetchError> {
+        let http = self
+            .http
+            .as_ref()
+            .map_err(|e| FetchError::Unavailable(e.clone()))?;
+        let mut req = http.get(url).header(
+            "accept",
+            "application/vnd.schemaregistry.v1+json, application/json",
+        );
+        req = match &self.auth {
+            RegistryAuth::None => req,
+            RegistryAuth::Basic { username, password } => req.basic_auth(username, Some(password)),
+            RegistryAuth::Bearer(t) => req.bearer_auth(t),
+        };
+        // reqwest's errors name the URL, never the credentials.
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| FetchError::Unavailable(e.without_url().to_string()))?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(FetchError::Unavailable(format!("HTTP {status}")));
+        }
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| FetchError::Unavailable(e.without_url().to_string()))?;
+        serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(|e| FetchError::Unavailable(format!("an answer that is not a schema: {e}")))
+    }
+}
+
+fn weight(v: &Resolved) -> u32 {
+    // The parsed form is a few times the text; the text length stands for it.
+    let n = match v {
+        Resolved::Avro(s) => s.text_len() * 4,
+        Resolved::Other(k) => k.len(),
+        Resolved::Broken(e) => e.len(),
+        Resolved::Unknown => 0,
+    };
+    u32::try_from(n.saturating_add(64)).unwrap_or(u32::MAX)
+}
+
+/// A subject name as one path segment.
+fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn build_client(cfg: &SchemaRegistryConfig) -> Result<reqwest::Client, String> {
+    let mut b = reqwest::Client::builder()
+        .timeout(cfg.request_timeout)
+        .connect_timeout(cfg.request_timeout.min(Duration::from_secs(5)))
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never())
+        .https_only(cfg.url.starts_with("https://"));
+    if let Some(ca) = &cfg.tls.ca_file {
+        let certs = crate::tls::load_certs("input.schema_registry.tls.ca_file", ca)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|c| reqwest::Certificate::from_der(c.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        b = b.tls_certs_merge(certs);
+    }
+    b.build().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_are_one_segment() {
+        assert_eq!(encode_segment("orders-value"), "orders-value");
+        assert_eq!(encode_segment("a/b c"), "a%2Fb%20c");
+    }
+
+    #[test]
+    fn credentials_never_in_debug() {
+        let mut cfg = SchemaRegistryConfig {
+            url: "http://127.0.0.1:1".into(),
+            ..Default::default()
+        };
+        cfg.username = Some("u".into());
+        cfg.password_env = Some("COURIER_SR_UNIT_PW".into());
+        // SAFETY of the test: a variable only this test reads.
+        unsafe { std::env::set_var("COURIER_SR_UNIT_PW", "s3cret-pw") };
+        let r = SchemaRegistry::new(&cfg);
+        assert!(matches!(r.auth, RegistryAuth::Basic { .. }));
+        assert!(!format!("{r:?}").contains("s3cret-pw"));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_registry_is_unavailable_and_not_cached() {
+        // A port nothing listens on.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let r = SchemaRegistry::new(&SchemaRegistryConfig {
+            url: format!("http://127.0.0.1:{port}"),
+            ..Default::default()
+        });
+        assert!(matches!(r.get(1).await, Err(FetchError::Unavailable(_))));
+        assert!(r.cache.get(&1).await.is_none());
+    }
+}
