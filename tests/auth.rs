@@ -151,7 +151,7 @@ async fn oauth2_tokens_that_expire_every_few_seconds_deliver_everything() {
     produced.ids.extend(p2.ids);
     produced.offsets.extend(p2.offsets);
     wait_until(
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         "the group pauses without a token",
         || block(c.metric("courier_api_unavailable")) == 1.0,
     )

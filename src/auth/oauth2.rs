@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 
 /// A token answer without `expires_in` is used for this long.
 pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+/// How long a call waits for the next fetch once the last one failed.
+pub const FAILING_WAIT: Duration = Duration::from_secs(1);
 /// The shortest lifetime a token is used for (`expires_in: 0` included).
 pub const MIN_LIFETIME: Duration = Duration::from_secs(1);
 /// The most of a token endpoint's answer read.
@@ -187,8 +189,12 @@ impl TokenSource {
                     return Ok(h);
                 }
                 (TokenStep::WaitUntil(at), _) => {
-                    if at >= deadline {
-                        tokio::time::sleep_until(deadline.into()).await;
+                    // The last fetch failed: wait for the next one at most
+                    // FAILING_WAIT, then fail (systemic: the breaker pauses the
+                    // group, and its probes come back here).
+                    let give_up = deadline.min(Instant::now() + FAILING_WAIT);
+                    if at >= give_up {
+                        tokio::time::sleep_until(give_up.into()).await;
                         return Err(unavailable());
                     }
                     tokio::time::sleep_until(at.into()).await;
