@@ -491,8 +491,14 @@ async fn a_transaction_marker_at_the_dlq_end_is_not_unread() {
     tx.flush(t).unwrap();
     tx.abort_transaction(t).unwrap();
     drop(tx);
-    let ends = courier::kafka::admin::end_offsets(&s.brokers, &n.dlq, 1).unwrap();
-    assert_eq!(ends, vec![2], "the aborted record and its marker");
+    // The coordinator writes the abort marker after `abort_transaction`
+    // returns (EndTxn answers once the abort is prepared): wait for it.
+    wait_until(
+        Duration::from_secs(30),
+        "the aborted record and its marker",
+        || courier::kafka::admin::end_offsets(&s.brokers, &n.dlq, 1).unwrap_or_default() == vec![2],
+    )
+    .await;
     // A DLQ retention shorter than the policy's horizon (FAST: the default 5
     // rounds, back-off 300 ms doubling up to 2 s: an envelope waits up to 2 s)
     // is warned about at start.
