@@ -1,7 +1,7 @@
 //! The per-key order check: does the API see each key's events in the order
 //! they were produced?
 //!
-//! Courier's load generator ([`crate::loadgen::event_json`]) puts the event's
+//! Courier's load generator (`loadgen::event_json`) puts the event's
 //! key and a per-run sequence number in its `data`: `"data": {"key": "key-3",
 //! "seq": 17, …}` (the key is also the CloudEvent `subject`). Per key, the
 //! stand-in remembers the highest `seq` delivered so far; a **first** delivery
