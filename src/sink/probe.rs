@@ -157,8 +157,9 @@ mod tests {
 
     #[test]
     fn reads_the_load_generators_key_and_seq() {
-        let ev = crate::loadgen::event_json("ev-7", "t", "key-3", 7, 300);
-        let probe: EventProbe = serde_json::from_slice(&ev).expect("an event");
+        // The shape of `loadgen::event_json("ev-7", "t", "key-3", 7, …)`.
+        let ev = br#"{"specversion":"1.0","id":"ev-7","source":"/courier/loadgen","type":"t","subject":"key-3","entityversion":1,"data":{"key":"key-3","seq":7,"pad":"..."}}"#;
+        let probe: EventProbe = serde_json::from_slice(ev).expect("an event");
         assert_eq!(probe.id, "ev-7");
         assert_eq!(
             probe.mark(),
