@@ -32,23 +32,6 @@ fn hydra_bin() -> PathBuf {
     ))
 }
 
-/// A Kubernetes Secret volume in `dir`: `dir/<name>` → `..data/<name>`, and
-/// `..data` → a timestamped directory, replaced atomically (a rename of a new
-/// symlink over `..data`), as the kubelet does.
-fn secret_volume(dir: &Path, name: &str, generation: u32, value: &str) {
-    let ts = dir.join(format!("..2026_12_02_05_00_{generation:02}.{generation}"));
-    std::fs::create_dir_all(&ts).expect("secret dir");
-    std::fs::write(ts.join(name), format!("{value}\n")).expect("secret");
-    let tmp = dir.join("..data_tmp");
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(ts.file_name().expect("name"), &tmp).expect("symlink");
-    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
-    let link = dir.join(name);
-    if std::fs::symlink_metadata(&link).is_err() {
-        std::os::unix::fs::symlink(format!("..data/{name}"), &link).expect("link");
-    }
-}
-
 /// The OAuth2 client Courier is: `courier`, allowed the scope `events`.
 fn client(secret: &str, lifetime: Duration) -> OAuthClient {
     OAuthClient {

@@ -16,7 +16,7 @@ use common::*;
 use courier::loadgen::{self, Spec};
 use courier::sink::Audit;
 use courier_testkit::webhooks::Receiver;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 fn python() -> PathBuf {
@@ -33,22 +33,6 @@ fn new_secret() -> String {
         "whsec_{}",
         base64::engine::general_purpose::STANDARD.encode(key)
     )
-}
-
-/// Writes `value` into a Kubernetes-style secret volume at `dir/name` (a
-/// `..data` symlink swapped to a new directory).
-fn secret_volume(dir: &Path, name: &str, generation: u32, value: &str) {
-    let ts = dir.join(format!("..2026_12_02_06_00_{generation:02}.{generation}"));
-    std::fs::create_dir_all(&ts).expect("secret dir");
-    std::fs::write(ts.join(name), format!("{value}\n")).expect("secret");
-    let tmp = dir.join("..data_tmp");
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(ts.file_name().expect("name"), &tmp).expect("symlink");
-    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
-    let link = dir.join(name);
-    if std::fs::symlink_metadata(&link).is_err() {
-        std::os::unix::fs::symlink(format!("..data/{name}"), &link).expect("link");
-    }
 }
 
 fn spec(prefix: &str, count: usize, event_type: &str) -> Spec {

@@ -340,12 +340,10 @@ impl ApiClient {
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
         if whole {
             let full = bytes::Bytes::from(read_body(resp, MAX_READ_ANSWER_BYTES, false).await);
-            let body = ((200..300).contains(&status) || self.error_body_bytes == 0)
-                .then_some(())
-                .map_or_else(
-                    || redacted_excerpt(&full, self.error_body_bytes, &self.current_secrets()),
-                    |()| None,
-                );
+            let excerpt = !(200..300).contains(&status) && self.error_body_bytes > 0;
+            let body = excerpt
+                .then(|| redacted_excerpt(&full, self.error_body_bytes, &self.current_secrets()))
+                .flatten();
             return Ok(Answer {
                 status,
                 retry_after,

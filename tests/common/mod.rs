@@ -456,3 +456,20 @@ pub async fn api_with_latency(ms: u64) -> SinkHandle {
 pub fn block<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }
+
+/// A Kubernetes Secret volume in `dir`: `dir/<name>` → `..data/<name>`, and
+/// `..data` → a timestamped directory, replaced atomically (a rename of a new
+/// symlink over `..data`), as the kubelet does.
+pub fn secret_volume(dir: &std::path::Path, name: &str, generation: u32, value: &str) {
+    let ts = dir.join(format!("..2026_12_02_05_00_{generation:02}.{generation}"));
+    std::fs::create_dir_all(&ts).expect("secret dir");
+    std::fs::write(ts.join(name), format!("{value}\n")).expect("secret");
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(ts.file_name().expect("name"), &tmp).expect("symlink");
+    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
+    let link = dir.join(name);
+    if std::fs::symlink_metadata(&link).is_err() {
+        std::os::unix::fs::symlink(format!("..data/{name}"), &link).expect("link");
+    }
+}
