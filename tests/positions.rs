@@ -192,7 +192,6 @@ async fn transaction_markers_do_not_leave_lag_at_idle() {
             producer.abort_transaction(t).expect("abort");
         }
     }
-    let ends = n.ends(&s);
     let mut c = Courier::start(&n.topic, &s, &base_toml(&n, &api.url()));
     wait_until(
         Duration::from_secs(60),
@@ -200,10 +199,17 @@ async fn transaction_markers_do_not_leave_lag_at_idle() {
         || all_delivered(&api, &committed),
     )
     .await;
+    // `commit_transaction` returns once the coordinator has logged the
+    // commit; it writes the markers to the partitions afterwards, so the log
+    // ends are read afresh at each look (a stale end would never be matched).
+    let mut ends = Vec::new();
     wait_until(
         Duration::from_secs(30),
         "committed offsets equal the end offsets (past the last markers)",
-        || n.committed(&s) == ends,
+        || {
+            ends = log_ends(&s, &n);
+            n.committed(&s) == ends
+        },
     )
     .await;
     let passed = c.metric("courier_positions_passed_markers_total").await;
@@ -218,6 +224,23 @@ async fn transaction_markers_do_not_leave_lag_at_idle() {
     let rep = n.audit(&s, &committed, &api);
     assert_no_loss("txn", &rep);
     assert_eq!(rep.delivered, 40);
+}
+
+/// Each partition's log end (high watermark, read_uncommitted: markers and
+/// open transactions included), unlike [`Names::ends`] (read_committed).
+fn log_ends(s: &Services, n: &Names) -> Vec<i64> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &s.brokers)
+        .set("isolation.level", "read_uncommitted")
+        .create()
+        .expect("a read_uncommitted reader");
+    (0..n.partitions)
+        .map(|p| {
+            c.fetch_watermarks(&n.topic, p, Duration::from_secs(10))
+                .expect("watermarks")
+                .1
+        })
+        .collect()
 }
 
 /// Commits `(offset, metadata)` for `group` on `topic`/`partition` from a
