@@ -207,7 +207,7 @@ async fn transaction_markers_do_not_leave_lag_at_idle() {
         Duration::from_secs(30),
         "committed offsets equal the end offsets (past the last markers)",
         || {
-            ends = log_ends(&s, &n);
+            ends = n.ends(&s);
             n.committed(&s) == ends
         },
     )
@@ -224,23 +224,6 @@ async fn transaction_markers_do_not_leave_lag_at_idle() {
     let rep = n.audit(&s, &committed, &api);
     assert_no_loss("txn", &rep);
     assert_eq!(rep.delivered, 40);
-}
-
-/// Each partition's log end (high watermark, read_uncommitted: markers and
-/// open transactions included), unlike [`Names::ends`] (read_committed).
-fn log_ends(s: &Services, n: &Names) -> Vec<i64> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &s.brokers)
-        .set("isolation.level", "read_uncommitted")
-        .create()
-        .expect("a read_uncommitted reader");
-    (0..n.partitions)
-        .map(|p| {
-            c.fetch_watermarks(&n.topic, p, Duration::from_secs(10))
-                .expect("watermarks")
-                .1
-        })
-        .collect()
 }
 
 /// Commits `(offset, metadata)` for `group` on `topic`/`partition` from a
