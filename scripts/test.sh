@@ -45,7 +45,10 @@ COURIER_TEST_HYDRA=$(bash scripts/hydra.sh)
 export COURIER_TEST_HYDRA
 COURIER_TEST_PYTHON=$(bash scripts/pytools.sh)
 export COURIER_TEST_PYTHON
-# confluent-kafka's serializers, the real producer of tests/schema_registry.rs.
+# confluent-kafka's serializers, the real producer of tests/schema_registry.rs, and
+# the real Schema Registry they register with (Apicurio Registry, from Maven Central).
 COURIER_TEST_PYSCHEMA=$(bash scripts/pyschema.sh)
 export COURIER_TEST_PYSCHEMA
+COURIER_TEST_APICURIO=$(bash scripts/apicurio.sh)
+export COURIER_TEST_APICURIO
 cargo test --workspace --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"
