@@ -500,6 +500,8 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 Ok::<_, courier::kafka::admin::AdminError>(s)
             })
             .await??;
+            let mut s = s;
+            s.decoded = inspect::decode_samples(&cfg.input, &s.samples).await;
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {

@@ -386,7 +386,7 @@ async fn a_registry_down_for_10s_pauses_then_everything_is_delivered() {
         0,
         "nothing delivered without the schema"
     );
-    assert_eq!(topic_size(&s, &n.parking, 2), 0, "nothing parked");
+    assert_eq!(topic_size(&s, &n.parking), 0, "nothing parked");
     assert_eq!(
         c.metric("courier_schema_registry_waiting_partitions").await,
         2.0
@@ -436,7 +436,7 @@ async fn dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage(
     // the next call for it succeeds. (Few enough that the breaker, at a failure
     // rate of 0.5, stays closed.)
     let failing: Vec<String> = produced.ids.iter().step_by(20).cloned().collect();
-    let fail_ids = failing
+    let mut fail_ids: HashMap<String, FailRule> = failing
         .iter()
         .map(|id| {
             let rule = FailRule {
@@ -447,6 +447,16 @@ async fn dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage(
             (id.clone(), rule)
         })
         .collect();
+    // And one is refused (400) once: parked, later inspected and replayed.
+    let refused = produced.ids[7].clone();
+    fail_ids.insert(
+        refused.clone(),
+        FailRule {
+            status: 400,
+            times: Some(1),
+            retry_after_s: None,
+        },
+    );
     let api = SinkHandle::start(
         "127.0.0.1:0".parse().unwrap(),
         Behaviour {
@@ -462,11 +472,12 @@ async fn dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage(
     let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), &reg.url()));
     wait_until(
         Duration::from_secs(90),
-        "the failing events are in the DLQ, the others delivered",
+        "the failing events are in the DLQ, the refused one parked, the others delivered",
         || {
             let a = api.audit();
-            a.delivered.len() == produced.ids.len() - failing.len()
+            a.delivered.len() == produced.ids.len() - failing.len() - 1
                 && envelopes(&s, &n.dlq).len() == failing.len()
+                && envelopes(&s, &n.parking).len() == 1
         },
     )
     .await;
@@ -488,21 +499,62 @@ async fn dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage(
         },
     )
     .await;
-    assert_eq!(topic_size(&s, &n.parking, 2), 0, "nothing parked");
+    assert_eq!(
+        topic_size(&s, &n.parking),
+        1,
+        "nothing parked but the refused one"
+    );
     assert!(
         envelopes(&s, &n.dlq).iter().all(|e| e.dlq_retries == 0),
         "a round without the registry uses no retry"
     );
     reg.start_again().await.expect("registry restarts");
-    wait_until(Duration::from_secs(60), "every event is delivered", || {
-        let a = api.audit();
-        produced.ids.iter().all(|id| a.delivered.contains_key(id))
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "every event but the refused one is delivered",
+        || {
+            let a = api.audit();
+            produced
+                .ids
+                .iter()
+                .filter(|id| **id != refused)
+                .all(|id| a.delivered.contains_key(id))
+        },
+    )
+    .await;
+
+    // `dlq inspect` shows the parked record's Avro bytes decoded, as delivered.
+    let cfg = log_dir().join(format!("{}-cli.toml", n.topic));
+    std::fs::write(&cfg, &toml).unwrap();
+    let (code, out) = courier_cli(&s, &cfg, &["dlq", "inspect", "--parking", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&out).expect("inspect --json prints JSON");
+    assert_eq!(summary["samples"][0]["event_id"], refused.as_str(), "{out}");
+    assert_eq!(summary["decoded"][0]["json"], expect[&refused], "{out}");
+    let (code, out) = courier_cli(&s, &cfg, &["dlq", "inspect", "--parking"]);
+    assert_eq!(code, 0, "{out}");
+    let id_field = format!("\"id\":\"{refused}\"");
+    assert!(
+        out.contains("decoded: {") && out.contains(&id_field),
+        "{out}"
+    );
+    // Replayed, the original bytes go through the same decoding and are delivered.
+    let (code, out) = courier_cli(
+        &s,
+        &cfg,
+        &["dlq", "replay", "--reason", "http_400", "--yes"],
+    );
+    assert_eq!(code, 0, "{out}");
+    wait_until(
+        Duration::from_secs(60),
+        "the replayed event is delivered",
+        || api.audit().delivered.contains_key(&refused),
+    )
     .await;
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("avro dlq", &rep);
-    assert_eq!(rep.parked, 0, "{rep}");
     check_bodies(&api, &expect);
 }

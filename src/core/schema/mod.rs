@@ -38,7 +38,6 @@ pub(crate) fn decode_framed<'s>(
     json_options: JsonOptions,
 ) -> Result<Decoded, Parked> {
     let bad = |e: DecodeError| (e.reason(), e.to_string());
-    let schema_bad = |e: SchemaError| (e.reason(), e.to_string());
     let value = match r.value {
         Some(v) if !v.is_empty() => v,
         _ => return Err(bad(DecodeError::Empty)),
@@ -49,27 +48,35 @@ pub(crate) fn decode_framed<'s>(
             max: opts.max_event_bytes,
         }));
     }
+    let text = framed_json(value, lookup, json_options)?;
+    decode_json_from(r, &bytes::Bytes::from(text), json, opts).map_err(bad)
+}
+
+/// The JSON (UTF-8 text) a registry-framed `value` decodes to with the schema `lookup`
+/// gives for its id: what [`decode_framed`] then reads as `input.format =
+/// "json"` reads a record, and what `courier dlq inspect` shows.
+pub fn framed_json<'s>(
+    value: &[u8],
+    lookup: impl FnOnce(u32) -> Option<&'s Resolved>,
+    json_options: JsonOptions,
+) -> Result<Vec<u8>, Parked> {
+    let schema_bad = |e: SchemaError| (e.reason(), e.to_string());
     let framed = frame::parse(value).map_err(|e| schema_bad(e.into()))?;
     let id = framed.schema_id;
-    let text = match lookup(id) {
-        None | Some(Resolved::Unknown) => return Err(schema_bad(SchemaError::UnknownSchema(id))),
-        Some(Resolved::Other(kind)) => {
-            return Err(schema_bad(SchemaError::WrongKind {
-                id,
-                kind: kind.clone(),
-            }))
-        }
-        Some(Resolved::Broken(e)) => {
-            return Err(schema_bad(SchemaError::Avro {
-                id,
-                error: avro::AvroError::Schema(e.clone()),
-            }))
-        }
+    match lookup(id) {
+        None | Some(Resolved::Unknown) => Err(schema_bad(SchemaError::UnknownSchema(id))),
+        Some(Resolved::Other(kind)) => Err(schema_bad(SchemaError::WrongKind {
+            id,
+            kind: kind.clone(),
+        })),
+        Some(Resolved::Broken(e)) => Err(schema_bad(SchemaError::Avro {
+            id,
+            error: avro::AvroError::Schema(e.clone()),
+        })),
         Some(Resolved::Avro(s)) => s
             .to_json(framed.body, json_options)
-            .map_err(|error| schema_bad(SchemaError::Avro { id, error }))?,
-    };
-    decode_json_from(r, &bytes::Bytes::from(text), json, opts).map_err(bad)
+            .map_err(|error| schema_bad(SchemaError::Avro { id, error })),
+    }
 }
 
 /// The schema id a record's value names, when it is framed.
