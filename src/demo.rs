@@ -17,8 +17,13 @@ const TOPIC: &str = "demo.events";
 const PARTITIONS: i32 = 6;
 const GROUP: &str = "courier-demo";
 
+/// The schema id the demo's Avro events name (`--avro`).
+const AVRO_SCHEMA_ID: u32 = 1;
+
 /// `batch`: events per request (`[api.batch] max_events`); 1 sends one each.
-pub async fn run(events: usize, batch: usize) -> anyhow::Result<u8> {
+/// `avro`: the events are Avro records in the Confluent wire format, their
+/// schema served by the stand-in as a schema registry (`input.format = "avro"`).
+pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> {
     println!("Courier demo: embedded Kafka (librdkafka mock cluster) + embedded API stand-in\n");
     let mock = MockCluster::new(1).context("cannot start the embedded mock cluster")?;
     let brokers = mock.bootstrap_servers();
@@ -34,6 +39,7 @@ pub async fn run(events: usize, batch: usize) -> anyhow::Result<u8> {
         keys: 500,
         id_prefix: "demo".into(),
         poison_every: Some(250),
+        avro_schema_id: avro.then_some(AVRO_SCHEMA_ID),
         ..Spec::default()
     };
     let mut fail_ids = HashMap::new();
@@ -62,13 +68,19 @@ pub async fn run(events: usize, batch: usize) -> anyhow::Result<u8> {
         fail_ids,
         fail_rate: 0.002,
         fail_status: 503,
+        schemas: if avro {
+            [(AVRO_SCHEMA_ID, loadgen::AVRO_SCHEMA.to_string())].into()
+        } else {
+            Default::default()
+        },
         ..Behaviour::default()
     };
     let sink = SinkHandle::start("127.0.0.1:0".parse()?, behaviour).await?;
     println!("API stand-in on {}", sink.url());
 
     print!(
-        "producing {events} events ({} of them bad input)… ",
+        "producing {events} {}events ({} of them bad input)… ",
+        if avro { "Avro " } else { "" },
         events / 250
     );
     let produced = loadgen::produce(&brokers, TOPIC, &spec).await?;
@@ -76,6 +88,17 @@ pub async fn run(events: usize, batch: usize) -> anyhow::Result<u8> {
 
     let mut cfg = cfg;
     cfg.api.url = sink.url();
+    if avro {
+        // The stand-in doubles as the schema registry; the decoded JSON is the
+        // CloudEvent the other runs send, read as `input.format = "json"`.
+        cfg.input.format = crate::core::input::InputFormat::Avro;
+        cfg.input.schema_registry.url = format!("http://{}", sink.addr());
+        cfg.input.key = "/subject".into();
+        cfg.input.validate()?;
+        println!(
+            "Avro records (Confluent wire format, schema id {AVRO_SCHEMA_ID} served by the stand-in as a schema registry); the bad input is not framed"
+        );
+    }
     if batch > 1 {
         // The stand-in's batch endpoint answers per item: {"items":[{"id","status"}]}.
         cfg.api.url = format!("http://{}/batch", sink.addr());

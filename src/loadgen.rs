@@ -14,6 +14,8 @@ pub enum LoadError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("produce failed: {0}")]
     Delivery(String),
+    #[error("encoding an Avro record: {0}")]
+    Encode(String),
 }
 
 /// The kinds of bad input the generator can make.
@@ -67,6 +69,10 @@ pub struct Spec {
     /// Approximate size of each valid event.
     pub event_bytes: usize,
     pub event_type: String,
+    /// Valid events as Avro records of [`AVRO_SCHEMA`] in the Confluent wire
+    /// format, framed for this registry schema id (`input.format = "avro"`);
+    /// bad input stays as it is (not framed). `None`: CloudEvents JSON.
+    pub avro_schema_id: Option<u32>,
 }
 
 impl Default for Spec {
@@ -84,6 +90,7 @@ impl Default for Spec {
             ],
             event_bytes: 300,
             event_type: "profile.updated".into(),
+            avro_schema_id: None,
         }
     }
 }
@@ -108,6 +115,58 @@ pub fn event_json(id: &str, event_type: &str, key: &str, seq: usize, size: usize
     v.extend(std::iter::repeat_n(b'.', pad));
     v.extend_from_slice(b"\"}}");
     v
+}
+
+/// The Avro schema of [`event_avro`]: the fields of [`event_json`]'s CloudEvent.
+pub const AVRO_SCHEMA: &str = r#"{"type": "record", "name": "Event", "namespace": "courier.loadgen",
+ "fields": [{"name": "specversion", "type": "string"}, {"name": "id", "type": "string"},
+  {"name": "source", "type": "string"}, {"name": "type", "type": "string"},
+  {"name": "subject", "type": "string"}, {"name": "entityversion", "type": "long"},
+  {"name": "data", "type": {"type": "record", "name": "Data", "fields": [
+    {"name": "key", "type": "string"}, {"name": "seq", "type": "long"},
+    {"name": "pad", "type": "string"}]}}]}"#;
+
+/// [`event_json`]'s event as an Avro record of [`AVRO_SCHEMA`], framed for the
+/// registry's `schema_id` (magic byte 0, the id, the Avro binary): what a
+/// Confluent serializer writes. Decoded to JSON it is [`event_json`]'s text.
+pub fn event_avro(
+    id: &str,
+    event_type: &str,
+    key: &str,
+    seq: usize,
+    size: usize,
+    schema_id: u32,
+) -> Result<Vec<u8>, LoadError> {
+    use apache_avro::types::Value;
+    static SCHEMA: std::sync::OnceLock<Result<apache_avro::Schema, String>> =
+        std::sync::OnceLock::new();
+    let schema = SCHEMA
+        .get_or_init(|| apache_avro::Schema::parse_str(AVRO_SCHEMA).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| LoadError::Encode(e.clone()))?;
+    let s = |v: &str| Value::String(v.to_string());
+    let pad = size.saturating_sub(96 + id.len() + event_type.len() + 2 * key.len());
+    let record = Value::Record(vec![
+        ("specversion".into(), s("1.0")),
+        ("id".into(), s(id)),
+        ("source".into(), s("/courier/loadgen")),
+        ("type".into(), s(event_type)),
+        ("subject".into(), s(key)),
+        ("entityversion".into(), Value::Long(1)),
+        (
+            "data".into(),
+            Value::Record(vec![
+                ("key".into(), s(key)),
+                ("seq".into(), Value::Long(seq as i64)),
+                ("pad".into(), Value::String(".".repeat(pad))),
+            ]),
+        ),
+    ]);
+    let mut out = crate::core::schema::frame::header(schema_id).to_vec();
+    out.extend(
+        apache_avro::to_avro_datum(schema, record).map_err(|e| LoadError::Encode(e.to_string()))?,
+    );
+    Ok(out)
 }
 
 pub fn producer(brokers: &str) -> Result<FutureProducer, LoadError> {
@@ -169,10 +228,18 @@ pub async fn produce_with(
             Some(p) => (p.bytes(seq), None),
             None => {
                 let id = event_id(&spec.id_prefix, seq);
-                (
-                    event_json(&id, &spec.event_type, &key, seq, spec.event_bytes),
-                    Some(id),
-                )
+                let value = match spec.avro_schema_id {
+                    None => event_json(&id, &spec.event_type, &key, seq, spec.event_bytes),
+                    Some(schema_id) => event_avro(
+                        &id,
+                        &spec.event_type,
+                        &key,
+                        seq,
+                        spec.event_bytes,
+                        schema_id,
+                    )?,
+                };
+                (value, Some(id))
             }
         };
         let fut = loop {
@@ -229,6 +296,23 @@ mod tests {
     use super::*;
     use crate::core::event::{decode, DecodeOptions};
     use bytes::Bytes;
+
+    #[test]
+    fn an_avro_event_decodes_to_the_json_event() {
+        use crate::core::schema::{frame, AvroSchema, JsonOptions};
+        let framed = event_avro("a-1", "t", "key-1", 7, 512, 42).unwrap();
+        let f = frame::parse(&framed).unwrap();
+        assert_eq!(f.schema_id, 42);
+        let schema = AvroSchema::parse(AVRO_SCHEMA, &[]).unwrap();
+        let json = schema.to_json(f.body, JsonOptions::default()).unwrap();
+        let got: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        let mut want: serde_json::Value =
+            serde_json::from_slice(&event_json("a-1", "t", "key-1", 7, 512)).unwrap();
+        // The same event; only the padding's length differs.
+        want["data"]["pad"] = got["data"]["pad"].clone();
+        assert_eq!(got, want);
+        assert!((480..=540).contains(&framed.len()), "{}", framed.len());
+    }
 
     #[test]
     fn generated_events_decode_and_poison_does_not() {

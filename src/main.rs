@@ -49,6 +49,9 @@ enum Cmd {
         /// Events per API request (`[api.batch] max_events`); 1: one each.
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        /// Avro records through a schema registry (the stand-in serves the schema).
+        #[arg(long)]
+        avro: bool,
     },
     /// Look into the DLQ or the parking lot, or replay events from them.
     Dlq {
@@ -233,13 +236,17 @@ fn main() -> ExitCode {
         Cmd::Run { config, log_format } => {
             runtime().and_then(|rt| rt.block_on(run(config, log_format)))
         }
-        Cmd::Demo { events, batch } => {
+        Cmd::Demo {
+            events,
+            batch,
+            avro,
+        } => {
             // The embedded cluster's own connection chatter at teardown is noise here.
             init_logging(
                 LogFormat::Human,
                 "warn,librdkafka=off,rdkafka=off,courier::kafka=error",
             );
-            runtime().and_then(|rt| rt.block_on(courier::demo::run(events, batch)))
+            runtime().and_then(|rt| rt.block_on(courier::demo::run(events, batch, avro)))
         }
         Cmd::Dlq { cmd } => runtime().and_then(|rt| rt.block_on(dlq(cmd))),
         Cmd::Sink {

@@ -24,6 +24,7 @@
 //! | `POST /reset`     | clear the audit                                       |
 //! | `POST\|PUT\|PATCH /routes/*` | a mapped delivery (`[[api.routes]]`): the id is the `Idempotency-Key`, any body |
 //! | `GET /healthz`    | liveness                                              |
+//! | `GET /schemas/ids/{id}` | a schema registry's read of a schema by id ([`Behaviour::schemas`]; the demo's Avro input) |
 //!
 //! Per `POST /events` the order is: validate (400 without latency if malformed),
 //! record the attempt, sleep the simulated latency, then decide the answer
@@ -38,7 +39,7 @@
 //! bookkeeping, the behaviour shared as an `Arc` snapshot (never cloned per request),
 //! atomics for the concurrency gauge, HTTP/1.1 keep-alive and `TCP_NODELAY`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -62,6 +63,7 @@ pub mod batch;
 mod introspect;
 mod order;
 mod probe;
+mod registry;
 mod tls;
 pub use tls::{SinkTls, SinkTlsError};
 
@@ -117,6 +119,9 @@ pub struct Behaviour {
     /// Batch endpoint: list the per-item results in reverse order, so that only
     /// matching by id (`api.batch.result_id = "/id"`) reads them right.
     pub batch_results_reversed: bool,
+    /// Schemas served at `GET /schemas/ids/{id}` (the Confluent registry API's
+    /// one read Courier makes): the demo's stand-in registry; see [`registry`].
+    pub schemas: BTreeMap<u32, String>,
 }
 
 impl Default for Behaviour {
@@ -137,6 +142,7 @@ impl Default for Behaviour {
             batch_whole_status: false,
             batch_items_pointer: "/events".into(),
             batch_results_reversed: false,
+            schemas: BTreeMap::new(),
         }
     }
 }
@@ -385,6 +391,7 @@ where
         .route("/behaviour", get(get_behaviour).put(put_behaviour))
         .route("/reset", post(post_reset))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/schemas/ids/{id}", get(registry::get_schema))
         .with_state(shared);
     let (stopped_tx, stopped) = watch::channel(false);
     tokio::spawn(async move {
