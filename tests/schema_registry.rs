@@ -152,12 +152,31 @@ fn base64_of(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
-async fn api() -> SinkHandle {
-    let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
+/// The API stand-in, keeping the bodies it is sent.
+async fn api(b: Behaviour) -> SinkHandle {
+    let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), b)
         .await
         .unwrap();
     api.set_record_bodies(true);
     api
+}
+
+/// A registry of its own for `n`, and `per_partition` V1 orders written through
+/// it to each partition: the registry, what was produced, the bodies expected.
+async fn registry_with_orders(
+    py: &std::path::Path,
+    s: &Services,
+    n: &Names,
+    per_partition: i64,
+) -> (Registry, Produced, HashMap<String, serde_json::Value>) {
+    let dir = log_dir().join(format!("{}-registry", n.topic));
+    let reg = Registry::start(&apicurio(), &dir)
+        .await
+        .expect("registry starts");
+    let (mut produced, mut expect) = (Produced::default(), HashMap::new());
+    let batch = [(V1.to_string(), false, 0, per_partition)];
+    write_orders(py, s, n, &reg, &batch, &mut produced, &mut expect).await;
+    (reg, produced, expect)
 }
 
 fn config(n: &Names, api_url: &str, registry: &str) -> String {
@@ -278,7 +297,7 @@ async fn avro_events_are_delivered_as_documented_json_and_bad_records_parked_by_
     let reg = Registry::start(&apicurio(), &dir)
         .await
         .expect("registry starts");
-    let api = api().await;
+    let api = api(Behaviour::default()).await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
     let written = write_orders(
         &py,
@@ -349,22 +368,8 @@ async fn a_registry_down_for_10s_pauses_then_everything_is_delivered() {
     let py = python();
     let n = Names::new("sr-down", 2);
     n.create(&s, true).await;
-    let dir = log_dir().join(format!("{}-registry", n.topic));
-    let mut reg = Registry::start(&apicurio(), &dir)
-        .await
-        .expect("registry starts");
-    let api = api().await;
-    let (mut produced, mut expect) = (Produced::default(), HashMap::new());
-    write_orders(
-        &py,
-        &s,
-        &n,
-        &reg,
-        &[(V1.to_string(), false, 0, 100)],
-        &mut produced,
-        &mut expect,
-    )
-    .await;
+    let (mut reg, produced, expect) = registry_with_orders(&py, &s, &n, 100).await;
+    let api = api(Behaviour::default()).await;
     reg.stop().await;
     let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), &reg.url()));
     // Observable: both partitions wait for the schema, and fetches failed.
@@ -417,21 +422,7 @@ async fn dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage(
     let py = python();
     let n = Names::new("sr-dlq", 2);
     n.create(&s, true).await;
-    let dir = log_dir().join(format!("{}-registry", n.topic));
-    let mut reg = Registry::start(&apicurio(), &dir)
-        .await
-        .expect("registry starts");
-    let (mut produced, mut expect) = (Produced::default(), HashMap::new());
-    write_orders(
-        &py,
-        &s,
-        &n,
-        &reg,
-        &[(V1.to_string(), false, 0, 100)],
-        &mut produced,
-        &mut expect,
-    )
-    .await;
+    let (mut reg, produced, expect) = registry_with_orders(&py, &s, &n, 100).await;
     // One event in 20 fails its 3 tries in place (503), then goes to the DLQ;
     // the next call for it succeeds. (Few enough that the breaker, at a failure
     // rate of 0.5, stays closed.)
@@ -457,16 +448,11 @@ async fn dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage(
             retry_after_s: None,
         },
     );
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            fail_ids,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .unwrap();
-    api.set_record_bodies(true);
+    let api = api(Behaviour {
+        fail_ids,
+        ..Behaviour::default()
+    })
+    .await;
 
     // First Courier: the DLQ drain waits an hour, so the failing events stay in the DLQ.
     let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), &reg.url()));
