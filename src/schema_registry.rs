@@ -1,7 +1,9 @@
 //! The schema registry client (`[input.schema_registry]`): writers' schemas by
 //! id (`GET {url}/schemas/ids/{id}`, the Confluent API that Apicurio's
-//! `ccompat`, Redpanda and Karapace serve too), references resolved, parsed
-//! once and cached within `cache_max_bytes`. One fetch per id however many
+//! `ccompat`, Redpanda and Karapace serve too), references resolved (by
+//! subject and version, transitively), parsed or compiled once for
+//! `input.format` (`core::schema::Resolved::compile`: Avro, Protobuf, JSON
+//! Schema) and cached within `cache_max_bytes`. One fetch per id however many
 //! partitions wait for it (moka's `try_get_with` coalesces them); a failure is
 //! not cached, so the next wait asks again.
 //!
@@ -12,7 +14,8 @@
 //! the partition waits and asks again, it never parks for it.
 
 use crate::config::schema_registry::{RegistryAuth, SchemaRegistryConfig};
-use crate::core::schema::AvroSchema;
+use crate::core::input::InputFormat;
+use crate::core::schema::{expected_kind, schema_kind, Referenced};
 pub use crate::core::schema::Resolved;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +46,10 @@ struct SchemaAnswer {
 
 #[derive(serde::Deserialize)]
 struct Reference {
+    /// What the referencing schema calls it (a Protobuf import path, a JSON
+    /// Schema `$ref`, an Avro type name).
+    #[serde(default)]
+    name: String,
     subject: String,
     version: i64,
 }
@@ -54,6 +61,8 @@ pub struct SchemaRegistry {
     http: Result<reqwest::Client, String>,
     base: String,
     auth: RegistryAuth,
+    /// What schemas are compiled for (`input.format`); others are `Other`.
+    format: InputFormat,
     cache: moka::future::Cache<u32, Arc<Resolved>>,
 }
 
@@ -62,6 +71,7 @@ impl std::fmt::Debug for SchemaRegistry {
         f.debug_struct("SchemaRegistry")
             .field("base", &self.base)
             .field("auth", &self.auth)
+            .field("format", &self.format)
             .finish()
     }
 }
@@ -69,8 +79,8 @@ impl std::fmt::Debug for SchemaRegistry {
 impl SchemaRegistry {
     /// Never fails: a client that cannot be built (a CA file that went away
     /// since the config was checked) makes every fetch `Unavailable`, said in
-    /// the log, and the partitions wait.
-    pub fn new(cfg: &SchemaRegistryConfig) -> SchemaRegistry {
+    /// the log, and the partitions wait. Schemas are compiled for `format`.
+    pub fn new(cfg: &SchemaRegistryConfig, format: InputFormat) -> SchemaRegistry {
         let auth = cfg.auth().unwrap_or_else(|e| {
             tracing::error!(error = %e, "schema registry credentials");
             RegistryAuth::None
@@ -84,6 +94,7 @@ impl SchemaRegistry {
             http,
             base: cfg.url.trim_end_matches('/').to_string(),
             auth,
+            format,
             cache: moka::future::Cache::builder()
                 .max_capacity(budget)
                 .weigher(|_, v: &Arc<Resolved>| weight(v))
@@ -121,30 +132,30 @@ impl SchemaRegistry {
             Some(a) => a,
             None => return Err(FetchError::NotFound(id)),
         };
-        let kind = answer
-            .schema_type
-            .as_deref()
-            .unwrap_or("AVRO")
-            .to_ascii_uppercase();
-        if kind != "AVRO" {
+        let kind = schema_kind(answer.schema_type.as_deref());
+        if expected_kind(self.format) != Some(kind.as_str()) {
+            // Its references are not fetched: it is not read.
             return Ok(Arc::new(Resolved::Other(kind)));
         }
         let mut references = Vec::new();
         self.references(&answer.references, &mut references, 0)
             .await?;
-        Ok(Arc::new(
-            match AvroSchema::parse(&answer.schema, &references) {
-                Ok(s) => Resolved::Avro(Box::new(s)),
-                Err(e) => Resolved::Broken(e.to_string()),
-            },
-        ))
+        // Compiling is CPU work (a large .proto, a JSON Schema with many
+        // patterns): off the async workers.
+        let format = self.format;
+        let resolved = tokio::task::spawn_blocking(move || {
+            Resolved::compile(format, &kind, &answer.schema, &references)
+        })
+        .await
+        .map_err(|e| FetchError::Unavailable(format!("compiling the schema: {e}")))?;
+        Ok(Arc::new(resolved))
     }
 
-    /// Referenced schemas' texts, dependencies first.
+    /// Referenced schemas by name, dependencies first.
     async fn references(
         &self,
         refs: &[Reference],
-        out: &mut Vec<String>,
+        out: &mut Vec<Referenced>,
         depth: usize,
     ) -> Result<(), FetchError> {
         if depth > MAX_REFERENCE_DEPTH {
@@ -166,8 +177,11 @@ impl SchemaRegistry {
                 )));
             };
             Box::pin(self.references(&v.references, out, depth + 1)).await?;
-            if !out.contains(&v.schema) {
-                out.push(v.schema);
+            if !out.iter().any(|o| o.name == r.name && o.schema == v.schema) {
+                out.push(Referenced {
+                    name: r.name.clone(),
+                    schema: v.schema,
+                });
             }
         }
         Ok(())
@@ -214,14 +228,7 @@ impl SchemaRegistry {
 }
 
 fn weight(v: &Resolved) -> u32 {
-    // The parsed form is a few times the text; the text length stands for it.
-    let n = match v {
-        Resolved::Avro(s) => s.text_len() * 4,
-        Resolved::Other(k) => k.len(),
-        Resolved::Broken(e) => e.len(),
-        Resolved::Unknown => 0,
-    };
-    u32::try_from(n.saturating_add(64)).unwrap_or(u32::MAX)
+    u32::try_from(v.weight()).unwrap_or(u32::MAX)
 }
 
 /// A subject name as one path segment.
@@ -276,7 +283,7 @@ mod tests {
         cfg.password_env = Some("COURIER_SR_UNIT_PW".into());
         // SAFETY of the test: a variable only this test reads.
         unsafe { std::env::set_var("COURIER_SR_UNIT_PW", "s3cret-pw") };
-        let r = SchemaRegistry::new(&cfg);
+        let r = SchemaRegistry::new(&cfg, InputFormat::Avro);
         assert!(matches!(r.auth, RegistryAuth::Basic { .. }));
         assert!(!format!("{r:?}").contains("s3cret-pw"));
     }
@@ -289,10 +296,13 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let r = SchemaRegistry::new(&SchemaRegistryConfig {
-            url: format!("http://127.0.0.1:{port}"),
-            ..Default::default()
-        });
+        let r = SchemaRegistry::new(
+            &SchemaRegistryConfig {
+                url: format!("http://127.0.0.1:{port}"),
+                ..Default::default()
+            },
+            InputFormat::Protobuf,
+        );
         assert!(matches!(r.get(1).await, Err(FetchError::Unavailable(_))));
         assert!(r.cache.get(&1).await.is_none());
     }

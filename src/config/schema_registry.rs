@@ -236,11 +236,20 @@ mod tests {
     #[test]
     fn other_formats_ignore_the_section() {
         assert!(Config::from_toml("[input]\nformat = \"json\"\n").is_ok());
-        assert_eq!(
-            field_of(
-                "[input]\nformat = \"protobuf\"\n[input.schema_registry]\nurl = \"http://x\"\n"
-            ),
-            "input.format"
-        );
+    }
+
+    #[test]
+    fn protobuf_and_json_schema_read_through_the_registry_too() {
+        for format in ["protobuf", "json_schema"] {
+            let c = Config::from_toml(&format!(
+                "[input]\nformat = \"{format}\"\n[input.schema_registry]\nurl = \"http://x\"\n"
+            ))
+            .unwrap();
+            assert_eq!(c.input.format.name(), format);
+            assert_eq!(
+                field_of(&format!("[input]\nformat = \"{format}\"\n")),
+                "input.schema_registry.url"
+            );
+        }
     }
 }
