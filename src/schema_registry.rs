@@ -15,8 +15,8 @@
 
 use crate::config::schema_registry::{RegistryAuth, SchemaRegistryConfig};
 use crate::core::input::InputFormat;
-use crate::core::schema::{expected_kind, schema_kind, Referenced};
 pub use crate::core::schema::Resolved;
+use crate::core::schema::{expected_kind, schema_kind, Referenced};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -181,7 +181,8 @@ pub(crate) fn decode_framed<'s>(
 fn parse_json(body: &[u8]) -> Result<serde_json::Value, DecodeError> {
     std::str::from_utf8(body).map_err(|e| DecodeError::InvalidUtf8(e.valid_up_to()))?;
     event::check_json(body, 1)?;
-    serde_json::from_slice(body).map_err(|e| DecodeError::MalformedJson(event::quoted(&e.to_string())))
+    serde_json::from_slice(body)
+        .map_err(|e| DecodeError::MalformedJson(event::quoted(&e.to_string())))
 }
 
 /// The schema id a record's value names, when it is framed.
@@ -251,5 +252,7 @@ impl SchemaError {
     }
 }
 
+#[cfg(test)]
+mod fixtures;
 #[cfg(test)]
 mod tests;

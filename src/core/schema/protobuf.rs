@@ -128,10 +128,11 @@ impl ProtoSchema {
     pub fn to_json(&self, body: &[u8], max_bytes: usize) -> Result<Vec<u8>, ProtoError> {
         let (indexes, bytes) = frame::message_indexes(body)?;
         let desc = self.message(&indexes)?;
-        let message = DynamicMessage::decode(desc.clone(), bytes).map_err(|e| ProtoError::Decode {
-            message: desc.full_name().to_string(),
-            error: e.to_string(),
-        })?;
+        let message =
+            DynamicMessage::decode(desc.clone(), bytes).map_err(|e| ProtoError::Decode {
+                message: desc.full_name().to_string(),
+                error: e.to_string(),
+            })?;
         let mut out = Limited {
             buf: Vec::with_capacity((bytes.len() * 2 + 16).min(max_bytes)),
             max: max_bytes,
@@ -186,7 +187,9 @@ impl std::io::Write for Limited {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         if self.buf.len().saturating_add(b.len()) > self.max {
             self.over = true;
-            return Err(std::io::Error::other("the JSON is larger than max_event_bytes"));
+            return Err(std::io::Error::other(
+                "the JSON is larger than max_event_bytes",
+            ));
         }
         self.buf.extend_from_slice(b);
         Ok(b.len())
