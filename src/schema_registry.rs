@@ -63,6 +63,9 @@ pub struct SchemaRegistry {
     auth: RegistryAuth,
     /// What schemas are compiled for (`input.format`); others are `Other`.
     format: InputFormat,
+    /// The most bytes of schema text one id may bring, its references
+    /// included (`cache_max_bytes`).
+    max_answer_bytes: usize,
     cache: moka::future::Cache<u32, Arc<Resolved>>,
 }
 
@@ -95,6 +98,7 @@ impl SchemaRegistry {
             base: cfg.url.trim_end_matches('/').to_string(),
             auth,
             format,
+            max_answer_bytes: cfg.cache_max_bytes,
             cache: moka::future::Cache::builder()
                 .max_capacity(budget)
                 .weigher(|_, v: &Arc<Resolved>| weight(v))
@@ -177,6 +181,13 @@ impl SchemaRegistry {
                 )));
             };
             Box::pin(self.references(&v.references, out, depth + 1)).await?;
+            let total: usize = out.iter().map(|o| o.schema.len()).sum();
+            if total.saturating_add(v.schema.len()) > self.max_answer_bytes {
+                return Err(FetchError::Unavailable(format!(
+                    "the schema's references pass input.schema_registry.cache_max_bytes ({} bytes)",
+                    self.max_answer_bytes
+                )));
+            }
             if !out.iter().any(|o| o.name == r.name && o.schema == v.schema) {
                 out.push(Referenced {
                     name: r.name.clone(),
@@ -185,6 +196,36 @@ impl SchemaRegistry {
             }
         }
         Ok(())
+    }
+
+    /// An answer's body, at most `max_answer_bytes`: a schema larger than the
+    /// whole cache could not be kept, and a registry must not make Courier
+    /// allocate without bound.
+    async fn read_bounded(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, FetchError> {
+        let too_big = || {
+            FetchError::Unavailable(format!(
+                "an answer larger than input.schema_registry.cache_max_bytes ({} bytes)",
+                self.max_answer_bytes
+            ))
+        };
+        if resp
+            .content_length()
+            .is_some_and(|n| n > self.max_answer_bytes as u64)
+        {
+            return Err(too_big());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| FetchError::Unavailable(e.without_url().to_string()))?
+        {
+            if body.len() + chunk.len() > self.max_answer_bytes {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 
     /// `Ok(None)` on 404.
@@ -217,10 +258,7 @@ impl SchemaRegistry {
         if !status.is_success() {
             return Err(FetchError::Unavailable(format!("HTTP {status}")));
         }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| FetchError::Unavailable(e.without_url().to_string()))?;
+        let body = self.read_bounded(resp).await?;
         serde_json::from_slice(&body)
             .map(Some)
             .map_err(|e| FetchError::Unavailable(format!("an answer that is not a schema: {e}")))
@@ -305,5 +343,74 @@ mod tests {
         );
         assert!(matches!(r.get(1).await, Err(FetchError::Unavailable(_))));
         assert!(r.cache.get(&1).await.is_none());
+    }
+
+    /// A registry on a local port that answers every request with `body`
+    /// (`Content-Length` left out when `chunked`).
+    async fn answering(body: Vec<u8>, chunked: bool) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    let head = if chunked {
+                        "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_string()
+                    } else {
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                            body.len()
+                        )
+                    };
+                    let _ = conn.write_all(head.as_bytes()).await;
+                    let _ = conn.write_all(&body).await;
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn an_answer_larger_than_the_cache_is_unavailable_and_read_no_further() {
+        let limit = 64 * 1024;
+        let schema = format!(
+            "syntax = \"proto3\"; message A {{ string s = 1; }} // {}",
+            "x".repeat(limit)
+        );
+        let body =
+            serde_json::to_vec(&serde_json::json!({"schema": schema, "schemaType": "PROTOBUF"}))
+                .unwrap();
+        for chunked in [false, true] {
+            let r = SchemaRegistry::new(
+                &SchemaRegistryConfig {
+                    url: answering(body.clone(), chunked).await,
+                    cache_max_bytes: limit,
+                    ..Default::default()
+                },
+                InputFormat::Protobuf,
+            );
+            match r.get(1).await {
+                Err(FetchError::Unavailable(e)) => assert!(e.contains("cache_max_bytes"), "{e}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Within the limit: compiled for input.format.
+        let small = serde_json::to_vec(&serde_json::json!({
+            "schema": "syntax = \"proto3\"; message A { string s = 1; }",
+            "schemaType": "PROTOBUF"
+        }))
+        .unwrap();
+        let url = answering(small, false).await;
+        let cfg = SchemaRegistryConfig {
+            url,
+            ..Default::default()
+        };
+        let r = SchemaRegistry::new(&cfg, InputFormat::Protobuf);
+        assert!(matches!(&*r.get(1).await.unwrap(), Resolved::Protobuf(_)));
+        let r = SchemaRegistry::new(&cfg, InputFormat::Avro);
+        assert!(matches!(&*r.get(1).await.unwrap(), Resolved::Other(k) if k == "PROTOBUF"));
     }
 }
