@@ -1,5 +1,5 @@
-//! `[input.schema_registry]`: where `input.format = "avro"` reads writers'
-//! schemas (the Confluent Schema Registry API: `GET /schemas/ids/{id}`; also
+//! `[input.schema_registry]`: where `input.format = "avro"`, `"protobuf"` and
+//! `"json_schema"` read writers' schemas (the Confluent Schema Registry API: `GET /schemas/ids/{id}`; also
 //! Apicurio's `/apis/ccompat/v7`, Redpanda, Karapace).
 
 use super::{invalid, ConfigError};

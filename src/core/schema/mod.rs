@@ -122,7 +122,6 @@ pub(crate) fn decode_framed<'s>(
     json_options: JsonOptions,
 ) -> Result<Decoded, Parked> {
     let bad = |e: DecodeError| (e.reason(), e.to_string());
-    let schema_bad = |e: SchemaError| (e.reason(), e.to_string());
     let value = match r.value {
         Some(v) if !v.is_empty() => v,
         _ => return Err(bad(DecodeError::Empty)),
@@ -133,6 +132,22 @@ pub(crate) fn decode_framed<'s>(
             max: opts.max_event_bytes,
         }));
     }
+    let text = framed_json(value, format, lookup, json_options, opts.max_event_bytes)?;
+    decode_json_from(r, &text, json, opts).map_err(bad)
+}
+
+/// The JSON text a registry-framed `value` of `format` is read as, with the
+/// schema `lookup` gives for its id: Avro and Protobuf decoded to JSON (at most
+/// `max_bytes` of it), JSON Schema records checked and kept as written.
+pub fn framed_json<'s>(
+    value: &bytes::Bytes,
+    format: InputFormat,
+    lookup: impl FnOnce(u32) -> Option<&'s Resolved>,
+    json_options: JsonOptions,
+    max_bytes: usize,
+) -> Result<bytes::Bytes, Parked> {
+    let bad = |e: DecodeError| (e.reason(), e.to_string());
+    let schema_bad = |e: SchemaError| (e.reason(), e.to_string());
     let framed = frame::parse(value).map_err(|e| schema_bad(e.into()))?;
     let id = framed.schema_id;
     let wrong = |kind: &str| {
@@ -142,38 +157,33 @@ pub(crate) fn decode_framed<'s>(
             format,
         })
     };
-    let text = match (format, lookup(id)) {
-        (_, None | Some(Resolved::Unknown)) => {
-            return Err(schema_bad(SchemaError::UnknownSchema(id)))
-        }
-        (_, Some(Resolved::Other(kind))) => return Err(wrong(kind)),
-        (_, Some(Resolved::Broken(e))) => {
-            return Err(schema_bad(SchemaError::Broken {
-                id,
-                format,
-                error: e.clone(),
-            }))
-        }
-        (InputFormat::Avro, Some(Resolved::Avro(s))) => bytes::Bytes::from(
-            s.to_json(framed.body, json_options)
-                .map_err(|error| schema_bad(SchemaError::Avro { id, error }))?,
-        ),
-        (InputFormat::Protobuf, Some(Resolved::Protobuf(s))) => bytes::Bytes::from(
-            s.to_json(framed.body, opts.max_event_bytes)
-                .map_err(|error| schema_bad(SchemaError::Protobuf { id, error }))?,
-        ),
+    match (format, lookup(id)) {
+        (_, None | Some(Resolved::Unknown)) => Err(schema_bad(SchemaError::UnknownSchema(id))),
+        (_, Some(Resolved::Other(kind))) => Err(wrong(kind)),
+        (_, Some(Resolved::Broken(e))) => Err(schema_bad(SchemaError::Broken {
+            id,
+            format,
+            error: e.clone(),
+        })),
+        (InputFormat::Avro, Some(Resolved::Avro(s))) => s
+            .to_json(framed.body, json_options)
+            .map(bytes::Bytes::from)
+            .map_err(|error| schema_bad(SchemaError::Avro { id, error })),
+        (InputFormat::Protobuf, Some(Resolved::Protobuf(s))) => s
+            .to_json(framed.body, max_bytes)
+            .map(bytes::Bytes::from)
+            .map_err(|error| schema_bad(SchemaError::Protobuf { id, error })),
         (InputFormat::JsonSchema, Some(Resolved::JsonSchema(s))) => {
             let body = value.slice(frame::HEADER_BYTES..);
             let doc = parse_json(&body).map_err(bad)?;
             s.check(&doc)
                 .map_err(|error| schema_bad(SchemaError::JsonSchema { id, error }))?;
-            body
+            Ok(body)
         }
-        (_, Some(Resolved::Avro(_))) => return Err(wrong("AVRO")),
-        (_, Some(Resolved::Protobuf(_))) => return Err(wrong("PROTOBUF")),
-        (_, Some(Resolved::JsonSchema(_))) => return Err(wrong("JSON")),
-    };
-    decode_json_from(r, &text, json, opts).map_err(bad)
+        (_, Some(Resolved::Avro(_))) => Err(wrong("AVRO")),
+        (_, Some(Resolved::Protobuf(_))) => Err(wrong("PROTOBUF")),
+        (_, Some(Resolved::JsonSchema(_))) => Err(wrong("JSON")),
+    }
 }
 
 /// A JSON Schema record's body as a JSON value, refused as `input.format =
