@@ -96,18 +96,19 @@ fn protobuf_parking_reasons() {
     let s = resolved(InputFormat::Protobuf, "order");
     let p = InputFormat::Protobuf;
     let record = f.record("order");
+    let id = schema_id(&record).unwrap();
     // Bytes that do not decode.
     assert_eq!(
-        reason(decode(p, &framed(2, &[0, 0x0a, 0x7f]), Some(&s), 1 << 20)),
+        reason(decode(p, &framed(id, &[0, 0x0a, 0x7f]), Some(&s), 1 << 20)),
         "malformed_protobuf"
     );
     // A broken message-index list.
     assert_eq!(
-        reason(decode(p, &framed(2, &[]), Some(&s), 1 << 20)),
+        reason(decode(p, &framed(id, &[]), Some(&s), 1 << 20)),
         "malformed_protobuf"
     );
     assert_eq!(
-        reason(decode(p, &framed(2, &[8, 0, 0, 0, 0]), Some(&s), 1 << 20)),
+        reason(decode(p, &framed(id, &[8, 0, 0, 0, 0]), Some(&s), 1 << 20)),
         "malformed_protobuf"
     );
     // The id has no schema.
@@ -127,14 +128,17 @@ fn protobuf_parking_reasons() {
         "too_large"
     );
     // The decoded message has no id: read as `json` reads it.
-    let (reason_, message) = decode(p, &f.record("reason"), Some(&s), 1 << 20).unwrap_err();
+    let (reason_, message) = decode(p, &f.record("refund"), Some(&s), 1 << 20).unwrap_err();
     assert_eq!(reason_, "missing_attribute", "{message}");
+    // A nested message type ([1, 0]) with its own id.
+    let d = decode(p, &f.record("reason"), Some(&s), 1 << 20).unwrap();
+    assert_eq!(d.event.id, "r-1");
     // A schema that does not compile.
     let broken = Resolved::compile(p, "PROTOBUF", "syntax = \"proto3\"; message {", &[]);
     let (reason_, message) = decode(p, &record, Some(&broken), 1 << 20).unwrap_err();
     assert_eq!(reason_, "malformed_protobuf");
     assert!(
-        message.contains("schema id 2") && message.contains("does not compile"),
+        message.contains(&format!("schema id {id}")) && message.contains("does not compile"),
         "{message}"
     );
 }
@@ -143,12 +147,18 @@ fn protobuf_parking_reasons() {
 fn json_schema_parking_reasons() {
     let s = resolved(InputFormat::JsonSchema, "invoice");
     let j = InputFormat::JsonSchema;
+    let id = schema_id(&fixtures::load().record("invoice")).unwrap();
     // Against the schema: the message says which part.
-    let (reason_, message) =
-        decode(j, &framed(6, br#"{"id":"i-2","qty":0}"#), Some(&s), 1 << 20).unwrap_err();
+    let (reason_, message) = decode(
+        j,
+        &framed(id, br#"{"id":"i-2","qty":0}"#),
+        Some(&s),
+        1 << 20,
+    )
+    .unwrap_err();
     assert_eq!(reason_, "schema_invalid");
     assert!(
-        message.contains("schema id 6") && message.contains("/qty"),
+        message.contains(&format!("schema id {id}")) && message.contains("/qty"),
         "{message}"
     );
     assert!(
@@ -157,22 +167,22 @@ fn json_schema_parking_reasons() {
     );
     // Not JSON: as `json` refuses it.
     assert_eq!(
-        reason(decode(j, &framed(6, b"{\"id\":"), Some(&s), 1 << 20)),
+        reason(decode(j, &framed(id, b"{\"id\":"), Some(&s), 1 << 20)),
         "malformed_json"
     );
     assert_eq!(
-        reason(decode(j, &framed(6, &[0xff, 0xfe]), Some(&s), 1 << 20)),
+        reason(decode(j, &framed(id, &[0xff, 0xfe]), Some(&s), 1 << 20)),
         "invalid_utf8"
     );
     let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
     assert_eq!(
-        reason(decode(j, &framed(6, deep.as_bytes()), Some(&s), 1 << 20)),
+        reason(decode(j, &framed(id, deep.as_bytes()), Some(&s), 1 << 20)),
         "too_deep"
     );
     // A schema that does not compile.
     let broken = Resolved::compile(j, "JSON", r#"{"$ref": "elsewhere.json"}"#, &[]);
     assert_eq!(
-        reason(decode(j, &framed(6, b"{}"), Some(&broken), 1 << 20)),
+        reason(decode(j, &framed(id, b"{}"), Some(&broken), 1 << 20)),
         "malformed_json_schema"
     );
 }

@@ -85,7 +85,7 @@ fn the_message_index_list_selects_the_type() {
     // [1]: the file's second message.
     assert_eq!(
         json(&s, &f.record("refund")),
-        serde_json::json!({"orderId": "o-1", "reason": {"text": "late", "code": 3}})
+        serde_json::json!({"orderId": "o-1", "reason": {"text": "late", "code": 3, "id": ""}})
     );
     // [1, 0]: the first message nested in the second (the serializer wrote
     // count 2, then 1 and 0, zig-zag).
@@ -96,7 +96,7 @@ fn the_message_index_list_selects_the_type() {
     );
     assert_eq!(
         json(&s, &reason),
-        serde_json::json!({"text": "late", "code": -3})
+        serde_json::json!({"text": "late", "code": -3, "id": "r-1"})
     );
     assert_eq!(s.message(&[0]).unwrap().full_name(), "shop.Order");
     assert_eq!(s.message(&[0, 0]).unwrap().full_name(), "shop.Order.Line");
