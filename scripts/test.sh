@@ -45,7 +45,8 @@ COURIER_TEST_HYDRA=$(bash scripts/hydra.sh)
 export COURIER_TEST_HYDRA
 COURIER_TEST_PYTHON=$(bash scripts/pytools.sh)
 export COURIER_TEST_PYTHON
-# confluent-kafka's serializers, the real producer of tests/schema_registry.rs.
+# confluent-kafka's serializers, the real producers of tests/schema_registry.rs and
+# tests/schema_formats.rs.
 COURIER_TEST_PYSCHEMA=$(bash scripts/pyschema.sh)
 export COURIER_TEST_PYSCHEMA
 cargo test --workspace --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"
