@@ -5,6 +5,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The tools the tests use, made ready (built or fetched once, cached under
+# ~/.cache/courier) in the background from the start, so that their Go builds and
+# downloads overlap the services' start and the Rust build instead of following them
+# (on a fresh machine: otelcol and hydra about 6 minutes of CPU each). Each is
+# collected (`ready`) just before the tests.
+declare -A tool_pid
+tool_dir=$(mktemp -d)
+trap 'kill "${tool_pid[@]}" 2>/dev/null || true; rm -rf "$tool_dir"' EXIT
+for t in otelcol hydra pytools pyschema apicurio; do
+    bash "scripts/$t.sh" >"$tool_dir/$t" 2>"$tool_dir/$t.log" &
+    tool_pid[$t]=$!
+done
+# Waits for scripts/$1.sh; on failure shows its log and stops the run.
+ready() {
+    if ! wait "${tool_pid[$1]}"; then
+        echo "[test] scripts/$1.sh failed:" >&2
+        cat "$tool_dir/$1.log" >&2
+        exit 1
+    fi
+}
+
 # A broker with fresh storage: topics and groups left by earlier runs only slow it down
 # (a restart loads every partition; see `kafka-reset` in services.sh).
 bash scripts/services.sh kafka-reset
@@ -35,18 +56,17 @@ cargo build --bin courier --features test-hooks
 # are cached under ~/.cache/courier (the first run installs helm and builds the checkers).
 bash scripts/check-dashboards.sh
 bash scripts/check-deploy.sh
-# The OpenTelemetry Collector tests/otlp.rs exports to (built once, cached).
-COURIER_TEST_OTELCOL=$(bash scripts/otelcol.sh)
-export COURIER_TEST_OTELCOL
-# The OAuth2 server tests/auth.rs gets tokens from (ory/hydra, built once, cached),
-# and the python with the Standard Webhooks reference library tests/signing.rs's
-# receiver verifies with (a venv, made once).
-COURIER_TEST_HYDRA=$(bash scripts/hydra.sh)
-export COURIER_TEST_HYDRA
-COURIER_TEST_PYTHON=$(bash scripts/pytools.sh)
-export COURIER_TEST_PYTHON
-# confluent-kafka's serializers, the real producers of tests/schema_registry.rs and
-# tests/schema_formats.rs.
-COURIER_TEST_PYSCHEMA=$(bash scripts/pyschema.sh)
-export COURIER_TEST_PYSCHEMA
+# The OpenTelemetry Collector tests/otlp.rs exports to; the OAuth2 server tests/auth.rs
+# gets tokens from (ory/hydra); the python with the Standard Webhooks reference library
+# tests/signing.rs's receiver verifies with; confluent-kafka's serializers, the real
+# producers of tests/schema_registry.rs and tests/schema_formats.rs, and the real Schema Registry they register with
+# (Apicurio Registry, from Maven Central).
+for t in otelcol hydra pytools pyschema apicurio; do ready "$t"; done
+COURIER_TEST_OTELCOL=$(cat "$tool_dir/otelcol")
+COURIER_TEST_HYDRA=$(cat "$tool_dir/hydra")
+COURIER_TEST_PYTHON=$(cat "$tool_dir/pytools")
+COURIER_TEST_PYSCHEMA=$(cat "$tool_dir/pyschema")
+COURIER_TEST_APICURIO=$(cat "$tool_dir/apicurio")
+export COURIER_TEST_OTELCOL COURIER_TEST_HYDRA COURIER_TEST_PYTHON COURIER_TEST_PYSCHEMA \
+    COURIER_TEST_APICURIO
 cargo test --workspace --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"

@@ -500,6 +500,9 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 Ok::<_, courier::kafka::admin::AdminError>(s)
             })
             .await??;
+            let mut s = s;
+            let max = cfg.pipeline.max_event_bytes;
+            s.decoded = inspect::decode_samples(&cfg.input, &s.samples, max).await;
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {

@@ -34,7 +34,7 @@ async fn refused_connections_reach_the_dlq_named_then_drain() {
     wait_until(
         Duration::from_secs(60),
         "refused deliveries reach the DLQ",
-        || topic_size(&s, &n.dlq, n.partitions) > 0,
+        || topic_size(&s, &n.dlq) > 0,
     )
     .await;
     let metric = block(

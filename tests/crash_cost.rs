@@ -535,7 +535,7 @@ async fn a_revoke_cancels_the_dlq_drain_waiting_for_its_rate_slot() {
     .await;
     g.api.update_behaviour(|b| b.down_status = Some(503));
     wait_until(Duration::from_secs(30), "the onset reached the DLQ", || {
-        topic_size(&g.s, &g.n.dlq, g.n.partitions) >= 8
+        topic_size(&g.s, &g.n.dlq) >= 8
     })
     .await;
     g.api.update_behaviour(|b| b.down_status = None);
@@ -543,7 +543,7 @@ async fn a_revoke_cancels_the_dlq_drain_waiting_for_its_rate_slot() {
         g.api.audit().per_second_redelivery.iter().sum::<u64>() >= 2
     })
     .await;
-    let dlq_records = topic_size(&g.s, &g.n.dlq, g.n.partitions);
+    let dlq_records = topic_size(&g.s, &g.n.dlq);
     let b = g.start("b");
     g.assigned(&[&a, &b], 2.0).await;
     g.wait_dlq_drained().await;

@@ -162,7 +162,7 @@ async fn outage_pauses_both_instances_then_drains_at_the_limit() {
 
     // Hold the outage for 10 s. Meanwhile the DLQ takes the onset only.
     tokio::time::sleep(Duration::from_secs(10).saturating_sub(t0.elapsed())).await; // the outage's length itself
-    let in_dlq = topic_size(&s, &n.dlq, n.partitions);
+    let in_dlq = topic_size(&s, &n.dlq);
     let delivered = api.delivered_count();
     let backlog = 20_000 - delivered as i64;
     println!("[outage] after 10 s down: {in_dlq} DLQ records, backlog {backlog} events");
@@ -350,10 +350,10 @@ async fn rebalance_during_drain_keeps_the_fsm() {
     .await;
     api.update_behaviour(|b| b.down_status = Some(503));
     wait_until(Duration::from_secs(30), "the onset reached the DLQ", || {
-        topic_size(&s, &n.dlq, n.partitions) >= 20
+        topic_size(&s, &n.dlq) >= 20
     })
     .await;
-    let dlq_records = topic_size(&s, &n.dlq, n.partitions);
+    let dlq_records = topic_size(&s, &n.dlq);
     api.update_behaviour(|b| b.down_status = None);
     wait_until(Duration::from_secs(60), "the drain started", || {
         api.audit().per_second_redelivery.iter().sum::<u64>() >= 2

@@ -63,12 +63,12 @@ async fn a_404_made_systemic_pauses_instead_of_parking_then_resumes() {
     let answered_404 = api.audit().failures_total;
     assert!(answered_404 >= 2, "the API saw the calls ({answered_404})");
     assert_eq!(
-        topic_size(&s, &n.parking, 1),
+        topic_size(&s, &n.parking),
         0,
         "nothing parked for a systemic 404"
     );
     assert_eq!(
-        topic_size(&s, &n.dlq, n.partitions),
+        topic_size(&s, &n.dlq),
         0,
         "nothing dead-lettered for a systemic 404"
     );

@@ -1,7 +1,7 @@
 //! Issue 27: Protobuf and JSON Schema through a schema registry, end to end
-//! against the real broker and the testkit's registry
-//! (`courier_testkit::schema_registry`). Records are written by
-//! confluent-kafka's own `ProtobufSerializer` and `JSONSerializer`
+//! against the real broker and a real registry, Apicurio Registry
+//! (`courier_testkit::schema_registry`, its Confluent-compatible API). Records
+//! are written by confluent-kafka's own `ProtobufSerializer` and `JSONSerializer`
 //! (`tests/schema_formats_producer.py`, with `scripts/pyschema.sh`'s Python):
 //! the serializers register the schemas (the `.proto` file and the file it
 //! imports; a JSON Schema referencing another subject) and frame each record,
@@ -36,19 +36,30 @@ const PROTO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/core/schema/fi
 fn python() -> PathBuf {
     match std::env::var("COURIER_TEST_PYSCHEMA") {
         Ok(p) => PathBuf::from(p),
-        Err(_) => {
-            let out = std::process::Command::new("bash")
-                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pyschema.sh"))
-                .output()
-                .expect("scripts/pyschema.sh runs");
-            assert!(
-                out.status.success(),
-                "scripts/pyschema.sh: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
+        Err(_) => script_output("scripts/pyschema.sh"),
     }
+}
+
+/// Apicurio Registry's runner jar (`scripts/apicurio.sh` fetches it and prints it).
+fn apicurio() -> PathBuf {
+    match std::env::var("COURIER_TEST_APICURIO") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => script_output("scripts/apicurio.sh"),
+    }
+}
+
+/// What a tool script of `scripts/` prints (the path of the tool it made ready).
+fn script_output(script: &str) -> PathBuf {
+    let out = std::process::Command::new("bash")
+        .arg(format!("{}/{script}", env!("CARGO_MANIFEST_DIR")))
+        .output()
+        .unwrap_or_else(|e| panic!("{script} runs: {e}"));
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// Where one record landed.
@@ -219,7 +230,9 @@ async fn protobuf_events_are_delivered_as_canonical_json_and_bad_records_parked_
     let n = Names::new("sr-proto", 2);
     n.create(&s, true).await;
     let dir = log_dir().join(format!("{}-registry", n.topic));
-    let reg = Registry::start(&py, &dir).await.expect("registry starts");
+    let reg = Registry::start(&apicurio(), &dir)
+        .await
+        .expect("registry starts");
     let api = api().await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
 
@@ -335,7 +348,9 @@ async fn json_schema_events_are_checked_and_delivered_as_written() {
     let n = Names::new("sr-jsonschema", 2);
     n.create(&s, true).await;
     let dir = log_dir().join(format!("{}-registry", n.topic));
-    let reg = Registry::start(&py, &dir).await.expect("registry starts");
+    let reg = Registry::start(&apicurio(), &dir)
+        .await
+        .expect("registry starts");
     let api = api().await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
     let mut records = Vec::new();

@@ -100,7 +100,7 @@ async fn secrets_are_used_and_never_logged() {
     )
     .await;
     let delivered_before = api.delivered_count();
-    let dlq_at_pause = topic_size(&s, &n.dlq, n.partitions);
+    let dlq_at_pause = topic_size(&s, &n.dlq);
     // Stay revoked for a few open intervals of the breaker.
     let t0 = std::time::Instant::now();
     wait_until(
@@ -112,7 +112,7 @@ async fn secrets_are_used_and_never_logged() {
         },
     )
     .await;
-    let dlq = topic_size(&s, &n.dlq, n.partitions);
+    let dlq = topic_size(&s, &n.dlq);
     println!("[secrets] 401s: DLQ {dlq_at_pause} records at the pause, {dlq} after the probes; backlog {}", 3_000 - delivered_before);
     assert!(
         dlq <= 16 + 10,

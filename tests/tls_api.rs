@@ -128,16 +128,8 @@ async fn paused_without_dlq(c: &Courier, s: &Services, n: &Names, reason: &str, 
     )
     .await;
     assert_eq!(api.delivered_count(), 0, "nothing gets through");
-    assert_eq!(
-        topic_size(s, &n.dlq, n.partitions),
-        0,
-        "no DLQ record for {reason}"
-    );
-    assert_eq!(
-        topic_size(s, &n.parking, 1),
-        0,
-        "nothing parked for {reason}"
-    );
+    assert_eq!(topic_size(s, &n.dlq), 0, "no DLQ record for {reason}");
+    assert_eq!(topic_size(s, &n.parking), 0, "nothing parked for {reason}");
 }
 
 /// The time in ms since the epoch at the start of a log line (RFC 3339).
@@ -174,7 +166,7 @@ async fn delivers_over_https_with_a_private_ca_and_http2() {
         audit.http2_requests, audit.requests_total,
         "api.http2 = true: HTTP/2 negotiated by ALPN"
     );
-    assert_eq!(topic_size(&s, &n.dlq, n.partitions), 0);
+    assert_eq!(topic_size(&s, &n.dlq), 0);
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("https", &rep);
     assert_eq!(rep.delivered, 2_000);
@@ -214,7 +206,7 @@ async fn mtls_required_by_the_api_and_given() {
     c.terminate(Duration::from_secs(30)).await;
     let audit = api.audit();
     assert_eq!(audit.http2_requests, 0, "HTTP/1.1 unless api.http2 = true");
-    assert_eq!(topic_size(&s, &n.dlq, n.partitions), 0);
+    assert_eq!(topic_size(&s, &n.dlq), 0);
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("mtls", &rep);
     assert_eq!(rep.delivered, 1_000);
@@ -278,7 +270,7 @@ async fn untrusted_certificate_pauses_without_dlq_until_the_ca_is_fixed() {
     let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), "", &ca_line(&ca)));
     n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
     c.terminate(Duration::from_secs(30)).await;
-    assert_eq!(topic_size(&s, &n.dlq, n.partitions), 0);
+    assert_eq!(topic_size(&s, &n.dlq), 0);
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("untrusted", &rep);
     assert_eq!(rep.delivered, 1_000);
@@ -316,7 +308,7 @@ async fn expired_and_wrong_host_certificates_are_named_then_recovered() {
         .expect("swap the certificate");
     n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
     c.terminate(Duration::from_secs(30)).await;
-    assert_eq!(topic_size(&s, &n.dlq, n.partitions), 0);
+    assert_eq!(topic_size(&s, &n.dlq), 0);
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("expired", &rep);
     assert_eq!(rep.delivered, 1_000);

@@ -107,6 +107,9 @@ pub enum FailureReason {
     DlqPolicy(&'static str),
     /// A DLQ record whose event cannot be read back.
     UnreadableEnvelope,
+    /// The schema registry could not be asked for a DLQ record's schema (the
+    /// drain's decoding): *systemic*, the record goes back to the DLQ.
+    SchemaRegistryUnavailable,
     /// The delivery work vanished without an outcome, repeatedly.
     InternalError,
 }
@@ -176,6 +179,7 @@ impl FailureReason {
                 Refusal::InvalidRecord => "dlq_invalid_record",
             },
             FailureReason::UnreadableEnvelope => "unreadable_envelope",
+            FailureReason::SchemaRegistryUnavailable => "schema_registry_unavailable",
             FailureReason::InternalError => "internal_error",
         }
     }
@@ -440,10 +444,12 @@ impl TransportFailure {
             }
             Other => "the request failed before an answer",
             AuthTokenUnavailable => {
-                "no OAuth2 access token: api.oauth2.token_url cannot be reached or gives no                  token; calls wait until it does"
+                "no OAuth2 access token: api.oauth2.token_url cannot be reached or gives no \
+                 token; calls wait until it does"
             }
             AuthTokenRefused => {
-                "the OAuth2 token endpoint refuses Courier's client credentials: check                  api.oauth2.client_id and the client secret; calls wait until it accepts them"
+                "the OAuth2 token endpoint refuses Courier's client credentials: check \
+                 api.oauth2.client_id and the client secret; calls wait until it accepts them"
             }
         }
     }

@@ -239,11 +239,13 @@ impl Envelope {
     }
 
     /// Whether a DLQ record read back could have been written by Courier: a forged
-    /// or corrupted one (negative coordinates, absurd round counts, a `not_before`
-    /// years away) would otherwise sit at the head of its DLQ partition and block
-    /// the drain, or overflow the arithmetic on it. `now_ms` and `max_wait_ms` (how
-    /// far ahead a `not_before` may be: the DLQ backoff cap plus clock skew) come
-    /// from the caller.
+    /// or corrupted one (negative coordinates, absurd round counts, a first entry
+    /// in the future) would otherwise sit at the head of its DLQ partition and
+    /// block the drain, or overflow the arithmetic on it. `now_ms` and
+    /// `max_wait_ms` (the DLQ backoff cap plus clock skew) come from the caller.
+    /// A `not_before` far ahead is not refused: [`Self::wait_capped`] bounds it
+    /// (a Courier with a longer `dlq_backoff_cap` wrote it, before the operator
+    /// lowered it).
     pub fn check(&self, now_ms: i64, max_wait_ms: i64) -> Result<(), EnvelopeError> {
         let bad = |why: String| Err(EnvelopeError::Implausible(why));
         if self.version == 0 {
@@ -259,12 +261,6 @@ impl Envelope {
             return bad(format!("{} DLQ rounds", self.dlq_retries));
         }
         let horizon = now_ms.saturating_add(max_wait_ms.max(0));
-        if self.not_before_ms > horizon {
-            return bad(format!(
-                "not_before {} ms is more than {max_wait_ms} ms ahead",
-                self.not_before_ms
-            ));
-        }
         if self.first_dlq_at_ms < 0 || self.first_dlq_at_ms > horizon {
             return bad(format!("first_dlq_at {} ms", self.first_dlq_at_ms));
         }
@@ -277,6 +273,15 @@ impl Envelope {
             return bad("a version-2 envelope without its payload reference".into());
         }
         Ok(())
+    }
+
+    /// The envelope with its `not_before` at most `cap_ms` after `now_ms`: a
+    /// record written while `degraded.dlq_backoff_cap` was longer (or forged years
+    /// ahead) waits no longer than this Courier's cap, and is neither parked for
+    /// it nor left blocking its DLQ partition.
+    pub fn wait_capped(mut self, now_ms: i64, cap_ms: i64) -> Envelope {
+        self.not_before_ms = self.not_before_ms.min(now_ms.saturating_add(cap_ms.max(0)));
+        self
     }
 
     /// The envelope as it will be written to a topic that takes records of at
@@ -574,14 +579,6 @@ pub(crate) mod tests {
         type Forge = Box<dyn Fn(&mut Envelope)>;
         let forged: Vec<(&str, Forge)> = vec![
             ("u32::MAX retries", Box::new(|e| e.dlq_retries = u32::MAX)),
-            (
-                "year 9999",
-                Box::new(|e| e.not_before_ms = 253_402_300_799_000),
-            ),
-            (
-                "i64::MAX not_before",
-                Box::new(|e| e.not_before_ms = i64::MAX),
-            ),
             ("negative offset", Box::new(|e| e.origin.offset = -1)),
             (
                 "negative partition",
@@ -613,6 +610,24 @@ pub(crate) mod tests {
         // A past not_before (an old DLQ record) is fine.
         ok.not_before_ms = 0;
         assert!(ok.check(now, wait).is_ok());
+    }
+
+    /// A `not_before` past the cap — written under a longer `dlq_backoff_cap`,
+    /// or forged in the year 9999 — is plausible, and waits at most the cap.
+    #[test]
+    fn a_wait_past_the_cap_is_capped_not_refused() {
+        let (now, cap) = (1_700_000_000_000, 2_000);
+        let mut e = sample();
+        e.first_dlq_at_ms = now - 5_000;
+        for far in [now + 3_600_000, 253_402_300_799_000, i64::MAX] {
+            e.not_before_ms = far;
+            assert!(e.check(now, cap * 2 + 60_000).is_ok(), "{far}");
+            assert_eq!(e.clone().wait_capped(now, cap).not_before_ms, now + cap);
+        }
+        for near in [0, now, now + cap] {
+            e.not_before_ms = near;
+            assert_eq!(e.clone().wait_capped(now, cap).not_before_ms, near);
+        }
     }
 
     #[test]

@@ -17,9 +17,19 @@ use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
 use crate::core::envelope::{Envelope, ErrorInfo, OriginHeader};
 use crate::core::event::DecodeError;
 use crate::core::input::{decode_record, Decoded, RecordIn};
+use crate::core::schema;
 use crate::metrics as m;
 use crate::runtime::now_ms;
+use crate::schema_registry::FetchError;
 use bytes::Bytes;
+
+/// Why a DLQ record's event cannot be decoded now.
+pub(super) enum Undecodable {
+    /// Never: parked with this reason and message.
+    Parked(FailureReason, String),
+    /// The schema registry cannot be asked for the record's schema now.
+    RegistryUnavailable(String),
+}
 
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// A DLQ event's turn: check the policy (and the source of truth for deadline
@@ -92,11 +102,16 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
 
     /// The event an envelope carries, decoded in the configured input format
     /// from its payload and the origin record's headers and coordinates (as
-    /// the main path decoded it). An envelope with a payload reference has
-    /// nothing to decode here (`courier dlq replay` reads it back).
-    pub(super) fn decode_envelope(&self, env: &Envelope) -> Result<Decoded, DecodeError> {
+    /// the main path decoded it). A registry format asks the registry for the
+    /// schema the payload names (cached: one fetch per id for the process). An
+    /// envelope with a payload reference has nothing to decode here (`courier
+    /// dlq replay` reads it back).
+    pub(super) async fn decode_envelope(&self, env: &Envelope) -> Result<Decoded, Undecodable> {
         if env.omitted.is_some() {
-            return Err(DecodeError::Empty);
+            return Err(Undecodable::Parked(
+                FailureReason::UnreadableEnvelope,
+                DecodeError::Empty.to_string(),
+            ));
         }
         let cfg = &self.pipeline.config;
         let payload = Bytes::from(env.payload.clone());
@@ -108,16 +123,35 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             partition: env.origin.partition,
             offset: env.origin.offset,
         };
-        decode_record(
+        let (json, opts) = (cfg.input.json(), cfg.pipeline.decode_options());
+        let Some(registry) = self.pipeline.registry.as_ref() else {
+            return decode_record(&rec, cfg.input.format, &json, &opts).map_err(|e| {
+                Undecodable::Parked(FailureReason::UnreadableEnvelope, e.to_string())
+            });
+        };
+        // An unframed payload or an unknown id has no schema: the decoding
+        // parks it with the reason the main path gives.
+        let schema = match schema::schema_id(&payload) {
+            None => None,
+            Some(id) => match registry.get(id).await {
+                Ok(s) => Some(s),
+                Err(FetchError::NotFound(_)) => None,
+                Err(FetchError::Unavailable(e)) => return Err(Undecodable::RegistryUnavailable(e)),
+            },
+        };
+        schema::decode_framed(
             &rec,
             cfg.input.format,
-            &cfg.input.json(),
-            &cfg.pipeline.decode_options(),
+            |_| schema.as_deref(),
+            &json,
+            &opts,
+            cfg.input.json_options(),
         )
+        .map_err(|(reason, message)| Undecodable::Parked(FailureReason::Input(reason), message))
     }
 
     pub(super) async fn source_check(&self, env: &Envelope) -> SourceCheck {
-        let decoded = self.decode_envelope(env).ok();
+        let decoded = self.decode_envelope(env).await.ok();
         let key = decoded
             .as_ref()
             .and_then(|d| d.key.as_ref())
@@ -157,13 +191,16 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             event,
             key,
             body_type,
-        } = match self.decode_envelope(env) {
+        } = match self.decode_envelope(env).await {
             Ok(d) => d,
-            Err(e) => {
-                return Some(
-                    self.drop_from_dlq(item, env, FailureReason::UnreadableEnvelope, e.to_string())
-                        .await,
-                )
+            Err(Undecodable::Parked(reason, message)) => {
+                return Some(self.drop_from_dlq(item, env, reason, message).await)
+            }
+            // Not the event's fault, and not the API's: back to the DLQ
+            // without a retry used (the breaker does not hear of it).
+            Err(Undecodable::RegistryUnavailable(detail)) => {
+                let failure = Failure::registry_unavailable(detail);
+                return Some(Box::pin(self.failed_round(item, env, policy, failure, None)).await);
             }
         };
         let headers = OriginHeader::to_record(&env.origin_headers);
@@ -229,7 +266,6 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         answer: Result<http::Answer, TransportError>,
         called: Option<u64>,
     ) -> Finished {
-        let cfg = &self.pipeline.config;
         let failure = match answer {
             Ok(a) => match self.status.classify(a.status) {
                 StatusVerdict::Delivered => {
@@ -244,6 +280,21 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             },
             Err(t) => Failure::transport(t),
         };
+        self.failed_round(item, env, policy, failure, called).await
+    }
+
+    /// A DLQ round that failed: back to the DLQ (with one more retry, or none
+    /// used for an unrefuted systemic failure), or parked, as
+    /// `attempt::decide_round` says.
+    async fn failed_round(
+        &self,
+        item: &Item,
+        env: &Envelope,
+        policy: dlq_policy::DlqRetry,
+        failure: Failure,
+        called: Option<u64>,
+    ) -> Finished {
+        let cfg = &self.pipeline.config;
         let mut refuted = false;
         if let Some(seq) = called.filter(|_| {
             failure.reason.reached_the_api()

@@ -72,6 +72,20 @@ impl Failure {
         }
     }
 
+    /// The schema registry could not be asked for a DLQ record's schema
+    /// (`detail`): systemic, and not the API's (the breaker never hears of it).
+    pub(super) fn registry_unavailable(detail: String) -> Failure {
+        Failure {
+            class: FailureClass::Systemic,
+            reason: FailureReason::SchemaRegistryUnavailable,
+            status: None,
+            retry_after: None,
+            detail: Some(detail),
+            hint: Some("the schema registry (input.schema_registry.url) does not answer: the record stays in the DLQ until it does"),
+            body: None,
+        }
+    }
+
     /// The envelope's `last_error` for this failure, with `message`.
     pub(super) fn error(&self, message: &str) -> ErrorInfo {
         ErrorInfo::new(self.class.into(), self.reason, self.status, message)

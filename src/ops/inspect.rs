@@ -30,9 +30,83 @@ pub struct Summary {
     pub(crate) oldest_ms: Option<i64>,
     pub(crate) newest_ms: Option<i64>,
     pub samples: Vec<Envelope>,
+    /// With a registry format (`input.format = "avro"`): each sample's payload
+    /// decoded with the schema it names, in the order of `samples` (empty for
+    /// other formats, whose payloads are the JSON already).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decoded: Vec<DecodedPayload>,
     /// Records deleted (retention, delete-records) before they were handled:
     /// see [`deleted_unread`].
     pub deleted: Vec<Deleted>,
+}
+
+/// A sample's payload as the registry format reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecodedPayload {
+    /// The JSON the event is read as (and delivered from).
+    Json(serde_json::Value),
+    /// Why it cannot be read now (the parking reason, or the registry's outage).
+    Unreadable { reason: String, message: String },
+    /// The envelope carries a reference instead of the payload.
+    Omitted,
+}
+
+/// Each of `samples`' payloads decoded as `input` reads them through its
+/// schema registry (one fetch per schema id). Empty unless `input.format` is a
+/// registry format.
+pub async fn decode_samples(
+    input: &crate::config::InputConfig,
+    samples: &[Envelope],
+    max_event_bytes: usize,
+) -> Vec<DecodedPayload> {
+    use crate::schema_registry::{FetchError, SchemaRegistry};
+    if !input.format.uses_registry() {
+        return Vec::new();
+    }
+    let registry = SchemaRegistry::new(&input.schema_registry, input.format);
+    let mut out = Vec::with_capacity(samples.len());
+    for e in samples {
+        if e.omitted.is_some() {
+            out.push(DecodedPayload::Omitted);
+            continue;
+        }
+        let schema = match crate::core::schema::schema_id(&e.payload) {
+            None => Ok(None),
+            Some(id) => match registry.get(id).await {
+                Ok(s) => Ok(Some(s)),
+                Err(FetchError::NotFound(_)) => Ok(None),
+                Err(FetchError::Unavailable(why)) => Err(why),
+            },
+        };
+        let view = match schema {
+            Err(why) => DecodedPayload::Unreadable {
+                reason: "schema_registry_unavailable".into(),
+                message: why,
+            },
+            Ok(schema) => match crate::core::schema::framed_json(
+                &e.payload,
+                input.format,
+                |_| schema.as_deref(),
+                input.json_options(),
+                max_event_bytes,
+            ) {
+                Ok(text) => match serde_json::from_slice(&text) {
+                    Ok(v) => DecodedPayload::Json(v),
+                    Err(err) => DecodedPayload::Unreadable {
+                        reason: "malformed_json".into(),
+                        message: err.to_string(),
+                    },
+                },
+                Err((reason, message)) => DecodedPayload::Unreadable {
+                    reason: reason.into(),
+                    message,
+                },
+            },
+        };
+        out.push(view);
+    }
+    out
 }
 
 /// Reads what [`deleted_unread`] needs for `topic` (its log starts, the
@@ -204,6 +278,17 @@ fn ago(now_ms: i64, at: Option<i64>) -> String {
     }
 }
 
+/// The first bytes of a binary payload in hex (the registry header first).
+fn hex_start(b: &[u8]) -> String {
+    const SHOWN: usize = 32;
+    let hex: String = b.iter().take(SHOWN).map(|x| format!("{x:02x}")).collect();
+    if b.len() > SHOWN {
+        format!("{hex}…")
+    } else {
+        hex
+    }
+}
+
 /// Human table.
 pub struct Table<'a>(pub &'a Summary, pub i64);
 
@@ -240,7 +325,7 @@ impl fmt::Display for Table<'_> {
         }
         if !s.samples.is_empty() {
             writeln!(f, "\nsamples:")?;
-            for e in &s.samples {
+            for (i, e) in s.samples.iter().enumerate() {
                 writeln!(
                     f,
                     "  {} {}/{}@{} retries={} reason={} ({})",
@@ -252,6 +337,27 @@ impl fmt::Display for Table<'_> {
                     e.last_error.reason,
                     e.last_error.message
                 )?;
+                match s.decoded.get(i) {
+                    Some(DecodedPayload::Json(v)) => {
+                        writeln!(
+                            f,
+                            "    payload: {} bytes {}",
+                            e.payload.len(),
+                            hex_start(&e.payload)
+                        )?;
+                        writeln!(f, "    decoded: {v}")?;
+                    }
+                    Some(DecodedPayload::Unreadable { reason, message }) => {
+                        writeln!(
+                            f,
+                            "    payload: {} bytes {}",
+                            e.payload.len(),
+                            hex_start(&e.payload)
+                        )?;
+                        writeln!(f, "    decoded: none, {reason}: {message}")?;
+                    }
+                    Some(DecodedPayload::Omitted) | None => {}
+                }
                 if let Some(o) = &e.omitted {
                     writeln!(
                         f,

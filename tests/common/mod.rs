@@ -282,6 +282,21 @@ impl Courier {
         self.proc.log_text().unwrap_or_default()
     }
 
+    /// The process's CPU time so far (utime + stime of all its threads, from
+    /// /proc/<pid>/stat), in seconds; `None` once it has exited.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.proc.pid()?)).ok()?;
+        // Fields after the command name (which may hold spaces) follow the last ')'.
+        let fields: Vec<&str> = stat
+            .get(stat.rfind(')')? + 1..)?
+            .split_whitespace()
+            .collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // The kernel's USER_HZ, 100 on Linux everywhere Courier runs.
+        Some(ticks as f64 / 100.0)
+    }
+
     /// The process's peak resident set (`VmHWM` in /proc/<pid>/status), in
     /// bytes; `None` once it has exited.
     pub fn peak_rss(&self) -> Option<u64> {
@@ -398,10 +413,14 @@ pub fn assert_no_loss(name: &str, rep: &AuditReport) {
 }
 
 /// Sum of end offsets of a topic.
-pub fn topic_size(s: &Services, topic: &str, partitions: i32) -> i64 {
-    end_offsets(&s.brokers, topic, partitions)
-        .map(|v| v.iter().sum())
-        .unwrap_or(0)
+pub fn topic_size(s: &Services, topic: &str) -> i64 {
+    // Every partition the broker lists (a count given by the caller could miss
+    // some: a 1-partition parking lot asked for 2 answered an error, read as 0).
+    courier::kafka::admin::watermarks(&s.brokers, topic)
+        .unwrap_or_else(|e| panic!("the end offsets of {topic}: {e}"))
+        .values()
+        .map(|(_, hi)| hi)
+        .sum()
 }
 
 /// Envelopes in a topic (DLQ or parking lot).

@@ -86,7 +86,7 @@ pub async fn tenant_403_run(
     wait_until(
         Duration::from_secs(60),
         "the tenant's events reached the parking lot",
-        || topic_size(&s, &n.parking, 1) >= refused as i64,
+        || topic_size(&s, &n.parking) >= refused as i64,
     )
     .await;
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;

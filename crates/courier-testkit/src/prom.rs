@@ -11,7 +11,9 @@ pub fn samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a st
             let rest = l.strip_prefix(name)?;
             let (labels, value) = match rest.as_bytes().first()? {
                 b'{' => {
-                    let end = rest.find('}')?;
+                    // The last brace: a label value may hold braces (a route
+                    // template such as `/schemas/ids/{id}`), the value none.
+                    let end = rest.rfind('}')?;
                     (&rest[1..end], rest[end + 1..].trim())
                 }
                 b' ' => ("", rest.trim()),
@@ -190,6 +192,21 @@ x_total{group=\"g\",main_topic=\"t\",result=\"miss_other\"} 100\n";
             3.0
         );
         assert_eq!(metric_sum(text, "x_total{result=\"none\""), 0.0);
+    }
+
+    #[test]
+    fn a_label_value_may_hold_braces() {
+        // Apicurio's request metrics label a route template.
+        let text = "rest_requests_seconds_count{method=\"GET\",path=\"/ids/{id}\",status_code_group=\"2xx\"} 2.0\n\
+rest_requests_seconds_count{method=\"GET\",path=\"/ids/{id}\",status_code_group=\"4xx\"} 1.0\n";
+        assert_eq!(
+            metric_sum(
+                text,
+                "rest_requests_seconds_count{path=\"/ids/{id}\",status_code_group=\"2xx\""
+            ),
+            2.0
+        );
+        assert_eq!(metric_sum(text, "rest_requests_seconds_count"), 3.0);
     }
 
     #[test]

@@ -1,49 +1,49 @@
-//! A schema registry for the tests, and a producer that writes through it
+//! A real schema registry for the tests, and a producer that writes through it
 //! with confluent-kafka's own serializers.
 //!
-//! The registry is `src/schema_registry_standin.py`, a stand-in serving the
-//! subset of the Confluent REST API that confluent-kafka's serializers and
-//! Courier use: no real registry can run here (Apicurio Registry's
-//! `apicurio-registry-app` is on Maven Central, but its own modules
-//! `apicurio-registry-schema-util-provider` and
-//! `apicurio-registry-config-index-deployment` are not, for 3.3.3, 3.3.2 or
-//! 2.6.13.Final, so it neither runs nor builds from there; Confluent's
-//! registry is not on Maven Central; Karapace is not on PyPI). The records'
-//! bytes are real: `src/schema_producer.py` registers and frames them with
+//! The registry is Apicurio Registry 2.6.13.Final from Maven Central
+//! (`scripts/apicurio.sh` fetches it and prints its runner jar), spoken to through
+//! its Confluent-compatible API (`/apis/ccompat/v7`), the API confluent-kafka's
+//! serializers and Courier use. Each [`Registry`] is its own process on its own
+//! port, its state in an H2 file in its directory, so a test may stop it and start
+//! it again with the schemas it had. The records' bytes are real:
+//! `src/schema_producer.py` registers and frames them with
 //! `confluent_kafka.schema_registry.avro.AvroSerializer` (PyPI
 //! `confluent-kafka[avro,schemaregistry]`, `scripts/pyschema.sh`).
 
-use super::service::{json_answer, wait_ready};
+use super::service::wait_ready;
 use super::{file_err, free_port, ChildGuard, TestkitError};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-/// The stand-in registry's script.
-pub const REGISTRY: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/src/schema_registry_standin.py"
-);
 /// The producer's script.
 pub const PRODUCER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/schema_producer.py");
 
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The path of the Confluent-compatible API under the registry's root.
+pub const CCOMPAT: &str = "/apis/ccompat/v7";
+
+/// A JVM on a loaded 2-core machine takes 10-30 s to start the registry.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A running stand-in registry; its state survives [`Registry::stop`] and
-/// [`Registry::start_again`] (a file in its directory). Dropping it kills it.
+/// A running Apicurio Registry; its state survives [`Registry::stop`] and
+/// [`Registry::start_again`] (an H2 database file in its directory). Dropping it
+/// kills it.
 pub struct Registry {
     child: Option<ChildGuard>,
-    python: PathBuf,
+    jar: PathBuf,
     dir: PathBuf,
     port: u16,
     http: reqwest::Client,
 }
 
 impl Registry {
-    /// Starts it with `python` on a free port, state and log in `dir`.
-    pub async fn start(python: &Path, dir: &Path) -> Result<Registry, TestkitError> {
+    /// Starts the registry's runner `jar` (`scripts/apicurio.sh` prints it) on a
+    /// free port, state and log in `dir`.
+    pub async fn start(jar: &Path, dir: &Path) -> Result<Registry, TestkitError> {
         std::fs::create_dir_all(dir).map_err(file_err("creating", dir))?;
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
@@ -55,7 +55,7 @@ impl Registry {
             })?;
         let mut r = Registry {
             child: None,
-            python: python.to_path_buf(),
+            jar: jar.to_path_buf(),
             dir: dir.to_path_buf(),
             port: free_port()?,
             http,
@@ -69,12 +69,19 @@ impl Registry {
         if self.child.is_some() {
             return Ok(());
         }
-        let mut cmd = Command::new(&self.python);
-        cmd.arg(REGISTRY)
-            .arg(self.port.to_string())
-            .arg(self.dir.join("registry-state.json"));
+        let mut cmd = Command::new("java");
+        cmd.arg("-Xmx512m")
+            .arg(format!("-Dquarkus.http.port={}", self.port))
+            .arg("-Dquarkus.http.host=127.0.0.1")
+            .arg("-jar")
+            .arg(&self.jar)
+            .current_dir(&self.dir)
+            .env(
+                "REGISTRY_DATASOURCE_URL",
+                format!("jdbc:h2:file:{}", self.dir.join("registry_db").display()),
+            );
         let log = self.dir.join(format!("schema-registry-{}.log", self.port));
-        let mut child = ChildGuard::spawn("schema registry", cmd, &log)?;
+        let mut child = ChildGuard::spawn("schema registry (Apicurio)", cmd, &log)?;
         wait_ready(
             &mut child,
             &self.http,
@@ -86,34 +93,53 @@ impl Registry {
         Ok(())
     }
 
-    /// Kills it: connections are refused until [`Self::start_again`].
+    /// Stops it (SIGTERM, so its database is written out; killed if it does not
+    /// exit): connections are refused until [`Self::start_again`].
     pub async fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            c.kill().await;
+            if !matches!(c.terminate("-TERM", STOP_TIMEOUT).await, Ok(Some(_))) {
+                c.kill().await;
+            }
         }
     }
 
+    /// The root of its Confluent-compatible API: what `input.schema_registry.url`
+    /// and the serializers' `url` are given.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}{CCOMPAT}", self.port)
     }
 
-    /// How often each schema id was asked for (`GET /schemas/ids/{id}`) since
-    /// this run of the registry started.
-    pub async fn fetches(&self, id: u32) -> Result<u64, TestkitError> {
-        let url = format!("{}/_control/stats", self.url());
-        let what = "reading the registry's stats";
-        let resp = self
+    /// How many `GET /schemas/ids/{id}` it answered with a schema (2xx) since this
+    /// run of it started, whatever the id: the registry's own request metrics
+    /// (`/metrics`, Micrometer's `rest_requests_seconds_count`).
+    pub async fn schema_fetches(&self) -> Result<u64, TestkitError> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        let what = "reading the registry's metrics";
+        let body = self
             .http
             .get(&url)
             .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|source| TestkitError::Http {
+                what,
+                url: url.clone(),
+                source,
+            })?
+            .text()
             .await
             .map_err(|source| TestkitError::Http {
                 what,
                 url: url.clone(),
                 source,
             })?;
-        let v = json_answer(what, &url, resp, 200).await?;
-        Ok(v["ids_fetched"][id.to_string()].as_u64().unwrap_or(0))
+        let n = super::metric_sum(
+            &body,
+            &format!(
+                "rest_requests_seconds_count{{method=\"GET\",path=\"{CCOMPAT}/schemas/ids/{{id}}\",status_code_group=\"2xx\""
+            ),
+        );
+        Ok(n as u64)
     }
 }
 

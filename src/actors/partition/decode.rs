@@ -29,9 +29,11 @@ pub struct Decoder {
     /// Registry formats: the schemas the gate fetched (`schemas::SchemaGate`).
     schemas: Option<super::schemas::Known>,
     json_options: JsonOptions,
-    /// How far ahead a DLQ envelope's `not_before` may plausibly be: twice the
+    /// How far ahead a DLQ envelope's first entry may plausibly be: twice the
     /// DLQ backoff cap, plus a minute of clock skew between instances.
     max_wait_ms: i64,
+    /// `degraded.dlq_backoff_cap`: the longest a DLQ record waits for its round.
+    backoff_cap_ms: i64,
 }
 
 impl Intake for Decoder {
@@ -64,12 +66,15 @@ impl Intake for Decoder {
                     park(reason, e)
                 }
             },
-            // A forged or corrupted envelope (absurd retries, a `not_before`
-            // years ahead, negative coordinates) is parked `invalid_envelope`
-            // instead of blocking the drain at the head of DLQ p.
-            (Src::Dlq, Some(bytes)) => match Envelope::from_bytes(bytes)
-                .and_then(|env| env.check(now_ms(), self.max_wait_ms).map(|()| env))
-            {
+            // A forged or corrupted envelope (absurd retries, negative
+            // coordinates) is parked `invalid_envelope` instead of blocking the
+            // drain at the head of DLQ p; a `not_before` past this Courier's
+            // backoff cap waits the cap.
+            (Src::Dlq, Some(bytes)) => match Envelope::from_bytes(bytes).and_then(|env| {
+                let now = now_ms();
+                env.check(now, self.max_wait_ms)
+                    .map(|()| env.wait_capped(now, self.backoff_cap_ms))
+            }) {
                 Ok(env) => Work::FromDlq(Box::new(env)),
                 Err(e) => {
                     tracing::warn!(partition = self.partition, offset = r.offset, reason = e.reason(), error = %e, "DLQ record is not a usable envelope, parking");
@@ -135,6 +140,7 @@ impl Decoder {
         let cap = i64::try_from(pipeline.config.degraded.dlq_backoff_cap_ms()).unwrap_or(i64::MAX);
         Decoder {
             max_wait_ms: cap.saturating_mul(2).saturating_add(60_000),
+            backoff_cap_ms: cap,
             options: pipeline.config.pipeline.decode_options(),
             format: pipeline.config.input.format,
             json: pipeline.config.input.json(),

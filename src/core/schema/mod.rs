@@ -132,14 +132,29 @@ pub(crate) fn decode_framed<'s>(
             max: opts.max_event_bytes,
         }));
     }
-    let text = framed_json(value, format, lookup, json_options, opts.max_event_bytes)?;
+    let text = framed_bytes(value, format, lookup, json_options, opts.max_event_bytes)?;
     decode_json_from(r, &text, json, opts).map_err(bad)
 }
 
-/// The JSON text a registry-framed `value` of `format` is read as, with the
-/// schema `lookup` gives for its id: Avro and Protobuf decoded to JSON (at most
-/// `max_bytes` of it), JSON Schema records checked and kept as written.
+/// The JSON (UTF-8 text) a registry-framed `value` of `format` is read as, with
+/// the schema `lookup` gives for its id: what [`decode_framed`] then reads as
+/// `input.format = "json"` reads a record, and what `courier dlq inspect`
+/// shows. Avro and Protobuf decoded to JSON (Protobuf's at most `max_bytes`),
+/// JSON Schema records checked and kept as written.
 pub fn framed_json<'s>(
+    value: &[u8],
+    format: InputFormat,
+    lookup: impl FnOnce(u32) -> Option<&'s Resolved>,
+    json_options: JsonOptions,
+    max_bytes: usize,
+) -> Result<Vec<u8>, Parked> {
+    let value = bytes::Bytes::copy_from_slice(value);
+    framed_bytes(&value, format, lookup, json_options, max_bytes).map(|b| b.to_vec())
+}
+
+/// [`framed_json`] without copying: a JSON Schema record's body is a slice of
+/// `value`.
+fn framed_bytes<'s>(
     value: &bytes::Bytes,
     format: InputFormat,
     lookup: impl FnOnce(u32) -> Option<&'s Resolved>,
