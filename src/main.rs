@@ -508,7 +508,8 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             })
             .await??;
             let mut s = s;
-            s.decoded = inspect::decode_samples(&cfg.input, &s.samples).await;
+            let max = cfg.pipeline.max_event_bytes;
+            s.decoded = inspect::decode_samples(&cfg.input, &s.samples, max).await;
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {

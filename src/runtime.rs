@@ -52,6 +52,7 @@ impl Pipeline {
             );
             Arc::new(crate::schema_registry::SchemaRegistry::new(
                 &config.input.schema_registry,
+                config.input.format,
             ))
         });
         Pipeline {

@@ -1,7 +1,9 @@
 //! The schema registry client (`[input.schema_registry]`): writers' schemas by
 //! id (`GET {url}/schemas/ids/{id}`, the Confluent API that Apicurio's
-//! `ccompat`, Redpanda and Karapace serve too), references resolved, parsed
-//! once and cached within `cache_max_bytes`. One fetch per id however many
+//! `ccompat`, Redpanda and Karapace serve too), references resolved (by
+//! subject and version, transitively), parsed or compiled once for
+//! `input.format` (`core::schema::Resolved::compile`: Avro, Protobuf, JSON
+//! Schema) and cached within `cache_max_bytes`. One fetch per id however many
 //! partitions wait for it (moka's `try_get_with` coalesces them); a failure is
 //! not cached, so the next wait asks again.
 //!
@@ -12,8 +14,9 @@
 //! the partition waits and asks again, it never parks for it.
 
 use crate::config::schema_registry::{RegistryAuth, SchemaRegistryConfig};
-use crate::core::schema::AvroSchema;
+use crate::core::input::InputFormat;
 pub use crate::core::schema::Resolved;
+use crate::core::schema::{expected_kind, schema_kind, Referenced};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +46,10 @@ struct SchemaAnswer {
 
 #[derive(serde::Deserialize)]
 struct Reference {
+    /// What the referencing schema calls it (a Protobuf import path, a JSON
+    /// Schema `$ref`, an Avro type name).
+    #[serde(default)]
+    name: String,
     subject: String,
     version: i64,
 }
@@ -54,6 +61,11 @@ pub struct SchemaRegistry {
     http: Result<reqwest::Client, String>,
     base: String,
     auth: RegistryAuth,
+    /// What schemas are compiled for (`input.format`); others are `Other`.
+    format: InputFormat,
+    /// The most bytes of schema text one id may bring, its references
+    /// included (`cache_max_bytes`).
+    max_answer_bytes: usize,
     cache: moka::future::Cache<u32, Arc<Resolved>>,
 }
 
@@ -62,6 +74,7 @@ impl std::fmt::Debug for SchemaRegistry {
         f.debug_struct("SchemaRegistry")
             .field("base", &self.base)
             .field("auth", &self.auth)
+            .field("format", &self.format)
             .finish()
     }
 }
@@ -69,8 +82,8 @@ impl std::fmt::Debug for SchemaRegistry {
 impl SchemaRegistry {
     /// Never fails: a client that cannot be built (a CA file that went away
     /// since the config was checked) makes every fetch `Unavailable`, said in
-    /// the log, and the partitions wait.
-    pub fn new(cfg: &SchemaRegistryConfig) -> SchemaRegistry {
+    /// the log, and the partitions wait. Schemas are compiled for `format`.
+    pub fn new(cfg: &SchemaRegistryConfig, format: InputFormat) -> SchemaRegistry {
         let auth = cfg.auth().unwrap_or_else(|e| {
             tracing::error!(error = %e, "schema registry credentials");
             RegistryAuth::None
@@ -84,6 +97,8 @@ impl SchemaRegistry {
             http,
             base: cfg.url.trim_end_matches('/').to_string(),
             auth,
+            format,
+            max_answer_bytes: cfg.cache_max_bytes,
             cache: moka::future::Cache::builder()
                 .max_capacity(budget)
                 .weigher(|_, v: &Arc<Resolved>| weight(v))
@@ -121,30 +136,30 @@ impl SchemaRegistry {
             Some(a) => a,
             None => return Err(FetchError::NotFound(id)),
         };
-        let kind = answer
-            .schema_type
-            .as_deref()
-            .unwrap_or("AVRO")
-            .to_ascii_uppercase();
-        if kind != "AVRO" {
+        let kind = schema_kind(answer.schema_type.as_deref());
+        if expected_kind(self.format) != Some(kind.as_str()) {
+            // Its references are not fetched: it is not read.
             return Ok(Arc::new(Resolved::Other(kind)));
         }
         let mut references = Vec::new();
         self.references(&answer.references, &mut references, 0)
             .await?;
-        Ok(Arc::new(
-            match AvroSchema::parse(&answer.schema, &references) {
-                Ok(s) => Resolved::Avro(Box::new(s)),
-                Err(e) => Resolved::Broken(e.to_string()),
-            },
-        ))
+        // Compiling is CPU work (a large .proto, a JSON Schema with many
+        // patterns): off the async workers.
+        let format = self.format;
+        let resolved = tokio::task::spawn_blocking(move || {
+            Resolved::compile(format, &kind, &answer.schema, &references)
+        })
+        .await
+        .map_err(|e| FetchError::Unavailable(format!("compiling the schema: {e}")))?;
+        Ok(Arc::new(resolved))
     }
 
-    /// Referenced schemas' texts, dependencies first.
+    /// Referenced schemas by name, dependencies first.
     async fn references(
         &self,
         refs: &[Reference],
-        out: &mut Vec<String>,
+        out: &mut Vec<Referenced>,
         depth: usize,
     ) -> Result<(), FetchError> {
         if depth > MAX_REFERENCE_DEPTH {
@@ -166,11 +181,51 @@ impl SchemaRegistry {
                 )));
             };
             Box::pin(self.references(&v.references, out, depth + 1)).await?;
-            if !out.contains(&v.schema) {
-                out.push(v.schema);
+            let total: usize = out.iter().map(|o| o.schema.len()).sum();
+            if total.saturating_add(v.schema.len()) > self.max_answer_bytes {
+                return Err(FetchError::Unavailable(format!(
+                    "the schema's references pass input.schema_registry.cache_max_bytes ({} bytes)",
+                    self.max_answer_bytes
+                )));
+            }
+            if !out.iter().any(|o| o.name == r.name && o.schema == v.schema) {
+                out.push(Referenced {
+                    name: r.name.clone(),
+                    schema: v.schema,
+                });
             }
         }
         Ok(())
+    }
+
+    /// An answer's body, at most `max_answer_bytes`: a schema larger than the
+    /// whole cache could not be kept, and a registry must not make Courier
+    /// allocate without bound.
+    async fn read_bounded(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, FetchError> {
+        let too_big = || {
+            FetchError::Unavailable(format!(
+                "an answer larger than input.schema_registry.cache_max_bytes ({} bytes)",
+                self.max_answer_bytes
+            ))
+        };
+        if resp
+            .content_length()
+            .is_some_and(|n| n > self.max_answer_bytes as u64)
+        {
+            return Err(too_big());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| FetchError::Unavailable(e.without_url().to_string()))?
+        {
+            if body.len() + chunk.len() > self.max_answer_bytes {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 
     /// `Ok(None)` on 404.
@@ -203,10 +258,7 @@ impl SchemaRegistry {
         if !status.is_success() {
             return Err(FetchError::Unavailable(format!("HTTP {status}")));
         }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| FetchError::Unavailable(e.without_url().to_string()))?;
+        let body = self.read_bounded(resp).await?;
         serde_json::from_slice(&body)
             .map(Some)
             .map_err(|e| FetchError::Unavailable(format!("an answer that is not a schema: {e}")))
@@ -214,14 +266,7 @@ impl SchemaRegistry {
 }
 
 fn weight(v: &Resolved) -> u32 {
-    // The parsed form is a few times the text; the text length stands for it.
-    let n = match v {
-        Resolved::Avro(s) => s.text_len() * 4,
-        Resolved::Other(k) => k.len(),
-        Resolved::Broken(e) => e.len(),
-        Resolved::Unknown => 0,
-    };
-    u32::try_from(n.saturating_add(64)).unwrap_or(u32::MAX)
+    u32::try_from(v.weight()).unwrap_or(u32::MAX)
 }
 
 /// A subject name as one path segment.
@@ -276,7 +321,7 @@ mod tests {
         cfg.password_env = Some("COURIER_SR_UNIT_PW".into());
         // SAFETY of the test: a variable only this test reads.
         unsafe { std::env::set_var("COURIER_SR_UNIT_PW", "s3cret-pw") };
-        let r = SchemaRegistry::new(&cfg);
+        let r = SchemaRegistry::new(&cfg, InputFormat::Avro);
         assert!(matches!(r.auth, RegistryAuth::Basic { .. }));
         assert!(!format!("{r:?}").contains("s3cret-pw"));
     }
@@ -289,11 +334,83 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let r = SchemaRegistry::new(&SchemaRegistryConfig {
-            url: format!("http://127.0.0.1:{port}"),
-            ..Default::default()
-        });
+        let r = SchemaRegistry::new(
+            &SchemaRegistryConfig {
+                url: format!("http://127.0.0.1:{port}"),
+                ..Default::default()
+            },
+            InputFormat::Protobuf,
+        );
         assert!(matches!(r.get(1).await, Err(FetchError::Unavailable(_))));
         assert!(r.cache.get(&1).await.is_none());
+    }
+
+    /// A registry on a local port that answers every request with `body`
+    /// (`Content-Length` left out when `chunked`).
+    async fn answering(body: Vec<u8>, chunked: bool) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    let head = if chunked {
+                        "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_string()
+                    } else {
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                            body.len()
+                        )
+                    };
+                    let _ = conn.write_all(head.as_bytes()).await;
+                    let _ = conn.write_all(&body).await;
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn an_answer_larger_than_the_cache_is_unavailable_and_read_no_further() {
+        let limit = 64 * 1024;
+        let schema = format!(
+            "syntax = \"proto3\"; message A {{ string s = 1; }} // {}",
+            "x".repeat(limit)
+        );
+        let body =
+            serde_json::to_vec(&serde_json::json!({"schema": schema, "schemaType": "PROTOBUF"}))
+                .unwrap();
+        for chunked in [false, true] {
+            let r = SchemaRegistry::new(
+                &SchemaRegistryConfig {
+                    url: answering(body.clone(), chunked).await,
+                    cache_max_bytes: limit,
+                    ..Default::default()
+                },
+                InputFormat::Protobuf,
+            );
+            match r.get(1).await {
+                Err(FetchError::Unavailable(e)) => assert!(e.contains("cache_max_bytes"), "{e}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Within the limit: compiled for input.format.
+        let small = serde_json::to_vec(&serde_json::json!({
+            "schema": "syntax = \"proto3\"; message A { string s = 1; }",
+            "schemaType": "PROTOBUF"
+        }))
+        .unwrap();
+        let url = answering(small, false).await;
+        let cfg = SchemaRegistryConfig {
+            url,
+            ..Default::default()
+        };
+        let r = SchemaRegistry::new(&cfg, InputFormat::Protobuf);
+        assert!(matches!(&*r.get(1).await.unwrap(), Resolved::Protobuf(_)));
+        let r = SchemaRegistry::new(&cfg, InputFormat::Avro);
+        assert!(matches!(&*r.get(1).await.unwrap(), Resolved::Other(k) if k == "PROTOBUF"));
     }
 }

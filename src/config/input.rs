@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 #[serde(default, deny_unknown_fields)]
 pub struct InputConfig {
     /// `cloudevents` (structured or binary mode, detected per record), `json`, or
-    /// `avro` (Confluent-framed, schemas from `[input.schema_registry]`, decoded to
-    /// JSON and read as `json`).
+    /// `avro`, `protobuf`, `json_schema` (Confluent-framed, schemas from
+    /// `[input.schema_registry]`, decoded to JSON or checked against their JSON
+    /// Schema, and read as `json`).
     pub format: InputFormat,
     /// `json`: JSON pointer (RFC 6901) to the event id, a string or an integer.
     pub id: String,
@@ -30,7 +31,7 @@ pub struct InputConfig {
     pub decimal: DecimalMode,
     /// `avro`: dates, times and timestamps as `rfc3339` text or the `epoch` number.
     pub timestamps: TimestampMode,
-    /// `avro`: the schema registry.
+    /// `avro`, `protobuf`, `json_schema`: the schema registry.
     pub schema_registry: SchemaRegistryConfig,
 }
 
@@ -71,15 +72,6 @@ impl InputConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        if matches!(self.format, InputFormat::Protobuf | InputFormat::JsonSchema) {
-            return Err(invalid(
-                "input.format",
-                format!(
-                    "\"{}\" is not supported yet (\"avro\" is); the Confluent wire format is read for Avro only",
-                    self.format.name()
-                ),
-            ));
-        }
         if self.format.uses_registry() {
             self.schema_registry.validate(self.format.name())?;
         }

@@ -1,5 +1,5 @@
-//! `[input.schema_registry]`: where `input.format = "avro"` reads writers'
-//! schemas (the Confluent Schema Registry API: `GET /schemas/ids/{id}`; also
+//! `[input.schema_registry]`: where `input.format = "avro"`, `"protobuf"` and
+//! `"json_schema"` read writers' schemas (the Confluent Schema Registry API: `GET /schemas/ids/{id}`; also
 //! Apicurio's `/apis/ccompat/v7`, Redpanda, Karapace).
 
 use super::{invalid, ConfigError};
@@ -236,11 +236,20 @@ mod tests {
     #[test]
     fn other_formats_ignore_the_section() {
         assert!(Config::from_toml("[input]\nformat = \"json\"\n").is_ok());
-        assert_eq!(
-            field_of(
-                "[input]\nformat = \"protobuf\"\n[input.schema_registry]\nurl = \"http://x\"\n"
-            ),
-            "input.format"
-        );
+    }
+
+    #[test]
+    fn protobuf_and_json_schema_read_through_the_registry_too() {
+        for format in ["protobuf", "json_schema"] {
+            let c = Config::from_toml(&format!(
+                "[input]\nformat = \"{format}\"\n[input.schema_registry]\nurl = \"http://x\"\n"
+            ))
+            .unwrap();
+            assert_eq!(c.input.format.name(), format);
+            assert_eq!(
+                field_of(&format!("[input]\nformat = \"{format}\"\n")),
+                "input.schema_registry.url"
+            );
+        }
     }
 }

@@ -32,9 +32,12 @@ pub enum InputFormat {
     /// Avro in the Confluent wire format, schemas from `[input.schema_registry]`
     /// (`core::schema`), decoded to JSON and then read as `json`.
     Avro,
-    /// Protobuf through a registry: named so config can refuse it clearly (not built yet).
+    /// Protobuf in the Confluent wire format (the message-index list, then the
+    /// message), schemas from `[input.schema_registry]` compiled in Rust
+    /// (`core::schema::protobuf`), decoded to canonical proto3 JSON and read as `json`.
     Protobuf,
-    /// JSON Schema through a registry: named so config can refuse it clearly (not built yet).
+    /// JSON text in the Confluent wire format, checked against its JSON Schema
+    /// from `[input.schema_registry]` (`core::schema::json_schema`), read as `json`.
     #[serde(rename = "json_schema")]
     JsonSchema,
 }

@@ -141,6 +141,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         };
         schema::decode_framed(
             &rec,
+            cfg.input.format,
             |_| schema.as_deref(),
             &json,
             &opts,

@@ -58,12 +58,13 @@ pub enum DecodedPayload {
 pub async fn decode_samples(
     input: &crate::config::InputConfig,
     samples: &[Envelope],
+    max_event_bytes: usize,
 ) -> Vec<DecodedPayload> {
     use crate::schema_registry::{FetchError, SchemaRegistry};
     if !input.format.uses_registry() {
         return Vec::new();
     }
-    let registry = SchemaRegistry::new(&input.schema_registry);
+    let registry = SchemaRegistry::new(&input.schema_registry, input.format);
     let mut out = Vec::with_capacity(samples.len());
     for e in samples {
         if e.omitted.is_some() {
@@ -85,8 +86,10 @@ pub async fn decode_samples(
             },
             Ok(schema) => match crate::core::schema::framed_json(
                 &e.payload,
+                input.format,
                 |_| schema.as_deref(),
                 input.json_options(),
+                max_event_bytes,
             ) {
                 Ok(text) => match serde_json::from_slice(&text) {
                     Ok(v) => DecodedPayload::Json(v),

@@ -176,6 +176,7 @@ impl Decoder {
         let known = self.schemas.as_ref().and_then(|k| k.lock().ok());
         decode_framed(
             &rec,
+            self.format,
             |id| known.as_ref().and_then(|k| k.get(&id)).map(|s| &**s),
             &self.json,
             &self.options,

@@ -1,6 +1,7 @@
-//! Registry formats (`input.format = "avro"`): a main-topic record reaches the
-//! partition machine only once the schema its header names is at hand, so the
-//! machine's decoding stays synchronous and pure. A record whose schema is not
+//! Registry formats (`input.format = "avro"`, `"protobuf"`, `"json_schema"`):
+//! a main-topic record reaches the partition machine only once the schema its
+//! header names is at hand, so the machine's decoding stays synchronous and
+//! pure. A record whose schema is not
 //! known yet waits here with every record after it (offset order is kept);
 //! main p is paused meanwhile and the schema fetched off the actor (one fetch
 //! per id for the whole process, `schema_registry`). A registry that does not
@@ -179,10 +180,13 @@ mod tests {
     }
 
     fn gate() -> SchemaGate {
-        let registry = SchemaRegistry::new(&SchemaRegistryConfig {
-            url: "http://127.0.0.1:1".into(),
-            ..Default::default()
-        });
+        let registry = SchemaRegistry::new(
+            &SchemaRegistryConfig {
+                url: "http://127.0.0.1:1".into(),
+                ..Default::default()
+            },
+            crate::core::input::InputFormat::Avro,
+        );
         SchemaGate::new(Arc::new(registry), 0)
     }
 

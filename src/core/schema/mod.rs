@@ -1,37 +1,121 @@
-//! Records written through a Schema Registry (`input.format = "avro"`): the
-//! Confluent wire format (`frame`) and the mapping of Avro values to JSON
-//! (`avro`). Pure: the registry's answers are inputs (`schema_registry` fetches
-//! them); what comes out is JSON text, read from there on exactly as
+//! Records written through a Schema Registry (`input.format = "avro"`,
+//! `"protobuf"`, `"json_schema"`): the Confluent wire format (`frame`), the
+//! mapping of Avro values (`avro`) and Protobuf messages (`protobuf`) to JSON,
+//! and the JSON Schema check (`json_schema`). Pure: the registry's answers are
+//! inputs (`schema_registry` fetches them, [`Resolved::compile`] makes them
+//! usable); what comes out is JSON text, read from there on exactly as
 //! `input.format = "json"` reads a record.
 
 pub mod avro;
 pub mod frame;
+pub mod json_schema;
+pub mod protobuf;
 
 pub use avro::{AvroSchema, DecimalMode, JsonOptions, TimestampMode};
+pub use json_schema::JsonSchema;
+pub use protobuf::ProtoSchema;
 
-use super::event::{DecodeError, DecodeOptions};
-use super::input::{decode_json_from, Decoded, JsonInput, RecordIn};
+use super::event::{self, DecodeError, DecodeOptions};
+use super::input::{decode_json_from, Decoded, InputFormat, JsonInput, RecordIn};
 
 /// A schema id as the registry answered it (`schema_registry` fetches it).
 #[derive(Debug)]
 pub enum Resolved {
     Avro(Box<AvroSchema>),
-    /// A schema of another type (`schemaType`), named for the parking message.
+    Protobuf(Box<ProtoSchema>),
+    JsonSchema(Box<JsonSchema>),
+    /// A schema of another type (`schemaType`) than `input.format` reads,
+    /// named for the parking message.
     Other(String),
     /// The registry does not know the id (404).
     Unknown,
-    /// The registry's Avro schema does not parse (parked `malformed_avro`).
+    /// The registry's schema does not parse or compile (parked
+    /// `malformed_avro`, `malformed_protobuf` or `malformed_json_schema`).
     Broken(String),
+}
+
+/// A schema another one references, as the registry served it: the name it is
+/// referenced by (a Protobuf import path, a JSON Schema `$ref`; Avro uses the
+/// names inside the texts) and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Referenced {
+    pub name: String,
+    pub schema: String,
+}
+
+/// The registry's `schemaType` (absent: Avro), upper-cased.
+pub fn schema_kind(schema_type: Option<&str>) -> String {
+    schema_type.unwrap_or("AVRO").to_ascii_uppercase()
+}
+
+/// The `schemaType` `format` reads.
+pub fn expected_kind(format: InputFormat) -> Option<&'static str> {
+    match format {
+        InputFormat::Avro => Some("AVRO"),
+        InputFormat::Protobuf => Some("PROTOBUF"),
+        InputFormat::JsonSchema => Some("JSON"),
+        InputFormat::CloudEvents | InputFormat::Json => None,
+    }
+}
+
+impl Resolved {
+    /// What the registry's answer for an id is to `format`: its schema
+    /// (`text`, of `kind`, with the `references` it names, dependencies
+    /// first) parsed or compiled, or the kind `format` does not read.
+    pub fn compile(
+        format: InputFormat,
+        kind: &str,
+        text: &str,
+        references: &[Referenced],
+    ) -> Resolved {
+        if expected_kind(format) != Some(kind) {
+            return Resolved::Other(kind.to_string());
+        }
+        let broken = |e: String| Resolved::Broken(e);
+        match format {
+            InputFormat::Avro => {
+                let texts: Vec<String> = references.iter().map(|r| r.schema.clone()).collect();
+                match AvroSchema::parse(text, &texts) {
+                    Ok(s) => Resolved::Avro(Box::new(s)),
+                    Err(e) => broken(e.to_string()),
+                }
+            }
+            InputFormat::Protobuf => match ProtoSchema::compile(text, references) {
+                Ok(s) => Resolved::Protobuf(Box::new(s)),
+                Err(e) => broken(e.to_string()),
+            },
+            InputFormat::JsonSchema => match JsonSchema::compile(text, references) {
+                Ok(s) => Resolved::JsonSchema(Box::new(s)),
+                Err(e) => broken(e.to_string()),
+            },
+            InputFormat::CloudEvents | InputFormat::Json => Resolved::Other(kind.to_string()),
+        }
+    }
+
+    /// Bytes a cache charges for it: the parsed or compiled form is a few
+    /// times its texts; the texts' length stands for it.
+    pub fn weight(&self) -> usize {
+        let n = match self {
+            Resolved::Avro(s) => s.text_len().saturating_mul(4),
+            Resolved::Protobuf(s) => s.text_len().saturating_mul(8),
+            Resolved::JsonSchema(s) => s.text_len().saturating_mul(8),
+            Resolved::Other(k) => k.len(),
+            Resolved::Broken(e) => e.len(),
+            Resolved::Unknown => 0,
+        };
+        n.saturating_add(64)
+    }
 }
 
 /// Why a registry-framed record is parked: the reason and the message.
 pub type Parked = (&'static str, String);
 
-/// Decodes one registry-framed record: its header, its body with the schema
-/// `lookup` gives for its id (`None`: not fetched, parked `unknown_schema`),
-/// then the JSON as `input.format = "json"` reads it.
+/// Decodes one registry-framed record of `format`: its header, its body with
+/// the schema `lookup` gives for its id (`None`: not fetched, parked
+/// `unknown_schema`), then the JSON as `input.format = "json"` reads it.
 pub(crate) fn decode_framed<'s>(
     r: &RecordIn<'_>,
+    format: InputFormat,
     lookup: impl FnOnce(u32) -> Option<&'s Resolved>,
     json: &JsonInput,
     opts: &DecodeOptions,
@@ -48,35 +132,82 @@ pub(crate) fn decode_framed<'s>(
             max: opts.max_event_bytes,
         }));
     }
-    let text = framed_json(value, lookup, json_options)?;
-    decode_json_from(r, &bytes::Bytes::from(text), json, opts).map_err(bad)
+    let text = framed_bytes(value, format, lookup, json_options, opts.max_event_bytes)?;
+    decode_json_from(r, &text, json, opts).map_err(bad)
 }
 
-/// The JSON (UTF-8 text) a registry-framed `value` decodes to with the schema `lookup`
-/// gives for its id: what [`decode_framed`] then reads as `input.format =
-/// "json"` reads a record, and what `courier dlq inspect` shows.
+/// The JSON (UTF-8 text) a registry-framed `value` of `format` is read as, with
+/// the schema `lookup` gives for its id: what [`decode_framed`] then reads as
+/// `input.format = "json"` reads a record, and what `courier dlq inspect`
+/// shows. Avro and Protobuf decoded to JSON (Protobuf's at most `max_bytes`),
+/// JSON Schema records checked and kept as written.
 pub fn framed_json<'s>(
     value: &[u8],
+    format: InputFormat,
     lookup: impl FnOnce(u32) -> Option<&'s Resolved>,
     json_options: JsonOptions,
+    max_bytes: usize,
 ) -> Result<Vec<u8>, Parked> {
+    let value = bytes::Bytes::copy_from_slice(value);
+    framed_bytes(&value, format, lookup, json_options, max_bytes).map(|b| b.to_vec())
+}
+
+/// [`framed_json`] without copying: a JSON Schema record's body is a slice of
+/// `value`.
+fn framed_bytes<'s>(
+    value: &bytes::Bytes,
+    format: InputFormat,
+    lookup: impl FnOnce(u32) -> Option<&'s Resolved>,
+    json_options: JsonOptions,
+    max_bytes: usize,
+) -> Result<bytes::Bytes, Parked> {
+    let bad = |e: DecodeError| (e.reason(), e.to_string());
     let schema_bad = |e: SchemaError| (e.reason(), e.to_string());
     let framed = frame::parse(value).map_err(|e| schema_bad(e.into()))?;
     let id = framed.schema_id;
-    match lookup(id) {
-        None | Some(Resolved::Unknown) => Err(schema_bad(SchemaError::UnknownSchema(id))),
-        Some(Resolved::Other(kind)) => Err(schema_bad(SchemaError::WrongKind {
+    let wrong = |kind: &str| {
+        schema_bad(SchemaError::WrongKind {
             id,
-            kind: kind.clone(),
-        })),
-        Some(Resolved::Broken(e)) => Err(schema_bad(SchemaError::Avro {
+            kind: kind.to_string(),
+            format,
+        })
+    };
+    match (format, lookup(id)) {
+        (_, None | Some(Resolved::Unknown)) => Err(schema_bad(SchemaError::UnknownSchema(id))),
+        (_, Some(Resolved::Other(kind))) => Err(wrong(kind)),
+        (_, Some(Resolved::Broken(e))) => Err(schema_bad(SchemaError::Broken {
             id,
-            error: avro::AvroError::Schema(e.clone()),
+            format,
+            error: e.clone(),
         })),
-        Some(Resolved::Avro(s)) => s
+        (InputFormat::Avro, Some(Resolved::Avro(s))) => s
             .to_json(framed.body, json_options)
+            .map(bytes::Bytes::from)
             .map_err(|error| schema_bad(SchemaError::Avro { id, error })),
+        (InputFormat::Protobuf, Some(Resolved::Protobuf(s))) => s
+            .to_json(framed.body, max_bytes)
+            .map(bytes::Bytes::from)
+            .map_err(|error| schema_bad(SchemaError::Protobuf { id, error })),
+        (InputFormat::JsonSchema, Some(Resolved::JsonSchema(s))) => {
+            let body = value.slice(frame::HEADER_BYTES..);
+            let doc = parse_json(&body).map_err(bad)?;
+            s.check(&doc)
+                .map_err(|error| schema_bad(SchemaError::JsonSchema { id, error }))?;
+            Ok(body)
+        }
+        (_, Some(Resolved::Avro(_))) => Err(wrong("AVRO")),
+        (_, Some(Resolved::Protobuf(_))) => Err(wrong("PROTOBUF")),
+        (_, Some(Resolved::JsonSchema(_))) => Err(wrong("JSON")),
     }
+}
+
+/// A JSON Schema record's body as a JSON value, refused as `input.format =
+/// "json"` refuses a value (`invalid_utf8`, `malformed_json`, `too_deep`, …).
+fn parse_json(body: &[u8]) -> Result<serde_json::Value, DecodeError> {
+    std::str::from_utf8(body).map_err(|e| DecodeError::InvalidUtf8(e.valid_up_to()))?;
+    event::check_json(body, 1)?;
+    serde_json::from_slice(body)
+        .map_err(|e| DecodeError::MalformedJson(event::quoted(&e.to_string())))
 }
 
 /// The schema id a record's value names, when it is framed.
@@ -91,10 +222,30 @@ pub enum SchemaError {
     NotFramed(#[from] frame::FrameError),
     #[error("schema id {0} is not known to the schema registry")]
     UnknownSchema(u32),
-    #[error("schema id {id} is a {kind} schema; input.format reads Avro")]
-    WrongKind { id: u32, kind: String },
+    #[error("schema id {id} is a {kind} schema; input.format = \"{}\" reads {} schemas", format.name(), expected_kind(*format).unwrap_or("no registry"))]
+    WrongKind {
+        id: u32,
+        kind: String,
+        format: InputFormat,
+    },
+    #[error("schema id {id}: {error}")]
+    Broken {
+        id: u32,
+        format: InputFormat,
+        error: String,
+    },
     #[error("schema id {id}: {error}")]
     Avro { id: u32, error: avro::AvroError },
+    #[error("schema id {id}: {error}")]
+    Protobuf {
+        id: u32,
+        error: protobuf::ProtoError,
+    },
+    #[error("schema id {id}: {error}")]
+    JsonSchema {
+        id: u32,
+        error: json_schema::JsonSchemaError,
+    },
 }
 
 impl SchemaError {
@@ -104,7 +255,29 @@ impl SchemaError {
             SchemaError::NotFramed(_) => "not_registry_framed",
             SchemaError::UnknownSchema(_) => "unknown_schema",
             SchemaError::WrongKind { .. } => "wrong_schema_type",
+            SchemaError::Broken { format, .. } => match format {
+                InputFormat::Protobuf => "malformed_protobuf",
+                InputFormat::JsonSchema => "malformed_json_schema",
+                InputFormat::Avro | InputFormat::CloudEvents | InputFormat::Json => {
+                    "malformed_avro"
+                }
+            },
             SchemaError::Avro { .. } => "malformed_avro",
+            SchemaError::Protobuf {
+                error: protobuf::ProtoError::TooLarge(_),
+                ..
+            } => "too_large",
+            SchemaError::Protobuf { .. } => "malformed_protobuf",
+            SchemaError::JsonSchema {
+                error: json_schema::JsonSchemaError::Schema(_),
+                ..
+            } => "malformed_json_schema",
+            SchemaError::JsonSchema { .. } => "schema_invalid",
         }
     }
 }
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod tests;
