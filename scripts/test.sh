@@ -31,6 +31,22 @@ ready() {
 bash scripts/services.sh kafka-reset
 bash scripts/services.sh up
 
+# The chaos drill (crates/courier-drill/tests/drills.rs) stops and starts Kafka and
+# Redis, so it gets services of its own (another state directory, other ports),
+# started now in the background; it then runs beside the other tests instead of
+# after them (it is the longest test: about 7 minutes, mostly waiting on its faults).
+drill_state="${COURIER_STATE:-/tmp/courier-services}-drill"
+drill_services() {
+    COURIER_STATE=$drill_state \
+        COURIER_KAFKA_PORT=39092 COURIER_KAFKA_CONTROLLER_PORT=39093 COURIER_KAFKA_SASL_PORT=39094 \
+        COURIER_KAFKA_PROXIED_PORT=39095 COURIER_KAFKA_PROXIED_ADVERTISED_PORT=39096 \
+        COURIER_KAFKA_SSL_PORT=39097 COURIER_KAFKA_SASL_SSL_PORT=39098 \
+        COURIER_REDIS_PORT=36379 COURIER_REDIS_TLS_PORT=36380 COURIER_PG_PORT=35432 \
+        bash scripts/services.sh "$@"
+}
+(drill_services kafka-reset && drill_services up) >"$tool_dir/drill-services.log" 2>&1 &
+drill_services_pid=$!
+
 # Debian's Chromium for the status page's browser test (tests/status_page.rs renders
 # /status headless). Installed here, not by services.sh: it is a test tool, not a service.
 if ! command -v chromium >/dev/null; then
@@ -69,4 +85,36 @@ COURIER_TEST_PYSCHEMA=$(cat "$tool_dir/pyschema")
 COURIER_TEST_APICURIO=$(cat "$tool_dir/apicurio")
 export COURIER_TEST_OTELCOL COURIER_TEST_HYDRA COURIER_TEST_PYTHON COURIER_TEST_PYSCHEMA \
     COURIER_TEST_APICURIO
-cargo test --workspace --all-targets --features test-hooks -- --test-threads="${COURIER_TEST_THREADS:-2}"
+cargo test --workspace --all-targets --features test-hooks --no-run
+drill_test=$PWD/$(cargo test -p courier-drill --test drills --no-run 2>&1 |
+    sed -n 's/.*Executable tests\/drills.rs (\(.*\))$/\1/p')
+[[ -x $drill_test ]] || { echo "[test] the drill's test binary was not found" >&2; exit 1; }
+if ! wait "$drill_services_pid"; then
+    echo "[test] the drill's services did not start:" >&2
+    cat "$tool_dir/drill-services.log" >&2
+    exit 1
+fi
+# The drill's test with the drill's services in its environment, from its package's
+# directory (as cargo runs it).
+(
+    set -a
+    # shellcheck disable=SC1091
+    source "$drill_state/services.env"
+    set +a
+    cd crates/courier-drill
+    exec "$drill_test" --test-threads=1
+) >"$tool_dir/drill.log" 2>&1 &
+drill_pid=$!
+status=0
+cargo test --workspace --all-targets --features test-hooks -- \
+    --test-threads="${COURIER_TEST_THREADS:-2}" --skip short_drill_sequence_loses_nothing ||
+    status=$?
+drill_status=0
+wait "$drill_pid" || drill_status=$?
+echo "[test] the chaos drill (crates/courier-drill/tests/drills.rs, on services of its own):"
+cat "$tool_dir/drill.log"
+drill_services down >/dev/null 2>&1 || true
+if ((status != 0 || drill_status != 0)); then
+    echo "[test] FAILED: cargo test exit $status, the drill's test exit $drill_status" >&2
+    exit 1
+fi
