@@ -6,6 +6,10 @@
 # would. Not `go install` itself: it also asks the proxy for the module's list of
 # versions (to look for a deprecation notice), and the proxy refuses that list (403,
 # "This module version is not available") while it serves v4.27.0 itself.
+# `-checklinkname=0`: one of its dependencies (parquet-go's aeshash) reaches into
+# the Go runtime with `go:linkname`, which Go 1.23 and later refuse to link by
+# default ("invalid reference to runtime.aeskeysched"). `-X ...cli.Version`: what
+# `go install` would have read from the build info, for `benthos --version`.
 # About 5-10 minutes of CPU the first time; cached under ~/.cache/courier/benthos after.
 set -euo pipefail
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
@@ -21,7 +25,9 @@ if [[ ! -x $bin ]]; then
     dir=$(cd "$work" && go mod download -json "github.com/benthosdev/benthos/v4@$BENTHOS_VERSION" |
         sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
     [[ -f $dir/go.mod ]] || { echo "benthos.sh: the module's source was not downloaded" >&2; exit 1; }
-    go build -C "$dir" -trimpath -o "$work/benthos" ./cmd/benthos >&2
+    go build -C "$dir" -trimpath \
+        -ldflags "-checklinkname=0 -X github.com/benthosdev/benthos/v4/internal/cli.Version=$BENTHOS_VERSION" \
+        -o "$work/benthos" ./cmd/benthos >&2
     mv "$work/benthos" "$bin"
 fi
 echo "$bin"
