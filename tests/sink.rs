@@ -761,8 +761,9 @@ mod batch {
             String::from_utf8(event("k1")).expect("utf-8"),
             String::from_utf8(event("k2")).expect("utf-8")
         );
+        // (A keyless array is a batch: `a_keyless_json_array_is_booked_per_item`.)
         for (key, body) in [
-            (None, array.clone()),
+            (None, String::from_utf8(event("k1")).expect("utf-8")),
             (Some("k1"), array.clone()),
             (Some("batch-0"), "[]".to_string()),
             (Some("batch-0"), "[{\"no\":\"id\"}]".to_string()),
@@ -861,5 +862,69 @@ mod batch {
             ["key-1: late-2 (seq 2) after seq 3"]
         );
         assert_eq!(audit.duplicates(), 1);
+    }
+
+    /// A generic batching client's body (Benthos' `http_client` with `archive:
+    /// json_array`): a JSON array of the events, no `Idempotency-Key`. Each item
+    /// is booked by its id, a resend counted as duplicates, and
+    /// `/audit/delivered` adds it all up.
+    #[tokio::test]
+    async fn a_keyless_json_array_is_booked_per_item() {
+        use courier::sink::DeliveredCount;
+        let sink = start(Behaviour::default()).await;
+        let client = reqwest::Client::new();
+        let send = |ids: &'static [&'static str]| {
+            let body = BatchFormat::JsonArray.encode(
+                ids.iter()
+                    .map(|id| event(id))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(Vec::as_slice),
+            );
+            client
+                .post(format!("{}/batch", base(&sink)))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+        };
+        let response = send(&["k1", "k2", "k3"]).await.expect("reaches the sink");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            statuses(response, &["k1", "k2", "k3"], true).await,
+            [200, 200, 200]
+        );
+        let again = send(&["k3", "k4"]).await.expect("reaches the sink");
+        assert_eq!(again.status(), StatusCode::OK);
+        // A keyless single event is still a bad request.
+        let single = client
+            .post(format!("{}/batch", base(&sink)))
+            .header("content-type", "application/json")
+            .body(event("k5"))
+            .send()
+            .await
+            .expect("reaches the sink");
+        assert_eq!(single.status(), StatusCode::BAD_REQUEST);
+
+        let audit = sink.audit();
+        assert_eq!(audit.order, ["k1", "k2", "k3", "k3", "k4"]);
+        assert_eq!((audit.batch_keyless, audit.batch_key_mismatches), (2, 0));
+        assert_eq!(audit.duplicates(), 1);
+        let expected = DeliveredCount {
+            distinct: 4,
+            total: 5,
+            requests_total: 6,
+            batch_requests: 2,
+            failures_total: 1,
+        };
+        assert_eq!(sink.delivered(), expected);
+        let over_http = client
+            .get(format!("{}/audit/delivered", base(&sink)))
+            .send()
+            .await
+            .expect("reaches the sink");
+        assert_eq!(over_http.status(), StatusCode::OK);
+        let counted: DeliveredCount =
+            serde_json::from_slice(&over_http.bytes().await.expect("body")).expect("json");
+        assert_eq!(counted, expected);
     }
 }

@@ -27,18 +27,18 @@ mod courier_run;
 mod drain;
 mod procs;
 mod report;
+mod sink;
 // Test certificates (rcgen), shared with tests/tls_api.rs.
 #[path = "../../tests/common/certs.rs"]
 mod certs;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
-use courier_testkit::{free_port, ChildGuard};
-use procs::{cpu_seconds, Pid};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use std::path::{Path, PathBuf};
+use sink::Sink;
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -323,96 +323,6 @@ impl Opts {
         let rate = self.effective_concurrency(cell) as f64 * 1000.0 / cell.latency_ms as f64;
         let n = (rate * self.max_cell_secs as f64).ceil() as usize;
         n.clamp(self.events.min(2000), self.events)
-    }
-}
-
-/// The API stand-in as a child process (`courier sink`), so its CPU is never
-/// counted as the bench client's. Latency is changed per phase over HTTP.
-struct Sink {
-    guard: ChildGuard,
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Sink {
-    /// With `tls` (certificate and key files), it serves HTTPS.
-    async fn start(
-        bin: &str,
-        log_dir: &Path,
-        http: reqwest::Client,
-        tls: Option<&certs::Pem>,
-    ) -> anyhow::Result<Sink> {
-        let port = free_port()?;
-        let mut cmd = Command::new(bin);
-        cmd.args(["sink", "--listen", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "warn");
-        if let Some(t) = tls {
-            cmd.arg("--tls-cert")
-                .arg(&t.cert_file)
-                .arg("--tls-key")
-                .arg(&t.key_file);
-        }
-        let guard = ChildGuard::spawn("sink", cmd, &log_dir.join("sink.log"))?;
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let sink = Sink {
-            guard,
-            base: format!("{scheme}://127.0.0.1:{port}"),
-            http,
-        };
-        let until = Instant::now() + Duration::from_secs(15);
-        loop {
-            let up = sink
-                .http
-                .get(format!("{}/healthz", sink.base))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success());
-            if up {
-                return Ok(sink);
-            }
-            anyhow::ensure!(Instant::now() < until, "the sink did not come up in 15 s");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/events", self.base)
-    }
-
-    /// Sets the latency and clears the books (they grow with every request).
-    async fn prepare(&mut self, latency_ms: u64) -> anyhow::Result<()> {
-        if let Some(st) = self.guard.exited() {
-            anyhow::bail!("the sink exited (code {st:?})");
-        }
-        self.http
-            .put(format!("{}/behaviour", self.base))
-            .body(format!("{{\"latency_ms\":{latency_ms}}}"))
-            .send()
-            .await?
-            .error_for_status()?;
-        self.http
-            .post(format!("{}/reset", self.base))
-            .send()
-            .await?
-            .error_for_status()?;
-        Ok(())
-    }
-
-    /// The stand-in's books since the last `prepare`.
-    async fn audit(&self) -> anyhow::Result<courier::sink::Audit> {
-        let body = self
-            .http
-            .get(format!("{}/audit", self.base))
-            .send()
-            .await?
-            .error_for_status()?
-            .bytes()
-            .await?;
-        Ok(serde_json::from_slice(&body)?)
-    }
-
-    fn cpu(&self, ticks: f64) -> Option<f64> {
-        cpu_seconds(Pid::Of(self.guard.pid()?), ticks)
     }
 }
 

@@ -10,10 +10,14 @@
 //! | a JSON object, `Idempotency-Key` starting `batch-`, an array at [`Behaviour::batch_items_pointer`](super::Behaviour::batch_items_pointer) (default `/events`: `{"events": [...]}`, the `template` format) | one event object per element |
 //! | any other JSON object                            | a single event, as on `/events` (a batch of one: its id is the `Idempotency-Key`) |
 //!
-//! A batch body's `Idempotency-Key` must start with `batch-` (400 otherwise,
-//! like a missing one); one that is not the key Courier derives from the item
-//! ids (`core::batch::idempotency_key`) is still answered, and counted in
-//! `Audit::batch_key_mismatches`. Every item needs a string `"id"`; an empty
+//! A batch body's `Idempotency-Key` must start with `batch-` (400 otherwise);
+//! one that is not the key Courier derives from the item ids
+//! (`core::batch::idempotency_key`) is still answered, and counted in
+//! `Audit::batch_key_mismatches`. A JSON array or ndjson body **without** an
+//! `Idempotency-Key` is a keyless batch (what a generic batching client sends,
+//! e.g. Benthos' `http_client` with `archive: json_array`): its items are booked
+//! by their ids like any other, and the request is counted in
+//! `Audit::batch_keyless`. A single event or a template object still needs its key. Every item needs a string `"id"`; an empty
 //! batch, a malformed one or a bad item is a 400 for the whole request
 //! (`bad_requests`, nothing booked per item).
 //!
@@ -76,6 +80,7 @@ pub(super) struct BatchBook {
     pub refused_413: u64,
     pub refused_whole: u64,
     pub key_mismatches: u64,
+    pub keyless: u64,
     pub per_second: Vec<u64>,
 }
 
@@ -97,6 +102,8 @@ struct Parsed {
     items: Vec<Delivered>,
     /// A batch body (else a single event, answered as on `/events`).
     batch: bool,
+    /// A batch body sent without an `Idempotency-Key` (module docs).
+    keyless: bool,
 }
 
 /// Reads a request: a batch body or a single event (module docs). The error
@@ -107,10 +114,8 @@ fn parse(
     pointer: &str,
     keep_body: bool,
 ) -> Result<Parsed, &'static str> {
-    let key = headers
-        .get(IDEMPOTENCY_KEY)
-        .ok_or("missing Idempotency-Key header\n")?;
-    let batch_key = key.as_bytes().starts_with(KEY_PREFIX.as_bytes());
+    let key = headers.get(IDEMPOTENCY_KEY);
+    let batch_key = key.is_some_and(|k| k.as_bytes().starts_with(KEY_PREFIX.as_bytes()));
     let items = if is_ndjson(headers) {
         body.split(|&b| b == b'\n')
             .filter(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
@@ -143,10 +148,12 @@ fn parse(
                 }
             }
             _ => {
+                key.ok_or("missing Idempotency-Key header\n")?;
                 let event = parse_delivery(headers, body, keep_body)?;
                 return Ok(Parsed {
                     items: vec![event],
                     batch: false,
+                    keyless: false,
                 });
             }
         }
@@ -154,10 +161,14 @@ fn parse(
     if items.is_empty() {
         return Err("batch body holds no events\n");
     }
-    if !batch_key {
+    if key.is_some() && !batch_key {
         return Err("a batch's Idempotency-Key must start with \"batch-\"\n");
     }
-    Ok(Parsed { items, batch: true })
+    Ok(Parsed {
+        items,
+        batch: true,
+        keyless: key.is_none(),
+    })
 }
 
 /// Whether the request says its body is newline-delimited JSON.
@@ -193,7 +204,11 @@ pub(super) async fn post_batch(
     }
     let keep_body = shared.record_bodies.load(Relaxed);
     let pointer = shared.behaviour().batch_items_pointer.clone();
-    let Parsed { items, batch } = match parse(&headers, &body, &pointer, keep_body) {
+    let Parsed {
+        items,
+        batch,
+        keyless,
+    } = match parse(&headers, &body, &pointer, keep_body) {
         Ok(parsed) => parsed,
         Err(reason) => {
             shared.record_bad_request(received);
@@ -204,8 +219,8 @@ pub(super) async fn post_batch(
         shared.sample_request(&item.id, "POST", &uri, &headers, &body);
     }
     let redelivery = headers.contains_key(REDELIVERY);
-    let expected_key =
-        batch.then(|| crate::core::batch::idempotency_key(items.iter().map(|i| i.id.as_str())));
+    let expected_key = (batch && !keyless)
+        .then(|| crate::core::batch::idempotency_key(items.iter().map(|i| i.id.as_str())));
     let key_matches = expected_key.is_none_or(|k| {
         headers
             .get(IDEMPOTENCY_KEY)
@@ -229,6 +244,9 @@ pub(super) async fn post_batch(
             })
             .collect();
         book.count_batch(received, ids.len() as u64, batch, key_matches);
+        if keyless {
+            book.batch.keyless += 1;
+        }
         (attempts, book.generation)
     };
     let whole = |status: StatusCode| -> Vec<StatusCode> { vec![status; ids.len()] };
@@ -426,6 +444,28 @@ mod tests {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        assert!(parse(&none, br#"[{"id":"a"}]"#, "/events", false).is_err());
+        assert!(parse(&none, br#"{"id":"a"}"#, "/events", false).is_err());
+        assert!(parse(&none, br#"{"events":[{"id":"a"}]}"#, "/events", false).is_err());
+    }
+
+    #[test]
+    fn a_keyless_array_is_a_batch() {
+        let mut none = HeaderMap::new();
+        none.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let p = parse(&none, br#"[{"id":"a"},{"id":"b"}]"#, "/events", false).expect("array");
+        assert_eq!((ids(&p), p.batch, p.keyless), (vec!["a", "b"], true, true));
+        none.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        );
+        let p = parse(&none, b"{\"id\":\"a\"}\n", "/events", false).expect("ndjson");
+        assert_eq!((ids(&p), p.keyless), (vec!["a"], true));
+        assert!(parse(&none, b"[]", "/events", false).is_err());
+        let keyed = headers("batch-1", "application/json");
+        let p = parse(&keyed, br#"[{"id":"a"}]"#, "/events", false).expect("keyed");
+        assert!(!p.keyless);
     }
 }

@@ -19,6 +19,7 @@
 //! | `POST /events`    | the delivery endpoint (CloudEvent JSON with a string `id`; header `Idempotency-Key` must equal it) |
 //! | `POST /batch`, `POST /batch/*` | the batch endpoint (`[api.batch]`): many events per request, per-item results; see [`batch`] |
 //! | `GET /audit`      | the [`Audit`] as JSON                                 |
+//! | `GET /audit/delivered` | the [`DeliveredCount`] as JSON: cheap to poll in a loop (no per-id maps) |
 //! | `GET /behaviour`  | the current [`Behaviour`] as JSON                     |
 //! | `PUT /behaviour`  | replace the [`Behaviour`] (JSON; missing fields take their defaults) |
 //! | `POST /reset`     | clear the audit                                       |
@@ -241,6 +242,10 @@ pub struct Audit {
     /// Batch bodies whose `Idempotency-Key` is not the one Courier derives from
     /// their item ids (`core::batch::idempotency_key`); still answered.
     pub batch_key_mismatches: u64,
+    /// Batch bodies sent without an `Idempotency-Key` (a generic batching
+    /// client's JSON array): booked per item like the others.
+    #[serde(default)]
+    pub batch_keyless: u64,
     /// Batch-endpoint requests received in each whole second (same index as
     /// `per_second`, which counts events).
     pub per_second_batches: Vec<u64>,
@@ -253,6 +258,24 @@ pub struct Audit {
     pub order_violations: u64,
     /// The first few violations, described (`key: id (seq s) after seq t`).
     pub order_violation_examples: Vec<String>,
+}
+
+/// How much was delivered since the last reset (`GET /audit/delivered`): the
+/// totals of the [`Audit`] without its per-id maps, for polling while a
+/// backlog drains.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeliveredCount {
+    /// Distinct ids answered 2xx.
+    pub distinct: u64,
+    /// 2xx answers, duplicates included (`distinct` + the duplicates).
+    pub total: u64,
+    /// Delivery requests, each event of a batch counting as one (`Audit::requests_total`).
+    pub requests_total: u64,
+    /// Requests to the batch endpoint (`Audit::batch_requests`).
+    pub batch_requests: u64,
+    /// Non-2xx answers (`Audit::failures_total`).
+    pub failures_total: u64,
 }
 
 /// What a request looked like: for tests of request mapping and forwarded headers.
@@ -388,6 +411,7 @@ where
         .route("/batch", post(batch::post_batch))
         .route("/batch/{*rest}", post(batch::post_batch))
         .route("/audit", get(get_audit))
+        .route("/audit/delivered", get(get_delivered))
         .route("/behaviour", get(get_behaviour).put(put_behaviour))
         .route("/reset", post(post_reset))
         .route("/healthz", get(|| async { "ok" }))
@@ -478,6 +502,11 @@ impl SinkHandle {
     /// A snapshot of the books.
     pub fn audit(&self) -> Audit {
         self.shared.audit()
+    }
+
+    /// The totals of the books (same as `GET /audit/delivered`).
+    pub fn delivered(&self) -> DeliveredCount {
+        self.shared.delivered()
     }
 
     /// Number of distinct ids answered 2xx. Lock-free, for polling in a loop.
@@ -701,10 +730,22 @@ impl Shared {
             batch_refused_413: book.batch.refused_413,
             batch_refused_whole: book.batch.refused_whole,
             batch_key_mismatches: book.batch.key_mismatches,
+            batch_keyless: book.batch.keyless,
             per_second_batches: book.batch.per_second.clone(),
             order_checked: book.key_order.checked,
             order_violations: book.key_order.violations,
             order_violation_examples: book.key_order.examples.clone(),
+        }
+    }
+
+    fn delivered(&self) -> DeliveredCount {
+        let book = self.book();
+        DeliveredCount {
+            distinct: book.delivered.len() as u64,
+            total: book.order.len() as u64,
+            requests_total: book.requests_total,
+            batch_requests: book.batch.requests,
+            failures_total: book.failures_total,
         }
     }
 
@@ -1105,6 +1146,10 @@ fn respond(behaviour: &Behaviour, answer: &Answer) -> Response {
 
 async fn get_audit(State(shared): State<Arc<Shared>>) -> Json<Audit> {
     Json(shared.audit())
+}
+
+async fn get_delivered(State(shared): State<Arc<Shared>>) -> Json<DeliveredCount> {
+    Json(shared.delivered())
 }
 
 async fn get_behaviour(State(shared): State<Arc<Shared>>) -> Json<Behaviour> {
