@@ -16,7 +16,7 @@ mod common;
 use common::*;
 use courier::audit::Produced;
 use courier::sink::{Behaviour, FailRule, SinkHandle};
-use courier_testkit::schema_registry::{produce, Registry, Written};
+use courier_testkit::schema_registry::{produce, Registry, SlowProxy, Written};
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 use std::collections::HashMap;
@@ -542,5 +542,102 @@ async fn dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage(
     assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("avro dlq", &rep);
+    check_bodies(&api, &expect);
+}
+
+/// A registry that answers slowly does not stall the partitions that have
+/// their schemas: while partition 1 waits 20 s for a new version's schema
+/// (through a proxy holding every answer), partition 0's new records are all
+/// delivered; then partition 1's are too. Lost 0, parked 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_registry_stalls_only_the_partition_waiting_for_it() {
+    let s = services();
+    let py = python();
+    let n = Names::new("sr-slow", 2);
+    n.create(&s, true).await;
+    let (reg, mut produced, mut expect) = registry_with_orders(&py, &s, &n, 20).await;
+    let proxy = SlowProxy::start(&reg).await.expect("the proxy listens");
+    let api = api(Behaviour::default()).await;
+    // The registry's answers are held longer than p0 needs for its records,
+    // well within Courier's request timeout.
+    let toml = with_registry(base_toml(&n, &api.url()), &proxy.url())
+        .replace("request_timeout = \"2s\"", "request_timeout = \"60s\"");
+    let mut c = Courier::start(&n.topic, &s, &toml);
+    wait_until(
+        Duration::from_secs(90),
+        "the first orders are delivered",
+        || {
+            let a = api.audit();
+            produced.ids.iter().all(|id| a.delivered.contains_key(id))
+        },
+    )
+    .await;
+
+    proxy.set_delay(Duration::from_secs(20));
+    // A new version on partition 1 only (its schema is not cached), then more
+    // of the known version on partition 0.
+    let (mut p1_ids, mut p0_ids, mut records_v2, mut records_v1) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for j in 100..120 {
+        let (written, body) = order(1, j, true);
+        let id = written["id"].as_str().unwrap().to_string();
+        expect.insert(id.clone(), body);
+        p1_ids.push(id);
+        records_v2.push(serde_json::json!({"partition": 1, "key": "k", "value": written}));
+        let (written, body) = order(0, j, false);
+        let id = written["id"].as_str().unwrap().to_string();
+        expect.insert(id.clone(), body);
+        p0_ids.push(id);
+        records_v1.push(serde_json::json!({"partition": 0, "key": "k", "value": written}));
+    }
+    let spec = serde_json::json!({
+        "brokers": s.brokers, "registry": reg.url(), "topic": n.topic,
+        "batches": [{"schema": v2(), "records": records_v2}, {"schema": V1, "records": records_v1}],
+    });
+    let log = log_dir().join(format!("{}-producer-2.log", n.topic));
+    let written = produce(&py, &spec, &log)
+        .await
+        .expect("the serializer writes");
+    for w in &written {
+        produced.offsets.push((w.partition, w.offset));
+    }
+    produced.ids.extend(p1_ids.iter().cloned());
+    produced.ids.extend(p0_ids.iter().cloned());
+
+    wait_until(
+        Duration::from_secs(60),
+        "partition 0's new records are delivered",
+        || {
+            let a = api.audit();
+            p0_ids.iter().all(|id| a.delivered.contains_key(id))
+        },
+    )
+    .await;
+    // Observed at that moment: partition 1 still waits for its schema.
+    let a = api.audit();
+    assert!(
+        p1_ids.iter().all(|id| !a.delivered.contains_key(id)),
+        "partition 1 waited for the new schema"
+    );
+    assert_eq!(
+        c.metric("courier_schema_registry_waiting_partitions").await,
+        1.0,
+        "one partition waits: partition 1"
+    );
+    proxy.set_delay(Duration::ZERO);
+    wait_until(
+        Duration::from_secs(90),
+        "partition 1's records are delivered",
+        || {
+            let a = api.audit();
+            p1_ids.iter().all(|id| a.delivered.contains_key(id))
+        },
+    )
+    .await;
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("slow registry", &rep);
+    assert_eq!(rep.parked, 0, "{rep}");
     check_bodies(&api, &expect);
 }

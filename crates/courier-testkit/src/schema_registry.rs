@@ -207,3 +207,84 @@ pub async fn produce(
         })
         .collect()
 }
+
+/// A registry that answers slowly: a TCP proxy in front of a [`Registry`] that
+/// holds each answer for [`SlowProxy::set_delay`] before passing it on (the
+/// requests go through at once). A fault a real registry does not make on demand.
+pub struct SlowProxy {
+    port: u16,
+    delay: tokio::sync::watch::Sender<Duration>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SlowProxy {
+    /// Listens on a free port and forwards to `registry`, without delay at first.
+    pub async fn start(registry: &Registry) -> Result<SlowProxy, TestkitError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(TestkitError::Port)?;
+        let port = listener.local_addr().map_err(TestkitError::Port)?.port();
+        let upstream = format!("127.0.0.1:{}", registry.port);
+        let (delay, rx) = tokio::sync::watch::channel(Duration::ZERO);
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (upstream, rx) = (upstream.clone(), rx.clone());
+                tokio::spawn(async move {
+                    if let Ok(server) = tokio::net::TcpStream::connect(&upstream).await {
+                        forward(client, server, rx).await;
+                    }
+                });
+            }
+        });
+        Ok(SlowProxy { port, delay, task })
+    }
+
+    /// How long each answer is held from now on.
+    pub fn set_delay(&self, d: Duration) {
+        self.delay.send_replace(d);
+    }
+
+    /// The Confluent-compatible API's root through the proxy.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}{CCOMPAT}", self.port)
+    }
+}
+
+impl Drop for SlowProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Client → server as it comes; server → client each read held for the
+/// delay current when it arrived. Ends when either side closes.
+async fn forward(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    delay: tokio::sync::watch::Receiver<Duration>,
+) {
+    use tokio::io::AsyncReadExt;
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let up = async {
+        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+    };
+    let down = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let d = *delay.borrow();
+            tokio::time::sleep(d).await;
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+    }
+}
