@@ -17,11 +17,11 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::schema::{apicurio, register};
 use common::*;
 use courier::sink::{Behaviour, SinkHandle};
 use courier_testkit::schema_registry::Registry;
 use rdkafka::producer::FutureRecord;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const SCHEMA: &str = r#"{"type": "record", "name": "Event", "namespace": "bench",
@@ -37,35 +37,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn apicurio() -> PathBuf {
-    if let Ok(p) = std::env::var("COURIER_TEST_APICURIO") {
-        return PathBuf::from(p);
-    }
-    let out = std::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/apicurio.sh"))
-        .output()
-        .expect("scripts/apicurio.sh runs");
-    assert!(out.status.success(), "scripts/apicurio.sh failed");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-/// Registers the schema under `subject`; its id.
-async fn register(registry: &str, subject: &str) -> u32 {
-    let body = serde_json::json!({ "schema": SCHEMA }).to_string();
-    let answer = reqwest::Client::new()
-        .post(format!("{registry}/subjects/{subject}/versions"))
-        .header("content-type", "application/vnd.schemaregistry.v1+json")
-        .body(body)
-        .send()
-        .await
-        .expect("the registry answers")
-        .bytes()
-        .await
-        .expect("an answer");
-    let answer: serde_json::Value = serde_json::from_slice(&answer).expect("a JSON answer");
-    answer["id"].as_u64().expect("an id") as u32
 }
 
 /// Event `seq` as JSON text and as an Avro record framed for `schema_id`.
@@ -148,7 +119,8 @@ async fn bench() {
     json_topic.create(&s, true).await;
     avro_topic.create(&s, true).await;
     let schema = apache_avro::Schema::parse_str(SCHEMA).expect("the schema parses");
-    let id = register(&registry.url(), &format!("{}-value", avro_topic.topic)).await;
+    let subject = format!("{}-value", avro_topic.topic);
+    let id = register(&registry.url(), &subject, "AVRO", SCHEMA).await;
     let (json, avro): (Vec<_>, Vec<_>) = (0..events).map(|i| event(i, &schema, id)).unzip();
     println!(
         "[schema_cpu] {events} events: JSON {} B, Avro {} B each",

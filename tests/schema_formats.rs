@@ -16,14 +16,13 @@
 
 mod common;
 
+use common::schema::*;
 use common::*;
 use courier::audit::Produced;
-use courier::sink::{Behaviour, SinkHandle};
+use courier::sink::Behaviour;
 use courier_testkit::schema_registry::Registry;
-use rdkafka::producer::FutureRecord;
-use rdkafka::util::Timeout;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 const PRODUCER: &str = concat!(
@@ -31,36 +30,6 @@ const PRODUCER: &str = concat!(
     "/tests/schema_formats_producer.py"
 );
 const PROTO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/core/schema/fixtures");
-
-/// The Python with confluent-kafka (`scripts/pyschema.sh` prints it).
-fn python() -> PathBuf {
-    match std::env::var("COURIER_TEST_PYSCHEMA") {
-        Ok(p) => PathBuf::from(p),
-        Err(_) => script_output("scripts/pyschema.sh"),
-    }
-}
-
-/// Apicurio Registry's runner jar (`scripts/apicurio.sh` fetches it and prints it).
-fn apicurio() -> PathBuf {
-    match std::env::var("COURIER_TEST_APICURIO") {
-        Ok(p) => PathBuf::from(p),
-        Err(_) => script_output("scripts/apicurio.sh"),
-    }
-}
-
-/// What a tool script of `scripts/` prints (the path of the tool it made ready).
-fn script_output(script: &str) -> PathBuf {
-    let out = std::process::Command::new("bash")
-        .arg(format!("{}/{script}", env!("CARGO_MANIFEST_DIR")))
-        .output()
-        .unwrap_or_else(|e| panic!("{script} runs: {e}"));
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
 
 /// Where one record landed.
 #[derive(Debug, Clone, Copy)]
@@ -106,75 +75,11 @@ async fn produce(py: &Path, spec: serde_json::Value, log: &Path) -> Vec<Landed> 
         .collect()
 }
 
-async fn api() -> SinkHandle {
-    let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
-        .await
-        .unwrap();
-    api.set_record_bodies(true);
-    api
-}
-
-fn config(n: &Names, api_url: &str, registry: &str, format: &str) -> String {
-    base_toml(n, api_url)
-        + &format!(
-            r#"
-[input]
-format = "{format}"
-id = "/id"
-type = ""
-default_type = "order"
-
-[input.schema_registry]
-url = "{registry}"
-request_timeout = "2s"
-"#
-        )
-}
-
-/// Raw records (bad input) straight through rdkafka, to partition 0.
-async fn write_raw(s: &Services, n: &Names, values: &[Vec<u8>], produced: &mut Produced) {
-    let producer = courier::loadgen::producer(&s.brokers).unwrap();
-    for v in values {
-        let rec: FutureRecord<'_, (), Vec<u8>> = FutureRecord::to(&n.topic).payload(v).partition(0);
-        let d = producer
-            .send(rec, Timeout::After(Duration::from_secs(30)))
-            .await
-            .map_err(|(e, _)| e)
-            .expect("produce");
-        produced.poison.push((d.partition, d.offset));
-    }
-}
-
-/// Registers `schema` of `kind` under `subject` by the REST API; its id.
-async fn register(registry: &str, subject: &str, kind: &str, schema: &str) -> u32 {
-    let resp = reqwest::Client::new()
-        .post(format!("{registry}/subjects/{subject}/versions"))
-        .header("content-type", "application/vnd.schemaregistry.v1+json")
-        .body(serde_json::json!({"schema": schema, "schemaType": kind}).to_string())
-        .send()
-        .await
-        .expect("the registry answers");
-    let text = resp.text().await.expect("an answer");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON answer");
-    v["id"].as_u64().unwrap_or_else(|| panic!("no id in {v}")) as u32
-}
-
 fn framed(id: u32, body: &[u8]) -> Vec<u8> {
     let mut v = vec![0];
     v.extend_from_slice(&id.to_be_bytes());
     v.extend_from_slice(body);
     v
-}
-
-fn check_bodies(api: &SinkHandle, expect: &HashMap<String, serde_json::Value>) {
-    let audit = api.audit();
-    for (id, want) in expect {
-        let got = audit
-            .bodies_sample
-            .get(id)
-            .unwrap_or_else(|| panic!("{id} was not delivered"));
-        assert_eq!(got, want, "the body of {id}");
-    }
 }
 
 fn parked_reasons(s: &Services, n: &Names) -> Vec<(String, String)> {
@@ -233,7 +138,7 @@ async fn protobuf_events_are_delivered_as_canonical_json_and_bad_records_parked_
     let reg = Registry::start(&apicurio(), &dir)
         .await
         .expect("registry starts");
-    let api = api().await;
+    let api = api(Behaviour::default()).await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
 
     let (mut orders, mut reasons) = (Vec::new(), Vec::new());
@@ -300,7 +205,7 @@ async fn protobuf_events_are_delivered_as_canonical_json_and_bad_records_parked_
     let mut c = Courier::start(
         &n.topic,
         &s,
-        &config(&n, &api.url(), &reg.url(), "protobuf"),
+        &registry_config(&n, &api.url(), &reg.url(), "protobuf"),
     );
     n.wait_committed_to_end(&s, Duration::from_secs(90)).await;
     wait_until(Duration::from_secs(60), "every event is delivered", || {
@@ -351,7 +256,7 @@ async fn json_schema_events_are_checked_and_delivered_as_written() {
     let reg = Registry::start(&apicurio(), &dir)
         .await
         .expect("registry starts");
-    let api = api().await;
+    let api = api(Behaviour::default()).await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
     let mut records = Vec::new();
     for p in 0..n.partitions {
@@ -409,7 +314,7 @@ async fn json_schema_events_are_checked_and_delivered_as_written() {
     let mut c = Courier::start(
         &n.topic,
         &s,
-        &config(&n, &api.url(), &reg.url(), "json_schema"),
+        &registry_config(&n, &api.url(), &reg.url(), "json_schema"),
     );
     n.wait_committed_to_end(&s, Duration::from_secs(90)).await;
     wait_until(Duration::from_secs(60), "every event is delivered", || {

@@ -13,45 +13,13 @@
 
 mod common;
 
+use common::schema::*;
 use common::*;
 use courier::audit::Produced;
-use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier::sink::{Behaviour, FailRule};
 use courier_testkit::schema_registry::{produce, Registry, SlowProxy, Written};
-use rdkafka::producer::FutureRecord;
-use rdkafka::util::Timeout;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// The Python with confluent-kafka (`scripts/pyschema.sh` prints it).
-fn python() -> PathBuf {
-    match std::env::var("COURIER_TEST_PYSCHEMA") {
-        Ok(p) => PathBuf::from(p),
-        Err(_) => script_output("scripts/pyschema.sh"),
-    }
-}
-
-/// Apicurio Registry's runner jar (`scripts/apicurio.sh` fetches it and prints it).
-fn apicurio() -> PathBuf {
-    match std::env::var("COURIER_TEST_APICURIO") {
-        Ok(p) => PathBuf::from(p),
-        Err(_) => script_output("scripts/apicurio.sh"),
-    }
-}
-
-/// What a tool script of `scripts/` prints (the path of the tool it made ready).
-fn script_output(script: &str) -> PathBuf {
-    let out = std::process::Command::new("bash")
-        .arg(format!("{}/{script}", env!("CARGO_MANIFEST_DIR")))
-        .output()
-        .unwrap_or_else(|e| panic!("{script} runs: {e}"));
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
 
 const V1: &str = r#"{
   "type": "record", "name": "Order", "namespace": "shop",
@@ -152,15 +120,6 @@ fn base64_of(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
-/// The API stand-in, keeping the bodies it is sent.
-async fn api(b: Behaviour) -> SinkHandle {
-    let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), b)
-        .await
-        .unwrap();
-    api.set_record_bodies(true);
-    api
-}
-
 /// A registry of its own for `n`, and `per_partition` V1 orders written through
 /// it to each partition: the registry, what was produced, the bodies expected.
 async fn registry_with_orders(
@@ -177,27 +136,6 @@ async fn registry_with_orders(
     let batch = [(V1.to_string(), false, 0, per_partition)];
     write_orders(py, s, n, &reg, &batch, &mut produced, &mut expect).await;
     (reg, produced, expect)
-}
-
-fn config(n: &Names, api_url: &str, registry: &str) -> String {
-    with_registry(base_toml(n, api_url), registry)
-}
-
-/// `toml` reading Avro through `registry`.
-fn with_registry(toml: String, registry: &str) -> String {
-    toml + &format!(
-        r#"
-[input]
-format = "avro"
-id = "/id"
-type = ""
-default_type = "order"
-
-[input.schema_registry]
-url = "{registry}"
-request_timeout = "2s"
-"#
-    )
 }
 
 /// Writes `batches` (schema text, per partition `count` records from
@@ -256,31 +194,6 @@ async fn write_orders(
     written
 }
 
-/// Raw records (bad input) straight through rdkafka; each is parked.
-async fn write_raw(s: &Services, n: &Names, values: &[Vec<u8>], produced: &mut Produced) {
-    let producer = courier::loadgen::producer(&s.brokers).unwrap();
-    for v in values {
-        let rec: FutureRecord<'_, (), Vec<u8>> = FutureRecord::to(&n.topic).payload(v).partition(0);
-        let d = producer
-            .send(rec, Timeout::After(Duration::from_secs(30)))
-            .await
-            .map_err(|(e, _)| e)
-            .expect("produce");
-        produced.poison.push((d.partition, d.offset));
-    }
-}
-
-fn check_bodies(api: &SinkHandle, expect: &HashMap<String, serde_json::Value>) {
-    let audit = api.audit();
-    for (id, want) in expect {
-        let got = audit
-            .bodies_sample
-            .get(id)
-            .unwrap_or_else(|| panic!("{id} was not delivered"));
-        assert_eq!(got, want, "the body of {id}");
-    }
-}
-
 /// Every event delivered as the documented JSON (logical types included), a
 /// new schema version mid-topic delivered, and the records that cannot be
 /// read parked with their reasons: unframed (`not_registry_framed`), an id
@@ -325,7 +238,11 @@ async fn avro_events_are_delivered_as_documented_json_and_bad_records_parked_by_
     )
     .await;
 
-    let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), &reg.url()));
+    let mut c = Courier::start(
+        &n.topic,
+        &s,
+        &registry_config(&n, &api.url(), &reg.url(), "avro"),
+    );
     n.wait_committed_to_end(&s, Duration::from_secs(90)).await;
     wait_until(Duration::from_secs(60), "every event is delivered", || {
         let a = api.audit();
@@ -371,7 +288,11 @@ async fn a_registry_down_for_10s_pauses_then_everything_is_delivered() {
     let (mut reg, produced, expect) = registry_with_orders(&py, &s, &n, 100).await;
     let api = api(Behaviour::default()).await;
     reg.stop().await;
-    let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), &reg.url()));
+    let mut c = Courier::start(
+        &n.topic,
+        &s,
+        &registry_config(&n, &api.url(), &reg.url(), "avro"),
+    );
     // Observable: both partitions wait for the schema, and fetches failed.
     let mut waited = false;
     for _ in 0..300 {
@@ -455,7 +376,11 @@ async fn dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage(
     .await;
 
     // First Courier: the DLQ drain waits an hour, so the failing events stay in the DLQ.
-    let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), &reg.url()));
+    let mut c = Courier::start(
+        &n.topic,
+        &s,
+        &registry_config(&n, &api.url(), &reg.url(), "avro"),
+    );
     wait_until(
         Duration::from_secs(90),
         "the failing events are in the DLQ, the refused one parked, the others delivered",
@@ -471,7 +396,7 @@ async fn dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage(
 
     // Second Courier, a quick drain, the registry down: its cache is empty.
     reg.stop().await;
-    let toml = with_registry(toml_with(&n, &api.url(), FAST), &reg.url());
+    let toml = with_registry(toml_with(&n, &api.url(), FAST), &reg.url(), "avro");
     let mut c = Courier::start(&n.topic, &s, &toml);
     wait_until(
         Duration::from_secs(60),
@@ -560,7 +485,7 @@ async fn a_slow_registry_stalls_only_the_partition_waiting_for_it() {
     let api = api(Behaviour::default()).await;
     // The registry's answers are held longer than p0 needs for its records,
     // well within Courier's request timeout.
-    let toml = with_registry(base_toml(&n, &api.url()), &proxy.url())
+    let toml = with_registry(base_toml(&n, &api.url()), &proxy.url(), "avro")
         .replace("request_timeout = \"2s\"", "request_timeout = \"60s\"");
     let mut c = Courier::start(&n.topic, &s, &toml);
     wait_until(

@@ -3,6 +3,7 @@
 //! process, and condition waits with deadlines.
 #![allow(dead_code)]
 
+pub mod schema;
 pub mod tenant;
 
 use courier::audit::{audit, AuditReport, Produced};

@@ -1,0 +1,117 @@
+//! What the schema-registry tests share (`tests/schema_registry.rs`,
+//! `tests/schema_formats.rs`, `benches/schema_cpu.rs`): the tools they run (the
+//! Python with confluent-kafka's serializers, Apicurio Registry), the API
+//! stand-in keeping bodies, the config of a registry format, raw records,
+//! registering a schema, and the check of the delivered bodies.
+
+use super::{base_toml, Names, Services};
+use courier::audit::Produced;
+use courier::sink::{Behaviour, SinkHandle};
+use rdkafka::producer::FutureRecord;
+use rdkafka::util::Timeout;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The Python with confluent-kafka (`scripts/pyschema.sh` prints it).
+pub fn python() -> PathBuf {
+    match std::env::var("COURIER_TEST_PYSCHEMA") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => script_output("scripts/pyschema.sh"),
+    }
+}
+
+/// Apicurio Registry's runner jar (`scripts/apicurio.sh` fetches it and prints it).
+pub fn apicurio() -> PathBuf {
+    match std::env::var("COURIER_TEST_APICURIO") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => script_output("scripts/apicurio.sh"),
+    }
+}
+
+/// What a tool script of `scripts/` prints (the path of the tool it made ready).
+pub fn script_output(script: &str) -> PathBuf {
+    let out = std::process::Command::new("bash")
+        .arg(format!("{}/{script}", env!("CARGO_MANIFEST_DIR")))
+        .output()
+        .unwrap_or_else(|e| panic!("{script} runs: {e}"));
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// The API stand-in with behaviour `b`, keeping the bodies it is sent.
+pub async fn api(b: Behaviour) -> SinkHandle {
+    let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), b)
+        .await
+        .unwrap();
+    api.set_record_bodies(true);
+    api
+}
+
+/// `toml` reading `format` (`avro`, `protobuf`, `json_schema`) through `registry`:
+/// ids at `/id`, every event of type `order`.
+pub fn with_registry(toml: String, registry: &str, format: &str) -> String {
+    toml + &format!(
+        r#"
+[input]
+format = "{format}"
+id = "/id"
+type = ""
+default_type = "order"
+
+[input.schema_registry]
+url = "{registry}"
+request_timeout = "2s"
+"#
+    )
+}
+
+/// [`base_toml`] reading `format` through `registry`.
+pub fn registry_config(n: &Names, api_url: &str, registry: &str, format: &str) -> String {
+    with_registry(base_toml(n, api_url), registry, format)
+}
+
+/// Raw records (bad input) straight through rdkafka, to partition 0.
+pub async fn write_raw(s: &Services, n: &Names, values: &[Vec<u8>], produced: &mut Produced) {
+    let producer = courier::loadgen::producer(&s.brokers).unwrap();
+    for v in values {
+        let rec: FutureRecord<'_, (), Vec<u8>> = FutureRecord::to(&n.topic).payload(v).partition(0);
+        let d = producer
+            .send(rec, Timeout::After(Duration::from_secs(30)))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+        produced.poison.push((d.partition, d.offset));
+    }
+}
+
+/// Registers `schema` (`kind`: `AVRO`, `PROTOBUF`, `JSON`) under `subject` by the
+/// registry's REST API; its id.
+pub async fn register(registry: &str, subject: &str, kind: &str, schema: &str) -> u32 {
+    let resp = reqwest::Client::new()
+        .post(format!("{registry}/subjects/{subject}/versions"))
+        .header("content-type", "application/vnd.schemaregistry.v1+json")
+        .body(serde_json::json!({"schema": schema, "schemaType": kind}).to_string())
+        .send()
+        .await
+        .expect("the registry answers");
+    let text = resp.text().await.expect("an answer");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON answer");
+    v["id"].as_u64().unwrap_or_else(|| panic!("no id in {v}")) as u32
+}
+
+/// Every expected body was delivered, exactly as expected.
+pub fn check_bodies(api: &SinkHandle, expect: &HashMap<String, serde_json::Value>) {
+    let audit = api.audit();
+    for (id, want) in expect {
+        let got = audit
+            .bodies_sample
+            .get(id)
+            .unwrap_or_else(|| panic!("{id} was not delivered"));
+        assert_eq!(got, want, "the body of {id}");
+    }
+}
