@@ -23,7 +23,6 @@ use courier::sink::Behaviour;
 use courier_testkit::schema_registry::Registry;
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::Duration;
 
 const PRODUCER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -202,20 +201,8 @@ async fn protobuf_events_are_delivered_as_canonical_json_and_bad_records_parked_
     )
     .await;
 
-    let mut c = Courier::start(
-        &n.topic,
-        &s,
-        &registry_config(&n, &api.url(), &reg.url(), "protobuf"),
-    );
-    n.wait_committed_to_end(&s, Duration::from_secs(90)).await;
-    wait_until(Duration::from_secs(60), "every event is delivered", || {
-        let a = api.audit();
-        produced.ids.iter().all(|id| a.delivered.contains_key(id))
-    })
-    .await;
-    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
-    let rep = n.audit(&s, &produced, &api);
-    assert_no_loss("protobuf", &rep);
+    let toml = registry_config(&n, &api.url(), &reg.url(), "protobuf");
+    let rep = run_to_the_end(&s, &n, &api, &toml, &produced, "protobuf").await;
     assert_eq!(rep.delivered, 80, "{rep}");
     assert_eq!(rep.parked, 4, "{rep}");
     check_bodies(&api, &expect);
@@ -311,20 +298,8 @@ async fn json_schema_events_are_checked_and_delivered_as_written() {
     )
     .await;
 
-    let mut c = Courier::start(
-        &n.topic,
-        &s,
-        &registry_config(&n, &api.url(), &reg.url(), "json_schema"),
-    );
-    n.wait_committed_to_end(&s, Duration::from_secs(90)).await;
-    wait_until(Duration::from_secs(60), "every event is delivered", || {
-        let a = api.audit();
-        produced.ids.iter().all(|id| a.delivered.contains_key(id))
-    })
-    .await;
-    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
-    let rep = n.audit(&s, &produced, &api);
-    assert_no_loss("json_schema", &rep);
+    let toml = registry_config(&n, &api.url(), &reg.url(), "json_schema");
+    let rep = run_to_the_end(&s, &n, &api, &toml, &produced, "json_schema").await;
     assert_eq!(rep.delivered, 80, "{rep}");
     assert_eq!(rep.parked, 5, "{rep}");
     check_bodies(&api, &expect);

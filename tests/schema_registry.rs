@@ -238,20 +238,8 @@ async fn avro_events_are_delivered_as_documented_json_and_bad_records_parked_by_
     )
     .await;
 
-    let mut c = Courier::start(
-        &n.topic,
-        &s,
-        &registry_config(&n, &api.url(), &reg.url(), "avro"),
-    );
-    n.wait_committed_to_end(&s, Duration::from_secs(90)).await;
-    wait_until(Duration::from_secs(60), "every event is delivered", || {
-        let a = api.audit();
-        produced.ids.iter().all(|id| a.delivered.contains_key(id))
-    })
-    .await;
-    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
-    let rep = n.audit(&s, &produced, &api);
-    assert_no_loss("avro", &rep);
+    let toml = registry_config(&n, &api.url(), &reg.url(), "avro");
+    let rep = run_to_the_end(&s, &n, &api, &toml, &produced, "avro").await;
     assert_eq!(rep.delivered, 200, "{rep}");
     assert_eq!(rep.parked, 3, "{rep}");
     check_bodies(&api, &expect);

@@ -115,3 +115,27 @@ pub fn check_bodies(api: &SinkHandle, expect: &HashMap<String, serde_json::Value
         assert_eq!(got, want, "the body of {id}");
     }
 }
+
+/// Runs Courier on `toml` until every produced event is delivered and the
+/// offsets are committed to the end, stops it (exit 0), and returns the audit,
+/// asserted lossless under `name`.
+pub async fn run_to_the_end(
+    s: &Services,
+    n: &Names,
+    api: &SinkHandle,
+    toml: &str,
+    produced: &Produced,
+    name: &str,
+) -> courier::audit::AuditReport {
+    let mut c = super::Courier::start(&n.topic, s, toml);
+    n.wait_committed_to_end(s, Duration::from_secs(90)).await;
+    super::wait_until(Duration::from_secs(60), "every event is delivered", || {
+        let a = api.audit();
+        produced.ids.iter().all(|id| a.delivered.contains_key(id))
+    })
+    .await;
+    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
+    let rep = n.audit(s, produced, api);
+    super::assert_no_loss(name, &rep);
+    rep
+}
