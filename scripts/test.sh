@@ -10,17 +10,24 @@ cd "$(dirname "$0")/.."
 # downloads overlap the services' start and the Rust build instead of following them
 # (on a fresh machine: otelcol and hydra about 6 minutes of CPU each). Each is
 # collected (`ready`) just before the tests.
+# The static checks' Go checkers (scripts/checks) are built the same way.
 declare -A tool_pid
+declare -A tool_cmd=(
+    [otelcol]=scripts/otelcol.sh [hydra]=scripts/hydra.sh [pytools]=scripts/pytools.sh
+    [pyschema]=scripts/pyschema.sh [apicurio]=scripts/apicurio.sh
+    [dashcheck]="scripts/checks/build.sh dashcheck" [k8scheck]="scripts/checks/build.sh k8scheck"
+)
 tool_dir=$(mktemp -d)
 trap 'kill "${tool_pid[@]}" 2>/dev/null || true; rm -rf "$tool_dir"' EXIT
-for t in otelcol hydra pytools pyschema apicurio; do
-    bash "scripts/$t.sh" >"$tool_dir/$t" 2>"$tool_dir/$t.log" &
+for t in "${!tool_cmd[@]}"; do
+    # shellcheck disable=SC2086 # a script and its argument
+    bash ${tool_cmd[$t]} >"$tool_dir/$t" 2>"$tool_dir/$t.log" &
     tool_pid[$t]=$!
 done
-# Waits for scripts/$1.sh; on failure shows its log and stops the run.
+# Waits for tool $1's script; on failure shows its log and stops the run.
 ready() {
     if ! wait "${tool_pid[$1]}"; then
-        echo "[test] scripts/$1.sh failed:" >&2
+        echo "[test] ${tool_cmd[$1]} failed:" >&2
         cat "$tool_dir/$1.log" >&2
         exit 1
     fi
@@ -70,6 +77,8 @@ cargo build --bin courier --features test-hooks
 # Static checks of dashboards/ and deploy/ (promtool, Grafana schema, helm, Kubernetes
 # schemas, Pod Security "restricted", Dockerfile): no services, about 10 s once the tools
 # are cached under ~/.cache/courier (the first run installs helm and builds the checkers).
+ready dashcheck
+ready k8scheck
 bash scripts/check-dashboards.sh
 bash scripts/check-deploy.sh
 # The OpenTelemetry Collector tests/otlp.rs exports to; the OAuth2 server tests/auth.rs
