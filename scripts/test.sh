@@ -84,8 +84,8 @@ bash scripts/check-deploy.sh
 # The OpenTelemetry Collector tests/otlp.rs exports to; the OAuth2 server tests/auth.rs
 # gets tokens from (ory/hydra); the python with the Standard Webhooks reference library
 # tests/signing.rs's receiver verifies with; confluent-kafka's serializers, the real
-# producers of tests/schema_registry.rs and tests/schema_formats.rs, and the real Schema Registry they register with
-# (Apicurio Registry, from Maven Central).
+# producers of tests/schema_registry.rs and tests/schema_formats.rs, and the real Schema
+# Registry they register with (Apicurio Registry, from Maven Central).
 for t in otelcol hydra pytools pyschema apicurio; do ready "$t"; done
 COURIER_TEST_OTELCOL=$(cat "$tool_dir/otelcol")
 COURIER_TEST_HYDRA=$(cat "$tool_dir/hydra")
