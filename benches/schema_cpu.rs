@@ -16,6 +16,10 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+// What `/proc` says about a process; the e2e benchmark's.
+#[allow(dead_code)]
+#[path = "e2e/procs.rs"]
+mod procs;
 
 use common::schema::{apicurio, register};
 use common::*;
@@ -90,14 +94,18 @@ async fn run(s: &Services, n: &Names, api: &SinkHandle, input: &str, events: u64
         api.delivered_count() >= tenth
     })
     .await;
-    let (cpu0, t0, d0) = (c.cpu_seconds(), Instant::now(), api.delivered_count());
-    let mut cpu1 = cpu0;
+    let pid = procs::Pid::Of(c.pid().expect("courier runs"));
+    let ticks = procs::clock_ticks();
+    let (cpu0, t0, d0) = (
+        procs::cpu_seconds(pid, ticks),
+        Instant::now(),
+        api.delivered_count(),
+    );
     while api.delivered_count() < events {
-        cpu1 = c.cpu_seconds();
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let (t1, d1) = (Instant::now(), api.delivered_count());
-    cpu1 = c.cpu_seconds().or(cpu1);
+    let cpu1 = procs::cpu_seconds(pid, ticks);
     assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
     let (Some(a), Some(b)) = (cpu0, cpu1) else {
         panic!("no CPU figures for the Courier process")
@@ -153,7 +161,7 @@ async fn bench() {
         println!(
             "[schema_cpu] round {r}: JSON {j_cpu:.1} µs/event ({j_rate:.0}/s), Avro {a_cpu:.1} µs/event ({a_rate:.0}/s), Avro/JSON {:.3}, load {:.1}",
             a_cpu / j_cpu,
-            loadavg()
+            procs::loadavg().unwrap_or(f64::NAN)
         );
         ratios.push(a_cpu / j_cpu);
         js.push(j_cpu);
@@ -170,13 +178,6 @@ async fn bench() {
         median(&mut avs),
         median(&mut ratios)
     );
-}
-
-fn loadavg() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or(f64::NAN)
 }
 
 fn main() -> anyhow::Result<()> {

@@ -106,6 +106,22 @@ impl SchemaRegistry {
         }
     }
 
+    /// The schema a registry-framed `value` names, for reading one record
+    /// outside the partition's gate (the DLQ drain, `courier dlq inspect`).
+    /// `Ok(None)`: unframed, or an id the registry does not know (decoding then
+    /// parks it with the main path's reason); `Err`: the registry cannot be
+    /// asked now.
+    pub async fn schema_of(&self, value: &[u8]) -> Result<Option<Arc<Resolved>>, String> {
+        let Some(id) = crate::core::schema::schema_id(value) else {
+            return Ok(None);
+        };
+        match self.get(id).await {
+            Ok(s) => Ok(Some(s)),
+            Err(FetchError::NotFound(_)) => Ok(None),
+            Err(FetchError::Unavailable(why)) => Err(why),
+        }
+    }
+
     /// The schema with this id: cached, or fetched once for every waiter.
     pub async fn get(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
         match self.cache.try_get_with(id, self.fetch(id)).await {

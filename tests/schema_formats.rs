@@ -20,7 +20,6 @@ use common::schema::*;
 use common::*;
 use courier::audit::Produced;
 use courier::sink::Behaviour;
-use courier_testkit::schema_registry::Registry;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -133,10 +132,7 @@ async fn protobuf_events_are_delivered_as_canonical_json_and_bad_records_parked_
     let py = python();
     let n = Names::new("sr-proto", 2);
     n.create(&s, true).await;
-    let dir = log_dir().join(format!("{}-registry", n.topic));
-    let reg = Registry::start(&apicurio(), &dir)
-        .await
-        .expect("registry starts");
+    let reg = registry_for(&n).await;
     let api = api(Behaviour::default()).await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
 
@@ -239,10 +235,7 @@ async fn json_schema_events_are_checked_and_delivered_as_written() {
     let py = python();
     let n = Names::new("sr-jsonschema", 2);
     n.create(&s, true).await;
-    let dir = log_dir().join(format!("{}-registry", n.topic));
-    let reg = Registry::start(&apicurio(), &dir)
-        .await
-        .expect("registry starts");
+    let reg = registry_for(&n).await;
     let api = api(Behaviour::default()).await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
     let mut records = Vec::new();

@@ -128,10 +128,7 @@ async fn registry_with_orders(
     n: &Names,
     per_partition: i64,
 ) -> (Registry, Produced, HashMap<String, serde_json::Value>) {
-    let dir = log_dir().join(format!("{}-registry", n.topic));
-    let reg = Registry::start(&apicurio(), &dir)
-        .await
-        .expect("registry starts");
+    let reg = registry_for(&n).await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
     let batch = [(V1.to_string(), false, 0, per_partition)];
     write_orders(py, s, n, &reg, &batch, &mut produced, &mut expect).await;
@@ -206,10 +203,7 @@ async fn avro_events_are_delivered_as_documented_json_and_bad_records_parked_by_
     let py = python();
     let n = Names::new("sr-avro", 2);
     n.create(&s, true).await;
-    let dir = log_dir().join(format!("{}-registry", n.topic));
-    let reg = Registry::start(&apicurio(), &dir)
-        .await
-        .expect("registry starts");
+    let reg = registry_for(&n).await;
     let api = api(Behaviour::default()).await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
     let written = write_orders(

@@ -20,7 +20,6 @@ use crate::core::input::{decode_record, Decoded, RecordIn};
 use crate::core::schema;
 use crate::metrics as m;
 use crate::runtime::now_ms;
-use crate::schema_registry::FetchError;
 use bytes::Bytes;
 
 /// Why a DLQ record's event cannot be decoded now.
@@ -131,14 +130,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         };
         // An unframed payload or an unknown id has no schema: the decoding
         // parks it with the reason the main path gives.
-        let schema = match schema::schema_id(&payload) {
-            None => None,
-            Some(id) => match registry.get(id).await {
-                Ok(s) => Some(s),
-                Err(FetchError::NotFound(_)) => None,
-                Err(FetchError::Unavailable(e)) => return Err(Undecodable::RegistryUnavailable(e)),
-            },
-        };
+        let schema = registry
+            .schema_of(&payload)
+            .await
+            .map_err(Undecodable::RegistryUnavailable)?;
         schema::decode_framed(
             &rec,
             cfg.input.format,

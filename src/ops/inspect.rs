@@ -60,7 +60,7 @@ pub async fn decode_samples(
     samples: &[Envelope],
     max_event_bytes: usize,
 ) -> Vec<DecodedPayload> {
-    use crate::schema_registry::{FetchError, SchemaRegistry};
+    use crate::schema_registry::SchemaRegistry;
     if !input.format.uses_registry() {
         return Vec::new();
     }
@@ -71,15 +71,7 @@ pub async fn decode_samples(
             out.push(DecodedPayload::Omitted);
             continue;
         }
-        let schema = match crate::core::schema::schema_id(&e.payload) {
-            None => Ok(None),
-            Some(id) => match registry.get(id).await {
-                Ok(s) => Ok(Some(s)),
-                Err(FetchError::NotFound(_)) => Ok(None),
-                Err(FetchError::Unavailable(why)) => Err(why),
-            },
-        };
-        let view = match schema {
+        let view = match registry.schema_of(&e.payload).await {
             Err(why) => DecodedPayload::Unreadable {
                 reason: "schema_registry_unavailable".into(),
                 message: why,
@@ -337,26 +329,17 @@ impl fmt::Display for Table<'_> {
                     e.last_error.reason,
                     e.last_error.message
                 )?;
-                match s.decoded.get(i) {
-                    Some(DecodedPayload::Json(v)) => {
-                        writeln!(
-                            f,
-                            "    payload: {} bytes {}",
-                            e.payload.len(),
-                            hex_start(&e.payload)
-                        )?;
-                        writeln!(f, "    decoded: {v}")?;
-                    }
+                let decoded = match s.decoded.get(i) {
+                    Some(DecodedPayload::Json(v)) => Some(v.to_string()),
                     Some(DecodedPayload::Unreadable { reason, message }) => {
-                        writeln!(
-                            f,
-                            "    payload: {} bytes {}",
-                            e.payload.len(),
-                            hex_start(&e.payload)
-                        )?;
-                        writeln!(f, "    decoded: none, {reason}: {message}")?;
+                        Some(format!("none, {reason}: {message}"))
                     }
-                    Some(DecodedPayload::Omitted) | None => {}
+                    Some(DecodedPayload::Omitted) | None => None,
+                };
+                if let Some(decoded) = decoded {
+                    let (n, start) = (e.payload.len(), hex_start(&e.payload));
+                    writeln!(f, "    payload: {n} bytes {start}")?;
+                    writeln!(f, "    decoded: {decoded}")?;
                 }
                 if let Some(o) = &e.omitted {
                     writeln!(

@@ -283,19 +283,9 @@ impl Courier {
         self.proc.log_text().unwrap_or_default()
     }
 
-    /// The process's CPU time so far (utime + stime of all its threads, from
-    /// /proc/<pid>/stat), in seconds; `None` once it has exited.
-    pub fn cpu_seconds(&self) -> Option<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.proc.pid()?)).ok()?;
-        // Fields after the command name (which may hold spaces) follow the last ')'.
-        let fields: Vec<&str> = stat
-            .get(stat.rfind(')')? + 1..)?
-            .split_whitespace()
-            .collect();
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        // The kernel's USER_HZ, 100 on Linux everywhere Courier runs.
-        Some(ticks as f64 / 100.0)
+    /// Its process id; `None` once it has exited.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
     }
 
     /// The process's peak resident set (`VmHWM` in /proc/<pid>/status), in

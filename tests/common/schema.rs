@@ -43,6 +43,15 @@ pub fn script_output(script: &str) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
+/// A real registry of its own for `n`'s test (Apicurio; its state and log in
+/// the test's log directory).
+pub async fn registry_for(n: &Names) -> courier_testkit::schema_registry::Registry {
+    let dir = super::log_dir().join(format!("{}-registry", n.topic));
+    courier_testkit::schema_registry::Registry::start(&apicurio(), &dir)
+        .await
+        .expect("registry starts")
+}
+
 /// The API stand-in with behaviour `b`, keeping the bodies it is sent.
 pub async fn api(b: Behaviour) -> SinkHandle {
     let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), b)
