@@ -128,7 +128,7 @@ async fn registry_with_orders(
     n: &Names,
     per_partition: i64,
 ) -> (Registry, Produced, HashMap<String, serde_json::Value>) {
-    let reg = registry_for(&n).await;
+    let reg = registry_for(n).await;
     let (mut produced, mut expect) = (Produced::default(), HashMap::new());
     let batch = [(V1.to_string(), false, 0, per_partition)];
     write_orders(py, s, n, &reg, &batch, &mut produced, &mut expect).await;
