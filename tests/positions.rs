@@ -97,35 +97,71 @@ async fn recreate(s: &Services, topic: &str, partitions: i32) {
 /// each of them, never delivered.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_recreated_while_courier_runs_loses_nothing() {
+    // Fewer than before: the old position (300) is past the new log's end, so
+    // the consumer's fetch there is out of range and its position is reset to
+    // the beginning, below the old watermark.
+    recreated_while_running("recreate", 300, 200, false).await;
+}
+
+/// The same, with the new log already past the old position when Courier
+/// fetches from it again (Courier is stopped, SIGSTOP, while the topic is
+/// recreated and refilled): a fetch at the old position is not out of range
+/// there, so only the log's identity (its topic id, a new leader epoch) says
+/// that offsets 0..300 of the new log were never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_recreated_past_the_old_position_loses_nothing() {
+    recreated_while_running("recrpast", 300, 500, true).await;
+}
+
+/// Stops (`STOP`) or resumes (`CONT`) the process `pid`.
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// Produces `before` events, lets Courier deliver and commit them, recreates
+/// the topic under it and produces `after` more: every one is delivered, the
+/// reset is logged at WARN with both positions and counted. `frozen`: Courier
+/// is stopped from before the delete until the `after` events are written.
+async fn recreated_while_running(tag: &str, before: usize, after: usize, frozen: bool) {
     let s = services();
-    let n = Names::new("recreate", 1);
+    let n = Names::new(tag, 1);
     n.create(&s, true).await;
     let api = sink(Behaviour::default()).await;
-    let before = loadgen::produce(&s.brokers, &n.topic, &spec("before", 300))
+    let first = loadgen::produce(&s.brokers, &n.topic, &spec(&format!("{tag}b"), before))
         .await
         .unwrap();
     let mut c = Courier::start(&n.topic, &s, &base_toml(&n, &api.url()));
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    let pid = c.pid().expect("Courier's pid");
+    if frozen {
+        signal(pid, "STOP");
+    }
     recreate(&s, &n.topic, 1).await;
-    // Fewer than before: the old position (300) is past the new log's end, so
-    // the consumer's fetch there is out of range and its position is reset to
-    // the beginning, below the old watermark.
-    let after = loadgen::produce(&s.brokers, &n.topic, &spec("after", 200))
+    let second = loadgen::produce(&s.brokers, &n.topic, &spec(&format!("{tag}a"), after))
         .await
         .unwrap();
+    if frozen {
+        signal(pid, "CONT");
+    }
     wait_until(
         Duration::from_secs(60),
         "every event of the recreated topic reached the API",
-        || all_delivered(&api, &after),
+        || all_delivered(&api, &second),
     )
     .await;
     n.wait_committed_to_end(&s, Duration::from_secs(30)).await;
     // Logged and counted once the topic's id was looked up (the reason).
+    let old_position = format!("old_position={before}");
     let warned = |log: &str| {
         log.lines().any(|l| {
             l.contains("WARN")
                 && l.contains("read position moved back")
-                && l.contains("old_position=300")
+                && l.contains(&old_position)
                 && l.contains("new_position=0")
                 && l.contains("reason=\"topic_recreated\"")
         })
@@ -139,16 +175,20 @@ async fn a_topic_recreated_while_courier_runs_loses_nothing() {
         },
     )
     .await;
+    // The old log was read to its end: nothing of it was deleted unread (the
+    // new log's end is not the old one's).
+    let deleted = c.metric("courier_events_deleted_unread_total").await;
     let log = strip_ansi(&c.log_text());
     c.terminate(Duration::from_secs(30)).await;
     assert!(
         !log.contains("out of order"),
         "no record dropped as out of order"
     );
+    assert_eq!(deleted, 0.0, "no event of the old log was unread");
 
-    let rep = n.audit(&s, &merged(&before, &after), &api);
-    assert_no_loss("recreate", &rep);
-    assert_eq!(rep.delivered, 500);
+    let rep = n.audit(&s, &merged(&first, &second), &api);
+    assert_no_loss(tag, &rep);
+    assert_eq!(rep.delivered, before + after);
 }
 
 /// Issue 23, repro 5: a transactional producer's commit (or abort) marker is

@@ -40,7 +40,7 @@ pub enum ConsumerMsg {
     /// Time to look at DLQ lag.
     LagTick,
     /// Result of a lag check, per partition.
-    Lag(Vec<(i32, Positions)>),
+    Lag(LagAnswer),
     /// The Kafka client failed fatally (the poll thread stopped).
     ClientFatal(String),
 }
@@ -359,8 +359,11 @@ impl Actor for ConsumerActor {
                 if std::mem::take(&mut s.lag_again) {
                     s.check_lag(&myself, false);
                 }
-                for (p, positions) in lags {
+                for (p, positions) in lags.positions {
                     if let Some(part) = s.parts.get(&p) {
+                        let _ = part
+                            .actor
+                            .send_message(PartitionMsg::Logs(lags.logs.clone()));
                         let _ = part.actor.send_message(PartitionMsg::Positions(positions));
                     }
                 }
@@ -846,15 +849,27 @@ fn list_offsets(
     )
 }
 
+/// What one lag check found.
+#[derive(Debug, Default)]
+pub struct LagAnswer {
+    /// Per partition pair.
+    positions: Vec<(i32, Positions)>,
+    /// The topics' ids (main, DLQ) now (`None`: not read): a changed id is a
+    /// topic recreated under the partitions' positions.
+    logs: [Option<Arc<str>>; 2],
+}
+
 /// One batched `ListOffsets` per topic and kind (not one per partition), plus one
-/// `OffsetFetch`.
+/// `OffsetFetch`, and one `DescribeTopics` for the topics' ids.
 fn lag_lookup(
     c: &BaseConsumer,
     main: &str,
     dlq: &str,
     parts: &[i32],
     read: &HashMap<i32, DlqRead>,
-) -> Vec<(i32, Positions)> {
+) -> LagAnswer {
+    let mut ids = crate::kafka::identity::topic_ids(c, &[main, dlq], Duration::from_secs(5));
+    let logs = [main, dlq].map(|t| ids.remove(t).map(Arc::<str>::from));
     let main_highs = list_offsets(c, main, parts, Offset::End).unwrap_or_default();
     let highs = list_offsets(c, dlq, parts, Offset::End).unwrap_or_default();
     let lows = list_offsets(c, dlq, parts, Offset::Beginning).unwrap_or_default();
@@ -863,7 +878,7 @@ fn lag_lookup(
         tpl.add_partition(dlq, *p);
     }
     let committed = c.committed_offsets(tpl, Duration::from_secs(5)).ok();
-    parts
+    let positions = parts
         .iter()
         .map(|p| {
             let main_high = main_highs.get(p).copied();
@@ -887,7 +902,8 @@ fn lag_lookup(
             let positions = dlq_positions(main_high, low, high, committed, read.get(p));
             (*p, positions)
         })
-        .collect()
+        .collect();
+    LagAnswer { positions, logs }
 }
 
 /// What a partition is told about its DLQ side: "unread" must mean records a

@@ -52,6 +52,13 @@ pub enum PartitionMsg {
         id: u32,
         schema: Arc<crate::schema_registry::Resolved>,
     },
+    /// The topics' ids (main, DLQ) at the consumer's lag check.
+    Logs([Option<Arc<str>>; 2]),
+    /// The answer to `Effect::ReadFromStart`.
+    ReadingFrom {
+        src: Src,
+        start: Option<i64>,
+    },
     /// A probe found nothing to deliver in `[from, to)` (see `Effect::Probe`).
     Probed {
         src: Src,
@@ -234,6 +241,8 @@ impl Actor for PartitionActor {
                 api_unavailable: v.api_unavailable,
             },
             PartitionMsg::Positions(p) => Input::Positions(p),
+            PartitionMsg::Logs(logs) => Input::Logs(logs),
+            PartitionMsg::ReadingFrom { src, start } => Input::ReadingFrom { src, start },
             PartitionMsg::Timer(t) => Input::Timer(t),
             PartitionMsg::Probed { src, from, to } => Input::Probed { src, from, to },
         };
@@ -371,6 +380,7 @@ impl PartitionState {
             Effect::Mode { mode, change } => self.gauges.show_mode(partition, mode, change),
             Effect::Lag { dlq, main } => self.gauges.show_lag(dlq, main),
             Effect::Probe { src, from, to } => self.probe(myself, src, from, to),
+            Effect::ReadFromStart { src } => self.read_from_start(myself, src),
             Effect::Note(Note::PositionReset {
                 src,
                 from,
@@ -380,6 +390,33 @@ impl PartitionState {
             Effect::Note(note) => observe::log(partition, note),
         }
         None
+    }
+
+    /// Seeks one side, off the runtime, to its log's start (the topic was
+    /// replaced under the position) and answers `Input::ReadingFrom`.
+    fn read_from_start(&self, myself: &ActorRef<PartitionMsg>, src: Src) {
+        let topic = self.machine.intake().topic(src).to_string();
+        let (partition, consumer, me) = (self.a.partition, self.a.consumer.clone(), myself.clone());
+        tokio::task::spawn_blocking(move || {
+            let timeout = std::time::Duration::from_secs(5);
+            let start = consumer
+                .fetch_watermarks(&topic, partition, timeout)
+                .and_then(|(low, _)| {
+                    consumer.seek(&topic, partition, rdkafka::Offset::Offset(low), timeout)?;
+                    Ok(low)
+                });
+            let start = match start {
+                Ok(low) => {
+                    tracing::info!(partition, %topic, start = low, "the recreated topic is read from its start");
+                    Some(low)
+                }
+                Err(e) => {
+                    tracing::warn!(partition, %topic, error = %e, "cannot seek to the recreated topic's start: asked again at the next lag check");
+                    None
+                }
+            };
+            let _ = me.send_message(PartitionMsg::ReadingFrom { src, start });
+        });
     }
 
     /// Reads `[from, to)` of one side off the runtime, on a reader of its own
@@ -447,7 +484,7 @@ impl PartitionState {
                 reason,
                 old_topic_id = before.as_deref().unwrap_or("unknown"),
                 topic_id = now.as_deref().unwrap_or("unknown"),
-                "read position moved back without a seek: the partition starts afresh at the new position (nothing dropped; the old position and its metadata are not committed onto the new log)"
+                "read position moved back (an offset reset, a recreated topic or a truncation): the partition starts afresh at the new position (nothing dropped; the old position and its metadata are not committed onto the new log)"
             );
             metrics::counter!(crate::metrics::POSITION_RESETS, "topic" => topic.clone(), "reason" => reason)
                 .increment(1);

@@ -89,6 +89,24 @@ pub(super) fn log(partition: i32, note: Note) {
             offset,
             "work for this event vanished {times} times; parking it"
         ),
+        Note::LogReplaced {
+            src,
+            old,
+            new,
+            read_again,
+        } => tracing::warn!(
+            partition,
+            ?src,
+            old_topic_id = %old,
+            topic_id = %new,
+            read_again,
+            "the topic was deleted and recreated under its name (its id changed): {}",
+            if read_again {
+                "the position still pointed into the old log, so the new log is read from its start (nothing of it skipped; the old position is not committed onto it)"
+            } else {
+                "the position reset already began the new log"
+            }
+        ),
         Note::DrainDeadline { in_flight } => tracing::warn!(
             partition,
             in_flight,

@@ -199,6 +199,17 @@ pub enum Input<R> {
     },
     /// The consumer's lag check.
     Positions(Positions),
+    /// The topics' ids (main, DLQ) the consumer's lag check read (`None`: not
+    /// known): a side whose log's id changed reads its new log from the start
+    /// ([`Effect::ReadFromStart`]) unless a reset already began it.
+    Logs([Option<Arc<str>>; 2]),
+    /// The answer to [`Effect::ReadFromStart`]: the side was sought to
+    /// `start`, its new log's start offset (`None`: the seek failed; asked
+    /// again at the next [`Input::Logs`]).
+    ReadingFrom {
+        src: Src,
+        start: Option<i64>,
+    },
     Timer(Timer),
     /// Revoke or shutdown: stop dispatching, hand the backlog back, answer
     /// [`Effect::Drained`] once nothing is in flight (or at the deadline).
@@ -279,6 +290,11 @@ pub enum Effect<I> {
         from: NextOffset,
         to: NextOffset,
     },
+    /// The side's topic was replaced (recreated under its name) while the
+    /// position still pointed into the old log: seek the side to its new
+    /// log's start and answer [`Input::ReadingFrom`]. Nothing is stored for
+    /// the side until the new log's first records begin a new incarnation.
+    ReadFromStart { src: Src },
     /// Something worth a log line.
     Note(Note),
 }
@@ -296,6 +312,16 @@ pub enum Note {
         from: i64,
         to: i64,
         seen_end: Option<i64>,
+    },
+    /// The side's topic has another id than the side's log (deleted and
+    /// recreated under its name). `read_again`: no reset has begun the new
+    /// log yet (its end may already pass the old position, so no fetch is out
+    /// of range): it is read again from its start ([`Effect::ReadFromStart`]).
+    LogReplaced {
+        src: Src,
+        old: Arc<str>,
+        new: Arc<str>,
+        read_again: bool,
     },
     /// A completion the tracker refused (a bug upstream).
     RefusedCompletion { src: Src, error: TrackerError },
@@ -416,10 +442,33 @@ struct Side {
     base: i64,
     /// The log's identity for the metadata (`None` after a reset).
     log: Option<Arc<str>>,
+    /// The id of the topic the side reads, as last confirmed by
+    /// [`Input::Logs`] (from the assignment until then).
+    identity: Option<Arc<str>>,
+    /// A reset began an incarnation that no [`Input::Logs`] has confirmed
+    /// since: if the topic's id turns out changed, that reset was the new
+    /// log's start.
+    reset_unconfirmed: bool,
+    /// An [`Effect::ReadFromStart`] is out or due: nothing is stored for
+    /// the side (its position would be the old log's, committed onto the new
+    /// one) until a reset begins the new log. `Some(true)`: the seek is out.
+    reading_again: Option<bool>,
+    /// The position (an offset) when the replaced log was found: records of
+    /// the new log at or above it are the same whether fetched before the
+    /// seek or after.
+    read_again_from: Option<i64>,
     /// An [`Effect::Probe`] is out, or was answered since the last lag check.
     probing: bool,
     /// The log's end at the last lag check.
     end: Option<i64>,
+    /// The topic's id read with `end` (`None`: not read): `end` is the
+    /// position's log's only if this is the side's `identity`.
+    end_log: Option<Arc<str>>,
+    /// The id the last [`Input::Logs`] read, for the next lag check's `end`.
+    checked: Option<Arc<str>>,
+    /// The old log's end as last seen, when a replaced log is read again from
+    /// its start (what the old log still had unread lay in `[position, it)`).
+    left_end: Option<i64>,
     /// Idle below the end at the last lag check: the position and the end.
     idle_at: Option<(NextOffset, i64)>,
     /// The next store is committed explicitly: after a reset, librdkafka
@@ -456,6 +505,8 @@ impl Side {
         self.done_since_commit = 0;
         self.skip = None;
         self.log = None;
+        self.reset_unconfirmed = true;
+        self.reading_again = None;
         self.probing = false;
         self.end = None;
         self.idle_at = None;
@@ -541,8 +592,15 @@ impl<X: Intake> PartitionMachine<X> {
             shift: 0,
             base: i64::MIN,
             log: settings.logs[src.index()].clone(),
+            identity: settings.logs[src.index()].clone(),
+            reset_unconfirmed: false,
+            reading_again: None,
+            read_again_from: None,
             probing: false,
             end: None,
+            end_log: None,
+            checked: None,
+            left_end: None,
             idle_at: None,
             commit_next: false,
         };
@@ -648,6 +706,8 @@ impl<X: Intake> PartitionMachine<X> {
                 self.evaluate(now);
             }
             Input::Positions(p) => self.on_positions(p, now),
+            Input::Logs(logs) => self.on_logs(logs),
+            Input::ReadingFrom { src, start } => self.on_reading_from(src, start, now),
             Input::Timer(Timer::Wake) => {
                 self.wake_at = None;
                 self.evaluate(now);
@@ -798,10 +858,17 @@ impl<X: Intake> PartitionMachine<X> {
         let side = &mut self.sides[src.index()];
         let next = side.tracker.highest_begun().map(|h| h + 1);
         if next.is_some_and(|next| offset + side.shift < next) {
-            // At or below an offset already begun, and Courier did not seek:
+            // At or below an offset already begun, and Courier did not seek (or
+            // sought a replaced log to its start, `Effect::ReadFromStart`):
             // the log changed under the side. A new incarnation, never a
-            // duplicate to drop.
-            let seen_end = side.end;
+            // duplicate to drop. What the last lag check saw of the old log's
+            // end, if it was the old log's.
+            let seen_end = if side.reading_again.is_some() {
+                side.left_end
+            } else {
+                side.end
+                    .filter(|_| side.end_log.is_some() && side.end_log == side.identity)
+            };
             if let Some(from) = side.reset(offset) {
                 let note = Note::PositionReset {
                     src,
@@ -984,6 +1051,9 @@ impl<X: Intake> PartitionMachine<X> {
         self.dlq_start = Some(p.dlq_start);
         self.sides[Src::Main.index()].end = p.main_high;
         self.sides[Src::Dlq.index()].end = Some(p.dlq_high);
+        for side in &mut self.sides {
+            side.end_log = side.checked.take();
+        }
         for src in Src::BOTH {
             self.probe(src);
         }
@@ -995,6 +1065,73 @@ impl<X: Intake> PartitionMachine<X> {
         let dlq = (p.dlq_high - next).max(0);
         self.fx.push(Effect::Lag { dlq, main });
         self.evaluate(now);
+    }
+
+    /// Compares each side's log with the topic's id now. A changed id is a
+    /// topic deleted and recreated under its name: if a reset since the last
+    /// comparison began the new log (librdkafka found the old position out of
+    /// range), that is its start; otherwise the position still points into
+    /// the old log's offsets, and the new log is read from its start.
+    fn on_logs(&mut self, logs: [Option<Arc<str>>; 2]) {
+        for src in Src::BOTH {
+            let side = &mut self.sides[src.index()];
+            side.checked = logs[src.index()].clone();
+            let Some(id) = logs[src.index()].clone() else {
+                continue;
+            };
+            let confirmed = std::mem::take(&mut side.reset_unconfirmed);
+            let Some(old) = side.identity.replace(id.clone()) else {
+                continue;
+            };
+            if old == id {
+                continue;
+            }
+            let read_again = !confirmed;
+            if read_again {
+                side.left_end = side.end.filter(|_| side.end_log.as_ref() == Some(&old));
+                side.read_again_from = side.tracker.highest_begun().map(|h| side.offset(h + 1));
+                side.log = None;
+                side.reading_again = Some(true);
+                self.fx.push(Effect::ReadFromStart { src });
+            }
+            self.fx.push(Effect::Note(Note::LogReplaced {
+                src,
+                old,
+                new: id,
+                read_again,
+            }));
+        }
+        // A seek that failed is asked again.
+        for src in Src::BOTH {
+            let side = &mut self.sides[src.index()];
+            if side.reading_again == Some(false) {
+                side.reading_again = Some(true);
+                self.fx.push(Effect::ReadFromStart { src });
+            }
+        }
+    }
+
+    /// The side was sought to its new log's start. If that start is at or
+    /// above the position the replaced log was found at, no record of the new
+    /// log can come below what was begun (no reset will mark the
+    /// incarnation): what was begun from there on is the new log's, and
+    /// stores resume; otherwise the new log's first record begins the reset.
+    fn on_reading_from(&mut self, src: Src, start: Option<i64>, now: Now) {
+        let side = &mut self.sides[src.index()];
+        if side.reading_again.is_none() {
+            return; // A reset came first.
+        }
+        match start {
+            None => side.reading_again = Some(false),
+            Some(start) => {
+                if side.read_again_from.is_none_or(|from| start >= from) {
+                    side.reading_again = None;
+                    side.commit_next = true;
+                    self.store_all(false);
+                    self.evaluate(now);
+                }
+            }
+        }
     }
 
     /// Asks for an [`Effect::Probe`] when the side is idle below the end of
@@ -1195,8 +1332,9 @@ impl<X: Intake> PartitionMachine<X> {
         let mut later: Option<Duration> = None;
         for src in Src::BOTH {
             let side = &mut self.sides[src.index()];
-            // Nothing while an earlier incarnation's events are unfinished.
-            let Some(wm) = side.watermark() else {
+            // Nothing while an earlier incarnation's events are unfinished,
+            // nor while the side waits to read a replaced log from its start.
+            let Some(wm) = side.watermark().filter(|_| side.reading_again.is_none()) else {
                 continue;
             };
             if side.stored.is_some_and(|s| s > wm) {

@@ -590,6 +590,9 @@ impl Harness {
                 self.inc[i] += 1;
                 self.stored[i] = None;
             }
+            Effect::ReadFromStart { src } => {
+                prop_assert!(false, "{:?}: no topic is replaced here", src);
+            }
             Effect::Mode { .. } | Effect::Lag { .. } | Effect::Note(_) => {}
         }
         Ok(None)

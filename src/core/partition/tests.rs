@@ -1038,3 +1038,172 @@ fn an_idle_side_passes_trailing_markers_on_a_proof() {
     });
     assert!(stores(&fx).is_empty(), "{fx:?}");
 }
+
+/// Another log's id, as a recreated topic has.
+const NEW_LOG: &str = "v4g9i7bSQhKgX0PRVSvhWg";
+
+fn logs(main: &str) -> Input<Rec> {
+    Input::Logs([Some(main.into()), Some(LOG.into())])
+}
+
+fn reads_from_start<I>(fx: &[Effect<I>]) -> Vec<Src> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::ReadFromStart { src } => Some(*src),
+            _ => None,
+        })
+        .collect()
+}
+
+fn seen_ends<I>(fx: &[Effect<I>]) -> Vec<Option<i64>> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Note(Note::PositionReset { seen_end, .. }) => Some(*seen_end),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A lag check of main p: the topic's id, then its end.
+fn check(t: &mut T, main: &str, main_high: i64) -> Vec<Effect<Rec>> {
+    let mut fx = t.feed(logs(main));
+    fx.extend(t.feed(Input::Positions(Positions {
+        main_high: Some(main_high),
+        dlq_high: 0,
+        dlq_start: 0,
+    })));
+    fx
+}
+
+/// The topic was recreated and refilled past the position before a fetch
+/// there could be out of range: no reset marks the new log, only its id.
+/// The side is read again from the new log's start, nothing is stored until
+/// that start begins a new incarnation, and what the old log had unread (its
+/// end as last seen, not the new log's) is what the reset reports.
+#[test]
+fn a_log_replaced_past_the_position_is_read_from_its_start() {
+    let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
+    t.normal();
+    assert!(reads_from_start(&check(&mut t, LOG, 20)).is_empty());
+    t.feed(main_recs(10..15, |_| None));
+    t.done(Src::Main, &[10, 11, 12, 13, 14]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 15)]);
+    // The new log has 30 records: a fetch at 15 is not out of range.
+    let fx = check(&mut t, NEW_LOG, 30);
+    assert_eq!(reads_from_start(&fx), vec![Src::Main]);
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::Note(Note::LogReplaced {
+            read_again: true,
+            ..
+        })
+    )));
+    // Records of the new log fetched at the old position, before the seek:
+    // taken in, but their positions are not stored.
+    t.feed(main_recs(15..17, |_| None));
+    t.done(Src::Main, &[15, 16]);
+    assert_eq!(t.store_timer(), vec![], "no position while reading again");
+    assert!(
+        reads_from_start(&check(&mut t, NEW_LOG, 30)).is_empty(),
+        "asked once"
+    );
+    t.feed(Input::ReadingFrom {
+        src: Src::Main,
+        start: Some(0),
+    });
+    assert_eq!(t.store_timer(), vec![], "the start is below the position");
+    // The new log's start: a new incarnation, the old log's unread [15, 20).
+    let fx = t.feed(main_recs(0..2, |_| None));
+    assert_eq!(resets(&fx), vec![(Src::Main, 17, 0)]);
+    assert_eq!(seen_ends(&fx), vec![Some(20)]);
+    t.done(Src::Main, &[17, 18]);
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert_eq!(stores(&fx), vec![(Src::Main, 2)]);
+    // The id is confirmed now: nothing more.
+    assert!(reads_from_start(&check(&mut t, NEW_LOG, 30)).is_empty());
+}
+
+/// librdkafka found the old position out of range first (the new log was
+/// shorter) and reset it: that reset began the new log, and the id's change
+/// seen after it asks for no second reading.
+#[test]
+fn a_reset_before_the_new_id_is_the_new_logs_start() {
+    let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
+    t.normal();
+    check(&mut t, LOG, 15);
+    t.feed(main_recs(10..15, |_| None));
+    t.done(Src::Main, &[10, 11, 12, 13, 14]);
+    let fx = t.feed(main_recs(0..2, |_| None));
+    assert_eq!(resets(&fx), vec![(Src::Main, 15, 0)]);
+    assert_eq!(seen_ends(&fx), vec![Some(15)]);
+    let fx = check(&mut t, NEW_LOG, 2);
+    assert!(reads_from_start(&fx).is_empty(), "{fx:?}");
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::Note(Note::LogReplaced {
+            read_again: false,
+            ..
+        })
+    )));
+    t.done(Src::Main, &[15, 16]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 2)]);
+}
+
+/// A reset confirmed by a lag check on the same log (an offset reset, not a
+/// recreation) does not excuse a later recreation: that one is read again.
+#[test]
+fn an_older_reset_does_not_stand_for_a_later_recreation() {
+    let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
+    t.normal();
+    t.feed(main_recs(10..15, |_| None));
+    t.feed(main_recs(0..2, |_| None));
+    check(&mut t, LOG, 2);
+    assert_eq!(
+        reads_from_start(&check(&mut t, NEW_LOG, 40)),
+        vec![Src::Main]
+    );
+}
+
+/// The new log's start lies above every offset begun (its first records were
+/// deleted already): no record can come below them, so the start ends the
+/// wait and positions are stored again. A failed seek is asked again at the
+/// next lag check.
+#[test]
+fn a_new_log_starting_above_the_position_resumes_at_once() {
+    let mut t = T::new(settings(OrderingMode::Unordered, 10, 100));
+    t.normal();
+    check(&mut t, LOG, 5);
+    t.feed(main_recs(0..5, |_| None));
+    t.done(Src::Main, &[0, 1, 2, 3, 4]);
+    assert_eq!(t.store_timer(), vec![(Src::Main, 5)]);
+    assert_eq!(
+        reads_from_start(&check(&mut t, NEW_LOG, 90)),
+        vec![Src::Main]
+    );
+    t.feed(Input::ReadingFrom {
+        src: Src::Main,
+        start: None,
+    });
+    assert_eq!(
+        reads_from_start(&check(&mut t, NEW_LOG, 90)),
+        vec![Src::Main]
+    );
+    t.feed(main_recs(80..81, |_| None));
+    t.done(Src::Main, &[80]);
+    assert_eq!(t.store_timer(), vec![], "waiting for the new log's start");
+    let fx = t.feed(Input::ReadingFrom {
+        src: Src::Main,
+        start: Some(80),
+    });
+    assert!(resets(&fx).is_empty());
+    // Committed at once (librdkafka's auto-commit would wait for the
+    // position to pass the old log's).
+    let commits: Vec<(i64, bool)> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Store { offset, commit, .. } => Some((offset.get(), *commit)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(commits, vec![(81, true)]);
+}
