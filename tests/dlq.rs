@@ -465,6 +465,95 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
     }
 }
 
+/// Issue 23 #2, while running: Courier's read position is behind (main p
+/// paused: the API is down), and `delete-records` (as retention would) moves
+/// the log start past it. When reading resumes, librdkafka's fetch there is
+/// out of range and it moves the position to the log start, saying so only
+/// in its log: the ERROR line and the counter name exactly the records deleted
+/// unread, and the audit finds exactly those lost. (Before: nothing said.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_deleted_unread_while_running_are_counted_exactly() {
+    let s = services();
+    let n = Names::new("delrun", 1);
+    n.create(&s, true).await;
+    let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
+        .await
+        .unwrap();
+    let spec = |prefix: &str, count| Spec {
+        count,
+        keys: count,
+        id_prefix: prefix.into(),
+        ..Spec::default()
+    };
+    let first = loadgen::produce(&s.brokers, &n.topic, &spec("delrun-a", 40))
+        .await
+        .unwrap();
+    let toml = toml_with(&n, &api.url(), FAST);
+    let mut c = Courier::start_with_env(&n.topic, &s, &toml, &[("RUST_LOG", "info")]);
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    // The API goes down; 20 events trip the breaker, which pauses main p at
+    // offset 60 (they wait in memory, or in the DLQ).
+    api.set_behaviour(Behaviour {
+        down_status: Some(503),
+        ..Behaviour::default()
+    });
+    let trip = loadgen::produce(&s.brokers, &n.topic, &spec("delrun-t", 20))
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(60), "main p paused", || {
+        block(c.metric("courier_partition_paused")) >= 1.0
+    })
+    .await;
+    // 60 more arrive, unread; the log loses offsets up to 90 (30 of them).
+    let second = loadgen::produce(&s.brokers, &n.topic, &spec("delrun-b", 60))
+        .await
+        .unwrap();
+    assert_eq!(second.offsets.first(), Some(&(0, 60)));
+    courier::kafka::admin::delete_records(&s.brokers, &n.topic, 0, 90)
+        .await
+        .unwrap();
+    api.set_behaviour(Behaviour::default());
+    wait_until(Duration::from_secs(60), "the loss reported", || {
+        !deleted_lines(&c).is_empty()
+    })
+    .await;
+    let rest: Vec<String> = (30..60)
+        .map(|seq| loadgen::event_id("delrun-b", seq))
+        .collect();
+    wait_until(Duration::from_secs(90), "the rest delivered", || {
+        let delivered = api.audit().delivered;
+        rest.iter()
+            .chain(&trip.ids)
+            .all(|id| delivered.contains_key(id))
+    })
+    .await;
+    let main = deleted_unread(&c, &n.topic).await;
+    let lines = deleted_lines(&c);
+    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
+    assert_eq!(main, 30.0, "the records deleted unread");
+    assert_eq!(lines.len(), 1, "said once: {lines:#?}");
+    for field in ["ERROR", "partition=0", "from=60", "to=90", "count=30"] {
+        assert!(lines[0].contains(field), "{field} missing: {}", lines[0]);
+    }
+    let mut produced = first;
+    for p in [&trip, &second] {
+        produced.ids.extend(p.ids.iter().cloned());
+        produced.offsets.extend(p.offsets.iter().copied());
+    }
+    let rep = n.audit(&s, &produced, &api);
+    println!("[deleted while running] audit:\n{rep}");
+    let mut expected: Vec<String> = (0..30)
+        .map(|seq| loadgen::event_id("delrun-b", seq))
+        .collect();
+    let mut lost = rep.lost.clone();
+    lost.sort();
+    expected.sort();
+    assert_eq!(
+        lost, expected,
+        "lost = the 30 events deleted unread, nothing else"
+    );
+}
+
 /// A DLQ partition whose only remaining offsets are an aborted transaction
 /// (its records and its control marker, which no read returns) has nothing
 /// unread: main p does not wait in `drain_dlq` for it.

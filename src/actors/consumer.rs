@@ -41,6 +41,13 @@ pub enum ConsumerMsg {
     LagTick,
     /// Result of a lag check, per partition.
     Lag(LagAnswer),
+    /// librdkafka moved a partition's position after a fetch at `at` was out
+    /// of range (`kafka::client_log`).
+    OffsetReset {
+        dlq: bool,
+        partition: i32,
+        at: i64,
+    },
     /// The Kafka client failed fatally (the poll thread stopped).
     ClientFatal(String),
 }
@@ -69,6 +76,9 @@ impl PollSink for ActorRef<ConsumerMsg> {
     }
     fn client_fatal(&self, reason: String) {
         let _ = self.send_message(ConsumerMsg::ClientFatal(reason));
+    }
+    fn offset_reset(&self, dlq: bool, partition: i32, at: i64) {
+        let _ = self.send_message(ConsumerMsg::OffsetReset { dlq, partition, at });
     }
 }
 
@@ -354,6 +364,14 @@ impl Actor for ConsumerActor {
                 }
             }
             ConsumerMsg::LagTick => s.check_lag(&myself, false),
+            ConsumerMsg::OffsetReset { dlq, partition, at } => {
+                if let Some(part) = s.parts.get(&partition) {
+                    let src = if dlq { Src::Dlq } else { Src::Main };
+                    let _ = part
+                        .actor
+                        .send_message(PartitionMsg::OffsetReset { src, at });
+                }
+            }
             ConsumerMsg::Lag(lags) => {
                 s.lag_running = false;
                 if std::mem::take(&mut s.lag_again) {

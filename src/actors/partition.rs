@@ -54,6 +54,11 @@ pub enum PartitionMsg {
     },
     /// The topics' ids (main, DLQ) at the consumer's lag check.
     Logs([Option<Arc<str>>; 2]),
+    /// librdkafka moved the side's position after a fetch at `at` was out of range.
+    OffsetReset {
+        src: Src,
+        at: i64,
+    },
     /// The answer to `Effect::ReadFromStart`.
     ReadingFrom {
         src: Src,
@@ -242,6 +247,7 @@ impl Actor for PartitionActor {
             },
             PartitionMsg::Positions(p) => Input::Positions(p),
             PartitionMsg::Logs(logs) => Input::Logs(logs),
+            PartitionMsg::OffsetReset { src, at } => Input::OffsetReset { src, at },
             PartitionMsg::ReadingFrom { src, start } => Input::ReadingFrom { src, start },
             PartitionMsg::Timer(t) => Input::Timer(t),
             PartitionMsg::Probed { src, from, to } => Input::Probed { src, from, to },
@@ -387,6 +393,12 @@ impl PartitionState {
                 to,
                 seen_end,
             }) => self.position_reset(src, from, to, seen_end),
+            Effect::Note(Note::DeletedUnread { src, from, to }) => {
+                let topic = self.machine.intake().topic(src);
+                self.a
+                    .pipeline
+                    .deleted_unread(topic, partition, from, to, None);
+            }
             Effect::Note(note) => observe::log(partition, note),
         }
         None

@@ -2,6 +2,7 @@
 //! callbacks) and the poll thread. No pipeline logic lives here.
 
 pub mod admin;
+pub mod client_log;
 pub mod identity;
 pub mod poller;
 
@@ -336,6 +337,10 @@ pub trait PollSink: Send + Sync {
     /// the shutdown still commits). Called once, from the poll thread, which
     /// then stops.
     fn client_fatal(&self, reason: String);
+    /// librdkafka moved a partition's position after its fetch at `at` was
+    /// out of range (`dlq`: of the DLQ topic). Called from librdkafka's
+    /// threads, in no order with the records: must not block.
+    fn offset_reset(&self, dlq: bool, partition: i32, at: i64);
 }
 
 /// Rebalance callbacks run on the poll thread, inside `poll()`. On revoke they hand
@@ -415,6 +420,19 @@ impl CourierContext {
 }
 
 impl ClientContext for CourierContext {
+    /// librdkafka's log lines (called from its threads: must not block). An
+    /// offset reset after a failed fetch is handed to the actor too: the
+    /// records between the position and the new one were deleted unread.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        client_log::emit(level, fac, message);
+        if let Some(r) = client_log::offset_reset(fac, message) {
+            let dlq = r.topic == self.dlq_topic;
+            if dlq || r.topic == self.topic {
+                self.actor.offset_reset(dlq, r.partition, r.at);
+            }
+        }
+    }
+
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         if reason.to_ascii_lowercase().contains("fenced") {
             tracing::error!(%error, reason, "fenced: another process joined the group with this kafka.instance_id (give each instance its own, e.g. the pod name), or this one's commits arrived after its session had timed out");

@@ -79,7 +79,8 @@ impl Gauges {
 pub(super) fn log(partition: i32, note: Note) {
     match note {
         // Logged by the actor once it knows why (`PartitionState::position_reset`).
-        Note::PositionReset { .. } => {}
+        // Logged and counted by the actor (`Pipeline::deleted_unread`).
+        Note::PositionReset { .. } | Note::DeletedUnread { .. } => {}
         Note::RefusedCompletion { src, error } => {
             tracing::error!(partition, ?src, error = %error, "impossible completion refused")
         }

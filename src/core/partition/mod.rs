@@ -203,6 +203,14 @@ pub enum Input<R> {
     /// known): a side whose log's id changed reads its new log from the start
     /// ([`Effect::ReadFromStart`]) unless a reset already began it.
     Logs([Option<Arc<str>>; 2]),
+    /// librdkafka moved the side's position after its fetch at `at` was out
+    /// of range (the log start passed it): the records from `at` to the next
+    /// one handed over were deleted unread ([`Note::DeletedUnread`]). It
+    /// arrives in no order with the records.
+    OffsetReset {
+        src: Src,
+        at: i64,
+    },
     /// The answer to [`Effect::ReadFromStart`]: the side was sought to
     /// `start`, its new log's start offset (`None`: the seek failed; asked
     /// again at the next [`Input::Logs`]).
@@ -323,6 +331,10 @@ pub enum Note {
         new: Arc<str>,
         read_again: bool,
     },
+    /// Offsets `[from, to)` of the side's log were deleted before they were
+    /// read: librdkafka's fetch at `from` was out of range, and the next
+    /// record it handed over is at `to`.
+    DeletedUnread { src: Src, from: i64, to: i64 },
     /// A completion the tracker refused (a bug upstream).
     RefusedCompletion { src: Src, error: TrackerError },
     /// A job errored [`MAX_ERRORED`] times or more: it is parked instead.
@@ -457,6 +469,12 @@ struct Side {
     /// the new log at or above it are the same whether fetched before the
     /// seek or after.
     read_again_from: Option<i64>,
+    /// The last forward gap between records of the current incarnation
+    /// (offsets `[from, to)`): deleted unread if librdkafka reports an offset
+    /// reset at `from` (compaction and transaction markers leave gaps too).
+    last_gap: Option<(i64, i64)>,
+    /// An offset reset at this offset that no gap has matched yet.
+    reset_at: Option<i64>,
     /// An [`Effect::Probe`] is out, or was answered since the last lag check.
     probing: bool,
     /// The log's end at the last lag check.
@@ -507,6 +525,8 @@ impl Side {
         self.log = None;
         self.reset_unconfirmed = true;
         self.reading_again = None;
+        self.last_gap = None;
+        self.reset_at = None;
         self.probing = false;
         self.end = None;
         self.idle_at = None;
@@ -596,6 +616,8 @@ impl<X: Intake> PartitionMachine<X> {
             reset_unconfirmed: false,
             reading_again: None,
             read_again_from: None,
+            last_gap: None,
+            reset_at: None,
             probing: false,
             end: None,
             end_log: None,
@@ -708,6 +730,17 @@ impl<X: Intake> PartitionMachine<X> {
             Input::Positions(p) => self.on_positions(p, now),
             Input::Logs(logs) => self.on_logs(logs),
             Input::ReadingFrom { src, start } => self.on_reading_from(src, start, now),
+            Input::OffsetReset { src, at } => {
+                let side = &mut self.sides[src.index()];
+                match side.last_gap {
+                    Some((from, to)) if from == at => {
+                        side.last_gap = None;
+                        self.fx
+                            .push(Effect::Note(Note::DeletedUnread { src, from, to }));
+                    }
+                    _ => side.reset_at = Some(at),
+                }
+            }
             Input::Timer(Timer::Wake) => {
                 self.wake_at = None;
                 self.evaluate(now);
@@ -877,6 +910,17 @@ impl<X: Intake> PartitionMachine<X> {
                     seen_end,
                 };
                 self.fx.push(Effect::Note(note));
+            }
+        } else if let Some(next) = next.filter(|next| offset + side.shift > *next) {
+            let from = side.offset(next);
+            if side.reset_at.take() == Some(from) {
+                self.fx.push(Effect::Note(Note::DeletedUnread {
+                    src,
+                    from,
+                    to: offset,
+                }));
+            } else {
+                side.last_gap = Some((from, offset));
             }
         }
         let slot = offset + side.shift;

@@ -1207,3 +1207,57 @@ fn a_new_log_starting_above_the_position_resumes_at_once() {
         .collect();
     assert_eq!(commits, vec![(81, true)]);
 }
+
+fn deleted<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, i64)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Note(Note::DeletedUnread { src, from, to }) => Some((*src, *from, *to)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// librdkafka reset the position after its fetch at 5 was out of range; the
+/// next record is at 40: offsets 5..40 were deleted unread, in whichever
+/// order the report and the record arrive. A gap it does not report (a
+/// compacted or transactional log) is not a loss.
+#[test]
+fn an_offset_reset_while_running_names_the_records_deleted_unread() {
+    // The report first.
+    let mut t = T::new(settings(OrderingMode::Unordered, 100, 100));
+    t.normal();
+    t.feed(main_recs(0..5, |_| None));
+    assert!(deleted(&t.feed(Input::OffsetReset {
+        src: Src::Main,
+        at: 5
+    }))
+    .is_empty());
+    let fx = t.feed(main_recs(40..42, |_| None));
+    assert_eq!(deleted(&fx), vec![(Src::Main, 5, 40)]);
+    assert!(resets(&fx).is_empty());
+    // The record first.
+    let mut t = T::new(settings(OrderingMode::Unordered, 100, 100));
+    t.normal();
+    t.feed(main_recs(0..5, |_| None));
+    assert!(deleted(&t.feed(main_recs(40..42, |_| None))).is_empty());
+    let fx = t.feed(Input::OffsetReset {
+        src: Src::Main,
+        at: 5,
+    });
+    assert_eq!(deleted(&fx), vec![(Src::Main, 5, 40)]);
+    // Said once.
+    assert!(deleted(&t.feed(Input::OffsetReset {
+        src: Src::Main,
+        at: 5
+    }))
+    .is_empty());
+    // Gaps without a report: nothing.
+    let fx = t.feed(main_recs(50..51, |_| None));
+    assert!(deleted(&fx).is_empty());
+    // A report of another position matches no gap.
+    let fx = t.feed(Input::OffsetReset {
+        src: Src::Main,
+        at: 44,
+    });
+    assert!(deleted(&fx).is_empty());
+}
