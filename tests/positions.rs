@@ -376,6 +376,49 @@ async fn metadata_of_a_recreated_topic_skips_nothing() {
     assert_no_loss("metaid", &rep);
 }
 
+/// The position itself is bound to its log too: an owner that missed the
+/// recreation commits the old log's position (300) onto the new topic, whose
+/// log is already longer. The next owner must not start there: it reads the
+/// new log from its start. (Before: offsets 0..300 of the new log were never
+/// delivered, and nothing said so.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_committed_for_the_old_log_skips_nothing() {
+    let s = services();
+    let n = Names::new("posid", 1);
+    n.create(&s, true).await;
+    let api = sink(Behaviour::default()).await;
+    loadgen::produce(&s.brokers, &n.topic, &spec("posold", 300))
+        .await
+        .unwrap();
+    let mut c = Courier::start(&n.topic, &s, &base_toml(&n, &api.url()));
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    c.terminate(Duration::from_secs(30)).await;
+    let old = n.committed_positions(&s)[0].clone();
+    assert_eq!(old.offset, 300, "{old:?}");
+    assert!(
+        courier::core::completed::made_for(&old.metadata).is_some(),
+        "the position names its log: {old:?}"
+    );
+    recreate(&s, &n.topic, 1).await;
+    let fresh = loadgen::produce(&s.brokers, &n.topic, &spec("posnew", 500))
+        .await
+        .unwrap();
+    commit_as(&s, &n.group, &n.topic, 0, old.offset, &old.metadata);
+    let api2 = sink(Behaviour::default()).await;
+    let mut c = Courier::start(&n.topic, &s, &base_toml(&n, &api2.url()));
+    wait_until(
+        Duration::from_secs(60),
+        "every event of the recreated topic reached the API",
+        || all_delivered(&api2, &fresh),
+    )
+    .await;
+    n.wait_committed_to_end(&s, Duration::from_secs(30)).await;
+    c.terminate(Duration::from_secs(30)).await;
+    let rep = n.audit(&s, &fresh, &api2);
+    assert_no_loss("posid", &rep);
+    assert_eq!(rep.delivered, 500);
+}
+
 /// After a partition actor crashes, the partition is read again from its
 /// watermark: the offsets the crashed actor's last stored metadata names done
 /// are skipped, so what is delivered again is what was in flight, not

@@ -317,13 +317,14 @@ impl Actor for ConsumerActor {
                 // Records of the new assignment wait in this mailbox meanwhile.
                 let mut skips = s.committed_metadata(&new).await;
                 for p in new {
-                    let skip = skips.remove(&p).unwrap_or_default();
+                    let c = skips.remove(&p).unwrap_or_default();
                     s.spawn_partition(
                         &myself,
                         p,
                         [None, None],
                         Arc::new(PartitionShared::default()),
-                        skip,
+                        c.skip,
+                        c.other_log,
                     )
                     .await?;
                 }
@@ -442,6 +443,7 @@ impl ConsumerState {
         start: [Option<NextOffset>; 2],
         shared: Arc<PartitionShared>,
         skip: [Option<Completed>; 2],
+        read_from_start: [bool; 2],
     ) -> Result<(), ActorProcessingErr> {
         self.generation += 1;
         let args = PartitionArgs {
@@ -456,6 +458,7 @@ impl ConsumerState {
             skip,
             logs: self.topic_ids.clone(),
             metadata_max_bytes: self.metadata_max,
+            read_from_start,
         };
         let (actor, _) = Actor::spawn_linked(None, PartitionActor, args, myself.get_cell()).await?;
         self.parts.insert(
@@ -570,7 +573,7 @@ impl ConsumerState {
             named,
             "re-read skips the offsets the crashed actor's last stored metadata names done"
         );
-        self.spawn_partition(myself, p, starts, old.shared, skip)
+        self.spawn_partition(myself, p, starts, old.shared, skip, [false, false])
             .await?;
         if let Some(part) = self.parts.get_mut(&p) {
             part.fence = fences;
@@ -581,12 +584,10 @@ impl ConsumerState {
 
     /// Reads, off the runtime, the group's committed offsets of `partitions` (main
     /// and DLQ) and decodes their metadata: the offsets an earlier owner finished
-    /// above its committed position. A failed lookup skips nothing (the earlier
-    /// owner's finished work is then delivered again).
-    async fn committed_metadata(
-        &mut self,
-        partitions: &[i32],
-    ) -> HashMap<i32, [Option<Completed>; 2]> {
+    /// above its committed position, and whether the position was made for
+    /// another log. A failed lookup skips nothing (the earlier owner's finished
+    /// work is then delivered again).
+    async fn committed_metadata(&mut self, partitions: &[i32]) -> HashMap<i32, Committed> {
         if partitions.is_empty() {
             return HashMap::new();
         }
@@ -619,7 +620,7 @@ impl ConsumerState {
                 }
             }
             let committed = c.committed_offsets(tpl, Duration::from_secs(10))?;
-            let mut out: HashMap<i32, [Option<Completed>; 2]> = HashMap::new();
+            let mut out: HashMap<i32, Committed> = HashMap::new();
             let mut positions = Vec::new();
             for (i, t) in topics.iter().enumerate() {
                 // The log start of each partition: where a committed position
@@ -637,7 +638,19 @@ impl ConsumerState {
                         if let Some(&start) = start {
                             positions.push((i, e.partition(), at, start, named.clone()));
                         }
-                        out.entry(e.partition()).or_default()[i] = named;
+                        // Metadata made for another log: its position is that
+                        // log's, not this one's (an owner that missed the
+                        // topic's recreation committed it here).
+                        let other = match (completed::made_for(e.metadata()), &ids[i]) {
+                            (Some(made), Some(now)) => made != &**now,
+                            _ => false,
+                        };
+                        if other {
+                            tracing::warn!(topic = %t, partition = e.partition(), committed = at, "the committed position was made for another log (its metadata names another topic id: the topic was recreated): the partition is read from its log's start");
+                        }
+                        let entry = out.entry(e.partition()).or_default();
+                        entry.skip[i] = named;
+                        entry.other_log[i] = other;
                     }
                 }
             }
@@ -655,7 +668,11 @@ impl ConsumerState {
                     self.pipeline
                         .deleted_unread(topics[i], p, committed, start, done.as_ref());
                 }
-                let named: u64 = out.values().flatten().flatten().map(Completed::len).sum();
+                let named: u64 = out
+                    .values()
+                    .flat_map(|c| c.skip.iter().flatten())
+                    .map(Completed::len)
+                    .sum();
                 tracing::info!(partitions = ?partitions, named, "committed metadata read: offsets done above the committed positions are skipped");
                 out
             }
@@ -865,6 +882,15 @@ fn list_offsets(
             })
             .collect(),
     )
+}
+
+/// What the committed offsets of a partition pair say (main, DLQ).
+#[derive(Debug, Default)]
+struct Committed {
+    /// The offsets an earlier owner finished above the committed position.
+    skip: [Option<Completed>; 2],
+    /// The position was made for another log (see `Settings::read_from_start`).
+    other_log: [bool; 2],
 }
 
 /// What one lag check found.

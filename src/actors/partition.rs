@@ -91,6 +91,9 @@ pub struct PartitionArgs {
     pub logs: [Option<Arc<str>>; 2],
     /// The brokers' `offset.metadata.max.bytes`.
     pub metadata_max_bytes: usize,
+    /// Per side: the committed position was made for another log (see
+    /// `core::partition::Settings::read_from_start`).
+    pub read_from_start: [bool; 2],
 }
 
 pub struct PartitionState {
@@ -141,6 +144,7 @@ impl Actor for PartitionActor {
             stored: Src::BOTH.map(|src| a.shared.stored(src).map(NextOffset::at)),
             skip: a.skip.clone(),
             logs: a.logs.clone(),
+            read_from_start: a.read_from_start,
             metadata_max_bytes: a.metadata_max_bytes,
             commit_interval: cfg.kafka.auto_commit_interval,
             // 0 (off): never due.

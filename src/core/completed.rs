@@ -44,9 +44,11 @@ fn valid_log(log: &str) -> bool {
 
 /// Encodes the done offsets in `[watermark, begun_end)` of the log `log` (the
 /// topic's id): every offset there that is not in `unfinished` (ascending, all
-/// within the range). Returns the metadata string, at most `max_bytes` long
-/// (empty when nothing is done above the watermark, nothing fits, or the log
-/// has no usable identity).
+/// within the range). Returns the metadata string, at most `max_bytes` long:
+/// the log and the watermark alone when nothing is done above it (so that a
+/// position is always bound to its log: one committed onto another log is
+/// known as such), empty when not even that fits or the log has no usable
+/// identity.
 pub fn encode(
     log: &str,
     watermark: i64,
@@ -54,7 +56,7 @@ pub fn encode(
     unfinished: impl IntoIterator<Item = i64>,
     max_bytes: usize,
 ) -> String {
-    if begun_end <= watermark || !valid_log(log) {
+    if !valid_log(log) {
         return String::new();
     }
     // Runs: unfinished, done, unfinished, done, …
@@ -97,10 +99,19 @@ pub fn encode(
         }
         kept = Some(bytes.len());
     }
-    match kept {
-        Some(n) => format!("{PREFIX}{log}:{}", URL_SAFE_NO_PAD.encode(&bytes[..n])),
-        None => String::new(),
-    }
+    let n = match kept {
+        Some(n) => n,
+        None => {
+            // The watermark alone.
+            let mut w = Vec::with_capacity(10);
+            leb128(watermark as u64, &mut w);
+            if !fits(w.len()) {
+                return String::new();
+            }
+            w.len()
+        }
+    };
+    format!("{PREFIX}{log}:{}", URL_SAFE_NO_PAD.encode(&bytes[..n]))
 }
 
 /// The done offsets a commit's metadata names.
@@ -232,9 +243,20 @@ mod tests {
 
     #[test]
     fn named_cases() {
-        // Nothing above the watermark, or nothing done there: no metadata.
-        assert_eq!(encode(LOG, 10, 10, [], 4096), "");
-        assert_eq!(encode(LOG, 10, 13, [10, 11, 12], 4096), "");
+        // Nothing above the watermark, or nothing done there: the log and the
+        // watermark alone, naming nothing done; not even that when it does
+        // not fit, or the log has no identity.
+        for m in [
+            encode(LOG, 10, 10, [], 4096),
+            encode(LOG, 10, 13, [10, 11, 12], 4096),
+        ] {
+            assert_eq!(m, format!("c2:{LOG}:Cg"));
+            assert_eq!(made_for(&m), Some(LOG));
+            assert_eq!(decode(LOG, 10, &m).map(|c| c.len()), Some(0));
+            assert_eq!(decode(LOG, 11, &m), None);
+        }
+        assert_eq!(encode(LOG, 10, 10, [], 3 + LOG.len() + 1 + 1), "");
+        assert_eq!(encode("no:log", 10, 10, [], 4096), "");
         // 10 unfinished, 11..13 done, 13 unfinished, 14 done.
         let m = encode(LOG, 10, 15, [10, 13], 4096);
         let c = decode(LOG, 10, &m).unwrap();

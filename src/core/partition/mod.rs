@@ -377,6 +377,12 @@ pub struct Settings {
     /// store's metadata carries (`core::completed`); `None` (not known): no
     /// metadata is written.
     pub logs: [Option<Arc<str>>; 2],
+    /// Per side: the committed position was made for another log (its
+    /// metadata names another topic id: an owner that missed the topic's
+    /// recreation committed it onto the new log). The side is read from its
+    /// log's start ([`Effect::ReadFromStart`], asked at the first
+    /// [`Input::Logs`]), and nothing is stored until it is.
+    pub read_from_start: [bool; 2],
     /// The broker's `offset.metadata.max.bytes`: the most a store's metadata
     /// may hold.
     pub metadata_max_bytes: usize,
@@ -614,7 +620,7 @@ impl<X: Intake> PartitionMachine<X> {
             log: settings.logs[src.index()].clone(),
             identity: settings.logs[src.index()].clone(),
             reset_unconfirmed: false,
-            reading_again: None,
+            reading_again: settings.read_from_start[src.index()].then_some(false),
             read_again_from: None,
             last_gap: None,
             reset_at: None,

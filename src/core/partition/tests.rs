@@ -95,6 +95,7 @@ pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize)
         stored: [None, None],
         skip: [None, None],
         logs: [Some(LOG.into()), Some(LOG.into())],
+        read_from_start: [false, false],
         metadata_max_bytes: DEFAULT_MAX_METADATA_BYTES,
         commit_interval: Duration::from_millis(250),
         commit_after: usize::MAX,
@@ -1260,4 +1261,41 @@ fn an_offset_reset_while_running_names_the_records_deleted_unread() {
         at: 44,
     });
     assert!(deleted(&fx).is_empty());
+}
+
+/// A committed position made for another log: the side asks to be read
+/// from its start at the first lag check, and stores nothing until the seek
+/// is answered (again at the next check if it failed: before librdkafka has
+/// started fetching the partition, a seek is refused).
+#[test]
+fn a_position_made_for_another_log_is_read_from_the_start() {
+    let mut s = settings(OrderingMode::Unordered, 10, 100);
+    s.read_from_start = [true, false];
+    let mut t = T::new(s);
+    t.normal();
+    t.feed(main_recs(300..302, |_| None));
+    t.done(Src::Main, &[300, 301]);
+    assert_eq!(t.store_timer(), vec![]);
+    assert_eq!(reads_from_start(&check(&mut t, LOG, 500)), vec![Src::Main]);
+    t.feed(Input::ReadingFrom {
+        src: Src::Main,
+        start: None,
+    });
+    assert_eq!(reads_from_start(&check(&mut t, LOG, 500)), vec![Src::Main]);
+    t.feed(Input::ReadingFrom {
+        src: Src::Main,
+        start: Some(0),
+    });
+    let fx = t.feed(main_recs(0..1, |_| None));
+    assert_eq!(resets(&fx), vec![(Src::Main, 302, 0)]);
+    t.done(Src::Main, &[302]);
+    let fx = t.feed(Input::Timer(Timer::Store));
+    let stored: Vec<i64> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Store { offset, .. } => Some(offset.get()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, vec![1]);
 }
