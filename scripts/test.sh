@@ -42,13 +42,16 @@ bash scripts/services.sh up
 # Redis, so it gets services of its own (another state directory, other ports),
 # started now in the background; it then runs beside the other tests instead of
 # after them (it is the longest test: about 7 minutes, mostly waiting on its faults).
+# Its ports lie below the kernel's ephemeral range (32768-60999 on Linux): a port
+# there can be taken by any client's outgoing connection while the drill has its
+# broker stopped, and a listener then fails to bind (seen: Toxiproxy on 39096).
 drill_state="${COURIER_STATE:-/tmp/courier-services}-drill"
 drill_services() {
     COURIER_STATE=$drill_state \
-        COURIER_KAFKA_PORT=39092 COURIER_KAFKA_CONTROLLER_PORT=39093 COURIER_KAFKA_SASL_PORT=39094 \
-        COURIER_KAFKA_PROXIED_PORT=39095 COURIER_KAFKA_PROXIED_ADVERTISED_PORT=39096 \
-        COURIER_KAFKA_SSL_PORT=39097 COURIER_KAFKA_SASL_SSL_PORT=39098 \
-        COURIER_REDIS_PORT=36379 COURIER_REDIS_TLS_PORT=36380 COURIER_PG_PORT=35432 \
+        COURIER_KAFKA_PORT=31092 COURIER_KAFKA_CONTROLLER_PORT=31093 COURIER_KAFKA_SASL_PORT=31094 \
+        COURIER_KAFKA_PROXIED_PORT=31095 COURIER_KAFKA_PROXIED_ADVERTISED_PORT=31096 \
+        COURIER_KAFKA_SSL_PORT=31097 COURIER_KAFKA_SASL_SSL_PORT=31098 \
+        COURIER_REDIS_PORT=31379 COURIER_REDIS_TLS_PORT=31380 COURIER_PG_PORT=31432 \
         bash scripts/services.sh "$@"
 }
 (drill_services kafka-reset && drill_services up) >"$tool_dir/drill-services.log" 2>&1 &
