@@ -111,6 +111,8 @@ pub struct ConsumerState {
     lag_running: bool,
     /// Partitions were assigned while a check was running: check again when it ends.
     lag_again: bool,
+    /// When a lag check last read the topics' ids (at most once a second).
+    ids_read_at: Option<std::time::Instant>,
     /// The brokers' `offset.metadata.max.bytes` (read at start).
     metadata_max: usize,
     /// The topics' ids (main, DLQ) at the last assignment: each commit's
@@ -275,6 +277,7 @@ impl Actor for ConsumerActor {
             lag_client: Arc::new(lag_client),
             lag_running: false,
             lag_again: false,
+            ids_read_at: None,
             metadata_max,
             topic_ids: [None, None],
         })
@@ -378,11 +381,14 @@ impl Actor for ConsumerActor {
                 if std::mem::take(&mut s.lag_again) {
                     s.check_lag(&myself, false);
                 }
+                let read_ids = lags.logs.iter().any(Option::is_some);
                 for (p, positions) in lags.positions {
                     if let Some(part) = s.parts.get(&p) {
-                        let _ = part
-                            .actor
-                            .send_message(PartitionMsg::Logs(lags.logs.clone()));
+                        if read_ids {
+                            let _ = part
+                                .actor
+                                .send_message(PartitionMsg::Logs(lags.logs.clone()));
+                        }
                         let _ = part.actor.send_message(PartitionMsg::Positions(positions));
                     }
                 }
@@ -705,10 +711,17 @@ impl ConsumerState {
         let main = self.pipeline.config.kafka.topic.clone();
         let parts: Vec<i32> = self.parts.keys().copied().collect();
         let read = self.dlq_read(&parts);
+        let ids = self
+            .ids_read_at
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if ids {
+            self.ids_read_at = Some(std::time::Instant::now());
+        }
         let me = myself.clone();
         tokio::spawn(async move {
-            let lookup =
-                tokio::task::spawn_blocking(move || lag_lookup(&c, &main, &dlq, &parts, &read));
+            let lookup = tokio::task::spawn_blocking(move || {
+                lag_lookup(&c, &main, &dlq, &parts, &read, ids)
+            });
             // Always answer, even if the lookup panicked: the answer ends the check.
             let _ = me.send_message(ConsumerMsg::Lag(lookup.await.unwrap_or_default()));
         });
@@ -911,10 +924,18 @@ fn lag_lookup(
     dlq: &str,
     parts: &[i32],
     read: &HashMap<i32, DlqRead>,
+    read_ids: bool,
 ) -> LagAnswer {
-    let mut ids = crate::kafka::identity::topic_ids(c, &[main, dlq], Duration::from_secs(5));
-    let logs = [main, dlq].map(|t| ids.remove(t).map(Arc::<str>::from));
     let main_highs = list_offsets(c, main, parts, Offset::End).unwrap_or_default();
+    // The ids only when the brokers answered: a DescribeTopics while none is
+    // up makes librdkafka reconnect without its backoff (measured: ~30,000
+    // refused connections per instance in a broker restart, against ~500).
+    let logs = if read_ids && !main_highs.is_empty() {
+        let mut ids = crate::kafka::identity::topic_ids(c, &[main, dlq], Duration::from_secs(5));
+        [main, dlq].map(|t| ids.remove(t).map(Arc::<str>::from))
+    } else {
+        [None, None]
+    };
     let highs = list_offsets(c, dlq, parts, Offset::End).unwrap_or_default();
     let lows = list_offsets(c, dlq, parts, Offset::Beginning).unwrap_or_default();
     let mut tpl = TopicPartitionList::new();

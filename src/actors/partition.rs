@@ -397,11 +397,16 @@ impl PartitionState {
                 to,
                 seen_end,
             }) => self.position_reset(src, from, to, seen_end),
-            Effect::Note(Note::DeletedUnread { src, from, to }) => {
+            Effect::Note(Note::DeletedUnread {
+                src,
+                from,
+                to,
+                done,
+            }) => {
                 let topic = self.machine.intake().topic(src);
                 self.a
                     .pipeline
-                    .deleted_unread(topic, partition, from, to, None);
+                    .deleted_unread(topic, partition, from, to, done.as_ref());
             }
             Effect::Note(note) => observe::log(partition, note),
         }

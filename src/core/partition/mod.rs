@@ -333,8 +333,14 @@ pub enum Note {
     },
     /// Offsets `[from, to)` of the side's log were deleted before they were
     /// read: librdkafka's fetch at `from` was out of range, and the next
-    /// record it handed over is at `to`.
-    DeletedUnread { src: Src, from: i64, to: i64 },
+    /// record it handed over is at `to`. `done`: what an earlier owner's
+    /// commit metadata named done there (read by it, so not lost).
+    DeletedUnread {
+        src: Src,
+        from: i64,
+        to: i64,
+        done: Option<Completed>,
+    },
     /// A completion the tracker refused (a bug upstream).
     RefusedCompletion { src: Src, error: TrackerError },
     /// A job errored [`MAX_ERRORED`] times or more: it is parked instead.
@@ -478,7 +484,7 @@ struct Side {
     /// The last forward gap between records of the current incarnation
     /// (offsets `[from, to)`): deleted unread if librdkafka reports an offset
     /// reset at `from` (compaction and transaction markers leave gaps too).
-    last_gap: Option<(i64, i64)>,
+    last_gap: Option<(i64, i64, Option<Completed>)>,
     /// An offset reset at this offset that no gap has matched yet.
     reset_at: Option<i64>,
     /// An [`Effect::Probe`] is out, or was answered since the last lag check.
@@ -738,13 +744,19 @@ impl<X: Intake> PartitionMachine<X> {
             Input::ReadingFrom { src, start } => self.on_reading_from(src, start, now),
             Input::OffsetReset { src, at } => {
                 let side = &mut self.sides[src.index()];
-                match side.last_gap {
-                    Some((from, to)) if from == at => {
-                        side.last_gap = None;
-                        self.fx
-                            .push(Effect::Note(Note::DeletedUnread { src, from, to }));
+                match side.last_gap.take() {
+                    Some((from, to, done)) if from == at => {
+                        self.fx.push(Effect::Note(Note::DeletedUnread {
+                            src,
+                            from,
+                            to,
+                            done,
+                        }));
                     }
-                    _ => side.reset_at = Some(at),
+                    gap => {
+                        side.last_gap = gap;
+                        side.reset_at = Some(at);
+                    }
                 }
             }
             Input::Timer(Timer::Wake) => {
@@ -924,9 +936,10 @@ impl<X: Intake> PartitionMachine<X> {
                     src,
                     from,
                     to: offset,
+                    done: side.skip.clone(),
                 }));
             } else {
-                side.last_gap = Some((from, offset));
+                side.last_gap = Some((from, offset, side.skip.clone()));
             }
         }
         let slot = offset + side.shift;

@@ -1212,7 +1212,7 @@ fn a_new_log_starting_above_the_position_resumes_at_once() {
 fn deleted<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, i64)> {
     fx.iter()
         .filter_map(|e| match e {
-            Effect::Note(Note::DeletedUnread { src, from, to }) => Some((*src, *from, *to)),
+            Effect::Note(Note::DeletedUnread { src, from, to, .. }) => Some((*src, *from, *to)),
             _ => None,
         })
         .collect()
