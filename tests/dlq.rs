@@ -254,6 +254,16 @@ async fn forged_envelopes_never_block_the_drain() {
     assert_no_loss("forged envelopes", &rep);
 }
 
+/// `count` events with a key each (none waits behind another of its key).
+fn spec(prefix: &str, count: usize) -> Spec {
+    Spec {
+        count,
+        keys: count,
+        id_prefix: prefix.into(),
+        ..Spec::default()
+    }
+}
+
 /// The `courier_events_deleted_unread_total` series of `topic`, read from the
 /// `/metrics` page (0 when absent).
 async fn deleted_unread(c: &Courier, topic: &str) -> f64 {
@@ -314,12 +324,6 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
     )
     .await
     .unwrap();
-    let spec = |prefix: &str, count| Spec {
-        count,
-        keys: count,
-        id_prefix: prefix.into(),
-        ..Spec::default()
-    };
     let first = loadgen::produce(&s.brokers, &n.topic, &spec("del-a", 40))
         .await
         .unwrap();
@@ -479,12 +483,6 @@ async fn events_deleted_unread_while_running_are_counted_exactly() {
     let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
         .await
         .unwrap();
-    let spec = |prefix: &str, count| Spec {
-        count,
-        keys: count,
-        id_prefix: prefix.into(),
-        ..Spec::default()
-    };
     let first = loadgen::produce(&s.brokers, &n.topic, &spec("delrun-a", 40))
         .await
         .unwrap();

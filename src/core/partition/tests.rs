@@ -213,6 +213,16 @@ fn stores<I>(fx: &[Effect<I>]) -> Vec<(Src, i64)> {
         .collect()
 }
 
+/// Every position stored, and whether it is committed at once.
+fn all_stores<I>(fx: &[Effect<I>]) -> Vec<(i64, bool)> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Store { offset, commit, .. } => Some((offset.get(), *commit)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Metadata committed alone (the position unchanged): the position and the
 /// offsets it names done among `0..100`.
 fn metadata_commits<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, Vec<i64>)> {
@@ -894,13 +904,7 @@ fn a_position_that_moves_back_is_a_new_incarnation() {
     );
     // The old position is forgotten: the new log's is stored, and committed
     // at once (librdkafka's auto-commit would wait for it to pass the old).
-    let commits: Vec<(i64, bool)> = fx
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Store { offset, commit, .. } => Some((offset.get(), *commit)),
-            _ => None,
-        })
-        .collect();
+    let commits = all_stores(&fx);
     assert_eq!(commits, vec![(0, true)]);
     let fx = t.done(Src::Main, &[16]);
     assert!(stores(&fx).is_empty());
@@ -1199,13 +1203,7 @@ fn a_new_log_starting_above_the_position_resumes_at_once() {
     assert!(resets(&fx).is_empty());
     // Committed at once (librdkafka's auto-commit would wait for the
     // position to pass the old log's).
-    let commits: Vec<(i64, bool)> = fx
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Store { offset, commit, .. } => Some((offset.get(), *commit)),
-            _ => None,
-        })
-        .collect();
+    let commits = all_stores(&fx);
     assert_eq!(commits, vec![(81, true)]);
 }
 
@@ -1290,12 +1288,6 @@ fn a_position_made_for_another_log_is_read_from_the_start() {
     assert_eq!(resets(&fx), vec![(Src::Main, 302, 0)]);
     t.done(Src::Main, &[302]);
     let fx = t.feed(Input::Timer(Timer::Store));
-    let stored: Vec<i64> = fx
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Store { offset, .. } => Some(offset.get()),
-            _ => None,
-        })
-        .collect();
+    let stored: Vec<i64> = all_stores(&fx).into_iter().map(|(o, _)| o).collect();
     assert_eq!(stored, vec![1]);
 }
