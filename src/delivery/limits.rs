@@ -25,6 +25,11 @@ pub struct Limits {
     epoch: Instant,
     /// Calls in flight now (main path and drain).
     calls: AtomicUsize,
+    /// The pool's permits ([`PermitGate`]): an event holds one from its
+    /// dispatch to its outcome, also while it waits out a back-off or writes
+    /// to the DLQ — the limit is in use when they are all held, whether or
+    /// not each holder is in a call at that moment.
+    pool: Arc<Semaphore>,
     limit: watch::Sender<usize>,
     gauge: metrics::Gauge,
     rate: Option<Arc<RateLimiter>>,
@@ -36,7 +41,13 @@ pub struct Call {
 }
 
 impl Limits {
-    pub fn new(max: usize, adaptive: bool, rate: Option<Arc<RateLimiter>>) -> Limits {
+    /// `pool`: the permits [`Limits::gate`] will keep at the limit.
+    pub fn new(
+        max: usize,
+        adaptive: bool,
+        rate: Option<Arc<RateLimiter>>,
+        pool: Arc<Semaphore>,
+    ) -> Limits {
         let adaptive = adaptive.then(|| Mutex::new(Aimd::new(AimdConfig::new(max))));
         let start = adaptive
             .as_ref()
@@ -58,6 +69,7 @@ impl Limits {
             adaptive,
             epoch: Instant::now(),
             calls: AtomicUsize::new(0),
+            pool,
             limit: watch::channel(start).0,
             gauge,
             rate,
@@ -96,17 +108,27 @@ impl Limits {
     /// Feeds the call's outcome to the limiter (and a 429's `Retry-After` to
     /// the rate limiter, which pauses the whole group).
     pub fn after_call(&self, call: Call, outcome: &Result<Answer, TransportError>) {
-        let in_flight = self.calls.fetch_sub(1, Relaxed);
+        self.after_call_at(Instant::now(), call, outcome);
+    }
+
+    fn after_call_at(&self, now: Instant, call: Call, outcome: &Result<Answer, TransportError>) {
+        let calls = self.calls.fetch_sub(1, Relaxed);
         if let (Some(rate), Ok(a)) = (&self.rate, outcome) {
             if let (429 | 503, Some(after)) = (a.status, a.retry_after) {
                 rate.pause_group(after);
             }
         }
         let Some(aimd) = &self.adaptive else { return };
-        let sample = sample_of(call.started.elapsed(), outcome);
-        let now = self.epoch.elapsed();
+        let sample = sample_of(now.saturating_duration_since(call.started), outcome);
+        // The limit is in use when the calls reach it, or when every permit
+        // of the pool is held (events between tries hold theirs: counting
+        // only calls, a few events in back-off kept the limit from ever
+        // looking reached, and it never grew again — issue 23's 403 tenant).
+        let held = self.current().saturating_sub(self.pool.available_permits());
+        let in_use = calls.max(held);
+        let now = now.saturating_duration_since(self.epoch);
         let mut aimd = aimd.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(change) = aimd.observe(now, sample, in_flight) {
+        if let Some(change) = aimd.observe(now, sample, in_use) {
             let limit = aimd.limit();
             drop(aimd);
             tracing::debug!(limit, change = change.as_str(), "API concurrency limit");
@@ -229,6 +251,39 @@ mod tests {
         }
         let next = tokio::time::timeout(Duration::from_millis(50), gate.acquire()).await;
         assert!(next.is_err(), "8 is the limit");
+    }
+
+    /// Events that hold the pool's permits between their tries (a back-off)
+    /// make the limit binding though few calls are in flight: it grows.
+    #[tokio::test]
+    async fn permits_held_between_tries_count_as_the_limit_in_use() {
+        let pool = Arc::new(Semaphore::new(64));
+        let limits = Limits::new(64, true, None, pool.clone());
+        let mut gate = limits.gate(pool, 64);
+        let start = limits.current();
+        // Every permit is held: one event calls, the others wait out a back-off.
+        let mut held = Vec::new();
+        for _ in 0..start {
+            held.push(gate.acquire().await.expect("permit"));
+        }
+        let ok = Ok(Answer {
+            status: 200,
+            retry_after: None,
+            body: None,
+            full: None,
+        });
+        let t0 = limits.epoch;
+        for i in 0..40u64 {
+            let sent = t0 + Duration::from_millis(20 * i);
+            limits.calls.fetch_add(1, Relaxed);
+            let call = Call { started: sent };
+            limits.after_call_at(sent + Duration::from_millis(5), call, &ok);
+        }
+        assert!(
+            limits.current() > start,
+            "the limit grew from {start} (now {})",
+            limits.current()
+        );
     }
 
     #[test]

@@ -246,10 +246,12 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let batching = batch.is_some() || routes.any_batched();
         // With batching the permits count events and a request carries many:
         // the adaptive limit (which learns from requests) would starve them.
+        let permits = Arc::new(Semaphore::new(cfg.pipeline.concurrency));
         let limits = Arc::new(limits::Limits::new(
             cfg.pipeline.concurrency,
             cfg.api.adaptive_concurrency && !batching,
             ratelimit::RateLimiter::from_config(&pipeline),
+            permits.clone(),
         ));
         Ok(Deliverer {
             batcher: Arc::new(batch::Batcher::new(
@@ -266,7 +268,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             forward_headers: cfg.api.forward_headers.clone(),
             status: cfg.api.status_policy()?,
             policy: cfg.api.retry_policy(),
-            permits: Arc::new(Semaphore::new(cfg.pipeline.concurrency)),
+            permits,
             drain_permits: Semaphore::new(d.drain_concurrency),
             drain_pacer: pacer::DrainPacer::new(Duration::from_secs_f64(
                 1.0 / d.drain_rate_per_sec,

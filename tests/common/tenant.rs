@@ -68,12 +68,28 @@ pub async fn tenant_403_run(
     let mut c = Courier::start(&n.topic, &s, &toml);
     let mut first: Option<std::time::Instant> = None;
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    // The longest time the count stood still, and at what count (what a
+    // slow round spent its time on).
+    let (mut last, mut moved_at, mut stall) =
+        (0u64, std::time::Instant::now(), (Duration::ZERO, 0));
     let secs = loop {
         let delivered = api.delivered_count();
         if delivered > 0 && first.is_none() {
             first = Some(std::time::Instant::now());
         }
+        if delivered != last {
+            if first.is_some() && last > 0 && moved_at.elapsed() > stall.0 {
+                stall = (moved_at.elapsed(), last);
+            }
+            (last, moved_at) = (delivered, std::time::Instant::now());
+        }
         if delivered >= others as u64 {
+            let limit = c.metric("courier_api_concurrency_limit").await;
+            eprintln!(
+                "[{tag}] longest stall {} ms, at {} delivered; concurrency limit {limit}",
+                stall.0.as_millis(),
+                stall.1
+            );
             break first.map_or(0.0, |f| f.elapsed().as_secs_f64());
         }
         assert!(
