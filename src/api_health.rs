@@ -463,7 +463,12 @@ mod tests {
             breaker_open: Duration::from_secs(5),
             ..cfg()
         }));
-        // Event "a" is refused: suspected; "a" waits first, then "b" and "c".
+        // An event is refused: suspected, optimistic (no fresh call waits).
+        let seq = h.call_number();
+        h.systemic(seq, "http_403", false);
+        assert!(h.admit_now(false), "optimistic: a fresh call goes");
+        // That call is refused too: the optimism ends (one probe), and the
+        // probe slots count; "a" waits first, then "b" and "c".
         let seq = h.call_number();
         h.systemic(seq, "http_403", false);
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<&'static str>();

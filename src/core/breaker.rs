@@ -12,8 +12,11 @@
 //! verdicts about the API, not about one call, so they do not wait for the failure
 //! rate to build up. A systemic answer (401/403, TLS) is a hypothesis instead
 //! (`core::systemic`): [`Breaker::systemic`] makes a closed breaker half-open at
-//! once, one delivered probe refutes it, and it opens only when every probe
-//! failed. [`GateQueue`] orders the waiting calls so the probes rotate.
+//! once — *optimistic* at first (every fresh call admitted, until
+//! `half_open_probes` of them were refused too or `open_for` passed), then with
+//! probe slots — one delivered call refutes it, and it opens only once fresh
+//! calls were refused and the period is `open_for` old. [`GateQueue`] orders the
+//! waiting calls so the probes rotate.
 //!
 //! # What the pipeline reads
 //!
@@ -294,6 +297,12 @@ pub struct Breaker {
     suspected: bool,
     /// Probes of a suspected period that failed so far.
     suspect_failed: u32,
+    /// A suspected period is *optimistic* until `half_open_probes` calls of
+    /// events not refused before were refused too, or it is `open_for` old:
+    /// every fresh call is admitted (the others' calls are the test, and one
+    /// tenant's refusal costs nobody a wait); then it is *cautious*, the
+    /// probe slots of any half-open period.
+    optimistic: bool,
     /// When the current half-open period began (`None` outside one).
     half_open_since: Option<Instant>,
     /// Probe slots of this half-open period taken by *suspects* (events that
@@ -317,6 +326,7 @@ impl Breaker {
             streak: 0,
             suspected: false,
             suspect_failed: 0,
+            optimistic: false,
             half_open_since: None,
             suspects_admitted: 0,
             repeats: 0,
@@ -358,7 +368,7 @@ impl Breaker {
         match self.state {
             BreakerState::Closed => true,
             BreakerState::Open { until } => now >= until,
-            BreakerState::HalfOpen { admitted, .. } => admitted < self.probes(),
+            BreakerState::HalfOpen { admitted, .. } => self.optimistic || admitted < self.probes(),
         }
     }
 
@@ -379,7 +389,46 @@ impl Breaker {
                     reason: TransitionReason::OpenElapsed,
                 })
             }
+            BreakerState::HalfOpen { .. } if self.optimistic && self.lapsed(now) => {
+                // Nothing refuted it for `open_for`: the probes decide now.
+                self.be_cautious();
+                None
+            }
             _ => None,
+        }
+    }
+
+    /// Whether the half-open period is `open_for` old.
+    fn lapsed(&self, now: Instant) -> bool {
+        self.half_open_since
+            .is_none_or(|since| now >= since + self.cfg.open_for)
+    }
+
+    /// The suspected period's optimism ends: from here its probe slots are
+    /// counted afresh (the calls admitted optimistically are not probes; one
+    /// of them delivered still refutes it, through a probe's slot).
+    fn be_cautious(&mut self) {
+        self.optimistic = false;
+        self.state = BreakerState::HalfOpen {
+            admitted: 0,
+            succeeded: 0,
+        };
+        self.suspects_admitted = 0;
+        self.repeats = 0;
+    }
+
+    /// A fresh call of a suspected period was refused (or failed): evidence.
+    /// Optimistic, it counts, and `half_open_probes` of them end the optimism;
+    /// cautious, its slot goes to the next waiter, so calls of other events
+    /// keep testing the hypothesis.
+    fn suspect_evidence(&mut self) {
+        self.suspect_failed += 1;
+        if self.optimistic {
+            if self.suspect_failed >= self.probes() {
+                self.be_cautious();
+            }
+        } else if let BreakerState::HalfOpen { admitted, .. } = &mut self.state {
+            *admitted = admitted.saturating_sub(1);
         }
     }
 
@@ -393,7 +442,10 @@ impl Breaker {
             BreakerState::Closed => true,
             BreakerState::Open { .. } => false,
             BreakerState::HalfOpen { admitted, .. } => {
-                if *admitted < probes {
+                if self.optimistic {
+                    *admitted = admitted.saturating_add(1);
+                    true
+                } else if *admitted < probes {
                     *admitted += 1;
                     true
                 } else {
@@ -449,9 +501,7 @@ impl Breaker {
                     if success {
                         return Some(self.close(TransitionReason::Refuted));
                     }
-                    // Evidence; the slot goes to the next waiter.
-                    *admitted -= 1;
-                    self.suspect_failed += 1;
+                    self.suspect_evidence();
                     return self.confirmed(now).then(|| {
                         self.open(
                             now,
@@ -497,13 +547,15 @@ impl Breaker {
 
     /// A systemic answer (401, 403, TLS, …) that nothing refuted
     /// (`core::systemic::judge`). Closed: the hypothesis "the API refuses every
-    /// call" is *suspected* — half-open at once, with the reason: the next
-    /// `half_open_probes` calls test it (other events', if any wait: see
-    /// [`GateQueue`]) instead of every partition pausing for `open_for` on one
-    /// event's word. In a suspected period one probe's success refutes it
-    /// (closed, `refuted`), and it is confirmed (open, with the answer's reason)
-    /// once every probe slot was used and every probe was refused or failed —
-    /// so one more refused event among the probes does not pause everyone.
+    /// call" is *suspected* — half-open at once, with the reason, instead of
+    /// every partition pausing for `open_for` on one event's word. The period
+    /// is optimistic first: every fresh call goes and tests it, until
+    /// `half_open_probes` of them were refused too or it is `open_for` old;
+    /// then the next `half_open_probes` calls do (other events', if any wait:
+    /// see [`GateQueue`]). One delivered call refutes it (closed, `refuted`),
+    /// and it is confirmed (open, with the answer's reason) only once
+    /// `half_open_probes` fresh calls were refused and it is `open_for` old —
+    /// so one more refused event among the calls does not pause everyone.
     /// Half-open after an open interval: a probe's systemic answer reopens it
     /// (`probe_failed`). A `straggler` (a call sent before the period) is
     /// ignored. Open: extended, as [`Breaker::trip`].
@@ -521,6 +573,7 @@ impl Breaker {
                 };
                 self.new_period(now);
                 self.suspected = true;
+                self.optimistic = true;
                 self.streak = 0;
                 Some(Transition {
                     from: BreakerStateKind::Closed,
@@ -541,12 +594,7 @@ impl Breaker {
                 if succeeded + self.repeats >= admitted {
                     return None; // not a probe's answer
                 }
-                // Evidence; the slot goes to the next waiter, so calls of
-                // other events keep testing the hypothesis.
-                if let BreakerState::HalfOpen { admitted, .. } = &mut self.state {
-                    *admitted -= 1;
-                }
-                self.suspect_failed += 1;
+                self.suspect_evidence();
                 self.confirmed(now).then(|| {
                     self.open(
                         now,
@@ -594,7 +642,9 @@ impl Breaker {
             return None; // not a probe's answer
         }
         self.repeats += 1;
-        if self.confirmed(now) {
+        if self.confirmed(now) || (self.suspected && self.lapsed(now)) {
+            // Suspected for `open_for`, nothing delivered since (it would be
+            // closed), and refused again, whoever probed: confirmed.
             return Some(self.open(
                 now,
                 BreakerStateKind::HalfOpen,
@@ -607,24 +657,12 @@ impl Breaker {
         if succeeded > 0 {
             return Some(self.close(TransitionReason::ProbesSucceeded));
         }
-        let old = self
-            .half_open_since
-            .is_none_or(|since| now >= since + self.cfg.open_for);
         if !self.suspected {
             // After an open interval: nothing was delivered, as before.
             return Some(self.open(
                 now,
                 BreakerStateKind::HalfOpen,
                 TransitionReason::ProbeFailed,
-            ));
-        }
-        if old {
-            // Suspected for `open_for` and nothing was delivered, whoever
-            // probed: confirmed.
-            return Some(self.open(
-                now,
-                BreakerStateKind::HalfOpen,
-                TransitionReason::Forced(reason),
             ));
         }
         // Only suspects probed a young suspected period, and they said what
@@ -689,6 +727,7 @@ impl Breaker {
     fn close(&mut self, reason: TransitionReason) -> Transition {
         self.state = BreakerState::Closed;
         self.suspected = false;
+        self.optimistic = false;
         self.half_open_since = None;
         self.window.clear();
         Transition {
@@ -705,6 +744,7 @@ impl Breaker {
         reason: TransitionReason,
     ) -> Transition {
         self.suspected = false;
+        self.optimistic = false;
         self.suspect_failed = 0;
         self.half_open_since = None;
         self.state = BreakerState::Open {
@@ -835,27 +875,33 @@ mod tests {
         assert!(!b.is_open(t0), "a suspicion pauses no partition");
         // A straggler's systemic answer changes nothing.
         assert_eq!(b.systemic(t0, "http_403", true), None);
-        // One probe refused (another refused event), the other delivered:
-        // refuted, closed.
-        assert!(b.allow(t0) && b.allow(t0));
-        assert!(!b.allow(t0), "two probes");
+        // Optimistic: every fresh call goes (the others' calls test it); one
+        // refused (another refused event), one delivered: refuted, closed.
+        assert!(b.admits_traffic(t0));
+        assert!((0..100).all(|_| b.allow(t0)), "no fresh call waits");
         assert_eq!(b.systemic(t0, "http_403", false), None);
         assert_eq!(
             b.record(t0, true).map(|t| t.reason),
             Some(TransitionReason::Refuted)
         );
         assert_eq!(b.state(t0), BreakerStateKind::Closed);
-        // Suspected again, and every fresh probe is refused: a refused slot
-        // goes to the next waiter; confirmed (open with the reason) once
-        // `half_open_probes` were refused and the period is `open_for` old.
+        // Suspected again, and every fresh call is refused: the optimism ends
+        // at `half_open_probes` refusals, then the probe slots count (a
+        // refused slot goes to the next waiter); confirmed (open with the
+        // reason) once the period is `open_for` old.
         b.systemic(t0, "http_401", false).expect("suspected");
-        assert!(b.allow(t0));
+        assert!(b.allow(t0) && b.allow(t0) && b.allow(t0));
         assert_eq!(b.systemic(t0, "http_401", false), None, "one refusal");
+        assert!(b.allow(t0), "still optimistic");
+        assert_eq!(b.systemic(t0, "http_401", false), None, "two: cautious");
+        assert!(b.allow(t0) && b.allow(t0));
+        assert!(!b.allow(t0), "two probes");
+        assert_eq!(b.systemic(t0, "http_401", false), None);
         assert!(b.allow(t0), "the refused probe's slot is free again");
         assert_eq!(
             b.systemic(t0, "http_401", false),
             None,
-            "two refusals, but the period is young: others may still refute it"
+            "refused, but the period is young: others may still refute it"
         );
         let t0 = t0 + secs(5);
         assert!(b.allow(t0));
@@ -878,6 +924,24 @@ mod tests {
         assert!(b.allow(later));
         let t = b.systemic(later, "http_401", false).expect("reopened");
         assert_eq!(t.reason, TransitionReason::ProbeFailed);
+    }
+
+    #[test]
+    fn an_optimistic_suspicion_lapses_into_probes() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        b.systemic(t0, "http_403", false).expect("suspected");
+        assert!((0..10).all(|_| b.allow(t0 + ms(4_999))));
+        // Nothing refuted it for `open_for`: the probes decide, as after any
+        // open interval, but a delivered one still refutes it.
+        let later = t0 + secs(5);
+        assert!(b.allow(later) && b.allow(later));
+        assert!(!b.allow(later), "two probes");
+        assert!(!b.admits_traffic(later));
+        assert_eq!(
+            b.record(later, true).map(|t| t.reason),
+            Some(TransitionReason::Refuted)
+        );
     }
 
     #[test]
