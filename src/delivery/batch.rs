@@ -16,8 +16,9 @@
 //!
 //! An event whose partition is handed over stops waiting at once; its answer,
 //! if its batch was already sent, is dropped. A batch leaves without the
-//! events that stopped waiting, so no request carries an event of a partition
-//! whose revoke completed before the batch was sent.
+//! events that stopped waiting — checked when it is formed and again after its
+//! rate slot, however long that took — so no request carries an event of a
+//! partition whose revoke completed before the batch was sent.
 
 mod send;
 
@@ -74,6 +75,9 @@ pub(crate) struct Batcher<A> {
     groups: Mutex<HashMap<GroupKey, Group>>,
     /// Events submitted so far.
     submitted: std::sync::atomic::AtomicU64,
+    /// Batches whose sending ended (answered, or left with nobody waiting).
+    #[cfg(test)]
+    ended: std::sync::atomic::AtomicU64,
 }
 
 impl<A: Api + Clone> Batcher<A> {
@@ -84,7 +88,15 @@ impl<A: Api + Clone> Batcher<A> {
             pipeline,
             groups: Mutex::new(HashMap::new()),
             submitted: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(test)]
+            ended: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Batches whose sending ended so far (a test's handle on "done with it").
+    #[cfg(test)]
+    pub(super) fn ended(&self) -> u64 {
+        self.ended.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Events submitted so far (a test's handle on "waiting in a batch").
@@ -237,7 +249,11 @@ impl<A: Api + Clone> Batcher<A> {
             }
             let this = self.clone();
             let (out, spec, key) = (out.clone(), spec.clone(), key.clone());
-            tokio::spawn(async move { this.bisect(&key, &out, &spec, batch).await });
+            tokio::spawn(async move {
+                this.bisect(&key, &out, &spec, batch).await;
+                #[cfg(test)]
+                this.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
         }
     }
 }

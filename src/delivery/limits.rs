@@ -30,6 +30,9 @@ pub struct Limits {
     /// to the DLQ — the limit is in use when they are all held, whether or
     /// not each holder is in a call at that moment.
     pool: Arc<Semaphore>,
+    /// Waits for the rate limit begun so far (a test's handle on "waiting").
+    #[cfg(test)]
+    pub(super) rate_waits: AtomicUsize,
     limit: watch::Sender<usize>,
     gauge: metrics::Gauge,
     rate: Option<Arc<RateLimiter>>,
@@ -70,6 +73,8 @@ impl Limits {
             epoch: Instant::now(),
             calls: AtomicUsize::new(0),
             pool,
+            #[cfg(test)]
+            rate_waits: AtomicUsize::new(0),
             limit: watch::channel(start).0,
             gauge,
             rate,
@@ -95,6 +100,8 @@ impl Limits {
     /// limit (a batch of n events with `api.rate_limit_unit = "events"`).
     pub async fn before_call_weighted(&self, weight: usize) -> Call {
         if let Some(rate) = &self.rate {
+            #[cfg(test)]
+            self.rate_waits.fetch_add(1, Relaxed);
             for _ in 0..weight.max(1) {
                 rate.acquire().await;
             }
@@ -103,6 +110,14 @@ impl Limits {
         Call {
             started: Instant::now(),
         }
+    }
+
+    /// A call counted by [`Limits::before_call_weighted`] that was not made
+    /// after all (everyone it was for stopped waiting): no longer in flight,
+    /// and nothing to learn from it.
+    pub fn call_not_made(&self, call: Call) {
+        let Call { started: _ } = call;
+        self.calls.fetch_sub(1, Relaxed);
     }
 
     /// Feeds the call's outcome to the limiter (and a 429's `Retry-After` to

@@ -25,8 +25,17 @@ impl<A: Api + Clone> Batcher<A> {
             if items.is_empty() {
                 return;
             }
+            let call = self.rate_slot(items.len()).await;
+            // The wait for a rate slot can outlast a handover: who stopped
+            // waiting meanwhile is left out too, so no request carries an
+            // event of a partition whose revoke completed during the wait.
+            items.retain(|s| !s.reply.is_closed());
+            if items.is_empty() {
+                self.limits.call_not_made(call);
+                return;
+            }
             let n = items.len();
-            let (answer, seq) = self.request(out, spec, &items).await;
+            let (answer, seq) = self.request(out, spec, &items, call).await;
             let a = match answer {
                 Err(t) => {
                     for s in items {
@@ -58,22 +67,28 @@ impl<A: Api + Clone> Batcher<A> {
         })
     }
 
-    /// One request for `items`: a single event as itself (its own
-    /// Content-Type and id as `Idempotency-Key`), several as the format's body
-    /// with a key derived from their ids. With the call's number.
+    /// Waits for the rate slot of a request of `n` events (one slot, or `n`
+    /// with `api.rate_limit_unit = "events"`), then counts the call.
+    async fn rate_slot(&self, n: usize) -> crate::delivery::limits::Call {
+        let weight = match self.pipeline.config.api.rate_limit_unit {
+            RateLimitUnit::Requests => 1,
+            RateLimitUnit::Events => n,
+        };
+        self.limits.before_call_weighted(weight).await
+    }
+
+    /// One request for `items`, counted as `call`: a single event as itself
+    /// (its own Content-Type and id as `Idempotency-Key`), several as the
+    /// format's body with a key derived from their ids. With the call's number.
     async fn request(
         &self,
         out: &Outgoing,
         spec: &BatchSpec,
         items: &[Submission],
+        call: crate::delivery::limits::Call,
     ) -> (Result<Answer, crate::delivery::http::TransportError>, u64) {
         let n = items.len();
         let redelivery = items.iter().filter_map(|s| s.redelivery).max();
-        let weight = match self.pipeline.config.api.rate_limit_unit {
-            RateLimitUnit::Requests => 1,
-            RateLimitUnit::Events => n,
-        };
-        let call = self.limits.before_call_weighted(weight).await;
         let seq = self.pipeline.health.call_number();
         let r = if n == 1 {
             let s = &items[0];

@@ -266,3 +266,54 @@ async fn an_event_handed_over_before_its_batch_leaves_is_not_sent() {
         "handed over: no outcome"
     );
 }
+
+/// A batch that waits for its rate slot (`api.rate_limit_per_sec`) while its
+/// event's partition is handed over leaves without it: no request for a
+/// partition whose revoke completed during the wait (issue 25's revoke
+/// mid-batch; before, the batch was checked only when it was formed).
+#[tokio::test]
+async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent() {
+    let api = BatchApi::new(&[], &[], None);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer_with(
+        QUICK,
+        "\n[api.batch]\nmax_events = 10\nlinger = \"1ms\"\n",
+        &api,
+        &dlq,
+    );
+    // One request a second, no Redis: the second batch waits about a second.
+    let rate = super::ratelimit::RateLimiter::new(1, 1, None, "test", "member");
+    let limits = Arc::new(limits::Limits::new(
+        8,
+        false,
+        Some(Arc::new(rate)),
+        Arc::new(tokio::sync::Semaphore::new(8)),
+    ));
+    let batcher = Arc::new(batch::Batcher::new(
+        api.clone(),
+        limits.clone(),
+        d.pipeline.clone(),
+    ));
+    let spec = d.batch.clone().expect("[api.batch] is on");
+    let out = Outgoing::default();
+    let body = |id: &str| Bytes::from(format!(r#"{{"id":"{id}"}}"#));
+    let first = batcher.submit(&out, &spec, "e-0", body("e-0"), None);
+    let (answer, _) = tokio::time::timeout(Duration::from_secs(30), first)
+        .await
+        .expect("answered")
+        .expect("a reply");
+    assert_eq!(answer.map(|a| a.status).ok(), Some(200));
+    let second = batcher.submit(&out, &spec, "e-1", body("e-1"), None);
+    until("the second batch waits for its rate slot", || {
+        limits.rate_waits.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    // Its partition is handed over: the event stops waiting.
+    drop(second);
+    until("the second batch ended", || batcher.ended() == 2).await;
+    assert_eq!(
+        api.requests(),
+        vec![vec!["e-0".to_string()]],
+        "no request for the handed-over event"
+    );
+}
