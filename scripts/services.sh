@@ -382,6 +382,9 @@ log.dirs=$KAFKA_DATA
 num.partitions=1
 default.replication.factor=1
 auto.create.topics.enable=false
+# Not Kafka's default (4096), so the tests see Courier read the limit from the
+# brokers (tests/positions.rs::commit_metadata_stays_within_the_brokers_limit).
+offset.metadata.max.bytes=1024
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=6
 transaction.state.log.replication.factor=1

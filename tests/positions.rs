@@ -498,3 +498,87 @@ async fn a_crashed_partition_actor_skips_what_its_metadata_names() {
     let rep = n.audit(&s, &all, &api);
     assert_no_loss("metacrash", &rep);
 }
+
+/// The brokers' `offset.metadata.max.bytes` (1,024 in the test services, not
+/// Kafka's 4,096: `scripts/services.sh`) bounds Courier's commit metadata:
+/// every other event is answered 503 once, so it is retried in place (after
+/// 200 ms) while its neighbours are done, and hundreds of done runs lie above the
+/// watermark — more than 1,024 bytes of them. Courier reads the limit at
+/// start, names as many runs as fit, and no commit is refused (with Kafka's
+/// default assumed instead, seen: the broker refused the commits made while
+/// the runs were many, `OffsetMetadataTooLarge`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_metadata_stays_within_the_brokers_limit() {
+    let s = services();
+    let n = Names::new("metalimit", 1);
+    n.create(&s, true).await;
+    let count = 4_000;
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec("ml", count))
+        .await
+        .expect("produce");
+    let fail_ids = (0..count)
+        .step_by(2)
+        .map(|i| {
+            (
+                loadgen::event_id("ml", i),
+                FailRule {
+                    status: 503,
+                    times: Some(1),
+                    retry_after_s: None,
+                },
+            )
+        })
+        .collect();
+    let api = sink(Behaviour {
+        latency_ms: 100,
+        fail_ids,
+        ..Behaviour::default()
+    })
+    .await;
+    // Half the first answers are 503: neither the breaker nor the adaptive
+    // limit (503 is back-pressure to it) may hold the calls back.
+    let degraded = "breaker_failure_rate = 1.0\nbreaker_consecutive_failures = 0";
+    let toml = toml_with(&n, &api.url(), degraded)
+        .replace("concurrency = 256\n", "concurrency = 1000\n")
+        .replace("[api]\n", "[api]\nadaptive_concurrency = false\n")
+        .replace("retry_base = \"20ms\"", "retry_base = \"200ms\"")
+        .replace("retry_max_delay = \"100ms\"", "retry_max_delay = \"300ms\"")
+        .replace("retry_budget = \"500ms\"", "retry_budget = \"5s\"");
+    let mut c = Courier::start(&n.topic, &s, &toml);
+    let mut longest = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !all_delivered(&api, &produced) {
+        for p in n.committed_positions(&s) {
+            longest = longest.max(p.metadata.len());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "every event delivered within 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
+    let log = strip_ansi(&c.log_text());
+    println!("[metalimit] longest committed metadata: {longest} bytes");
+    assert!(
+        log.contains("commit metadata limit read from the brokers offset_metadata_max_bytes=1024"),
+        "the limit was read from the brokers"
+    );
+    for refused in ["offset commit refused", "offset commit failed"] {
+        assert!(
+            !log.contains(refused),
+            "a commit was refused: {}",
+            log.lines()
+                .find(|l| l.contains(refused))
+                .unwrap_or_default()
+        );
+    }
+    assert!(
+        (1..=1024).contains(&longest),
+        "the committed metadata fit the brokers' limit ({longest} bytes)"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("metalimit", &rep);
+    assert_eq!(rep.delivered, count, "{rep}");
+}

@@ -443,6 +443,18 @@ impl ClientContext for CourierContext {
 }
 
 impl CourierContext {
+    /// Commit failures repeat at every commit interval while their cause
+    /// lasts (the coordinator away): one line per 10 s says so.
+    fn commit_warning_due(&self) -> bool {
+        let now = crate::clock::now_ms();
+        let last = self.commit_warned_ms.load(Ordering::Relaxed);
+        now - last >= 10_000
+            && self
+                .commit_warned_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
     /// Partition indices of the main topic and the DLQ (pairs share an index).
     fn partitions_of(&self, tpl: &rdkafka::TopicPartitionList) -> Vec<i32> {
         let mut v: Vec<i32> = tpl
@@ -464,23 +476,39 @@ impl ConsumerContext for CourierContext {
     fn commit_callback(
         &self,
         result: rdkafka::error::KafkaResult<()>,
-        _offsets: &rdkafka::TopicPartitionList,
+        offsets: &rdkafka::TopicPartitionList,
     ) {
         match result {
             Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-            Ok(()) => self.actor.auto_committed(),
+            Ok(()) => {
+                self.actor.auto_committed();
+                // The request landed, but the broker may refuse partitions one
+                // by one (metadata too large, a partition not the group's):
+                // those positions did not move, and nothing else says so.
+                let refused: Vec<(String, i32, String)> = offsets
+                    .elements()
+                    .iter()
+                    .filter_map(|e| {
+                        e.error()
+                            .err()
+                            .map(|err| (e.topic().to_string(), e.partition(), err.to_string()))
+                    })
+                    .collect();
+                if let Some((topic, partition, error)) = refused.first() {
+                    if self.commit_warning_due() {
+                        tracing::warn!(
+                            %topic,
+                            partition,
+                            %error,
+                            refused = refused.len(),
+                            "offset commit refused for some partitions: work finished since their last commit that landed is delivered again if they move before one does"
+                        );
+                    }
+                }
+            }
             Err(e) => {
                 self.actor.auto_committed();
-                // Failures repeat at every commit interval while the coordinator
-                // is away: one line per 10 s says so.
-                let now = crate::clock::now_ms();
-                let last = self.commit_warned_ms.load(Ordering::Relaxed);
-                if now - last >= 10_000
-                    && self
-                        .commit_warned_ms
-                        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                {
+                if self.commit_warning_due() {
                     tracing::warn!(error = %e, "offset commit failed: work finished since the last commit that landed is delivered again if the partition moves before one does");
                 }
             }
