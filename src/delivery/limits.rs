@@ -30,12 +30,32 @@ pub struct Limits {
     /// to the DLQ — the limit is in use when they are all held, whether or
     /// not each holder is in a call at that moment.
     pool: Arc<Semaphore>,
+    /// Calls waiting for their rate slot now: their events hold permits, but
+    /// the rate, not the concurrency limit, holds them back.
+    waiting_for_rate: AtomicUsize,
     /// Waits for the rate limit begun so far (a test's handle on "waiting").
     #[cfg(test)]
     pub(super) rate_waits: AtomicUsize,
     limit: watch::Sender<usize>,
     gauge: metrics::Gauge,
     rate: Option<Arc<RateLimiter>>,
+}
+
+/// Counts one call waiting for its rate slot while it lives (a wait dropped
+/// on a handover included).
+struct RateWait<'a>(&'a AtomicUsize);
+
+impl<'a> RateWait<'a> {
+    fn new(n: &'a AtomicUsize) -> RateWait<'a> {
+        n.fetch_add(1, Relaxed);
+        RateWait(n)
+    }
+}
+
+impl Drop for RateWait<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 /// A call in flight; hand it back to [`Limits::after_call`].
@@ -73,6 +93,7 @@ impl Limits {
             epoch: Instant::now(),
             calls: AtomicUsize::new(0),
             pool,
+            waiting_for_rate: AtomicUsize::new(0),
             #[cfg(test)]
             rate_waits: AtomicUsize::new(0),
             limit: watch::channel(start).0,
@@ -102,6 +123,7 @@ impl Limits {
         if let Some(rate) = &self.rate {
             #[cfg(test)]
             self.rate_waits.fetch_add(1, Relaxed);
+            let _waiting = RateWait::new(&self.waiting_for_rate);
             for _ in 0..weight.max(1) {
                 rate.acquire().await;
             }
@@ -136,10 +158,15 @@ impl Limits {
         let Some(aimd) = &self.adaptive else { return };
         let sample = sample_of(now.saturating_duration_since(call.started), outcome);
         // The limit is in use when the calls reach it, or when every permit
-        // of the pool is held (events between tries hold theirs: counting
-        // only calls, a few events in back-off kept the limit from ever
-        // looking reached, and it never grew again — issue 23's 403 tenant).
-        let held = self.current().saturating_sub(self.pool.available_permits());
+        // of the pool is held by work the limit holds back (events between
+        // tries hold theirs: counting only calls, a few events in back-off
+        // kept the limit from ever looking reached, and it never grew again —
+        // issue 23's 403 tenant). Events waiting for a rate slot are held back
+        // by the rate: they do not make the limit grow.
+        let held = self
+            .current()
+            .saturating_sub(self.pool.available_permits())
+            .saturating_sub(self.waiting_for_rate.load(Relaxed));
         let in_use = calls.max(held);
         let now = now.saturating_duration_since(self.epoch);
         let mut aimd = aimd.lock().unwrap_or_else(|e| e.into_inner());
@@ -299,6 +326,39 @@ mod tests {
             "the limit grew from {start} (now {})",
             limits.current()
         );
+    }
+
+    /// Events waiting for their rate slot hold permits too, but the rate holds
+    /// them back, not the limit: it does not grow for them.
+    #[tokio::test]
+    async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
+        let pool = Arc::new(Semaphore::new(64));
+        let limits = Limits::new(64, true, None, pool.clone());
+        let mut gate = limits.gate(pool, 64);
+        let start = limits.current();
+        let mut held = Vec::new();
+        for _ in 0..start {
+            held.push(gate.acquire().await.expect("permit"));
+        }
+        // All but the calling one wait for a rate slot.
+        let waits: Vec<RateWait<'_>> = (1..start)
+            .map(|_| RateWait::new(&limits.waiting_for_rate))
+            .collect();
+        let ok = Ok(Answer {
+            status: 200,
+            retry_after: None,
+            body: None,
+            full: None,
+        });
+        let t0 = limits.epoch;
+        for i in 0..40u64 {
+            let sent = t0 + Duration::from_millis(20 * i);
+            limits.calls.fetch_add(1, Relaxed);
+            limits.after_call_at(sent + Duration::from_millis(5), Call { started: sent }, &ok);
+        }
+        assert_eq!(limits.current(), start, "the limit stayed");
+        drop(waits);
+        assert_eq!(limits.waiting_for_rate.load(Relaxed), 0);
     }
 
     #[test]
