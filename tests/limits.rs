@@ -378,7 +378,8 @@ async fn rate_limit_keys_without_ttl_do_not_stall_the_group() {
 /// (empty: no persistence, the members and the TAT are gone). In no whole second
 /// does the API see more than the limit + its burst (+ 5 % for where the
 /// seconds fall), before, during or after, and while Redis is down no whole
-/// second falls below 0.6 × the limit (never a stall); the per-second table is
+/// second falls below 0.6 × the rate reached through Redis before (never a
+/// stall); the per-second table is
 /// printed with the phases. Ends with the audit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_burst_above_the_limit_when_redis_returns() {
@@ -463,12 +464,29 @@ async fn no_burst_above_the_limit_when_redis_returns() {
     }
     assert_per_second_within(&audit, RATE, BURST);
     // Never a stall: the whole seconds with Redis down (not the ones it went
-    // down or came back in) carry both local shares, well above one of them.
+    // down or came back in) carry both local shares, well above one of them —
+    // of the rate the two reached through Redis in this run (a loaded machine
+    // delivers less than the limit in every phase; seen: 400–450/s of 500).
+    let through_redis: Vec<u64> = audit
+        .per_second
+        .iter()
+        .take(stopped_at as usize)
+        .copied()
+        .filter(|&c| c > 0)
+        .skip(1) // the second delivery began in
+        .collect();
+    let reached = if through_redis.is_empty() {
+        RATE
+    } else {
+        let mut v = through_redis.clone();
+        v.sort_unstable();
+        v[v.len() / 2].min(RATE)
+    };
     for i in stopped_at + 1..started_at {
         let count = audit.per_second.get(i as usize).copied().unwrap_or(0);
         assert!(
-            count as f64 >= 0.6 * RATE as f64,
-            "second {i}, Redis down: {count} requests (shares: {RATE}/s in all)"
+            count as f64 >= 0.6 * reached as f64,
+            "second {i}, Redis down: {count} requests (shares: {RATE}/s in all; {reached}/s reached through Redis)"
         );
     }
     let rep = n.audit(&s, &produced, &api);
