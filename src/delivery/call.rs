@@ -35,13 +35,15 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         }
     }
 
-    /// Waits for the API rate limit's slot (`api.rate_limit_per_sec`), then
-    /// counts the call for the concurrency limit; `None`: the partition was
-    /// handed over first, and no request is made for it. A wait dropped here
-    /// takes no slot (a batch taken from Redis but not yet counted is lost to
-    /// the group, which errs on the side of fewer calls).
+    /// Waits for a request slot (with batching, the adaptive limit holds
+    /// requests: `limits::LimitOn::Requests`) and the API rate limit's slot
+    /// (`api.rate_limit_per_sec`), then counts the call for the concurrency
+    /// limit; `None`: the partition was handed over first, and no request is
+    /// made for it. A wait dropped here takes no slot (a batch taken from
+    /// Redis but not yet counted is lost to the group, which errs on the side
+    /// of fewer calls).
     pub(super) async fn rate_slot(&self, token: &CompletionToken) -> Option<limits::Call> {
-        if !self.limits.rate_limited() {
+        if !self.limits.calls_wait() {
             return Some(self.limits.before_call().await);
         }
         tokio::select! {

@@ -1,7 +1,14 @@
 //! The limits on calls toward the API, at the edge: the adaptive concurrency
 //! limit ([`crate::core::concurrency`]) fed by every call's outcome, the gate
-//! that keeps the pool's permits at that limit, and the group-wide rate limit
+//! that keeps what it limits at that limit, and the group-wide rate limit
 //! ([`super::ratelimit`]), which every call waits for first.
+//!
+//! What the adaptive limit holds ([`LimitOn`]): without batching, the pool's
+//! permits (one per event in delivery: an event is a request); with batching
+//! (`[api.batch]` on any route), requests in flight — each call takes a
+//! request slot first, a batch of many events one — while the pool's permits
+//! stay at `pipeline.concurrency` events (the limit learns from requests: a
+//! limit on events would starve batches of 100).
 //!
 //! Every API call — main path and DLQ drain — goes through [`Limits::before_call`]
 //! and [`Limits::after_call`]: the drain's calls are calls to the same API, so
@@ -18,6 +25,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+/// The longest a request slot answered back-pressure is held before reuse.
+const MAX_BACK_PRESSURE_HOLD: Duration = Duration::from_secs(1);
+
+/// What the adaptive concurrency limit holds at the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitOn {
+    /// The pool's permits, one per event in delivery (no batching).
+    EventPermits,
+    /// Requests in flight, one slot per call however many events it carries
+    /// (batching); the pool's permits stay fixed.
+    Requests,
+}
+
 /// The concurrency limit and what feeds it.
 pub struct Limits {
     /// `None`: fixed at `pipeline.concurrency`.
@@ -25,11 +45,17 @@ pub struct Limits {
     epoch: Instant,
     /// Calls in flight now (main path and drain).
     calls: AtomicUsize,
-    /// The pool's permits ([`PermitGate`]): an event holds one from its
-    /// dispatch to its outcome, also while it waits out a back-off or writes
-    /// to the DLQ — the limit is in use when they are all held, whether or
-    /// not each holder is in a call at that moment.
+    /// What the limit holds ([`PermitGate`]). [`LimitOn::EventPermits`]: the
+    /// pool's permits — an event holds one from its dispatch to its outcome,
+    /// also while it waits out a back-off or writes to the DLQ, and the limit
+    /// is in use when they are all held, whether or not each holder is in a
+    /// call at that moment. [`LimitOn::Requests`]: the request slots.
     pool: Arc<Semaphore>,
+    /// With [`LimitOn::Requests`] and the adaptive limit: the gate every
+    /// call takes its request slot through.
+    requests: Option<tokio::sync::Mutex<PermitGate>>,
+    /// With [`LimitOn::Requests`]: the pool's permits, fixed.
+    events: Option<watch::Sender<usize>>,
     /// Calls waiting for their rate slot now: their events hold permits, but
     /// the rate, not the concurrency limit, holds them back.
     waiting_for_rate: AtomicUsize,
@@ -58,23 +84,42 @@ impl Drop for RateWait<'_> {
     }
 }
 
-/// A call in flight; hand it back to [`Limits::after_call`].
+/// A call in flight, with its request slot (if the limit is on requests);
+/// hand it back to [`Limits::after_call`] or [`Limits::call_not_made`].
 pub struct Call {
     started: Instant,
+    slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Limits {
-    /// `pool`: the permits [`Limits::gate`] will keep at the limit.
+    /// `pool`: the pool's permits, `max` of them (`pipeline.concurrency`);
+    /// [`Limits::gate`] keeps them at the limit when it is on
+    /// [`LimitOn::EventPermits`].
     pub fn new(
         max: usize,
         adaptive: bool,
         rate: Option<Arc<RateLimiter>>,
         pool: Arc<Semaphore>,
+        on: LimitOn,
     ) -> Limits {
         let adaptive = adaptive.then(|| Mutex::new(Aimd::new(AimdConfig::new(max))));
         let start = adaptive
             .as_ref()
             .map_or(max, |a| a.lock().unwrap_or_else(|e| e.into_inner()).limit());
+        let limit = watch::channel(start).0;
+        let (pool, requests, events) = match (on, adaptive.is_some()) {
+            (LimitOn::Requests, true) => {
+                let slots = Arc::new(Semaphore::new(start));
+                let gate = PermitGate {
+                    permits: slots.clone(),
+                    capacity: start,
+                    limit: limit.subscribe(),
+                };
+                let events = watch::channel(max).0;
+                (slots, Some(tokio::sync::Mutex::new(gate)), Some(events))
+            }
+            _ => (pool, None, None),
+        };
         let gauge = metrics::gauge!(m::API_CONCURRENCY_LIMIT);
         gauge.set(start as f64);
         if rate.is_none() {
@@ -93,10 +138,12 @@ impl Limits {
             epoch: Instant::now(),
             calls: AtomicUsize::new(0),
             pool,
+            requests,
+            events,
             waiting_for_rate: AtomicUsize::new(0),
             #[cfg(test)]
             rate_waits: AtomicUsize::new(0),
-            limit: watch::channel(start).0,
+            limit,
             gauge,
             rate,
         }
@@ -107,12 +154,14 @@ impl Limits {
         *self.limit.borrow()
     }
 
-    /// Whether calls wait for a rate limit (`api.rate_limit_per_sec`).
-    pub fn rate_limited(&self) -> bool {
-        self.rate.is_some()
+    /// Whether a call may wait before it is made: for a rate slot
+    /// (`api.rate_limit_per_sec`) or a request slot ([`LimitOn::Requests`]).
+    pub fn calls_wait(&self) -> bool {
+        self.rate.is_some() || self.requests.is_some()
     }
 
-    /// Waits for the rate limit (if any), then counts the call as in flight.
+    /// Waits for a request slot (if the limit is on requests) and the rate
+    /// limit (if any), then counts the call as in flight.
     pub async fn before_call(&self) -> Call {
         self.before_call_weighted(1).await
     }
@@ -120,6 +169,10 @@ impl Limits {
     /// Like [`Limits::before_call`] for a call that takes `weight` of the rate
     /// limit (a batch of n events with `api.rate_limit_unit = "events"`).
     pub async fn before_call_weighted(&self, weight: usize) -> Call {
+        let slot = match &self.requests {
+            Some(gate) => gate.lock().await.acquire().await,
+            None => None,
+        };
         if let Some(rate) = &self.rate {
             #[cfg(test)]
             self.rate_waits.fetch_add(1, Relaxed);
@@ -131,6 +184,7 @@ impl Limits {
         self.calls.fetch_add(1, Relaxed);
         Call {
             started: Instant::now(),
+            slot,
         }
     }
 
@@ -138,7 +192,7 @@ impl Limits {
     /// after all (everyone it was for stopped waiting): no longer in flight,
     /// and nothing to learn from it.
     pub fn call_not_made(&self, call: Call) {
-        let Call { started: _ } = call;
+        drop(call);
         self.calls.fetch_sub(1, Relaxed);
     }
 
@@ -149,6 +203,7 @@ impl Limits {
     }
 
     fn after_call_at(&self, now: Instant, call: Call, outcome: &Result<Answer, TransportError>) {
+        let Call { started, slot } = call;
         let calls = self.calls.fetch_sub(1, Relaxed);
         if let (Some(rate), Ok(a)) = (&self.rate, outcome) {
             if let (429 | 503, Some(after)) = (a.status, a.retry_after) {
@@ -156,13 +211,33 @@ impl Limits {
             }
         }
         let Some(aimd) = &self.adaptive else { return };
-        let sample = sample_of(now.saturating_duration_since(call.started), outcome);
+        let rtt = now.saturating_duration_since(started);
+        let sample = sample_of(rtt, outcome);
+        if let (true, Some(slot)) = (matches!(sample, Sample::BackPressure), slot) {
+            // A request slot answered back-pressure is held for about one
+            // round trip before it is reused: a 429 comes back at once, and
+            // reused at once it met the full API again and again before the
+            // window closed and the limit came down (a burst of 429s at each
+            // probe). An event's permit is held through its back-off the same
+            // way (`LimitOn::EventPermits`).
+            let hold = aimd
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .baseline()
+                .unwrap_or(rtt)
+                .min(MAX_BACK_PRESSURE_HOLD);
+            tokio::spawn(async move {
+                tokio::time::sleep(hold).await;
+                drop(slot);
+            });
+        }
         // The limit is in use when the calls reach it, or when every permit
         // of the pool is held by work the limit holds back (events between
         // tries hold theirs: counting only calls, a few events in back-off
         // kept the limit from ever looking reached, and it never grew again —
         // issue 23's 403 tenant). Events waiting for a rate slot are held back
-        // by the rate: they do not make the limit grow.
+        // by the rate: they do not make the limit grow. (On requests, `pool`
+        // is the request slots, taken before the rate wait.)
         let held = self
             .current()
             .saturating_sub(self.pool.available_permits())
@@ -187,12 +262,14 @@ impl Limits {
         status == 429 && self.adaptive.is_some()
     }
 
-    /// The gate the pool's dispatcher takes permits through.
+    /// The gate the pool's dispatcher takes permits through: at the limit
+    /// ([`LimitOn::EventPermits`]), or fixed at `capacity` when the limit is
+    /// on requests.
     pub fn gate(&self, permits: Arc<Semaphore>, capacity: usize) -> PermitGate {
         PermitGate {
             permits,
             capacity,
-            limit: self.limit.subscribe(),
+            limit: self.events.as_ref().unwrap_or(&self.limit).subscribe(),
         }
     }
 }
@@ -300,7 +377,7 @@ mod tests {
     #[tokio::test]
     async fn permits_held_between_tries_count_as_the_limit_in_use() {
         let pool = Arc::new(Semaphore::new(64));
-        let limits = Limits::new(64, true, None, pool.clone());
+        let limits = Limits::new(64, true, None, pool.clone(), LimitOn::EventPermits);
         let mut gate = limits.gate(pool, 64);
         let start = limits.current();
         // Every permit is held: one event calls, the others wait out a back-off.
@@ -318,7 +395,10 @@ mod tests {
         for i in 0..40u64 {
             let sent = t0 + Duration::from_millis(20 * i);
             limits.calls.fetch_add(1, Relaxed);
-            let call = Call { started: sent };
+            let call = Call {
+                started: sent,
+                slot: None,
+            };
             limits.after_call_at(sent + Duration::from_millis(5), call, &ok);
         }
         assert!(
@@ -333,7 +413,7 @@ mod tests {
     #[tokio::test]
     async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
         let pool = Arc::new(Semaphore::new(64));
-        let limits = Limits::new(64, true, None, pool.clone());
+        let limits = Limits::new(64, true, None, pool.clone(), LimitOn::EventPermits);
         let mut gate = limits.gate(pool, 64);
         let start = limits.current();
         let mut held = Vec::new();
@@ -354,11 +434,72 @@ mod tests {
         for i in 0..40u64 {
             let sent = t0 + Duration::from_millis(20 * i);
             limits.calls.fetch_add(1, Relaxed);
-            limits.after_call_at(sent + Duration::from_millis(5), Call { started: sent }, &ok);
+            limits.after_call_at(
+                sent + Duration::from_millis(5),
+                Call {
+                    started: sent,
+                    slot: None,
+                },
+                &ok,
+            );
         }
         assert_eq!(limits.current(), start, "the limit stayed");
         drop(waits);
         assert_eq!(limits.waiting_for_rate.load(Relaxed), 0);
+    }
+
+    /// With batching the limit holds requests: every call takes a request
+    /// slot (the limit's start, 8, at once; the ninth waits for one back),
+    /// while the pool's permits stay at `pipeline.concurrency` events.
+    #[tokio::test]
+    async fn on_requests_calls_take_slots_and_the_pool_stays_fixed() {
+        let pool = Arc::new(Semaphore::new(64));
+        let limits = Limits::new(64, true, None, pool.clone(), LimitOn::Requests);
+        let start = limits.current();
+        assert!(start < 64, "slow start begins below the bound: {start}");
+        let mut gate = limits.gate(pool.clone(), 64);
+        let mut events = Vec::new();
+        for _ in 0..64 {
+            let p = tokio::time::timeout(Duration::from_secs(5), gate.acquire())
+                .await
+                .expect("every event permit, whatever the limit")
+                .expect("open");
+            events.push(p);
+        }
+        let mut calls = Vec::new();
+        for _ in 0..start {
+            calls.push(limits.before_call().await);
+        }
+        let ninth = tokio::time::timeout(Duration::from_millis(50), limits.before_call()).await;
+        assert!(ninth.is_err(), "no call above the limit on requests");
+        limits.call_not_made(calls.pop().expect("a call"));
+        let ninth = tokio::time::timeout(Duration::from_secs(5), limits.before_call())
+            .await
+            .expect("a slot once one came back");
+        calls.push(ninth);
+        assert_eq!(limits.calls.load(Relaxed), start);
+        assert_eq!(
+            pool.available_permits(),
+            0,
+            "the events' permits are all held"
+        );
+    }
+
+    /// Without batching no call takes a request slot: the pool's permits are
+    /// what the limit holds.
+    #[tokio::test]
+    async fn on_event_permits_calls_take_no_slot() {
+        let pool = Arc::new(Semaphore::new(64));
+        let limits = Limits::new(64, true, None, pool, LimitOn::EventPermits);
+        assert!(!limits.calls_wait());
+        let mut calls = Vec::new();
+        for _ in 0..64 {
+            let call = tokio::time::timeout(Duration::from_secs(5), limits.before_call())
+                .await
+                .expect("no wait before a call");
+            calls.push(call);
+        }
+        assert_eq!(limits.calls.load(Relaxed), 64);
     }
 
     #[test]

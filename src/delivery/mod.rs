@@ -141,7 +141,8 @@ pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriter
     status: StatusPolicy,
     policy: InPlaceRetry,
     permits: Arc<Semaphore>,
-    /// The adaptive concurrency limit (and what feeds it) the permits follow.
+    /// The adaptive concurrency limit (and what feeds it) the permits follow,
+    /// or with batching the request slots.
     limits: Arc<limits::Limits>,
     /// Batches being formed (`[api.batch]`), and the batching of events no
     /// route matches.
@@ -245,13 +246,18 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let batch = cfg.api.batch_spec()?;
         let batching = batch.is_some() || routes.any_batched();
         // With batching the permits count events and a request carries many:
-        // the adaptive limit (which learns from requests) would starve them.
+        // the adaptive limit (which learns from requests) holds requests.
         let permits = Arc::new(Semaphore::new(cfg.pipeline.concurrency));
         let limits = Arc::new(limits::Limits::new(
             cfg.pipeline.concurrency,
-            cfg.api.adaptive_concurrency && !batching,
+            cfg.api.adaptive_concurrency,
             ratelimit::RateLimiter::from_config(&pipeline),
             permits.clone(),
+            if batching {
+                limits::LimitOn::Requests
+            } else {
+                limits::LimitOn::EventPermits
+            },
         ));
         Ok(Deliverer {
             batcher: Arc::new(batch::Batcher::new(
@@ -281,7 +287,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         })
     }
 
-    /// The pool's permits, kept at the current concurrency limit.
+    /// The pool's permits, kept at the current concurrency limit (fixed at
+    /// `pipeline.concurrency` with batching, where the limit holds requests).
     pub fn permit_gate(&self) -> limits::PermitGate {
         self.limits.gate(
             self.permits.clone(),

@@ -288,6 +288,7 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
         false,
         Some(Arc::new(rate)),
         Arc::new(tokio::sync::Semaphore::new(8)),
+        limits::LimitOn::Requests,
     ));
     let batcher = Arc::new(batch::Batcher::new(
         api.clone(),
