@@ -11,7 +11,11 @@
 //! - one poison event refusing its batch as a whole (400): only it parked, the
 //!   others delivered, the extra requests within `2·⌈log₂ n⌉`;
 //! - 413 above a size: smaller batches, everything delivered;
-//! - key order kept (the stand-in checks each key's sequence).
+//! - key order kept (the stand-in checks each key's sequence);
+//! - a revoke mid-batch: an instance holding every event in a batch when a
+//!   second one joins the group sends none of the partitions handed to the
+//!   other in its requests after the handover (each instance has its own
+//!   stand-in; the audit counts both).
 
 mod common;
 
@@ -322,4 +326,137 @@ async fn batches_keep_each_keys_order() {
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("batch order", &rep);
     api.shutdown();
+}
+
+/// Issue 25: a revoke mid-batch. Instance A holds every event in one batch
+/// (its linger not yet over) when instance B joins the group; the partitions
+/// handed to B must not be in any request A sends after the handover — B
+/// delivers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_mid_batch_sends_nothing_of_the_revoked_partitions() {
+    let s = services();
+    let n = Names::new("batch-revoke", 6);
+    n.create(&s, true).await;
+    // One key per event: no event waits for another of its key, so A can hold
+    // all of them at once.
+    let sp = spec("br", 2_400, 2_400);
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    let partition_of: HashMap<&str, i32> = produced
+        .ids
+        .iter()
+        .map(String::as_str)
+        .zip(produced.offsets.iter().map(|&(p, _)| p))
+        .collect();
+    let partitions = |ids: &HashMap<String, u32>| -> HashSet<i32> {
+        ids.keys()
+            .filter_map(|id| partition_of.get(id.as_str()).copied())
+            .collect()
+    };
+    let api_a = stand_in(Behaviour::default()).await;
+    let api_b = stand_in(Behaviour::default()).await;
+    let degraded = "dlq_backoff_base = \"1h\"\ndlq_backoff_cap = \"1h\"";
+    let permits = format!("concurrency = {}", 2 * sp.count);
+
+    // A: one batch for everything. It leaves when its first event has waited
+    // `linger`, 10 s (the most `[api.batch]` allows); B's start and the
+    // group's rebalance have to complete within it, which the test checks
+    // rather than assumes (below). `max_events`, `max_bytes` and the permits
+    // are above the whole topic's share: only the linger sends the batch. A
+    // hears of B's join at its next heartbeat: every 500 ms rather than
+    // librdkafka's 3 s, which leaves the handover more of the window (a
+    // consumer property: A's producers log that they ignore it).
+    let batch_a = "max_events = 10000\nmax_bytes = 1500000\nlinger = \"10s\"\n";
+    let toml_a = format!(
+        "{}\n[kafka.properties]\n\"heartbeat.interval.ms\" = \"500\"\n",
+        batch_toml(&n, &batch_url(&api_a), degraded, batch_a)
+            .replace("concurrency = 256", &permits)
+    );
+    let mut a = Courier::start("batch-revoke-a", &s, &toml_a);
+    // A read every event and holds each in its batch: all in flight, and
+    // nothing has reached its API yet.
+    let count = sp.count as f64;
+    wait_until(
+        Duration::from_secs(60),
+        "A holds every event in flight (in its batch)",
+        || block(a.metric("courier_in_flight")) == count,
+    )
+    .await;
+    assert_eq!(
+        api_a.audit().requests_total,
+        0,
+        "A's batch left before B started: the test would say nothing"
+    );
+
+    // B joins the group: the partitions are revoked from A (the `range`
+    // assignor is eager: all of them), then shared between A and B.
+    let toml_b = batch_toml(
+        &n,
+        &batch_url(&api_b),
+        degraded,
+        "max_events = 100\nlinger = \"20ms\"\n",
+    );
+    let joined = std::time::Instant::now();
+    let mut b = Courier::start("batch-revoke-b", &s, &toml_b);
+    wait_until(
+        Duration::from_secs(60),
+        "B is assigned partitions (A's revoke completed)",
+        || block(b.metric("courier_assigned_partitions")) > 0.0,
+    )
+    .await;
+    println!(
+        "[batch revoke] B started and assigned in {:?} (A's linger: 10 s)",
+        joined.elapsed()
+    );
+    // A's batch is still waiting: every request A makes comes after the
+    // handover (a batch sent before it would make the check below vacuous).
+    assert_eq!(
+        api_a.audit().requests_total,
+        0,
+        "A's batch left before the handover completed (its linger ran out first): \
+         the revoke was not mid-batch\n{}{}",
+        group_log_excerpt(&a.log),
+        group_log_excerpt(&b.log)
+    );
+    n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+    a.terminate(Duration::from_secs(30)).await;
+    b.terminate(Duration::from_secs(30)).await;
+
+    let (got_a, got_b) = (api_a.audit(), api_b.audit());
+    let (parts_a, parts_b) = (partitions(&got_a.attempts), partitions(&got_b.attempts));
+    println!(
+        "[batch revoke] A: {} requests, {} events, partitions {parts_a:?}; \
+         B: {} requests, {} events, partitions {parts_b:?}",
+        got_a.batch_requests, got_a.batch_items, got_b.batch_requests, got_b.batch_items
+    );
+    assert!(
+        !parts_b.is_empty(),
+        "B delivered events of some partition (the handover happened)"
+    );
+    // Every partition B delivered was A's, its events waiting in A's batch,
+    // until the revoke: none of them may be in what A sent afterwards.
+    let zombies: Vec<(&String, i32)> = got_a
+        .attempts
+        .keys()
+        .filter_map(|id| {
+            let p = partition_of.get(id.as_str()).copied()?;
+            parts_b.contains(&p).then_some((id, p))
+        })
+        .collect();
+    assert!(
+        zombies.is_empty(),
+        "A sent {} events of partitions revoked from it and handed to B {parts_b:?} after \
+         the handover, e.g. {:?}\n{}{}",
+        zombies.len(),
+        &zombies[..zombies.len().min(5)],
+        group_log_excerpt(&a.log),
+        group_log_excerpt(&b.log)
+    );
+    let rep = n.audit_all(&s, &produced, &[&api_a, &api_b]);
+    assert_no_loss("batch revoke", &rep);
+    assert_eq!(rep.parked + rep.in_dlq, 0, "{rep}");
+    println!("[batch revoke] duplicates {}", rep.duplicates);
+    api_a.shutdown();
+    api_b.shutdown();
 }

@@ -118,14 +118,26 @@ impl Names {
     }
 
     pub fn audit(&self, s: &Services, produced: &Produced, sink: &SinkHandle) -> AuditReport {
-        audit(
-            &s.brokers,
-            &self.dlq,
-            &self.parking,
-            produced,
-            &sink.audit(),
-        )
-        .expect("audit")
+        self.audit_all(s, produced, &[sink])
+    }
+
+    /// [`Names::audit`] over several stand-ins (one API behind several
+    /// instances): an event reached the API if any of them received it; one
+    /// received by two counts as a duplicate.
+    pub fn audit_all(
+        &self,
+        s: &Services,
+        produced: &Produced,
+        sinks: &[&SinkHandle],
+    ) -> AuditReport {
+        let (first, others) = sinks.split_first().expect("at least one stand-in");
+        let mut api = first.audit();
+        for sink in others {
+            for (id, n) in sink.audit().delivered {
+                *api.delivered.entry(id).or_default() += n;
+            }
+        }
+        audit(&s.brokers, &self.dlq, &self.parking, produced, &api).expect("audit")
     }
 
     /// Waits until the group's committed offsets equal the topic's end offsets.
