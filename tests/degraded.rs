@@ -71,6 +71,16 @@ async fn counter_policy_parks_after_max_retries() {
             .await,
         1.0
     );
+    // Never silent: the move to the parking lot is in the log too.
+    let log = c.log_text();
+    assert!(
+        log.lines().any(
+            |l| l.contains("a DLQ record leaves the DLQ for the parking lot")
+                && l.contains("max_retries")
+                && l.contains(doomed.as_str())
+        ),
+        "the drop is logged with its reason and id"
+    );
     // 3 in-place tries on the main path, then one try per DLQ round.
     assert_eq!(api.audit().attempts.get(&doomed), Some(&5));
     // The DLQ holds the first entry and one re-produce; each with growing retries.

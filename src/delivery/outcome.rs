@@ -156,8 +156,27 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     }
 
     /// A drop is never silent: the envelope goes to the parking lot with its
-    /// reason, and `dlq_dropped{reason}` counts it.
+    /// reason, `dlq_dropped{reason}` counts it, and a WARN line says so (on
+    /// the first drop of its reason, then once per `FAILURE_LOG_EVERY` with
+    /// the count left out).
     pub(super) async fn drop_enveloped(&self, env: Envelope, reason: &str) -> Finished {
+        let log = self
+            .failure_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(&format!("dlq_dropped/{reason}"), std::time::Instant::now());
+        if let Some(l) = log {
+            tracing::warn!(
+                reason,
+                id = %crate::core::text::excerpt(env.event_id.as_deref().unwrap_or("-"), crate::core::text::LOG_TEXT_MAX),
+                origin_partition = env.origin.partition,
+                origin_offset = env.origin.offset,
+                dlq_retries = env.dlq_retries,
+                first = l.first,
+                left_out = l.left_out,
+                "a DLQ record leaves the DLQ for the parking lot"
+            );
+        }
         let done = self.to_parking(env).await;
         metrics::counter!(m::DLQ_DROPPED, "reason" => reason.to_string()).increment(1);
         done
