@@ -1,7 +1,7 @@
 //! Issue 14 items 1 and 2 against the real broker: adaptive concurrency finds an
 //! API's hidden capacity (at most K requests at once, 429 above it) and stays
-//! under it, also over batch requests (issue 25); a group-wide rate limit shared through Redis holds for two and
-//! three instances. Every test ends with the audit (lost 0). No timing
+//! under it, also over batch requests (issue 25); a group-wide rate limit
+//! shared through Redis holds for two and three instances. Every test ends with the audit (lost 0). No timing
 //! assertions: what is asserted are the API's own books.
 
 mod common;
@@ -19,12 +19,14 @@ use std::time::Duration;
 /// ran beside it: the calls were granted in the first and sent in the second).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Requests and 429s for capacity from `skip` whole seconds after the first
-/// request on (the start-up probe is over by then).
-fn over_capacity_after(audit: &Audit, skip: usize) -> (u64, u64) {
-    let first = audit.per_second.iter().position(|&n| n > 0).unwrap_or(0);
+/// Requests (`per_second`: the audit's `per_second`, or its
+/// `per_second_batches` for batch requests) and 429s for capacity from `skip`
+/// whole seconds after the first request on (the start-up probe is over by
+/// then).
+fn over_capacity_after(audit: &Audit, per_second: &[u64], skip: usize) -> (u64, u64) {
+    let first = per_second.iter().position(|&n| n > 0).unwrap_or(0);
     let from = first + skip;
-    let requests: u64 = audit.per_second.iter().skip(from).sum();
+    let requests: u64 = per_second.iter().skip(from).sum();
     let rejected: u64 = audit.per_second_over_capacity.iter().skip(from).sum();
     (requests, rejected)
 }
@@ -66,7 +68,7 @@ async fn adaptive_concurrency_finds_a_hidden_capacity() {
     assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
 
     let audit = api.audit();
-    let (requests, rejected) = over_capacity_after(&audit, 5);
+    let (requests, rejected) = over_capacity_after(&audit, &audit.per_second, 5);
     let all_rejected: u64 = audit.per_second_over_capacity.iter().sum();
     println!(
         "limit at the end {limit}; API peak concurrency {} (capacity {K}); 429s {all_rejected} in all, {rejected} of {requests} requests after the first 5 s",
@@ -128,14 +130,7 @@ async fn adaptive_concurrency_holds_batch_requests_under_a_hidden_capacity() {
     assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
 
     let audit = api.audit();
-    let first = audit
-        .per_second_batches
-        .iter()
-        .position(|&n| n > 0)
-        .unwrap_or(0);
-    let from = first + 5;
-    let requests: u64 = audit.per_second_batches.iter().skip(from).sum();
-    let rejected: u64 = audit.per_second_over_capacity.iter().skip(from).sum();
+    let (requests, rejected) = over_capacity_after(&audit, &audit.per_second_batches, 5);
     let all_rejected: u64 = audit.per_second_over_capacity.iter().sum();
     println!(
         "limit at the end {limit} requests; {} batch requests, {} items; 429s {all_rejected} in all, {rejected} of {requests} requests after the first 5 s",

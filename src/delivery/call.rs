@@ -1,6 +1,6 @@
-//! Stage 3, the call: the waits before a request (the breaker's gate, the
-//! API's rate slot) and one API call on the main path, whose answer feeds the
-//! breaker and the adaptive concurrency limit.
+//! Stage 3, the call: the waits before a request (the breaker's gate; the
+//! request and rate slots, `call_slot`) and one API call on the main path,
+//! whose answer feeds the breaker and the adaptive concurrency limit.
 
 use super::durable::DlqWrite;
 use super::http::{self, Api, Outgoing, TransportError};
@@ -42,7 +42,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// made for it. A wait dropped here takes no slot (a batch taken from
     /// Redis but not yet counted is lost to the group, which errs on the side
     /// of fewer calls).
-    pub(super) async fn rate_slot(&self, token: &CompletionToken) -> Option<limits::Call> {
+    pub(super) async fn call_slot(&self, token: &CompletionToken) -> Option<limits::Call> {
         if !self.limits.calls_wait() {
             return Some(self.limits.before_call().await);
         }
@@ -54,7 +54,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     }
 
     /// The request for one event, after the gate: into its route's batch
-    /// (`[api.batch]`, a JSON body), or alone after the rate slot. With the
+    /// (`[api.batch]`, a JSON body), or alone after its call slot. With the
     /// call's number. `None`: handed over first (no answer for it).
     pub(super) async fn send_once(
         &self,
@@ -84,7 +84,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 })),
             };
         }
-        let call = self.rate_slot(token).await?;
+        let call = self.call_slot(token).await?;
         let seq = self.pipeline.health.call_number();
         let r = self.api.send(out, id, body, redelivery).await;
         self.limits.after_call(call, &r);

@@ -51,11 +51,8 @@ pub struct Limits {
     /// is in use when they are all held, whether or not each holder is in a
     /// call at that moment. [`LimitOn::Requests`]: the request slots.
     pool: Arc<Semaphore>,
-    /// With [`LimitOn::Requests`] and the adaptive limit: the gate every
-    /// call takes its request slot through.
-    requests: Option<tokio::sync::Mutex<PermitGate>>,
-    /// With [`LimitOn::Requests`]: the pool's permits, fixed.
-    events: Option<watch::Sender<usize>>,
+    /// With [`LimitOn::Requests`] and the adaptive limit: the request slots.
+    requests: Option<RequestSlots>,
     /// Calls waiting for their rate slot now: their events hold permits, but
     /// the rate, not the concurrency limit, holds them back.
     waiting_for_rate: AtomicUsize,
@@ -84,6 +81,14 @@ impl Drop for RateWait<'_> {
     }
 }
 
+/// The request slots of [`LimitOn::Requests`]: the gate every call takes
+/// its slot through, and the fixed limit the pool's permits follow instead
+/// of the adaptive one.
+struct RequestSlots {
+    gate: tokio::sync::Mutex<PermitGate>,
+    pool_limit: watch::Sender<usize>,
+}
+
 /// A call in flight, with its request slot (if the limit is on requests);
 /// hand it back to [`Limits::after_call`] or [`Limits::call_not_made`].
 pub struct Call {
@@ -107,7 +112,7 @@ impl Limits {
             .as_ref()
             .map_or(max, |a| a.lock().unwrap_or_else(|e| e.into_inner()).limit());
         let limit = watch::channel(start).0;
-        let (pool, requests, events) = match (on, adaptive.is_some()) {
+        let (pool, requests) = match (on, adaptive.is_some()) {
             (LimitOn::Requests, true) => {
                 let slots = Arc::new(Semaphore::new(start));
                 let gate = PermitGate {
@@ -115,10 +120,13 @@ impl Limits {
                     capacity: start,
                     limit: limit.subscribe(),
                 };
-                let events = watch::channel(max).0;
-                (slots, Some(tokio::sync::Mutex::new(gate)), Some(events))
+                let requests = RequestSlots {
+                    gate: tokio::sync::Mutex::new(gate),
+                    pool_limit: watch::channel(max).0,
+                };
+                (slots, Some(requests))
             }
-            _ => (pool, None, None),
+            _ => (pool, None),
         };
         let gauge = metrics::gauge!(m::API_CONCURRENCY_LIMIT);
         gauge.set(start as f64);
@@ -139,7 +147,6 @@ impl Limits {
             calls: AtomicUsize::new(0),
             pool,
             requests,
-            events,
             waiting_for_rate: AtomicUsize::new(0),
             #[cfg(test)]
             rate_waits: AtomicUsize::new(0),
@@ -170,7 +177,7 @@ impl Limits {
     /// limit (a batch of n events with `api.rate_limit_unit = "events"`).
     pub async fn before_call_weighted(&self, weight: usize) -> Call {
         let slot = match &self.requests {
-            Some(gate) => gate.lock().await.acquire().await,
+            Some(r) => r.gate.lock().await.acquire().await,
             None => None,
         };
         if let Some(rate) = &self.rate {
@@ -269,7 +276,11 @@ impl Limits {
         PermitGate {
             permits,
             capacity,
-            limit: self.events.as_ref().unwrap_or(&self.limit).subscribe(),
+            limit: self
+                .requests
+                .as_ref()
+                .map_or(&self.limit, |r| &r.pool_limit)
+                .subscribe(),
         }
     }
 }

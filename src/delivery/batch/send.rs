@@ -25,8 +25,8 @@ impl<A: Api + Clone> Batcher<A> {
             if items.is_empty() {
                 return;
             }
-            let call = self.rate_slot(items.len()).await;
-            // The wait for a rate slot can outlast a handover: who stopped
+            let call = self.call_slot(items.len()).await;
+            // The wait for its slots can outlast a handover: who stopped
             // waiting meanwhile is left out too, so no request carries an
             // event of a partition whose revoke completed during the wait.
             items.retain(|s| !s.reply.is_closed());
@@ -67,9 +67,10 @@ impl<A: Api + Clone> Batcher<A> {
         })
     }
 
-    /// Waits for the rate slot of a request of `n` events (one slot, or `n`
-    /// with `api.rate_limit_unit = "events"`), then counts the call.
-    async fn rate_slot(&self, n: usize) -> crate::delivery::limits::Call {
+    /// Waits for the request slot (`LimitOn::Requests`) and the rate slot of
+    /// a request of `n` events (one rate slot, or `n` with
+    /// `api.rate_limit_unit = "events"`), then counts the call.
+    async fn call_slot(&self, n: usize) -> crate::delivery::limits::Call {
         let weight = match self.pipeline.config.api.rate_limit_unit {
             RateLimitUnit::Requests => 1,
             RateLimitUnit::Events => n,
