@@ -11,6 +11,7 @@
 //! 2 for bad options.
 
 mod cluster;
+mod digest;
 mod hostile;
 mod metrics;
 mod report;

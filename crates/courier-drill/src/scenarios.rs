@@ -144,6 +144,9 @@ pub async fn run(name: &str, svc: &Services, o: &Opts) -> ScenarioReport {
     }
     rep.duration_s = t0.elapsed().as_secs_f64();
     rep.ok = rep.error.is_none() && rep.lost == 0 && rep.checks.iter().all(|c| c.ok);
+    if !rep.ok {
+        crate::digest::print(name, &o.cluster.log_dir);
+    }
     eprintln!(
         "[drill] scenario {name}: {} ({} produced, {} delivered, {} lost, {} duplicates, {:.0}s)",
         if rep.ok { "ok" } else { "FAILED" },
