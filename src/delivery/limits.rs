@@ -176,6 +176,22 @@ impl Limits {
     /// Like [`Limits::before_call`] for a call that takes `weight` of the rate
     /// limit (a batch of n events with `api.rate_limit_unit = "events"`).
     pub async fn before_call_weighted(&self, weight: usize) -> Call {
+        if self.requests.is_none() && self.rate.is_none() {
+            self.calls.fetch_add(1, Relaxed);
+            return Call {
+                started: Instant::now(),
+                slot: None,
+            };
+        }
+        // Boxed: the waits' futures (the Redis rate limiter's above all, ~7 KB)
+        // would otherwise be part of every event's delivery future, allocated
+        // and moved per event even where no limit waits.
+        Box::pin(self.wait_for_call(weight)).await
+    }
+
+    /// [`Limits::before_call_weighted`] where a request slot or a rate slot
+    /// is waited for.
+    async fn wait_for_call(&self, weight: usize) -> Call {
         let slot = match &self.requests {
             Some(r) => r.gate.lock().await.acquire().await,
             None => None,

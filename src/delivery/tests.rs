@@ -365,3 +365,26 @@ async fn a_handover_abandons_a_dlq_write_being_retried() {
         .iter()
         .all(|(r, ok)| r.topic == "events.dlq" && !ok));
 }
+
+/// An event's delivery future is allocated and moved once per event: the
+/// waits only some configurations have (the Redis rate limiter's above all,
+/// ~7 KB) are boxed where they happen instead of sizing every delivery (8.4 KB
+/// before, 1.2 KB after, in a debug build).
+#[tokio::test]
+async fn an_events_delivery_future_stays_small() {
+    let api = FakeApi::default();
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer(QUICK, &api, &dlq);
+    let (job, _inbox) = job();
+    let item = job.item.clone();
+    let Work::Deliver(ev) = &item.work else {
+        panic!("job() makes a delivery")
+    };
+    let permit = d.permits.clone().acquire_owned().await.expect("a permit");
+    let deliver = d.deliver(&item, ev, permit, &job.token);
+    let size = std::mem::size_of_val(&deliver);
+    assert!(
+        size <= 3 * 1024,
+        "an event's delivery future is {size} bytes"
+    );
+}
