@@ -474,7 +474,7 @@ mod batch {
             .post(format!("{}{path}", base(sink)))
             .header("content-type", format.content_type())
             .header("Idempotency-Key", idempotency_key(ids.iter().copied()))
-            .body(format.encode(bodies.iter().map(Vec::as_slice)))
+            .body(format.encode(bodies.iter().map(Vec::as_slice), 0))
             .send()
             .await
             .expect("request reaches the sink")
@@ -880,6 +880,7 @@ mod batch {
                     .collect::<Vec<_>>()
                     .iter()
                     .map(Vec::as_slice),
+                0,
             );
             client
                 .post(format!("{}/batch", base(&sink)))

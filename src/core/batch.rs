@@ -102,8 +102,14 @@ impl BatchFormat {
     }
 
     /// The request body of `items` (each a JSON text; ndjson: each on one line).
-    pub fn encode<'a>(&self, items: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
-        let mut out = Vec::new();
+    /// `capacity`: the body's length if known (the items' bytes plus
+    /// [`BatchFormat::overhead`]), so that it is allocated once.
+    pub fn encode<'a>(
+        &self,
+        items: impl IntoIterator<Item = &'a [u8]>,
+        capacity: usize,
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(capacity);
         let array = |out: &mut Vec<u8>, items: &mut dyn Iterator<Item = &'a [u8]>| {
             out.push(b'[');
             for (i, it) in items.enumerate() {
@@ -281,15 +287,15 @@ mod tests {
     fn each_format_encodes_its_body() {
         let items: Vec<&[u8]> = vec![br#"{"id":"a"}"#, br#"{"id":"b"}"#];
         assert_eq!(
-            BatchFormat::JsonArray.encode(items.iter().copied()),
+            BatchFormat::JsonArray.encode(items.iter().copied(), 0),
             br#"[{"id":"a"},{"id":"b"}]"#
         );
         assert_eq!(
-            BatchFormat::Ndjson.encode(items.iter().copied()),
+            BatchFormat::Ndjson.encode(items.iter().copied(), 0),
             b"{\"id\":\"a\"}\n{\"id\":\"b\"}\n"
         );
         let t = BatchFormat::template(r#"{"events": $items, "n": 1}"#).expect("template");
-        let body = t.encode(items.iter().copied());
+        let body = t.encode(items.iter().copied(), 0);
         assert_eq!(body, br#"{"events": [{"id":"a"},{"id":"b"}], "n": 1}"#);
         for f in [
             BatchFormat::JsonArray,
@@ -297,7 +303,7 @@ mod tests {
             BatchFormat::CloudEventsBatch,
             t,
         ] {
-            let body = f.encode(items.iter().copied());
+            let body = f.encode(items.iter().copied(), 0);
             let items_len: usize = items.iter().map(|i| i.len()).sum();
             assert_eq!(body.len(), items_len + f.overhead(items.len()), "{f:?}");
         }

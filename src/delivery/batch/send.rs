@@ -95,7 +95,11 @@ impl<A: Api + Clone> Batcher<A> {
             let s = &items[0];
             self.api.send(out, &s.id, s.body.clone(), redelivery).await
         } else {
-            let body = spec.format.encode(items.iter().map(|s| s.body.as_ref()));
+            let len: usize = items.iter().map(|s| s.body.len()).sum();
+            let body = spec.format.encode(
+                items.iter().map(|s| s.body.as_ref()),
+                len + spec.format.overhead(n),
+            );
             let key = batch::idempotency_key(items.iter().map(|s| s.id.as_str()));
             let batched = Outgoing {
                 content_type: Some(spec.format.content_type().into()),
