@@ -29,7 +29,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let outcome = tokio::select! {
             biased;
             o = work => o,
-            _ = abandoned.notified() => None,
+            () = abandoned.wait() => None,
         };
         if let Some(outcome) = outcome {
             token.finish(outcome);
