@@ -111,8 +111,13 @@ pub fn decode(value: Option<&Bytes>, opts: &DecodeOptions) -> Result<Event, Deco
             max: opts.max_event_bytes,
         });
     }
-    if let Err(e) = std::str::from_utf8(bytes) {
-        return Err(DecodeError::InvalidUtf8(e.valid_up_to()));
+    // SIMD validation (`simdutf8::basic`: valid or not, no position) for
+    // every body; the position only for an invalid one.
+    if simdutf8::basic::from_utf8(bytes).is_err() {
+        let valid_up_to = std::str::from_utf8(bytes)
+            .err()
+            .map_or(0, |e| e.valid_up_to());
+        return Err(DecodeError::InvalidUtf8(valid_up_to));
     }
     let attrs = parse_attributes(bytes, &opts.entity_version_attribute)?;
     let specversion = required_str(&attrs.specversion, "specversion")?;
