@@ -176,22 +176,24 @@ impl Limits {
     /// Like [`Limits::before_call`] for a call that takes `weight` of the rate
     /// limit (a batch of n events with `api.rate_limit_unit = "events"`).
     pub async fn before_call_weighted(&self, weight: usize) -> Call {
-        if self.requests.is_none() && self.rate.is_none() {
-            self.calls.fetch_add(1, Relaxed);
-            return Call {
-                started: Instant::now(),
-                slot: None,
-            };
+        let slot = if self.requests.is_none() && self.rate.is_none() {
+            None
+        } else {
+            // Boxed: the waits' futures (the Redis rate limiter's above all,
+            // ~7 KB) would otherwise be part of every event's delivery future,
+            // allocated and moved per event even where no limit waits.
+            Box::pin(self.wait_for_slots(weight)).await
+        };
+        self.calls.fetch_add(1, Relaxed);
+        Call {
+            started: Instant::now(),
+            slot,
         }
-        // Boxed: the waits' futures (the Redis rate limiter's above all, ~7 KB)
-        // would otherwise be part of every event's delivery future, allocated
-        // and moved per event even where no limit waits.
-        Box::pin(self.wait_for_call(weight)).await
     }
 
-    /// [`Limits::before_call_weighted`] where a request slot or a rate slot
-    /// is waited for.
-    async fn wait_for_call(&self, weight: usize) -> Call {
+    /// The waits of [`Limits::before_call_weighted`]: the request slot (if
+    /// the limit is on requests), then `weight` rate slots (if any).
+    async fn wait_for_slots(&self, weight: usize) -> Option<OwnedSemaphorePermit> {
         let slot = match &self.requests {
             Some(r) => r.gate.lock().await.acquire().await,
             None => None,
@@ -204,11 +206,7 @@ impl Limits {
                 rate.acquire().await;
             }
         }
-        self.calls.fetch_add(1, Relaxed);
-        Call {
-            started: Instant::now(),
-            slot,
-        }
+        slot
     }
 
     /// A call counted by [`Limits::before_call_weighted`] that was not made

@@ -213,25 +213,7 @@ pub fn group_log_excerpt(path: &std::path::Path) -> String {
     out
 }
 
-/// `text` without its terminal colour codes (CSI sequences: ESC [ parameters, a
-/// final letter), as Courier's logs carry them.
-pub fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI sequence: ESC [ parameters final-byte (a letter).
-            for d in chars.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+pub use courier_testkit::strip_ansi;
 
 pub fn log_dir() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("courier-logs");

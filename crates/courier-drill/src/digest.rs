@@ -57,8 +57,7 @@ fn is_membership(line: &str) -> bool {
         "partitions revoked",
         "SESSTMOUT",
         "MAXPOLL",
-        "JOIN",
-        "REJOIN",
+        "JOIN", // REJOIN too
         "consumer started",
         "first assignment",
         "exiting",
@@ -91,7 +90,7 @@ fn digest(text: &str, levels: &[&str], keep: fn(&str) -> bool) -> Vec<String> {
     let mut groups: HashMap<String, Seen> = HashMap::new();
     let mut kept: Vec<String> = Vec::new();
     for raw in text.lines() {
-        let line = strip_ansi(raw);
+        let line = courier_testkit::strip_ansi(raw);
         // `2026-…Z` (Courier) or `[2026-12-03 14:28:12,084]` (the broker).
         let time = match line.strip_prefix('[').and_then(|r| r.split_once(']')) {
             Some((t, _)) => format!("[{t}]"),
@@ -137,24 +136,6 @@ fn digest(text: &str, levels: &[&str], keep: fn(&str) -> bool) -> Vec<String> {
     }
     let from = kept.len().saturating_sub(MEMBERSHIP);
     out.extend(kept.drain(from..));
-    out
-}
-
-/// The text without its terminal colour codes (`ESC [ … m`).
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for d in chars.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
     out
 }
 

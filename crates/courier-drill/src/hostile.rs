@@ -382,7 +382,7 @@ async fn header(
             let text = std::fs::read_to_string(&i.log).unwrap_or_default();
             text.lines()
                 .filter(|l| l.contains("panicked"))
-                .map(|l| format!("{}: {}", i.name, strip_ansi(l)))
+                .map(|l| format!("{}: {}", i.name, courier_testkit::strip_ansi(l)))
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -570,31 +570,13 @@ async fn deleted(
     Ok(())
 }
 
-/// The lines of a log without terminal colour codes.
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(ch) = chars.next() {
-        if ch == '\u{1b}' {
-            for d in chars.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(ch);
-        }
-    }
-    out
-}
-
 /// Σ of the counts Courier's "deleted unread" ERROR lines give in `text`
 /// (`count=N` in the human format, `"count":N` in JSON), and the lines.
 pub fn logged_deleted_unread(text: &str) -> (u64, Vec<String>) {
     let mut sum = 0;
     let mut lines = Vec::new();
     for raw in text.lines() {
-        let l = strip_ansi(raw);
+        let l = courier_testkit::strip_ansi(raw);
         if !l.contains("ERROR") || !l.to_ascii_lowercase().contains("deleted unread") {
             continue;
         }

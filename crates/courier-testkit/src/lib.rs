@@ -126,6 +126,25 @@ pub enum TestkitError {
     },
 }
 
+/// `text` without its terminal colour codes (CSI sequences: ESC [ parameters, a
+/// final letter), as Courier's logs carry them.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A free TCP port on 127.0.0.1 (bound, read, released: the caller binds it next).
 pub fn free_port() -> Result<u16, TestkitError> {
     std::net::TcpListener::bind("127.0.0.1:0")
