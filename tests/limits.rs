@@ -343,6 +343,127 @@ async fn the_redis_script_shares_one_limit_and_one_pause() {
         .unwrap_or(0);
 }
 
+/// One answer from Redis later than the command timeout, Redis still
+/// connected (a busy host, a long-running command of someone else's): the
+/// limiter asks once more instead of taking its local share, which the
+/// instances still on Redis do not count (CI saw 633 requests in a second at
+/// 500/s when one instance's call timed out once). A proxy in front of the
+/// real Redis holds its answer to the first script call until a second one is
+/// sent: with the retry that is at once; without it, the instance falls back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_late_redis_answer_does_not_switch_to_the_local_share() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    use courier::delivery::ratelimit::{RateLimiter, Source};
+    use fred::prelude::*;
+    let s = services();
+    let redis_addr = s
+        .redis_url
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_string();
+    let proxy = HoldFirstAnswer::start(&redis_addr).await;
+    let client = Builder::from_config(
+        Config::from_url(&format!("redis://{}", proxy.addr)).expect("proxy URL"),
+    )
+    .with_performance_config(|pc| pc.default_command_timeout = Duration::from_millis(300))
+    .build()
+    .expect("client");
+    client.init().await.expect("Redis through the proxy");
+    let prefix = unique("ratelate");
+    let limiter = RateLimiter::new(1000, 10, Some(client.clone()), &prefix, "a");
+    tokio::time::timeout(Duration::from_secs(20), limiter.acquire())
+        .await
+        .expect("a permit");
+    assert_eq!(
+        proxy.script_calls(),
+        2,
+        "the late answer's call was made again"
+    );
+    assert_eq!(
+        limiter.source().await,
+        Source::Redis,
+        "one late answer is not an outage: permits still come from the group's limit"
+    );
+    let _: i64 = client
+        .del(vec![
+            format!("{{{prefix}}}:rate:tat"),
+            format!("{{{prefix}}}:rate:not-before"),
+            format!("{{{prefix}}}:rate:members"),
+        ])
+        .await
+        .unwrap_or(0);
+}
+
+/// A TCP proxy to Redis that holds every byte Redis sends after the first
+/// `EVALSHA` until the client has sent a second one: one late answer, on
+/// demand, from the real server.
+struct HoldFirstAnswer {
+    addr: std::net::SocketAddr,
+    calls: tokio::sync::watch::Receiver<usize>,
+}
+
+impl HoldFirstAnswer {
+    async fn start(upstream: &str) -> HoldFirstAnswer {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, calls) = tokio::sync::watch::channel(0usize);
+        let tx = std::sync::Arc::new(tx);
+        let upstream = upstream.to_string();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let mut calls = tx.subscribe();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = cr.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let seen = buf[..n].windows(7).filter(|w| w == b"EVALSHA").count();
+                        if seen > 0 {
+                            tx.send_modify(|c| *c += seen);
+                        }
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = sr.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        // The first script call's answer (and anything after
+                        // it) waits for the second call.
+                        if *calls.borrow_and_update() == 1
+                            && calls.wait_for(|&c| c >= 2).await.is_err()
+                        {
+                            break;
+                        }
+                        if cw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        HoldFirstAnswer { addr, calls }
+    }
+
+    fn script_calls(&self) -> usize {
+        *self.calls.borrow()
+    }
+}
+
 /// Keys the limiter did not write as it writes them — the group's pause and
 /// the TAT an hour ahead, without a TTL (set by hand) or with a day's (the
 /// Redis host's clock stepped back) — against the real Redis: they used to

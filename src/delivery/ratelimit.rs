@@ -14,8 +14,12 @@
 //! - **Fallback.** A script call that fails (Redis down, timeout) switches the
 //!   instance to a local GCRA at `rate ÷ live` (burst likewise), starting with
 //!   no burst; Redis is tried again every [`REDIS_RETRY`], once the client is
-//!   connected again. Never a stall: a client that is not connected is not
-//!   asked at all, and a call is bounded by `redis.command_timeout`.
+//!   connected again. A call that timed out with the client still connected is
+//!   made once more first: one late answer is not an outage, and the local
+//!   share comes on top of what the others still take from Redis. Never a
+//!   stall: a client that is not connected is not asked at all, and a call is
+//!   bounded by `redis.command_timeout` (twice it, once, on the way into the
+//!   fallback).
 //! - **Return.** The first script call after a fallback says so (`resume`):
 //!   the shared TAT is moved to at least `now + τ`, so the group gets the
 //!   steady rate back, never a burst on top of what it spent meanwhile.
@@ -231,6 +235,11 @@ impl RateLimiter {
         Some(Arc::new(limiter.with_assignment(p.assignment.clone())))
     }
 
+    /// Where this instance's permits come from now.
+    pub async fn source(&self) -> Source {
+        self.state.lock().await.source
+    }
+
     fn now_us(&self) -> u64 {
         self.epoch.elapsed().as_micros() as u64
     }
@@ -289,7 +298,22 @@ impl RateLimiter {
                 }
             }
             let answer = if client.is_connected() {
-                self.take_batch(client, resume).await
+                match self.take_batch(client, resume).await {
+                    // One answer later than `redis.command_timeout` from a
+                    // Redis still connected is not yet an outage: asked once
+                    // more before the local share, which the instances still
+                    // on Redis do not count (the group would get it on top
+                    // of the limit until the next try, a second later).
+                    Err(e)
+                        if *e.kind() == ErrorKind::Timeout
+                            && st.source == Source::Redis
+                            && client.is_connected() =>
+                    {
+                        tracing::debug!(error = %e, "rate limit: Redis answered late; asking once more");
+                        self.take_batch(client, resume).await
+                    }
+                    answer => answer,
+                }
             } else {
                 Err(Error::new(ErrorKind::IO, "not connected to Redis"))
             };
