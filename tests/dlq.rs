@@ -14,9 +14,8 @@ use std::time::Duration;
 async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     let s = services();
     let n = Names::new("dlq", 3);
-    // The DLQ refuses every write (a record's timestamp may be 0 ms old:
-    // INVALID_TIMESTAMP, which Courier retries) until the limit is lifted. (A
-    // missing DLQ is refused at start:
+    // The DLQ refuses every write (INVALID_TIMESTAMP, which Courier retries)
+    // until the limit is lifted. (A missing DLQ is refused at start:
     // `a_missing_dlq_or_parking_topic_is_refused_at_start`.)
     n.create(&s, true).await;
     dlq_accepts_writes(&s, &n, false).await;
@@ -28,7 +27,22 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
         id_prefix: "dlq".into(),
         ..Spec::default()
     };
-    let failing: Vec<usize> = vec![100, 1_100, 2_100];
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    // One failing event per partition, a third of the way in: main partition p
+    // writes to DLQ partition p, so no two of their writes share a produce
+    // batch and each answer is INVALID_TIMESTAMP (two refused records in one
+    // batch are both answered INVALID_RECORD and written again alone: see
+    // `dlq_accepts_writes`).
+    let mut lowest_failing: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut failing: Vec<usize> = Vec::new();
+    for p in 0..n.partitions {
+        let of_p: Vec<usize> = (0..spec.count)
+            .filter(|&seq| produced.offsets[seq].0 == p)
+            .collect();
+        let seq = of_p[of_p.len() / 3];
+        failing.push(seq);
+        lowest_failing.insert(p, produced.offsets[seq].1);
+    }
     let mut fail_ids = HashMap::new();
     for seq in &failing {
         fail_ids.insert(
@@ -49,29 +63,29 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     )
     .await
     .unwrap();
-    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
-    let mut lowest_failing: BTreeMap<i32, i64> = BTreeMap::new();
-    for seq in &failing {
-        let (p, o) = produced.offsets[*seq];
-        let e = lowest_failing.entry(p).or_insert(o);
-        *e = (*e).min(o);
-    }
-    let toml = base_toml(&n, &api.url()).replace(
-        "auto_commit_interval = \"200ms\"",
-        "auto_commit_interval = \"200ms\"\nproducer_timeout = \"2s\"",
-    );
+    // Each failing event's 3 tries start well within the retry budget, however
+    // slow the machine (with the tests' 500 ms, a loaded one made only 2).
+    let toml = base_toml(&n, &api.url())
+        .replace(
+            "auto_commit_interval = \"200ms\"",
+            "auto_commit_interval = \"200ms\"\nproducer_timeout = \"2s\"",
+        )
+        .replace("retry_budget = \"500ms\"", "retry_budget = \"30s\"");
+    assert!(toml.contains("retry_budget = \"30s\""), "{toml}");
     let mut c = Courier::start(&n.topic, &s, &toml);
 
     // Everything else is delivered, each failing event got its 3 in-place tries…
-    wait_until(
+    wait_for_eq(
         Duration::from_secs(60),
         "all other events delivered and failing ones retried",
+        &(3_000 - failing.len(), vec![Some(3); failing.len()]),
         || {
             let a = api.audit();
-            a.delivered.len() == 3_000 - failing.len()
-                && failing
-                    .iter()
-                    .all(|seq| a.attempts.get(&loadgen::event_id("dlq", *seq)) == Some(&3))
+            let tries = failing
+                .iter()
+                .map(|seq| a.attempts.get(&loadgen::event_id("dlq", *seq)).copied())
+                .collect::<Vec<_>>();
+            (a.delivered.len(), tries)
         },
     )
     .await;
@@ -92,10 +106,11 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     let expected: Vec<i64> = (0..n.partitions)
         .map(|p| lowest_failing.get(&p).copied().unwrap_or(ends[p as usize]))
         .collect();
-    wait_until(
+    wait_for_eq(
         Duration::from_secs(30),
         "committed offsets stop at the failing events",
-        || n.committed(&s) == expected,
+        &expected,
+        || n.committed(&s),
     )
     .await;
     assert!(
@@ -734,9 +749,113 @@ async fn partitions_added_while_running_are_refused() {
     assert!(strip_ansi(&again.log_text()).contains("has 2 partitions but"));
 }
 
+/// An invalid record takes its produce batch down with it: on a compacted DLQ
+/// the broker refuses a keyless record, and every record sharing its batch
+/// comes back INVALID_RECORD too. Forty keyed events and one keyless one fail
+/// together and go to the DLQ at once: the keyless one is parked
+/// (`dlq_invalid_record`), each keyed one reaches the DLQ (it is written again
+/// alone before its refusal counts). Before, the keyed events of the keyless
+/// one's batch were parked with it. Ends with the audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
+    use courier::audit::Produced;
+    use courier::loadgen::event_json;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    const EVENTS: usize = 41;
+    const KEYLESS: usize = 20;
+    let s = services();
+    let n = Names::new("dlq-batchmate", 1);
+    n.create(&s, true).await;
+    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("cleanup.policy", "compact")])
+        .await
+        .expect("compact the DLQ");
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &s.brokers)
+        .create()
+        .expect("producer");
+    let mut produced = Produced::default();
+    let mut fail_ids = HashMap::new();
+    for i in 0..EVENTS {
+        let id = loadgen::event_id("batchmate", i);
+        let key = format!("k{i}");
+        let v = event_json(&id, "profile.updated", &key, i, 300);
+        let rec = FutureRecord::to(&n.topic).payload(&v).partition(0);
+        let rec = if i == KEYLESS { rec } else { rec.key(&key) };
+        let d = producer
+            .send(rec, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+        produced.ids.push(id.clone());
+        produced.offsets.push((d.partition, d.offset));
+        fail_ids.insert(
+            id,
+            FailRule {
+                status: 503,
+                times: None,
+                retry_after_s: None,
+            },
+        );
+    }
+    let api = SinkHandle::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            fail_ids,
+            ..Behaviour::default()
+        },
+    )
+    .await
+    .unwrap();
+    // The DLQ producer lingers 2 s: the forty-one writes, made within well
+    // under that, share one produce batch. Every event fails: the breaker and
+    // the DLQ flood guard are off, or the failures would count as systemic and
+    // hold the events instead.
+    let degraded = "dlq_backoff_base = \"1h\"\ndlq_backoff_cap = \"1h\"\n\
+                    breaker_consecutive_failures = 0\nbreaker_min_calls = 1000000\n\
+                    flood_dlq_per_sec = 0";
+    let toml = toml_with(&n, &api.url(), degraded).replacen(
+        "[kafka]\n",
+        "[kafka]\nproperties = { \"linger.ms\" = \"2000\" }\n",
+        1,
+    );
+    assert!(toml.contains("linger.ms"), "{toml}");
+    let mut c = Courier::start(&n.topic, &s, &toml);
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    c.terminate(Duration::from_secs(30)).await;
+    let rep = n.audit(&s, &produced, &api);
+    println!("[batchmate] {rep}");
+    assert_no_loss("batchmate", &rep);
+    let parked: Vec<String> = envelopes(&s, &n.parking)
+        .into_iter()
+        .filter_map(|e| e.event_id)
+        .collect();
+    assert_eq!(
+        parked,
+        vec![loadgen::event_id("batchmate", KEYLESS)],
+        "only the keyless event is parked"
+    );
+    assert_eq!(
+        rep.parked_by_reason.get("dlq_invalid_record"),
+        Some(&1),
+        "{:?}",
+        rep.parked_by_reason
+    );
+    assert_eq!(rep.in_dlq, EVENTS - 1, "every keyed event is in the DLQ");
+    let log = strip_ansi(&c.log_text());
+    assert!(
+        log.contains("written alone"),
+        "a keyed event was refused with the keyless one and written alone"
+    );
+}
+
 /// A DLQ outage a real broker holds: with `message.timestamp.before.max.ms` 0 it
-/// answers every write (stamped earlier than it arrives) INVALID_TIMESTAMP, which
-/// Courier retries; `accept` lifts the limit.
+/// answers a write stamped earlier than it arrives INVALID_TIMESTAMP, which
+/// Courier retries; `accept` lifts the limit. The producer's 5 ms linger makes
+/// every record older than that on arrival. Two such records in one produce
+/// batch are both answered INVALID_RECORD instead; Courier writes each again
+/// alone and gets INVALID_TIMESTAMP (seen before that: both parked, the offsets
+/// moved on). (`min.insync.replicas` above the replication factor would be a
+/// cleaner outage, but the broker caps it at the replica count.)
 async fn dlq_accepts_writes(s: &Services, n: &Names, accept: bool) {
     let limit = if accept { "9223372036854775807" } else { "0" };
     courier::kafka::admin::alter_topic_config(

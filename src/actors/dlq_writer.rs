@@ -9,6 +9,13 @@
 //! (too large after all, not authorized, an unknown topic, an invalid record) is
 //! reported as a [`Refusal`], never retried forever: the caller parks the event
 //! or, for the parking lot itself, ends the process.
+//!
+//! An invalid record takes its produce batch down with it: the broker refuses
+//! the whole batch, and every record in it comes back INVALID_RECORD (a keyed
+//! record sharing a batch with a keyless one on a compacted topic; two records
+//! a timestamp policy refuses). So a record refused as invalid is written once
+//! more alone ([`Alone`]) before the refusal counts: only its own answer says
+//! whether it is invalid.
 
 pub use crate::delivery::peers::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::kafka::producer_config;
@@ -26,6 +33,7 @@ pub struct DlqWriter;
 
 pub struct DlqWriterState {
     producer: FutureProducer,
+    alone: Arc<Alone>,
     limits: Arc<Limits>,
     /// For `fatal_on_panic`: a send task's panic would otherwise go unanswered
     /// and be retried forever.
@@ -100,6 +108,7 @@ impl Actor for DlqWriter {
             largest.max(DEFAULT_MAX_MESSAGE_BYTES).to_string(),
         );
         let producer: FutureProducer = cfg.create()?;
+        let alone = Arc::new(Alone::new(cfg));
         // Refusals and unacknowledged writes are rare: their series start at 0
         // (`increment(0)`: a restarted
         // writer must not reset them) so the dashboard has them and the first one is a visible increase.
@@ -115,6 +124,7 @@ impl Actor for DlqWriter {
         tracing::info!(limits = ?by_topic, "DLQ writer ready");
         Ok(DlqWriterState {
             producer,
+            alone,
             limits: Arc::new(Limits { by_topic }),
             pipeline,
         })
@@ -134,11 +144,19 @@ impl Actor for DlqWriter {
         match msg {
             DlqWriterMsg::Write(rec, reply) => {
                 let producer = state.producer.clone();
+                let alone = state.alone.clone();
                 let limit = state.limits.of(&rec.topic);
                 // Sends run concurrently; the actor only hands them out.
                 let pipeline = state.pipeline.clone();
                 tokio::spawn(async move {
-                    let sent = send(&producer, &rec, limit);
+                    let sent = async {
+                        match send(&producer, &rec, limit).await {
+                            Err(WriteError::Refused(Refusal::InvalidRecord, _)) => {
+                                alone.send(&rec, limit).await
+                            }
+                            r => r,
+                        }
+                    };
                     let Some(result) =
                         crate::runtime::fatal_on_panic(pipeline, "a DLQ write", sent).await
                     else {
@@ -160,6 +178,59 @@ impl Actor for DlqWriter {
             }
         }
         Ok(())
+    }
+}
+
+/// Writes a record in a produce batch of its own: a producer used for nothing
+/// else, one record at a time, no linger. Made on first use (a cluster that
+/// never refuses a record never has it).
+struct Alone {
+    config: rdkafka::ClientConfig,
+    producer: tokio::sync::Mutex<Option<FutureProducer>>,
+}
+
+impl Alone {
+    fn new(mut config: rdkafka::ClientConfig) -> Alone {
+        config.set("linger.ms", "0");
+        Alone {
+            config,
+            producer: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn send(&self, rec: &DlqRecord, limit: usize) -> Result<i64, WriteError> {
+        let mut slot = self.producer.lock().await;
+        let producer = match &*slot {
+            Some(p) => p.clone(),
+            None => {
+                let p: FutureProducer = self
+                    .config
+                    .create()
+                    .map_err(|e| WriteError::Retry(format!("the producer for lone writes: {e}")))?;
+                *slot = Some(p.clone());
+                p
+            }
+        };
+        let result = send(&producer, rec, limit).await;
+        match &result {
+            Err(WriteError::Refused(Refusal::InvalidRecord, detail)) => tracing::warn!(
+                topic = %rec.topic,
+                id = rec.envelope.event_id.as_deref().unwrap_or("-"),
+                origin_partition = rec.envelope.origin.partition,
+                origin_offset = rec.envelope.origin.offset,
+                error = %detail,
+                "the broker refuses this record as invalid, alone in its batch too"
+            ),
+            Err(_) => {}
+            Ok(_) => tracing::info!(
+                topic = %rec.topic,
+                id = rec.envelope.event_id.as_deref().unwrap_or("-"),
+                origin_partition = rec.envelope.origin.partition,
+                origin_offset = rec.envelope.origin.offset,
+                "a record refused as invalid with others in its batch was written alone"
+            ),
+        }
+        result
     }
 }
 

@@ -143,9 +143,12 @@ impl Names {
     /// Waits until the group's committed offsets equal the topic's end offsets.
     pub async fn wait_committed_to_end(&self, s: &Services, timeout: Duration) {
         let ends = self.ends(s);
-        wait_until(timeout, "committed offsets reach the end offsets", || {
-            self.committed(s) == ends
-        })
+        wait_for_eq(
+            timeout,
+            "committed offsets reach the end offsets",
+            &ends,
+            || self.committed(s),
+        )
         .await;
     }
 }
@@ -161,6 +164,29 @@ pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() ->
         assert!(
             Instant::now() < until,
             "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `value` until it equals `expected`, failing the test after `timeout`
+/// with the last value seen: what a wait on offsets or counts needs to explain
+/// itself.
+pub async fn wait_for_eq<T: PartialEq + std::fmt::Debug>(
+    timeout: Duration,
+    what: &str,
+    expected: &T,
+    mut value: impl FnMut() -> T,
+) {
+    let until = Instant::now() + timeout;
+    loop {
+        let v = value();
+        if &v == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "timed out after {timeout:?} waiting until {what}: last {v:?}, expected {expected:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
