@@ -135,7 +135,9 @@ pub async fn start(
 /// `pipeline.oversize = "refuse"`: the largest event Courier accepts must fit the
 /// DLQ and the parking lot with its payload.
 async fn check_envelopes_fit(config: &Config) -> Result<(), StartError> {
-    let limits = crate::actors::dlq_writer::topic_limits(&config.kafka).await;
+    let limits = crate::actors::dlq_writer::HeldTopics::read(&config.kafka)
+        .await
+        .limits;
     let envelope_bytes =
         crate::core::envelope::Envelope::largest_for(config.pipeline.max_event_bytes)
             .record_bytes();

@@ -702,6 +702,32 @@ async fn a_missing_dlq_or_parking_topic_is_refused_at_start() {
     }
 }
 
+/// A compacted DLQ or parking lot is refused at start, naming it and the
+/// remedy: compaction would delete every event but the latest of its key
+/// before it is retried or inspected (and a keyless one cannot be written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_dlq_or_parking_topic_is_refused_at_start() {
+    let s = services();
+    for (role, policy) in [("DLQ", "compact"), ("parking", "compact,delete")] {
+        let n = Names::new("compacted", 1);
+        n.create(&s, true).await;
+        let topic = if role == "DLQ" { &n.dlq } else { &n.parking };
+        courier::kafka::admin::alter_topic_config(&s.brokers, topic, &[("cleanup.policy", policy)])
+            .await
+            .expect("compact it");
+        let mut c = Courier::start(&n.topic, &s, &base_toml(&n, "http://127.0.0.1:9/"));
+        let code = c.wait_exit(Duration::from_secs(60)).await;
+        assert!(matches!(code, Some(c) if c != 0), "{role}: exit {code:?}");
+        let log = strip_ansi(&c.log_text());
+        assert!(
+            log.contains(&format!(
+                "{role} topic `{topic}` has cleanup.policy={policy}"
+            )) && log.contains("set cleanup.policy=delete"),
+            "{role}: {log}"
+        );
+    }
+}
+
 /// Partitions added to the main topic of a running Courier: the group
 /// rebalances, and `range` would pair main p with no DLQ partition. Courier
 /// refuses the assignment and exits for a restart (which refuses to start
@@ -751,11 +777,11 @@ async fn partitions_added_while_running_are_refused() {
 
 /// An invalid record takes its produce batch down with it: on a compacted DLQ
 /// the broker refuses a keyless record, and every record sharing its batch
-/// comes back INVALID_RECORD too. Forty keyed events and one keyless one fail
-/// together and go to the DLQ at once: the keyless one is parked
-/// (`dlq_invalid_record`), each keyed one reaches the DLQ (it is written again
-/// alone before its refusal counts). Before, the keyed events of the keyless
-/// one's batch were parked with it. Ends with the audit.
+/// comes back INVALID_RECORD too. The operator compacts the DLQ of a running
+/// Courier; forty keyed events and one keyless one fail together and go to
+/// the DLQ at once: the keyless one is parked (`dlq_invalid_record`), each
+/// keyed one reaches the DLQ (it is written again alone before its refusal
+/// counts). Before, all forty-one were parked. Ends with the audit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
     use courier::audit::Produced;
@@ -766,37 +792,16 @@ async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
     let s = services();
     let n = Names::new("dlq-batchmate", 1);
     n.create(&s, true).await;
-    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("cleanup.policy", "compact")])
-        .await
-        .expect("compact the DLQ");
-    let producer: FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &s.brokers)
-        .create()
-        .expect("producer");
-    let mut produced = Produced::default();
-    let mut fail_ids = HashMap::new();
-    for i in 0..EVENTS {
-        let id = loadgen::event_id("batchmate", i);
-        let key = format!("k{i}");
-        let v = event_json(&id, "profile.updated", &key, i, 300);
-        let rec = FutureRecord::to(&n.topic).payload(&v).partition(0);
-        let rec = if i == KEYLESS { rec } else { rec.key(&key) };
-        let d = producer
-            .send(rec, Duration::from_secs(30))
-            .await
-            .map_err(|(e, _)| e)
-            .expect("produce");
-        produced.ids.push(id.clone());
-        produced.offsets.push((d.partition, d.offset));
-        fail_ids.insert(
-            id,
-            FailRule {
+    let fail_ids: HashMap<String, FailRule> = (0..EVENTS)
+        .map(|i| {
+            let rule = FailRule {
                 status: 503,
                 times: None,
                 retry_after_s: None,
-            },
-        );
-    }
+            };
+            (loadgen::event_id("batchmate", i), rule)
+        })
+        .collect();
     let api = SinkHandle::start(
         "127.0.0.1:0".parse().unwrap(),
         Behaviour {
@@ -820,6 +825,47 @@ async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
     );
     assert!(toml.contains("linger.ms"), "{toml}");
     let mut c = Courier::start(&n.topic, &s, &toml);
+    wait_until(Duration::from_secs(60), "assigned", || {
+        block(c.metric("courier_assigned_partitions")) > 0.0
+    })
+    .await;
+    // Compacted while running (a Courier that starts refuses it:
+    // `a_compacted_dlq_or_parking_topic_is_refused_at_start`).
+    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("cleanup.policy", "compact")])
+        .await
+        .expect("compact the DLQ");
+    wait_until(
+        Duration::from_secs(30),
+        "the broker compacts the DLQ",
+        || {
+            let got = block(courier::kafka::admin::topic_setting(
+                s.brokers.as_str(),
+                &[n.dlq.as_str()],
+                "cleanup.policy",
+            ));
+            got.ok().and_then(|m| m.get(&n.dlq).cloned()).as_deref() == Some("compact")
+        },
+    )
+    .await;
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &s.brokers)
+        .create()
+        .expect("producer");
+    let mut produced = Produced::default();
+    for i in 0..EVENTS {
+        let id = loadgen::event_id("batchmate", i);
+        let key = format!("k{i}");
+        let v = event_json(&id, "profile.updated", &key, i, 300);
+        let rec = FutureRecord::to(&n.topic).payload(&v).partition(0);
+        let rec = if i == KEYLESS { rec } else { rec.key(&key) };
+        let d = producer
+            .send(rec, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+        produced.ids.push(id);
+        produced.offsets.push((d.partition, d.offset));
+    }
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     c.terminate(Duration::from_secs(30)).await;
     let rep = n.audit(&s, &produced, &api);

@@ -213,20 +213,6 @@ pub async fn ensure_topic(
     Ok(())
 }
 
-/// `max.message.bytes` of each topic (DescribeConfigs): the largest record batch
-/// the broker accepts for it. A topic that does not exist, or whose config
-/// cannot be read, is missing from the result.
-pub async fn max_message_bytes(
-    cluster: &(impl Connection + ?Sized),
-    topics: &[&str],
-) -> Result<BTreeMap<String, usize>, AdminError> {
-    Ok(topic_setting(cluster, topics, "max.message.bytes")
-        .await?
-        .into_iter()
-        .filter_map(|(t, v)| Some((t, v.parse::<usize>().ok()?)))
-        .collect())
-}
-
 /// One setting (`retention.ms`, `max.message.bytes`, …) of each topic, as the
 /// broker applies it (DescribeConfigs: the topic's own value or the broker's
 /// default). A topic that does not exist, or whose config cannot be read, is
@@ -236,6 +222,20 @@ pub async fn topic_setting(
     topics: &[&str],
     key: &str,
 ) -> Result<BTreeMap<String, String>, AdminError> {
+    Ok(topic_settings(cluster, topics, &[key])
+        .await?
+        .into_iter()
+        .filter_map(|(t, mut m)| Some((t, m.remove(key)?)))
+        .collect())
+}
+
+/// Several settings of each topic in one DescribeConfigs: topic → key → value,
+/// as [`topic_setting`] reads one.
+pub async fn topic_settings(
+    cluster: &(impl Connection + ?Sized),
+    topics: &[&str],
+    keys: &[&str],
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, AdminError> {
     let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
     let specs: Vec<ResourceSpecifier> =
         topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
@@ -250,8 +250,12 @@ pub async fn topic_setting(
         let OwnedResourceSpecifier::Topic(name) = &r.specifier else {
             continue;
         };
-        if let Some(v) = r.get(key).and_then(|e| e.value.clone()) {
-            out.insert(name.clone(), v);
+        let values: BTreeMap<String, String> = keys
+            .iter()
+            .filter_map(|k| Some((k.to_string(), r.get(k)?.value.clone()?)))
+            .collect();
+        if !values.is_empty() {
+            out.insert(name.clone(), values);
         }
     }
     Ok(out)
