@@ -811,20 +811,7 @@ async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
     )
     .await
     .unwrap();
-    // The DLQ producer lingers 2 s: the forty-one writes, made within well
-    // under that, share one produce batch. Every event fails: the breaker and
-    // the DLQ flood guard are off, or the failures would count as systemic and
-    // hold the events instead.
-    let degraded = "dlq_backoff_base = \"1h\"\ndlq_backoff_cap = \"1h\"\n\
-                    breaker_consecutive_failures = 0\nbreaker_min_calls = 1000000\n\
-                    flood_dlq_per_sec = 0";
-    let toml = toml_with(&n, &api.url(), degraded).replacen(
-        "[kafka]\n",
-        "[kafka]\nproperties = { \"linger.ms\" = \"2000\" }\n",
-        1,
-    );
-    assert!(toml.contains("linger.ms"), "{toml}");
-    let mut c = Courier::start(&n.topic, &s, &toml);
+    let mut c = Courier::start(&n.topic, &s, &all_failing_toml(&n, &api.url()));
     wait_until(Duration::from_secs(60), "assigned", || {
         block(c.metric("courier_assigned_partitions")) > 0.0
     })
@@ -891,6 +878,87 @@ async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
     assert!(
         log.contains("written alone"),
         "a keyed event was refused with the keyless one and written alone"
+    );
+}
+
+/// A Courier whose every event fails at once and goes to the DLQ together:
+/// its DLQ producer lingers 2 s, so writes made within well under that share a
+/// produce batch; the breaker and the DLQ flood guard are off, or the failures
+/// would count as systemic and hold the events instead.
+fn all_failing_toml(n: &Names, api_url: &str) -> String {
+    let degraded = "dlq_backoff_base = \"1h\"\ndlq_backoff_cap = \"1h\"\n\
+                    breaker_consecutive_failures = 0\nbreaker_min_calls = 1000000\n\
+                    flood_dlq_per_sec = 0";
+    let toml = toml_with(n, api_url, degraded).replacen(
+        "[kafka]\n",
+        "[kafka]\nproperties = { \"linger.ms\" = \"2000\" }\n",
+        1,
+    );
+    assert!(toml.contains("linger.ms"), "{toml}");
+    toml
+}
+
+/// A produce batch larger than the DLQ's `max.message.bytes` is refused whole
+/// (MESSAGE_TOO_LARGE for every record), though each of its records fits: with
+/// a DLQ of 4,000 bytes, thirty events of about 1 KB envelopes failing at once
+/// all reach the DLQ, none is parked `dlq_too_large`. Ends with the audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelopes_that_fit_the_dlq_are_not_refused_for_their_batch() {
+    const EVENTS: usize = 30;
+    let s = services();
+    let n = Names::new("dlq-batchsize", 1);
+    n.create(&s, true).await;
+    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("max.message.bytes", "4000")])
+        .await
+        .expect("a small DLQ");
+    let spec = Spec {
+        count: EVENTS,
+        keys: EVENTS,
+        id_prefix: "batchsize".into(),
+        ..Spec::default()
+    };
+    let fail_ids: HashMap<String, FailRule> = (0..EVENTS)
+        .map(|i| {
+            let rule = FailRule {
+                status: 503,
+                times: None,
+                retry_after_s: None,
+            };
+            (loadgen::event_id("batchsize", i), rule)
+        })
+        .collect();
+    let api = SinkHandle::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            fail_ids,
+            ..Behaviour::default()
+        },
+    )
+    .await
+    .unwrap();
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    // Uncompressed: zstd would fold thirty similar envelopes below the limit.
+    let toml = all_failing_toml(&n, &api.url()).replacen(
+        "[kafka]\n",
+        "[kafka]\nproducer_compression = \"none\"\n",
+        1,
+    );
+    let mut c = Courier::start(&n.topic, &s, &toml);
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    c.terminate(Duration::from_secs(30)).await;
+    let rep = n.audit(&s, &produced, &api);
+    println!("[batchsize] {rep}");
+    assert_no_loss("batchsize", &rep);
+    assert_eq!(rep.parked, 0, "{:?}", rep.parked_by_reason);
+    assert_eq!(rep.in_dlq, EVENTS);
+    let sizes: Vec<usize> = courier::kafka::admin::read_all(&s.brokers, &n.dlq)
+        .unwrap()
+        .iter()
+        .map(|r| r.payload.as_ref().map_or(0, Vec::len))
+        .collect();
+    assert!(
+        sizes.iter().all(|&b| b > 500 && b < 4_000),
+        "each envelope fits alone, and several exceed the limit together: {sizes:?}"
     );
 }
 

@@ -10,12 +10,14 @@
 //! reported as a [`Refusal`], never retried forever: the caller parks the event
 //! or, for the parking lot itself, ends the process.
 //!
-//! An invalid record takes its produce batch down with it: the broker refuses
-//! the whole batch, and every record in it comes back INVALID_RECORD (a keyed
-//! record sharing a batch with a keyless one on a compacted topic; two records
-//! a timestamp policy refuses). So a record refused as invalid is written once
-//! more alone ([`Alone`]) before the refusal counts: only its own answer says
-//! whether it is invalid.
+//! The broker answers a produce batch, not a record: an invalid record takes
+//! its batch down with it (every record in it comes back INVALID_RECORD: a
+//! keyed record sharing a batch with a keyless one on a compacted topic; two
+//! records a timestamp policy refuses), and a batch above the topic's
+//! `max.message.bytes` is refused MESSAGE_TOO_LARGE for each record, though
+//! each fits. So batches are no larger than the smaller topic's limit
+//! (`batch.size`), and a record refused as invalid or too large is written once
+//! more alone ([`Alone`]) before the refusal counts: only its own answer says.
 
 pub use crate::delivery::peers::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::kafka::producer_config;
@@ -178,6 +180,22 @@ impl Actor for DlqWriter {
             "message.max.bytes",
             largest.max(DEFAULT_MAX_MESSAGE_BYTES).to_string(),
         );
+        // The broker's `max.message.bytes` bounds a whole produce batch: one
+        // larger is refused MESSAGE_TOO_LARGE for each of its records, though
+        // each fits alone. No batch is larger than the smaller topic's limit
+        // (nor than `[kafka.properties]`'s own `batch.size`).
+        let smallest = by_topic
+            .values()
+            .copied()
+            .min()
+            .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES);
+        let batch_size = cfg
+            .get("batch.size")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES)
+            .min(smallest)
+            .max(1);
+        cfg.set("batch.size", batch_size.to_string());
         let producer: FutureProducer = cfg.create()?;
         let alone = Arc::new(Alone::new(cfg));
         // Refusals and unacknowledged writes are rare: their series start at 0
@@ -222,7 +240,14 @@ impl Actor for DlqWriter {
                 tokio::spawn(async move {
                     let sent = async {
                         match send(&producer, &rec, limit).await {
+                            // The broker's answer to the batch (not the local
+                            // "not even a reference fits").
                             Err(WriteError::Refused(Refusal::InvalidRecord, _)) => {
+                                alone.send(&rec, limit).await
+                            }
+                            Err(WriteError::Refused(Refusal::TooLarge, _))
+                                if rec.envelope.clone().fitted(limit).is_some() =>
+                            {
                                 alone.send(&rec, limit).await
                             }
                             r => r,
@@ -284,13 +309,13 @@ impl Alone {
         };
         let result = send(&producer, rec, limit).await;
         match &result {
-            Err(WriteError::Refused(Refusal::InvalidRecord, detail)) => tracing::warn!(
+            Err(WriteError::Refused(_, detail)) => tracing::warn!(
                 topic = %rec.topic,
                 id = rec.envelope.event_id.as_deref().unwrap_or("-"),
                 origin_partition = rec.envelope.origin.partition,
                 origin_offset = rec.envelope.origin.offset,
                 error = %detail,
-                "the broker refuses this record as invalid, alone in its batch too"
+                "the broker refuses this record, alone in its batch too"
             ),
             Err(_) => {}
             Ok(_) => tracing::info!(
@@ -298,7 +323,7 @@ impl Alone {
                 id = rec.envelope.event_id.as_deref().unwrap_or("-"),
                 origin_partition = rec.envelope.origin.partition,
                 origin_offset = rec.envelope.origin.offset,
-                "a record refused as invalid with others in its batch was written alone"
+                "a record refused with others in its batch was written alone"
             ),
         }
         result
