@@ -901,16 +901,43 @@ fn all_failing_toml(n: &Names, api_url: &str) -> String {
 /// A produce batch larger than the DLQ's `max.message.bytes` is refused whole
 /// (MESSAGE_TOO_LARGE for every record), though each of its records fits: with
 /// a DLQ of 4,000 bytes, thirty events of about 1 KB envelopes failing at once
-/// all reach the DLQ, none is parked `dlq_too_large`. Ends with the audit.
+/// all reach the DLQ, none is parked `dlq_too_large` — whether the limit was
+/// there at start (the producer's batches are kept under it) or lowered by the
+/// operator while Courier runs (each refused record is written again alone).
+/// Ends with the audit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelopes_that_fit_the_dlq_are_not_refused_for_their_batch() {
+    for lowered_while_running in [false, true] {
+        batch_over_the_dlq_limit(lowered_while_running).await;
+    }
+}
+
+async fn batch_over_the_dlq_limit(lowered_while_running: bool) {
     const EVENTS: usize = 30;
     let s = services();
     let n = Names::new("dlq-batchsize", 1);
     n.create(&s, true).await;
-    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("max.message.bytes", "4000")])
+    let small_dlq = || async {
+        courier::kafka::admin::alter_topic_config(
+            &s.brokers,
+            &n.dlq,
+            &[("max.message.bytes", "4000")],
+        )
         .await
         .expect("a small DLQ");
+        wait_until(Duration::from_secs(30), "the broker applies it", || {
+            let got = block(courier::kafka::admin::topic_setting(
+                s.brokers.as_str(),
+                &[n.dlq.as_str()],
+                "max.message.bytes",
+            ));
+            got.ok().and_then(|m| m.get(&n.dlq).cloned()).as_deref() == Some("4000")
+        })
+        .await;
+    };
+    if !lowered_while_running {
+        small_dlq().await;
+    }
     let spec = Spec {
         count: EVENTS,
         keys: EVENTS,
@@ -936,7 +963,6 @@ async fn envelopes_that_fit_the_dlq_are_not_refused_for_their_batch() {
     )
     .await
     .unwrap();
-    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
     // Uncompressed: zstd would fold thirty similar envelopes below the limit.
     let toml = all_failing_toml(&n, &api.url()).replacen(
         "[kafka]\n",
@@ -944,10 +970,18 @@ async fn envelopes_that_fit_the_dlq_are_not_refused_for_their_batch() {
         1,
     );
     let mut c = Courier::start(&n.topic, &s, &toml);
+    wait_until(Duration::from_secs(60), "assigned", || {
+        block(c.metric("courier_assigned_partitions")) > 0.0
+    })
+    .await;
+    if lowered_while_running {
+        small_dlq().await;
+    }
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     c.terminate(Duration::from_secs(30)).await;
     let rep = n.audit(&s, &produced, &api);
-    println!("[batchsize] {rep}");
+    println!("[batchsize, lowered while running: {lowered_while_running}] {rep}");
     assert_no_loss("batchsize", &rep);
     assert_eq!(rep.parked, 0, "{:?}", rep.parked_by_reason);
     assert_eq!(rep.in_dlq, EVENTS);
@@ -960,6 +994,15 @@ async fn envelopes_that_fit_the_dlq_are_not_refused_for_their_batch() {
         sizes.iter().all(|&b| b > 500 && b < 4_000),
         "each envelope fits alone, and several exceed the limit together: {sizes:?}"
     );
+    let alone = strip_ansi(&c.log_text()).matches("written alone").count();
+    if lowered_while_running {
+        assert!(
+            alone > 0,
+            "the records of the refused batch were written alone"
+        );
+    } else {
+        assert_eq!(alone, 0, "no batch above the limit at start");
+    }
 }
 
 /// A DLQ outage a real broker holds: with `message.timestamp.before.max.ms` 0 it
