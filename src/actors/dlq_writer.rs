@@ -31,6 +31,11 @@ use rdkafka::util::Timeout;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod alone;
+mod held;
+use alone::Alone;
+pub use held::HeldTopics;
+
 pub struct DlqWriter;
 
 pub struct DlqWriterState {
@@ -60,100 +65,6 @@ impl Limits {
 /// The broker's default `max.message.bytes` (and the producer's default
 /// `message.max.bytes`), assumed when a topic's config cannot be read.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_000_000;
-
-/// What the writer must know of the DLQ and parking topics, read at its start
-/// in one DescribeConfigs.
-pub struct HeldTopics {
-    /// `max.message.bytes` of each; the default for a topic whose config
-    /// cannot be read (it may not exist yet, or the principal may not be
-    /// allowed DescribeConfigs), with a warning.
-    pub limits: BTreeMap<String, usize>,
-    /// `cleanup.policy` of each, where known.
-    cleanup_policies: BTreeMap<String, String>,
-}
-
-/// A DLQ or parking lot that compacts: it would keep only the latest record of
-/// each key.
-#[derive(Debug, thiserror::Error)]
-#[error("{role} topic `{topic}` has cleanup.policy={policy}: compaction keeps only the latest record of each key, so an event whose key comes again would be deleted before it is retried or inspected, and one without a key cannot be written; set cleanup.policy=delete")]
-pub struct CompactedTopic {
-    role: &'static str,
-    topic: String,
-    policy: String,
-}
-
-/// The DLQ and the parking lot keep every record until its retention: a
-/// compacted one would delete all but the latest event of each key, unread.
-/// `policy` is the topic's `cleanup.policy` (`None`: not known).
-fn check_cleanup_policy(
-    role: &'static str,
-    topic: &str,
-    policy: Option<&str>,
-) -> Result<(), CompactedTopic> {
-    match policy {
-        Some(p)
-            if p.split(',')
-                .any(|x| x.trim().eq_ignore_ascii_case("compact")) =>
-        {
-            Err(CompactedTopic {
-                role,
-                topic: topic.to_string(),
-                policy: p.trim().to_string(),
-            })
-        }
-        _ => Ok(()),
-    }
-}
-
-impl HeldTopics {
-    pub async fn read(cfg: &crate::config::KafkaConfig) -> HeldTopics {
-        let topics = [cfg.dlq_topic(), cfg.parking_topic()];
-        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        let keys = ["max.message.bytes", "cleanup.policy"];
-        let got = match crate::kafka::admin::topic_settings(cfg, &names, &keys).await {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read max.message.bytes and cleanup.policy of the DLQ and parking topics; assuming {DEFAULT_MAX_MESSAGE_BYTES} bytes, and a compacted topic is not refused");
-                BTreeMap::new()
-            }
-        };
-        let mut limits = BTreeMap::new();
-        let mut cleanup_policies = BTreeMap::new();
-        for t in names {
-            let of = got.get(t);
-            let limit = of
-                .and_then(|m| m.get("max.message.bytes"))
-                .and_then(|v| v.parse::<usize>().ok());
-            limits.insert(
-                t.to_string(),
-                limit.unwrap_or_else(|| {
-                    tracing::warn!(
-                        topic = t,
-                        "max.message.bytes unknown; assuming {DEFAULT_MAX_MESSAGE_BYTES}"
-                    );
-                    DEFAULT_MAX_MESSAGE_BYTES
-                }),
-            );
-            if let Some(p) = of.and_then(|m| m.get("cleanup.policy")) {
-                cleanup_policies.insert(t.to_string(), p.clone());
-            }
-        }
-        HeldTopics {
-            limits,
-            cleanup_policies,
-        }
-    }
-
-    /// A compacted DLQ or parking lot is refused (at start: the writer does
-    /// not start).
-    pub fn refuse_compacted(&self, cfg: &crate::config::KafkaConfig) -> Result<(), CompactedTopic> {
-        for (role, topic) in [("DLQ", cfg.dlq_topic()), ("parking", cfg.parking_topic())] {
-            let policy = self.cleanup_policies.get(&topic).map(String::as_str);
-            check_cleanup_policy(role, &topic, policy)?;
-        }
-        Ok(())
-    }
-}
 
 impl Actor for DlqWriter {
     type Msg = DlqWriterMsg;
@@ -276,60 +187,6 @@ impl Actor for DlqWriter {
         Ok(())
     }
 }
-
-/// Writes a record in a produce batch of its own: a producer used for nothing
-/// else, one record at a time, no linger. Made on first use (a cluster that
-/// never refuses a record never has it).
-struct Alone {
-    config: rdkafka::ClientConfig,
-    producer: tokio::sync::Mutex<Option<FutureProducer>>,
-}
-
-impl Alone {
-    fn new(mut config: rdkafka::ClientConfig) -> Alone {
-        config.set("linger.ms", "0");
-        Alone {
-            config,
-            producer: tokio::sync::Mutex::new(None),
-        }
-    }
-
-    async fn send(&self, rec: &DlqRecord, limit: usize) -> Result<i64, WriteError> {
-        let mut slot = self.producer.lock().await;
-        let producer = match &*slot {
-            Some(p) => p.clone(),
-            None => {
-                let p: FutureProducer = self
-                    .config
-                    .create()
-                    .map_err(|e| WriteError::Retry(format!("the producer for lone writes: {e}")))?;
-                *slot = Some(p.clone());
-                p
-            }
-        };
-        let result = send(&producer, rec, limit).await;
-        match &result {
-            Err(WriteError::Refused(_, detail)) => tracing::warn!(
-                topic = %rec.topic,
-                id = rec.envelope.event_id.as_deref().unwrap_or("-"),
-                origin_partition = rec.envelope.origin.partition,
-                origin_offset = rec.envelope.origin.offset,
-                error = %detail,
-                "the broker refuses this record, alone in its batch too"
-            ),
-            Err(_) => {}
-            Ok(_) => tracing::info!(
-                topic = %rec.topic,
-                id = rec.envelope.event_id.as_deref().unwrap_or("-"),
-                origin_partition = rec.envelope.origin.partition,
-                origin_offset = rec.envelope.origin.offset,
-                "a record refused with others in its batch was written alone"
-            ),
-        }
-        result
-    }
-}
-
 async fn send(producer: &FutureProducer, rec: &DlqRecord, limit: usize) -> Result<i64, WriteError> {
     let Some(envelope) = rec.envelope.clone().fitted(limit) else {
         return Err(WriteError::Refused(
@@ -397,25 +254,5 @@ fn refusal_of(e: &KafkaError) -> Option<Refusal> {
         }
         C::InvalidRecord | C::InvalidMessage | C::PolicyViolation => Some(Refusal::InvalidRecord),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_compacted_dlq_or_parking_lot_is_refused() {
-        for ok in [None, Some("delete"), Some(" Delete ")] {
-            assert!(check_cleanup_policy("DLQ", "d", ok).is_ok(), "{ok:?}");
-        }
-        for bad in ["compact", "compact,delete", "delete, compact", "COMPACT"] {
-            let e = check_cleanup_policy("parking", "p", Some(bad)).unwrap_err();
-            assert!(
-                e.to_string()
-                    .starts_with(&format!("parking topic `p` has cleanup.policy={bad}:")),
-                "{e}"
-            );
-        }
     }
 }
