@@ -792,25 +792,7 @@ async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
     let s = services();
     let n = Names::new("dlq-batchmate", 1);
     n.create(&s, true).await;
-    let fail_ids: HashMap<String, FailRule> = (0..EVENTS)
-        .map(|i| {
-            let rule = FailRule {
-                status: 503,
-                times: None,
-                retry_after_s: None,
-            };
-            (loadgen::event_id("batchmate", i), rule)
-        })
-        .collect();
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            fail_ids,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .unwrap();
+    let api = api_failing_every((0..EVENTS).map(|i| loadgen::event_id("batchmate", i))).await;
     let mut c = Courier::start(&n.topic, &s, &all_failing_toml(&n, &api.url()));
     wait_until(Duration::from_secs(60), "assigned", || {
         block(c.metric("courier_assigned_partitions")) > 0.0
@@ -821,19 +803,7 @@ async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
     courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("cleanup.policy", "compact")])
         .await
         .expect("compact the DLQ");
-    wait_until(
-        Duration::from_secs(30),
-        "the broker compacts the DLQ",
-        || {
-            let got = block(courier::kafka::admin::topic_setting(
-                s.brokers.as_str(),
-                &[n.dlq.as_str()],
-                "cleanup.policy",
-            ));
-            got.ok().and_then(|m| m.get(&n.dlq).cloned()).as_deref() == Some("compact")
-        },
-    )
-    .await;
+    wait_topic_setting(&s, &n.dlq, "cleanup.policy", "compact").await;
     let producer: FutureProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &s.brokers)
         .create()
@@ -898,6 +868,43 @@ fn all_failing_toml(n: &Names, api_url: &str) -> String {
     toml
 }
 
+/// The API stand-in answering 503 to every try of each of `ids`.
+async fn api_failing_every(ids: impl Iterator<Item = String>) -> SinkHandle {
+    let rule = FailRule {
+        status: 503,
+        times: None,
+        retry_after_s: None,
+    };
+    let fail_ids: HashMap<String, FailRule> = ids.map(|id| (id, rule.clone())).collect();
+    SinkHandle::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Behaviour {
+            fail_ids,
+            ..Behaviour::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Waits until the broker reports `key = value` for `topic` (an altered config
+/// applied).
+async fn wait_topic_setting(s: &Services, topic: &str, key: &str, value: &str) {
+    wait_until(
+        Duration::from_secs(30),
+        &format!("{topic}: {key} = {value}"),
+        || {
+            let got = block(courier::kafka::admin::topic_setting(
+                s.brokers.as_str(),
+                &[topic],
+                key,
+            ));
+            got.ok().and_then(|m| m.get(topic).cloned()).as_deref() == Some(value)
+        },
+    )
+    .await;
+}
+
 /// A produce batch larger than the DLQ's `max.message.bytes` is refused whole
 /// (MESSAGE_TOO_LARGE for every record), though each of its records fits: with
 /// a DLQ of 4,000 bytes, thirty events of about 1 KB envelopes failing at once
@@ -925,15 +932,7 @@ async fn batch_over_the_dlq_limit(lowered_while_running: bool) {
         )
         .await
         .expect("a small DLQ");
-        wait_until(Duration::from_secs(30), "the broker applies it", || {
-            let got = block(courier::kafka::admin::topic_setting(
-                s.brokers.as_str(),
-                &[n.dlq.as_str()],
-                "max.message.bytes",
-            ));
-            got.ok().and_then(|m| m.get(&n.dlq).cloned()).as_deref() == Some("4000")
-        })
-        .await;
+        wait_topic_setting(&s, &n.dlq, "max.message.bytes", "4000").await;
     };
     if !lowered_while_running {
         small_dlq().await;
@@ -944,25 +943,7 @@ async fn batch_over_the_dlq_limit(lowered_while_running: bool) {
         id_prefix: "batchsize".into(),
         ..Spec::default()
     };
-    let fail_ids: HashMap<String, FailRule> = (0..EVENTS)
-        .map(|i| {
-            let rule = FailRule {
-                status: 503,
-                times: None,
-                retry_after_s: None,
-            };
-            (loadgen::event_id("batchsize", i), rule)
-        })
-        .collect();
-    let api = SinkHandle::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Behaviour {
-            fail_ids,
-            ..Behaviour::default()
-        },
-    )
-    .await
-    .unwrap();
+    let api = api_failing_every((0..EVENTS).map(|i| loadgen::event_id("batchsize", i))).await;
     // Uncompressed: zstd would fold thirty similar envelopes below the limit.
     let toml = all_failing_toml(&n, &api.url()).replacen(
         "[kafka]\n",
