@@ -68,6 +68,7 @@ pub(crate) const BATCH_REQUESTS: &str = "courier_batch_requests_total";
 pub(crate) const BATCH_EVENTS: &str = "courier_batch_events";
 pub(crate) const BATCH_SPLIT_REQUESTS: &str = "courier_batch_split_requests_total";
 pub(crate) const BATCH_SHRUNK: &str = "courier_batch_shrunk_total";
+pub(crate) const ORDERED_RESENT: &str = "courier_ordered_resent_total";
 // Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
 pub const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 
@@ -274,6 +275,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         BATCH_SHRUNK,
         "Times a 413 to a batch held its route's batches to half the refused size for a minute.",
+    ),
+    (
+        ORDERED_RESENT,
+        "Events of an ordered run (ordered = true) sent again, although answered, because an earlier event of the run is tried again: duplicates the API drops by event id.",
     ),
     (
         DELETED_UNREAD,

@@ -9,7 +9,7 @@
 //! once (the drain has its own limit and pace).
 
 use crate::delivery::peers::Peers;
-use crate::delivery::{Deliverer, Job};
+use crate::delivery::{Deliverer, Job, Queued};
 use crate::handle::{Binding, Handle};
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -29,7 +29,7 @@ pub struct DeliveryArgs {
     pub pipeline: Arc<Pipeline>,
     pub peers: Peers,
     /// Where this incarnation publishes its queue (partition actors hold the handles).
-    pub queue: Binding<mpsc::UnboundedSender<Job>>,
+    pub queue: Binding<mpsc::UnboundedSender<Queued>>,
 }
 
 /// How partition actors reach the current delivery pool: its mailbox (parking-lot
@@ -37,7 +37,7 @@ pub struct DeliveryArgs {
 #[derive(Clone)]
 pub struct PoolHandles {
     pub pool: Handle<ActorRef<DeliveryMsg>>,
-    pub queue: Handle<mpsc::UnboundedSender<Job>>,
+    pub queue: Handle<mpsc::UnboundedSender<Queued>>,
 }
 
 pub struct DeliveryState {
@@ -99,11 +99,34 @@ impl Actor for DeliveryPool {
     }
 }
 
-/// Takes the queued deliveries in order and spawns each with a permit.
-async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<Job>) {
+/// Takes the queued deliveries in order and spawns each with a permit (a
+/// run: with a permit per event, in one task).
+async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<Queued>) {
     // The permits follow the adaptive concurrency limit (delivery::limits).
     let mut gate = deliverer.permit_gate();
-    while let Some(job) = jobs.recv().await {
+    while let Some(queued) = jobs.recv().await {
+        let job = match queued {
+            Queued::One(job) => job,
+            Queued::Run(mut run) => {
+                // Runs hold at most `pipeline.concurrency` events
+                // (`core::mapping::Routes::run_group`), and with batching the
+                // permits stay at that number: all of them come.
+                let mut permits = Vec::with_capacity(run.len());
+                while permits.len() < run.len() {
+                    let Some(permit) = gate.acquire().await else {
+                        return; // Never closed.
+                    };
+                    permits.push(permit);
+                }
+                // Handed over meanwhile: dropped, they report errored.
+                run.retain(|j| !j.token.cancelled());
+                permits.truncate(run.len());
+                if !run.is_empty() {
+                    tokio::spawn(deliverer.clone().run_ordered(run, permits));
+                }
+                continue;
+            }
+        };
         // A job of a partition being handed over never takes a permit: dropped,
         // its token reports errored and the next owner delivers the event.
         if job.token.cancelled() {

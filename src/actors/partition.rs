@@ -20,7 +20,7 @@ use crate::api_health::HealthVerdict;
 use crate::core::offsets::NextOffset;
 use crate::core::partition::{Effect, Input, Note, Now, PartitionMachine, Settings, Timer};
 use crate::delivery::token::{CompletionToken, Inbox};
-use crate::delivery::{Item, Job, Work};
+use crate::delivery::{Item, Job, Queued, Work};
 use crate::kafka::{KafkaConsumer, Record};
 use crate::runtime::{now_ms, Pipeline};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -104,7 +104,7 @@ pub struct PartitionState {
     /// Where this incarnation's completion tokens leave their outcomes.
     inbox: Arc<Inbox>,
     /// The delivery pool's queue (see `actors::delivery_pool`), refreshed when a send fails.
-    queue: Option<tokio::sync::mpsc::UnboundedSender<Job>>,
+    queue: Option<tokio::sync::mpsc::UnboundedSender<Queued>>,
     gauges: Gauges,
     /// Registry formats: records wait here for their schemas.
     gate: Option<schemas::SchemaGate>,
@@ -297,6 +297,21 @@ impl PartitionState {
                 let token =
                     CompletionToken::new(self.inbox.clone(), self.a.generation, src, offset);
                 self.send(Job { item, token });
+            }
+            Effect::DispatchRun { src, run } => {
+                let jobs = run
+                    .into_iter()
+                    .map(|(offset, item)| Job {
+                        item,
+                        token: CompletionToken::new(
+                            self.inbox.clone(),
+                            self.a.generation,
+                            src,
+                            offset,
+                        ),
+                    })
+                    .collect();
+                self.enqueue(Queued::Run(jobs));
             }
             Effect::SetReading { src, on } => {
                 if let Some(g) = self.gate.as_mut().filter(|_| src == Src::Main) {
@@ -549,17 +564,22 @@ impl PartitionState {
             }
             return;
         }
-        let job = match &self.queue {
-            Some(q) => match q.send(job) {
+        self.enqueue(Queued::One(job));
+    }
+
+    /// Puts deliveries on the pool's queue (see [`PartitionActor::send`]).
+    fn enqueue(&mut self, queued: Queued) {
+        let queued = match &self.queue {
+            Some(q) => match q.send(queued) {
                 Ok(()) => return,
                 Err(failed) => failed.0,
             },
-            None => job,
+            None => queued,
         };
         // Not known yet, or the pool was re-spawned: take its current queue.
         self.queue = self.a.delivery.queue.current();
         if let Some(q) = &self.queue {
-            let _ = q.send(job);
+            let _ = q.send(queued);
         }
     }
 }

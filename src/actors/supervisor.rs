@@ -13,7 +13,7 @@ use crate::actors::delivery_pool::{DeliveryArgs, DeliveryMsg, DeliveryPool, Pool
 use crate::actors::dlq_writer::{DlqWriter, DlqWriterMsg};
 use crate::actors::health::{HealthActor, HealthArgs, HealthMsg};
 use crate::delivery::peers::{BreakerAlarm, Peers};
-use crate::delivery::Job;
+use crate::delivery::Queued;
 use crate::handle::Binding;
 use crate::metrics::Readiness;
 use crate::runtime::Pipeline;
@@ -47,7 +47,7 @@ struct Bindings {
     consumer: Binding<ActorRef<ConsumerMsg>>,
     delivery: Binding<ActorRef<DeliveryMsg>>,
     /// Bound by each delivery pool incarnation to its own queue.
-    queue: Binding<tokio::sync::mpsc::UnboundedSender<Job>>,
+    queue: Binding<tokio::sync::mpsc::UnboundedSender<Queued>>,
     writer: Binding<ActorRef<DlqWriterMsg>>,
     health: Binding<ActorRef<HealthMsg>>,
 }

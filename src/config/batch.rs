@@ -41,6 +41,10 @@ pub struct BatchConfig {
     /// Statuses that answer a batch as a whole by splitting it in halves
     /// (down to single events, which are classified as usual).
     pub split: Vec<u16>,
+    /// The API applies a batch's items in order: consecutive events of one
+    /// key (of the partition with `pipeline.ordering = "partition"`) may
+    /// share a batch, in offset order (`core::ordering`'s runs).
+    pub ordered: bool,
 }
 
 impl Default for BatchConfig {
@@ -55,6 +59,7 @@ impl Default for BatchConfig {
             result_status: "/status".into(),
             result_id: None,
             split: vec![400, 413, 422],
+            ordered: false,
         }
     }
 }
@@ -73,6 +78,7 @@ pub struct BatchOverride {
     pub result_status: Option<String>,
     pub result_id: Option<String>,
     pub split: Option<Vec<u16>>,
+    pub ordered: Option<bool>,
 }
 
 /// Whether a JSON pointer is well-formed (RFC 6901: empty, or `/…`).
@@ -96,6 +102,7 @@ impl BatchConfig {
                 .unwrap_or_else(|| self.result_status.clone()),
             result_id: o.result_id.clone().or_else(|| self.result_id.clone()),
             split: o.split.clone().unwrap_or_else(|| self.split.clone()),
+            ordered: o.ordered.unwrap_or(self.ordered),
         }
     }
 
@@ -168,6 +175,12 @@ impl BatchConfig {
             ));
         }
         if self.max_events == 1 {
+            if self.ordered {
+                return Err(invalid(
+                    &f("ordered"),
+                    "needs max_events of at least 2 (it lets events of one key share a batch)",
+                ));
+            }
             return Ok(None);
         }
         Ok(Some(BatchSpec {
@@ -181,6 +194,7 @@ impl BatchConfig {
                 id: self.result_id.clone(),
             }),
             split: self.split.clone(),
+            ordered: self.ordered,
         }))
     }
 }

@@ -156,6 +156,26 @@ impl Config {
         ] {
             check_env_name(field, name)?;
         }
+        // A run keeps order only where a lane does: not with `unordered`.
+        if self.pipeline.ordering == crate::core::ordering::OrderingMode::Unordered {
+            let ordered =
+                std::iter::once(("api.batch.ordered".to_string(), self.api.batch.ordered)).chain(
+                    self.api.routes.iter().enumerate().map(|(i, r)| {
+                        let on = r.batch.as_ref().and_then(|b| b.ordered);
+                        (
+                            format!("api.routes[{i}].batch.ordered"),
+                            on.unwrap_or(false),
+                        )
+                    }),
+                );
+            if let Some((field, _)) = ordered.into_iter().find(|(_, on)| *on) {
+                return Err(invalid(
+                    &field,
+                    "keeps each key's order within a batch; with pipeline.ordering = \"unordered\" \
+                     there is none to keep (use \"key\" or \"partition\")",
+                ));
+            }
+        }
         // Revocation must finish inside the rebalance: the drain deadline has to stay
         // below the session timeout and well below max.poll.interval.ms.
         let (p, k) = (&self.pipeline, &self.kafka);

@@ -39,6 +39,10 @@ pub struct BatchSpec {
     pub results: Option<ResultsSpec>,
     /// Statuses that split a batch answered as a whole.
     pub split: Vec<u16>,
+    /// The API applies a batch's items in order (`ordered = true`): a key's
+    /// waiting events go out together as a run (`core::ordering`), in offset
+    /// order, and are sent again from the first one that failed transiently.
+    pub ordered: bool,
 }
 
 /// The status an item gets when a batch answer has per-item results but none

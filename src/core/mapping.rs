@@ -370,6 +370,38 @@ impl Routes {
             .iter()
             .find(|r| glob_match(&r.types, event_type))
     }
+
+    /// Whether any route, or `default` (the batching of events no route
+    /// matches), sends ordered runs (`ordered = true`).
+    pub fn any_ordered(&self, default: Option<&crate::core::batch::BatchSpec>) -> bool {
+        default.is_some_and(|b| b.ordered)
+            || self
+                .routes
+                .iter()
+                .any(|r| r.batch.as_ref().is_some_and(|b| b.ordered))
+    }
+
+    /// The run group of an event of `event_type` (`core::ordering`): its
+    /// route's — or, matching none, `default`'s — batching when it is
+    /// `ordered`; runs hold at most its `max_events`, and at most `cap`.
+    pub fn run_group(
+        &self,
+        event_type: &str,
+        default: Option<&crate::core::batch::BatchSpec>,
+        cap: usize,
+    ) -> Option<crate::core::ordering::RunGroup> {
+        let (id, spec) = match self
+            .routes
+            .iter()
+            .position(|r| glob_match(&r.types, event_type))
+        {
+            Some(i) => (i as u32, self.routes[i].batch.as_deref()),
+            None => (u32::MAX, default),
+        };
+        let spec = spec.filter(|b| b.ordered)?;
+        let max = spec.max_events.min(cap).min(u32::MAX as usize) as u32;
+        Some(crate::core::ordering::RunGroup { id, max })
+    }
 }
 
 /// The data of a structured CloudEvent, as the API gets it with `body = "data"`:

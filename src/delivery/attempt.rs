@@ -28,40 +28,22 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         permit: OwnedSemaphorePermit,
         token: &CompletionToken,
     ) -> Option<Finished> {
-        let in_flight = InFlight::new(&self.hot.in_flight);
-        let start = Instant::now();
-        // Tries that counted (a systemic wait at the gate does not).
-        let mut tries = 0u32;
-        let mut hypothesis = EventHypothesis::default();
-        let src = Source {
-            headers: item.headers.as_deref(),
-            key: item.entity_key(),
-            body_type: item.body_type,
-            payload: item.payload.as_ref(),
-        };
+        let mut t = Tries::new(&self.hot.in_flight);
+        let src = Source::of(item);
         let (failure, next) = loop {
-            tries += 1;
+            t.count += 1;
             self.hot.attempts.increment(1);
             let mut called: Option<u64> = None;
             let failure = match self.request(&src, ev).await {
                 Ok(Body::Send { body, out }) => {
                     // `None`: handed over while waiting at the gate.
                     let (answer, seq) = self
-                        .call(&ev.id, &out, body, token, hypothesis.suspect())
+                        .call(&ev.id, &out, body, token, t.hypothesis.suspect())
                         .await?;
                     called = Some(seq);
                     match answer {
                         Ok(answer) => match self.status.classify(answer.status) {
-                            StatusVerdict::Delivered => {
-                                drop(in_flight);
-                                self.hot.latency.record(start.elapsed().as_secs_f64());
-                                if let Some(ts) = item.timestamp_ms {
-                                    let age = (now_ms() - ts).max(0) as f64 / 1000.0;
-                                    self.hot.age.record(age);
-                                }
-                                self.hot.delivered.increment(1);
-                                return Some(Finished::Delivered);
-                            }
+                            StatusVerdict::Delivered => return Some(self.delivered(item, t)),
                             StatusVerdict::Failed(class) => Failure::status(class, &answer),
                         },
                         Err(t) => Failure::transport(t),
@@ -69,66 +51,101 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 }
                 // Cannot be sent: parked, never retried.
                 Ok(Body::Park { reason, message }) => {
-                    drop(in_flight);
+                    drop(t);
                     drop(permit);
-                    let info = ErrorInfo::new(ErrorClass::Permanent, reason, None, &message);
-                    return Some(Box::pin(self.park(item, info)).await);
+                    return Some(Box::pin(self.park_unsendable(item, reason, &message)).await);
                 }
                 Err(e) => Failure::enrichment(e),
             };
-            self.report(&failure);
-            // A systemic answer is a hypothesis about the API (core::systemic),
-            // kept across the event's tries; the breaker hears of it here —
-            // also after a handover: it admitted the call (maybe as a half-open
-            // probe, whose slot stays taken until its answer is heard).
-            let systemic = (failure.class == FailureClass::Systemic)
-                .then(|| {
-                    called
-                        .filter(|_| failure.reason.reached_the_api())
-                        .map(|seq| self.systemic_answer(&mut hypothesis, seq, &failure))
-                })
-                .flatten();
+            let next = self.after_failure(&mut t, &failure, called);
             if token.cancelled() {
                 return None;
             }
-            let failed = Failed {
-                class: failure.class,
-                systemic,
-                retry_after: failure.retry_after,
-            };
-            let breaker = Breaker {
-                systemic_outage: failure.class == FailureClass::Transient
-                    && self.pipeline.health.systemic_outage(),
-            };
-            let at = Progress {
-                tries,
-                elapsed: start.elapsed(),
-                jitter: rand::random(),
-            };
-            let next = attempt::decide(&self.policy, failed, breaker, at);
-            if !next.spends_a_try() {
-                tries = tries.saturating_sub(1);
-            }
-            let delay = match next {
-                Next::RetryIn(d) => {
-                    tracing::debug!(attempts = tries, reason = %failure.reason, delay_ms = d.as_millis() as u64, "transient failure, retrying in place");
-                    d
+            match t.wait(next, &failure) {
+                Wait::Sleep(delay) => {
+                    // A handover ends the wait at once (no backoff is waited
+                    // out for a request that will not be made).
+                    tokio::select! {
+                        biased;
+                        _ = token.until_cancelled() => return None,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
                 }
-                Next::SystemicRetryIn(d) => d,
                 // The next call waits at the breaker's gate.
-                Next::WaitAtGate => continue,
-                Next::DeadLetter | Next::Park(_) => break (failure, next),
-            };
-            // A handover ends the wait at once (no backoff is waited out for a
-            // request that will not be made).
-            tokio::select! {
-                biased;
-                _ = token.until_cancelled() => return None,
-                _ = tokio::time::sleep(delay) => {}
+                Wait::Gate => {}
+                Wait::GiveUp => break (failure, next),
             }
         };
-        drop(in_flight);
         drop(permit);
+        Some(self.give_up(item, t, failure, next).await)
+    }
+
+    /// A delivered event: its latency, age and count.
+    pub(super) fn delivered(&self, item: &Item, t: Tries<'_>) -> Finished {
+        let start = t.start;
+        drop(t);
+        self.hot.latency.record(start.elapsed().as_secs_f64());
+        if let Some(ts) = item.timestamp_ms {
+            let age = (now_ms() - ts).max(0) as f64 / 1000.0;
+            self.hot.age.record(age);
+        }
+        self.hot.delivered.increment(1);
+        Finished::Delivered
+    }
+
+    /// After a failed try: reports it, weighs a systemic answer against the
+    /// event's hypothesis, and asks `core::attempt` what comes next. `called`:
+    /// the call's number, if a request was made.
+    pub(super) fn after_failure(
+        &self,
+        t: &mut Tries<'_>,
+        failure: &Failure,
+        called: Option<u64>,
+    ) -> Next {
+        self.report(failure);
+        // A systemic answer is a hypothesis about the API (core::systemic),
+        // kept across the event's tries; the breaker hears of it here —
+        // also after a handover: it admitted the call (maybe as a half-open
+        // probe, whose slot stays taken until its answer is heard).
+        let systemic = (failure.class == FailureClass::Systemic)
+            .then(|| {
+                called
+                    .filter(|_| failure.reason.reached_the_api())
+                    .map(|seq| self.systemic_answer(&mut t.hypothesis, seq, failure))
+            })
+            .flatten();
+        let failed = Failed {
+            class: failure.class,
+            systemic,
+            retry_after: failure.retry_after,
+        };
+        let breaker = Breaker {
+            systemic_outage: failure.class == FailureClass::Transient
+                && self.pipeline.health.systemic_outage(),
+        };
+        let at = Progress {
+            tries: t.count,
+            elapsed: t.start.elapsed(),
+            jitter: rand::random(),
+        };
+        let next = attempt::decide(&self.policy, failed, breaker, at);
+        if !next.spends_a_try() {
+            t.count = t.count.saturating_sub(1);
+        }
+        next
+    }
+
+    /// The end of an event's tries: parked or dead-lettered with its last
+    /// failure.
+    pub(super) async fn give_up(
+        &self,
+        item: &Item,
+        t: Tries<'_>,
+        failure: Failure,
+        next: Next,
+    ) -> Finished {
+        let tries = t.count;
+        drop(t);
         let what = match next {
             Next::Park(ParkCause::SystemicBudgetSpent { answers }) => format!(
                 "{answers} times after calls sent later were delivered (api.systemic_budget): parked"
@@ -138,14 +155,69 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let info = failure.error(&failure.message(&what));
         // Boxed: the failure path (DLQ writer RPC, retries) is rare and its future
         // would otherwise size every delivery's state machine.
-        Some(match next {
+        match next {
             Next::Park(_) => {
                 let done = Box::pin(self.park(item, info)).await;
                 self.parked_after(failure.reason);
                 done
             }
             _ => Box::pin(self.dead_letter(item, info)).await,
-        })
+        }
+    }
+
+    /// An event whose request cannot be built: parked, never retried.
+    pub(super) async fn park_unsendable(
+        &self,
+        item: &Item,
+        reason: crate::core::classify::FailureReason,
+        message: &str,
+    ) -> Finished {
+        let info = ErrorInfo::new(ErrorClass::Permanent, reason, None, message);
+        self.park(item, info).await
+    }
+}
+
+/// One event's tries on the main path so far: what `core::attempt` decides
+/// from, and its unit of `courier_in_flight`.
+pub(super) struct Tries<'a> {
+    _in_flight: InFlight<'a>,
+    pub(super) start: Instant,
+    /// Tries that counted (a systemic wait at the gate does not).
+    pub(super) count: u32,
+    pub(super) hypothesis: EventHypothesis,
+}
+
+/// What comes after a failed try, for the loop that waits.
+pub(super) enum Wait {
+    /// Try again after this long.
+    Sleep(std::time::Duration),
+    /// Try again at the breaker's gate.
+    Gate,
+    /// Dead-letter or park ([`Deliverer::give_up`]).
+    GiveUp,
+}
+
+impl<'a> Tries<'a> {
+    pub(super) fn new(gauge: &'a metrics::Gauge) -> Tries<'a> {
+        Tries {
+            _in_flight: InFlight::new(gauge),
+            start: Instant::now(),
+            count: 0,
+            hypothesis: EventHypothesis::default(),
+        }
+    }
+
+    /// What `next` asks of the loop.
+    pub(super) fn wait(&self, next: Next, failure: &Failure) -> Wait {
+        match next {
+            Next::RetryIn(d) => {
+                tracing::debug!(attempts = self.count, reason = %failure.reason, delay_ms = d.as_millis() as u64, "transient failure, retrying in place");
+                Wait::Sleep(d)
+            }
+            Next::SystemicRetryIn(d) => Wait::Sleep(d),
+            Next::WaitAtGate => Wait::Gate,
+            Next::DeadLetter | Next::Park(_) => Wait::GiveUp,
+        }
     }
 }
 

@@ -47,6 +47,32 @@ pub(super) struct Submission {
     pub(super) body: Bytes,
     pub(super) redelivery: Option<u32>,
     pub(super) reply: oneshot::Sender<Reply>,
+    /// Part of an ordered run: its batch's halves go one after the other.
+    pub(super) in_run: bool,
+}
+
+/// What a group's task receives: an event, or an ordered run, which joins
+/// one batch whole and in order (`delivery::ordered`).
+enum Entry {
+    One(Submission),
+    Run(Vec<Submission>),
+}
+
+impl Entry {
+    /// Events, and the bytes of their bodies.
+    fn size(&self) -> (usize, usize) {
+        match self {
+            Entry::One(s) => (1, s.body.len()),
+            Entry::Run(run) => (run.len(), run.iter().map(|s| s.body.len()).sum()),
+        }
+    }
+
+    fn into_batch(self, batch: &mut Vec<Submission>) {
+        match self {
+            Entry::One(s) => batch.push(s),
+            Entry::Run(run) => batch.extend(run),
+        }
+    }
 }
 
 /// What events must share to share a request.
@@ -61,8 +87,30 @@ struct GroupKey {
     redelivery: bool,
 }
 
+impl GroupKey {
+    fn of(out: &Outgoing, spec: &Arc<BatchSpec>, redelivery: bool) -> GroupKey {
+        // A batch carries no per-event trace context.
+        let headers: Vec<(String, Bytes)> = out
+            .headers
+            .iter()
+            .filter(|(n, _)| {
+                !n.eq_ignore_ascii_case("traceparent") && !n.eq_ignore_ascii_case("tracestate")
+            })
+            .cloned()
+            .collect();
+        GroupKey {
+            url: out.url.clone(),
+            method: out.method,
+            content_type: out.content_type.as_deref().map(str::to_string),
+            headers,
+            spec: Arc::as_ptr(spec) as usize,
+            redelivery,
+        }
+    }
+}
+
 struct Group {
-    tx: mpsc::UnboundedSender<Submission>,
+    tx: mpsc::UnboundedSender<Entry>,
     /// After a 413: batches hold at most this many events until the instant.
     shrunk: Option<(usize, Instant)>,
 }
@@ -120,29 +168,61 @@ impl<A: Api + Clone> Batcher<A> {
         redelivery: Option<u32>,
     ) -> oneshot::Receiver<Reply> {
         let (reply, rx) = oneshot::channel();
-        // A batch carries no per-event trace context.
-        let headers: Vec<(String, Bytes)> = out
-            .headers
-            .iter()
-            .filter(|(n, _)| {
-                !n.eq_ignore_ascii_case("traceparent") && !n.eq_ignore_ascii_case("tracestate")
-            })
-            .cloned()
-            .collect();
-        let key = GroupKey {
-            url: out.url.clone(),
-            method: out.method,
-            content_type: out.content_type.as_deref().map(str::to_string),
-            headers,
-            spec: Arc::as_ptr(spec) as usize,
-            redelivery: redelivery.is_some(),
-        };
         let s = Submission {
             id: id.to_string(),
             body,
             redelivery,
             reply,
+            in_run: false,
         };
+        self.enqueue(
+            GroupKey::of(out, spec, redelivery.is_some()),
+            out,
+            spec,
+            Entry::One(s),
+        );
+        rx
+    }
+
+    /// Puts an ordered run (`items`: id and body, in offset order, all of
+    /// one group: [`Batcher::same_group`]) into one batch of its group, whole
+    /// and in this order; each answer comes on its channel.
+    pub(super) fn submit_run(
+        self: &Arc<Self>,
+        out: &Outgoing,
+        spec: &Arc<BatchSpec>,
+        items: Vec<(String, Bytes)>,
+    ) -> Vec<oneshot::Receiver<Reply>> {
+        let (run, rxs): (Vec<Submission>, Vec<_>) = items
+            .into_iter()
+            .map(|(id, body)| {
+                let (reply, rx) = oneshot::channel();
+                let s = Submission {
+                    id,
+                    body,
+                    redelivery: None,
+                    reply,
+                    in_run: true,
+                };
+                (s, rx)
+            })
+            .unzip();
+        self.enqueue(GroupKey::of(out, spec, false), out, spec, Entry::Run(run));
+        rxs
+    }
+
+    /// Whether two requests on the main path share batches.
+    pub(super) fn same_group(a: &Outgoing, b: &Outgoing, spec: &Arc<BatchSpec>) -> bool {
+        GroupKey::of(a, spec, false) == GroupKey::of(b, spec, false)
+    }
+
+    fn enqueue(
+        self: &Arc<Self>,
+        key: GroupKey,
+        out: &Outgoing,
+        spec: &Arc<BatchSpec>,
+        entry: Entry,
+    ) {
         // Sent under the lock: a group retires under it too, only when empty,
         // so no submission lands in a receiver nobody reads.
         let mut groups = self.lock();
@@ -158,21 +238,25 @@ impl<A: Api + Clone> Batcher<A> {
             tokio::spawn(self.clone().form(key.clone(), template, spec.clone(), rx));
             Group { tx, shrunk: None }
         });
+        let (n, _) = entry.size();
         self.submitted
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Err(e) = group.tx.send(s) {
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = group.tx.send(entry) {
             // The group's task is gone (a panic in it): a new one next time.
             groups.remove(&key);
             drop(groups);
-            let _ = e.0.reply.send((
-                Err(TransportError::new(
-                    crate::core::classify::TransportFailure::Other,
-                    "the batch of this event ended without an answer",
-                )),
-                0,
-            ));
+            let mut lost = Vec::new();
+            e.0.into_batch(&mut lost);
+            for s in lost {
+                let _ = s.reply.send((
+                    Err(TransportError::new(
+                        crate::core::classify::TransportFailure::Other,
+                        "the batch of this event ended without an answer",
+                    )),
+                    0,
+                ));
+            }
         }
-        rx
     }
 
     /// The most events the group's next batch may hold.
@@ -210,9 +294,9 @@ impl<A: Api + Clone> Batcher<A> {
         key: GroupKey,
         out: Outgoing,
         spec: Arc<BatchSpec>,
-        mut rx: mpsc::UnboundedReceiver<Submission>,
+        mut rx: mpsc::UnboundedReceiver<Entry>,
     ) {
-        let mut carry: Option<Submission> = None;
+        let mut carry: Option<Entry> = None;
         loop {
             let first = match carry.take() {
                 Some(s) => s,
@@ -231,18 +315,21 @@ impl<A: Api + Clone> Batcher<A> {
             };
             let deadline = tokio::time::Instant::now() + spec.linger;
             let max = self.max_events(&key, &spec);
-            let mut bytes = spec.format.overhead(1) + first.body.len();
-            let mut batch = vec![first];
-            while batch.len() < max && bytes <= spec.max_bytes {
+            // A run goes whole: alone if it does not fit with others.
+            let (mut n, mut len) = first.size();
+            let mut batch = Vec::with_capacity(n.max(max.min(64)));
+            first.into_batch(&mut batch);
+            while n < max && spec.format.overhead(n) + len <= spec.max_bytes {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
                     Ok(Some(s)) => {
-                        let more = s.body.len() + 1;
-                        if bytes + more > spec.max_bytes {
+                        let (k, l) = s.size();
+                        if n + k > max || spec.format.overhead(n + k) + len + l > spec.max_bytes {
                             carry = Some(s);
                             break;
                         }
-                        bytes += more;
-                        batch.push(s);
+                        n += k;
+                        len += l;
+                        s.into_batch(&mut batch);
                     }
                     Ok(None) | Err(_) => break,
                 }

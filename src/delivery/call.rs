@@ -109,7 +109,14 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             return None;
         }
         let (r, seq) = self.send_once(out, id, body, None, token).await?;
-        match &r {
+        self.heard(&r, seq);
+        Some((r, seq))
+    }
+
+    /// What the breaker and the concurrency limit hear of an answer on the
+    /// main path (a systemic one: the caller, with the event's hypothesis).
+    pub(super) fn heard(&self, r: &Result<http::Answer, TransportError>, seq: u64) {
+        match r {
             // Back-pressure the concurrency limit answers, not an outage.
             Ok(a) if self.limits.absorbs(a.status) => {}
             Ok(a) => match self.status.classify(a.status) {
@@ -127,6 +134,5 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             // A request that could not be built says nothing about the API.
             Err(_) => {}
         }
-        Some((r, seq))
     }
 }

@@ -18,6 +18,8 @@
 //!    (retried until acknowledged by [`durable`], through the
 //!    [`durable::DlqWrite`] seam).
 //! 7. [`drain`] — the DLQ drain: a DLQ record's turn, its policy and its round.
+//! 8. [`ordered`] — an ordered run: a key's events sent together in offset
+//!    order, and again from the first that failed transiently.
 //!
 //! Beside them: the HTTP client ([`http`]), enrichment ([`enrich`]), the
 //! concurrency and rate limits ([`limits`], [`ratelimit`], the drain's
@@ -33,6 +35,7 @@ mod durable;
 pub mod enrich;
 pub mod http;
 pub mod limits;
+mod ordered;
 mod outcome;
 pub mod pacer;
 pub mod peers;
@@ -120,6 +123,13 @@ impl Item {
 pub struct Job {
     pub item: Arc<Item>,
     pub token: CompletionToken,
+}
+
+/// What the delivery pool's queue carries: one delivery, or a lane's run
+/// (`core::ordering`, `ordered = true`) delivered in this order ([`ordered`]).
+pub enum Queued {
+    One(Job),
+    Run(Vec<Job>),
 }
 
 /// One instance's delivery: every stage is an `impl` block of it (see the

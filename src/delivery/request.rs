@@ -40,6 +40,18 @@ pub(super) struct Source<'a> {
     pub(super) payload: Option<&'a Bytes>,
 }
 
+impl<'a> Source<'a> {
+    /// An event's own record.
+    pub(super) fn of(item: &'a super::Item) -> Source<'a> {
+        Source {
+            headers: item.headers.as_deref(),
+            key: item.entity_key(),
+            body_type: item.body_type,
+            payload: item.payload.as_ref(),
+        }
+    }
+}
+
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// The request for an event: the route its type matches (URL, method,
     /// headers, body = event or data), the Content-Type of its input format,

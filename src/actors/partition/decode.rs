@@ -5,6 +5,7 @@ use crate::core::classify::FailureReason;
 use crate::core::envelope::Envelope;
 use crate::core::event::DecodeOptions;
 use crate::core::input::{decode_record, BodyType, InputFormat, JsonInput, RecordIn};
+use crate::core::ordering::RunGroup;
 use crate::core::partition::{Begun, Intake, Kind};
 use crate::core::schema::{decode_framed, JsonOptions};
 use crate::delivery::{Item, Work};
@@ -34,6 +35,16 @@ pub struct Decoder {
     max_wait_ms: i64,
     /// `degraded.dlq_backoff_cap`: the longest a DLQ record waits for its round.
     backoff_cap_ms: i64,
+    /// With a route that sends ordered runs (`ordered = true`): the routes,
+    /// the batching of events no route matches, and the longest run
+    /// (`pipeline.concurrency`: a run takes a permit per event).
+    runs: Option<Runs>,
+}
+
+struct Runs {
+    routes: crate::core::mapping::Routes,
+    default: Option<Arc<crate::core::batch::BatchSpec>>,
+    cap: usize,
 }
 
 impl Intake for Decoder {
@@ -112,6 +123,14 @@ impl Intake for Decoder {
         item.entity_key()
     }
 
+    fn run_group(&self, item: &Item) -> Option<RunGroup> {
+        let (Some(runs), Work::Deliver(ev)) = (&self.runs, &item.work) else {
+            return None;
+        };
+        runs.routes
+            .run_group(&ev.event_type, runs.default.as_deref(), runs.cap)
+    }
+
     fn size(r: &Record) -> usize {
         r.size()
     }
@@ -138,7 +157,18 @@ impl Intake for Decoder {
 impl Decoder {
     pub fn new(pipeline: Arc<Pipeline>, partition: i32, topics: [&str; 2]) -> Decoder {
         let cap = i64::try_from(pipeline.config.degraded.dlq_backoff_cap_ms()).unwrap_or(i64::MAX);
+        let api = &pipeline.config.api;
+        // Checked when the configuration was read.
+        let runs = match (api.routes(), api.batch_spec()) {
+            (Ok(routes), Ok(default)) if routes.any_ordered(default.as_deref()) => Some(Runs {
+                routes,
+                default,
+                cap: pipeline.config.pipeline.concurrency.max(1),
+            }),
+            _ => None,
+        };
         Decoder {
+            runs,
             max_wait_ms: cap.saturating_mul(2).saturating_add(60_000),
             backoff_cap_ms: cap,
             options: pipeline.config.pipeline.decode_options(),

@@ -46,7 +46,7 @@ pub use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
 use crate::core::completed::{self, Completed};
 use crate::core::fsm::{Change, Mode, PartitionFsm};
 use crate::core::offsets::{NextOffset, OffsetTracker, TrackerError};
-use crate::core::ordering::{OrderingMode, Scheduler};
+use crate::core::ordering::{OrderingMode, Release, RunGroup, Scheduler};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -144,6 +144,12 @@ pub trait Intake {
     fn begin(&mut self, src: Src, raw: Self::Raw) -> Begun<Self::Item>;
     /// The item's ordering key.
     fn key(item: &Self::Item) -> Option<&[u8]>;
+    /// The run group of an [`Kind::Ordered`] item whose route sends runs
+    /// (`ordered = true`, `core::ordering`): waiting events of its lane and
+    /// group may be dispatched together ([`Effect::DispatchRun`]).
+    fn run_group(&self, _item: &Self::Item) -> Option<RunGroup> {
+        None
+    }
     /// The bytes a record holds in memory (value, key, headers): what it costs
     /// against the fetch budget while it waits and the in-flight budget once begun.
     fn size(raw: &Self::Raw) -> usize;
@@ -249,6 +255,10 @@ pub enum Input<R> {
 pub enum Effect<I> {
     /// Hand this job to the delivery side; its token reports back as a [`Report`].
     Dispatch { src: Src, offset: i64, item: Arc<I> },
+    /// Hand these jobs (two or more, one lane's run, in offset order) to the
+    /// delivery side together: it sends them in this order. Each job's token
+    /// reports back on its own.
+    DispatchRun { src: Src, run: Vec<(i64, Arc<I>)> },
     /// Resume (`on`) or pause fetching one topic of the pair.
     SetReading { src: Src, on: bool },
     /// Store this position with `metadata`, the offsets done above it
@@ -582,6 +592,8 @@ pub struct PartitionMachine<X: Intake> {
     dispatched: usize,
     /// Jobs whose turn came while the mode was `Paused`: dispatched when it ends.
     ready: BTreeSet<(Src, i64)>,
+    /// Runs whose turn came while the mode was `Paused`.
+    ready_runs: Vec<(Src, Vec<i64>)>,
     fsm: PartitionFsm,
     api_unavailable: bool,
     dlq_high: Option<i64>,
@@ -658,6 +670,7 @@ impl<X: Intake> PartitionMachine<X> {
             dlq_queue: VecDeque::new(),
             dispatched: 0,
             ready: BTreeSet::new(),
+            ready_runs: Vec::new(),
             fsm: PartitionFsm::new(settings.min_pause),
             api_unavailable: false,
             dlq_high: None,
@@ -773,8 +786,16 @@ impl<X: Intake> PartitionMachine<X> {
                 self.evaluate(now);
             }
             Input::Timer(Timer::Redispatch { src, offset }) => {
-                if !self.draining() && self.held.contains_key(&(src, offset)) {
-                    self.dispatch(src, offset);
+                match self.held.get(&(src, offset)) {
+                    _ if self.draining() => {}
+                    None => {}
+                    // Through its lane: with the rest of its run, once none is out.
+                    Some(h) if h.in_lane => match self.lanes.again(X::key(&h.item), offset) {
+                        Release::Nothing => {}
+                        Release::One(slot) => self.dispatch(src, slot),
+                        Release::Run(run) => self.dispatch_run(src, run),
+                    },
+                    Some(_) => self.dispatch(src, offset),
                 }
             }
             Input::Timer(Timer::DrainTimeout) => {
@@ -971,7 +992,10 @@ impl<X: Intake> PartitionMachine<X> {
         self.held_bytes += bytes;
         let Begun { item, kind } = self.intake.begin(src, r);
         let lane_free = match kind {
-            Kind::Ordered => self.lanes.admit(X::key(&item), slot),
+            Kind::Ordered => {
+                let run = self.intake.run_group(&item);
+                self.lanes.admit(X::key(&item), slot, run)
+            }
             _ => true,
         };
         let held = Held {
@@ -1061,10 +1085,11 @@ impl<X: Intake> PartitionMachine<X> {
             self.held_bytes -= held.bytes;
             self.budget.give_back(held.bytes);
             if held.in_lane {
-                if let Some(next) = self.lanes.finish(X::key(&held.item), r.offset) {
-                    if !self.draining() {
-                        self.dispatch(Src::Main, next);
-                    }
+                match self.lanes.finish(X::key(&held.item), r.offset) {
+                    _ if self.draining() => {}
+                    Release::Nothing => {}
+                    Release::One(next) => self.dispatch(Src::Main, next),
+                    Release::Run(run) => self.dispatch_run(Src::Main, run),
                 }
             }
         }
@@ -1107,6 +1132,24 @@ impl<X: Intake> PartitionMachine<X> {
         self.dispatched += 1;
         let item = held.item.clone();
         self.fx.push(Effect::Dispatch { src, offset, item });
+    }
+
+    /// Dispatches a lane's run together (or keeps it for the end of `Paused`).
+    fn dispatch_run(&mut self, src: Src, slots: Vec<i64>) {
+        if self.fsm.mode() == Mode::Paused {
+            self.ready_runs.push((src, slots));
+            return;
+        }
+        let mut run: Vec<(i64, Arc<X::Item>)> = slots
+            .into_iter()
+            .filter_map(|slot| self.held.get(&(src, slot)).map(|h| (slot, h.item.clone())))
+            .collect();
+        self.dispatched += run.len();
+        if run.len() > 1 {
+            self.fx.push(Effect::DispatchRun { src, run });
+        } else if let Some((offset, item)) = run.pop() {
+            self.fx.push(Effect::Dispatch { src, offset, item });
+        }
     }
 
     fn on_positions(&mut self, p: Positions, now: Now) {
@@ -1312,6 +1355,9 @@ impl<X: Intake> PartitionMachine<X> {
         if self.fsm.mode() != Mode::Paused && !self.draining() {
             for (src, offset) in std::mem::take(&mut self.ready) {
                 self.dispatch(src, offset);
+            }
+            for (src, run) in std::mem::take(&mut self.ready_runs) {
+                self.dispatch_run(src, run);
             }
         }
         // Drain: dispatch due records in order, at most `limit` jobs at a time.

@@ -51,7 +51,7 @@
 //!   positions equal the ends of both logs (a budget that never wakes a waiting
 //!   machine would leave records undone).
 
-use super::tests::{Plain, Rec, GEN, LOG};
+use super::tests::{Plain, Rec, GEN, LOG, RUN_MAX};
 use super::*;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -169,14 +169,16 @@ fn main_log() -> impl Strategy<Value = Vec<Rec>> {
         prop::option::weighted(0.85, 0u8..4),
         prop::bool::weighted(0.1),
         size(),
+        prop::option::weighted(0.4, 0u8..2),
     );
     prop::collection::vec(rec, 0..120).prop_map(|v| {
         let mut offset = 99;
         v.into_iter()
-            .map(|(gap, key, bad, size)| {
+            .map(|(gap, key, bad, size, run)| {
                 offset += gap;
                 let mut r = Rec::main(offset, key);
                 r.size = size;
+                r.run = run;
                 if bad {
                     r.kind = Kind::Immediate;
                 }
@@ -278,6 +280,8 @@ struct Harness {
     stored: [Option<i64>; 2],
     /// Jobs in flight, by slot.
     in_flight: Vec<(Src, i64)>,
+    /// The members of the run being dispatched (`Effect::DispatchRun`).
+    run_mates: Vec<Id>,
     ever_dispatched: [BTreeSet<Id>; 2],
     timers: Vec<(u64, Timer)>,
     api_unavailable: bool,
@@ -361,6 +365,7 @@ impl Harness {
             done: [named, BTreeSet::new()],
             stored: [None, None],
             in_flight: Vec::new(),
+            run_mates: Vec::new(),
             ever_dispatched: [BTreeSet::new(), BTreeSet::new()],
             timers: Vec::new(),
             api_unavailable,
@@ -419,6 +424,34 @@ impl Harness {
                 }
                 self.slots.insert((src, offset), id);
                 self.on_dispatch(src, offset, id)?;
+            }
+            Effect::DispatchRun { src, run } => {
+                prop_assert_eq!(src, Src::Main, "a run of DLQ records");
+                prop_assert!(
+                    run.len() >= 2 && run.len() <= RUN_MAX as usize,
+                    "a run of {} events",
+                    run.len()
+                );
+                let group = run[0].1.run;
+                prop_assert!(group.is_some(), "a run of events of no run group");
+                let mut ids = Vec::with_capacity(run.len());
+                for (slot, item) in &run {
+                    prop_assert_eq!(item.src, src);
+                    prop_assert_eq!(item.run, group, "a run of two groups");
+                    let id = (item.inc, item.offset);
+                    if let Some(&was) = self.slots.get(&(src, *slot)) {
+                        prop_assert_eq!(was, id, "one slot for two records");
+                    }
+                    self.slots.insert((src, *slot), id);
+                    ids.push(id);
+                }
+                // Each member goes out with the run's others beside it: none
+                // of them counts as "its lane busy" or "before it, not done".
+                self.run_mates = ids;
+                for (slot, item) in &run {
+                    self.on_dispatch(src, *slot, (item.inc, item.offset))?;
+                }
+                self.run_mates.clear();
             }
             Effect::Probe { src, from, to } => {
                 prop_assert!(!self.drain_requested, "probed while draining");
@@ -676,7 +709,7 @@ impl Harness {
                 };
                 let same_lane = |o: &Id| {
                     let r = &self.taken[i][o];
-                    r.kind == Kind::Ordered && lane(r)
+                    r.kind == Kind::Ordered && lane(r) && !self.run_mates.contains(o)
                 };
                 if let Some(&(_, busy)) = self
                     .in_flight

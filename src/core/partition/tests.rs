@@ -16,7 +16,12 @@ pub(super) struct Rec {
     pub size: usize,
     /// Which incarnation of its log it belongs to (the model's resets).
     pub inc: u32,
+    /// Its run group (`core::ordering`: runs of at most [`RUN_MAX`]).
+    pub run: Option<u8>,
 }
+
+/// The longest run of the tests' run groups.
+pub(super) const RUN_MAX: u32 = 3;
 
 impl Rec {
     pub fn main(offset: i64, key: Option<u8>) -> Rec {
@@ -28,6 +33,7 @@ impl Rec {
             parked_after: None,
             size: 100,
             inc: 0,
+            run: None,
         }
     }
 
@@ -40,6 +46,7 @@ impl Rec {
             parked_after: None,
             size: 100,
             inc: 0,
+            run: None,
         }
     }
 }
@@ -65,6 +72,13 @@ impl Intake for Plain {
 
     fn size(raw: &Rec) -> usize {
         raw.size
+    }
+
+    fn run_group(&self, item: &Rec) -> Option<crate::core::ordering::RunGroup> {
+        item.run.map(|id| crate::core::ordering::RunGroup {
+            id: id.into(),
+            max: RUN_MAX,
+        })
     }
 
     fn park_internal(item: &Rec, times: u32) -> Rec {

@@ -52,11 +52,17 @@ impl<A: Api + Clone> Batcher<A> {
                 metrics::counter!(m::BATCH_SPLIT_REQUESTS).increment(2);
                 let (_, second) = batch::halves(n);
                 let tail = items.split_off(second.start);
-                let (x, y) = tokio::join!(
-                    self.bisect(key, out, spec, items),
-                    self.bisect(key, out, spec, tail)
-                );
-                let ((), ()) = (x, y);
+                if items.iter().chain(&tail).any(|s| s.in_run) {
+                    // An ordered run's events reach the API in offset order.
+                    self.bisect(key, out, spec, items).await;
+                    self.bisect(key, out, spec, tail).await;
+                } else {
+                    let (x, y) = tokio::join!(
+                        self.bisect(key, out, spec, items),
+                        self.bisect(key, out, spec, tail)
+                    );
+                    let ((), ()) = (x, y);
+                }
                 return;
             }
             let ids: Vec<&str> = items.iter().map(|s| s.id.as_str()).collect();
