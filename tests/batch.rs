@@ -11,7 +11,9 @@
 //! - one poison event refusing its batch as a whole (400): only it parked, the
 //!   others delivered, the extra requests within `2·⌈log₂ n⌉`;
 //! - 413 above a size: smaller batches, everything delivered;
-//! - key order kept (the stand-in checks each key's sequence);
+//! - key order kept (the stand-in checks each key's sequence), and with
+//!   `ordered = true` a key's events share batches and, with some answered
+//!   503 within them, each key's last writes stay in order;
 //! - a revoke mid-batch: an instance holding every event in a batch when a
 //!   second one joins the group sends none of the partitions handed to the
 //!   other in its requests after the handover (each instance has its own
@@ -323,8 +325,92 @@ async fn batches_keep_each_keys_order() {
         audit.order_violations, 0,
         "each key's events arrive in order"
     );
+    assert_eq!(
+        audit.batch_same_key_items, 0,
+        "without ordered = true a batch holds at most one event per key"
+    );
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("batch order", &rep);
+    api.shutdown();
+}
+
+/// `ordered = true`: a key's waiting events share a batch, in offset order.
+/// Every 37th event is answered 503 once in its batch (the events after it
+/// in the batch accepted): the rest of its run is sent again behind it, so
+/// each key's last writes stay in produced order — the stand-in checks it —
+/// and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_runs_share_batches_and_keep_each_keys_last_writes_in_order() {
+    let s = services();
+    let n = Names::new("batch-ordered", 3);
+    n.create(&s, true).await;
+    // 30 keys, 100 events each: while a key's batch is out, its next events
+    // wait and go together.
+    let sp = spec("bq", 3_000, 30);
+    let flaky: HashMap<String, FailRule> = (0..sp.count)
+        .step_by(37)
+        .skip(1)
+        .map(|i| {
+            let rule = FailRule {
+                status: 503,
+                times: Some(1),
+                retry_after_s: None,
+            };
+            (loadgen::event_id(&sp.id_prefix, i), rule)
+        })
+        .collect();
+    let api = stand_in(Behaviour {
+        latency_ms: 20,
+        fail_ids: flaky.clone(),
+        ..Behaviour::default()
+    })
+    .await;
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    let toml = batch_toml(
+        &n,
+        &batch_url(&api),
+        "dlq_backoff_base = \"1h\"\ndlq_backoff_cap = \"1h\"",
+        "max_events = 50\nlinger = \"5ms\"\nresults = \"/items\"\nresult_id = \"/id\"\nordered = true\n",
+    )
+    .replace(
+        "retry_budget = \"500ms\"",
+        "retry_budget = \"30s\"\nmax_attempts = 20",
+    );
+    let mut c = Courier::start("batch-ordered", &s, &toml);
+    n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+    let resent = c.metric("courier_ordered_resent_total").await;
+    c.terminate(Duration::from_secs(30)).await;
+    let audit = api.audit();
+    println!(
+        "[batch ordered] {} batch requests, {} items, {} sharing a key with an earlier item; \
+         {} resent; {} first-delivery order inversions, {} keys with last writes out of order",
+        audit.batch_requests,
+        audit.batch_items,
+        audit.batch_same_key_items,
+        resent,
+        audit.order_violations,
+        audit.order_last_write_violations
+    );
+    assert!(
+        audit.order_checked >= sp.count as u64,
+        "{} first deliveries checked",
+        audit.order_checked
+    );
+    assert!(
+        audit.batch_same_key_items > 0,
+        "a key's events shared batches"
+    );
+    assert!(resent > 0.0, "events behind a 503 were sent again");
+    assert_eq!(
+        audit.order_last_write_violations, 0,
+        "each key's last writes in order: {:?}",
+        audit.order_last_write_examples
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("batch ordered", &rep);
+    assert_eq!(rep.parked + rep.in_dlq, 0, "{rep}");
     api.shutdown();
 }
 

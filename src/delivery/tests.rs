@@ -6,6 +6,7 @@
 
 mod batched;
 mod fakes;
+mod ordered;
 
 use super::peers::{BreakerAlarm, Refusal};
 use super::token::{Completion, CompletionToken, Finished, Inbox, Wake};

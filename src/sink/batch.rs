@@ -82,6 +82,8 @@ pub(super) struct BatchBook {
     pub key_mismatches: u64,
     pub keyless: u64,
     pub per_second: Vec<u64>,
+    /// Items whose key an earlier item of the same batch has.
+    pub same_key_items: u64,
 }
 
 /// The answer body of a batch decided per item.
@@ -244,6 +246,7 @@ pub(super) async fn post_batch(
             })
             .collect();
         book.count_batch(received, ids.len() as u64, batch, key_matches);
+        book.batch.same_key_items += same_key_items(&marks);
         if keyless {
             book.batch.keyless += 1;
         }
@@ -363,6 +366,18 @@ impl super::Book {
         }
         b.per_second[second] += 1;
     }
+}
+
+/// Items of one request whose key (the load generator's mark) an earlier
+/// item of the request has: `ordered = true` runs; without them, `key` mode
+/// sends a key's events one at a time.
+fn same_key_items(marks: &[Option<Mark>]) -> u64 {
+    let mut seen = std::collections::HashSet::with_capacity(marks.len());
+    marks
+        .iter()
+        .flatten()
+        .filter(|m| !seen.insert(m.key.as_str()))
+        .count() as u64
 }
 
 impl Shared {

@@ -246,6 +246,11 @@ pub struct Audit {
     /// client's JSON array): booked per item like the others.
     #[serde(default)]
     pub batch_keyless: u64,
+    /// Batch items whose key an earlier item of the same request has (the
+    /// load generator's `data.key`): runs of `ordered = true`; 0 without it in
+    /// `key` mode. Redeliveries left out.
+    #[serde(default)]
+    pub batch_same_key_items: u64,
     /// Batch-endpoint requests received in each whole second (same index as
     /// `per_second`, which counts events).
     pub per_second_batches: Vec<u64>,
@@ -258,6 +263,14 @@ pub struct Audit {
     pub order_violations: u64,
     /// The first few violations, described (`key: id (seq s) after seq t`).
     pub order_violation_examples: Vec<String>,
+    /// Keys whose events' *last* acceptances are out of `seq` order (every
+    /// 2xx counted, duplicates too; redeliveries left out): an API applying
+    /// each accepted item, last write wins, would not end in produced order.
+    /// The promise of `ordered = true` (`sink::order`).
+    #[serde(default)]
+    pub order_last_write_violations: u64,
+    #[serde(default)]
+    pub order_last_write_examples: Vec<String>,
 }
 
 /// How much was delivered since the last reset (`GET /audit/delivered`): the
@@ -656,6 +669,9 @@ impl Book {
             self.failures_total += 1;
             return false;
         }
+        if let Some(mark) = mark {
+            self.key_order.accepted(mark);
+        }
         let first = match self.delivered.get_mut(&id) {
             Some(n) => {
                 *n += 1;
@@ -707,6 +723,7 @@ impl Shared {
 
     fn audit(&self) -> Audit {
         let book = self.book();
+        let last_writes = book.key_order.last_write_violations();
         Audit {
             delivered: book.delivered.clone(),
             attempts: book.attempts.clone(),
@@ -731,10 +748,13 @@ impl Shared {
             batch_refused_whole: book.batch.refused_whole,
             batch_key_mismatches: book.batch.key_mismatches,
             batch_keyless: book.batch.keyless,
+            batch_same_key_items: book.batch.same_key_items,
             per_second_batches: book.batch.per_second.clone(),
             order_checked: book.key_order.checked,
             order_violations: book.key_order.violations,
             order_violation_examples: book.key_order.examples.clone(),
+            order_last_write_violations: last_writes.0,
+            order_last_write_examples: last_writes.1,
         }
     }
 

@@ -9,6 +9,13 @@
 //! order violation. DLQ redeliveries (`Courier-Redelivery`) are left out: a
 //! replay comes after its key moved on by design. Events without a string key
 //! (`data.key`, else `subject`) and an integer `data.seq` are not checked.
+//!
+//! The **last writes** check is the promise of `ordered = true` (a key's
+//! events share batches; from the first one tried again, the rest is sent
+//! again): per key, the *last* acceptance of each `seq` must come in `seq`
+//! order — what an API applying every accepted item (last write wins) ends
+//! with. A first acceptance may come early there (a later event accepted in
+//! the batch where an earlier one failed), and is not counted against it.
 
 use std::collections::HashMap;
 
@@ -31,9 +38,49 @@ pub(super) struct KeyOrder {
     pub violations: u64,
     /// The first [`EXAMPLES`] violations, described.
     pub examples: Vec<String>,
+    /// Per key, every acceptance (`seq`, its number among all acceptances).
+    accepted: HashMap<String, Vec<(u64, u64)>>,
+    accepted_n: u64,
 }
 
 impl KeyOrder {
+    /// Books an acceptance (a 2xx, first or again) of an event at `mark`.
+    pub fn accepted(&mut self, mark: &Mark) {
+        self.accepted_n += 1;
+        let n = self.accepted_n;
+        match self.accepted.get_mut(&mark.key) {
+            Some(v) => v.push((mark.seq, n)),
+            None => {
+                self.accepted.insert(mark.key.clone(), vec![(mark.seq, n)]);
+            }
+        }
+    }
+
+    /// Keys whose last writes are out of `seq` order, and the first few
+    /// described (`key: seq s last accepted before seq t`).
+    pub fn last_write_violations(&self) -> (u64, Vec<String>) {
+        let mut keys = 0;
+        let mut examples = Vec::new();
+        for (key, all) in &self.accepted {
+            let mut last: HashMap<u64, u64> = HashMap::with_capacity(all.len());
+            for &(seq, n) in all {
+                last.insert(seq, n);
+            }
+            let mut by_seq: Vec<(u64, u64)> = last.into_iter().collect();
+            by_seq.sort_unstable();
+            if let Some(w) = by_seq.windows(2).find(|w| w[1].1 < w[0].1) {
+                keys += 1;
+                if examples.len() < EXAMPLES {
+                    examples.push(format!(
+                        "{key}: seq {} last accepted before seq {}",
+                        w[1].0, w[0].0
+                    ));
+                }
+            }
+        }
+        (keys, examples)
+    }
+
     /// Books the first delivery of `id` at `mark`.
     pub fn first_delivery(&mut self, id: &str, mark: &Mark) {
         self.checked += 1;
@@ -73,5 +120,28 @@ mod tests {
         o.first_delivery("a-4", &m("a", 4));
         assert_eq!((o.checked, o.violations), (5, 1));
         assert_eq!(o.examples, ["a: a-2 (seq 2) after seq 3"]);
+    }
+
+    #[test]
+    fn last_writes_out_of_seq_order_are_a_violation_an_early_first_is_not() {
+        let m = |key: &str, seq| Mark {
+            key: key.into(),
+            seq,
+        };
+        let mut o = KeyOrder::default();
+        // a: 3 accepted before 2, then again after it (an ordered run's
+        // resend): the last writes are in order.
+        for seq in [1, 3, 2, 3, 4] {
+            o.accepted(&m("a", seq));
+        }
+        assert_eq!(o.last_write_violations().0, 0);
+        // b: 2 accepted after 3, and 3 never again.
+        for seq in [1, 3, 2] {
+            o.accepted(&m("b", seq));
+        }
+        assert_eq!(
+            o.last_write_violations(),
+            (1, vec!["b: seq 3 last accepted before seq 2".to_string()])
+        );
     }
 }

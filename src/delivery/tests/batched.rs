@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Mutex;
 
 #[derive(Clone, Default)]
-struct BatchApi(Arc<BatchApiState>);
+pub(super) struct BatchApi(Arc<BatchApiState>);
 
 #[derive(Default)]
 struct BatchApiState {
@@ -23,10 +23,16 @@ struct BatchApiState {
     max_items: Option<usize>,
     /// Each request's ids (one for a single event).
     requests: Mutex<Vec<Vec<String>>>,
+    /// The ids answered 200, in the order the API took them.
+    accepted: Mutex<Vec<String>>,
 }
 
 impl BatchApi {
-    fn new(items: &[(&str, u16, u32)], poison: &[&str], max_items: Option<usize>) -> BatchApi {
+    pub(super) fn new(
+        items: &[(&str, u16, u32)],
+        poison: &[&str],
+        max_items: Option<usize>,
+    ) -> BatchApi {
         BatchApi(Arc::new(BatchApiState {
             items: Mutex::new(
                 items
@@ -37,22 +43,31 @@ impl BatchApi {
             poison: poison.iter().map(|s| s.to_string()).collect(),
             max_items,
             requests: Mutex::default(),
+            accepted: Mutex::default(),
         }))
     }
 
-    fn requests(&self) -> Vec<Vec<String>> {
+    pub(super) fn requests(&self) -> Vec<Vec<String>> {
         self.0.requests.lock().unwrap().clone()
+    }
+
+    pub(super) fn accepted(&self) -> Vec<String> {
+        self.0.accepted.lock().unwrap().clone()
     }
 
     fn status_of(&self, id: &str) -> u16 {
         let mut items = self.0.items.lock().unwrap();
-        match items.get_mut(id) {
+        let status = match items.get_mut(id) {
             Some((s, n)) if *n > 0 => {
                 *n -= 1;
                 *s
             }
             _ => 200,
+        };
+        if status == 200 {
+            self.0.accepted.lock().unwrap().push(id.to_string());
         }
+        status
     }
 }
 
@@ -104,10 +119,13 @@ impl http::Api for BatchApi {
         } else if ids.len() == 1 {
             answer(self.status_of(&ids[0]), None)
         } else {
+            // Taken in the batch's order; listed out of order (matched by id).
+            let statuses: Vec<u16> = ids.iter().map(|id| self.status_of(id)).collect();
             let results: Vec<serde_json::Value> = ids
                 .iter()
-                .rev() // out of order: matched by id
-                .map(|id| serde_json::json!({"id": id, "status": self.status_of(id)}))
+                .zip(statuses)
+                .rev()
+                .map(|(id, status)| serde_json::json!({"id": id, "status": status}))
                 .collect();
             let all_ok = results.iter().all(|r| r["status"] == 200);
             let body = serde_json::json!({ "items": results }).to_string();
@@ -117,7 +135,7 @@ impl http::Api for BatchApi {
     }
 }
 
-const BATCH: &str = "\n[api.batch]\nmax_events = 10\nlinger = \"200ms\"\nresults = \"/items\"\nresult_id = \"/id\"\n";
+pub(super) const BATCH: &str = "\n[api.batch]\nmax_events = 10\nlinger = \"200ms\"\nresults = \"/items\"\nresult_id = \"/id\"\n";
 
 /// `n` events `e-0..`, run at once through `d`; their outcomes by id.
 async fn run_all(
