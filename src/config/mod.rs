@@ -367,6 +367,33 @@ mod tests {
     }
 
     #[test]
+    fn ordered_batches_need_batching_and_an_order_to_keep() {
+        assert_eq!(
+            field_of("[api.batch]\nordered = true"),
+            "api.batch.ordered",
+            "max_events = 1 batches nothing"
+        );
+        assert_eq!(
+            field_of("[api.batch]\nmax_events = 10\nordered = true\n[pipeline]\nordering = \"unordered\""),
+            "api.batch.ordered"
+        );
+        assert_eq!(
+            field_of(
+                "[pipeline]\nordering = \"unordered\"\n[[api.routes]]\ntype = \"t\"\nurl = \"http://localhost:8080/{type}\"\n\
+                 batch = { max_events = 5, ordered = true }"
+            ),
+            "api.routes[0].batch.ordered"
+        );
+        for ordering in ["key", "partition"] {
+            let toml = format!(
+                "[api.batch]\nmax_events = 10\nordered = true\n[pipeline]\nordering = \"{ordering}\""
+            );
+            let c = Config::from_toml(&toml).expect("ordered runs in key and partition mode");
+            assert!(c.api.batch_spec().expect("spec").expect("batched").ordered);
+        }
+    }
+
+    #[test]
     fn errors_name_the_field() {
         assert_eq!(
             field_of("[pipeline]\nconcurrency = 0"),
