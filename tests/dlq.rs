@@ -986,6 +986,66 @@ async fn batch_over_the_dlq_limit(lowered_while_running: bool) {
     }
 }
 
+/// An operator lowers the DLQ's `max.message.bytes` (to 4,000) while Courier
+/// runs, below the envelopes of the events about to fail (~10 KB payloads).
+/// The broker refuses each record, alone too; Courier reads the limit again
+/// and writes a reference envelope (the payload left in the origin topic)
+/// that fits the new one. Before: each was parked `dlq_too_large` (fitted to
+/// the limit read at start). Ends with the audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_over_a_limit_lowered_while_running_goes_to_the_dlq_as_a_reference() {
+    const EVENTS: usize = 10;
+    let s = services();
+    let n = Names::new("dlq-lowered", 1);
+    n.create(&s, true).await;
+    let spec = Spec {
+        count: EVENTS,
+        keys: EVENTS,
+        id_prefix: "lowered".into(),
+        event_bytes: 10_000,
+        ..Spec::default()
+    };
+    let api = api_failing_every((0..EVENTS).map(|i| loadgen::event_id("lowered", i))).await;
+    // Uncompressed: zstd would fold the load generator's payload below 4,000.
+    let toml = all_failing_toml(&n, &api.url()).replacen(
+        "[kafka]\n",
+        "[kafka]\nproducer_compression = \"none\"\n",
+        1,
+    );
+    let mut c = Courier::start(&n.topic, &s, &toml);
+    wait_until(Duration::from_secs(60), "assigned", || {
+        block(c.metric("courier_assigned_partitions")) > 0.0
+    })
+    .await;
+    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("max.message.bytes", "4000")])
+        .await
+        .expect("a smaller DLQ");
+    wait_topic_setting(&s, &n.dlq, "max.message.bytes", "4000").await;
+    let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    c.terminate(Duration::from_secs(30)).await;
+    let rep = n.audit(&s, &produced, &api);
+    println!("[lowered while running] {rep}");
+    assert_no_loss("lowered while running", &rep);
+    assert_eq!(rep.parked, 0, "{:?}", rep.parked_by_reason);
+    assert_eq!(rep.in_dlq, EVENTS);
+    let dlq = envelopes(&s, &n.dlq);
+    assert!(
+        dlq.iter().all(|e| e.omitted.is_some()),
+        "each a reference to its origin record"
+    );
+    let sizes: Vec<usize> = courier::kafka::admin::read_all(&s.brokers, &n.dlq)
+        .unwrap()
+        .iter()
+        .map(|r| r.payload.as_ref().map_or(0, Vec::len))
+        .collect();
+    assert!(sizes.iter().all(|&b| b < 4_000), "{sizes:?}");
+    assert!(
+        strip_ansi(&c.log_text()).contains("lowered while running"),
+        "the new limit is logged"
+    );
+}
+
 /// A DLQ outage a real broker holds: with `message.timestamp.before.max.ms` 0 it
 /// answers a write stamped earlier than it arrives INVALID_TIMESTAMP, which
 /// Courier retries; `accept` lifts the limit. The producer's 5 ms linger makes

@@ -142,6 +142,12 @@ enum Engine {
     /// Batched with the adaptive concurrency limit on (it holds requests):
     /// Courier's default, not one of the criterion's engines.
     BatchedAdaptive,
+    /// Batched in `key` order: a key has one event in flight, so a batch
+    /// holds at most one event per key. Not one of the criterion's engines.
+    BatchedKey,
+    /// Batched in `key` order with `ordered = true`: a key's waiting events
+    /// share a batch, in offset order. Not one of the criterion's engines.
+    BatchedOrdered,
     Benthos,
 }
 
@@ -152,6 +158,8 @@ impl Engine {
             Engine::Unbatched => "unbatched",
             Engine::Batched => "batched",
             Engine::BatchedAdaptive => "batched-adaptive",
+            Engine::BatchedKey => "batched-key",
+            Engine::BatchedOrdered => "batched-ordered",
             Engine::Benthos => "benthos",
         }
     }
@@ -162,6 +170,8 @@ impl Engine {
             Engine::Unbatched => "Courier, unbatched",
             Engine::Batched => "Courier, batched",
             Engine::BatchedAdaptive => "Courier, batched, adaptive limit",
+            Engine::BatchedKey => "Courier, batched, key order",
+            Engine::BatchedOrdered => "Courier, batched, key order, ordered = true",
             Engine::Benthos => "Benthos v4.27.0, batched",
         }
     }
@@ -332,15 +342,24 @@ impl Bench {
     }
 
     fn courier_config(&self, group: &str, engine: Engine) -> String {
-        let batched = matches!(engine, Engine::Batched | Engine::BatchedAdaptive);
+        let batched = matches!(
+            engine,
+            Engine::Batched | Engine::BatchedAdaptive | Engine::BatchedKey | Engine::BatchedOrdered
+        );
         let adaptive = engine == Engine::BatchedAdaptive;
+        let ordering = match engine {
+            Engine::BatchedKey | Engine::BatchedOrdered => "key",
+            // Benthos keeps no per-key order either.
+            _ => "unordered",
+        };
+        let ordered = engine == Engine::BatchedOrdered;
         let o = &self.opts;
         let (url, concurrency, batch, limits) = if batched {
             (
                 format!("{}/batch", self.sink.base),
                 o.concurrency * o.batch,
                 format!(
-                    "\n[api.batch]\nmax_events = {}\nlinger = \"{}ms\"\n",
+                    "\n[api.batch]\nmax_events = {}\nlinger = \"{}ms\"\nordered = {ordered}\n",
                     o.batch, o.linger_ms
                 ),
                 format!(
@@ -371,8 +390,7 @@ adaptive_concurrency = {adaptive}
 {batch}
 [pipeline]
 concurrency = {concurrency}
-# Benthos keeps no per-key order either.
-ordering = "unordered"
+ordering = "{ordering}"
 {limits}drain_timeout = "3s"
 shutdown_grace = "5s"
 "#,
@@ -491,7 +509,11 @@ logger:
     fn spawn(&self, engine: Engine, group: &str) -> anyhow::Result<Proc> {
         let name = group.to_string();
         match engine {
-            Engine::Unbatched | Engine::Batched | Engine::BatchedAdaptive => {
+            Engine::Unbatched
+            | Engine::Batched
+            | Engine::BatchedAdaptive
+            | Engine::BatchedKey
+            | Engine::BatchedOrdered => {
                 let mut launch = Launch::new(
                     &self.courier,
                     &self.log_dir,
@@ -654,7 +676,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// The criterion's ratios: (name, numerator, denominator, threshold).
-const RATIOS: [(&str, Engine, Engine, f64); 4] = [
+const RATIOS: [(&str, Engine, Engine, f64); 5] = [
     (
         "batched ÷ unbatched",
         Engine::Batched,
@@ -669,6 +691,13 @@ const RATIOS: [(&str, Engine, Engine, f64); 4] = [
         Engine::BatchedAdaptive,
         Engine::Batched,
         0.9,
+    ),
+    // Not the issue's: what `ordered = true` buys when keys are few.
+    (
+        "batched-ordered ÷ batched-key",
+        Engine::BatchedOrdered,
+        Engine::BatchedKey,
+        1.0,
     ),
 ];
 

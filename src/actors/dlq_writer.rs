@@ -47,18 +47,55 @@ pub struct DlqWriterState {
     pipeline: Arc<Pipeline>,
 }
 
-/// `max.message.bytes` of the DLQ and parking topics.
+/// `max.message.bytes` of the DLQ and parking topics: read at start, and
+/// lowered when a record alone is refused as too large for a limit an
+/// operator lowered since ([`Limits::reread`]).
 #[derive(Debug)]
 struct Limits {
-    by_topic: BTreeMap<String, usize>,
+    by_topic: std::sync::RwLock<BTreeMap<String, usize>>,
 }
 
 impl Limits {
     fn of(&self, topic: &str) -> usize {
         self.by_topic
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
             .get(topic)
             .copied()
             .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES)
+    }
+
+    /// Reads `topic`'s `max.message.bytes` again after the broker refused a
+    /// record of at most `was` bytes alone; the new limit if it is lower (the
+    /// writer then uses it), else `None`.
+    async fn reread(
+        &self,
+        cfg: &crate::config::KafkaConfig,
+        topic: &str,
+        was: usize,
+    ) -> Option<usize> {
+        let key = "max.message.bytes";
+        let now = match crate::kafka::admin::topic_settings(cfg, &[topic], &[key]).await {
+            Ok(m) => m.get(topic)?.get(key)?.parse::<usize>().ok()?,
+            Err(e) => {
+                tracing::warn!(topic, error = %e, "cannot read max.message.bytes again");
+                return None;
+            }
+        };
+        if now >= was {
+            return None;
+        }
+        self.by_topic
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(topic.to_string(), now);
+        tracing::warn!(
+            topic,
+            was,
+            now,
+            "the topic's max.message.bytes was lowered while running: envelopes are fitted to the new limit (the producer's batch.size keeps the old one until a restart)"
+        );
+        Some(now)
     }
 }
 
@@ -125,7 +162,9 @@ impl Actor for DlqWriter {
         Ok(DlqWriterState {
             producer,
             alone,
-            limits: Arc::new(Limits { by_topic }),
+            limits: Arc::new(Limits {
+                by_topic: std::sync::RwLock::new(by_topic),
+            }),
             pipeline,
         })
     }
@@ -145,10 +184,12 @@ impl Actor for DlqWriter {
             DlqWriterMsg::Write(rec, reply) => {
                 let producer = state.producer.clone();
                 let alone = state.alone.clone();
-                let limit = state.limits.of(&rec.topic);
+                let limits = state.limits.clone();
+                let limit = limits.of(&rec.topic);
                 // Sends run concurrently; the actor only hands them out.
                 let pipeline = state.pipeline.clone();
                 tokio::spawn(async move {
+                    let settings = pipeline.clone();
                     let sent = async {
                         match send(&producer, &rec, limit).await {
                             // The broker's answer to the batch (not the local
@@ -159,7 +200,20 @@ impl Actor for DlqWriter {
                             Err(WriteError::Refused(Refusal::TooLarge, _))
                                 if rec.envelope.clone().fitted(limit).is_some() =>
                             {
-                                alone.send(&rec, limit).await
+                                match alone.send(&rec, limit).await {
+                                    // Too large alone: the limit may have
+                                    // been lowered since it was read.
+                                    Err(WriteError::Refused(Refusal::TooLarge, detail)) => {
+                                        let kafka = &settings.config.kafka;
+                                        match limits.reread(kafka, &rec.topic, limit).await {
+                                            Some(lower) => alone.send(&rec, lower).await,
+                                            None => {
+                                                Err(WriteError::Refused(Refusal::TooLarge, detail))
+                                            }
+                                        }
+                                    }
+                                    r => r,
+                                }
                             }
                             r => r,
                         }
