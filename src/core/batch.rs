@@ -144,9 +144,11 @@ impl BatchFormat {
 }
 
 /// Whether an item's body can go into a batch of this format: JSON (for
-/// ndjson also on one line). One that cannot is sent alone.
-pub fn batchable(format: &BatchFormat, body: &[u8]) -> bool {
-    if serde_json::from_slice::<&serde_json::value::RawValue>(body).is_err() {
+/// ndjson also on one line). One that cannot is sent alone. `known_json`:
+/// the body is a JSON text already (a decoded event, or Courier's own
+/// rendering of one), so only the line is checked.
+pub fn batchable(format: &BatchFormat, body: &[u8], known_json: bool) -> bool {
+    if !known_json && serde_json::from_slice::<&serde_json::value::RawValue>(body).is_err() {
         return false;
     }
     !matches!(format, BatchFormat::Ndjson) || !body.contains(&b'\n')
@@ -328,10 +330,17 @@ mod tests {
 
     #[test]
     fn only_json_is_batched_and_ndjson_needs_one_line() {
-        assert!(batchable(&BatchFormat::JsonArray, b"{\"a\":\n1}"));
-        assert!(!batchable(&BatchFormat::Ndjson, b"{\"a\":\n1}"));
-        assert!(!batchable(&BatchFormat::JsonArray, b"not json"));
-        assert!(!batchable(&BatchFormat::JsonArray, b"{\"a\":1} trailing"));
+        assert!(batchable(&BatchFormat::JsonArray, b"{\"a\":\n1}", false));
+        assert!(!batchable(&BatchFormat::Ndjson, b"{\"a\":\n1}", false));
+        assert!(!batchable(&BatchFormat::JsonArray, b"not json", false));
+        assert!(!batchable(
+            &BatchFormat::JsonArray,
+            b"{\"a\":1} trailing",
+            false
+        ));
+        // Known to be JSON: only ndjson's line is checked.
+        assert!(batchable(&BatchFormat::JsonArray, b"{\"a\":\n1}", true));
+        assert!(!batchable(&BatchFormat::Ndjson, b"{\"a\":\n1}", true));
     }
 
     #[test]

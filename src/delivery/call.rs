@@ -7,7 +7,6 @@ use super::http::{self, Api, Outgoing, TransportError};
 use super::limits;
 use super::token::CompletionToken;
 use super::Deliverer;
-use crate::core::batch;
 use crate::core::classify::{
     outcome_of, FailureClass, FailureReason, StatusVerdict, TransportFailure,
 };
@@ -64,11 +63,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         redelivery: Option<u32>,
         token: &CompletionToken,
     ) -> Option<(Result<http::Answer, TransportError>, u64)> {
-        if let Some(spec) = out
-            .batch
-            .as_ref()
-            .filter(|s| batch::batchable(&s.format, &body))
-        {
+        // `request` left `batch` only on a body a batch can hold.
+        if let Some(spec) = out.batch.as_ref() {
             let answer = self.batcher.submit(out, spec, id, body, redelivery);
             return tokio::select! {
                 biased;

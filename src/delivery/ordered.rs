@@ -24,7 +24,6 @@ use super::report::Failure;
 use super::request::{Body, Source};
 use super::token::CompletionToken;
 use super::{Deliverer, Item, Job, Work};
-use crate::core::batch::batchable;
 use crate::core::classify::{StatusVerdict, TransportFailure};
 use crate::metrics as m;
 use bytes::Bytes;
@@ -125,7 +124,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             match request {
                 Ok(Body::Send { body, out }) => {
                     let spec = out.batch.clone();
-                    let alone = spec.as_ref().is_none_or(|s| !batchable(&s.format, &body));
+                    // `request` left `batch` only on a body a batch can hold.
+                    let alone = spec.is_none();
                     if let (Some((_, first)), Some(spec)) = (round.first(), &spec) {
                         let n = round.len() + 1;
                         let fits = !alone

@@ -63,10 +63,15 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             batch: route.map_or_else(|| self.batch.clone(), |r| r.batch.clone()),
             ..Outgoing::default()
         };
+        // Whether the body is a JSON text already: the event as decoded (its
+        // whole text validated) or Courier's rendering of it; its data member
+        // may be anything.
+        let mut known_json = true;
         let body = match route {
             Some(r) if r.body == BodyMode::Data => match data_of(src, ev) {
                 Some((data, ct)) => {
                     out.content_type = Some(ct);
+                    known_json = false;
                     data
                 }
                 None => {
@@ -117,6 +122,17 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             if let Some(v) = value.filter(|v| HeaderValue::from_bytes(v).is_ok()) {
                 out.headers.push((name.clone(), v));
             }
+        }
+        // A body a batch cannot hold (not JSON; for ndjson, not one line) is
+        // sent alone.
+        if let Some(spec) = &out.batch {
+            if !crate::core::batch::batchable(&spec.format, &body, known_json) {
+                out.batch = None;
+            }
+        }
+        if out.batch.is_some() {
+            // A batch carries no per-event trace context: none to look for.
+            return Ok(Body::Send { body, out });
         }
         // With OTLP on, the API's parent is Courier's delivery span (itself a
         // child of the event's context); otherwise the event's context as it is.
