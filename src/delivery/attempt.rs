@@ -20,11 +20,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// `None`: the partition was handed over between two tries (`token`
-    /// cancelled): no further request, no outcome. The permit is given back
-    /// while the event waits out a back-off, and taken again for its next try:
-    /// an event the API keeps refusing must not hold capacity it does not use
-    /// (with the adaptive limit cut to a few permits by its own 503s, it held
-    /// them all, and every other event waited out its retry budget).
+    /// cancelled): no further request, no outcome.
     pub(super) async fn deliver(
         &self,
         item: &Item,
@@ -32,7 +28,6 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         permit: OwnedSemaphorePermit,
         token: &CompletionToken,
     ) -> Option<Finished> {
-        let mut permit = Some(permit);
         let mut t = Tries::new(&self.hot.in_flight);
         let src = Source::of(item);
         let (failure, next) = loop {
@@ -70,17 +65,11 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 Wait::Sleep(delay) => {
                     // A handover ends the wait at once (no backoff is waited
                     // out for a request that will not be made).
-                    drop(permit.take());
                     tokio::select! {
                         biased;
                         _ = token.until_cancelled() => return None,
                         _ = tokio::time::sleep(delay) => {}
                     }
-                    permit = Some(tokio::select! {
-                        biased;
-                        _ = token.until_cancelled() => return None,
-                        p = self.permits.clone().acquire_owned() => p.ok()?,
-                    });
                 }
                 // The next call waits at the breaker's gate.
                 Wait::Gate => {}
