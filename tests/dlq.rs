@@ -924,16 +924,7 @@ async fn batch_over_the_dlq_limit(lowered_while_running: bool) {
     let s = services();
     let n = Names::new("dlq-batchsize", 1);
     n.create(&s, true).await;
-    let small_dlq = || async {
-        courier::kafka::admin::alter_topic_config(
-            &s.brokers,
-            &n.dlq,
-            &[("max.message.bytes", "4000")],
-        )
-        .await
-        .expect("a small DLQ");
-        wait_topic_setting(&s, &n.dlq, "max.message.bytes", "4000").await;
-    };
+    let small_dlq = || dlq_of_4000_bytes(&s, &n);
     if !lowered_while_running {
         small_dlq().await;
     }
@@ -945,16 +936,7 @@ async fn batch_over_the_dlq_limit(lowered_while_running: bool) {
     };
     let api = api_failing_every((0..EVENTS).map(|i| loadgen::event_id("batchsize", i))).await;
     // Uncompressed: zstd would fold thirty similar envelopes below the limit.
-    let toml = all_failing_toml(&n, &api.url()).replacen(
-        "[kafka]\n",
-        "[kafka]\nproducer_compression = \"none\"\n",
-        1,
-    );
-    let mut c = Courier::start(&n.topic, &s, &toml);
-    wait_until(Duration::from_secs(60), "assigned", || {
-        block(c.metric("courier_assigned_partitions")) > 0.0
-    })
-    .await;
+    let mut c = start_uncompressed_and_assigned(&s, &n, &api).await;
     if lowered_while_running {
         small_dlq().await;
     }
@@ -986,6 +968,30 @@ async fn batch_over_the_dlq_limit(lowered_while_running: bool) {
     }
 }
 
+/// The DLQ's `max.message.bytes` set to 4,000, and applied.
+async fn dlq_of_4000_bytes(s: &Services, n: &Names) {
+    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("max.message.bytes", "4000")])
+        .await
+        .expect("a small DLQ");
+    wait_topic_setting(s, &n.dlq, "max.message.bytes", "4000").await;
+}
+
+/// Courier over an API failing every event, its DLQ producer uncompressed,
+/// once it holds its partitions.
+async fn start_uncompressed_and_assigned(s: &Services, n: &Names, api: &SinkHandle) -> Courier {
+    let toml = all_failing_toml(n, &api.url()).replacen(
+        "[kafka]\n",
+        "[kafka]\nproducer_compression = \"none\"\n",
+        1,
+    );
+    let c = Courier::start(&n.topic, s, &toml);
+    wait_until(Duration::from_secs(60), "assigned", || {
+        block(c.metric("courier_assigned_partitions")) > 0.0
+    })
+    .await;
+    c
+}
+
 /// An operator lowers the DLQ's `max.message.bytes` (to 4,000) while Courier
 /// runs, below the envelopes of the events about to fail (~10 KB payloads).
 /// The broker refuses each record, alone too; Courier reads the limit again
@@ -1007,20 +1013,8 @@ async fn an_envelope_over_a_limit_lowered_while_running_goes_to_the_dlq_as_a_ref
     };
     let api = api_failing_every((0..EVENTS).map(|i| loadgen::event_id("lowered", i))).await;
     // Uncompressed: zstd would fold the load generator's payload below 4,000.
-    let toml = all_failing_toml(&n, &api.url()).replacen(
-        "[kafka]\n",
-        "[kafka]\nproducer_compression = \"none\"\n",
-        1,
-    );
-    let mut c = Courier::start(&n.topic, &s, &toml);
-    wait_until(Duration::from_secs(60), "assigned", || {
-        block(c.metric("courier_assigned_partitions")) > 0.0
-    })
-    .await;
-    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("max.message.bytes", "4000")])
-        .await
-        .expect("a smaller DLQ");
-    wait_topic_setting(&s, &n.dlq, "max.message.bytes", "4000").await;
+    let mut c = start_uncompressed_and_assigned(&s, &n, &api).await;
+    dlq_of_4000_bytes(&s, &n).await;
     let produced = loadgen::produce(&s.brokers, &n.topic, &spec).await.unwrap();
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     c.terminate(Duration::from_secs(30)).await;
