@@ -103,7 +103,6 @@ impl Actor for DeliveryPool {
 /// run: with a permit per event, in one task).
 async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<Queued>) {
     // The permits follow the adaptive concurrency limit (delivery::limits).
-    let mut gate = deliverer.permit_gate();
     while let Some(queued) = jobs.recv().await {
         let job = match queued {
             Queued::One(job) => job,
@@ -113,7 +112,7 @@ async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<Q
                 // permits stay at that number: all of them come.
                 let mut permits = Vec::with_capacity(run.len());
                 while permits.len() < run.len() {
-                    let Some(permit) = gate.acquire().await else {
+                    let Some(permit) = deliverer.permit().await else {
                         return; // Never closed.
                     };
                     permits.push(permit);
@@ -132,7 +131,7 @@ async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<Q
         if job.token.cancelled() {
             continue;
         }
-        let Some(permit) = gate.acquire().await else {
+        let Some(permit) = deliverer.permit().await else {
             return; // Never closed.
         };
         if job.token.cancelled() {

@@ -38,8 +38,12 @@ pub enum Sample {
     /// An answer that was not back-pressure (2xx, or a 4xx that is the event's),
     /// after this round trip.
     Answered(Duration),
-    /// 429, 503 or a timeout: the API (or something before it) is saturated.
-    BackPressure,
+    /// 429, 503 or a timeout, after this long in flight: the API (or
+    /// something before it) is saturated. Like an answer, it says something
+    /// about the current limit only if its call started after the limit last
+    /// moved: a 429 to a call made under the higher limit before a cut
+    /// (read late by a busy client) is not a reason to cut again.
+    BackPressure(Duration),
     /// Nothing to learn (a refused connection, a request that was not built):
     /// the breaker deals with outages.
     Ignore,
@@ -231,7 +235,10 @@ impl Aimd {
                 self.rtt_min = self.rtt_min.min(rtt.as_secs_f64());
             }
             Sample::Answered(_) => {}
-            Sample::BackPressure => self.back_pressure = true,
+            Sample::BackPressure(rtt) if now.saturating_sub(rtt) >= self.changed_at => {
+                self.back_pressure = true;
+            }
+            Sample::BackPressure(_) => {}
             Sample::Ignore => {}
         }
         // A window that closes on no fresh answer (just after a doubling, the
@@ -604,7 +611,7 @@ mod tests {
                         seen: end,
                         served: false,
                     });
-                    aimd.observe(now, Sample::BackPressure, slots.len());
+                    aimd.observe(now, Sample::BackPressure(Duration::ZERO), slots.len());
                     continue;
                 }
                 let queued = api.queue_rtt * (on_server + 1).saturating_sub(api.knee) as u32;
@@ -652,6 +659,53 @@ mod tests {
         let share = r.rejected_late as f64 / r.calls_late as f64;
         assert!(share < 0.01, "429 share after 5 s: {share}");
         assert!(r.answered > 0);
+    }
+
+    /// A 429 to a call made before the last cut says nothing about the new
+    /// limit. Before, a busy client that read such 429s late (beside answers
+    /// to calls also made before the cut, so the window had no fresh RTT)
+    /// took the window for an outage: it cut again, kept the level to come
+    /// back to, and slow-started straight back over the cap; the limit bounced
+    /// 21 → 18 → 21 against a cap of 20 (tests/limits.rs saw ~8 % of its
+    /// requests answered 429 once events stopped holding their permits
+    /// through back-offs).
+    #[test]
+    fn a_429_to_a_call_made_before_the_last_cut_does_not_cut_again() {
+        let ms = Duration::from_millis;
+        let mut a = Aimd::new(AimdConfig {
+            initial: 20,
+            ..AimdConfig::new(256)
+        });
+        // Slow start doubles 20 → 40 on a fresh answer at the limit.
+        a.observe(ms(0), Sample::Answered(ms(10)), 20);
+        assert_eq!(
+            a.observe(ms(10), Sample::Answered(ms(10)), 20),
+            Some(Change::SlowStart)
+        );
+        // A fresh 429 with a fresh answer: the cap, cut to 36 at 20 ms;
+        // slow start ends.
+        a.observe(ms(15), Sample::BackPressure(ms(1)), 40);
+        assert_eq!(
+            a.observe(ms(20), Sample::Answered(ms(10)), 40),
+            Some(Change::BackPressure)
+        );
+        assert_eq!(a.limit(), 36);
+        // The next window: an answer and a 429 to calls made before the cut.
+        a.observe(ms(25), Sample::Answered(ms(10)), 36);
+        assert_eq!(a.observe(ms(30), Sample::BackPressure(ms(15)), 36), None);
+        assert_eq!(a.limit(), 36);
+        // A clean window at the limit: one step up, toward the cap of 40.
+        assert_eq!(
+            a.observe(ms(45), Sample::Answered(ms(10)), 36),
+            Some(Change::Increase)
+        );
+        assert_eq!(a.limit(), 37);
+        // A fresh 429 still cuts.
+        a.observe(ms(50), Sample::BackPressure(ms(1)), 37);
+        assert_eq!(
+            a.observe(ms(60), Sample::Answered(ms(5)), 37),
+            Some(Change::BackPressure)
+        );
     }
 
     /// At a hard cap, a probe that meets a 429 costs one step back to the
@@ -746,7 +800,7 @@ mod tests {
                 now += Duration::from_millis(dt);
                 let s = match kind {
                     0 => Sample::Answered(Duration::from_millis(rtt)),
-                    1 => Sample::BackPressure,
+                    1 => Sample::BackPressure(Duration::from_millis(rtt)),
                     _ => Sample::Ignore,
                 };
                 a.observe(now, s, in_flight);
@@ -965,11 +1019,11 @@ mod tests {
         assert_eq!(a.limit(), 100);
         // 50 rejections within one window: one cut.
         for _ in 0..50 {
-            a.observe(now, Sample::BackPressure, 100);
+            a.observe(now, Sample::BackPressure(Duration::ZERO), 100);
         }
         now += Duration::from_millis(25);
         assert_eq!(
-            a.observe(now, Sample::BackPressure, 100),
+            a.observe(now, Sample::BackPressure(Duration::ZERO), 100),
             Some(Change::BackPressure)
         );
         assert_eq!(a.limit(), 90);
@@ -1013,7 +1067,7 @@ mod tests {
         let mut now = Duration::ZERO;
         for _ in 0..100 {
             now += Duration::from_millis(50);
-            a.observe(now, Sample::BackPressure, 4);
+            a.observe(now, Sample::BackPressure(Duration::ZERO), 4);
         }
         assert_eq!(a.limit(), 1);
     }

@@ -10,7 +10,9 @@ use super::request::{Body, Source};
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
 use crate::core::attempt::{self, Breaker, Failed, Next, ParkCause, Progress};
-use crate::core::classify::{ErrorClass, FailureClass, StatusVerdict};
+use crate::core::classify::{
+    ErrorClass, FailureClass, FailureReason, StatusVerdict, TransportFailure,
+};
 use crate::core::envelope::ErrorInfo;
 use crate::core::event::Event;
 use crate::core::systemic::EventHypothesis;
@@ -20,7 +22,12 @@ use tokio::sync::OwnedSemaphorePermit;
 
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// `None`: the partition was handed over between two tries (`token`
-    /// cancelled): no further request, no outcome.
+    /// cancelled): no further request, no outcome. The permit is given back
+    /// while the event waits out a back-off, and taken again through the
+    /// pool's gate for its next try: an event the API keeps refusing must not
+    /// hold capacity it does not use (with the adaptive limit cut to a few
+    /// permits by its own 503s, it held them all, and the other events waited
+    /// out its retry budget).
     pub(super) async fn deliver(
         &self,
         item: &Item,
@@ -28,6 +35,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         permit: OwnedSemaphorePermit,
         token: &CompletionToken,
     ) -> Option<Finished> {
+        let mut permit = Some(permit);
         let mut t = Tries::new(&self.hot.in_flight);
         let src = Source::of(item);
         let (failure, next) = loop {
@@ -63,13 +71,26 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             }
             match t.wait(next, &failure) {
                 Wait::Sleep(delay) => {
-                    // A handover ends the wait at once (no backoff is waited
-                    // out for a request that will not be made).
-                    tokio::select! {
+                    // After back-pressure it keeps its permit for about
+                    // a round trip first (`Limits::back_pressure_hold`).
+                    let timed_out =
+                        failure.reason == FailureReason::Transport(TransportFailure::Timeout);
+                    let hold = self
+                        .limits
+                        .back_pressure_hold(failure.status, timed_out)
+                        .min(delay);
+                    if !sleep_unless_cancelled(token, hold).await {
+                        return None;
+                    }
+                    drop(permit.take());
+                    if !sleep_unless_cancelled(token, delay - hold).await {
+                        return None;
+                    }
+                    permit = Some(tokio::select! {
                         biased;
                         _ = token.until_cancelled() => return None,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
+                        p = self.permit() => p?,
+                    });
                 }
                 // The next call waits at the breaker's gate.
                 Wait::Gate => {}
@@ -235,5 +256,18 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.decrement(1.0);
+    }
+}
+
+/// Waits `d` unless the partition is handed over first (`false`): no back-off
+/// is waited out for a request that will not be made.
+async fn sleep_unless_cancelled(token: &CompletionToken, d: std::time::Duration) -> bool {
+    if d.is_zero() {
+        return !token.cancelled();
+    }
+    tokio::select! {
+        biased;
+        _ = token.until_cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
     }
 }

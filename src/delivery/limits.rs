@@ -47,7 +47,8 @@ pub struct Limits {
     calls: AtomicUsize,
     /// What the limit holds ([`PermitGate`]). [`LimitOn::EventPermits`]: the
     /// pool's permits — an event holds one from its dispatch to its outcome,
-    /// also while it waits out a back-off or writes to the DLQ, and the limit
+    /// also while it writes to the DLQ (not through its back-offs:
+    /// [`Limits::back_pressure_hold`]), and the limit
     /// is in use when they are all held, whether or not each holder is in a
     /// call at that moment. [`LimitOn::Requests`]: the request slots.
     pool: Arc<Semaphore>,
@@ -234,13 +235,13 @@ impl Limits {
         let Some(aimd) = &self.adaptive else { return };
         let rtt = now.saturating_duration_since(started);
         let sample = sample_of(rtt, outcome);
-        if let (true, Some(slot)) = (matches!(sample, Sample::BackPressure), slot) {
+        if let (true, Some(slot)) = (matches!(sample, Sample::BackPressure(_)), slot) {
             // A request slot answered back-pressure is held for about one
             // round trip before it is reused: a 429 comes back at once, and
             // reused at once it met the full API again and again before the
             // window closed and the limit came down (a burst of 429s at each
-            // probe). An event's permit is held through its back-off the same
-            // way (`LimitOn::EventPermits`).
+            // probe). An event's permit is held into its back-off the same
+            // way (`LimitOn::EventPermits`, `back_pressure_hold`).
             let hold = aimd
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -275,6 +276,26 @@ impl Limits {
         }
     }
 
+    /// How long an event answered back-pressure (429, 503, a timeout) keeps
+    /// its permit into its back-off before it gives it back: about one round
+    /// trip, as a request slot is held after back-pressure. Given back at
+    /// once, the permit went to the next event, which met the full API at
+    /// once: a 429 per permit per few milliseconds (tests/limits.rs saw ~8 %
+    /// of its requests answered 429). Zero without the adaptive limit or
+    /// after another failure.
+    pub fn back_pressure_hold(&self, status: Option<u16>, timed_out: bool) -> Duration {
+        let back_pressure = matches!(status, Some(429 | 503)) || timed_out;
+        match &self.adaptive {
+            Some(aimd) if back_pressure => aimd
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .baseline()
+                .unwrap_or(MAX_BACK_PRESSURE_HOLD)
+                .min(MAX_BACK_PRESSURE_HOLD),
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Whether an answer with `status` is back-pressure that the adaptive
     /// limit deals with, and so not news for the breaker: a 429 says the API is
     /// up and wants fewer calls (with a fixed concurrency, a 429 still counts
@@ -302,9 +323,9 @@ impl Limits {
 /// What a call's outcome says about the API's capacity.
 fn sample_of(rtt: Duration, outcome: &Result<Answer, TransportError>) -> Sample {
     match outcome {
-        Ok(a) if matches!(a.status, 429 | 503) => Sample::BackPressure,
+        Ok(a) if matches!(a.status, 429 | 503) => Sample::BackPressure(rtt),
         Ok(_) => Sample::Answered(rtt),
-        Err(t) if t.kind == TransportFailure::Timeout => Sample::BackPressure,
+        Err(t) if t.kind == TransportFailure::Timeout => Sample::BackPressure(rtt),
         Err(_) => Sample::Ignore,
     }
 }

@@ -150,7 +150,9 @@ pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriter
     /// What each HTTP status means (`[api.status]` over the defaults).
     status: StatusPolicy,
     policy: InPlaceRetry,
-    permits: Arc<Semaphore>,
+    /// Every permit is taken through this gate (the dispatcher's, an event's
+    /// again after its back-off), so none bypasses the limit's shrinking.
+    gate: tokio::sync::Mutex<limits::PermitGate>,
     /// The adaptive concurrency limit (and what feeds it) the permits follow,
     /// or with batching the request slots.
     limits: Arc<limits::Limits>,
@@ -269,7 +271,9 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 limits::LimitOn::EventPermits
             },
         ));
+        let gate = tokio::sync::Mutex::new(limits.gate(permits.clone(), cfg.pipeline.concurrency));
         Ok(Deliverer {
+            gate,
             batcher: Arc::new(batch::Batcher::new(
                 api.clone(),
                 limits.clone(),
@@ -284,7 +288,6 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             forward_headers: cfg.api.forward_headers.clone(),
             status: cfg.api.status_policy()?,
             policy: cfg.api.retry_policy(),
-            permits,
             drain_permits: Semaphore::new(d.drain_concurrency),
             drain_pacer: pacer::DrainPacer::new(Duration::from_secs_f64(
                 1.0 / d.drain_rate_per_sec,
@@ -297,12 +300,12 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         })
     }
 
-    /// The pool's permits, kept at the current concurrency limit (fixed at
-    /// `pipeline.concurrency` with batching, where the limit holds requests).
-    pub fn permit_gate(&self) -> limits::PermitGate {
-        self.limits.gate(
-            self.permits.clone(),
-            self.pipeline.config.pipeline.concurrency,
-        )
+    /// One of the pool's permits, within the current concurrency limit (fixed
+    /// at `pipeline.concurrency` with batching, where the limit holds
+    /// requests). Takers queue in turn (the dispatcher for the next queued
+    /// delivery; an event for its next try after a back-off). `None`: never
+    /// (the semaphore is not closed).
+    pub async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.gate.lock().await.acquire().await
     }
 }

@@ -68,12 +68,12 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     None => match tokio::select! {
                         biased;
                         _ = token.until_cancelled() => return None,
-                        p = self.permits.clone().acquire_owned() => p,
+                        p = self.permit() => p,
                     } {
-                        Ok(p) => p,
+                        Some(p) => p,
                         // The semaphore is never closed; if it were, the dropped
                         // token reports errored and the event is re-dispatched.
-                        Err(_) => return None,
+                        None => return None,
                     },
                 };
                 let delivered = if crate::otel::enabled() {

@@ -156,6 +156,41 @@ async fn transient_answers_are_retried_in_place_then_delivered() {
     assert!(dlq.asked().is_empty(), "nothing written: {:?}", dlq.asked());
 }
 
+/// One permit (`pipeline.concurrency = 1`): while e-1 waits out its back-off
+/// after a 503, e-2 takes the permit and is delivered; e-1 then takes it
+/// again for its next tries. (Before: e-1 held the permit through its
+/// back-offs, e-2 waited for all of them — calls e-1, e-1, e-2, e-2 — and an
+/// event the API kept refusing held its permits for its whole retry budget.)
+#[tokio::test]
+async fn a_back_off_gives_the_permit_back_for_the_next_event() {
+    let api = FakeApi::answering(&[
+        Reply::Status(503),
+        Reply::Status(200),
+        Reply::Status(503),
+        Reply::Status(200),
+    ]);
+    let dlq = FakeDlq::default();
+    let slow = Knobs {
+        retry_base: "200ms",
+        ..QUICK
+    };
+    let (d, _) = deliverer_with(slow, "[pipeline]\nconcurrency = 1\n", &api, &dlq);
+    let inbox = Arc::new(Inbox::new(Nobody));
+    let first = tokio::spawn(d.clone().run(job_in("e-1", 1, &inbox), None));
+    until("e-1 made its first call", || api.calls() == 1).await;
+    let second = tokio::spawn(d.clone().run(job_in("e-2", 2, &inbox), None));
+    for t in [first, second] {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("ends")
+            .expect("no panic");
+    }
+    assert_eq!(api.called(), ["e-1", "e-2", "e-1", "e-1"]);
+    let done = inbox.take();
+    assert_eq!(done.len(), 2);
+    assert!(done.iter().all(|c| c.outcome == Some(Finished::Delivered)));
+}
+
 #[tokio::test]
 async fn transient_until_the_tries_are_used_up_goes_to_the_dlq() {
     let api = FakeApi::answering(&[Reply::Status(503)]);
@@ -381,7 +416,7 @@ async fn an_events_delivery_future_stays_small() {
     let Work::Deliver(ev) = &item.work else {
         panic!("job() makes a delivery")
     };
-    let permit = d.permits.clone().acquire_owned().await.expect("a permit");
+    let permit = d.permit().await.expect("a permit");
     let deliver = d.deliver(&item, ev, permit, &job.token);
     let size = std::mem::size_of_val(&deliver);
     assert!(

@@ -185,12 +185,12 @@ fn samples_of_outcomes() {
     let rtt = Duration::from_millis(7);
     assert_eq!(sample_of(rtt, &ok(200)), Sample::Answered(rtt));
     assert_eq!(sample_of(rtt, &ok(404)), Sample::Answered(rtt));
-    assert_eq!(sample_of(rtt, &ok(429)), Sample::BackPressure);
-    assert_eq!(sample_of(rtt, &ok(503)), Sample::BackPressure);
+    assert_eq!(sample_of(rtt, &ok(429)), Sample::BackPressure(rtt));
+    assert_eq!(sample_of(rtt, &ok(503)), Sample::BackPressure(rtt));
     let t = |k| Err(TransportError::new(k, "x"));
     assert_eq!(
         sample_of(rtt, &t(TransportFailure::Timeout)),
-        Sample::BackPressure
+        Sample::BackPressure(rtt)
     );
     assert_eq!(
         sample_of(rtt, &t(TransportFailure::ConnectRefused)),

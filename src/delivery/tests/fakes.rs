@@ -53,6 +53,11 @@ impl FakeApi {
         self.0.calls.lock().unwrap().len()
     }
 
+    /// The event id of each request, in order.
+    pub(super) fn called(&self) -> Vec<String> {
+        self.0.calls.lock().unwrap().clone()
+    }
+
     /// Lets the held calls answer.
     pub(super) fn release(&self) {
         self.0
