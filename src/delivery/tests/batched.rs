@@ -25,6 +25,9 @@ struct BatchApiState {
     requests: Mutex<Vec<Vec<String>>>,
     /// The ids answered 200, in the order the API took them.
     accepted: Mutex<Vec<String>>,
+    /// Requests being answered now, and the most at once.
+    in_flight: std::sync::atomic::AtomicUsize,
+    max_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl BatchApi {
@@ -44,6 +47,8 @@ impl BatchApi {
             max_items,
             requests: Mutex::default(),
             accepted: Mutex::default(),
+            in_flight: Default::default(),
+            max_in_flight: Default::default(),
         }))
     }
 
@@ -53,6 +58,13 @@ impl BatchApi {
 
     pub(super) fn accepted(&self) -> Vec<String> {
         self.0.accepted.lock().unwrap().clone()
+    }
+
+    /// The most requests it was answering at once (each answer yields to the
+    /// runtime a few times before it is given, so requests sent concurrently
+    /// overlap).
+    pub(super) fn max_in_flight(&self) -> usize {
+        self.0.max_in_flight.load(Ordering::SeqCst)
     }
 
     fn status_of(&self, id: &str) -> u16 {
@@ -131,7 +143,16 @@ impl http::Api for BatchApi {
             let body = serde_json::json!({ "items": results }).to_string();
             answer(if all_ok { 200 } else { 207 }, Some(body))
         };
-        std::future::ready(r)
+        let state = self.0.clone();
+        let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        async move {
+            for _ in 0..8 {
+                tokio::task::yield_now().await;
+            }
+            state.in_flight.fetch_sub(1, Ordering::SeqCst);
+            r
+        }
     }
 }
 
@@ -229,6 +250,8 @@ async fn a_poison_event_is_isolated_by_bisection_within_the_bound() {
             "{id} delivered by exactly one request: {reqs:?}"
         );
     }
+    // Unordered, a batch's halves go out at once.
+    assert!(api.max_in_flight() >= 2, "{}", api.max_in_flight());
 }
 
 #[tokio::test]

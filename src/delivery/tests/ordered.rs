@@ -130,4 +130,7 @@ async fn a_run_refused_as_a_whole_is_bisected_half_after_half() {
     assert_eq!(api.accepted(), want, "accepted once each, in order");
     let extra = api.requests().len() - 1;
     assert!(extra <= crate::core::batch::split_bound(8), "{extra}");
+    // The fake takes requests in the order they are sent, not answered: only
+    // one at a time says the second half waited for the first's answer.
+    assert_eq!(api.max_in_flight(), 1, "halves one after the other");
 }
