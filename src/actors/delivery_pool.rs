@@ -99,8 +99,9 @@ impl Actor for DeliveryPool {
     }
 }
 
-/// Takes the queued deliveries in order and spawns each with a permit (a
-/// run: with a permit per event, in one task).
+/// Takes the queued deliveries in order and starts each with a permit (a
+/// batched event's first try without a task: `delivery::inline`; a run: with
+/// a permit per event, in one task).
 async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<Queued>) {
     // The permits follow the adaptive concurrency limit (delivery::limits).
     while let Some(queued) = jobs.recv().await {
@@ -137,6 +138,6 @@ async fn dispatch(deliverer: Arc<Deliverer>, mut jobs: mpsc::UnboundedReceiver<Q
         if job.token.cancelled() {
             continue; // Handed over while it waited: the permit goes back.
         }
-        tokio::spawn(deliverer.clone().run(job, Some(permit)));
+        deliverer.start(job, permit);
     }
 }

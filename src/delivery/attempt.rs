@@ -35,35 +35,37 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         permit: OwnedSemaphorePermit,
         token: &CompletionToken,
     ) -> Option<Finished> {
+        let t = Tries::new(&self.hot.in_flight);
+        self.tries(item, ev, permit, token, t, None).await
+    }
+
+    /// An event's tries from `t` on. `made`: a try already made and failed
+    /// (the first, without a task: `inline`), with its call's number, which
+    /// the loop goes on from.
+    pub(super) async fn tries(
+        &self,
+        item: &Item,
+        ev: &Event,
+        permit: OwnedSemaphorePermit,
+        token: &CompletionToken,
+        mut t: Tries,
+        mut made: Option<(Failure, Option<u64>)>,
+    ) -> Option<Finished> {
         let mut permit = Some(permit);
-        let mut t = Tries::new(&self.hot.in_flight);
         let src = Source::of(item);
         let (failure, next) = loop {
-            t.count += 1;
-            self.hot.attempts.increment(1);
-            let mut called: Option<u64> = None;
-            let failure = match self.request(&src, ev).await {
-                Ok(Body::Send { body, out }) => {
-                    // `None`: handed over while waiting at the gate.
-                    let (answer, seq) = self
-                        .call(&ev.id, &out, body, token, t.hypothesis.suspect())
-                        .await?;
-                    called = Some(seq);
-                    match answer {
-                        Ok(answer) => match self.status.classify(answer.status) {
-                            StatusVerdict::Delivered => return Some(self.delivered(item, t)),
-                            StatusVerdict::Failed(class) => Failure::status(class, &answer),
-                        },
-                        Err(t) => Failure::transport(t),
+            let (failure, called) = match made.take() {
+                Some(made) => made,
+                None => match self.try_once(&src, ev, token, &mut t).await? {
+                    Tried::Delivered => return Some(self.delivered(item, t)),
+                    // Cannot be sent: parked, never retried.
+                    Tried::Unsendable { reason, message } => {
+                        drop(t);
+                        drop(permit);
+                        return Some(Box::pin(self.park_unsendable(item, reason, &message)).await);
                     }
-                }
-                // Cannot be sent: parked, never retried.
-                Ok(Body::Park { reason, message }) => {
-                    drop(t);
-                    drop(permit);
-                    return Some(Box::pin(self.park_unsendable(item, reason, &message)).await);
-                }
-                Err(e) => Failure::enrichment(e),
+                    Tried::Failed(failure, called) => (failure, called),
+                },
             };
             let next = self.after_failure(&mut t, &failure, called);
             if token.cancelled() {
@@ -101,8 +103,48 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         Some(self.give_up(item, t, failure, next).await)
     }
 
+    /// One try: the request built and the call made (`None`: handed over
+    /// while it waited at the gate, no request made).
+    async fn try_once(
+        &self,
+        src: &Source<'_>,
+        ev: &Event,
+        token: &CompletionToken,
+        t: &mut Tries,
+    ) -> Option<Tried> {
+        t.count += 1;
+        self.hot.attempts.increment(1);
+        Some(match self.request(src, ev).await {
+            Ok(Body::Send { body, out }) => {
+                let (answer, seq) = self
+                    .call(&ev.id, &out, body, token, t.hypothesis.suspect())
+                    .await?;
+                match self.failure_in(answer) {
+                    None => Tried::Delivered,
+                    Some(failure) => Tried::Failed(failure, Some(seq)),
+                }
+            }
+            Ok(Body::Park { reason, message }) => Tried::Unsendable { reason, message },
+            Err(e) => Tried::Failed(Failure::enrichment(e), None),
+        })
+    }
+
+    /// The failure a call's answer means (`None`: delivered).
+    pub(super) fn failure_in(
+        &self,
+        answer: Result<super::http::Answer, super::http::TransportError>,
+    ) -> Option<Failure> {
+        match answer {
+            Ok(answer) => match self.status.classify(answer.status) {
+                StatusVerdict::Delivered => None,
+                StatusVerdict::Failed(class) => Some(Failure::status(class, &answer)),
+            },
+            Err(t) => Some(Failure::transport(t)),
+        }
+    }
+
     /// A delivered event: its latency, age and count.
-    pub(super) fn delivered(&self, item: &Item, t: Tries<'_>) -> Finished {
+    pub(super) fn delivered(&self, item: &Item, t: Tries) -> Finished {
         let start = t.start;
         drop(t);
         self.hot.latency.record(start.elapsed().as_secs_f64());
@@ -119,7 +161,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// the call's number, if a request was made.
     pub(super) fn after_failure(
         &self,
-        t: &mut Tries<'_>,
+        t: &mut Tries,
         failure: &Failure,
         called: Option<u64>,
     ) -> Next {
@@ -161,7 +203,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     pub(super) async fn give_up(
         &self,
         item: &Item,
-        t: Tries<'_>,
+        t: Tries,
         failure: Failure,
         next: Next,
     ) -> Finished {
@@ -200,12 +242,24 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
 
 /// One event's tries on the main path so far: what `core::attempt` decides
 /// from, and its unit of `courier_in_flight`.
-pub(super) struct Tries<'a> {
-    _in_flight: InFlight<'a>,
+pub(super) struct Tries {
+    _in_flight: InFlight,
     pub(super) start: Instant,
     /// Tries that counted (a systemic wait at the gate does not).
     pub(super) count: u32,
     pub(super) hypothesis: EventHypothesis,
+}
+
+/// What one try came to.
+pub(super) enum Tried {
+    Delivered,
+    /// Its request cannot be built (`request::Body::Park`).
+    Unsendable {
+        reason: FailureReason,
+        message: String,
+    },
+    /// Failed, with the call's number if a request was made.
+    Failed(Failure, Option<u64>),
 }
 
 /// What comes after a failed try, for the loop that waits.
@@ -218,8 +272,8 @@ pub(super) enum Wait {
     GiveUp,
 }
 
-impl<'a> Tries<'a> {
-    pub(super) fn new(gauge: &'a metrics::Gauge) -> Tries<'a> {
+impl Tries {
+    pub(super) fn new(gauge: &metrics::Gauge) -> Tries {
         Tries {
             _in_flight: InFlight::new(gauge),
             start: Instant::now(),
@@ -244,16 +298,16 @@ impl<'a> Tries<'a> {
 
 /// Holds one unit of `courier_in_flight` from its creation until it is
 /// dropped, whichever way a delivery ends.
-struct InFlight<'a>(&'a metrics::Gauge);
+struct InFlight(metrics::Gauge);
 
-impl<'a> InFlight<'a> {
-    fn new(gauge: &'a metrics::Gauge) -> InFlight<'a> {
+impl InFlight {
+    fn new(gauge: &metrics::Gauge) -> InFlight {
         gauge.increment(1.0);
-        InFlight(gauge)
+        InFlight(gauge.clone())
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.decrement(1.0);
     }

@@ -24,6 +24,7 @@ mod send;
 
 use super::http::{Answer, Api, Outgoing, TransportError};
 use super::limits::Limits;
+use super::token::{self, Cancellation};
 use crate::core::batch::BatchSpec;
 use crate::core::mapping::Method;
 use crate::runtime::Pipeline;
@@ -46,9 +47,50 @@ pub(super) struct Submission {
     pub(super) id: String,
     pub(super) body: Bytes,
     pub(super) redelivery: Option<u32>,
-    pub(super) reply: oneshot::Sender<Reply>,
+    pub(super) reply: Waiter,
     /// Part of an ordered run: its batch's halves go one after the other.
     pub(super) in_run: bool,
+}
+
+/// Who takes an event's answer from its batch.
+pub(super) enum Waiter {
+    /// The event's task, on this channel; it stops waiting (closes it) when
+    /// its partition is handed over.
+    Task(oneshot::Sender<Reply>),
+    /// No task: the event's first try, made by the dispatcher
+    /// (`delivery::inline`). The answer is handed to `answer`; dropped
+    /// instead, its job's token reports errored. It stops waiting when its
+    /// partition is handed over (`cancel`).
+    Inline {
+        cancel: Cancellation,
+        answer: Box<dyn FnOnce(Reply) + Send + Sync>,
+    },
+}
+
+impl Waiter {
+    /// The event no longer waits for this answer (its partition was handed
+    /// over): left out of the request, if it was not sent yet.
+    pub(super) fn stopped(&self) -> bool {
+        match self {
+            Waiter::Task(tx) => tx.is_closed(),
+            Waiter::Inline { cancel, .. } => cancel.cancelled(),
+        }
+    }
+
+    pub(super) fn send(self, reply: Reply) {
+        match self {
+            Waiter::Task(tx) => {
+                let _ = tx.send(reply);
+            }
+            Waiter::Inline { answer, .. } => answer(reply),
+        }
+    }
+}
+
+/// Leaves out of `items` the events that stopped waiting (their waiters
+/// dropped: an inline one's token reports errored).
+pub(super) fn leave_out_stopped(items: &mut Vec<Submission>) {
+    items.retain(|s| !s.reply.stopped());
 }
 
 /// What a group's task receives: an event, or an ordered run, which joins
@@ -64,6 +106,15 @@ impl Entry {
         match self {
             Entry::One(s) => (1, s.body.len()),
             Entry::Run(run) => (run.len(), run.iter().map(|s| s.body.len()).sum()),
+        }
+    }
+
+    /// An event that stopped waiting before it joined a batch (a run's
+    /// task watches for itself; its batch checks before it leaves).
+    fn stopped(&self) -> bool {
+        match self {
+            Entry::One(s) => s.reply.stopped(),
+            Entry::Run(_) => false,
         }
     }
 
@@ -172,7 +223,7 @@ impl<A: Api + Clone> Batcher<A> {
             id: id.to_string(),
             body,
             redelivery,
-            reply,
+            reply: Waiter::Task(reply),
             in_run: false,
         };
         self.enqueue(
@@ -182,6 +233,28 @@ impl<A: Api + Clone> Batcher<A> {
             Entry::One(s),
         );
         rx
+    }
+
+    /// Puts an event's first try into its group's batch with nobody waiting
+    /// (`delivery::inline`): its answer is handed to `answer`, or, if its
+    /// partition is handed over before the batch leaves, `answer` is dropped.
+    pub(super) fn submit_inline(
+        self: &Arc<Self>,
+        out: &Outgoing,
+        spec: &Arc<BatchSpec>,
+        id: &str,
+        body: Bytes,
+        cancel: Cancellation,
+        answer: Box<dyn FnOnce(Reply) + Send + Sync>,
+    ) {
+        let s = Submission {
+            id: id.to_string(),
+            body,
+            redelivery: None,
+            reply: Waiter::Inline { cancel, answer },
+            in_run: false,
+        };
+        self.enqueue(GroupKey::of(out, spec, false), out, spec, Entry::One(s));
     }
 
     /// Puts an ordered run (`items`: id and body, in offset order, all of
@@ -201,7 +274,7 @@ impl<A: Api + Clone> Batcher<A> {
                     id,
                     body,
                     redelivery: None,
-                    reply,
+                    reply: Waiter::Task(reply),
                     in_run: true,
                 };
                 (s, rx)
@@ -248,7 +321,7 @@ impl<A: Api + Clone> Batcher<A> {
             let mut lost = Vec::new();
             e.0.into_batch(&mut lost);
             for s in lost {
-                let _ = s.reply.send((
+                s.reply.send((
                     Err(TransportError::new(
                         crate::core::classify::TransportFailure::Other,
                         "the batch of this event ended without an answer",
@@ -313,6 +386,16 @@ impl<A: Api + Clone> Batcher<A> {
                     }
                 },
             };
+            // A handover while the batch forms leaves its events out at once
+            // (an inline one's token reports errored): a partition's drain
+            // waits only for requests already on the wire. One before the
+            // registration is seen as each event is taken.
+            let handover = token::next_handover();
+            tokio::pin!(handover);
+            handover.as_mut().enable();
+            if first.stopped() {
+                continue;
+            }
             let deadline = tokio::time::Instant::now() + spec.linger;
             let max = self.max_events(&key, &spec);
             // A run goes whole: alone if it does not fit with others.
@@ -320,7 +403,20 @@ impl<A: Api + Clone> Batcher<A> {
             let mut batch = Vec::with_capacity(n.max(max.min(64)));
             first.into_batch(&mut batch);
             while n < max && spec.format.overhead(n) + len <= spec.max_bytes {
-                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                let next = tokio::select! {
+                    biased;
+                    () = &mut handover => {
+                        handover.set(token::next_handover());
+                        handover.as_mut().enable();
+                        leave_out_stopped(&mut batch);
+                        n = batch.len();
+                        len = batch.iter().map(|s| s.body.len()).sum();
+                        continue;
+                    }
+                    next = tokio::time::timeout_at(deadline, rx.recv()) => next,
+                };
+                match next {
+                    Ok(Some(s)) if s.stopped() => {}
                     Ok(Some(s)) => {
                         let (k, l) = s.size();
                         if n + k > max || spec.format.overhead(n + k) + len + l > spec.max_bytes {

@@ -60,6 +60,9 @@ pub struct Limits {
     /// Waits for the rate limit begun so far (a test's handle on "waiting").
     #[cfg(test)]
     pub(super) rate_waits: AtomicUsize,
+    /// Waits for a request or rate slot begun so far (the same).
+    #[cfg(test)]
+    pub(super) slot_waits: AtomicUsize,
     limit: watch::Sender<usize>,
     gauge: metrics::Gauge,
     rate: Option<Arc<RateLimiter>>,
@@ -151,6 +154,8 @@ impl Limits {
             waiting_for_rate: AtomicUsize::new(0),
             #[cfg(test)]
             rate_waits: AtomicUsize::new(0),
+            #[cfg(test)]
+            slot_waits: AtomicUsize::new(0),
             limit,
             gauge,
             rate,
@@ -195,6 +200,8 @@ impl Limits {
     /// The waits of [`Limits::before_call_weighted`]: the request slot (if
     /// the limit is on requests), then `weight` rate slots (if any).
     async fn wait_for_slots(&self, weight: usize) -> Option<OwnedSemaphorePermit> {
+        #[cfg(test)]
+        self.slot_waits.fetch_add(1, Relaxed);
         let slot = match &self.requests {
             Some(r) => r.gate.lock().await.acquire().await,
             None => None,

@@ -3,7 +3,8 @@
 //! `actors::delivery_pool`):
 //!
 //! 1. [`run`] — the job: the task's entry, which work the [`Item`] needs, the
-//!    write scope a partition handover ends.
+//!    write scope a partition handover ends; or, batched, the first try made
+//!    without a task ([`inline`]).
 //! 2. [`request`] — the request: route, body (enriched, or the event's data),
 //!    forwarded headers, trace context; or why it cannot be sent.
 //! 3. [`call`] — the call: the breaker's gate, the rate slot, one request
@@ -34,6 +35,7 @@ mod drain;
 mod durable;
 pub mod enrich;
 pub mod http;
+mod inline;
 pub mod limits;
 mod ordered;
 mod outcome;
@@ -159,6 +161,12 @@ pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriter
     /// Batches being formed (`[api.batch]`), and the batching of events no
     /// route matches.
     batcher: Arc<batch::Batcher<A>>,
+    /// First tries may be made without a task ([`inline`]): batching is
+    /// configured, and no enrichment lookup waits.
+    inline: bool,
+    /// First tries made inline so far (a test's handle on "no task").
+    #[cfg(test)]
+    inline_tries: std::sync::atomic::AtomicU64,
     batch: Option<Arc<crate::core::batch::BatchSpec>>,
     /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
     /// not receive the whole backlog at once.
@@ -280,6 +288,9 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 pipeline.clone(),
             )),
             batch,
+            inline: batching && enricher.is_none(),
+            #[cfg(test)]
+            inline_tries: std::sync::atomic::AtomicU64::new(0),
             limits,
             api,
             writer,

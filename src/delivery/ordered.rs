@@ -32,11 +32,11 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 /// An event of a run, until its outcome.
-struct Member<'a> {
+struct Member {
     item: Arc<Item>,
     token: CompletionToken,
     _permit: OwnedSemaphorePermit,
-    tries: Tries<'a>,
+    tries: Tries,
 }
 
 /// What one round sends: the bodies and requests of the run's first events.
@@ -63,7 +63,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     }
 
     async fn deliver_run(&self, jobs: Vec<Job>, permits: Vec<OwnedSemaphorePermit>) {
-        let mut pending: VecDeque<Member<'_>> = jobs
+        let mut pending: VecDeque<Member> = jobs
             .into_iter()
             .zip(permits)
             .map(|(job, permit)| Member {
@@ -106,7 +106,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// event that cannot be batched goes alone). An event that cannot be sent
     /// is parked on the way; one whose request failed (enrichment) and is to be
     /// tried again ends the round, with its wait.
-    async fn form_round(&self, pending: &mut VecDeque<Member<'_>>) -> (Round, Option<Wait>) {
+    async fn form_round(&self, pending: &mut VecDeque<Member>) -> (Round, Option<Wait>) {
         let mut round: Round = Vec::new();
         let mut len = 0usize;
         while let Some(m) = pending.get_mut(round.len()) {
@@ -176,7 +176,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// answer, in order; `None`: handed over first.
     async fn send_round(
         &self,
-        pending: &VecDeque<Member<'_>>,
+        pending: &VecDeque<Member>,
         mut round: Round,
     ) -> Option<Vec<(Result<Answer, TransportError>, u64)>> {
         let front = pending.front()?;
@@ -188,7 +188,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         if !self.gate(token, suspect).await {
             return None;
         }
-        let id = |m: &Member<'_>| m.item.event_id().unwrap_or_default().to_string();
+        let id = |m: &Member| m.item.event_id().unwrap_or_default().to_string();
         let spec = round.first().and_then(|(_, out)| out.batch.clone());
         let answers = match spec {
             Some(spec) if round.len() > 1 => {
@@ -230,7 +230,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// be tried again (see the module's text).
     async fn walk(
         &self,
-        pending: &mut VecDeque<Member<'_>>,
+        pending: &mut VecDeque<Member>,
         answers: Vec<(Result<Answer, TransportError>, u64)>,
     ) -> Walked {
         let mut answers = answers.into_iter();

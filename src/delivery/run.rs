@@ -3,8 +3,10 @@
 //! [`durable::WriteScope`], and reports the outcome through the token unless the
 //! partition was handed over first.
 
+use super::attempt::Tries;
 use super::durable::{self, DlqWrite};
 use super::http::Api;
+use super::report::Failure;
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item, Job, Work};
 use crate::core::classify::ErrorClass;
@@ -36,6 +38,35 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         }
     }
 
+    /// The rest of a delivery whose first try was made without a task
+    /// (`inline`) and failed: its tries go on from that failure (with the
+    /// call's number), as in [`Deliverer::run`].
+    pub(super) async fn run_after(
+        self: Arc<Self>,
+        job: Job,
+        permit: OwnedSemaphorePermit,
+        t: Tries,
+        failed: (Failure, Option<u64>),
+    ) {
+        let Job { item, token } = job;
+        // Only deliveries are tried inline (a dropped token reports errored).
+        let Work::Deliver(ev) = &item.work else {
+            return;
+        };
+        let scope = durable::WriteScope::new(token.cancellation());
+        let abandoned = scope.abandoned();
+        let tries = self.tries(&item, ev, permit, &token, t, Some(failed));
+        let work = durable::SCOPE.scope(scope, tries.instrument(event_span(&item)));
+        let outcome = tokio::select! {
+            biased;
+            o = work => o,
+            () = abandoned.wait() => None,
+        };
+        if let Some(outcome) = outcome {
+            token.finish(outcome);
+        }
+    }
+
     /// The job's work; `None`: handed over first (no outcome).
     pub(super) async fn work(
         &self,
@@ -43,20 +74,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         token: &CompletionToken,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Option<Finished> {
-        // A root span: the message may have been sent from inside another event's
-        // span, and chaining events would keep them all alive. At DEBUG: an enabled
-        // span per event cost ~10 % of the CPU per event at the default `info`
-        // (docs/BENCHMARKS.md); the few per-event warnings name the event themselves.
-        let span = || {
-            tracing::debug_span!(
-                parent: None,
-                "event",
-                id = item.event_id().unwrap_or("-"),
-                topic = %item.topic,
-                partition = item.partition,
-                offset = item.offset,
-            )
-        };
+        let span = || event_span(item);
         if token.cancelled() {
             return None; // Handed over before it started: errored, never begun.
         }
@@ -101,4 +119,20 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         };
         Some(outcome)
     }
+}
+
+/// An event's span. A root span: the message may have been sent from inside
+/// another event's span, and chaining events would keep them all alive. At
+/// DEBUG: an enabled span per event cost ~10 % of the CPU per event at the
+/// default `info` (docs/BENCHMARKS.md); the few per-event warnings name the
+/// event themselves.
+pub(super) fn event_span(item: &Item) -> tracing::Span {
+    tracing::debug_span!(
+        parent: None,
+        "event",
+        id = item.event_id().unwrap_or("-"),
+        topic = %item.topic,
+        partition = item.partition,
+        offset = item.offset,
+    )
 }

@@ -91,6 +91,7 @@ impl Inbox {
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
         self.cancel_wake.notify_waiters();
+        HANDOVERS.notify_waiters();
     }
 
     /// The handover is over: later outcomes are counted as revoked work.
@@ -124,6 +125,17 @@ impl Inbox {
     pub fn take(&self) -> Vec<Completion> {
         std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// Rung whenever any partition's work is cancelled ([`Inbox::cancel`]): what
+/// waits for the events of many partitions at once (a forming batch,
+/// `delivery::batch`) registers here once instead of with each partition.
+static HANDOVERS: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Resolves at the next cancellation of any partition after it was enabled
+/// (`Notified::enable`), or polled first.
+pub fn next_handover() -> tokio::sync::futures::Notified<'static> {
+    HANDOVERS.notified()
 }
 
 /// The cancellation of one partition's work, for waits deep in the failure

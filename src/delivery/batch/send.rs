@@ -2,10 +2,11 @@
 //! its per-item result, or (refused as a whole with a split status) the
 //! answers of its two halves, sent the same way (`core::batch`).
 
-use super::{Batcher, GroupKey, Reply, Submission};
+use super::{leave_out_stopped, Batcher, GroupKey, Reply, Submission};
 use crate::config::RateLimitUnit;
 use crate::core::batch::{self, BatchSpec, WholeAnswer};
 use crate::delivery::http::{Answer, Api, Outgoing};
+use crate::delivery::token;
 use crate::metrics as m;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,15 +22,34 @@ impl<A: Api + Clone> Batcher<A> {
         mut items: Vec<Submission>,
     ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
         Box::pin(async move {
-            items.retain(|s| !s.reply.is_closed());
+            leave_out_stopped(&mut items);
             if items.is_empty() {
                 return;
             }
-            let call = self.call_slot(items.len()).await;
             // The wait for its slots can outlast a handover: who stopped
-            // waiting meanwhile is left out too, so no request carries an
-            // event of a partition whose revoke completed during the wait.
-            items.retain(|s| !s.reply.is_closed());
+            // waiting meanwhile is left out too (at the handover if it is
+            // inline, else after the wait), so no request carries an event of
+            // a partition whose revoke completed during the wait.
+            let call = {
+                let slot = self.call_slot(items.len());
+                tokio::pin!(slot);
+                loop {
+                    let handover = token::next_handover();
+                    tokio::pin!(handover);
+                    handover.as_mut().enable();
+                    tokio::select! {
+                        biased;
+                        call = &mut slot => break call,
+                        () = handover => {
+                            leave_out_stopped(&mut items);
+                            if items.is_empty() {
+                                return; // The wait dropped takes no slot.
+                            }
+                        }
+                    }
+                }
+            };
+            leave_out_stopped(&mut items);
             if items.is_empty() {
                 self.limits.call_not_made(call);
                 return;
@@ -39,7 +59,7 @@ impl<A: Api + Clone> Batcher<A> {
             let a = match answer {
                 Err(t) => {
                     for s in items {
-                        let _ = s.reply.send((Err(t.clone()), seq));
+                        s.reply.send((Err(t.clone()), seq));
                     }
                     return;
                 }
@@ -68,7 +88,7 @@ impl<A: Api + Clone> Batcher<A> {
             let ids: Vec<&str> = items.iter().map(|s| s.id.as_str()).collect();
             let replies = answers(spec, &a, &ids, seq);
             for (s, reply) in items.into_iter().zip(replies) {
-                let _ = s.reply.send(reply);
+                s.reply.send(reply);
             }
         })
     }

@@ -158,16 +158,34 @@ impl http::Api for BatchApi {
 
 pub(super) const BATCH: &str = "\n[api.batch]\nmax_events = 10\nlinger = \"200ms\"\nresults = \"/items\"\nresult_id = \"/id\"\n";
 
+/// How a test's events start: each in its own task (`Deliverer::run`, as
+/// retries and the slow path do), or as the pool's dispatcher starts them
+/// (`Deliverer::start`: with batching, the first try without a task).
+#[derive(Debug, Clone, Copy)]
+enum Start {
+    Task,
+    Dispatcher,
+}
+
+const STARTS: [Start; 2] = [Start::Task, Start::Dispatcher];
+
 /// `n` events `e-0..`, run at once through `d`; their outcomes by id.
 async fn run_all(
     d: &Arc<Deliverer<BatchApi, FakeDlq>>,
     n: usize,
+    how: Start,
 ) -> HashMap<String, Option<Finished>> {
     let inbox = Arc::new(Inbox::new(Nobody));
     let mut tasks = Vec::new();
     for i in 0..n {
         let job = job_in(&format!("e-{i}"), i as i64, &inbox);
-        tasks.push(tokio::spawn(d.clone().run(job, None)));
+        match how {
+            Start::Task => tasks.push(tokio::spawn(d.clone().run(job, None))),
+            Start::Dispatcher => {
+                let permit = d.permit().await.expect("a permit");
+                d.start(job, permit);
+            }
+        }
     }
     for t in tasks {
         tokio::time::timeout(Duration::from_secs(30), t)
@@ -175,19 +193,43 @@ async fn run_all(
             .expect("each delivery ends")
             .expect("no panic");
     }
-    inbox
-        .take()
-        .into_iter()
-        .map(|c| (format!("e-{}", c.offset), c.outcome))
-        .collect()
+    let mut done = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for c in inbox.take() {
+            let dup = done.insert(format!("e-{}", c.offset), c.outcome);
+            assert!(dup.is_none(), "one outcome per event");
+        }
+        if done.len() == n {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{how:?}: {} of {n} ended",
+            done.len()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let inline = d.inline_tries.load(Ordering::SeqCst);
+    match how {
+        Start::Task => assert_eq!(inline, 0),
+        Start::Dispatcher => assert_eq!(inline, n as u64, "every first try inline"),
+    }
+    done
 }
 
 #[tokio::test]
 async fn per_item_results_give_each_event_its_own_outcome() {
+    for how in STARTS {
+        per_item_results(how).await;
+    }
+}
+
+async fn per_item_results(how: Start) {
     let api = BatchApi::new(&[("e-3", 400, u32::MAX), ("e-5", 503, 1)], &[], None);
     let dlq = FakeDlq::default();
     let (d, _) = deliverer_with(QUICK, BATCH, &api, &dlq);
-    let done = run_all(&d, 10).await;
+    let done = run_all(&d, 10, how).await;
     assert_eq!(done.len(), 10);
     for (id, outcome) in &done {
         let want = match id.as_str() {
@@ -216,10 +258,16 @@ async fn per_item_results_give_each_event_its_own_outcome() {
 
 #[tokio::test]
 async fn a_poison_event_is_isolated_by_bisection_within_the_bound() {
+    for how in STARTS {
+        a_poison_event_isolated(how).await;
+    }
+}
+
+async fn a_poison_event_isolated(how: Start) {
     let api = BatchApi::new(&[("e-6", 400, u32::MAX)], &["e-6"], None);
     let dlq = FakeDlq::default();
     let (d, _) = deliverer_with(QUICK, BATCH, &api, &dlq);
-    let done = run_all(&d, 10).await;
+    let done = run_all(&d, 10, how).await;
     for (id, outcome) in &done {
         let parked = id == "e-6";
         assert_eq!(
@@ -256,10 +304,16 @@ async fn a_poison_event_is_isolated_by_bisection_within_the_bound() {
 
 #[tokio::test]
 async fn a_413_splits_the_batch_and_every_event_is_delivered() {
+    for how in STARTS {
+        a_413_splits(how).await;
+    }
+}
+
+async fn a_413_splits(how: Start) {
     let api = BatchApi::new(&[], &[], Some(3));
     let dlq = FakeDlq::default();
     let (d, _) = deliverer_with(QUICK, BATCH, &api, &dlq);
-    let done = run_all(&d, 10).await;
+    let done = run_all(&d, 10, how).await;
     assert!(
         done.values().all(|o| o == &Some(Finished::Delivered)),
         "{done:?}"
@@ -357,5 +411,117 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
         api.requests(),
         vec![vec!["e-0".to_string()]],
         "no request for the handed-over event"
+    );
+}
+
+/// The one completion `inbox` receives next (deadline 30 s).
+async fn next_completion(inbox: &Inbox) -> super::Completion {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut got = inbox.take();
+        if let Some(c) = got.pop() {
+            assert!(got.is_empty(), "one completion: {got:?}");
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for a completion"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// First tries made without a task (`delivery::inline`) wait in a batch that
+/// lingers 10 s. A handover leaves its partition's event out at once: its
+/// token reports errored while the batch still forms (the partition's drain
+/// waits only for requests on the wire), and no request carries it.
+#[tokio::test]
+async fn an_inline_first_try_handed_over_while_its_batch_forms_reports_errored_at_once() {
+    let api = BatchApi::new(&[], &[], None);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer_with(
+        QUICK,
+        "\n[api.batch]\nmax_events = 10\nlinger = \"10s\"\n",
+        &api,
+        &dlq,
+    );
+    let (stays, leaves) = (Arc::new(Inbox::new(Nobody)), Arc::new(Inbox::new(Nobody)));
+    for (id, offset, inbox) in [("e-0", 0, &stays), ("e-1", 1, &leaves)] {
+        let permit = d.permit().await.expect("a permit");
+        d.start(job_in(id, offset, inbox), permit);
+    }
+    assert_eq!(d.inline_tries.load(Ordering::SeqCst), 2);
+    until("both wait in the batch", || d.batcher.submitted() == 2).await;
+    leaves.cancel();
+    assert_eq!(next_completion(&leaves).await.outcome, None, "errored");
+    assert!(stays.take().is_empty(), "e-0 still waits in its batch");
+    // e-1 was taken after e-0: e-0 is in the forming batch now.
+    stays.cancel();
+    assert_eq!(next_completion(&stays).await.outcome, None, "errored");
+    assert_eq!(d.batcher.ended(), 0, "errored while its batch still formed");
+    assert!(api.requests().is_empty(), "{:?}", api.requests());
+}
+
+/// An inline first try whose batch waits for its request slot (one request
+/// at a time, and the first still on the wire) is left out when its partition
+/// is handed over during the wait: errored at once, before the slot frees,
+/// and no request for it.
+#[tokio::test]
+async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not_sent() {
+    use super::fakes::{FakeApi, Reply};
+    let api = FakeApi::answering(&[Reply::Held(200), Reply::Status(200)]);
+    let dlq = FakeDlq::default();
+    let (d, _) = deliverer_with(
+        QUICK,
+        "\n[api.batch]\nmax_events = 10\nlinger = \"1ms\"\n",
+        &api,
+        &dlq,
+    );
+    // The adaptive limit on requests, at most 1: one request slot.
+    let limits = Arc::new(limits::Limits::new(
+        1,
+        true,
+        None,
+        Arc::new(tokio::sync::Semaphore::new(8)),
+        limits::LimitOn::Requests,
+    ));
+    let batcher = Arc::new(batch::Batcher::new(
+        api.clone(),
+        limits.clone(),
+        d.pipeline.clone(),
+    ));
+    let spec = d.batch.clone().expect("[api.batch] is on");
+    let out = Outgoing::default();
+    let body = |id: &str| Bytes::from(format!(r#"{{"id":"{id}"}}"#));
+    let submit = |id: &str, inbox: &Arc<Inbox>| {
+        let token = CompletionToken::new(inbox.clone(), 1, Src::Main, 0);
+        let cancel = token.cancellation();
+        let answer = Box::new(move |(r, _): batch::Reply| {
+            assert_eq!(r.map(|a| a.status).ok(), Some(200));
+            token.finish(Finished::Delivered);
+        });
+        batcher.submit_inline(&out, &spec, id, body(id), cancel, answer);
+    };
+    let (first, second) = (Arc::new(Inbox::new(Nobody)), Arc::new(Inbox::new(Nobody)));
+    submit("e-0", &first);
+    until("e-0's request is on the wire", || api.calls() == 1).await;
+    submit("e-1", &second);
+    until("e-1's batch waits for its request slot", || {
+        limits.slot_waits.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    second.cancel();
+    assert_eq!(next_completion(&second).await.outcome, None, "errored");
+    assert!(first.take().is_empty(), "e-0's request still on the wire");
+    api.release();
+    assert_eq!(
+        next_completion(&first).await.outcome,
+        Some(Finished::Delivered)
+    );
+    until("both batches ended", || batcher.ended() == 2).await;
+    assert_eq!(
+        api.called(),
+        vec!["e-0".to_string()],
+        "nothing sent for e-1"
     );
 }

@@ -1,0 +1,106 @@
+//! Stage 1b, the first try without a task: with batching, the pool's
+//! dispatcher makes an event's first try itself — its request built, the
+//! breaker's admission, into its route's batch — and the batch's answer
+//! finishes it where it arrives when it is delivered, the usual case. A
+//! failed first try goes on in a task ([`Deliverer::run_after`]), its tries
+//! counted from there. An event this cannot take gets its task from the start
+//! ([`Deliverer::run`]): not batched, enrichment configured (its lookup
+//! waits), OTLP or the event span on, the breaker not admitting at once.
+//!
+//! A task per event cost about a fifth of a batched event's CPU (its spawn,
+//! its state machine and the waits around the call; docs/BENCHMARKS.md).
+//! Nothing else changes: the same request, the same admission, the same
+//! answer handling (`heard`, `failure_in`, `delivered`), the same permit held
+//! until the outcome. A handover before the batch leaves drops the waiter
+//! (`batch::Waiter::Inline`): its token reports errored, as a task's would.
+
+use super::attempt::Tries;
+use super::batch::Reply;
+use super::durable::DlqWrite;
+use super::http::Api;
+use super::request::{Body, Source};
+use super::run::event_span;
+use super::{Deliverer, Job, Work};
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use tokio::sync::OwnedSemaphorePermit;
+
+impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+    /// Starts a delivery holding `permit`: its first try inline if it can be,
+    /// else in its own task.
+    pub fn start(self: &Arc<Self>, job: Job, permit: OwnedSemaphorePermit) {
+        if let Err((job, permit)) = self.first_try_inline(job, permit) {
+            tokio::spawn(self.clone().run(job, Some(permit)));
+        }
+    }
+
+    /// The first try into a batch, answered in [`Deliverer::first_answer`];
+    /// the job back when this event needs a task.
+    fn first_try_inline(
+        self: &Arc<Self>,
+        job: Job,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<(), (Job, OwnedSemaphorePermit)> {
+        if !self.inline || crate::otel::enabled() || job.token.cancelled() {
+            return Err((job, permit));
+        }
+        let item = job.item.clone();
+        let Work::Deliver(ev) = &item.work else {
+            return Err((job, permit));
+        };
+        if !event_span(&item).is_disabled() {
+            return Err((job, permit));
+        }
+        // Without enrichment the request is built without waiting.
+        let (body, out) = match now(self.request(&Source::of(&item), ev)) {
+            Some(Ok(Body::Send { body, out })) if out.batch.is_some() => (body, out),
+            _ => return Err((job, permit)),
+        };
+        let Some(spec) = out.batch.clone() else {
+            return Err((job, permit));
+        };
+        if !self.pipeline.health.admit_now(false) {
+            return Err((job, permit)); // Its task waits at the gate.
+        }
+        let mut t = Tries::new(&self.hot.in_flight);
+        t.count = 1;
+        self.hot.attempts.increment(1);
+        #[cfg(test)]
+        self.inline_tries
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let cancel = job.token.cancellation();
+        let this = self.clone();
+        let answer = Box::new(move |reply| this.first_answer(job, permit, t, reply));
+        self.batcher
+            .submit_inline(&out, &spec, &ev.id, body, cancel, answer);
+        Ok(())
+    }
+
+    /// The answer to an inline first try: delivered, the event is finished
+    /// here; failed, its tries go on in a task.
+    fn first_answer(self: Arc<Self>, job: Job, permit: OwnedSemaphorePermit, t: Tries, r: Reply) {
+        let (answer, seq) = r;
+        self.heard(&answer, seq);
+        match self.failure_in(answer) {
+            None => {
+                let done = self.delivered(&job.item, t);
+                drop(permit);
+                job.token.finish(done);
+            }
+            Some(failure) => {
+                tokio::spawn(self.run_after(job, permit, t, (failure, Some(seq))));
+            }
+        }
+    }
+}
+
+/// A future's output if it is ready at once; `None` (and the future
+/// dropped) if it would wait.
+fn now<F: Future>(f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(o) => Some(o),
+        Poll::Pending => None,
+    }
+}
