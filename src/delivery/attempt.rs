@@ -112,8 +112,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         token: &CompletionToken,
         t: &mut Tries,
     ) -> Option<Tried> {
-        t.count += 1;
-        self.hot.attempts.increment(1);
+        self.count_try(t);
         Some(match self.request(src, ev).await {
             Ok(Body::Send { body, out }) => {
                 let (answer, seq) = self
@@ -127,6 +126,13 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             Ok(Body::Park { reason, message }) => Tried::Unsendable { reason, message },
             Err(e) => Tried::Failed(Failure::enrichment(e), None),
         })
+    }
+
+    /// A try begins: counted for `core::attempt` and in
+    /// `courier_delivery_attempts_total`.
+    pub(super) fn count_try(&self, t: &mut Tries) {
+        t.count += 1;
+        self.hot.attempts.increment(1);
     }
 
     /// The failure a call's answer means (`None`: delivered).

@@ -219,42 +219,31 @@ impl<A: Api + Clone> Batcher<A> {
         redelivery: Option<u32>,
     ) -> oneshot::Receiver<Reply> {
         let (reply, rx) = oneshot::channel();
-        let s = Submission {
-            id: id.to_string(),
-            body,
-            redelivery,
-            reply: Waiter::Task(reply),
-            in_run: false,
-        };
-        self.enqueue(
-            GroupKey::of(out, spec, redelivery.is_some()),
-            out,
-            spec,
-            Entry::One(s),
-        );
+        self.submit_to(out, spec, id, body, redelivery, Waiter::Task(reply));
         rx
     }
 
-    /// Puts an event's first try into its group's batch with nobody waiting
-    /// (`delivery::inline`): its answer is handed to `answer`, or, if its
-    /// partition is handed over before the batch leaves, `answer` is dropped.
-    pub(super) fn submit_inline(
+    /// Puts one event into its group's batch, its answer to `reply` (an
+    /// inline first try's, `delivery::inline`: to its closure, or dropped if
+    /// its partition is handed over before the batch leaves).
+    pub(super) fn submit_to(
         self: &Arc<Self>,
         out: &Outgoing,
         spec: &Arc<BatchSpec>,
         id: &str,
         body: Bytes,
-        cancel: Cancellation,
-        answer: Box<dyn FnOnce(Reply) + Send + Sync>,
+        redelivery: Option<u32>,
+        reply: Waiter,
     ) {
         let s = Submission {
             id: id.to_string(),
             body,
-            redelivery: None,
-            reply: Waiter::Inline { cancel, answer },
+            redelivery,
+            reply,
             in_run: false,
         };
-        self.enqueue(GroupKey::of(out, spec, false), out, spec, Entry::One(s));
+        let key = GroupKey::of(out, spec, redelivery.is_some());
+        self.enqueue(key, out, spec, Entry::One(s));
     }
 
     /// Puts an ordered run (`items`: id and body, in offset order, all of

@@ -36,8 +36,23 @@ impl WriteScope {
     }
 }
 
+/// Runs `work` in a [`WriteScope`] of `cancel`: `None` if a DLQ or
+/// parking-lot write deep in it was abandoned because the partition was
+/// handed over between its tries (the work ends then, without an outcome:
+/// errored; the next owner writes it).
+pub(super) async fn in_scope<T>(cancel: Cancellation, work: impl Future<Output = T>) -> Option<T> {
+    let scope = WriteScope::new(cancel);
+    let abandoned = scope.abandoned();
+    let work = SCOPE.scope(scope, work);
+    tokio::select! {
+        biased;
+        o = work => Some(o),
+        () = abandoned.wait() => None,
+    }
+}
+
 /// "A write of this task was abandoned": a flag and the one task that waits
-/// for it (the delivery task's outer `select!`, `Deliverer::run`). Lock-free:
+/// for it (`in_scope`). Lock-free:
 /// every delivery waits on it, and a `Notify`'s waiter list took a lock to
 /// register and another to leave (2.2 % of a batched run's CPU at L = 0).
 #[derive(Default)]

@@ -15,7 +15,7 @@
 //! (`batch::Waiter::Inline`): its token reports errored, as a task's would.
 
 use super::attempt::Tries;
-use super::batch::Reply;
+use super::batch::{Reply, Waiter};
 use super::durable::DlqWrite;
 use super::http::Api;
 use super::request::{Body, Source};
@@ -53,27 +53,26 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             return Err((job, permit));
         }
         // Without enrichment the request is built without waiting.
-        let (body, out) = match now(self.request(&Source::of(&item), ev)) {
-            Some(Ok(Body::Send { body, out })) if out.batch.is_some() => (body, out),
-            _ => return Err((job, permit)),
+        let Some(Ok(Body::Send { body, out })) = now(self.request(&Source::of(&item), ev)) else {
+            return Err((job, permit));
         };
         let Some(spec) = out.batch.clone() else {
-            return Err((job, permit));
+            return Err((job, permit)); // Sent alone: its task makes the call.
         };
         if !self.pipeline.health.admit_now(false) {
             return Err((job, permit)); // Its task waits at the gate.
         }
         let mut t = Tries::new(&self.hot.in_flight);
-        t.count = 1;
-        self.hot.attempts.increment(1);
+        self.count_try(&mut t);
         #[cfg(test)]
         self.inline_tries
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let cancel = job.token.cancellation();
         let this = self.clone();
         let answer = Box::new(move |reply| this.first_answer(job, permit, t, reply));
+        let waiter = Waiter::Inline { cancel, answer };
         self.batcher
-            .submit_inline(&out, &spec, &ev.id, body, cancel, answer);
+            .submit_to(&out, &spec, &ev.id, body, None, waiter);
         Ok(())
     }
 

@@ -24,7 +24,7 @@ use super::report::Failure;
 use super::request::{Body, Source};
 use super::token::CompletionToken;
 use super::{Deliverer, Item, Job, Work};
-use crate::core::classify::{StatusVerdict, TransportFailure};
+use crate::core::classify::TransportFailure;
 use crate::metrics as m;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -52,14 +52,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         };
         // As for one event (`run`): a handover between a DLQ write's tries
         // abandons the work.
-        let scope = durable::WriteScope::new(first.token.cancellation());
-        let abandoned = scope.abandoned();
-        let work = durable::SCOPE.scope(scope, self.deliver_run(jobs, permits));
-        tokio::select! {
-            biased;
-            () = work => {}
-            () = abandoned.wait() => {}
-        }
+        let cancel = first.token.cancellation();
+        durable::in_scope(cancel, self.deliver_run(jobs, permits)).await;
     }
 
     async fn deliver_run(&self, jobs: Vec<Job>, permits: Vec<OwnedSemaphorePermit>) {
@@ -239,18 +233,12 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             let Some(m) = pending.front_mut() else {
                 break;
             };
-            let failure = match r {
-                Ok(a) => match self.status.classify(a.status) {
-                    StatusVerdict::Delivered => {
-                        if let Some(m) = pending.pop_front() {
-                            let done = self.delivered(&m.item, m.tries);
-                            m.token.finish(done);
-                        }
-                        continue;
-                    }
-                    StatusVerdict::Failed(class) => Failure::status(class, &a),
-                },
-                Err(t) => Failure::transport(t),
+            let Some(failure) = self.failure_in(r) else {
+                if let Some(m) = pending.pop_front() {
+                    let done = self.delivered(&m.item, m.tries);
+                    m.token.finish(done);
+                }
+                continue;
             };
             let next = self.after_failure(&mut m.tries, &failure, Some(seq));
             if m.token.cancelled() {

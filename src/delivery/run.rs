@@ -22,18 +22,11 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// task) or waits for one here.
     pub async fn run(self: Arc<Self>, job: Job, permit: Option<OwnedSemaphorePermit>) {
         let Job { item, token } = job;
-        // A DLQ or parking-lot write deep in the work abandons the event when
-        // the partition is handed over between its tries (`durable`): the work
-        // ends then without an outcome (errored; the next owner writes it).
-        let scope = durable::WriteScope::new(token.cancellation());
-        let abandoned = scope.abandoned();
-        let work = durable::SCOPE.scope(scope, self.work(&item, &token, permit));
-        let outcome = tokio::select! {
-            biased;
-            o = work => o,
-            () = abandoned.wait() => None,
-        };
-        if let Some(outcome) = outcome {
+        let work = self.work(&item, &token, permit);
+        if let Some(outcome) = durable::in_scope(token.cancellation(), work)
+            .await
+            .flatten()
+        {
             token.finish(outcome);
         }
     }
@@ -53,16 +46,12 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let Work::Deliver(ev) = &item.work else {
             return;
         };
-        let scope = durable::WriteScope::new(token.cancellation());
-        let abandoned = scope.abandoned();
         let tries = self.tries(&item, ev, permit, &token, t, Some(failed));
-        let work = durable::SCOPE.scope(scope, tries.instrument(event_span(&item)));
-        let outcome = tokio::select! {
-            biased;
-            o = work => o,
-            () = abandoned.wait() => None,
-        };
-        if let Some(outcome) = outcome {
+        let work = tries.instrument(event_span(&item));
+        if let Some(outcome) = durable::in_scope(token.cancellation(), work)
+            .await
+            .flatten()
+        {
             token.finish(outcome);
         }
     }

@@ -362,6 +362,23 @@ async fn an_event_handed_over_before_its_batch_leaves_is_not_sent() {
     );
 }
 
+/// A batcher over `api` with its own `limits`, in `d`'s pipeline, and
+/// `d`'s batch settings: a test's handle on one batch's waits.
+fn own_batcher<A: http::Api + Clone>(
+    d: &Deliverer<A, FakeDlq>,
+    api: &A,
+    limits: &Arc<limits::Limits>,
+) -> (Arc<batch::Batcher<A>>, Arc<crate::core::batch::BatchSpec>) {
+    let batcher = batch::Batcher::new(api.clone(), limits.clone(), d.pipeline.clone());
+    let spec = d.batch.clone().expect("[api.batch] is on");
+    (Arc::new(batcher), spec)
+}
+
+/// A batchable body holding only the event's id.
+fn id_body(id: &str) -> Bytes {
+    Bytes::from(format!(r#"{{"id":"{id}"}}"#))
+}
+
 /// A batch that waits for its rate slot (`api.rate_limit_per_sec`) while its
 /// event's partition is handed over leaves without it: no request for a
 /// partition whose revoke completed during the wait (issue 25's revoke
@@ -385,21 +402,15 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
         Arc::new(tokio::sync::Semaphore::new(8)),
         limits::LimitOn::Requests,
     ));
-    let batcher = Arc::new(batch::Batcher::new(
-        api.clone(),
-        limits.clone(),
-        d.pipeline.clone(),
-    ));
-    let spec = d.batch.clone().expect("[api.batch] is on");
+    let (batcher, spec) = own_batcher(&d, &api, &limits);
     let out = Outgoing::default();
-    let body = |id: &str| Bytes::from(format!(r#"{{"id":"{id}"}}"#));
-    let first = batcher.submit(&out, &spec, "e-0", body("e-0"), None);
+    let first = batcher.submit(&out, &spec, "e-0", id_body("e-0"), None);
     let (answer, _) = tokio::time::timeout(Duration::from_secs(30), first)
         .await
         .expect("answered")
         .expect("a reply");
     assert_eq!(answer.map(|a| a.status).ok(), Some(200));
-    let second = batcher.submit(&out, &spec, "e-1", body("e-1"), None);
+    let second = batcher.submit(&out, &spec, "e-1", id_body("e-1"), None);
     until("the second batch waits for its rate slot", || {
         limits.rate_waits.load(Ordering::SeqCst) == 2
     })
@@ -485,14 +496,8 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
         Arc::new(tokio::sync::Semaphore::new(8)),
         limits::LimitOn::Requests,
     ));
-    let batcher = Arc::new(batch::Batcher::new(
-        api.clone(),
-        limits.clone(),
-        d.pipeline.clone(),
-    ));
-    let spec = d.batch.clone().expect("[api.batch] is on");
+    let (batcher, spec) = own_batcher(&d, &api, &limits);
     let out = Outgoing::default();
-    let body = |id: &str| Bytes::from(format!(r#"{{"id":"{id}"}}"#));
     let submit = |id: &str, inbox: &Arc<Inbox>| {
         let token = CompletionToken::new(inbox.clone(), 1, Src::Main, 0);
         let cancel = token.cancellation();
@@ -500,7 +505,8 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
             assert_eq!(r.map(|a| a.status).ok(), Some(200));
             token.finish(Finished::Delivered);
         });
-        batcher.submit_inline(&out, &spec, id, body(id), cancel, answer);
+        let waiter = batch::Waiter::Inline { cancel, answer };
+        batcher.submit_to(&out, &spec, id, id_body(id), None, waiter);
     };
     let (first, second) = (Arc::new(Inbox::new(Nobody)), Arc::new(Inbox::new(Nobody)));
     submit("e-0", &first);
