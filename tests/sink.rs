@@ -389,6 +389,33 @@ async fn reset_clears_the_books_and_restarts_fail_rules() {
 }
 
 #[tokio::test]
+async fn a_reset_may_reserve_room_and_refuses_a_bad_expect() {
+    let sink = start(Behaviour::default()).await;
+    let client = reqwest::Client::new();
+    assert_eq!(deliver(&client, &sink, "a").await.status(), StatusCode::OK);
+    for bad in ["abc", "-1", "50000001"] {
+        let response = client
+            .post(format!("{}/reset?expect={bad}", base(&sink)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "expect={bad}");
+        // Refused: the books are as they were.
+        assert_eq!(sink.audit().delivered.len(), 1, "expect={bad}");
+    }
+    let response = client
+        .post(format!("{}/reset?expect=1000", base(&sink)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert_eq!(sink.delivered_count(), 0);
+    assert!(sink.audit().delivered.is_empty());
+    assert_eq!(deliver(&client, &sink, "a").await.status(), StatusCode::OK);
+    assert_eq!(sink.audit().delivered.get("a"), Some(&1));
+}
+
+#[tokio::test]
 async fn bodies_are_sampled_when_asked() {
     let sink = start(Behaviour::default()).await;
     sink.set_record_bodies(true);

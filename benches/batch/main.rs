@@ -552,8 +552,8 @@ logger:
         group: &str,
         r: &mut RunResult,
     ) -> anyhow::Result<()> {
-        self.sink.prepare(latency_ms).await?;
         let events = self.events();
+        self.sink.prepare(latency_ms, events as usize).await?;
         let timeout = Duration::from_secs(self.opts.run_timeout_secs);
         let spawned = Instant::now();
         let mut proc = self.spawn(engine, group)?;

@@ -142,7 +142,7 @@ pub async fn run(s: &DrainSetup<'_>, sink: &mut Sink) -> anyhow::Result<DrainRes
             .map_err(|(e, _)| anyhow::anyhow!("envelope not acknowledged: {e}"))?;
     }
     // Redeliveries are counted from here.
-    sink.prepare(10).await?;
+    sink.prepare(10, n).await?;
 
     let mut launch = Launch::new(
         s.bin,

@@ -433,7 +433,7 @@ impl Bench {
         events: usize,
         requests: &Arc<ceiling::Requests>,
     ) -> anyhow::Result<ceiling::CeilingResult> {
-        self.sink.prepare(cell.latency_ms).await?;
+        self.sink.prepare(cell.latency_ms, events).await?;
         ceiling::run(
             &self.sink.url(),
             c_eff,
@@ -545,7 +545,7 @@ impl Bench {
         r.ceiling = Some(ceil);
 
         // 2. Courier.
-        self.sink.prepare(cell.latency_ms).await?;
+        self.sink.prepare(cell.latency_ms, r.events).await?;
         let sink0 = self.sink.cpu(self.ticks);
         let name = format!("{topic}-courier");
         let setup = courier_run::Setup {
@@ -600,7 +600,7 @@ impl Bench {
 
         // 3. The classic loop, once per latency, on the same topic.
         if let Some(latency_ms) = classic_for {
-            self.sink.prepare(latency_ms).await?;
+            self.sink.prepare(latency_ms, 0).await?;
             let (brokers, url, group) = (
                 o.brokers.clone(),
                 self.sink.url(),

@@ -61,8 +61,10 @@ impl Sink {
         format!("{}/events", self.base)
     }
 
-    /// Sets the latency and clears the books (they grow with every request).
-    pub async fn prepare(&mut self, latency_ms: u64) -> anyhow::Result<()> {
+    /// Sets the latency and clears the books (they grow with every request),
+    /// with room for `expect` events: books that grow mid-run stall every
+    /// request while they do (`courier::sink`, `POST /reset`).
+    pub async fn prepare(&mut self, latency_ms: u64, expect: usize) -> anyhow::Result<()> {
         if let Some(st) = self.guard.exited() {
             anyhow::bail!("the sink exited (code {st:?})");
         }
@@ -73,7 +75,7 @@ impl Sink {
             .await?
             .error_for_status()?;
         self.http
-            .post(format!("{}/reset", self.base))
+            .post(format!("{}/reset?expect={expect}", self.base))
             .send()
             .await?
             .error_for_status()?;

@@ -22,7 +22,7 @@
 //! | `GET /audit/delivered` | the [`DeliveredCount`] as JSON: cheap to poll in a loop (no per-id maps) |
 //! | `GET /behaviour`  | the current [`Behaviour`] as JSON                     |
 //! | `PUT /behaviour`  | replace the [`Behaviour`] (JSON; missing fields take their defaults) |
-//! | `POST /reset`     | clear the audit                                       |
+//! | `POST /reset`     | clear the audit; `?expect=N` reserves room for N events in the books (a bench's run size), so they do not grow, and stall every request while they do, mid-run |
 //! | `POST\|PUT\|PATCH /routes/*` | a mapped delivery (`[[api.routes]]`): the id is the `Idempotency-Key`, any body |
 //! | `GET /healthz`    | liveness                                              |
 //! | `GET /schemas/ids/{id}` | a schema registry's read of a schema by id ([`Behaviour::schemas`]; the demo's Avro input) |
@@ -453,7 +453,7 @@ impl Shared {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             behaviour: RwLock::new(Arc::new(behaviour)),
-            book: Mutex::new(Book::new(0)),
+            book: Mutex::new(Book::new(0, 0)),
             delivered_count: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             capacity_used: AtomicU64::new(0),
@@ -530,7 +530,7 @@ impl SinkHandle {
     /// Clears the audit (same as `POST /reset`). Requests in flight across a reset
     /// are not booked when they finish, so the new books stay self-consistent.
     pub fn reset(&self) {
-        self.shared.reset();
+        self.shared.reset(0);
     }
 
     /// Stops accepting connections and lets in-flight requests finish (graceful).
@@ -606,8 +606,8 @@ struct Book {
     generation: u64,
     /// Start of `per_second[0]`.
     epoch: Instant,
-    delivered: HashMap<String, u32>,
-    attempts: HashMap<String, u32>,
+    delivered: BookMap<u32>,
+    attempts: BookMap<u32>,
     order: Vec<String>,
     requests_total: u64,
     failures_total: u64,
@@ -621,14 +621,26 @@ struct Book {
     batch: batch::BatchBook,
 }
 
+/// A map of the books keyed by event id or key. The ids are the stand-in's
+/// own clients' (tests and benches), so a fast hash (foldhash) is safe here;
+/// every request books several entries under the one lock.
+pub(super) type BookMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
+/// The most events a reset may reserve room for (`POST /reset?expect=`).
+const MAX_EXPECT: usize = 50_000_000;
+
 impl Book {
-    fn new(generation: u64) -> Book {
+    /// Fresh books with room for `expect` events: a map that grows rehashes
+    /// every entry under the books' lock, which stalls every request for as
+    /// long (tens of ms at 100,000 ids: it showed as a pause in the benches
+    /// at 57,344 and 114,688 deliveries, where the id maps grow).
+    fn new(generation: u64, expect: usize) -> Book {
         Book {
             generation,
             epoch: Instant::now(),
-            delivered: HashMap::new(),
-            attempts: HashMap::new(),
-            order: Vec::new(),
+            delivered: BookMap::with_capacity_and_hasher(expect, Default::default()),
+            attempts: BookMap::with_capacity_and_hasher(expect, Default::default()),
+            order: Vec::with_capacity(expect),
             requests_total: 0,
             failures_total: 0,
             bad_requests: 0,
@@ -637,7 +649,7 @@ impl Book {
             per_second_over_capacity: Vec::new(),
             bodies_sample: HashMap::new(),
             requests_sample: HashMap::new(),
-            key_order: order::KeyOrder::default(),
+            key_order: order::KeyOrder::with_capacity(expect),
             batch: batch::BatchBook::default(),
         }
     }
@@ -725,8 +737,12 @@ impl Shared {
         let book = self.book();
         let last_writes = book.key_order.last_write_violations();
         Audit {
-            delivered: book.delivered.clone(),
-            attempts: book.attempts.clone(),
+            delivered: book
+                .delivered
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            attempts: book.attempts.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             order: book.order.clone(),
             requests_total: book.requests_total,
             failures_total: book.failures_total,
@@ -769,9 +785,14 @@ impl Shared {
         }
     }
 
-    fn reset(&self) {
+    /// Clears the books, with room for `expect` events ([`Book::new`]).
+    fn reset(&self, expect: usize) {
+        let fresh = Book::new(0, expect);
         let mut book = self.book();
-        *book = Book::new(book.generation + 1);
+        *book = Book {
+            generation: book.generation + 1,
+            ..fresh
+        };
         self.delivered_count.store(0, Relaxed);
         self.peak.store(0, Relaxed);
         self.http2_requests.store(0, Relaxed);
@@ -1206,7 +1227,59 @@ async fn put_behaviour(State(shared): State<Arc<Shared>>, body: Bytes) -> Respon
     Json(behaviour).into_response()
 }
 
-async fn post_reset(State(shared): State<Arc<Shared>>) -> StatusCode {
-    shared.reset();
-    StatusCode::NO_CONTENT
+/// `POST /reset`'s query.
+#[derive(Debug, Deserialize)]
+struct ResetQuery {
+    /// Events to reserve room for in the books.
+    #[serde(default)]
+    expect: usize,
+}
+
+async fn post_reset(
+    State(shared): State<Arc<Shared>>,
+    query: Result<axum::extract::Query<ResetQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let expect = match query {
+        Ok(q) if q.expect <= MAX_EXPECT => q.expect,
+        _ => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("expect must be a number of events up to {MAX_EXPECT}\n"),
+            )
+                .into_response()
+        }
+    };
+    shared.reset(expect);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[cfg(test)]
+mod book_tests {
+    use super::*;
+
+    #[test]
+    fn books_reset_for_n_events_do_not_grow_while_they_book_them() {
+        let mut book = Book::new(1, 10_000);
+        let caps = |b: &Book| {
+            (
+                b.delivered.capacity(),
+                b.attempts.capacity(),
+                b.order.capacity(),
+            )
+        };
+        let before = caps(&book);
+        assert!(before.0 >= 10_000 && before.1 >= 10_000 && before.2 >= 10_000);
+        let now = Instant::now();
+        for i in 0..10_000 {
+            let id = format!("ev-{i}");
+            let mark = order::Mark {
+                key: format!("key-{}", i % 5_000),
+                seq: i,
+            };
+            assert_eq!(book.attempt(&id, now, None), 1);
+            assert!(book.answer(id, StatusCode::OK, Some(&mark)));
+        }
+        assert_eq!(caps(&book), before, "a map or the order grew");
+        assert_eq!(book.delivered.len(), 10_000);
+    }
 }

@@ -32,18 +32,27 @@ pub(super) struct Mark {
 /// The per-key books: the highest sequence number delivered per key.
 #[derive(Debug, Default)]
 pub(super) struct KeyOrder {
-    last: HashMap<String, u64>,
+    last: super::BookMap<u64>,
     /// First deliveries that carried a [`Mark`] (so "no violations" is not vacuous).
     pub checked: u64,
     pub violations: u64,
     /// The first [`EXAMPLES`] violations, described.
     pub examples: Vec<String>,
     /// Per key, every acceptance (`seq`, its number among all acceptances).
-    accepted: HashMap<String, Vec<(u64, u64)>>,
+    accepted: super::BookMap<Vec<(u64, u64)>>,
     accepted_n: u64,
 }
 
 impl KeyOrder {
+    /// Books with room for `keys` keys.
+    pub fn with_capacity(keys: usize) -> KeyOrder {
+        KeyOrder {
+            last: super::BookMap::with_capacity_and_hasher(keys, Default::default()),
+            accepted: super::BookMap::with_capacity_and_hasher(keys, Default::default()),
+            ..KeyOrder::default()
+        }
+    }
+
     /// Books an acceptance (a 2xx, first or again) of an event at `mark`.
     pub fn accepted(&mut self, mark: &Mark) {
         self.accepted_n += 1;
