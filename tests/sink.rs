@@ -49,6 +49,16 @@ fn base(sink: &SinkHandle) -> String {
     format!("http://{}", sink.addr())
 }
 
+/// `POST /reset` with `query` (`""` or `"?expect=N"`): its status.
+async fn reset(client: &reqwest::Client, sink: &SinkHandle, query: &str) -> StatusCode {
+    client
+        .post(format!("{}/reset{query}", base(sink)))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
 async fn http_audit(client: &reqwest::Client, sink: &SinkHandle) -> Audit {
     let response = client
         .get(format!("{}/audit", base(sink)))
@@ -365,12 +375,7 @@ async fn reset_clears_the_books_and_restarts_fail_rules() {
     );
     assert_eq!(deliver(&client, &sink, "f").await.status(), StatusCode::OK);
 
-    let response = client
-        .post(format!("{}/reset", base(&sink)))
-        .send()
-        .await
-        .unwrap();
-    assert!(response.status().is_success());
+    assert!(reset(&client, &sink, "").await.is_success());
     let audit = sink.audit();
     assert_eq!(
         audit,
@@ -394,21 +399,13 @@ async fn a_reset_may_reserve_room_and_refuses_a_bad_expect() {
     let client = reqwest::Client::new();
     assert_eq!(deliver(&client, &sink, "a").await.status(), StatusCode::OK);
     for bad in ["abc", "-1", "50000001"] {
-        let response = client
-            .post(format!("{}/reset?expect={bad}", base(&sink)))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "expect={bad}");
+        let status = reset(&client, &sink, &format!("?expect={bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "expect={bad}");
         // Refused: the books are as they were.
         assert_eq!(sink.audit().delivered.len(), 1, "expect={bad}");
     }
-    let response = client
-        .post(format!("{}/reset?expect=1000", base(&sink)))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let status = reset(&client, &sink, "?expect=1000").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(sink.delivered_count(), 0);
     assert!(sink.audit().delivered.is_empty());
     assert_eq!(deliver(&client, &sink, "a").await.status(), StatusCode::OK);

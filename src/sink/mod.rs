@@ -787,12 +787,8 @@ impl Shared {
 
     /// Clears the books, with room for `expect` events ([`Book::new`]).
     fn reset(&self, expect: usize) {
-        let fresh = Book::new(0, expect);
         let mut book = self.book();
-        *book = Book {
-            generation: book.generation + 1,
-            ..fresh
-        };
+        *book = Book::new(book.generation + 1, expect);
         self.delivered_count.store(0, Relaxed);
         self.peak.store(0, Relaxed);
         self.http2_requests.store(0, Relaxed);
