@@ -101,11 +101,13 @@ impl Scheduler {
         }
     }
 
-    fn lane(&self, key: Option<&[u8]>) -> Option<Vec<u8>> {
+    /// The lane of an event with `key`, as the key the lanes are found by
+    /// (borrowed: a lookup allocates nothing; only a new lane copies it).
+    fn lane<'k>(&self, key: Option<&'k [u8]>) -> Option<&'k [u8]> {
         match self.mode {
             OrderingMode::Unordered => None,
-            OrderingMode::Partition => Some(Vec::new()),
-            OrderingMode::Key => key.map(<[u8]>::to_vec),
+            OrderingMode::Partition => Some(&[]),
+            OrderingMode::Key => key,
         }
     }
 
@@ -116,12 +118,17 @@ impl Scheduler {
         let Some(lane) = self.lane(key) else {
             return true;
         };
-        let l = self.lanes.entry(lane).or_default();
-        l.queue.push_back(Entry {
+        let entry = Entry {
             offset,
             run,
             again: false,
-        });
+        };
+        let l = match self.lanes.get_mut(lane) {
+            Some(l) => l,
+            // The key is copied only for a new lane (lanes go once empty).
+            None => self.lanes.entry(lane.to_vec()).or_default(),
+        };
+        l.queue.push_back(entry);
         if l.queue.len() == 1 {
             l.in_flight = 1;
             true
@@ -136,7 +143,7 @@ impl Scheduler {
         let Some(lane) = self.lane(key) else {
             return Release::Nothing;
         };
-        let Some(l) = self.lanes.get_mut(&lane) else {
+        let Some(l) = self.lanes.get_mut(lane) else {
             return Release::Nothing;
         };
         match l.queue.iter().position(|e| e.offset == offset) {
@@ -157,7 +164,7 @@ impl Scheduler {
         }
         let release = match l.queue.front() {
             None => {
-                self.lanes.remove(&lane);
+                self.lanes.remove(lane);
                 return Release::Nothing;
             }
             Some(Entry {
@@ -196,7 +203,7 @@ impl Scheduler {
         let Some(lane) = self.lane(key) else {
             return Release::One(offset);
         };
-        let Some(l) = self.lanes.get_mut(&lane) else {
+        let Some(l) = self.lanes.get_mut(lane) else {
             return Release::Nothing;
         };
         match l

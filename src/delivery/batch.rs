@@ -21,10 +21,13 @@
 //! partition whose revoke completed before the batch was sent.
 
 mod send;
+mod waiter;
 
-use super::http::{Answer, Api, Outgoing, TransportError};
+pub(super) use waiter::{leave_out_stopped, Reply, Submission, Waiter};
+
+use super::http::{Api, Outgoing, TransportError};
 use super::limits::Limits;
-use super::token::{self, Cancellation};
+use super::token;
 use crate::core::batch::BatchSpec;
 use crate::core::mapping::Method;
 use crate::runtime::Pipeline;
@@ -38,60 +41,6 @@ use tokio::sync::{mpsc, oneshot};
 pub const SHRINK_FOR: Duration = Duration::from_secs(60);
 /// A group with no event for this long ends its task.
 const IDLE: Duration = Duration::from_secs(5);
-
-/// An event's answer from its batch, with the call's number.
-pub(super) type Reply = (Result<Answer, TransportError>, u64);
-
-/// One event waiting in a batch.
-pub(super) struct Submission {
-    pub(super) id: String,
-    pub(super) body: Bytes,
-    pub(super) redelivery: Option<u32>,
-    pub(super) reply: Waiter,
-    /// Part of an ordered run: its batch's halves go one after the other.
-    pub(super) in_run: bool,
-}
-
-/// Who takes an event's answer from its batch.
-pub(super) enum Waiter {
-    /// The event's task, on this channel; it stops waiting (closes it) when
-    /// its partition is handed over.
-    Task(oneshot::Sender<Reply>),
-    /// No task: the event's first try, made by the dispatcher
-    /// (`delivery::inline`). The answer is handed to `answer`; dropped
-    /// instead, its job's token reports errored. It stops waiting when its
-    /// partition is handed over (`cancel`).
-    Inline {
-        cancel: Cancellation,
-        answer: Box<dyn FnOnce(Reply) + Send + Sync>,
-    },
-}
-
-impl Waiter {
-    /// The event no longer waits for this answer (its partition was handed
-    /// over): left out of the request, if it was not sent yet.
-    pub(super) fn stopped(&self) -> bool {
-        match self {
-            Waiter::Task(tx) => tx.is_closed(),
-            Waiter::Inline { cancel, .. } => cancel.cancelled(),
-        }
-    }
-
-    pub(super) fn send(self, reply: Reply) {
-        match self {
-            Waiter::Task(tx) => {
-                let _ = tx.send(reply);
-            }
-            Waiter::Inline { answer, .. } => answer(reply),
-        }
-    }
-}
-
-/// Leaves out of `items` the events that stopped waiting (their waiters
-/// dropped: an inline one's token reports errored).
-pub(super) fn leave_out_stopped(items: &mut Vec<Submission>) {
-    items.retain(|s| !s.reply.stopped());
-}
 
 /// What a group's task receives: an event, or an ordered run, which joins
 /// one batch whole and in order (`delivery::ordered`).

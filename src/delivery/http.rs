@@ -31,8 +31,8 @@ mod failure;
 #[cfg(test)]
 mod tests;
 
-use excerpt::read_body;
 pub use excerpt::{body_excerpt, redacted_excerpt};
+use excerpt::{read_body, secret_forms, secret_header};
 pub use failure::{classify, tls_failure};
 use failure::{classify_reqwest, error_chain};
 
@@ -59,6 +59,10 @@ pub struct Answer {
     /// asked for it (`Outgoing::read_answer`: a batch's per-item results).
     pub full: Option<bytes::Bytes>,
 }
+
+/// The event id's header (`Idempotency-Key`; header names are case-blind and
+/// go out in lower case), made once rather than parsed at every request.
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// The most of an answer read whole (`Outgoing::read_answer`).
 pub const MAX_READ_ANSWER_BYTES: usize = 8 * 1024 * 1024;
@@ -108,35 +112,6 @@ pub struct ApiClient {
     /// `auth` holds are added at each answer: they may rotate).
     secrets: Vec<Vec<u8>>,
     auth: std::sync::Arc<Auth>,
-}
-
-/// Whether a configured header's name says its value is a credential.
-fn secret_header(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    [
-        "auth",
-        "token",
-        "key",
-        "secret",
-        "cookie",
-        "signature",
-        "password",
-    ]
-    .iter()
-    .any(|w| n.contains(w))
-}
-
-/// A secret as it may come back in an answer: as sent, and JSON-escaped.
-fn secret_forms(value: &str) -> Vec<Vec<u8>> {
-    let mut forms = vec![value.as_bytes().to_vec()];
-    let escaped = value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('/', "\\/");
-    if escaped != value {
-        forms.push(escaped.into_bytes());
-    }
-    forms
 }
 
 /// What the delivery stages send requests through: the [`ApiClient`] in
@@ -308,7 +283,7 @@ impl ApiClient {
         let mut req = self
             .client
             .request(method, url)
-            .header("Idempotency-Key", event_id);
+            .header(IDEMPOTENCY_KEY, event_id);
         if let Some(a) = authorization {
             req = req.header(AUTHORIZATION, a.clone());
         }

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod redis;
-pub use redis::{ACQUIRE_LUA, PAUSE_LUA};
+pub use redis::{capped_wait_us, ACQUIRE_LUA, PAUSE_LUA};
 
 /// An instance that has not asked Redis for this long no longer counts as live.
 pub const MEMBER_TTL: Duration = Duration::from_secs(5);
@@ -46,13 +46,6 @@ pub const REDIS_RETRY: Duration = Duration::from_secs(1);
 pub const REJOIN_MAX: Duration = Duration::from_secs(15);
 /// The longest group pause a `Retry-After` can cause.
 pub const MAX_PAUSE: Duration = Duration::from_secs(60);
-
-/// A wait Redis answered, in µs, capped at [`MAX_PAUSE`]: whatever the keys
-/// or the Redis host's clock say, one answer never holds a caller longer (the
-/// script is asked again after it).
-pub fn capped_wait_us(wait_us: i64) -> u64 {
-    (wait_us.max(0) as u64).min(MAX_PAUSE.as_micros() as u64)
-}
 
 /// Where the permits come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -392,20 +385,5 @@ impl RateLimiter {
             t.granted,
             Duration::from_micros(t.wait_us),
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redis_waits_are_capped() {
-        assert_eq!(capped_wait_us(0), 0);
-        assert_eq!(capped_wait_us(-5), 0);
-        assert_eq!(capped_wait_us(1_500), 1_500);
-        let max = MAX_PAUSE.as_micros() as u64;
-        assert_eq!(capped_wait_us(3_600_000_000), max);
-        assert_eq!(capped_wait_us(i64::MAX), max);
     }
 }

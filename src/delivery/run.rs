@@ -86,9 +86,13 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 let delivered = if crate::otel::enabled() {
                     let parent = trace::extract(&ev.raw, item.headers.as_deref());
                     let span = crate::otel::delivery_span(&ev.id, parent.as_ref());
-                    Box::pin(self.deliver(item, ev, permit, token).instrument(span)).await
+                    Box::pin(self.deliver(item, ev, permit, token))
+                        .instrument(span)
+                        .await
                 } else {
-                    Box::pin(self.deliver(item, ev, permit, token).instrument(span())).await
+                    Box::pin(self.deliver(item, ev, permit, token))
+                        .instrument(span())
+                        .await
                 };
                 match delivered {
                     Some(outcome) => outcome,
@@ -97,10 +101,13 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             }
             Work::Park { reason, message } => {
                 let info = ErrorInfo::new(ErrorClass::Poison, *reason, None, message);
-                Box::pin(self.park(item, info).instrument(span())).await
+                Box::pin(self.park(item, info)).instrument(span()).await
             }
             Work::FromDlq(env) => {
-                match Box::pin(self.retry_from_dlq(item, env, token).instrument(span())).await {
+                match Box::pin(self.retry_from_dlq(item, env, token))
+                    .instrument(span())
+                    .await
+                {
                     Some(outcome) => outcome,
                     None => return None, // Handed over before its request.
                 }

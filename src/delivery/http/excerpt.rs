@@ -1,6 +1,7 @@
 //! What is kept of an answer's body: read only as far as needed (the
 //! connection is kept when the whole body is small), and the excerpt the
-//! envelope carries, with the secrets taken out.
+//! envelope carries, with the secrets taken out (the configured credential
+//! headers, by name, and each secret as sent and JSON-escaped).
 
 /// At most this much of an answer's body is read to keep its connection for
 /// the next call: a body whose `Content-Length` says it fits is read to its end
@@ -87,4 +88,33 @@ pub fn body_excerpt(body: &[u8], max: usize) -> Option<String> {
     let text = String::from_utf8_lossy(cut);
     let text = crate::core::envelope::clean_text(text.trim(), usize::MAX);
     (!text.is_empty()).then_some(text)
+}
+
+/// Whether a configured header's name says its value is a credential.
+pub(super) fn secret_header(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [
+        "auth",
+        "token",
+        "key",
+        "secret",
+        "cookie",
+        "signature",
+        "password",
+    ]
+    .iter()
+    .any(|w| n.contains(w))
+}
+
+/// A secret as it may come back in an answer: as sent, and JSON-escaped.
+pub(super) fn secret_forms(value: &str) -> Vec<Vec<u8>> {
+    let mut forms = vec![value.as_bytes().to_vec()];
+    let escaped = value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('/', "\\/");
+    if escaped != value {
+        forms.push(escaped.into_bytes());
+    }
+    forms
 }

@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// A wait Redis answered, in µs, capped at [`MAX_PAUSE`]: whatever the keys
+/// or the Redis host's clock say, one answer never holds a caller longer (the
+/// script is asked again after it).
+pub fn capped_wait_us(wait_us: i64) -> u64 {
+    (wait_us.max(0) as u64).min(MAX_PAUSE.as_micros() as u64)
+}
+
 /// GCRA in Redis: `KEYS` = TAT, not-before, members; `ARGV` = interval µs,
 /// tolerance µs, batch, member, member TTL ms, resume (0/1), the longest
 /// pause ms ([`MAX_PAUSE`]). Returns `{granted, wait_us, live, distrusted}`.
@@ -193,5 +200,20 @@ impl RateLimiter {
                 tracing::warn!(error = %e, "rate limit: could not share the pause through Redis; only this instance pauses");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_waits_are_capped() {
+        assert_eq!(capped_wait_us(0), 0);
+        assert_eq!(capped_wait_us(-5), 0);
+        assert_eq!(capped_wait_us(1_500), 1_500);
+        let max = MAX_PAUSE.as_micros() as u64;
+        assert_eq!(capped_wait_us(3_600_000_000), max);
+        assert_eq!(capped_wait_us(i64::MAX), max);
     }
 }

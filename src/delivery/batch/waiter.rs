@@ -1,0 +1,62 @@
+//! Who waits in a batch: each event's [`Submission`] and the [`Waiter`] that
+//! takes its answer — its task, or (a first try made without a task) a
+//! closure — and how an event that stopped waiting is left out.
+
+use crate::delivery::http::{Answer, TransportError};
+use crate::delivery::token::Cancellation;
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+/// An event's answer from its batch, with the call's number.
+pub(in crate::delivery) type Reply = (Result<Answer, TransportError>, u64);
+
+/// One event waiting in a batch.
+pub(in crate::delivery) struct Submission {
+    pub(in crate::delivery) id: String,
+    pub(in crate::delivery) body: Bytes,
+    pub(in crate::delivery) redelivery: Option<u32>,
+    pub(in crate::delivery) reply: Waiter,
+    /// Part of an ordered run: its batch's halves go one after the other.
+    pub(in crate::delivery) in_run: bool,
+}
+
+/// Who takes an event's answer from its batch.
+pub(in crate::delivery) enum Waiter {
+    /// The event's task, on this channel; it stops waiting (closes it) when
+    /// its partition is handed over.
+    Task(oneshot::Sender<Reply>),
+    /// No task: the event's first try, made by the dispatcher
+    /// (`delivery::inline`). The answer is handed to `answer`; dropped
+    /// instead, its job's token reports errored. It stops waiting when its
+    /// partition is handed over (`cancel`).
+    Inline {
+        cancel: Cancellation,
+        answer: Box<dyn FnOnce(Reply) + Send + Sync>,
+    },
+}
+
+impl Waiter {
+    /// The event no longer waits for this answer (its partition was handed
+    /// over): left out of the request, if it was not sent yet.
+    pub(in crate::delivery) fn stopped(&self) -> bool {
+        match self {
+            Waiter::Task(tx) => tx.is_closed(),
+            Waiter::Inline { cancel, .. } => cancel.cancelled(),
+        }
+    }
+
+    pub(in crate::delivery) fn send(self, reply: Reply) {
+        match self {
+            Waiter::Task(tx) => {
+                let _ = tx.send(reply);
+            }
+            Waiter::Inline { answer, .. } => answer(reply),
+        }
+    }
+}
+
+/// Leaves out of `items` the events that stopped waiting (their waiters
+/// dropped: an inline one's token reports errored).
+pub(in crate::delivery) fn leave_out_stopped(items: &mut Vec<Submission>) {
+    items.retain(|s| !s.reply.stopped());
+}
