@@ -8,18 +8,24 @@ use super::batched::BatchApi;
 use super::*;
 use crate::delivery::http::Outgoing;
 
+/// A deliverer over `api` (and a DLQ none of these tests reaches) whose
+/// batches hold up to 10 events and leave after `linger`.
+fn batching<A: http::Api>(linger: &str, api: &A) -> Arc<Deliverer<A, FakeDlq>> {
+    let extra = format!("\n[api.batch]\nmax_events = 10\nlinger = \"{linger}\"\n");
+    deliverer_with(QUICK, &extra, api, &FakeDlq::default()).0
+}
+
+/// The inboxes of two partitions' events: one stays, one is handed over.
+fn two_partitions() -> (Arc<Inbox>, Arc<Inbox>) {
+    (Arc::new(Inbox::new(Nobody)), Arc::new(Inbox::new(Nobody)))
+}
+
 #[tokio::test]
 async fn an_event_handed_over_before_its_batch_leaves_is_not_sent() {
     let api = BatchApi::new(&[], &[], None);
-    let dlq = FakeDlq::default();
-    let (d, _) = deliverer_with(
-        QUICK,
-        "\n[api.batch]\nmax_events = 10\nlinger = \"500ms\"\n",
-        &api,
-        &dlq,
-    );
+    let d = batching("500ms", &api);
     // Two partitions: e-0 stays, e-1's partition is handed over.
-    let (stays, leaves) = (Arc::new(Inbox::new(Nobody)), Arc::new(Inbox::new(Nobody)));
+    let (stays, leaves) = two_partitions();
     let a = tokio::spawn(d.clone().run(job_in("e-0", 0, &stays), None));
     let b = tokio::spawn(d.clone().run(job_in("e-1", 1, &leaves), None));
     until("both wait in the batch", || d.batcher.submitted() == 2).await;
@@ -66,13 +72,7 @@ fn id_body(id: &str) -> Bytes {
 #[tokio::test]
 async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent() {
     let api = BatchApi::new(&[], &[], None);
-    let dlq = FakeDlq::default();
-    let (d, _) = deliverer_with(
-        QUICK,
-        "\n[api.batch]\nmax_events = 10\nlinger = \"1ms\"\n",
-        &api,
-        &dlq,
-    );
+    let d = batching("1ms", &api);
     // One request a second, no Redis: the second batch waits about a second.
     let rate = super::ratelimit::RateLimiter::new(1, 1, None, "test", "member");
     let limits = Arc::new(limits::Limits::new(
@@ -129,14 +129,8 @@ async fn next_completion(inbox: &Inbox) -> super::Completion {
 #[tokio::test]
 async fn an_inline_first_try_handed_over_while_its_batch_forms_reports_errored_at_once() {
     let api = BatchApi::new(&[], &[], None);
-    let dlq = FakeDlq::default();
-    let (d, _) = deliverer_with(
-        QUICK,
-        "\n[api.batch]\nmax_events = 10\nlinger = \"10s\"\n",
-        &api,
-        &dlq,
-    );
-    let (stays, leaves) = (Arc::new(Inbox::new(Nobody)), Arc::new(Inbox::new(Nobody)));
+    let d = batching("10s", &api);
+    let (stays, leaves) = two_partitions();
     for (id, offset, inbox) in [("e-0", 0, &stays), ("e-1", 1, &leaves)] {
         let permit = d.permit().await.expect("a permit");
         d.start(job_in(id, offset, inbox), permit);
@@ -161,13 +155,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_forms_reports_errored_a
 async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not_sent() {
     use super::fakes::{FakeApi, Reply};
     let api = FakeApi::answering(&[Reply::Held(200), Reply::Status(200)]);
-    let dlq = FakeDlq::default();
-    let (d, _) = deliverer_with(
-        QUICK,
-        "\n[api.batch]\nmax_events = 10\nlinger = \"1ms\"\n",
-        &api,
-        &dlq,
-    );
+    let d = batching("1ms", &api);
     // The adaptive limit on requests, at most 1: one request slot.
     let limits = Arc::new(limits::Limits::new(
         1,
@@ -188,7 +176,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
         let waiter = batch::Waiter::Inline { cancel, answer };
         batcher.submit_to(&out, &spec, id, id_body(id), None, waiter);
     };
-    let (first, second) = (Arc::new(Inbox::new(Nobody)), Arc::new(Inbox::new(Nobody)));
+    let (first, second) = two_partitions();
     submit("e-0", &first);
     until("e-0's request is on the wire", || api.calls() == 1).await;
     submit("e-1", &second);
