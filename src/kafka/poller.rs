@@ -8,21 +8,42 @@ use super::{KafkaConsumer, Record};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const MAX_BATCH: usize = 512;
+/// The longest the poll thread waits for room before it polls again (group
+/// callbacks and heartbeats are served inside `poll`).
+const MAX_WAIT: Duration = Duration::from_secs(1);
+/// The longest one wait for room lasts before the stop flag is read again.
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// The fetch budget's use: records handed from the poll thread to the actors
 /// and not yet taken in by a partition actor (begun, handed back or dropped),
 /// and their bytes ([`Record::size`]). The poll thread fetches nothing more
-/// while either is at its limit; one record larger than the whole byte budget
-/// is still fetched when nothing else is buffered.
+/// while either is at its limit ([`Buffered::wait_for_room`]); one record
+/// larger than the whole byte budget is still fetched when nothing else is
+/// buffered.
 #[derive(Debug, Default)]
 pub struct Buffered {
     records: AtomicI64,
     bytes: AtomicI64,
+    /// The poll thread waits for room (set before it checks, so a decrease
+    /// after its check always finds it set and wakes it) ...
+    waiting: AtomicBool,
+    /// ... until records and bytes are both below these ([`low_water`]).
+    wake_below: (AtomicI64, AtomicI64),
+    room: Mutex<()>,
+    freed: Condvar,
+}
+
+/// Where a full buffer wakes the poll thread: a quarter below `limit` (at
+/// least one below it), so one wake-up makes room for many records, not for
+/// one record at a time.
+fn low_water(limit: usize) -> i64 {
+    let limit = limit.min(i64::MAX as usize) as i64;
+    limit - (limit / 4).max(1)
 }
 
 impl Buffered {
@@ -34,6 +55,7 @@ impl Buffered {
     pub fn sub(&self, records: usize, bytes: usize) {
         self.records.fetch_sub(records as i64, Ordering::SeqCst);
         self.bytes.fetch_sub(bytes as i64, Ordering::SeqCst);
+        self.wake();
     }
 
     /// Nothing buffered (a new consumer: what the previous one handed over died
@@ -41,6 +63,55 @@ impl Buffered {
     pub fn reset(&self) {
         self.records.store(0, Ordering::SeqCst);
         self.bytes.store(0, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// Wakes the poll thread if it waits and the buffer went below its low
+    /// water marks (a lock only then).
+    pub fn wake(&self) {
+        if self.waiting.load(Ordering::SeqCst) && self.below_low_water() {
+            let _room = self.room.lock().unwrap_or_else(|e| e.into_inner());
+            self.freed.notify_all();
+        }
+    }
+
+    fn below_low_water(&self) -> bool {
+        let (records, bytes) = self.get();
+        records < self.wake_below.0.load(Ordering::SeqCst)
+            && bytes < self.wake_below.1.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the buffer is below the low water marks of both limits,
+    /// as [`Buffered::wake`] says, or for at most `timeout` (the poll thread
+    /// must call `poll` again now and then, for the group's callbacks).
+    /// `true`: woken to room; `false`: the wait reached `timeout` (the caller
+    /// looks again).
+    fn wait_for_room(&self, max_records: usize, max_bytes: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut room = self.room.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake_below
+            .0
+            .store(low_water(max_records), Ordering::SeqCst);
+        self.wake_below
+            .1
+            .store(low_water(max_bytes), Ordering::SeqCst);
+        self.waiting.store(true, Ordering::SeqCst);
+        let woken = loop {
+            if self.below_low_water() {
+                break true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (guard, waited) = match self.freed.wait_timeout(room, left) {
+                Ok(r) => r,
+                Err(e) => e.into_inner(),
+            };
+            room = guard;
+            if waited.timed_out() {
+                break false;
+            }
+        };
+        self.waiting.store(false, Ordering::SeqCst);
+        woken
     }
 
     /// Records and bytes buffered now.
@@ -58,6 +129,7 @@ impl Buffered {
         let bytes = self.bytes.swap(0, Ordering::SeqCst);
         total.records.fetch_sub(records, Ordering::SeqCst);
         total.bytes.fetch_sub(bytes, Ordering::SeqCst);
+        total.wake();
     }
 
     fn full(&self, max_records: usize, max_bytes: usize) -> bool {
@@ -133,16 +205,19 @@ fn poll_loop(
     let mut refused_at: Option<std::time::Instant> = None;
     while !stop.load(Ordering::SeqCst) {
         // Backpressure: while the actors have not taken in what was handed to them,
-        // fetch nothing more. They take records in without waiting for deliveries
-        // (those are bounded by the per-partition limits), so this wait is short;
-        // it is capped anyway so rebalance callbacks and group heartbeats keep
-        // being served by `poll`.
-        if ctx.buffered.full(max_records, max_bytes) && waited < Duration::from_secs(1) {
+        // fetch nothing more, until they take some in (`Buffered::wake`). They
+        // take records in without waiting for deliveries (those are bounded by
+        // the per-partition limits), so this wait is short; it is capped anyway
+        // so rebalance callbacks and group heartbeats keep being served by
+        // `poll`, and a stop is seen within it.
+        if ctx.buffered.full(max_records, max_bytes) && waited < MAX_WAIT {
             if !ctx.flush() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(2));
-            waited += Duration::from_millis(2);
+            let since = Instant::now();
+            let cap = (MAX_WAIT - waited).min(STOP_CHECK);
+            ctx.buffered.wait_for_room(max_records, max_bytes, cap);
+            waited += since.elapsed();
             continue;
         }
         waited = Duration::ZERO;
@@ -240,3 +315,72 @@ fn panic_hook(r: &Record) {
 
 #[cfg(not(feature = "test-hooks"))]
 fn panic_hook(_r: &Record) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `take_in` on another thread once `b`'s poll thread waits for room.
+    fn once_waiting(b: &Arc<Buffered>, take_in: impl FnOnce(&Buffered) + Send + 'static) {
+        let b = b.clone();
+        std::thread::spawn(move || {
+            while !b.waiting.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            take_in(&b);
+        });
+    }
+
+    /// A full buffer's wait ends when the actors take records in, not at its
+    /// cap: without the wake, this wait would end only after a minute, timed
+    /// out (`false`).
+    #[test]
+    fn a_wait_for_room_ends_when_records_are_taken_in() {
+        let b = Arc::new(Buffered::default());
+        b.add(10, 1_000);
+        // Below the limit (10) but not below its low water mark (8): no wake.
+        once_waiting(&b, |b| {
+            b.sub(1, 100);
+            b.sub(2, 200);
+        });
+        assert!(b.wait_for_room(10, 1_000_000, Duration::from_secs(60)));
+        assert_eq!(b.get(), (7, 700));
+        assert!(!b.waiting.load(Ordering::SeqCst));
+    }
+
+    /// A wake-up makes room for many records: the low water mark is a quarter
+    /// below the limit, at least one.
+    #[test]
+    fn the_low_water_mark_is_a_quarter_below_the_limit() {
+        assert_eq!(low_water(8_192), 6_144);
+        assert_eq!(low_water(3), 2);
+        assert_eq!(low_water(1), 0);
+        assert_eq!(low_water(usize::MAX), i64::MAX - i64::MAX / 4);
+    }
+
+    /// The same when a stopped partition actor gives its share back.
+    #[test]
+    fn a_partitions_share_given_back_ends_the_wait() {
+        let total = Arc::new(Buffered::default());
+        let share = Arc::new(Buffered::default());
+        total.add(8, 800);
+        share.add(3, 300);
+        once_waiting(&total, move |t| share.release_into(t));
+        assert!(total.wait_for_room(1_000, 800, Duration::from_secs(60)));
+        assert_eq!(
+            total.get(),
+            (5, 500),
+            "below the bytes' low water mark, 600"
+        );
+    }
+
+    /// Nothing taken in: the wait ends at its cap, timed out, so the poll
+    /// thread polls again (group callbacks) and reads its stop flag.
+    #[test]
+    fn a_wait_for_room_ends_at_its_cap_when_nothing_is_taken_in() {
+        let b = Buffered::default();
+        b.add(10, 1_000);
+        assert!(!b.wait_for_room(10, 1_000_000, Duration::from_millis(20)));
+        assert!(b.full(10, 1_000_000));
+    }
+}
