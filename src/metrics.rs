@@ -370,7 +370,7 @@ pub(crate) fn register_known_series() {
         metrics::counter!(DELIVERY_ERRORS, "class" => t.class().as_str(), "reason" => t.as_str())
             .absolute(0);
     }
-    for kind in ["auto", "explicit"] {
+    for kind in ["auto", "explicit", "coalesced"] {
         metrics::counter!(OFFSET_COMMITS, "kind" => kind).absolute(0);
     }
     metrics::counter!(OFFSETS_SKIPPED).absolute(0);

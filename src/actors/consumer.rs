@@ -8,7 +8,7 @@
 
 use crate::actors::delivery_pool::PoolHandles;
 use crate::actors::partition::{
-    PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, Positions, Src,
+    PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, Positions, SoonCommits, Src,
 };
 use crate::api_health::HealthVerdict;
 use crate::core::completed::{self, Completed};
@@ -97,6 +97,8 @@ pub struct ConsumerState {
     ready: Arc<Readiness>,
     delivery: PoolHandles,
     consumer: Option<Arc<KafkaConsumer>>,
+    /// Commits before auto-commit of all partitions, coalesced.
+    commits: Arc<SoonCommits>,
     poller: Option<Poller>,
     closing: Arc<AtomicBool>,
     parts: HashMap<i32, Part>,
@@ -269,6 +271,7 @@ impl Actor for ConsumerActor {
             ready: args.ready,
             delivery: args.delivery,
             consumer: Some(consumer),
+            commits: SoonCommits::new(),
             poller: Some(poller),
             closing,
             parts: HashMap::new(),
@@ -457,6 +460,7 @@ impl ConsumerState {
             pipeline: self.pipeline.clone(),
             delivery: self.delivery.clone(),
             consumer: self.consumer()?.clone(),
+            commits: self.commits.clone(),
             partition: p,
             generation: self.generation,
             start,

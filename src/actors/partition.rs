@@ -10,6 +10,7 @@
 //! order and belong to this generation (the consumer actor fences records across
 //! seeks and rebalances).
 
+mod commits;
 mod decode;
 mod observe;
 mod schemas;
@@ -18,7 +19,7 @@ mod shared;
 use crate::actors::delivery_pool::{DeliveryMsg, PoolHandles};
 use crate::api_health::HealthVerdict;
 use crate::core::offsets::NextOffset;
-use crate::core::partition::{Effect, Input, Note, Now, PartitionMachine, Settings, Timer};
+use crate::core::partition::{Commit, Effect, Input, Note, Now, PartitionMachine, Settings, Timer};
 use crate::delivery::token::{CompletionToken, Inbox};
 use crate::delivery::{Item, Job, Queued, Work};
 use crate::kafka::{KafkaConsumer, Record};
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use crate::core::partition::{Positions, Src};
+pub use commits::SoonCommits;
 pub use decode::Decoder;
 use observe::Gauges;
 pub use shared::PartitionShared;
@@ -78,6 +80,8 @@ pub struct PartitionArgs {
     pub delivery: PoolHandles,
     pub ready: Arc<crate::metrics::Readiness>,
     pub consumer: Arc<KafkaConsumer>,
+    /// The consumer's commits before auto-commit, coalesced (shared by its partitions).
+    pub commits: Arc<SoonCommits>,
     pub partition: i32,
     pub generation: u64,
     /// Known start positions (after a seek); otherwise learnt from the first record.
@@ -356,12 +360,26 @@ impl PartitionState {
                 // librdkafka (≥ 2.1) keeps a stored offset's metadata and its
                 // auto-commit sends it; but it commits a partition only when
                 // the stored position passed the committed one, so metadata
-                // that changed alone is committed here (asynchronously).
+                // that changed alone is committed here (`Commit::Soon`).
                 r = r.and_then(|()| self.a.consumer.store_offsets(&tpl));
-                if commit && r.is_ok() {
-                    metrics::counter!(crate::metrics::OFFSET_COMMITS, "kind" => "explicit")
-                        .increment(1);
-                    r = self.a.consumer.commit(&tpl, CommitMode::Async);
+                if r.is_ok() {
+                    match commit {
+                        Commit::No => {}
+                        // With the other partitions' (`commits`).
+                        Commit::Soon => self.a.commits.ask(
+                            &self.a.consumer,
+                            topic,
+                            partition,
+                            offset.get(),
+                            metadata.clone(),
+                        ),
+                        Commit::Now => {
+                            self.a.commits.forget(topic, partition);
+                            metrics::counter!(crate::metrics::OFFSET_COMMITS, "kind" => "explicit")
+                                .increment(1);
+                            r = self.a.consumer.commit(&tpl, CommitMode::Async);
+                        }
+                    }
                 }
                 match r {
                     Ok(()) => {

@@ -251,6 +251,25 @@ pub enum Input<R> {
     },
 }
 
+/// Whether a store is committed before the next auto-commit, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// Stored only: the next auto-commit sends it.
+    No,
+    /// Committed with this offset and metadata within the pace floor, in one
+    /// request with the other partitions' (`core::commit_pace`,
+    /// `actors::partition::commits`): `Settings::commit_after` events finished since the
+    /// side's last commit (commits follow progress: what a crash redelivers
+    /// stays near that count), or a position auto-commit does not send — the
+    /// one stored before with only its metadata changed, or the first of a
+    /// replaced log (below the old log's committed position): librdkafka
+    /// commits a partition only when its stored position passed the
+    /// committed one.
+    Soon,
+    /// Committed at once, alone: a drain (the next owner starts from it).
+    Now,
+}
+
 #[derive(Debug, PartialEq)]
 pub enum Effect<I> {
     /// Hand this job to the delivery side; its token reports back as a [`Report`].
@@ -263,17 +282,12 @@ pub enum Effect<I> {
     SetReading { src: Src, on: bool },
     /// Store this position with `metadata`, the offsets done above it
     /// (`core::completed`); librdkafka's auto-commit commits it. `commit`:
-    /// commit it explicitly now — either `Settings::commit_after` events
-    /// finished since the last commit (commits follow progress: what a crash
-    /// redelivers stays near that count), or the position is the one stored
-    /// before and only the metadata changed, which auto-commit does not send
-    /// (it commits a partition only when its stored position passed the
-    /// committed one).
+    /// whether it is also committed before that (see [`Commit`]).
     Store {
         src: Src,
         offset: NextOffset,
         metadata: String,
-        commit: bool,
+        commit: Commit,
     },
     /// Send [`Input::Timer`] after `after`.
     Schedule { after: Duration, timer: Timer },
@@ -1468,7 +1482,7 @@ impl<X: Intake> PartitionMachine<X> {
             if !moved && metadata == side.meta && !due {
                 continue;
             }
-            let mut commit = false;
+            let mut commit = Commit::No;
             if due || !moved {
                 let spacing = if due {
                     self.commit_floor
@@ -1482,7 +1496,7 @@ impl<X: Intake> PartitionMachine<X> {
                     _ => Duration::ZERO,
                 };
                 if wait.is_zero() {
-                    commit = true;
+                    commit = if now { Commit::Now } else { Commit::Soon };
                 } else {
                     later = Some(later.map_or(wait, |l| l.min(wait)));
                     if !moved {
@@ -1490,7 +1504,7 @@ impl<X: Intake> PartitionMachine<X> {
                     }
                 }
             }
-            if commit {
+            if commit != Commit::No {
                 side.committed_at = self.clock;
                 side.done_since_commit = 0;
                 side.commit_next = false;

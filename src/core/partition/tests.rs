@@ -219,7 +219,7 @@ fn stores<I>(fx: &[Effect<I>]) -> Vec<(Src, i64)> {
             Effect::Store {
                 src,
                 offset,
-                commit: false,
+                commit: Commit::No,
                 ..
             } => Some((*src, offset.get())),
             _ => None,
@@ -231,7 +231,7 @@ fn stores<I>(fx: &[Effect<I>]) -> Vec<(Src, i64)> {
 fn all_stores<I>(fx: &[Effect<I>]) -> Vec<(i64, bool)> {
     fx.iter()
         .filter_map(|e| match e {
-            Effect::Store { offset, commit, .. } => Some((offset.get(), *commit)),
+            Effect::Store { offset, commit, .. } => Some((offset.get(), *commit != Commit::No)),
             _ => None,
         })
         .collect()
@@ -246,8 +246,10 @@ fn metadata_commits<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, Vec<i64>)> {
                 src,
                 offset,
                 metadata,
-                commit: true,
-            } => Some((*src, offset.get(), named_done(offset.get(), metadata))),
+                commit,
+            } if *commit != Commit::No => {
+                Some((*src, offset.get(), named_done(offset.get(), metadata)))
+            }
             _ => None,
         })
         .collect()
@@ -307,6 +309,11 @@ fn done_offsets_above_a_stuck_watermark_are_committed_as_metadata() {
     assert_eq!(
         metadata_commits(&fx),
         vec![(Src::Main, 0, vec![1, 2, 3, 4])]
+    );
+    assert_eq!(
+        commit_kinds(&fx),
+        vec![(0, Commit::Now)],
+        "a drain's commit goes at once, alone"
     );
 }
 
@@ -763,15 +770,18 @@ fn a_backlog_heavy_in_bytes_pauses_main_p() {
     assert_eq!(readings(&fx), vec![(Src::Main, true)]);
 }
 
-/// Explicit commits (the position and its metadata) of one side.
+/// Commits before the next auto-commit (progress or explicit) of one side.
 fn commits<I>(fx: &[Effect<I>]) -> Vec<i64> {
+    commit_kinds(fx).into_iter().map(|(o, _)| o).collect()
+}
+
+/// Commits before the next auto-commit, and how each is sent.
+fn commit_kinds<I>(fx: &[Effect<I>]) -> Vec<(i64, Commit)> {
     fx.iter()
         .filter_map(|e| match e {
-            Effect::Store {
-                offset,
-                commit: true,
-                ..
-            } => Some(offset.get()),
+            Effect::Store { offset, commit, .. } if *commit != Commit::No => {
+                Some((offset.get(), *commit))
+            }
             _ => None,
         })
         .collect()
@@ -795,7 +805,11 @@ fn the_commit_after_th_finished_event_commits_at_once() {
     let fx = t.done(Src::Main, &[0, 1, 2]);
     assert!(commits(&fx).is_empty(), "3 < 4: {fx:?}");
     let fx = t.done(Src::Main, &[3]);
-    assert_eq!(commits(&fx), vec![4], "the 4th commits, at once");
+    assert_eq!(
+        commit_kinds(&fx),
+        vec![(4, Commit::Soon)],
+        "the 4th commits, at once (with the other partitions' within the pace floor)"
+    );
     // Four more within the floor, in batches: nothing is stored per batch (a
     // store per answer batch cost 8-15 % of the CPU per event at C = 2,048,
     // docs/BENCHMARKS.md); the store timer pending since the first batch
@@ -822,7 +836,11 @@ fn the_commit_after_th_finished_event_commits_at_once() {
     // Done above a stuck watermark count too: committed as metadata.
     t.ms += 100;
     let fx = t.done(Src::Main, &[9, 10, 11, 12]);
-    assert_eq!(commits(&fx), vec![8], "{fx:?}");
+    assert_eq!(
+        commit_kinds(&fx),
+        vec![(8, Commit::Soon)],
+        "metadata alone, which auto-commit does not send: {fx:?}"
+    );
     let meta = fx
         .iter()
         .find_map(|e| match e {
@@ -957,14 +975,12 @@ fn the_old_incarnation_finishes_before_the_new_log_is_stored() {
     assert_eq!(t.store_timer(), vec![]);
     t.done(Src::Main, &[12]);
     let fx = t.feed(Input::Timer(Timer::Store));
-    let stored: Vec<(i64, bool)> = fx
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Store { offset, commit, .. } => Some((offset.get(), *commit)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(stored, vec![(7, true)], "the new log's, committed at once");
+    assert_eq!(
+        commit_kinds(&fx),
+        vec![(7, Commit::Soon)],
+        "the new log's, committed (below the old log's committed position, which auto-commit \
+         would not go back from)"
+    );
 }
 
 /// An earlier owner's metadata names offsets of the old log: after a reset a
