@@ -345,6 +345,10 @@ pub struct CellResult {
     /// CPU of the API stand-in per request, in each phase (same work; a sanity check).
     pub sink_cpu_us_per_req_ceiling: Option<f64>,
     pub sink_cpu_us_per_req_courier: Option<f64>,
+    /// The audit after Courier's phase: produced events the stand-in never
+    /// answered 2xx, and 2xx answers beyond the first per event.
+    pub audit_lost: Option<u64>,
+    pub audit_duplicates: Option<u64>,
     pub error: Option<String>,
     /// Why earlier measurements of this cell were discarded.
     pub earlier_attempts: Vec<String>,
@@ -586,6 +590,30 @@ impl Bench {
             cr.peak_heap_resident_mb,
         );
         r.courier = Some(cr);
+
+        // The audit: every produced event answered 2xx by the stand-in. Its books
+        // were reset for this phase, and the loadgen's ids (`<topic>-ev<n>`) are
+        // distinct by construction, so the ids it answered count the events.
+        let book = self.sink.audit().await?;
+        let prefix = format!("{topic}-ev");
+        let answered = book
+            .delivered
+            .keys()
+            .filter(|id| id.starts_with(&prefix))
+            .count() as u64;
+        let lost = valid.saturating_sub(answered);
+        let duplicates: u64 = book
+            .delivered
+            .values()
+            .map(|n| u64::from(n.saturating_sub(1)))
+            .sum();
+        drop(book);
+        eprintln!(
+            "  audit: {valid} produced, {answered} answered 2xx, lost {lost}, duplicates {duplicates}"
+        );
+        r.audit_lost = Some(lost);
+        r.audit_duplicates = Some(duplicates);
+        anyhow::ensure!(lost == 0, "the audit lost {lost} of {valid} events");
 
         // 1 again: the machine is shared, so the ceiling is measured on both sides of
         // the Courier run and the ratios use the mean (the spread is reported).
