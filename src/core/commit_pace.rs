@@ -19,7 +19,7 @@ use std::time::Duration;
 /// What the shell does after an ask or a flush.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PaceEffect {
-    /// Commit the stored offsets now.
+    /// Commit what waits now.
     Send,
     /// Call [`CommitPace::flush`] at this time (none was pending).
     FlushAt(Duration),
@@ -30,21 +30,21 @@ pub enum PaceEffect {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitPace {
     pacer: Pacer,
-    /// When the pending flush is due, if one is.
-    flush_at: Option<Duration>,
+    /// A flush is asked for and has not come yet.
+    flush_pending: bool,
 }
 
 impl CommitPace {
     pub fn new(floor: Duration) -> CommitPace {
         CommitPace {
             pacer: Pacer::new(floor),
-            flush_at: None,
+            flush_pending: false,
         }
     }
 
-    /// A partition side is due for a progress commit.
+    /// A partition side is due for a commit.
     pub fn ask(&mut self, now: Duration) -> PaceEffect {
-        if self.flush_at.is_some() {
+        if self.flush_pending {
             return PaceEffect::Nothing;
         }
         self.slot(now)
@@ -52,7 +52,7 @@ impl CommitPace {
 
     /// The pending flush's time came (a timer may fire early or late).
     pub fn flush(&mut self, now: Duration) -> PaceEffect {
-        if self.flush_at.take().is_none() {
+        if !std::mem::take(&mut self.flush_pending) {
             return PaceEffect::Nothing; // Not asked for: nothing is pending.
         }
         self.slot(now)
@@ -62,7 +62,7 @@ impl CommitPace {
         match self.pacer.take(now) {
             Ok(()) => PaceEffect::Send,
             Err(at) => {
-                self.flush_at = Some(at);
+                self.flush_pending = true;
                 PaceEffect::FlushAt(at)
             }
         }

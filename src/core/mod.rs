@@ -13,8 +13,8 @@
 //!   done above it, encoded in commit metadata), `deleted` (events the log lost
 //!   before the group read them), `ordering` (what may be in flight together),
 //!   `fsm` (which of main p and DLQ p is read), `byte_budget` (the process-wide byte
-//!   budget), `commit_pace` (progress commits of all partitions coalesced into one
-//!   request per 10 ms; `actors::partition::commits`).
+//!   budget), `commit_pace` (commits before auto-commit, of all partitions, coalesced
+//!   into one request per 10 ms; `actors::partition::commits`).
 //!
 //! * **What a record is, and its request** (`kafka`, `actors::partition`,
 //!   `delivery`): `input` (record formats → [`event::Event`]), `event` (CloudEvents
