@@ -61,6 +61,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::faults::{self, WholeFault};
 use super::order::Mark;
 use super::{
     decide, event_of_value, latency, parse_delivery, parse_event, respond, Answer, CapacitySlot,
@@ -297,6 +298,21 @@ pub(super) async fn post_batch(
         return respond(&behaviour, &answer);
     }
 
+    if batch {
+        if let Some(fault) = behaviour.batch_faults.draw_whole() {
+            let booked = match fault {
+                WholeFault::Status(s) => crate::sink::status_code(s),
+                WholeFault::Html | WholeFault::Cut => faults::NOT_STORED,
+            };
+            shared.book_answers(generation, &ids, &whole(booked), &marks);
+            let results: Vec<ItemResult<'_>> = ids
+                .iter()
+                .map(|id| ItemResult { id, status: 200 })
+                .collect();
+            let body = serde_json::to_vec(&BatchResults { items: results }).unwrap_or_default();
+            return faults::whole_answer(fault, &body);
+        }
+    }
     let answers: Vec<Answer> = ids
         .iter()
         .zip(&attempts)
@@ -316,18 +332,19 @@ pub(super) async fn post_batch(
         shared.book_answers(generation, &ids, &whole(answer.status), &marks);
         return respond(&behaviour, &answer);
     }
-    let statuses: Vec<StatusCode> = answers.iter().map(|a| a.status).collect();
+    let mut statuses: Vec<StatusCode> = answers.iter().map(|a| a.status).collect();
+    let listed = faults::shape_results(&behaviour.batch_faults, &mut statuses);
     shared.book_answers(generation, &ids, &statuses, &marks);
+    // A faulty API answers 200 however its items went (module docs).
     let status = match first_failure {
-        None => StatusCode::OK,
-        Some(_) => StatusCode::MULTI_STATUS,
+        Some(_) if !behaviour.batch_faults.any() => StatusCode::MULTI_STATUS,
+        _ => StatusCode::OK,
     };
-    let mut results: Vec<ItemResult<'_>> = ids
-        .iter()
-        .zip(&statuses)
-        .map(|(id, s)| ItemResult {
-            id,
-            status: s.as_u16(),
+    let mut results: Vec<ItemResult<'_>> = listed
+        .into_iter()
+        .map(|(i, status)| ItemResult {
+            id: &ids[i],
+            status,
         })
         .collect();
     if behaviour.batch_results_reversed {

@@ -61,6 +61,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub mod batch;
+pub mod faults;
 mod introspect;
 mod order;
 mod probe;
@@ -120,6 +121,10 @@ pub struct Behaviour {
     /// Batch endpoint: list the per-item results in reverse order, so that only
     /// matching by id (`api.batch.result_id = "/id"`) reads them right.
     pub batch_results_reversed: bool,
+    /// Batch endpoint: answers that say less than they seem to (an HTML 200,
+    /// a body cut mid-way, conflicting or missing per-item results); see
+    /// [`faults`].
+    pub batch_faults: faults::BatchFaults,
     /// Schemas served at `GET /schemas/ids/{id}` (the Confluent registry API's
     /// one read Courier makes): the demo's stand-in registry; see [`registry`].
     pub schemas: BTreeMap<u32, String>,
@@ -143,6 +148,7 @@ impl Default for Behaviour {
             batch_whole_status: false,
             batch_items_pointer: "/events".into(),
             batch_results_reversed: false,
+            batch_faults: faults::BatchFaults::default(),
             schemas: BTreeMap::new(),
         }
     }
