@@ -7,7 +7,7 @@ use crate::config::DegradedConfig;
 use crate::core::breaker::{Breaker, BreakerStateKind, GateQueue, Transition};
 use crate::core::systemic::{judge, Judgement};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -211,7 +211,7 @@ impl ApiHealth {
     /// An event refused systemic before (`suspect`) waits behind every fresh
     /// waiter and takes at most a share of the probe slots
     /// (`Breaker::allow_suspect`).
-    pub async fn gate(&self, suspect: bool) {
+    pub async fn gate(self: &Arc<Self>, suspect: bool) -> Admission {
         let ticket = self.gate_lock().queue.join(suspect);
         let _leave = Waiting {
             health: self,
@@ -231,10 +231,11 @@ impl ApiHealth {
                     // Half-open: the next waiter's turn (it re-checks when
                     // woken). Closed: the transition woke every waiter already
                     // (waking them all again per admission would be quadratic).
-                    if g.breaker.state(now) == BreakerStateKind::HalfOpen {
+                    let probe = g.breaker.state(now) == BreakerStateKind::HalfOpen;
+                    if probe {
                         self.gate_wake.notify_waiters();
                     }
-                    return;
+                    return self.admission(&g.breaker, probe, suspect);
                 }
             }
             // Woken by a transition or a turn; the time-driven step (open →
@@ -256,13 +257,38 @@ impl ApiHealth {
     /// half-open probe slot while no call waits at the gate — else the call
     /// queues behind them); [`ApiHealth::gate`] waits until it is admitted.
     /// `suspect`: as for [`ApiHealth::gate`].
-    pub fn admit_now(&self, suspect: bool) -> bool {
+    pub fn admit_now(self: &Arc<Self>, suspect: bool) -> Option<Admission> {
         let now = Instant::now();
         let mut g = self.gate_lock();
         let advanced = g.breaker.advance(now);
         self.noted(&mut g, advanced);
         let g = &mut *g;
-        g.queue.admit_newcomer(suspect, &mut g.breaker, now)
+        if !g.queue.admit_newcomer(suspect, &mut g.breaker, now) {
+            return None;
+        }
+        let probe = g.breaker.state(now) == BreakerStateKind::HalfOpen;
+        Some(self.admission(&g.breaker, probe, suspect))
+    }
+
+    fn admission(self: &Arc<Self>, breaker: &Breaker, probe: bool, suspect: bool) -> Admission {
+        Admission {
+            health: self.clone(),
+            epoch: breaker.epoch(),
+            probe,
+            slot: probe && breaker.probing(),
+            suspect,
+        }
+    }
+
+    /// An admitted call that will not be answered: its half-open slot, if
+    /// it took one, goes to the next waiter ([`Breaker::release`]).
+    fn release(&self, epoch: u64, suspect: bool) {
+        let mut g = self.gate_lock();
+        let advanced = g.breaker.advance(Instant::now());
+        self.noted(&mut g, advanced);
+        g.breaker.release(epoch, suspect);
+        drop(g);
+        self.gate_wake.notify_waiters();
     }
 
     /// Records a call's outcome; returns the transition if the breaker moved.
@@ -335,6 +361,63 @@ impl ApiHealth {
     }
 }
 
+/// A call the breaker admitted ([`ApiHealth::gate`], [`ApiHealth::admit_now`]).
+/// The breaker hears of it exactly once: what its answer said (one of the
+/// methods, which consume it), or — dropped unheard: no answer, a call not
+/// made, an answer that says nothing about the API (back-pressure) — that
+/// its half-open slot, if it took one, is free again. No path can forget to
+/// report a probe and leave the breaker half-open for ever.
+#[must_use = "an admitted call must be heard (or dropped: no answer)"]
+pub struct Admission {
+    health: Arc<ApiHealth>,
+    epoch: u64,
+    /// Admitted while half-open: a probe, whose slot waits for its answer.
+    probe: bool,
+    /// It took one of the few probe slots (half-open, not optimistic).
+    slot: bool,
+    suspect: bool,
+}
+
+impl Admission {
+    /// The call was delivered (call `seq`): the API is up.
+    pub fn delivered(mut self, seq: u64) -> Option<Transition> {
+        self.probe = false; // Heard: nothing to release when dropped.
+        self.health.delivered(seq)
+    }
+
+    /// What the call said about the API (not systemic: see
+    /// [`Admission::systemic`]).
+    pub fn record(mut self, outcome: CallOutcome) -> Option<Transition> {
+        self.probe = false;
+        self.health.record(outcome)
+    }
+
+    /// A systemic answer to call `seq` ([`ApiHealth::systemic`]).
+    pub fn systemic(mut self, seq: u64, reason: &'static str) -> (Judgement, Option<Transition>) {
+        self.probe = false;
+        self.health.systemic(seq, reason, self.suspect)
+    }
+
+    /// Whether it was admitted as a suspect.
+    pub fn suspect(&self) -> bool {
+        self.suspect
+    }
+
+    /// Whether it took one of the few half-open probe slots: a probe should
+    /// put little at stake (a batch sends one event as its probe).
+    pub fn is_probe_slot(&self) -> bool {
+        self.slot
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.probe {
+            self.health.release(self.epoch, self.suspect);
+        }
+    }
+}
+
 /// A call waiting at the gate: leaves the queue however the wait ends.
 struct Waiting<'a> {
     health: &'a ApiHealth,
@@ -365,11 +448,11 @@ mod tests {
 
     #[test]
     fn a_systemic_trip_is_an_outage_until_the_breaker_closes() {
-        let h = ApiHealth::new(&DegradedConfig {
+        let h = Arc::new(ApiHealth::new(&DegradedConfig {
             breaker_open: Duration::from_millis(1),
             breaker_half_open_probes: 1,
             ..cfg()
-        });
+        }));
         assert!(!h.systemic_outage());
         h.record(CallOutcome::Failed);
         assert!(!h.systemic_outage(), "a transient failure is not systemic");
@@ -378,19 +461,19 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert!(h.systemic_outage(), "half-open still counts");
         // The probe succeeds: closed, the outage is over.
-        assert!(h.admit_now(false), "a half-open probe is admitted");
-        h.record(CallOutcome::Up);
+        let probe = h.admit_now(false).expect("a half-open probe is admitted");
+        probe.record(CallOutcome::Up);
         assert_eq!(h.breaker_state(Instant::now()), BreakerStateKind::Closed);
         assert!(!h.systemic_outage());
     }
 
     #[test]
     fn a_systemic_answer_is_suspected_and_a_probe_confirms_it() {
-        let h = ApiHealth::new(&DegradedConfig {
+        let h = Arc::new(ApiHealth::new(&DegradedConfig {
             breaker_half_open_probes: 1,
             breaker_open: Duration::from_millis(200),
             ..cfg()
-        });
+        }));
         assert_eq!(h.record(CallOutcome::Up), None);
         let first = h.call_number();
         let (j, t) = h.systemic(first, "tls_untrusted", false);
@@ -411,9 +494,9 @@ mod tests {
         // (younger, other events' calls could still refute it): open, with
         // the reason.
         std::thread::sleep(Duration::from_millis(250));
-        assert!(h.admit_now(false));
+        let admitted = h.admit_now(false).expect("a probe");
         let probe = h.call_number();
-        let (j, t) = h.systemic(probe, "tls_untrusted", false);
+        let (j, t) = admitted.systemic(probe, "tls_untrusted");
         assert_eq!(j, Judgement::Evidence);
         let t = t.expect("confirmed");
         assert_eq!(
@@ -429,10 +512,10 @@ mod tests {
 
     #[test]
     fn a_later_delivered_call_refutes_a_systemic_answer() {
-        let h = ApiHealth::new(&DegradedConfig {
+        let h = Arc::new(ApiHealth::new(&DegradedConfig {
             breaker_half_open_probes: 1,
             ..cfg()
-        });
+        }));
         let refused = h.call_number();
         let later = h.call_number();
         assert_eq!(h.delivered(later), None);
@@ -447,9 +530,9 @@ mod tests {
         // closes the breaker again.
         let next = h.call_number();
         assert_eq!(h.systemic(next, "http_403", false).0, Judgement::Evidence);
-        assert!(h.admit_now(false));
+        let admitted = h.admit_now(false).expect("a probe");
         let probe = h.call_number();
-        let t = h.delivered(probe).expect("the probe closes it");
+        let t = admitted.delivered(probe).expect("the probe closes it");
         assert_eq!(t.to, BreakerStateKind::Closed);
     }
 
@@ -466,43 +549,51 @@ mod tests {
         // An event is refused: suspected, optimistic (no fresh call waits).
         let seq = h.call_number();
         h.systemic(seq, "http_403", false);
-        assert!(h.admit_now(false), "optimistic: a fresh call goes");
+        let fresh = h.admit_now(false).expect("optimistic: a fresh call goes");
         // That call is refused too: the optimism ends (one probe), and the
         // probe slots count; "a" waits first, then "b" and "c".
         let seq = h.call_number();
-        h.systemic(seq, "http_403", false);
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<&'static str>();
+        fresh.systemic(seq, "http_403");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(&'static str, Admission)>();
         for name in ["a", "b", "c"] {
             let (h, tx) = (h.clone(), tx.clone());
             tokio::spawn(async move {
-                h.gate(false).await;
-                let _ = tx.send(name);
+                let admitted = h.gate(false).await;
+                let _ = tx.send((name, admitted));
             });
             tokio::task::yield_now().await;
         }
-        assert!(!h.admit_now(false), "a newcomer queues behind the waiters");
-        assert_eq!(rx.recv().await, Some("a"), "the first to wait probes");
+        assert!(
+            h.admit_now(false).is_none(),
+            "a newcomer queues behind the waiters"
+        );
+        let (first, a) = rx.recv().await.expect("a probe");
+        assert_eq!(first, "a", "the first to wait probes");
         assert!(rx.try_recv().is_err(), "one probe slot");
         // "a" is refused again: open; it waits again, behind "b" and "c".
         let probe = h.call_number();
-        h.systemic(probe, "http_403", false);
+        a.systemic(probe, "http_403");
         {
             let (h, tx) = (h.clone(), tx.clone());
             tokio::spawn(async move {
-                h.gate(false).await;
-                let _ = tx.send("a again");
+                let admitted = h.gate(false).await;
+                let _ = tx.send(("a again", admitted));
             });
         }
         // After the open interval, "b" probes (not "a").
-        assert_eq!(rx.recv().await, Some("b"));
+        let (second, b) = rx.recv().await.expect("a probe");
+        assert_eq!(second, "b");
         assert!(rx.try_recv().is_err());
         // "b" is delivered: closed, the others are admitted at once.
         let b_call = h.call_number();
-        h.delivered(b_call);
-        let mut rest = vec![rx.recv().await.unwrap(), rx.recv().await.unwrap()];
+        b.delivered(b_call);
+        let mut rest = vec![
+            rx.recv().await.expect("admitted").0,
+            rx.recv().await.expect("admitted").0,
+        ];
         rest.sort_unstable();
         assert_eq!(rest, ["a again", "c"]);
-        assert!(h.admit_now(false));
+        assert!(h.admit_now(false).is_some());
     }
 
     #[test]
@@ -580,5 +671,106 @@ mod tests {
         assert!(h.publish(v));
         assert!(!h.publish(v));
         assert_eq!(h.verdict(), v);
+    }
+
+    #[test]
+    fn a_probe_dropped_unheard_frees_its_slot() {
+        let h = Arc::new(ApiHealth::new(&DegradedConfig {
+            breaker_open: Duration::from_millis(1),
+            breaker_half_open_probes: 1,
+            ..cfg()
+        }));
+        h.record(CallOutcome::Systemic("http_503"));
+        std::thread::sleep(Duration::from_millis(5));
+        let probe = h.admit_now(false).expect("the one probe");
+        assert!(h.admit_now(false).is_none(), "one slot, taken");
+        // Its answer never comes (a 429 the limit absorbs, a batch whose
+        // events were all handed over, a path that forgot it): dropped.
+        drop(probe);
+        let probe = h.admit_now(false).expect("the slot is free again");
+        let seq = h.call_number();
+        assert_eq!(
+            probe.delivered(seq).map(|t| t.to),
+            Some(BreakerStateKind::Closed)
+        );
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Admit,
+        /// Hears the admission at this index (mod the live ones) as...
+        Delivered(usize),
+        Failed(usize),
+        Systemic(usize),
+        Dropped(usize),
+        Trip,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => Just(Op::Admit),
+            2 => any::<usize>().prop_map(Op::Delivered),
+            2 => any::<usize>().prop_map(Op::Failed),
+            1 => any::<usize>().prop_map(Op::Systemic),
+            3 => any::<usize>().prop_map(Op::Dropped),
+            1 => Just(Op::Trip),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever calls are admitted and however each ends — heard as
+        /// delivered, failed or systemic, or dropped unheard — once none is
+        /// alive, a half-open breaker has a probe slot free: no admitted
+        /// call can leave it half-open with every slot taken for ever.
+        #[test]
+        fn every_admission_settles_its_slot(ops in proptest::collection::vec(op(), 1..200), probes in 1u32..4) {
+            let h = Arc::new(ApiHealth::new(&DegradedConfig {
+                breaker_open: Duration::from_secs(3600),
+                breaker_half_open_probes: probes,
+                ..cfg()
+            }));
+            // Half-open at once (a systemic suspicion, then its optimism
+            // spent), so every admission below is a probe.
+            h.record(CallOutcome::Systemic("http_401"));
+            let mut live: Vec<Admission> = Vec::new();
+            for op in ops {
+                let pick = |live: &mut Vec<Admission>, i: usize| {
+                    (!live.is_empty()).then(|| live.swap_remove(i % live.len()))
+                };
+                match op {
+                    Op::Admit => live.extend(h.admit_now(false)),
+                    Op::Delivered(i) => {
+                        if let Some(a) = pick(&mut live, i) {
+                            let seq = h.call_number();
+                            a.delivered(seq);
+                        }
+                    }
+                    Op::Failed(i) => {
+                        if let Some(a) = pick(&mut live, i) {
+                            a.record(CallOutcome::Failed);
+                        }
+                    }
+                    Op::Systemic(i) => {
+                        if let Some(a) = pick(&mut live, i) {
+                            let seq = h.call_number();
+                            a.systemic(seq, "http_401");
+                        }
+                    }
+                    Op::Dropped(i) => drop(pick(&mut live, i)),
+                    Op::Trip => {
+                        h.record(CallOutcome::Systemic("http_401"));
+                    }
+                }
+                let now = Instant::now();
+                let g = h.gate_lock();
+                if live.is_empty() && g.breaker.state(now) == BreakerStateKind::HalfOpen {
+                    proptest::prop_assert!(
+                        g.breaker.admits_traffic(now),
+                        "half-open, no call alive, and no slot free"
+                    );
+                }
+            }
+        }
     }
 }

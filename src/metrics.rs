@@ -68,6 +68,8 @@ pub(crate) const BATCH_REQUESTS: &str = "courier_batch_requests_total";
 pub(crate) const BATCH_EVENTS: &str = "courier_batch_events";
 pub(crate) const BATCH_SPLIT_REQUESTS: &str = "courier_batch_split_requests_total";
 pub(crate) const BATCH_SHRUNK: &str = "courier_batch_shrunk_total";
+pub(crate) const BATCH_RESULTS_UNREADABLE: &str = "courier_batch_results_unreadable_total";
+pub(crate) const BATCH_SPLIT_SINGLES_RATIO: &str = "courier_batch_split_singles_ratio";
 pub(crate) const ORDERED_RESENT: &str = "courier_ordered_resent_total";
 // Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
 pub const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
@@ -275,6 +277,14 @@ pub const ALL: &[(&str, &str)] = &[
     (
         BATCH_SHRUNK,
         "Times a 413 to a batch held its route's batches to half the refused size for a minute.",
+    ),
+    (
+        BATCH_RESULTS_UNREADABLE,
+        "2xx batch answers whose per-item results (api.batch.results) could not be read, by reason (read_failed, too_large, not_json, no_results_array): every event of the batch is sent again.",
+    ),
+    (
+        BATCH_SPLIT_SINGLES_RATIO,
+        "Over the last minute of a batched route, the share of answered events that were answered alone after their batch was refused as a whole and split (above 0.5: the endpoint may take single events only).",
     ),
     (
         ORDERED_RESENT,

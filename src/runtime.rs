@@ -29,7 +29,7 @@ pub struct Pipeline {
     pub assignment: Arc<Assignment>,
     /// Identifies this instance in logs and in the Redis marker's value.
     pub instance: String,
-    pub health: ApiHealth,
+    pub health: std::sync::Arc<ApiHealth>,
     /// What `/status` shows; each actor publishes its own part.
     pub status: Arc<StatusBoard>,
     budget: Mutex<RestartBudget>,
@@ -60,7 +60,7 @@ impl Pipeline {
             parking_topic: config.kafka.parking_topic(),
             instance: status.instance().to_string(),
             status,
-            health: ApiHealth::new(&config.degraded),
+            health: std::sync::Arc::new(ApiHealth::new(&config.degraded)),
             buffered: Arc::new(Buffered::default()),
             in_flight: Arc::new(ByteBudget::new(config.pipeline.max_in_flight_bytes as u64)),
             assignment: Arc::default(),

@@ -41,6 +41,8 @@ pub struct Failed {
     pub systemic: Option<SystemicStep>,
     /// The API's `Retry-After`, if it sent one.
     pub retry_after: Option<Duration>,
+    /// A request was made (else the try failed before: an enrichment lookup).
+    pub called: bool,
 }
 
 /// What the breaker says, read by the shell just after the try.
@@ -107,6 +109,7 @@ pub fn decide(policy: &InPlaceRetry, failed: Failed, breaker: Breaker, at: Progr
         class,
         systemic,
         retry_after,
+        called,
     } = failed;
     match class {
         FailureClass::Systemic => match systemic {
@@ -118,6 +121,13 @@ pub fn decide(policy: &InPlaceRetry, failed: Failed, breaker: Breaker, at: Progr
                 Next::Park(ParkCause::SystemicBudgetSpent { answers })
             }
         },
+        // A try that failed before its call (an enrichment lookup) would
+        // not wait at the gate before its next try's lookup: it waits out
+        // the longest back-off instead (the database is not asked again and
+        // again for as long as the outage lasts); the try does not count.
+        FailureClass::Transient if breaker.systemic_outage && !called => {
+            Next::SystemicRetryIn(policy.max_delay)
+        }
         FailureClass::Transient if breaker.systemic_outage => Next::WaitAtGate,
         FailureClass::Transient => {
             match policy.next_delay(at.tries, at.elapsed, retry_after, at.jitter) {
@@ -239,6 +249,7 @@ mod tests {
             class,
             systemic,
             retry_after: None,
+            called: true,
         };
         assert_eq!(
             decide(&p, failed(FailureClass::Transient, None), ok, at),
@@ -251,6 +262,17 @@ mod tests {
             decide(&p, failed(FailureClass::Transient, None), out, at),
             Next::WaitAtGate
         );
+        // An enrichment lookup failed during the outage (no call made): it
+        // waits out a back-off, it does not ask again at once.
+        let lookup = Failed {
+            called: false,
+            ..failed(FailureClass::Transient, None)
+        };
+        assert_eq!(
+            decide(&p, lookup, out, at),
+            Next::SystemicRetryIn(p.max_delay)
+        );
+
         assert_eq!(
             decide(&p, failed(FailureClass::Permanent, None), ok, at),
             Next::Park(ParkCause::Permanent)
@@ -278,6 +300,7 @@ mod tests {
             class: FailureClass::Transient,
             systemic: None,
             retry_after: Some(Duration::from_secs(5)),
+            called: true,
         };
         assert_eq!(decide(&p, late, ok, at), Next::DeadLetter);
     }
@@ -294,6 +317,7 @@ mod tests {
                 class: FailureClass::Systemic,
                 systemic,
                 retry_after: ra.map(Duration::from_secs),
+                called: true,
             };
             let next = decide(&policy(), tried, Breaker { systemic_outage: outage }, at);
             prop_assert!(!next.spends_a_try());
@@ -315,6 +339,7 @@ mod tests {
                 class: FailureClass::Permanent,
                 systemic,
                 retry_after: ra.map(Duration::from_secs),
+                called: true,
             };
             prop_assert_eq!(
                 decide(&policy(), tried, Breaker { systemic_outage: outage }, at),
@@ -333,7 +358,7 @@ mod tests {
         ) {
             let p = policy();
             let retry_after = ra.map(Duration::from_millis);
-            let tried = Failed { class: FailureClass::Transient, systemic: None, retry_after };
+            let tried = Failed { class: FailureClass::Transient, systemic: None, retry_after, called: true };
             let next = decide(&p, tried, Breaker { systemic_outage: outage }, at);
             let exhausted = p.next_delay(at.tries, at.elapsed, retry_after, at.jitter).is_none();
             match next {
@@ -358,7 +383,7 @@ mod tests {
             class in class(), systemic in step(), outage in any::<bool>(), at in progress(),
         ) {
             let p = policy();
-            let next = decide(&p, Failed { class, systemic, retry_after: None }, Breaker { systemic_outage: outage }, at);
+            let next = decide(&p, Failed { class, systemic, retry_after: None, called: true }, Breaker { systemic_outage: outage }, at);
             if matches!(next, Next::RetryIn(_) | Next::DeadLetter) {
                 prop_assert_eq!(class, FailureClass::Transient);
             }
@@ -383,6 +408,7 @@ mod tests {
                     class: FailureClass::Systemic,
                     systemic: Some(step),
                     retry_after: None,
+                    called: true,
                 };
                 prop_assert_eq!(decide(&policy(), tried, Breaker { systemic_outage: true }, at), Next::WaitAtGate);
             }

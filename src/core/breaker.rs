@@ -43,6 +43,10 @@
 
 use std::time::{Duration, Instant};
 
+/// The shortest a cautious half-open period's probes wait for their answers
+/// before their slots are freed (`open_for` when longer).
+pub const MIN_PROBE_WAIT: Duration = Duration::from_secs(1);
+
 /// Outcomes are aggregated into this many buckets spanning the window, as
 /// Resilience4j aggregates per epoch second: memory stays constant whatever the
 /// call rate and the window length.
@@ -312,6 +316,14 @@ pub struct Breaker {
     /// ([`Breaker::systemic_repeat`]): the slot is settled, the answer is
     /// neutral (it repeats what was known).
     repeats: u32,
+    /// Counts the periods whose admissions are counted afresh (every change
+    /// of state, the end of optimism, slots freed by time): an admission
+    /// released after its period ended frees nothing ([`Breaker::release`]).
+    epoch: u64,
+    /// When the oldest probe of a cautious half-open period still waiting
+    /// for its answer was admitted, or the last outcome heard since, if
+    /// later: `open_for` after it, its unanswered slots are freed.
+    probes_since: Option<Instant>,
 }
 
 impl Breaker {
@@ -330,6 +342,8 @@ impl Breaker {
             half_open_since: None,
             suspects_admitted: 0,
             repeats: 0,
+            epoch: 0,
+            probes_since: None,
         }
     }
 
@@ -368,7 +382,9 @@ impl Breaker {
         match self.state {
             BreakerState::Closed => true,
             BreakerState::Open { until } => now >= until,
-            BreakerState::HalfOpen { admitted, .. } => self.optimistic || admitted < self.probes(),
+            BreakerState::HalfOpen { admitted, .. } => {
+                self.optimistic || admitted < self.probes() || self.probes_lapsed(now)
+            }
         }
     }
 
@@ -394,7 +410,75 @@ impl Breaker {
                 self.be_cautious();
                 None
             }
+            BreakerState::HalfOpen { .. } if self.probes_lapsed(now) => {
+                // A cautious period ends by time too: probes unanswered for
+                // `open_for` (an answer no path reported) free their slots,
+                // so the next waiters probe instead of waiting for ever.
+                if let BreakerState::HalfOpen {
+                    admitted,
+                    succeeded,
+                } = &mut self.state
+                {
+                    *admitted = *succeeded + self.repeats;
+                }
+                self.suspects_admitted = 0;
+                self.epoch += 1;
+                self.probes_since = None;
+                None
+            }
             _ => None,
+        }
+    }
+
+    /// Whether a cautious half-open period's probes have waited for their
+    /// answers for `open_for` (at least [`MIN_PROBE_WAIT`]) since the first
+    /// of them was admitted or the last answer was heard.
+    fn probes_lapsed(&self, now: Instant) -> bool {
+        let BreakerState::HalfOpen {
+            admitted,
+            succeeded,
+        } = self.state
+        else {
+            return false;
+        };
+        !self.optimistic
+            && admitted > succeeded + self.repeats
+            && self
+                .probes_since
+                .is_some_and(|since| now >= since + self.cfg.open_for.max(MIN_PROBE_WAIT))
+    }
+
+    /// Whether calls are admitted one probe slot each now (half-open, and not
+    /// in a suspected period's optimism, which admits every fresh call).
+    pub fn probing(&self) -> bool {
+        matches!(self.state, BreakerState::HalfOpen { .. }) && !self.optimistic
+    }
+
+    /// The epoch an admission made now belongs to (see [`Breaker::release`]).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// An admitted call that will never be answered (dropped before its
+    /// request, or its answer lost on the way): its half-open slot is freed
+    /// for the next waiter, if it was admitted in this `epoch` and its slot
+    /// is still waiting for an answer. Says nothing about the API. `suspect`:
+    /// it was admitted as a suspect ([`Breaker::allow_suspect`]).
+    pub fn release(&mut self, epoch: u64, suspect: bool) {
+        if epoch != self.epoch {
+            return;
+        }
+        if let BreakerState::HalfOpen {
+            admitted,
+            succeeded,
+        } = &mut self.state
+        {
+            if *admitted > *succeeded + self.repeats {
+                *admitted -= 1;
+                if suspect {
+                    self.suspects_admitted = self.suspects_admitted.saturating_sub(1);
+                }
+            }
         }
     }
 
@@ -409,6 +493,8 @@ impl Breaker {
     /// of them delivered still refutes it, through a probe's slot).
     fn be_cautious(&mut self) {
         self.optimistic = false;
+        self.epoch += 1;
+        self.probes_since = None;
         self.state = BreakerState::HalfOpen {
             admitted: 0,
             succeeded: 0,
@@ -441,11 +527,18 @@ impl Breaker {
         match &mut self.state {
             BreakerState::Closed => true,
             BreakerState::Open { .. } => false,
-            BreakerState::HalfOpen { admitted, .. } => {
+            BreakerState::HalfOpen {
+                admitted,
+                succeeded,
+            } => {
                 if self.optimistic {
                     *admitted = admitted.saturating_add(1);
                     true
                 } else if *admitted < probes {
+                    if *admitted <= *succeeded + self.repeats {
+                        // The first probe waiting for its answer.
+                        self.probes_since = Some(now);
+                    }
                     *admitted += 1;
                     true
                 } else {
@@ -496,6 +589,9 @@ impl Breaker {
             } => {
                 if *succeeded + self.repeats >= *admitted {
                     return None; // no probe is waiting for an outcome
+                }
+                if self.probes_since.is_some() {
+                    self.probes_since = Some(now);
                 }
                 if self.suspected {
                     if success {
@@ -718,6 +814,8 @@ impl Breaker {
     }
 
     fn new_period(&mut self, now: Instant) {
+        self.epoch += 1;
+        self.probes_since = None;
         self.half_open_since = Some(now);
         self.suspects_admitted = 0;
         self.repeats = 0;
@@ -725,6 +823,8 @@ impl Breaker {
     }
 
     fn close(&mut self, reason: TransitionReason) -> Transition {
+        self.epoch += 1;
+        self.probes_since = None;
         self.state = BreakerState::Closed;
         self.suspected = false;
         self.optimistic = false;
@@ -743,6 +843,8 @@ impl Breaker {
         from: BreakerStateKind,
         reason: TransitionReason,
     ) -> Transition {
+        self.epoch += 1;
+        self.probes_since = None;
         self.suspected = false;
         self.optimistic = false;
         self.suspect_failed = 0;
@@ -1471,11 +1573,63 @@ mod tests {
         assert!(b.admits_traffic(t));
         assert!(b.allow(t));
         assert!(!b.admits_traffic(t));
-        for i in 0..10 {
+        for i in 0..5 {
             assert!(!b.allow(t + secs(i)), "third call refused");
         }
         assert_eq!(b.state(t), BreakerStateKind::HalfOpen);
         assert!(!b.is_open(t), "half-open is not 'unavailable'");
+        // No answer for `open_for`: the period ends by time as an optimistic
+        // one does; the unanswered slots go to the next calls.
+        let later = t + secs(5);
+        assert!(b.admits_traffic(later));
+        assert!(b.allow(later));
+        assert!(b.allow(later));
+        assert!(!b.allow(later), "two fresh probes");
+        assert!(b.record(later, true).is_none());
+        assert_eq!(
+            b.record(later, true).map(|t| t.to),
+            Some(BreakerStateKind::Closed)
+        );
+    }
+
+    #[test]
+    fn a_released_probe_frees_its_slot_once_and_only_in_its_epoch() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        assert!(b.allow(t));
+        let epoch = b.epoch();
+        assert!(b.allow(t));
+        assert!(!b.allow(t));
+        b.release(epoch, false);
+        assert!(b.allow(t), "the released slot is taken again");
+        assert!(!b.allow(t));
+        // Heard: a probe delivered, the other released — its slot only.
+        assert!(b.record(t, true).is_none());
+        b.release(epoch, false);
+        b.release(epoch, false);
+        assert!(b.allow(t), "one slot free again");
+        assert!(!b.allow(t), "the delivered probe's slot stays settled");
+        // The last probe answered: closed; a release of the old epoch
+        // changes nothing.
+        assert_eq!(
+            b.record(t, true).map(|t| t.to),
+            Some(BreakerStateKind::Closed)
+        );
+        b.release(epoch, false);
+        assert_eq!(b.state(t), BreakerStateKind::Closed);
+        // A release after the period ended by a reopening frees nothing of
+        // the next period.
+        let mut b = opened(t0);
+        assert!(b.allow(t));
+        let old = b.epoch();
+        assert!(b.record(t, false).is_some(), "the probe failed: open");
+        let t2 = t + secs(5);
+        assert!(b.allow(t2));
+        assert!(b.allow(t2));
+        assert!(!b.allow(t2));
+        b.release(old, false);
+        assert!(!b.allow(t2), "an old epoch's release frees no new slot");
     }
 
     #[test]
@@ -1663,6 +1817,7 @@ mod tests {
             let mut now = t0;
             let mut b = Breaker::new(cfg);
             let mut admitted_in_period = 0u32;
+            let mut epoch = b.epoch();
             for op in ops {
                 let mut transition = None;
                 match op {
@@ -1675,7 +1830,12 @@ mod tests {
                         if before == BreakerStateKind::Open {
                             prop_assert!(!ok, "admitted while open");
                         }
-                        if ok && before == BreakerStateKind::HalfOpen {
+                        if b.epoch() != epoch {
+                            // Slots freed by time, or a new period.
+                            epoch = b.epoch();
+                            admitted_in_period = 0;
+                        }
+                        if ok && b.state(now) == BreakerStateKind::HalfOpen {
                             admitted_in_period += 1;
                             prop_assert!(admitted_in_period <= probes);
                         }
@@ -1685,9 +1845,10 @@ mod tests {
                 }
                 if let Some(t) = transition {
                     prop_assert_ne!(t.from, t.to);
-                    if t.to == BreakerStateKind::Open {
-                        admitted_in_period = 0;
-                    }
+                }
+                if b.epoch() != epoch {
+                    epoch = b.epoch();
+                    admitted_in_period = 0;
                 }
                 prop_assert_eq!(b.is_open(now), b.state(now) == BreakerStateKind::Open);
                 if b.is_open(now) {

@@ -112,6 +112,9 @@ pub enum FailureReason {
     SchemaRegistryUnavailable,
     /// The delivery work vanished without an outcome, repeatedly.
     InternalError,
+    /// The event's batch answer holds no result it can rely on (transient:
+    /// sent again).
+    NoResult(crate::core::batch::NoResult),
 }
 
 /// A write the broker or the producer will never accept as it is (the DLQ
@@ -181,6 +184,7 @@ impl FailureReason {
             FailureReason::UnreadableEnvelope => "unreadable_envelope",
             FailureReason::SchemaRegistryUnavailable => "schema_registry_unavailable",
             FailureReason::InternalError => "internal_error",
+            FailureReason::NoResult(n) => n.as_str(),
         }
     }
 
@@ -234,6 +238,51 @@ pub fn outcome_of(class: FailureClass, reason: FailureReason) -> CallOutcome {
         FailureClass::Permanent => CallOutcome::Up,
         FailureClass::Systemic => CallOutcome::Systemic(reason.breaker_reason()),
         FailureClass::Transient => CallOutcome::Failed,
+    }
+}
+
+/// What the breaker hears of one call's answer: one observation per call,
+/// whatever the answer says of each event in it (per-item results are the
+/// events' business: a 2xx batch answer proves the API up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// Delivered (2xx, 409, any status the policy calls delivered): up, and
+    /// it refutes systemic answers to calls sent before it.
+    Delivered,
+    /// What the answer says about the API.
+    Outcome(CallOutcome),
+    /// A systemic answer: a hypothesis, judged against later calls
+    /// (`core::systemic`) with this breaker reason.
+    Systemic(&'static str),
+    /// Nothing about the API: back-pressure the adaptive limit answers (a
+    /// 429 with the limit on), or a request that could not be built. A
+    /// half-open slot it took is freed.
+    Nothing,
+}
+
+/// What the breaker hears of an answer with `status`, which the status
+/// policy judged `verdict`. `back_pressure`: the adaptive limit deals with
+/// this status (`delivery::limits::Limits::absorbs`).
+pub fn heard_status(status: u16, verdict: StatusVerdict, back_pressure: bool) -> Heard {
+    if back_pressure {
+        return Heard::Nothing;
+    }
+    match verdict {
+        StatusVerdict::Delivered => Heard::Delivered,
+        StatusVerdict::Failed(FailureClass::Systemic) => {
+            Heard::Systemic(FailureReason::Http(status).breaker_reason())
+        }
+        StatusVerdict::Failed(c) => Heard::Outcome(outcome_of(c, FailureReason::Http(status))),
+    }
+}
+
+/// What the breaker hears of a call that got no answer.
+pub fn heard_transport(kind: TransportFailure) -> Heard {
+    let reason = FailureReason::Transport(kind);
+    match kind.class() {
+        _ if !kind.reached_the_api() => Heard::Nothing,
+        FailureClass::Systemic => Heard::Systemic(reason.breaker_reason()),
+        c => Heard::Outcome(outcome_of(c, reason)),
     }
 }
 

@@ -3,6 +3,7 @@
 //! `core::attempt` decides what comes next — this loop only carries it out
 //! (sleep and retry, go back to the gate, or write the durable outcome).
 
+use super::call::Made;
 use super::durable::DlqWrite;
 use super::http::Api;
 use super::report::Failure;
@@ -40,8 +41,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     }
 
     /// An event's tries from `t` on. `made`: a try already made and failed
-    /// (the first, without a task: `inline`), with its call's number, which
-    /// the loop goes on from.
+    /// (the first, without a task: `inline`), with its call, which the loop
+    /// goes on from.
     pub(super) async fn tries(
         &self,
         item: &Item,
@@ -49,7 +50,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         permit: OwnedSemaphorePermit,
         token: &CompletionToken,
         mut t: Tries,
-        mut made: Option<(Failure, Option<u64>)>,
+        mut made: Option<(Failure, Option<Made>)>,
     ) -> Option<Finished> {
         let mut permit = Some(permit);
         let src = Source::of(item);
@@ -115,12 +116,12 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         self.count_try(t);
         Some(match self.request(src, ev).await {
             Ok(Body::Send { body, out }) => {
-                let (answer, seq) = self
-                    .call(&ev.id, &out, body, token, t.hypothesis.suspect())
+                let (answer, made) = self
+                    .call(&ev.id, &out, body, None, token, t.hypothesis.suspect())
                     .await?;
                 match self.failure_in(answer) {
                     None => Tried::Delivered,
-                    Some(failure) => Tried::Failed(failure, Some(seq)),
+                    Some(failure) => Tried::Failed(failure, Some(made)),
                 }
             }
             Ok(Body::Park { reason, message }) => Tried::Unsendable { reason, message },
@@ -141,6 +142,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         answer: Result<super::http::Answer, super::http::TransportError>,
     ) -> Option<Failure> {
         match answer {
+            Ok(answer) if answer.no_result.is_some() => Some(Failure::no_result(&answer)),
             Ok(answer) => match self.status.classify(answer.status) {
                 StatusVerdict::Delivered => None,
                 StatusVerdict::Failed(class) => Some(Failure::status(class, &answer)),
@@ -164,29 +166,31 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
 
     /// After a failed try: reports it, weighs a systemic answer against the
     /// event's hypothesis, and asks `core::attempt` what comes next. `called`:
-    /// the call's number, if a request was made.
+    /// the call, if a request was made.
     pub(super) fn after_failure(
         &self,
         t: &mut Tries,
         failure: &Failure,
-        called: Option<u64>,
+        called: Option<Made>,
     ) -> Next {
         self.report(failure);
+        let made_a_call = called.is_some();
         // A systemic answer is a hypothesis about the API (core::systemic),
-        // kept across the event's tries; the breaker hears of it here —
-        // also after a handover: it admitted the call (maybe as a half-open
-        // probe, whose slot stays taken until its answer is heard).
+        // kept across the event's tries; a call alone is heard here — also
+        // after a handover: it admitted the call (maybe as a half-open probe;
+        // an admission dropped unheard frees its slot).
         let systemic = (failure.class == FailureClass::Systemic)
             .then(|| {
                 called
                     .filter(|_| failure.reason.reached_the_api())
-                    .map(|seq| self.systemic_answer(&mut t.hypothesis, seq, failure))
+                    .map(|made| self.systemic_answer(&mut t.hypothesis, made, failure))
             })
             .flatten();
         let failed = Failed {
             class: failure.class,
             systemic,
             retry_after: failure.retry_after,
+            called: made_a_call,
         };
         let breaker = Breaker {
             systemic_outage: failure.class == FailureClass::Transient
@@ -227,10 +231,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         match next {
             Next::Park(_) => {
                 let done = Box::pin(self.park(item, info)).await;
-                self.parked_after(failure.reason);
+                self.parked_after(&failure);
                 done
             }
-            _ => Box::pin(self.dead_letter(item, info)).await,
+            _ => Box::pin(self.dead_letter(item, info, failure.per_item)).await,
         }
     }
 
@@ -264,8 +268,8 @@ pub(super) enum Tried {
         reason: FailureReason,
         message: String,
     },
-    /// Failed, with the call's number if a request was made.
-    Failed(Failure, Option<u64>),
+    /// Failed, with the call if a request was made.
+    Failed(Failure, Option<Made>),
 }
 
 /// What comes after a failed try, for the loop that waits.

@@ -25,10 +25,12 @@ mod waiter;
 
 pub(super) use waiter::{leave_out_stopped, Reply, Submission, Waiter};
 
-use super::http::{Api, Outgoing, TransportError};
+use super::hear::Ears;
+use super::http::{Api, Outgoing};
 use super::limits::Limits;
 use super::token;
-use crate::core::batch::BatchSpec;
+use crate::core::batch::{BatchSpec, SplitWindow};
+use crate::core::classify::FailureLog;
 use crate::core::mapping::Method;
 use crate::runtime::Pipeline;
 use bytes::Bytes;
@@ -113,6 +115,8 @@ struct Group {
     tx: mpsc::UnboundedSender<Entry>,
     /// After a 413: batches hold at most this many events until the instant.
     shrunk: Option<(usize, Instant)>,
+    /// How many of its events end alone after splits (`core::batch::SplitWindow`).
+    splits: SplitWindow,
 }
 
 /// The batches being formed, per group, and what sending them needs.
@@ -120,6 +124,10 @@ pub(crate) struct Batcher<A> {
     api: A,
     limits: Arc<Limits>,
     pipeline: Arc<Pipeline>,
+    /// What the breaker hears of each batch's call.
+    ears: Arc<Ears>,
+    /// One log line per unreadable answer's reason every 10 s.
+    unreadable_log: Mutex<FailureLog>,
     groups: Mutex<HashMap<GroupKey, Group>>,
     /// Events submitted so far.
     submitted: std::sync::atomic::AtomicU64,
@@ -129,11 +137,18 @@ pub(crate) struct Batcher<A> {
 }
 
 impl<A: Api + Clone> Batcher<A> {
-    pub(super) fn new(api: A, limits: Arc<Limits>, pipeline: Arc<Pipeline>) -> Batcher<A> {
+    pub(super) fn new(
+        api: A,
+        limits: Arc<Limits>,
+        pipeline: Arc<Pipeline>,
+        ears: Arc<Ears>,
+    ) -> Batcher<A> {
         Batcher {
             api,
             limits,
             pipeline,
+            ears,
+            unreadable_log: Mutex::new(FailureLog::new(super::report::FAILURE_LOG_EVERY)),
             groups: Mutex::new(HashMap::new()),
             submitted: std::sync::atomic::AtomicU64::new(0),
             #[cfg(test)]
@@ -166,9 +181,18 @@ impl<A: Api + Clone> Batcher<A> {
         id: &str,
         body: Bytes,
         redelivery: Option<u32>,
+        suspect: bool,
     ) -> oneshot::Receiver<Reply> {
         let (reply, rx) = oneshot::channel();
-        self.submit_to(out, spec, id, body, redelivery, Waiter::Task(reply));
+        self.submit_to(
+            out,
+            spec,
+            id,
+            body,
+            redelivery,
+            suspect,
+            Waiter::Task(reply),
+        );
         rx
     }
 
@@ -182,6 +206,7 @@ impl<A: Api + Clone> Batcher<A> {
         id: &str,
         body: Bytes,
         redelivery: Option<u32>,
+        suspect: bool,
         reply: Waiter,
     ) {
         let s = Submission {
@@ -190,6 +215,7 @@ impl<A: Api + Clone> Batcher<A> {
             redelivery,
             reply,
             in_run: false,
+            suspect,
         };
         let key = GroupKey::of(out, spec, redelivery.is_some());
         self.enqueue(key, out, spec, Entry::One(s));
@@ -203,6 +229,7 @@ impl<A: Api + Clone> Batcher<A> {
         out: &Outgoing,
         spec: &Arc<BatchSpec>,
         items: Vec<(String, Bytes)>,
+        suspect: bool,
     ) -> Vec<oneshot::Receiver<Reply>> {
         let (run, rxs): (Vec<Submission>, Vec<_>) = items
             .into_iter()
@@ -214,6 +241,7 @@ impl<A: Api + Clone> Batcher<A> {
                     redelivery: None,
                     reply: Waiter::Task(reply),
                     in_run: true,
+                    suspect,
                 };
                 (s, rx)
             })
@@ -227,7 +255,40 @@ impl<A: Api + Clone> Batcher<A> {
         GroupKey::of(a, spec, false) == GroupKey::of(b, spec, false)
     }
 
+    /// Puts events that were taken out of a batch (a half-open probe sends
+    /// one) back into their group, in their order: an ordered run's as a
+    /// run, so it stays in one batch.
+    fn requeue(
+        self: &Arc<Self>,
+        key: &GroupKey,
+        out: &Outgoing,
+        spec: &Arc<BatchSpec>,
+        rest: Vec<Submission>,
+    ) {
+        if rest.iter().any(|s| s.in_run) {
+            self.send_entry(key.clone(), out, spec, Entry::Run(rest));
+        } else {
+            for s in rest {
+                self.send_entry(key.clone(), out, spec, Entry::One(s));
+            }
+        }
+    }
+
     fn enqueue(
+        self: &Arc<Self>,
+        key: GroupKey,
+        out: &Outgoing,
+        spec: &Arc<BatchSpec>,
+        entry: Entry,
+    ) {
+        let (n, _) = entry.size();
+        self.submitted
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        self.send_entry(key, out, spec, entry);
+    }
+
+    /// Sends `entry` to its group's task (started if there is none).
+    fn send_entry(
         self: &Arc<Self>,
         key: GroupKey,
         out: &Outgoing,
@@ -247,11 +308,12 @@ impl<A: Api + Clone> Batcher<A> {
                 ..Outgoing::default()
             };
             tokio::spawn(self.clone().form(key.clone(), template, spec.clone(), rx));
-            Group { tx, shrunk: None }
+            Group {
+                tx,
+                shrunk: None,
+                splits: SplitWindow::new(Instant::now()),
+            }
         });
-        let (n, _) = entry.size();
-        self.submitted
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = group.tx.send(entry) {
             // The group's task is gone (a panic in it): a new one next time.
             groups.remove(&key);
@@ -259,13 +321,8 @@ impl<A: Api + Clone> Batcher<A> {
             let mut lost = Vec::new();
             e.0.into_batch(&mut lost);
             for s in lost {
-                s.reply.send((
-                    Err(TransportError::new(
-                        crate::core::classify::TransportFailure::Other,
-                        "the batch of this event ended without an answer",
-                    )),
-                    0,
-                ));
+                s.reply
+                    .send((Err(super::call::no_answer()), super::call::Sent::default()));
             }
         }
     }
@@ -297,6 +354,31 @@ impl<A: Api + Clone> Batcher<A> {
             for_s = SHRINK_FOR.as_secs(),
             "the API answered 413 to a batch: its route's batches are held smaller for a while"
         );
+    }
+
+    /// `n` events of the group were answered in one request (not split
+    /// further); `after_split`: it was part of a batch refused as a whole.
+    /// Once a window, a route whose events mostly end alone after splits is
+    /// reported (WARN, `courier_batch_split_singles_ratio`).
+    fn answered(&self, key: &GroupKey, n: usize, after_split: bool) {
+        let report = self
+            .lock()
+            .get_mut(key)
+            .and_then(|g| g.splits.answered(n, after_split, Instant::now()));
+        let Some(r) = report else { return };
+        let route = route_label(key.url.as_deref(), &self.pipeline.config.api.url);
+        metrics::gauge!(crate::metrics::BATCH_SPLIT_SINGLES_RATIO, "route" => route.clone())
+            .set(r.share());
+        self.pipeline.status.batch_splits(r, &route);
+        if r.mostly_singles() {
+            tracing::warn!(
+                route,
+                events = r.events,
+                alone_after_split = r.split_singles,
+                share = format!("{:.0} %", r.share() * 100.0),
+                "most events of this route's batches end alone after their batches were refused as a whole (api.batch.split statuses): the endpoint may take single events only; configure the route without [api.batch], or check api.batch.format and the endpoint"
+            );
+        }
     }
 
     /// A group's task: forms batches from its submissions and sends each.
@@ -371,10 +453,25 @@ impl<A: Api + Clone> Batcher<A> {
             let this = self.clone();
             let (out, spec, key) = (out.clone(), spec.clone(), key.clone());
             tokio::spawn(async move {
-                this.bisect(&key, &out, &spec, batch).await;
+                this.bisect(&key, &out, &spec, batch, false).await;
                 #[cfg(test)]
                 this.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             });
         }
+    }
+}
+
+/// A route's URL as it may be shown (status page, log, metric label):
+/// without credentials, query or fragment.
+fn route_label(url: Option<&str>, default: &str) -> String {
+    match reqwest::Url::parse(url.unwrap_or(default)) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "(unparsable URL)".into(),
     }
 }

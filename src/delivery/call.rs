@@ -1,36 +1,63 @@
-//! Stage 3, the call: the waits before a request (the breaker's gate; the
-//! request and rate slots, `call_slot`) and one API call on the main path,
-//! whose answer feeds the breaker and the adaptive concurrency limit.
+//! Stage 3, the call: one API call for one event — alone (the breaker's
+//! gate, the request and rate slots, one request through the [`http::Api`]
+//! seam, heard once: [`super::hear`]), or into its route's batch, where the
+//! batch is the call: it waits at the gate, takes the slots and is heard
+//! once for every event in it ([`super::batch`]).
 
 use super::durable::DlqWrite;
 use super::http::{self, Api, Outgoing, TransportError};
 use super::limits;
 use super::token::CompletionToken;
 use super::Deliverer;
-use crate::core::classify::{
-    outcome_of, FailureClass, FailureReason, StatusVerdict, TransportFailure,
-};
+use crate::api_health::Admission;
+use crate::core::classify::TransportFailure;
 use bytes::Bytes;
 
+/// What an event learns of the call that carried it (alone or in a batch):
+/// its number (`ApiHealth::call_number`), which `core::systemic` judges
+/// systemic answers by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(in crate::delivery) struct Sent {
+    pub(in crate::delivery) seq: u64,
+}
+
+/// A call made for an event, and — a systemic answer to a call alone — the
+/// admission the event's hypothesis reports to
+/// ([`Deliverer::systemic_answer`]). Anything else was heard already.
+pub(super) struct Made {
+    pub(super) sent: Sent,
+    pub(super) pending: Option<Admission>,
+}
+
+impl Made {
+    /// A call whose answer was heard (or a batch's).
+    pub(super) fn heard(sent: Sent) -> Made {
+        Made {
+            sent,
+            pending: None,
+        }
+    }
+}
+
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
-    /// Waits until the breaker admits a call; `false`: the partition was
-    /// handed over first (the wait ends at once, before the breaker counts an
-    /// admission — a half-open probe — for a call that will not be made).
+    /// Waits until the breaker admits a call; `None`: the partition was
+    /// handed over first (the wait ends at once, before the breaker counts
+    /// an admission — a half-open probe — for a call that will not be made).
     /// `suspect`: the event was refused systemic before (it waits behind the
     /// others and takes at most a share of the half-open probes).
-    pub(super) async fn gate(&self, token: &CompletionToken, suspect: bool) -> bool {
+    pub(super) async fn gate(&self, token: &CompletionToken, suspect: bool) -> Option<Admission> {
         if token.cancelled() {
-            return false;
+            return None;
         }
         // The usual case, a closed breaker, without registering for the
         // cancellation (a lock on the partition's notifier per event).
-        if self.pipeline.health.admit_now(suspect) {
-            return true;
+        if let Some(admitted) = self.pipeline.health.admit_now(suspect) {
+            return Some(admitted);
         }
         tokio::select! {
             biased;
-            _ = token.until_cancelled() => false,
-            _ = self.pipeline.health.gate(suspect) => true,
+            _ = token.until_cancelled() => None,
+            admitted = self.pipeline.health.gate(suspect) => Some(admitted),
         }
     }
 
@@ -52,83 +79,48 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         }
     }
 
-    /// The request for one event, after the gate: into its route's batch
-    /// (`[api.batch]`, a JSON body), or alone after its call slot. With the
-    /// call's number. `None`: handed over first (no answer for it).
-    pub(super) async fn send_once(
-        &self,
-        out: &Outgoing,
-        id: &str,
-        body: Bytes,
-        redelivery: Option<u32>,
-        token: &CompletionToken,
-    ) -> Option<(Result<http::Answer, TransportError>, u64)> {
-        // `request` left `batch` only on a body a batch can hold.
-        if let Some(spec) = out.batch.as_ref() {
-            let answer = self.batcher.submit(out, spec, id, body, redelivery);
-            return tokio::select! {
-                biased;
-                _ = token.until_cancelled() => None,
-                r = answer => Some(r.unwrap_or_else(|_| {
-                    (
-                        Err(TransportError::new(
-                            TransportFailure::Other,
-                            "the batch of this event ended without an answer",
-                        )),
-                        0,
-                    )
-                })),
-            };
-        }
-        let call = self.call_slot(token).await?;
-        let seq = self.pipeline.health.call_number();
-        let r = self.api.send(out, id, body, redelivery).await;
-        self.limits.after_call(call, &r);
-        Some((r, seq))
-    }
-
-    /// One API call on the main path: waits while the breaker is open, and feeds
-    /// the breaker with what the answer says about the API (a systemic answer:
-    /// the caller, with the event's hypothesis). With the answer, the call's
-    /// number (`ApiHealth::call_number`).
-    /// `None`: the partition was handed over while the call waited at the
-    /// gate (no request made).
+    /// One API call for one event (`redelivery`: the DLQ round): into its
+    /// route's batch (`[api.batch]`: the batch waits at the gate and is
+    /// heard), or alone after the gate and its call slot, heard here. With
+    /// the answer, the call made. `None`: handed over first (no answer for
+    /// it; an admission taken is freed).
     pub(super) async fn call(
         &self,
         id: &str,
         out: &Outgoing,
         body: Bytes,
+        redelivery: Option<u32>,
         token: &CompletionToken,
         suspect: bool,
-    ) -> Option<(Result<http::Answer, TransportError>, u64)> {
-        if !self.gate(token, suspect).await {
-            return None;
+    ) -> Option<(Result<http::Answer, TransportError>, Made)> {
+        // `request` left `batch` only on a body a batch can hold.
+        if let Some(spec) = out.batch.as_ref() {
+            let answer = self
+                .batcher
+                .submit(out, spec, id, body, redelivery, suspect);
+            let (r, sent) = tokio::select! {
+                biased;
+                _ = token.until_cancelled() => return None,
+                r = answer => r.unwrap_or_else(|_| (Err(no_answer()), Sent::default())),
+            };
+            return Some((r, Made::heard(sent)));
         }
-        let (r, seq) = self.send_once(out, id, body, None, token).await?;
-        self.heard(&r, seq);
-        Some((r, seq))
+        let admission = self.gate(token, suspect).await?;
+        let call = self.call_slot(token).await?;
+        let seq = self.pipeline.health.call_number();
+        let r = self.api.send(out, id, body, redelivery).await;
+        self.limits.after_call(call, &r);
+        let pending = self.ears.hear(admission, &r, seq);
+        let sent = Sent { seq };
+        Some((r, Made { sent, pending }))
     }
+}
 
-    /// What the breaker and the concurrency limit hear of an answer on the
-    /// main path (a systemic one: the caller, with the event's hypothesis).
-    pub(super) fn heard(&self, r: &Result<http::Answer, TransportError>, seq: u64) {
-        match r {
-            // Back-pressure the concurrency limit answers, not an outage.
-            Ok(a) if self.limits.absorbs(a.status) => {}
-            Ok(a) => match self.status.classify(a.status) {
-                StatusVerdict::Delivered => self.observe_delivered(seq),
-                // The caller weighs it against the event's hypothesis.
-                StatusVerdict::Failed(FailureClass::Systemic) => {}
-                StatusVerdict::Failed(c) => {
-                    self.observe(outcome_of(c, FailureReason::Http(a.status)))
-                }
-            },
-            Err(t) if t.kind.reached_the_api() && t.kind.class() == FailureClass::Systemic => {}
-            Err(t) if t.kind.reached_the_api() => {
-                self.observe(outcome_of(t.kind.class(), FailureReason::Transport(t.kind)))
-            }
-            // A request that could not be built says nothing about the API.
-            Err(_) => {}
-        }
-    }
+/// The answer of an event whose batch ended without one (its task is gone:
+/// the process is ending).
+pub(super) fn no_answer() -> TransportError {
+    TransportError::new(
+        TransportFailure::Other,
+        "the batch of this event ended without an answer",
+    )
 }

@@ -3,6 +3,7 @@
 //! own pace and concurrency, and its answer sends the event back to the DLQ
 //! with one more retry, to the parking lot, or delivers it.
 
+use super::call::Made;
 use super::durable::DlqWrite;
 use super::http::{self, Api, TransportError};
 use super::report::Failure;
@@ -10,9 +11,7 @@ use super::request::{Body, Source};
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
 use crate::core::attempt::{self, Round, RoundNext};
-use crate::core::classify::{
-    outcome_of, FailureClass, FailureReason, StatusVerdict, TransportFailure,
-};
+use crate::core::classify::{FailureClass, FailureReason, TransportFailure};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
 use crate::core::envelope::{Envelope, ErrorInfo, OriginHeader};
 use crate::core::event::DecodeError;
@@ -206,10 +205,9 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             body_type,
             payload: Some(&payload),
         };
-        // Whether the API was called: an enrichment database error is not the API's,
-        // and the breaker must not hear of it.
-        let mut called = true;
-        let mut seq = 0;
+        // The call made (an enrichment database error is not the API's, and
+        // the breaker must not hear of it: none).
+        let mut made = None;
         let answer = match self.request(&src, &event).await {
             Ok(Body::Send { body, out }) => {
                 // Each wait ends at once when the partition is handed over,
@@ -226,29 +224,24 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 let Ok(_permit) = permit else {
                     return std::future::pending::<Option<Finished>>().await;
                 };
-                if !self.drain_pacer.slot(token).await || !self.gate(token, false).await {
+                if !self.drain_pacer.slot(token).await {
                     return None;
                 }
-                let (r, s) = self
-                    .send_once(&out, &id, body, Some(env.dlq_retries + 1), token)
-                    .await?;
-                seq = s;
+                let round = Some(env.dlq_retries + 1);
+                let (r, m) = self.call(&id, &out, body, round, token, false).await?;
+                made = Some(m);
                 r
             }
             Ok(Body::Park { reason, message }) => {
                 return Some(self.drop_from_dlq(item, env, reason, message).await)
             }
             // The database, not the API: back to the DLQ.
-            Err(e) => {
-                called = false;
-                Err(TransportError::new(
-                    TransportFailure::Other,
-                    format!("enrichment: {e}"),
-                ))
-            }
+            Err(e) => Err(TransportError::new(
+                TransportFailure::Other,
+                format!("enrichment: {e}"),
+            )),
         };
-        let called = called.then_some(seq);
-        Some(Box::pin(self.redelivered(item, env, policy, answer, called)).await)
+        Some(Box::pin(self.redelivered(item, env, policy, answer, made)).await)
     }
 
     /// What a DLQ round's answer means for the event (`called`: the API was
@@ -259,23 +252,14 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         env: &Envelope,
         policy: dlq_policy::DlqRetry,
         answer: Result<http::Answer, TransportError>,
-        called: Option<u64>,
+        made: Option<Made>,
     ) -> Finished {
-        let failure = match answer {
-            Ok(a) => match self.status.classify(a.status) {
-                StatusVerdict::Delivered => {
-                    if let Some(seq) = called {
-                        self.observe_delivered(seq);
-                    }
-                    metrics::counter!(m::DLQ_REDELIVERED).increment(1);
-                    self.hot.delivered.increment(1);
-                    return Finished::Delivered;
-                }
-                StatusVerdict::Failed(c) => Failure::status(c, &a),
-            },
-            Err(t) => Failure::transport(t),
+        let Some(failure) = self.failure_in(answer) else {
+            metrics::counter!(m::DLQ_REDELIVERED).increment(1);
+            self.hot.delivered.increment(1);
+            return Finished::Delivered;
         };
-        self.failed_round(item, env, policy, failure, called).await
+        self.failed_round(item, env, policy, failure, made).await
     }
 
     /// A DLQ round that failed: back to the DLQ (with one more retry, or none
@@ -287,21 +271,17 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         env: &Envelope,
         policy: dlq_policy::DlqRetry,
         failure: Failure,
-        called: Option<u64>,
+        made: Option<Made>,
     ) -> Finished {
         let cfg = &self.pipeline.config;
         let mut refuted = false;
-        if let Some(seq) = called.filter(|_| {
-            failure.reason.reached_the_api()
-                && !failure.status.is_some_and(|s| self.limits.absorbs(s))
-        }) {
-            if failure.class == FailureClass::Systemic {
-                // Refuted by a later delivered call: this event's failure, a
-                // round used up like a transient one.
-                refuted = self.systemic_refuted_in_round(seq, &failure);
-            } else {
-                self.observe(outcome_of(failure.class, failure.reason));
-            }
+        // The call was heard when it was answered; a systemic answer is
+        // judged here (refuted by a later delivered call: this event's
+        // failure, a round used up like a transient one).
+        if let Some(made) = made
+            .filter(|_| failure.class == FailureClass::Systemic && failure.reason.reached_the_api())
+        {
+            refuted = self.systemic_refuted_in_round(made, &failure);
         }
         self.report(&failure);
         let reason = failure.reason.as_str().to_string();
@@ -320,7 +300,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 let mut parked = env.clone();
                 parked.last_error = error;
                 let done = self.park_envelope(item, parked).await;
-                self.parked_after(failure.reason);
+                self.parked_after(&failure);
                 return done;
             }
             RoundNext::Drop { why } => {

@@ -21,6 +21,7 @@
 use crate::auth::{Auth, AuthFailure};
 use crate::config::{ApiConfig, CaMode};
 use crate::core::backoff::parse_retry_after;
+use crate::core::batch::{NoResult, Unreadable};
 use crate::core::classify::TransportFailure;
 use crate::core::mapping::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
@@ -32,7 +33,7 @@ mod failure;
 mod tests;
 
 pub use excerpt::{body_excerpt, redacted_excerpt};
-use excerpt::{read_body, secret_forms, secret_header};
+use excerpt::{read_body, read_whole, secret_forms, secret_header};
 pub use failure::{classify, tls_failure};
 use failure::{classify_reqwest, error_chain};
 
@@ -56,8 +57,30 @@ pub struct Answer {
     /// only — never a log line or a metric label.
     pub body: Option<String>,
     /// The whole body (at most [`MAX_READ_ANSWER_BYTES`]) when the request
-    /// asked for it (`Outgoing::read_answer`: a batch's per-item results).
-    pub full: Option<bytes::Bytes>,
+    /// asked for it (`Outgoing::read_answer`: a batch's per-item results), or
+    /// why it could not be read whole.
+    pub full: Option<Result<bytes::Bytes, Unreadable>>,
+    /// An event's answer out of its batch's that holds no result for it
+    /// (its status is then `core::batch::MISSING_RESULT_STATUS`): why.
+    pub no_result: Option<NoResult>,
+    /// An event's own result inside a batch answer that proves the API up
+    /// (a 2xx): a failure it says is the event's, not a verdict on the API
+    /// (the DLQ and parking flood guards do not count it).
+    pub per_item: bool,
+}
+
+impl Answer {
+    /// An answer with `status` alone.
+    pub fn of(status: u16) -> Answer {
+        Answer {
+            status,
+            retry_after: None,
+            body: None,
+            full: None,
+            no_result: None,
+            per_item: false,
+        }
+    }
 }
 
 /// The event id's header (`Idempotency-Key`; header names are case-blind and
@@ -126,6 +149,13 @@ pub(crate) trait Api: Clone + Send + Sync + 'static {
         body: bytes::Bytes,
         redelivery: Option<u32>,
     ) -> impl std::future::Future<Output = Result<Answer, TransportError>> + Send;
+
+    /// What of `text` (from an answer: a per-item result) may go into an
+    /// envelope's `last_error`: cut, with every secret redacted; `None` when
+    /// nothing may (`api.error_body_bytes = 0`).
+    fn excerpt(&self, text: &[u8]) -> Option<String> {
+        body_excerpt(text, 200)
+    }
 }
 
 impl Api for ApiClient {
@@ -137,6 +167,13 @@ impl Api for ApiClient {
         redelivery: Option<u32>,
     ) -> impl std::future::Future<Output = Result<Answer, TransportError>> + Send {
         ApiClient::send(self, out, event_id, body, redelivery)
+    }
+
+    fn excerpt(&self, text: &[u8]) -> Option<String> {
+        if self.error_body_bytes == 0 {
+            return None;
+        }
+        redacted_excerpt(text, self.error_body_bytes, &self.current_secrets())
     }
 }
 
@@ -313,17 +350,15 @@ impl ApiClient {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
-        if whole {
-            let full = bytes::Bytes::from(read_body(resp, MAX_READ_ANSWER_BYTES, false).await);
-            let excerpt = !(200..300).contains(&status) && self.error_body_bytes > 0;
-            let body = excerpt
-                .then(|| redacted_excerpt(&full, self.error_body_bytes, &self.current_secrets()))
-                .flatten();
+        if whole && (200..300).contains(&status) {
+            let full = read_whole(resp, MAX_READ_ANSWER_BYTES).await;
             return Ok(Answer {
                 status,
                 retry_after,
-                body,
+                body: None,
                 full: Some(full),
+                no_result: None,
+                per_item: false,
             });
         }
         // Read a small body to its end, so the connection goes back to the
@@ -337,6 +372,8 @@ impl ApiClient {
                 retry_after,
                 body: None,
                 full: None,
+                no_result: None,
+                per_item: false,
             });
         }
         let secrets = self.current_secrets();
@@ -348,6 +385,8 @@ impl ApiClient {
             retry_after,
             body: redacted_excerpt(&read, self.error_body_bytes, &secrets),
             full: None,
+            no_result: None,
+            per_item: false,
         })
     }
 

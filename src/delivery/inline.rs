@@ -1,21 +1,22 @@
 //! Stage 1b, the first try without a task: with batching, the pool's
-//! dispatcher makes an event's first try itself — its request built, the
-//! breaker's admission, into its route's batch — and the batch's answer
+//! dispatcher makes an event's first try itself — its request built, into
+//! its route's batch (which waits at the breaker's gate) — and the batch's answer
 //! finishes it where it arrives when it is delivered, the usual case. A
 //! failed first try goes on in a task ([`Deliverer::run_after`]), its tries
 //! counted from there. An event this cannot take gets its task from the start
 //! ([`Deliverer::run`]): not batched, enrichment configured (its lookup
-//! waits), OTLP or the event span on, the breaker not admitting at once.
+//! waits), OTLP or the event span on.
 //!
 //! A task per event cost about a fifth of a batched event's CPU (its spawn,
 //! its state machine and the waits around the call; docs/BENCHMARKS.md).
-//! Nothing else changes: the same request, the same admission, the same
-//! answer handling (`heard`, `failure_in`, `delivered`), the same permit held
+//! Nothing else changes: the same request, the same batch (heard once by the
+//! breaker), the same answer handling (`failure_in`, `delivered`), the same permit held
 //! until the outcome. A handover before the batch leaves drops the waiter
 //! (`batch::Waiter::Inline`): its token reports errored, as a task's would.
 
 use super::attempt::Tries;
 use super::batch::{Reply, Waiter};
+use super::call::Made;
 use super::durable::DlqWrite;
 use super::http::Api;
 use super::request::{Body, Source};
@@ -59,9 +60,6 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let Some(spec) = out.batch.clone() else {
             return Err((job, permit)); // Sent alone: its task makes the call.
         };
-        if !self.pipeline.health.admit_now(false) {
-            return Err((job, permit)); // Its task waits at the gate.
-        }
         let mut t = Tries::new(&self.hot.in_flight);
         self.count_try(&mut t);
         #[cfg(test)]
@@ -72,15 +70,15 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let answer = Box::new(move |reply| this.first_answer(job, permit, t, reply));
         let waiter = Waiter::Inline { cancel, answer };
         self.batcher
-            .submit_to(&out, &spec, &ev.id, body, None, waiter);
+            .submit_to(&out, &spec, &ev.id, body, None, false, waiter);
         Ok(())
     }
 
     /// The answer to an inline first try: delivered, the event is finished
     /// here; failed, its tries go on in a task.
     fn first_answer(self: Arc<Self>, job: Job, permit: OwnedSemaphorePermit, t: Tries, r: Reply) {
-        let (answer, seq) = r;
-        self.heard(&answer, seq);
+        // Heard by its batch (the batch is the call).
+        let (answer, sent) = r;
         match self.failure_in(answer) {
             None => {
                 let done = self.delivered(&job.item, t);
@@ -88,7 +86,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 job.token.finish(done);
             }
             Some(failure) => {
-                tokio::spawn(self.run_after(job, permit, t, (failure, Some(seq))));
+                tokio::spawn(self.run_after(job, permit, t, (failure, Some(Made::heard(sent)))));
             }
         }
     }

@@ -228,10 +228,28 @@ impl Limits {
     /// Feeds the call's outcome to the limiter (and a 429's `Retry-After` to
     /// the rate limiter, which pauses the whole group).
     pub fn after_call(&self, call: Call, outcome: &Result<Answer, TransportError>) {
-        self.after_call_at(Instant::now(), call, outcome);
+        self.after_call_at(Instant::now(), call, outcome, false);
     }
 
-    fn after_call_at(&self, now: Instant, call: Call, outcome: &Result<Answer, TransportError>) {
+    /// [`Limits::after_call`] for a batch whose answer refused some items
+    /// with 429 or 503 (`items_refused`): one back-pressure sample for the
+    /// answer, however many items it refused.
+    pub fn after_call_with(
+        &self,
+        call: Call,
+        outcome: &Result<Answer, TransportError>,
+        items_refused: bool,
+    ) {
+        self.after_call_at(Instant::now(), call, outcome, items_refused);
+    }
+
+    fn after_call_at(
+        &self,
+        now: Instant,
+        call: Call,
+        outcome: &Result<Answer, TransportError>,
+        items_refused: bool,
+    ) {
         let Call { started, slot } = call;
         let calls = self.calls.fetch_sub(1, Relaxed);
         if let (Some(rate), Ok(a)) = (&self.rate, outcome) {
@@ -241,7 +259,10 @@ impl Limits {
         }
         let Some(aimd) = &self.adaptive else { return };
         let rtt = now.saturating_duration_since(started);
-        let sample = sample_of(rtt, outcome);
+        let sample = match sample_of(rtt, outcome) {
+            Sample::Answered(rtt) if items_refused => Sample::BackPressure(rtt),
+            sample => sample,
+        };
         if let (true, Some(slot)) = (matches!(sample, Sample::BackPressure(_)), slot) {
             // A request slot answered back-pressure is held for about one
             // round trip before it is reused: a 429 comes back at once, and

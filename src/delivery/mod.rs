@@ -8,8 +8,9 @@
 //! 2. [`request`] — the request: route, body (enriched, or the event's data),
 //!    forwarded headers, trace context; or why it cannot be sent.
 //! 3. [`call`] — the call: the breaker's gate, the rate slot, one request
-//!    through the [`http::Api`] seam (or into its route's batch: [`batch`]),
-//!    what the breaker and the concurrency limit hear of its answer.
+//!    through the [`http::Api`] seam (or into its route's batch: [`batch`],
+//!    where the batch is the call); what the breaker hears of it, once per
+//!    call on every path: [`hear`].
 //! 4. [`attempt`] — the attempt loop: tries until `core::attempt` says retry,
 //!    wait at the gate, dead-letter or park (the systemic answers through
 //!    [`systemic`]).
@@ -34,6 +35,7 @@ mod call;
 mod drain;
 mod durable;
 pub mod enrich;
+mod hear;
 pub mod http;
 mod inline;
 pub mod limits;
@@ -143,8 +145,8 @@ pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriter
     api: A,
     /// The DLQ writer (one try per call; `durable::write_durably` retries).
     writer: W,
-    /// Rung when the local breaker opens (wakes the health actor).
-    alarm: BreakerAlarm,
+    /// What the breaker hears of each call (and the health actor's alarm).
+    ears: Arc<hear::Ears>,
     /// `[[api.routes]]`, parsed.
     routes: Routes,
     /// `api.forward_headers`.
@@ -280,12 +282,20 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             },
         ));
         let gate = tokio::sync::Mutex::new(limits.gate(permits.clone(), cfg.pipeline.concurrency));
+        let status = cfg.api.status_policy()?;
+        let ears = Arc::new(hear::Ears::new(
+            status.clone(),
+            limits.clone(),
+            pipeline.health.clone(),
+            alarm,
+        ));
         Ok(Deliverer {
             gate,
             batcher: Arc::new(batch::Batcher::new(
                 api.clone(),
                 limits.clone(),
                 pipeline.clone(),
+                ears.clone(),
             )),
             batch,
             inline: batching && enricher.is_none(),
@@ -294,10 +304,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             limits,
             api,
             writer,
-            alarm,
+            ears,
             routes,
             forward_headers: cfg.api.forward_headers.clone(),
-            status: cfg.api.status_policy()?,
+            status,
             policy: cfg.api.retry_policy(),
             drain_permits: Semaphore::new(d.drain_concurrency),
             drain_pacer: pacer::DrainPacer::new(Duration::from_secs_f64(

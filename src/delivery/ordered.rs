@@ -18,13 +18,13 @@
 
 use super::attempt::{Tries, Wait};
 use super::batch::Batcher;
+use super::call::{no_answer, Made, Sent};
 use super::durable::{self, DlqWrite};
 use super::http::{Answer, Api, Outgoing, TransportError};
 use super::report::Failure;
 use super::request::{Body, Source};
 use super::token::CompletionToken;
 use super::{Deliverer, Item, Job, Work};
-use crate::core::classify::TransportFailure;
 use crate::metrics as m;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -41,6 +41,9 @@ struct Member {
 
 /// What one round sends: the bodies and requests of the run's first events.
 type Round = Vec<(Bytes, Outgoing)>;
+
+/// Each event's answer to a round, in order, with its call.
+type Answers = Vec<(Result<Answer, TransportError>, Made)>;
 
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// Delivers a run (`jobs` in offset order, a permit each) and reports each
@@ -165,26 +168,20 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         (round, None)
     }
 
-    /// Sends a round: after the breaker's gate, one event as itself (or
-    /// into its batch), several as one run of their batch. Each event's
-    /// answer, in order; `None`: handed over first.
-    async fn send_round(
-        &self,
-        pending: &VecDeque<Member>,
-        mut round: Round,
-    ) -> Option<Vec<(Result<Answer, TransportError>, u64)>> {
+    /// Sends a round: one event as itself (or into its batch: [`Deliverer::call`]),
+    /// several as one run of their batch (the batch waits at the breaker's
+    /// gate and is heard). Each event's answer, in order; `None`: handed over
+    /// first.
+    async fn send_round(&self, pending: &VecDeque<Member>, mut round: Round) -> Option<Answers> {
         let front = pending.front()?;
         let token = &front.token;
         let suspect = pending
             .iter()
             .take(round.len())
-            .any(|m| m.tries.hypothesis.suspect());
-        if !self.gate(token, suspect).await {
-            return None;
-        }
+            .all(|m| m.tries.hypothesis.suspect());
         let id = |m: &Member| m.item.event_id().unwrap_or_default().to_string();
         let spec = round.first().and_then(|(_, out)| out.batch.clone());
-        let answers = match spec {
+        match spec {
             Some(spec) if round.len() > 1 => {
                 let out = round[0].1.clone();
                 let items = round
@@ -192,44 +189,39 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     .zip(pending)
                     .map(|((body, _), m)| (id(m), body))
                     .collect();
-                let replies = self.batcher.submit_run(&out, &spec, items);
+                let replies = self.batcher.submit_run(&out, &spec, items, suspect);
                 let all = async {
                     let mut answers = Vec::with_capacity(replies.len());
                     for rx in replies {
-                        answers.push(rx.await.unwrap_or_else(|_| {
-                            let e = "the batch of this event ended without an answer";
-                            (Err(TransportError::new(TransportFailure::Other, e)), 0)
-                        }));
+                        let (r, sent) = rx
+                            .await
+                            .unwrap_or_else(|_| (Err(no_answer()), Sent::default()));
+                        answers.push((r, Made::heard(sent)));
                     }
                     answers
                 };
                 tokio::select! {
                     biased;
-                    _ = token.until_cancelled() => return None,
-                    answers = all => answers,
+                    _ = token.until_cancelled() => None,
+                    answers = all => Some(answers),
                 }
             }
             _ => {
                 let (body, out) = round.pop()?;
-                vec![self.send_once(&out, &id(front), body, None, token).await?]
+                let one = self
+                    .call(&id(front), &out, body, None, token, suspect)
+                    .await?;
+                Some(vec![one])
             }
-        };
-        for (r, seq) in &answers {
-            self.heard(r, *seq);
         }
-        Some(answers)
     }
 
     /// Finishes the events of a round's answers in order, up to the first to
     /// be tried again (see the module's text).
-    async fn walk(
-        &self,
-        pending: &mut VecDeque<Member>,
-        answers: Vec<(Result<Answer, TransportError>, u64)>,
-    ) -> Walked {
+    async fn walk(&self, pending: &mut VecDeque<Member>, answers: Answers) -> Walked {
         let mut answers = answers.into_iter();
         let mut again = None;
-        for (r, seq) in answers.by_ref() {
+        for (r, made) in answers.by_ref() {
             let Some(m) = pending.front_mut() else {
                 break;
             };
@@ -240,7 +232,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 }
                 continue;
             };
-            let next = self.after_failure(&mut m.tries, &failure, Some(seq));
+            let next = self.after_failure(&mut m.tries, &failure, Some(made));
             if m.token.cancelled() {
                 return Walked::Cancelled;
             }

@@ -53,7 +53,14 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         self.to_parking(self.envelope(item, error)).await
     }
 
-    pub(super) async fn dead_letter(&self, item: &Item, error: ErrorInfo) -> Finished {
+    /// `per_item`: its last failure was its own result inside a 2xx batch
+    /// answer (not counted by the flood guard: the API is up).
+    pub(super) async fn dead_letter(
+        &self,
+        item: &Item,
+        error: ErrorInfo,
+        per_item: bool,
+    ) -> Finished {
         let reason = error.reason.clone();
         if let Err(parked) = self
             .to_dlq(item.partition, self.envelope(item, error))
@@ -62,9 +69,12 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             return parked;
         }
         metrics::counter!(m::DLQ_WRITTEN, "reason" => reason.clone()).increment(1);
-        // Flood guard: many events going to the DLQ at once is systemic.
-        if let Some(t) = self.pipeline.health.dlq_written() {
-            self.on_transition(t);
+        // Flood guard: many events going to the DLQ at once is systemic —
+        // unless each was refused on its own by an API that answered 2xx.
+        if !per_item {
+            if let Some(t) = self.pipeline.health.dlq_written() {
+                self.on_transition(t);
+            }
         }
         Finished::DeadLettered { reason }
     }

@@ -5,7 +5,6 @@ use super::durable::DlqWrite;
 use super::enrich::EnrichError;
 use super::http::{self, Api, TransportError};
 use super::Deliverer;
-use crate::api_health::CallOutcome;
 use crate::core::classify::{FailureClass, FailureReason};
 use crate::core::envelope::ErrorInfo;
 use crate::metrics as m;
@@ -27,6 +26,9 @@ pub(super) struct Failure {
     pub(super) hint: Option<&'static str>,
     /// The start of the API's answer (non-2xx): the envelope's message only.
     pub(super) body: Option<String>,
+    /// The event's own result inside a 2xx batch answer (`Answer::per_item`):
+    /// not counted by the flood guards.
+    pub(super) per_item: bool,
 }
 
 impl Failure {
@@ -39,6 +41,25 @@ impl Failure {
             detail: None,
             hint: crate::core::classify::status_hint(a.status),
             body: a.body.clone(),
+            per_item: a.per_item,
+        }
+    }
+
+    /// The event's batch answer holds no result for it (`a.no_result`):
+    /// transient, sent again.
+    pub(super) fn no_result(a: &http::Answer) -> Failure {
+        let reason = a
+            .no_result
+            .map_or(FailureReason::Http(a.status), FailureReason::NoResult);
+        Failure {
+            class: FailureClass::Transient,
+            reason,
+            status: Some(a.status),
+            retry_after: a.retry_after,
+            detail: None,
+            hint: Some("the batch answer holds no result for this event (api.batch.results): it is sent again"),
+            body: a.body.clone(),
+            per_item: a.per_item,
         }
     }
 
@@ -51,6 +72,7 @@ impl Failure {
             detail: Some(t.detail),
             hint: Some(t.kind.hint()),
             body: None,
+            per_item: false,
         }
     }
 
@@ -69,6 +91,7 @@ impl Failure {
             detail: Some(e.to_string()),
             hint: None,
             body: None,
+            per_item: false,
         }
     }
 
@@ -83,6 +106,7 @@ impl Failure {
             detail: Some(detail),
             hint: Some("the schema registry (input.schema_registry.url) does not answer: the record stays in the DLQ until it does"),
             body: None,
+            per_item: false,
         }
     }
 
@@ -150,39 +174,15 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         }
     }
 
-    /// Tells the health side what a call said about the API; wakes the health
-    /// actor at once when the breaker opens.
-    pub(super) fn observe(&self, outcome: CallOutcome) {
-        if let Some(t) = self.pipeline.health.record(outcome) {
-            self.on_transition(t);
-        }
-    }
-
-    /// Call `seq` was delivered (it refutes the systemic answers to earlier calls).
-    pub(super) fn observe_delivered(&self, seq: u64) {
-        if let Some(t) = self.pipeline.health.delivered(seq) {
-            self.on_transition(t);
-        }
-    }
-
     pub(super) fn on_transition(&self, t: crate::core::breaker::Transition) {
-        metrics::counter!(m::BREAKER_TRANSITIONS, "to" => t.to.as_str(), "reason" => t.reason.as_str()).increment(1);
-        tracing::warn!(
-            from = t.from.as_str(),
-            to = t.to.as_str(),
-            reason = t.reason.as_str(),
-            "circuit breaker"
-        );
-        if t.to == crate::core::breaker::BreakerStateKind::Open {
-            self.alarm.ring();
-        }
+        self.ears.on_transition(t);
     }
 
     /// The parking flood guard: an event parked because of the API's answer (a
     /// permanent status, not bad input nor a request unbuildable here) counts;
     /// too many per second trip the breaker (`park_flood`).
-    pub(super) fn parked_after(&self, reason: FailureReason) {
-        if matches!(reason, FailureReason::Http(_)) {
+    pub(super) fn parked_after(&self, f: &Failure) {
+        if matches!(f.reason, FailureReason::Http(_)) && !f.per_item {
             if let Some(t) = self.pipeline.health.parked_by_api() {
                 self.on_transition(t);
             }

@@ -123,11 +123,14 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 out.headers.push((name.clone(), v));
             }
         }
-        // A body a batch cannot hold (not JSON; for ndjson, not one line) is
-        // sent alone.
+        // A body a batch cannot hold (not JSON) is sent alone, as itself;
+        // for ndjson, one line for every line reader.
+        let mut body = body;
         if let Some(spec) = &out.batch {
-            if !crate::core::batch::batchable(&spec.format, &body, known_json) {
-                out.batch = None;
+            match crate::core::batch::batch_item(&spec.format, &body, known_json) {
+                None => out.batch = None,
+                Some(std::borrow::Cow::Owned(line)) => body = Bytes::from(line),
+                Some(std::borrow::Cow::Borrowed(_)) => {}
             }
         }
         if out.batch.is_some() {

@@ -227,6 +227,9 @@ pub struct StatusBoard {
     pub errors: ErrorTally,
     window: Mutex<ErrorWindow>,
     credential: Mutex<Option<CredentialSnapshot>>,
+    /// Per batched route (its URL, without credentials or query): the last
+    /// minute's share of events answered alone after splits.
+    batch_splits: Mutex<BTreeMap<String, BatchSplitSnapshot>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -256,7 +259,22 @@ impl StatusBoard {
                 now_ms,
             )),
             credential: Mutex::new(None),
+            batch_splits: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// A batched route's last window of splits (`core::batch::SplitWindow`):
+    /// `route` names it without credentials or query.
+    pub fn batch_splits(&self, r: crate::core::batch::SplitReport, route: &str) {
+        lock(&self.batch_splits).insert(
+            route.to_string(),
+            BatchSplitSnapshot {
+                route: route.to_string(),
+                events: r.events,
+                alone_after_split: r.split_singles,
+                mostly_singles: r.mostly_singles(),
+            },
+        );
     }
 
     pub fn instance(&self) -> &str {
@@ -375,6 +393,7 @@ impl StatusBoard {
                 marker,
             },
             credential: lock(&self.credential).clone(),
+            batch_splits: lock(&self.batch_splits).values().cloned().collect(),
             partitions,
             errors: ErrorsSnapshot {
                 window_s: u64::try_from(window_ms / 1000).unwrap_or(0),
@@ -404,6 +423,9 @@ pub struct Snapshot {
     /// The API credential (`None`: no bearer token configured).
     #[serde(default)]
     pub credential: Option<CredentialSnapshot>,
+    /// Batched routes whose batches were split in the last window.
+    #[serde(default)]
+    pub batch_splits: Vec<BatchSplitSnapshot>,
     pub partitions: Vec<PartitionSnapshot>,
     pub errors: ErrorsSnapshot,
 }
@@ -446,6 +468,19 @@ pub struct HealthSnapshot {
     pub(crate) evaluated_at_ms: Option<i64>,
     pub breaker: StateSnapshot,
     pub marker: StateSnapshot,
+}
+
+/// A batched route's splits over the last minute, on `/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchSplitSnapshot {
+    /// The route's URL, without credentials, query or fragment.
+    pub route: String,
+    /// Events answered in the window.
+    pub events: u64,
+    /// Of them, events answered alone after their batch was split.
+    pub alone_after_split: u64,
+    /// Most of them: the endpoint may take single events only.
+    pub mostly_singles: bool,
 }
 
 /// The API credential's state on `/status` (never the token or a secret).

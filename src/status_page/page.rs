@@ -225,6 +225,25 @@ pub fn render(s: &Snapshot) -> String {
     if let Some(c) = &s.credential {
         credential_rows(&mut o, c, now);
     }
+    for b in &s.batch_splits {
+        let share = if b.events == 0 {
+            0
+        } else {
+            b.alone_after_split * 100 / b.events
+        };
+        let _ = write!(
+            o,
+            "<tr><th>batches split to single events</th><td class=\"batch-splits\" data-mostly-singles=\"{}\">{}: {share} % of {} events answered alone after a split (last minute){}</td></tr>",
+            b.mostly_singles,
+            esc(&b.route),
+            b.events,
+            if b.mostly_singles {
+                " — the endpoint may take single events only"
+            } else {
+                ""
+            }
+        );
+    }
     o.push_str("</table>");
 
     let _ = write!(

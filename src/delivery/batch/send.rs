@@ -1,200 +1,312 @@
-//! Sending a batch: one request, then each event's answer — the batch's,
-//! its per-item result, or (refused as a whole with a split status) the
-//! answers of its two halves, sent the same way (`core::batch`).
+//! Sending a batch: the batch is the call — it waits at the breaker's gate
+//! and for its slots, goes as one request in the route's format (a batch of
+//! one too), and is heard once ([`crate::delivery::hear`]); then each event's
+//! answer: the batch's, its per-item result, or (refused as a whole with a
+//! split status) the answers of its two halves, sent the same way
+//! (`core::batch`).
 
 use super::{leave_out_stopped, Batcher, GroupKey, Reply, Submission};
+use crate::api_health::Admission;
 use crate::config::RateLimitUnit;
-use crate::core::batch::{self, BatchSpec, WholeAnswer};
-use crate::delivery::http::{Answer, Api, Outgoing};
+use crate::core::batch::{self, BatchSpec, ItemResult, NoResult, WholeAnswer};
+use crate::delivery::call::Sent;
+use crate::delivery::http::{Answer, Api, Outgoing, TransportError};
+use crate::delivery::limits::Call;
 use crate::delivery::token;
 use crate::metrics as m;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 impl<A: Api + Clone> Batcher<A> {
-    /// Sends `items` as one request (or, refused as a whole, as halves) and
-    /// answers each. Events that stopped waiting are left out first.
+    /// Sends `items` and answers each: as one request, or — with results
+    /// matched by id and an id twice among them — as consecutive requests in
+    /// which no id repeats (`core::batch::unique_id_runs`). Events that
+    /// stopped waiting are left out first.
     pub(super) fn bisect<'a>(
-        &'a self,
+        self: &'a Arc<Self>,
         key: &'a GroupKey,
         out: &'a Outgoing,
-        spec: &'a BatchSpec,
+        spec: &'a Arc<BatchSpec>,
         mut items: Vec<Submission>,
+        after_split: bool,
     ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
         Box::pin(async move {
             leave_out_stopped(&mut items);
             if items.is_empty() {
                 return;
             }
-            // The wait for its slots can outlast a handover: who stopped
-            // waiting meanwhile is left out too (at the handover if it is
-            // inline, else after the wait), so no request carries an event of
-            // a partition whose revoke completed during the wait.
-            let call = {
-                let slot = self.call_slot(items.len());
-                tokio::pin!(slot);
-                loop {
-                    let handover = token::next_handover();
-                    tokio::pin!(handover);
-                    handover.as_mut().enable();
-                    tokio::select! {
-                        biased;
-                        call = &mut slot => break call,
-                        () = handover => {
-                            leave_out_stopped(&mut items);
-                            if items.is_empty() {
-                                return; // The wait dropped takes no slot.
-                            }
-                        }
+            if spec.results.as_ref().is_some_and(|r| r.id.is_some()) {
+                let ids: Vec<&str> = items.iter().map(|s| s.id.as_str()).collect();
+                let runs = batch::unique_id_runs(&ids);
+                if runs.len() > 1 {
+                    let mut parts = Vec::with_capacity(runs.len());
+                    for r in runs.iter().rev() {
+                        parts.push(items.split_off(r.start));
                     }
-                }
-            };
-            leave_out_stopped(&mut items);
-            if items.is_empty() {
-                self.limits.call_not_made(call);
-                return;
-            }
-            let n = items.len();
-            let (answer, seq) = self.request(out, spec, &items, call).await;
-            let a = match answer {
-                Err(t) => {
-                    for s in items {
-                        s.reply.send((Err(t.clone()), seq));
+                    // In order: an ordered run's events reach the API in
+                    // offset order.
+                    for part in parts.into_iter().rev() {
+                        self.send(key, out, spec, part, after_split).await;
                     }
                     return;
                 }
-                Ok(a) => a,
-            };
-            if n > 1 && batch::whole_answer(a.status, n, &spec.split) == WholeAnswer::Split {
-                if a.status == 413 {
-                    self.shrink(key, n);
-                }
-                metrics::counter!(m::BATCH_SPLIT_REQUESTS).increment(2);
-                let (_, second) = batch::halves(n);
-                let tail = items.split_off(second.start);
-                if items.iter().chain(&tail).any(|s| s.in_run) {
-                    // An ordered run's events reach the API in offset order.
-                    self.bisect(key, out, spec, items).await;
-                    self.bisect(key, out, spec, tail).await;
-                } else {
-                    let (x, y) = tokio::join!(
-                        self.bisect(key, out, spec, items),
-                        self.bisect(key, out, spec, tail)
-                    );
-                    let ((), ()) = (x, y);
-                }
-                return;
             }
-            let ids: Vec<&str> = items.iter().map(|s| s.id.as_str()).collect();
-            let replies = answers(spec, &a, &ids, seq);
-            for (s, reply) in items.into_iter().zip(replies) {
-                s.reply.send(reply);
-            }
+            self.send(key, out, spec, items, after_split).await;
         })
     }
 
-    /// Waits for the request slot (`LimitOn::Requests`) and the rate slot of
-    /// a request of `n` events (one rate slot, or `n` with
-    /// `api.rate_limit_unit = "events"`), then counts the call.
-    async fn call_slot(&self, n: usize) -> crate::delivery::limits::Call {
-        let weight = match self.pipeline.config.api.rate_limit_unit {
-            RateLimitUnit::Requests => 1,
-            RateLimitUnit::Events => n,
+    /// One request for `items` (after the gate and the slots), then each
+    /// event's answer; refused as a whole with a split status, its halves.
+    async fn send(
+        self: &Arc<Self>,
+        key: &GroupKey,
+        out: &Outgoing,
+        spec: &Arc<BatchSpec>,
+        mut items: Vec<Submission>,
+        after_split: bool,
+    ) {
+        let Some((admission, call)) = self.admitted(&mut items).await else {
+            return;
         };
-        self.limits.before_call_weighted(weight).await
+        if admission.is_probe_slot() && items.len() > 1 {
+            // A half-open probe puts one event at stake, as an event alone
+            // would: the others go back to be batched again (behind the
+            // gate, in their order).
+            let rest = items.split_off(1);
+            self.requeue(key, out, spec, rest);
+        }
+        let n = items.len();
+        let (answer, seq) = self.request(out, spec, &items, call).await;
+        self.ears.hear_batch(admission, &answer, seq);
+        let sent = Sent { seq };
+        let a = match answer {
+            Err(t) => {
+                for s in items {
+                    s.reply.send((Err(t.clone()), sent));
+                }
+                return;
+            }
+            Ok(a) => a,
+        };
+        if batch::whole_answer(a.status, n, &spec.split) == WholeAnswer::Split {
+            if a.status == 413 {
+                self.shrink(key, n);
+            }
+            metrics::counter!(m::BATCH_SPLIT_REQUESTS).increment(2);
+            let (_, second) = batch::halves(n);
+            let tail = items.split_off(second.start);
+            if items.iter().chain(&tail).any(|s| s.in_run) {
+                // An ordered run's events reach the API in offset order.
+                self.bisect(key, out, spec, items, true).await;
+                self.bisect(key, out, spec, tail, true).await;
+            } else {
+                let (x, y) = tokio::join!(
+                    self.bisect(key, out, spec, items, true),
+                    self.bisect(key, out, spec, tail, true)
+                );
+                let ((), ()) = (x, y);
+            }
+            return;
+        }
+        self.answered(key, n, after_split);
+        let ids: Vec<&str> = items.iter().map(|s| s.id.as_str()).collect();
+        let replies = self.answers(spec, &a, &ids, sent);
+        for (s, reply) in items.into_iter().zip(replies) {
+            s.reply.send(reply);
+        }
     }
 
-    /// One request for `items`, counted as `call`: a single event as itself
-    /// (its own Content-Type and id as `Idempotency-Key`), several as the
-    /// format's body with a key derived from their ids. With the call's number.
+    /// Waits for the breaker's admission, then the request slot
+    /// (`LimitOn::Requests`) and the rate slot of a request of the events
+    /// (one rate slot, or one per event with `api.rate_limit_unit =
+    /// "events"`), and counts the call. The waits can outlast a handover:
+    /// who stopped waiting meanwhile is left out (at the handover if it is
+    /// inline, else after the wait), so no request carries an event of a
+    /// partition whose revoke completed during the wait. `None`: nobody
+    /// waits any more (an admission taken is freed, a slot wait dropped
+    /// takes no slot).
+    async fn admitted(&self, items: &mut Vec<Submission>) -> Option<(Admission, Call)> {
+        let suspect = items.iter().all(|s| s.suspect);
+        let weight = match self.pipeline.config.api.rate_limit_unit {
+            RateLimitUnit::Requests => 1,
+            RateLimitUnit::Events => items.len(),
+        };
+        let waits = async {
+            let admission = match self.pipeline.health.admit_now(suspect) {
+                Some(a) => a,
+                None => self.pipeline.health.gate(suspect).await,
+            };
+            (admission, self.limits.before_call_weighted(weight).await)
+        };
+        tokio::pin!(waits);
+        let (admission, call) = loop {
+            let handover = token::next_handover();
+            tokio::pin!(handover);
+            handover.as_mut().enable();
+            tokio::select! {
+                biased;
+                done = &mut waits => break done,
+                () = handover => {
+                    leave_out_stopped(items);
+                    if items.is_empty() {
+                        return None;
+                    }
+                }
+            }
+        };
+        leave_out_stopped(items);
+        if items.is_empty() {
+            self.limits.call_not_made(call);
+            return None; // The admission dropped: its slot is free.
+        }
+        Some((admission, call))
+    }
+
+    /// One request for `items`, counted as `call`, in the batch's format (a
+    /// batch of one too) with a key derived from their ids. With the call's
+    /// number.
     async fn request(
         &self,
         out: &Outgoing,
         spec: &BatchSpec,
         items: &[Submission],
-        call: crate::delivery::limits::Call,
-    ) -> (Result<Answer, crate::delivery::http::TransportError>, u64) {
+        call: Call,
+    ) -> (Result<Answer, TransportError>, u64) {
         let n = items.len();
         let redelivery = items.iter().filter_map(|s| s.redelivery).max();
         let seq = self.pipeline.health.call_number();
-        let r = if n == 1 {
-            let s = &items[0];
-            self.api.send(out, &s.id, s.body.clone(), redelivery).await
-        } else {
-            let len: usize = items.iter().map(|s| s.body.len()).sum();
-            let body = spec.format.encode(
-                items.iter().map(|s| s.body.as_ref()),
-                len + spec.format.overhead(n),
-            );
-            let key = batch::idempotency_key(items.iter().map(|s| s.id.as_str()));
-            let batched = Outgoing {
-                content_type: Some(spec.format.content_type().into()),
-                read_answer: spec.results.is_some(),
-                ..out.clone()
-            };
-            self.api.send(&batched, &key, body.into(), redelivery).await
+        let len: usize = items.iter().map(|s| s.body.len()).sum();
+        let body = spec.format.encode(
+            items.iter().map(|s| s.body.as_ref()),
+            len + spec.format.overhead(n),
+        );
+        let key = batch::idempotency_key(items.iter().map(|s| s.id.as_str()));
+        let batched = Outgoing {
+            content_type: Some(spec.format.content_type().into()),
+            read_answer: spec.results.is_some(),
+            ..out.clone()
         };
-        self.limits.after_call(call, &r);
+        let r = self.api.send(&batched, &key, body.into(), redelivery).await;
+        let items_refused = r.as_ref().is_ok_and(|a| self.items_back_pressure(spec, a));
+        self.limits.after_call_with(call, &r, items_refused);
         metrics::counter!(m::BATCH_REQUESTS).increment(1);
         metrics::histogram!(m::BATCH_EVENTS).record(n as f64);
         (r, seq)
     }
-}
 
-/// Each event's answer (`ids` in the batch's order) to a batch answered `a`:
-/// its per-item result when the answer has them (a 2xx or 207 with
-/// `api.batch.results`), else the batch's own (a 207 without results: each
-/// event's result is missing, and it is sent again).
-fn answers(spec: &BatchSpec, a: &Answer, ids: &[&str], seq: u64) -> Vec<Reply> {
-    let n = ids.len();
-    if n == 1 {
-        return vec![(Ok(a.clone()), seq)];
-    }
-    if (200..300).contains(&a.status) {
-        if let (Some(r), Some(body)) = (&spec.results, &a.full) {
-            if let Some(results) = batch::item_results(r, body, ids) {
-                return results
+    /// Each event's answer (`ids` in the batch's order) to a batch answered
+    /// `a`: its per-item result when the route has them (`api.batch.results`)
+    /// and the answer is a 2xx — which, failing closed, may be "no result"
+    /// for every event (an answer that cannot be read) or for some — else the
+    /// batch's own (a 207 without results configured: each event's result is
+    /// missing, and it is sent again).
+    fn answers(&self, spec: &BatchSpec, a: &Answer, ids: &[&str], seq: Sent) -> Vec<Reply> {
+        let n = ids.len();
+        if let (Some(r), true) = (&spec.results, (200..300).contains(&a.status)) {
+            let results = match a.full.as_ref() {
+                Some(Ok(body)) => batch::item_results(r, body, ids),
+                Some(Err(unread)) => Err(*unread),
+                // Not read (a client that does not read answers): nothing
+                // proves any item done.
+                None => Err(batch::Unreadable::ReadFailed),
+            };
+            return match results {
+                Ok(results) => results
                     .iter()
-                    .map(|res| {
-                        let it = item_answer(a, res.status, res.position, n, res.detail.as_deref());
-                        (Ok(it), seq)
-                    })
-                    .collect();
+                    .map(|res| (Ok(self.item_answer(a, *res, n)), seq))
+                    .collect(),
+                Err(unread) => {
+                    self.unreadable(unread, a.status);
+                    let each =
+                        self.item_answer(a, ItemResult::Missing(NoResult::Unreadable(unread)), n);
+                    (0..n).map(|_| (Ok(each.clone()), seq)).collect()
+                }
+            };
+        }
+        let each = if a.status == 207 {
+            self.item_answer(a, ItemResult::Missing(NoResult::NotListed), n)
+        } else {
+            let mut whole = a.clone();
+            whole.full = None;
+            if let Some(b) = &a.body {
+                whole.body = Some(format!("the batch's answer ({n} events): {b}"));
             }
-        }
+            whole
+        };
+        (0..n).map(|_| (Ok(each.clone()), seq)).collect()
     }
-    let each = if a.status == 207 {
-        item_answer(a, batch::MISSING_RESULT_STATUS, None, n, None)
-    } else {
-        let mut whole = a.clone();
-        whole.full = None;
-        if let Some(b) = &a.body {
-            whole.body = Some(format!("the batch's answer ({n} events): {b}"));
-        }
-        whole
-    };
-    (0..n).map(|_| (Ok(each.clone()), seq)).collect()
-}
 
-/// An event's answer from its batch's: `status`, the batch's `Retry-After`, and
-/// for `last_error` where it came from.
-pub(super) fn item_answer(
-    a: &Answer,
-    status: u16,
-    position: Option<usize>,
-    n: usize,
-    detail: Option<&str>,
-) -> Answer {
-    let at = position.map_or_else(|| "not listed".to_string(), |p| format!("position {p}"));
-    let mut text = format!("from a batch answer {} ({at} of {n} events)", a.status);
-    if let Some(d) = detail {
-        text.push_str(": ");
-        text.push_str(d);
+    /// An event's answer from its batch's: its result's status (or "no
+    /// result", sent again), the batch's `Retry-After`, and for `last_error`
+    /// where it came from and — cut and redacted, as any answer's body — its
+    /// result's text.
+    fn item_answer(&self, a: &Answer, res: ItemResult<'_>, n: usize) -> Answer {
+        let (status, no_result, text) = match res {
+            ItemResult::Listed {
+                status,
+                position,
+                element,
+            } => {
+                let mut text = format!(
+                    "from a batch answer {} (position {position} of {n} events)",
+                    a.status
+                );
+                if !(200..300).contains(&status) {
+                    if let Some(d) = self.api.excerpt(element.as_bytes()) {
+                        text.push_str(": ");
+                        text.push_str(&d);
+                    }
+                }
+                (status, None, text)
+            }
+            ItemResult::Missing(why) => (
+                batch::MISSING_RESULT_STATUS,
+                Some(why),
+                format!(
+                    "from a batch answer {} ({n} events): no result: {}",
+                    a.status,
+                    why.describe()
+                ),
+            ),
+        };
+        Answer {
+            status,
+            retry_after: a.retry_after,
+            body: Some(text),
+            full: None,
+            no_result,
+            per_item: (200..300).contains(&a.status),
+        }
     }
-    Answer {
-        status,
-        retry_after: a.retry_after,
-        body: Some(text),
-        full: None,
+
+    /// A 2xx batch answer whose per-item results cannot be read: counted
+    /// (`courier_batch_results_unreadable_total{reason}`) and logged once per
+    /// reason every 10 s.
+    fn unreadable(&self, why: batch::Unreadable, status: u16) {
+        metrics::counter!(m::BATCH_RESULTS_UNREADABLE, "reason" => why.as_str()).increment(1);
+        let log = self
+            .unreadable_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(why.as_str(), std::time::Instant::now());
+        if let Some(l) = log {
+            tracing::warn!(
+                reason = why.as_str(),
+                status,
+                left_out = l.left_out,
+                "a batch answer's per-item results cannot be read: every event of the batch is sent again (api.batch.results)"
+            );
+        }
+    }
+
+    /// Whether a 2xx batch answer's results refuse items with 429 or 503:
+    /// then one back-pressure signal for the adaptive limit (the API is up,
+    /// and wants fewer items at once), never the breaker's business.
+    fn items_back_pressure(&self, spec: &BatchSpec, a: &Answer) -> bool {
+        let (Some(r), Some(Ok(body))) = (&spec.results, &a.full) else {
+            return false;
+        };
+        (200..300).contains(&a.status) && batch::any_item_status(r, body, &[429, 503])
     }
 }

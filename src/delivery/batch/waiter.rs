@@ -2,13 +2,14 @@
 //! takes its answer — its task, or (a first try made without a task) a
 //! closure — and how an event that stopped waiting is left out.
 
+use crate::delivery::call::Sent;
 use crate::delivery::http::{Answer, TransportError};
 use crate::delivery::token::Cancellation;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-/// An event's answer from its batch, with the call's number.
-pub(in crate::delivery) type Reply = (Result<Answer, TransportError>, u64);
+/// An event's answer from its batch, with what it learns of the call.
+pub(in crate::delivery) type Reply = (Result<Answer, TransportError>, Sent);
 
 /// One event waiting in a batch.
 pub(in crate::delivery) struct Submission {
@@ -18,6 +19,9 @@ pub(in crate::delivery) struct Submission {
     pub(in crate::delivery) reply: Waiter,
     /// Part of an ordered run: its batch's halves go one after the other.
     pub(in crate::delivery) in_run: bool,
+    /// Refused systemic before: a batch of suspects only waits behind fresh
+    /// calls at the breaker's gate.
+    pub(in crate::delivery) suspect: bool,
 }
 
 /// Who takes an event's answer from its batch.

@@ -58,7 +58,9 @@ pub(super) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// Reads an answer's body, stopping once `keep` bytes are in hand unless the
 /// whole body is small enough to keep the connection ([`REUSE_BODY_BYTES`]);
-/// an error while reading ends it (the status is what counts).
+/// an error while reading ends it: for an answer whose status is what counts
+/// (an event alone, an excerpt). A body that must be read whole (per-item
+/// results) is read by [`read_whole`].
 pub(super) async fn read_body(mut resp: reqwest::Response, keep: usize, success: bool) -> Vec<u8> {
     let small = resp.content_length().is_some_and(|n| n <= REUSE_BODY_BYTES);
     let limit = if small || success {
@@ -79,6 +81,36 @@ pub(super) async fn read_body(mut resp: reqwest::Response, keep: usize, success:
         }
     }
     kept
+}
+
+/// Reads an answer's whole body, at most `cap` bytes: the bytes, or why it
+/// could not be read whole — a read error (a reset, a timeout mid-body) is an
+/// error, not the end of the body, and a body over the cap is not read on
+/// (its connection is dropped).
+pub(super) async fn read_whole(
+    mut resp: reqwest::Response,
+    cap: usize,
+) -> Result<bytes::Bytes, crate::core::batch::Unreadable> {
+    use crate::core::batch::Unreadable;
+    if resp
+        .content_length()
+        .is_some_and(|n| n > u64::try_from(cap).unwrap_or(u64::MAX))
+    {
+        return Err(Unreadable::TooLarge);
+    }
+    let mut kept = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(c)) => {
+                if kept.len() + c.len() > cap {
+                    return Err(Unreadable::TooLarge);
+                }
+                kept.extend_from_slice(&c);
+            }
+            Ok(None) => return Ok(bytes::Bytes::from(kept)),
+            Err(_) => return Err(Unreadable::ReadFailed),
+        }
+    }
 }
 
 /// The first `max` bytes of an answer's body as text, control characters

@@ -60,6 +60,8 @@ async fn permits_held_between_tries_count_as_the_limit_in_use() {
         retry_after: None,
         body: None,
         full: None,
+        no_result: None,
+        per_item: false,
     });
     let t0 = limits.epoch;
     for i in 0..40u64 {
@@ -69,7 +71,7 @@ async fn permits_held_between_tries_count_as_the_limit_in_use() {
             started: sent,
             slot: None,
         };
-        limits.after_call_at(sent + Duration::from_millis(5), call, &ok);
+        limits.after_call_at(sent + Duration::from_millis(5), call, &ok, false);
     }
     assert!(
         limits.current() > start,
@@ -99,6 +101,8 @@ async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
         retry_after: None,
         body: None,
         full: None,
+        no_result: None,
+        per_item: false,
     });
     let t0 = limits.epoch;
     for i in 0..40u64 {
@@ -111,6 +115,7 @@ async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
                 slot: None,
             },
             &ok,
+            false,
         );
     }
     assert_eq!(limits.current(), start, "the limit stayed");
@@ -180,6 +185,8 @@ fn samples_of_outcomes() {
             retry_after: None,
             body: None,
             full: None,
+            no_result: None,
+            per_item: false,
         })
     };
     let rtt = Duration::from_millis(7);

@@ -55,7 +55,12 @@ fn own_batcher<A: http::Api + Clone>(
     api: &A,
     limits: &Arc<limits::Limits>,
 ) -> (Arc<batch::Batcher<A>>, Arc<crate::core::batch::BatchSpec>) {
-    let batcher = batch::Batcher::new(api.clone(), limits.clone(), d.pipeline.clone());
+    let batcher = batch::Batcher::new(
+        api.clone(),
+        limits.clone(),
+        d.pipeline.clone(),
+        d.ears.clone(),
+    );
     let spec = d.batch.clone().expect("[api.batch] is on");
     (Arc::new(batcher), spec)
 }
@@ -84,13 +89,13 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
     ));
     let (batcher, spec) = own_batcher(&d, &api, &limits);
     let out = Outgoing::default();
-    let first = batcher.submit(&out, &spec, "e-0", id_body("e-0"), None);
+    let first = batcher.submit(&out, &spec, "e-0", id_body("e-0"), None, false);
     let (answer, _) = tokio::time::timeout(Duration::from_secs(30), first)
         .await
         .expect("answered")
         .expect("a reply");
     assert_eq!(answer.map(|a| a.status).ok(), Some(200));
-    let second = batcher.submit(&out, &spec, "e-1", id_body("e-1"), None);
+    let second = batcher.submit(&out, &spec, "e-1", id_body("e-1"), None, false);
     until("the second batch waits for its rate slot", || {
         limits.rate_waits.load(Ordering::SeqCst) == 2
     })
@@ -174,7 +179,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
             token.finish(Finished::Delivered);
         });
         let waiter = batch::Waiter::Inline { cancel, answer };
-        batcher.submit_to(&out, &spec, id, id_body(id), None, waiter);
+        batcher.submit_to(&out, &spec, id, id_body(id), None, false, waiter);
     };
     let (first, second) = two_partitions();
     submit("e-0", &first);
@@ -195,7 +200,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
     until("both batches ended", || batcher.ended() == 2).await;
     assert_eq!(
         api.called(),
-        vec!["e-0".to_string()],
-        "nothing sent for e-1"
+        vec![crate::core::batch::idempotency_key(["e-0"])],
+        "nothing sent for e-1 (e-0 alone, as a batch of one)"
     );
 }

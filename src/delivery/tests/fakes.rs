@@ -90,6 +90,8 @@ impl Api for FakeApi {
                     retry_after: None,
                     body: None,
                     full: None,
+                    no_result: None,
+                    per_item: false,
                 })
             };
             match reply {

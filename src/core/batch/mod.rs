@@ -24,7 +24,16 @@
 //! (its half and the half's sibling at each level) and a done item is never
 //! sent again by the split: only halves of a batch refused as a whole are.
 
+mod items;
+mod results;
+mod split_rate;
+
+pub use items::{batch_item, unique_id_runs};
+pub use results::{
+    any_item_status, at, item_results, ItemResult, NoResult, ResultsSpec, Unreadable,
+};
 use sha2::{Digest, Sha256};
+pub use split_rate::{SplitReport, SplitWindow, SPLIT_SINGLES_WARN, SPLIT_WINDOW};
 
 /// How a route's events are batched (`[api.batch]`, parsed by `config`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,8 +54,8 @@ pub struct BatchSpec {
     pub ordered: bool,
 }
 
-/// The status an item gets when a batch answer has per-item results but none
-/// for it: 502 (transient: sent again; at least once).
+/// The status an item's answer carries when its batch's answer holds no
+/// result for it ([`NoResult`]): 502 (transient: sent again; at least once).
 pub const MISSING_RESULT_STATUS: u16 = 502;
 
 /// `api.batch.format`.
@@ -68,18 +77,42 @@ pub enum TemplateError {
     Placeholder,
     #[error("is not JSON once $items is replaced by an array: {0}")]
     NotJson(String),
+    #[error("must hold $items where a JSON value goes (not inside a string or as a name)")]
+    NotAValue,
+}
+
+/// Whether `v` holds `needle` as a value (itself, a member's value or an
+/// element, at any depth).
+fn holds_value(v: &serde_json::Value, needle: &serde_json::Value) -> bool {
+    if v == needle {
+        return true;
+    }
+    match v {
+        serde_json::Value::Array(a) => a.iter().any(|e| holds_value(e, needle)),
+        serde_json::Value::Object(o) => o.values().any(|e| holds_value(e, needle)),
+        _ => false,
+    }
 }
 
 impl BatchFormat {
-    /// A template: `$items` exactly once, and JSON around an array.
+    /// A template: `$items` exactly once, where a JSON value goes (not in a
+    /// string, not as a member's name), and JSON around it.
     pub fn template(text: &str) -> Result<BatchFormat, TemplateError> {
         let mut parts = text.split("$items");
         let (Some(before), Some(after), None) = (parts.next(), parts.next(), parts.next()) else {
             return Err(TemplateError::Placeholder);
         };
-        let sample = format!("{before}[1,2]{after}");
-        serde_json::from_str::<serde_json::Value>(&sample)
+        // A sample array holding a string: inside a string or a name it
+        // breaks the JSON, and it must then be found whole as a value.
+        const SAMPLE: &str = r#"[7183,"courier-items"]"#;
+        let sample = format!("{before}{SAMPLE}{after}");
+        let v = serde_json::from_str::<serde_json::Value>(&sample)
             .map_err(|e| TemplateError::NotJson(e.to_string()))?;
+        let items = serde_json::from_str::<serde_json::Value>(SAMPLE)
+            .map_err(|e| TemplateError::NotJson(e.to_string()))?;
+        if !holds_value(&v, &items) {
+            return Err(TemplateError::NotAValue);
+        }
         Ok(BatchFormat::Template {
             before: before.to_string(),
             after: after.to_string(),
@@ -143,17 +176,6 @@ impl BatchFormat {
     }
 }
 
-/// Whether an item's body can go into a batch of this format: JSON (for
-/// ndjson also on one line). One that cannot is sent alone. `known_json`:
-/// the body is a JSON text already (a decoded event, or Courier's own
-/// rendering of one), so only the line is checked.
-pub fn batchable(format: &BatchFormat, body: &[u8], known_json: bool) -> bool {
-    if !known_json && serde_json::from_slice::<&serde_json::value::RawValue>(body).is_err() {
-        return false;
-    }
-    !matches!(format, BatchFormat::Ndjson) || !body.contains(&b'\n')
-}
-
 /// The `Idempotency-Key` of a batch: derived from its items' event ids in
 /// order, so the same batch sent again has the same key (`batch-` and 32 hex
 /// digits of SHA-256 over the ids, each followed by a newline).
@@ -170,77 +192,6 @@ pub fn idempotency_key<'a>(ids: impl IntoIterator<Item = &'a str>) -> String {
         out.push_str(&format!("{b:02x}"));
     }
     out
-}
-
-/// Where per-item results are in a batch answer (`api.batch.results`,
-/// `result_status`, `result_id`: JSON pointers).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ResultsSpec {
-    pub results: String,
-    pub status: String,
-    /// `None`: matched by position.
-    pub id: Option<String>,
-}
-
-/// One item's result in a batch answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ItemResult {
-    pub status: u16,
-    /// Its position in the answer's results (for `last_error`), if found.
-    pub position: Option<usize>,
-    /// The element's JSON, cut (for `last_error`); none when not found.
-    pub detail: Option<String>,
-}
-
-/// Each item's result in a batch answer's `body`, for items with `ids` (in
-/// the batch's order). `None`: the body has no results array at the pointer
-/// (the whole answer's status then stands for every item).
-pub fn item_results(spec: &ResultsSpec, body: &[u8], ids: &[&str]) -> Option<Vec<ItemResult>> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let arr = v.pointer(&spec.results)?.as_array()?;
-    let status_of = |e: &serde_json::Value| -> Option<u16> {
-        let s = e.pointer(&spec.status)?;
-        s.as_u64()
-            .or_else(|| s.as_str().and_then(|t| t.trim().parse().ok()))
-            .and_then(|n| u16::try_from(n).ok())
-            .filter(|n| (100..=599).contains(n))
-    };
-    let found = |pos: usize, e: &serde_json::Value| {
-        let detail: String = e.to_string().chars().take(200).collect();
-        match status_of(e) {
-            Some(status) => ItemResult {
-                status,
-                position: Some(pos),
-                detail: Some(detail),
-            },
-            None => ItemResult {
-                status: MISSING_RESULT_STATUS,
-                position: Some(pos),
-                detail: Some(detail),
-            },
-        }
-    };
-    let missing = || ItemResult {
-        status: MISSING_RESULT_STATUS,
-        position: None,
-        detail: None,
-    };
-    Some(match &spec.id {
-        None => (0..ids.len())
-            .map(|i| arr.get(i).map_or_else(missing, |e| found(i, e)))
-            .collect(),
-        Some(idp) => {
-            let mut by_id = std::collections::HashMap::new();
-            for (pos, e) in arr.iter().enumerate() {
-                if let Some(id) = e.pointer(idp).and_then(|v| v.as_str()) {
-                    by_id.entry(id.to_string()).or_insert((pos, e));
-                }
-            }
-            ids.iter()
-                .map(|id| by_id.get(*id).map_or_else(missing, |(p, e)| found(*p, e)))
-                .collect()
-        }
-    })
 }
 
 /// What to do with a batch's answer as a whole.
@@ -326,21 +277,13 @@ mod tests {
             BatchFormat::template("{\"a\": $items"),
             Err(TemplateError::NotJson(_))
         ));
-    }
-
-    #[test]
-    fn only_json_is_batched_and_ndjson_needs_one_line() {
-        assert!(batchable(&BatchFormat::JsonArray, b"{\"a\":\n1}", false));
-        assert!(!batchable(&BatchFormat::Ndjson, b"{\"a\":\n1}", false));
-        assert!(!batchable(&BatchFormat::JsonArray, b"not json", false));
-        assert!(!batchable(
-            &BatchFormat::JsonArray,
-            b"{\"a\":1} trailing",
-            false
-        ));
-        // Known to be JSON: only ndjson's line is checked.
-        assert!(batchable(&BatchFormat::JsonArray, b"{\"a\":\n1}", true));
-        assert!(!batchable(&BatchFormat::Ndjson, b"{\"a\":\n1}", true));
+        // Inside a string, or as a name: refused (they passed before, and
+        // gave malformed bodies).
+        assert!(BatchFormat::template(r#"{"events":"$items"}"#).is_err());
+        assert!(BatchFormat::template(r#"{"$items":1}"#).is_err());
+        assert!(BatchFormat::template(r#"{"a":"x $items y"}"#).is_err());
+        assert!(BatchFormat::template(r#"{"a":{"b":[$items]}}"#).is_ok());
+        assert!(BatchFormat::template("$items").is_ok());
     }
 
     #[test]
@@ -351,45 +294,6 @@ mod tests {
         assert_ne!(a, idempotency_key(["xy"]));
         assert_eq!(a.len(), 38);
         assert!(a.starts_with("batch-"));
-    }
-
-    #[test]
-    fn results_by_position_and_by_id() {
-        // Elasticsearch's bulk answer.
-        let es = br#"{"errors":true,"items":[{"index":{"_id":"a","status":201}},{"index":{"_id":"b","status":400,"error":{"type":"mapper_parsing_exception"}}}]}"#;
-        let spec = ResultsSpec {
-            results: "/items".into(),
-            status: "/index/status".into(),
-            id: None,
-        };
-        let r = item_results(&spec, es, &["a", "b", "c"]).expect("results");
-        assert_eq!(r[0].status, 201);
-        assert_eq!(r[1].status, 400);
-        assert_eq!(r[1].position, Some(1));
-        assert!(r[1]
-            .detail
-            .as_deref()
-            .is_some_and(|d| d.contains("mapper_parsing")));
-        assert_eq!(r[2].status, MISSING_RESULT_STATUS);
-        assert_eq!(r[2].position, None);
-        let by_id = ResultsSpec {
-            id: Some("/index/_id".into()),
-            ..spec.clone()
-        };
-        let r = item_results(&by_id, es, &["b", "a"]).expect("results");
-        assert_eq!((r[0].status, r[1].status), (400, 201));
-        // A string status, and no array: the whole answer stands.
-        let s = ResultsSpec {
-            results: "/r".into(),
-            status: "/s".into(),
-            id: None,
-        };
-        assert_eq!(
-            item_results(&s, br#"{"r":[{"s":"503"}]}"#, &["a"]).expect("r")[0].status,
-            503
-        );
-        assert_eq!(item_results(&s, br#"{"ok":true}"#, &["a"]), None);
-        assert_eq!(item_results(&s, b"not json", &["a"]), None);
     }
 
     #[test]

@@ -1,0 +1,291 @@
+//! Fail closed (issue 42): no answer from the API is read as more than it
+//! says. Against a real broker and the API stand-in's batch endpoint with
+//! its faults (`src/sink/faults.rs`), batches of 100 (`json_array`) with
+//! per-item results (`results = "/items"`, `result_status = "/status"`),
+//! each ending with the audit (lost 0, duplicates counted):
+//!
+//! - a proxy answering 200 with an HTML page to 30 % of the batches, and
+//!   10 % of the answers cut mid-body: every event delivered;
+//! - one event of each batch listed twice, 201 and 503, and not stored:
+//!   every event delivered;
+//! - only the first half of each batch accepted and listed: every event
+//!   delivered, the breaker never moves (a 200 proves the API up);
+//! - 503 for 10 s, then 429 (all for 3 s, then 30 %) for 20 s, then 200: every
+//!   event delivered within 60 s of the recovery (a probe answered 429 does
+//!   not leave the breaker half-open for ever);
+//! - a batch of one is a batch: bisection's leaves and lone events go in the
+//!   batch format (the stand-in counts single-event bodies).
+
+mod common;
+
+use common::*;
+use courier::loadgen::{self, Spec};
+use courier::sink::faults::BatchFaults;
+use courier::sink::{Behaviour, SinkHandle};
+use std::collections::HashSet;
+use std::time::Duration;
+
+async fn stand_in(behaviour: Behaviour) -> SinkHandle {
+    SinkHandle::start("127.0.0.1:0".parse().expect("addr"), behaviour)
+        .await
+        .expect("stand-in")
+}
+
+/// The config: batches of 100 with per-item results (`extra`: more
+/// `[api.batch]` lines), the quick `[degraded]` settings.
+fn config(n: &Names, api: &SinkHandle, extra: &str) -> String {
+    config_with(n, api, extra, FAST)
+}
+
+/// [`config`] with `degraded` as the `[degraded]` lines.
+fn config_with(n: &Names, api: &SinkHandle, extra: &str, degraded: &str) -> String {
+    toml_with(n, &format!("http://{}/batch", api.addr()), degraded).replace(
+        "[pipeline]\n",
+        &format!(
+            "[api.batch]\nmax_events = 100\nlinger = \"20ms\"\nresults = \"/items\"\nresult_status = \"/status\"\n{extra}\n[pipeline]\n"
+        ),
+    )
+}
+
+fn spec(prefix: &str) -> Spec {
+    Spec {
+        count: 3_000,
+        keys: 3_000,
+        id_prefix: prefix.into(),
+        ..Spec::default()
+    }
+}
+
+/// Waits until the stand-in has a 2xx for every produced event (through the
+/// main path or the DLQ drain), then the group's commits reach the end.
+async fn wait_all_delivered(
+    s: &Services,
+    n: &Names,
+    api: &SinkHandle,
+    sp: &Spec,
+    timeout: Duration,
+    what: &str,
+) {
+    let ids: Vec<String> = (0..sp.count)
+        .map(|i| loadgen::event_id(&sp.id_prefix, i))
+        .collect();
+    wait_until(timeout, what, || {
+        let delivered = api.audit().delivered;
+        ids.iter().all(|id| delivered.contains_key(id))
+    })
+    .await;
+    n.wait_committed_to_end(s, Duration::from_secs(60)).await;
+}
+
+/// Runs `sp` through one instance against `api`; returns the instance (to
+/// read its metrics) after every event was delivered.
+async fn run(
+    name: &str,
+    s: &Services,
+    n: &Names,
+    api: &SinkHandle,
+    sp: &Spec,
+    extra: &str,
+) -> (Courier, courier::audit::Produced) {
+    let produced = loadgen::produce(&s.brokers, &n.topic, sp)
+        .await
+        .expect("produce");
+    let c = Courier::start(name, s, &config(n, api, extra));
+    wait_all_delivered(
+        s,
+        n,
+        api,
+        sp,
+        Duration::from_secs(180),
+        "every event delivered",
+    )
+    .await;
+    (c, produced)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn html_and_cut_answers_to_batches_are_not_deliveries() {
+    let s = services();
+    let n = Names::new("fc-html", 3);
+    n.create(&s, true).await;
+    let api = stand_in(Behaviour {
+        batch_faults: BatchFaults {
+            html_rate: 0.3,
+            cut_rate: 0.1,
+            ..BatchFaults::default()
+        },
+        ..Behaviour::default()
+    })
+    .await;
+    let sp = spec("fch");
+    let (mut c, produced) = run("fc-html", &s, &n, &api, &sp, "").await;
+    let unreadable = c.metric("courier_batch_results_unreadable_total").await;
+    c.terminate(Duration::from_secs(30)).await;
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("fail-closed html", &rep);
+    assert_eq!(rep.delivered, sp.count, "{rep}");
+    assert!(
+        unreadable > 0.0,
+        "the unreadable answers are counted: {unreadable}"
+    );
+    api.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_listed_twice_with_two_results_is_not_delivered() {
+    let s = services();
+    let n = Names::new("fc-dup", 3);
+    n.create(&s, true).await;
+    let api = stand_in(Behaviour {
+        batch_faults: BatchFaults {
+            conflicting_duplicate: true,
+            ..BatchFaults::default()
+        },
+        ..Behaviour::default()
+    })
+    .await;
+    let sp = spec("fcd");
+    let (mut c, produced) = run("fc-dup", &s, &n, &api, &sp, "result_id = \"/id\"\n").await;
+    c.terminate(Duration::from_secs(30)).await;
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("fail-closed duplicate results", &rep);
+    assert_eq!(rep.delivered, sp.count, "{rep}");
+    api.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_accepted_batches_never_open_the_breaker() {
+    let s = services();
+    let n = Names::new("fc-half", 3);
+    n.create(&s, true).await;
+    let api = stand_in(Behaviour {
+        batch_faults: BatchFaults {
+            accept_half: true,
+            ..BatchFaults::default()
+        },
+        ..Behaviour::default()
+    })
+    .await;
+    let sp = spec("fcf");
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    let mut c = Courier::start("fc-half", &s, &config(&n, &api, ""));
+    // The issue's bound: an API that was up the whole time delivers all
+    // 3,000 within a minute (before: 296 in 120 s, one batch per 5 s).
+    wait_all_delivered(
+        &s,
+        &n,
+        &api,
+        &sp,
+        Duration::from_secs(60),
+        "every event delivered within 60 s",
+    )
+    .await;
+    let transitions = c.metric("courier_breaker_transitions_total").await;
+    c.terminate(Duration::from_secs(30)).await;
+    assert_eq!(
+        transitions, 0.0,
+        "the breaker never moved: every answer was a 200"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("fail-closed half accepted", &rep);
+    assert_eq!(rep.delivered, sp.count, "{rep}");
+    api.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_answered_429_does_not_stall_the_breaker() {
+    let s = services();
+    let n = Names::new("fc-429", 3);
+    n.create(&s, true).await;
+    let api = stand_in(Behaviour {
+        down_status: Some(503),
+        ..Behaviour::default()
+    })
+    .await;
+    let sp = spec("fcr");
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    // The defaults of [degraded] and of the retries, as the issue's user had.
+    let toml = config_with(&n, &api, "", "").replace(
+        "retry_base = \"20ms\"\nretry_max_delay = \"100ms\"\nretry_budget = \"500ms\"\n",
+        "",
+    );
+    assert!(!toml.contains("retry_budget"), "{toml}");
+    let mut c = Courier::start("fc-429", &s, &toml);
+    // The phases of an API coming back under a rate limit: their lengths
+    // are the scenario's, not a wait for something to happen.
+    // The first probes after the 503s are answered 429 (all of them for
+    // the first 3 s), then 30 % of the requests until the API is fully back.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let limited = |rate: f64| BatchFaults {
+        whole_fail_rate: rate,
+        whole_fail_status: 429,
+        ..BatchFaults::default()
+    };
+    api.update_behaviour(|b| {
+        b.down_status = None;
+        b.batch_faults = limited(1.0);
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    api.update_behaviour(|b| b.batch_faults = limited(0.3));
+    tokio::time::sleep(Duration::from_secs(17)).await;
+    api.update_behaviour(|b| b.batch_faults = BatchFaults::default());
+    wait_all_delivered(
+        &s,
+        &n,
+        &api,
+        &sp,
+        Duration::from_secs(60),
+        "every event delivered within 60 s of the API's recovery",
+    )
+    .await;
+    let opened = c.metric("courier_breaker_transitions_total").await;
+    c.terminate(Duration::from_secs(30)).await;
+    assert!(opened > 0.0, "the 503s opened the breaker");
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("fail-closed 503 then 429", &rep);
+    assert_eq!(rep.delivered, sp.count, "{rep}");
+    api.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_one_is_still_a_batch() {
+    let s = services();
+    let n = Names::new("fc-one", 2);
+    n.create(&s, true).await;
+    // Two poison events refuse every batch they are in as a whole: the
+    // bisection goes down to batches of one around them.
+    let sp = spec("fco");
+    let poison: HashSet<String> = [7, 1_500]
+        .iter()
+        .map(|i| loadgen::event_id(&sp.id_prefix, *i))
+        .collect();
+    let api = stand_in(Behaviour {
+        batch_poison_ids: poison.clone(),
+        ..Behaviour::default()
+    })
+    .await;
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    let mut c = Courier::start("fc-one", &s, &config(&n, &api, ""));
+    n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+    c.terminate(Duration::from_secs(30)).await;
+    let audit = api.audit();
+    assert_eq!(
+        audit.batch_singles, 0,
+        "no single-event body on a batched route ({} batch requests)",
+        audit.batch_requests
+    );
+    let parked: HashSet<String> = envelopes(&s, &n.parking)
+        .into_iter()
+        .filter_map(|e| e.event_id)
+        .collect();
+    assert_eq!(parked, poison, "exactly the poison events are parked");
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("fail-closed batch of one", &rep);
+    api.shutdown();
+}
