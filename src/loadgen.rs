@@ -304,7 +304,9 @@ mod tests {
         let f = frame::parse(&framed).unwrap();
         assert_eq!(f.schema_id, 42);
         let schema = AvroSchema::parse(AVRO_SCHEMA, &[]).unwrap();
-        let json = schema.to_json(f.body, JsonOptions::default()).unwrap();
+        let json = schema
+            .to_json(f.body, JsonOptions::default(), usize::MAX)
+            .unwrap();
         let got: serde_json::Value = serde_json::from_slice(&json).unwrap();
         let mut want: serde_json::Value =
             serde_json::from_slice(&event_json("a-1", "t", "key-1", 7, 512)).unwrap();

@@ -12,7 +12,7 @@
 //! | record | an object, fields in schema order |
 //! | array / map | an array / an object |
 //! | decimal (bytes or fixed) | `input.decimal = "string"` (default): a string with every digit, e.g. `"-12.30"`; `"number"`: the same digits as a JSON number |
-//! | big-decimal | its digits, as for decimal |
+//! | big-decimal | its digits, as for decimal (a negative scale appends zeros: `1` at scale −3 is `1000`) |
 //! | uuid | its string |
 //! | date | `input.timestamps = "rfc3339"` (default): `"2026-12-02"`; `"epoch"`: days since 1970-01-01 |
 //! | timestamp-millis / -micros / -nanos | RFC 3339 UTC with 3 / 6 / 9 fraction digits (`"2026-12-02T10:11:12.345Z"`); `"epoch"`: the number as written |
@@ -22,11 +22,30 @@
 //!
 //! Years outside 0000–9999 are written as in JavaScript's `toISOString`
 //! (`+010000-01-01…`, `-000001-…`): RFC 3339 has no such years.
+//!
+//! Bounded on hostile bytes, like Protobuf: nesting stops at
+//! [`MAX_DEPTH`](crate::core::event::MAX_DEPTH) levels; every length and
+//! block count is checked before anything is read or allocated (items that
+//! take bytes against the bytes left, items of no width — `null`, empty
+//! records — against the room left in the output, so all the blocks of a
+//! record together are bounded); a decimal is written with at most 1,000
+//! digits, its scale from −999 to 999, checked before it is converted
+//! (`decimal`; beyond them parked `decimal_out_of_range`); and the JSON is
+//! written into a buffer that stops at `max_event_bytes` (`too_large`).
 
+mod calendar;
+mod decimal;
+mod text;
+
+pub use calendar::civil_from_days;
+pub use decimal::{unscaled_digits, MAX_DIGITS, MAX_SCALE};
+
+use super::capped::{Limited, Over};
 use apache_avro::schema::{Name, Schema};
-use base64::Engine;
+use calendar::{push_date, push_time_of_day, push_timestamp};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use text::{push_base64, push_display, push_float, push_str};
 
 /// `input.decimal`: how an Avro `decimal` is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -76,6 +95,15 @@ pub enum AvroError {
     Trailing(usize),
     #[error("a decoded value does not match its schema")]
     Mismatch,
+    #[error("the record's JSON is larger than max_event_bytes ({0})")]
+    TooLarge(usize),
+    #[error(
+        "a {kind} {problem}: decimals are written with at most {} digits, scales -{} to {}",
+        decimal::MAX_DIGITS,
+        decimal::MAX_SCALE,
+        decimal::MAX_SCALE
+    )]
+    Decimal { kind: &'static str, problem: String },
 }
 
 impl AvroSchema {
@@ -107,19 +135,27 @@ impl AvroSchema {
         self.text_len
     }
 
-    /// Decodes one record body (after the 5-byte header) to JSON text. The
-    /// Avro binary is read here, straight into JSON, with the schema: nesting
-    /// is bounded (a recursive schema cannot exhaust the stack, as the
-    /// crate's own recursive reader can), lengths and counts are checked
-    /// against the bytes left before anything is allocated.
-    pub fn to_json(&self, body: &[u8], opts: JsonOptions) -> Result<Vec<u8>, AvroError> {
+    /// Decodes one record body (after the 5-byte header) to JSON text of at
+    /// most `max_bytes`. The Avro binary is read here, straight into JSON,
+    /// with the schema: nesting is bounded (a recursive schema cannot exhaust
+    /// the stack, as the crate's own recursive reader can), lengths and counts
+    /// are checked before anything is allocated (against the bytes left, or
+    /// for items that take no bytes, against the room left in the output),
+    /// decimals are held to their limits (`decimal`), and the output stops at
+    /// `max_bytes` (`TooLarge`).
+    pub fn to_json(
+        &self,
+        body: &[u8],
+        opts: JsonOptions,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, AvroError> {
         let mut input = body;
-        let mut out = Vec::with_capacity(body.len() * 2 + 16);
+        let mut out = Limited::new(max_bytes, body.len().saturating_mul(2).saturating_add(16));
         self.read(&mut input, &self.schema, &mut out, opts, 0)?;
         if !input.is_empty() {
             return Err(AvroError::Trailing(input.len()));
         }
-        Ok(out)
+        Ok(out.buf)
     }
 
     fn resolve<'s>(&'s self, schema: &'s Schema) -> Result<&'s Schema, AvroError> {
@@ -133,7 +169,7 @@ impl AvroSchema {
         &self,
         input: &mut &[u8],
         schema: &Schema,
-        out: &mut Vec<u8>,
+        out: &mut Limited,
         opts: JsonOptions,
         depth: usize,
     ) -> Result<(), AvroError> {
@@ -147,40 +183,40 @@ impl AvroSchema {
         let schema = self.resolve(schema)?;
         let epoch = opts.timestamps == TimestampMode::Epoch;
         match schema {
-            Schema::Null => out.extend_from_slice(b"null"),
+            Schema::Null => out.put(b"null")?,
             Schema::Boolean => match take(input, 1)? {
-                [0] => out.extend_from_slice(b"false"),
-                [1] => out.extend_from_slice(b"true"),
+                [0] => out.put(b"false")?,
+                [1] => out.put(b"true")?,
                 _ => {
                     return Err(AvroError::Decode(
                         "a boolean that is neither 0 nor 1".into(),
                     ))
                 }
             },
-            Schema::Int => push_display(out, int(input)?),
-            Schema::Long => push_display(out, long(input)?),
+            Schema::Int => push_display(out, int(input)?)?,
+            Schema::Long => push_display(out, long(input)?)?,
             Schema::Float => {
                 let b = take(input, 4)?;
                 let f = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                push_float(out, f64::from(f), f.to_string());
+                push_float(out, f64::from(f), f.to_string())?;
             }
             Schema::Double => {
                 let b = take(input, 8)?;
                 let mut a = [0u8; 8];
                 a.copy_from_slice(b);
                 let f = f64::from_le_bytes(a);
-                push_float(out, f, f.to_string());
+                push_float(out, f, f.to_string())?;
             }
-            Schema::Bytes => push_base64(out, length_prefixed(input)?),
-            Schema::String | Schema::Uuid => push_str(out, utf8(length_prefixed(input)?)?),
-            Schema::Fixed(f) => push_base64(out, take(input, f.size)?),
+            Schema::Bytes => push_base64(out, length_prefixed(input)?)?,
+            Schema::String | Schema::Uuid => push_str(out, utf8(length_prefixed(input)?)?)?,
+            Schema::Fixed(f) => push_base64(out, take(input, f.size)?)?,
             Schema::Enum(e) => {
                 let i = index(input)?;
                 let symbol = e
                     .symbols
                     .get(i)
                     .ok_or_else(|| AvroError::Decode(format!("enum index {i} past its symbols")))?;
-                push_str(out, symbol);
+                push_str(out, symbol)?;
             }
             Schema::Union(u) => {
                 let i = index(input)?;
@@ -191,80 +227,58 @@ impl AvroSchema {
                 self.read(input, branch, out, opts, depth + 1)?;
             }
             Schema::Record(r) => {
-                out.push(b'{');
+                out.put(b"{")?;
                 for (i, f) in r.fields.iter().enumerate() {
                     if i > 0 {
-                        out.push(b',');
+                        out.put(b",")?;
                     }
-                    push_str(out, &f.name);
-                    out.push(b':');
+                    push_str(out, &f.name)?;
+                    out.put(b":")?;
                     self.read(input, &f.schema, out, opts, depth + 1)?;
                 }
-                out.push(b'}');
+                out.put(b"}")?;
             }
             Schema::Array(a) => {
-                out.push(b'[');
+                out.put(b"[")?;
                 let mut first = true;
-                while let Some(n) = self.block(input, &a.items)? {
+                while let Some(n) = self.block(input, &a.items, out)? {
                     for _ in 0..n {
                         if !first {
-                            out.push(b',');
+                            out.put(b",")?;
                         }
                         first = false;
                         self.read(input, &a.items, out, opts, depth + 1)?;
                     }
                 }
-                out.push(b']');
+                out.put(b"]")?;
             }
-            Schema::Map(m) => {
-                // Sorted by key: the wire order is the writer's hash order.
-                let mut entries: Vec<(&str, Vec<u8>)> = Vec::new();
-                while let Some(n) = self.block(input, &Schema::String)? {
-                    for _ in 0..n {
-                        let k = utf8(length_prefixed(input)?)?;
-                        let mut v = Vec::new();
-                        self.read(input, &m.types, &mut v, opts, depth + 1)?;
-                        entries.push((k, v));
-                    }
-                }
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-                out.push(b'{');
-                for (i, (k, v)) in entries.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    push_str(out, k);
-                    out.push(b':');
-                    out.extend_from_slice(v);
-                }
-                out.push(b'}');
-            }
+            Schema::Map(m) => self.read_map(input, &m.types, out, opts, depth)?,
             Schema::Decimal(d) => {
                 let raw = match self.resolve(&d.inner)? {
                     Schema::Fixed(f) => take(input, f.size)?,
                     _ => length_prefixed(input)?,
                 };
-                push_decimal(out, &unscaled_digits(raw), d.scale, opts.decimal);
+                let scale = i64::try_from(d.scale).unwrap_or(i64::MAX);
+                decimal::write(out, "decimal", raw, scale, opts.decimal)?;
             }
             Schema::BigDecimal => {
                 // bytes holding the unscaled value (length-prefixed) and the scale.
                 let mut inner = length_prefixed(input)?;
-                let digits = unscaled_digits(length_prefixed(&mut inner)?);
-                let scale = usize::try_from(long(&mut inner)?)
-                    .map_err(|_| AvroError::Decode("a negative big-decimal scale".into()))?;
-                push_decimal(out, &digits, scale, opts.decimal);
+                let unscaled = length_prefixed(&mut inner)?;
+                let scale = long(&mut inner)?;
+                decimal::write(out, "big-decimal", unscaled, scale, opts.decimal)?;
             }
-            Schema::Date if epoch => push_display(out, int(input)?),
+            Schema::Date if epoch => push_display(out, int(input)?)?,
             Schema::Date => {
                 let (y, m, day) = civil_from_days(i64::from(int(input)?));
-                out.push(b'"');
-                push_date(out, y, m, day);
-                out.push(b'"');
+                out.put(b"\"")?;
+                push_date(out, y, m, day)?;
+                out.put(b"\"")?;
             }
-            Schema::TimeMillis if epoch => push_display(out, int(input)?),
-            Schema::TimeMillis => push_time_of_day(out, i64::from(int(input)?), 1_000, 3),
-            Schema::TimeMicros if epoch => push_display(out, long(input)?),
-            Schema::TimeMicros => push_time_of_day(out, long(input)?, 1_000_000, 6),
+            Schema::TimeMillis if epoch => push_display(out, int(input)?)?,
+            Schema::TimeMillis => push_time_of_day(out, i64::from(int(input)?), 1_000, 3)?,
+            Schema::TimeMicros if epoch => push_display(out, long(input)?)?,
+            Schema::TimeMicros => push_time_of_day(out, long(input)?, 1_000_000, 6)?,
             Schema::TimestampMillis
             | Schema::TimestampMicros
             | Schema::TimestampNanos
@@ -273,15 +287,15 @@ impl AvroSchema {
             | Schema::LocalTimestampNanos
                 if epoch =>
             {
-                push_display(out, long(input)?)
+                push_display(out, long(input)?)?
             }
-            Schema::TimestampMillis => push_timestamp(out, long(input)?, 1_000, 3, true),
-            Schema::TimestampMicros => push_timestamp(out, long(input)?, 1_000_000, 6, true),
-            Schema::TimestampNanos => push_timestamp(out, long(input)?, 1_000_000_000, 9, true),
-            Schema::LocalTimestampMillis => push_timestamp(out, long(input)?, 1_000, 3, false),
-            Schema::LocalTimestampMicros => push_timestamp(out, long(input)?, 1_000_000, 6, false),
+            Schema::TimestampMillis => push_timestamp(out, long(input)?, 1_000, 3, true)?,
+            Schema::TimestampMicros => push_timestamp(out, long(input)?, 1_000_000, 6, true)?,
+            Schema::TimestampNanos => push_timestamp(out, long(input)?, 1_000_000_000, 9, true)?,
+            Schema::LocalTimestampMillis => push_timestamp(out, long(input)?, 1_000, 3, false)?,
+            Schema::LocalTimestampMicros => push_timestamp(out, long(input)?, 1_000_000, 6, false)?,
             Schema::LocalTimestampNanos => {
-                push_timestamp(out, long(input)?, 1_000_000_000, 9, false)
+                push_timestamp(out, long(input)?, 1_000_000_000, 9, false)?
             }
             Schema::Duration => {
                 let b = take(input, 12)?;
@@ -294,18 +308,61 @@ impl AvroSchema {
                         u(4),
                         u(8)
                     ),
-                );
+                )?;
             }
             Schema::Ref { .. } => return Err(AvroError::Mismatch),
         }
         Ok(())
     }
 
+    /// A map, its entries sorted by key (the wire order is the writer's hash
+    /// order): each `"key":value` is written where it falls, then the
+    /// entries are put in order (the copy is inside the same limit).
+    fn read_map(
+        &self,
+        input: &mut &[u8],
+        values: &Schema,
+        out: &mut Limited,
+        opts: JsonOptions,
+        depth: usize,
+    ) -> Result<(), AvroError> {
+        out.put(b"{")?;
+        let start = out.buf.len();
+        let mut entries: Vec<(&str, std::ops::Range<usize>)> = Vec::new();
+        while let Some(n) = self.block(input, &Schema::String, out)? {
+            for _ in 0..n {
+                let k = utf8(length_prefixed(input)?)?;
+                let from = out.buf.len() - start;
+                push_str(out, k)?;
+                out.put(b":")?;
+                self.read(input, values, out, opts, depth + 1)?;
+                entries.push((k, from..out.buf.len() - start));
+            }
+        }
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        let written = out.buf.split_off(start);
+        for (i, (_, at)) in entries.into_iter().enumerate() {
+            if i > 0 {
+                out.put(b",")?;
+            }
+            out.put(&written[at])?;
+        }
+        Ok(out.put(b"}")?)
+    }
+
     /// The item count of the next block of an array or map (`None`: the end).
     /// A negative count is followed by the block's size in bytes. A count is
-    /// refused when its items could not fit in the bytes left (items of no
-    /// width, such as `null`, at most [`MAX_EMPTY_ITEMS`] a block).
-    fn block(&self, input: &mut &[u8], item: &Schema) -> Result<Option<u64>, AvroError> {
+    /// refused before its items are read when they could not fit: items that
+    /// take bytes in the bytes left of the record, items of no width (`null`,
+    /// empty records) in the room left in the output (each writes at least two
+    /// bytes and a comma), so the counts of all the blocks of a record are
+    /// bounded together by `max_event_bytes`.
+    fn block(
+        &self,
+        input: &mut &[u8],
+        item: &Schema,
+        out: &Limited,
+    ) -> Result<Option<u64>, AvroError> {
         let n = long(input)?;
         if n == 0 {
             return Ok(None);
@@ -314,12 +371,11 @@ impl AvroSchema {
             let _size = long(input)?;
         }
         let n = n.unsigned_abs();
-        let fits = if self.zero_width(item, 0) {
-            n <= MAX_EMPTY_ITEMS
-        } else {
-            n <= input.len() as u64
-        };
-        if !fits {
+        if self.zero_width(item, 0) {
+            if n.saturating_mul(3) > (out.room() as u64).saturating_add(1) {
+                return Err(AvroError::TooLarge(out.max));
+            }
+        } else if n > input.len() as u64 {
             return Err(AvroError::Decode(format!(
                 "a block of {n} items in {} bytes",
                 input.len()
@@ -344,9 +400,6 @@ impl AvroSchema {
         }
     }
 }
-
-/// The most items of no width (`null`, empty records) one block may count.
-const MAX_EMPTY_ITEMS: u64 = 1024;
 
 fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8], AvroError> {
     if input.len() < n {
@@ -394,16 +447,6 @@ fn utf8(b: &[u8]) -> Result<&str, AvroError> {
         .map_err(|e| AvroError::Decode(format!("a string that is not UTF-8: {e}")))
 }
 
-fn push_base64(out: &mut Vec<u8>, b: &[u8]) {
-    out.push(b'"');
-    out.extend_from_slice(
-        base64::engine::general_purpose::STANDARD
-            .encode(b)
-            .as_bytes(),
-    );
-    out.push(b'"');
-}
-
 /// Every named type in a schema, by full name.
 fn collect_names(schema: &Schema, names: &mut HashMap<Name, Schema>) {
     match schema {
@@ -430,168 +473,13 @@ fn collect_names(schema: &Schema, names: &mut HashMap<Name, Schema>) {
     }
 }
 
-fn push_display(out: &mut Vec<u8>, v: impl std::fmt::Display) {
-    use std::io::Write;
-    let _ = write!(out, "{v}");
-}
-
-fn push_str(out: &mut Vec<u8>, s: &str) {
-    // serde_json's escaping; writing to a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
-}
-
-fn push_float(out: &mut Vec<u8>, f: f64, text: String) {
-    if f.is_nan() {
-        out.extend_from_slice(b"\"NaN\"");
-    } else if f.is_infinite() {
-        out.extend_from_slice(if f > 0.0 {
-            b"\"Infinity\""
-        } else {
-            b"\"-Infinity\""
-        });
-    } else if text.contains(['.', 'e', 'E']) {
-        out.extend_from_slice(text.as_bytes());
-    } else {
-        // `1` from Rust's float Display is valid JSON; keep it a float's text.
-        out.extend_from_slice(text.as_bytes());
-        out.extend_from_slice(b".0");
+impl From<Over> for AvroError {
+    fn from(o: Over) -> AvroError {
+        AvroError::TooLarge(o.0)
     }
 }
 
-/// The decimal digits of a big-endian two's-complement integer, with a `-`
-/// when negative.
-pub fn unscaled_digits(bytes: &[u8]) -> String {
-    if bytes.is_empty() {
-        return "0".into();
-    }
-    let negative = bytes[0] & 0x80 != 0;
-    // The magnitude: two's complement negated when negative.
-    let mut mag: Vec<u8> = bytes.to_vec();
-    if negative {
-        for b in mag.iter_mut() {
-            *b = !*b;
-        }
-        for b in mag.iter_mut().rev() {
-            let (v, carry) = b.overflowing_add(1);
-            *b = v;
-            if !carry {
-                break;
-            }
-        }
-    }
-    // Repeated division by 10^9 of the big-endian magnitude.
-    let mut chunks: Vec<u32> = Vec::new();
-    let mut num: Vec<u8> = mag.into_iter().skip_while(|b| *b == 0).collect();
-    while !num.is_empty() {
-        let mut rem: u64 = 0;
-        let mut next = Vec::with_capacity(num.len());
-        for b in &num {
-            let cur = (rem << 8) | u64::from(*b);
-            let q = cur / 1_000_000_000;
-            rem = cur % 1_000_000_000;
-            if !next.is_empty() || q != 0 {
-                next.push(q as u8);
-            }
-        }
-        chunks.push(rem as u32);
-        num = next;
-    }
-    let mut s = String::new();
-    if negative {
-        s.push('-');
-    }
-    match chunks.split_last() {
-        None => s.push('0'),
-        Some((top, rest)) => {
-            s.push_str(&top.to_string());
-            for c in rest.iter().rev() {
-                s.push_str(&format!("{c:09}"));
-            }
-        }
-    }
-    s
-}
-
-/// Places the decimal point `scale` digits from the right of `digits`.
-fn push_decimal(out: &mut Vec<u8>, digits: &str, scale: usize, mode: DecimalMode) {
-    let (sign, digits) = match digits.strip_prefix('-') {
-        Some(d) => ("-", d),
-        None => ("", digits),
-    };
-    let text = if scale == 0 {
-        format!("{sign}{digits}")
-    } else if digits.len() > scale {
-        let (int, frac) = digits.split_at(digits.len() - scale);
-        format!("{sign}{int}.{frac}")
-    } else {
-        format!("{sign}0.{}{digits}", "0".repeat(scale - digits.len()))
-    };
-    match mode {
-        DecimalMode::String => push_str(out, &text),
-        DecimalMode::Number => out.extend_from_slice(text.as_bytes()),
-    }
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
-/// (H. Hinnant's `civil_from_days`).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-fn push_date(out: &mut Vec<u8>, y: i64, m: u32, d: u32) {
-    use std::io::Write;
-    let _ = if (0..=9999).contains(&y) {
-        write!(out, "{y:04}-{m:02}-{d:02}")
-    } else if y < 0 {
-        write!(out, "-{:06}-{m:02}-{d:02}", y.unsigned_abs())
-    } else {
-        write!(out, "+{y:06}-{m:02}-{d:02}")
-    };
-}
-
-fn push_clock(out: &mut Vec<u8>, second_of_day: i64, frac: i64, digits: usize) {
-    use std::io::Write;
-    let (h, mi, s) = (
-        second_of_day / 3600,
-        second_of_day / 60 % 60,
-        second_of_day % 60,
-    );
-    let _ = write!(out, "{h:02}:{mi:02}:{s:02}.{frac:0digits$}");
-}
-
-fn push_time_of_day(out: &mut Vec<u8>, t: i64, per_second: i64, digits: usize) {
-    out.push(b'"');
-    push_clock(
-        out,
-        t.div_euclid(per_second).rem_euclid(86_400),
-        t.rem_euclid(per_second),
-        digits,
-    );
-    out.push(b'"');
-}
-
-fn push_timestamp(out: &mut Vec<u8>, t: i64, per_second: i64, digits: usize, utc: bool) {
-    let secs = t.div_euclid(per_second);
-    let frac = t.rem_euclid(per_second);
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    out.push(b'"');
-    push_date(out, y, m, d);
-    out.push(b'T');
-    push_clock(out, secs.rem_euclid(86_400), frac, digits);
-    if utc {
-        out.push(b'Z');
-    }
-    out.push(b'"');
-}
-
+#[cfg(test)]
+mod bounds_tests;
 #[cfg(test)]
 mod tests;

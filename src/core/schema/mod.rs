@@ -7,6 +7,7 @@
 //! `input.format = "json"` reads a record.
 
 pub mod avro;
+mod capped;
 pub mod frame;
 pub mod json_schema;
 pub mod protobuf;
@@ -139,7 +140,7 @@ pub(crate) fn decode_framed<'s>(
 /// The JSON (UTF-8 text) a registry-framed `value` of `format` is read as, with
 /// the schema `lookup` gives for its id: what [`decode_framed`] then reads as
 /// `input.format = "json"` reads a record, and what `courier dlq inspect`
-/// shows. Avro and Protobuf decoded to JSON (Protobuf's at most `max_bytes`),
+/// shows. Avro and Protobuf decoded to JSON (at most `max_bytes`),
 /// JSON Schema records checked and kept as written.
 pub fn framed_json<'s>(
     value: &[u8],
@@ -181,7 +182,7 @@ fn framed_bytes<'s>(
             error: e.clone(),
         })),
         (InputFormat::Avro, Some(Resolved::Avro(s))) => s
-            .to_json(framed.body, json_options)
+            .to_json(framed.body, json_options, max_bytes)
             .map(bytes::Bytes::from)
             .map_err(|error| schema_bad(SchemaError::Avro { id, error })),
         (InputFormat::Protobuf, Some(Resolved::Protobuf(s))) => s
@@ -262,6 +263,14 @@ impl SchemaError {
                     "malformed_avro"
                 }
             },
+            SchemaError::Avro {
+                error: avro::AvroError::TooLarge(_),
+                ..
+            } => "too_large",
+            SchemaError::Avro {
+                error: avro::AvroError::Decimal { .. },
+                ..
+            } => "decimal_out_of_range",
             SchemaError::Avro { .. } => "malformed_avro",
             SchemaError::Protobuf {
                 error: protobuf::ProtoError::TooLarge(_),

@@ -37,6 +37,7 @@
 //! into a buffer that stops at `max_event_bytes` (`too_large`), so a record
 //! of empty sub-messages cannot blow up into a huge document.
 
+use super::capped::Limited;
 use super::frame;
 use super::Referenced;
 use base64::Engine;
@@ -133,11 +134,7 @@ impl ProtoSchema {
                 message: desc.full_name().to_string(),
                 error: e.to_string(),
             })?;
-        let mut out = Limited {
-            buf: Vec::with_capacity((bytes.len() * 2 + 16).min(max_bytes)),
-            max: max_bytes,
-            over: false,
-        };
+        let mut out = Limited::new(max_bytes, bytes.len() * 2 + 16);
         let options = SerializeOptions::new().skip_default_fields(false);
         let mut ser = serde_json::Serializer::new(&mut out);
         match message.serialize_with_options(&mut ser, &options) {
@@ -173,30 +170,6 @@ impl protox::file::FileResolver for Files {
             .get(name)
             .cloned()
             .ok_or_else(|| protox::Error::file_not_found(name))
-    }
-}
-
-/// A buffer that refuses to grow past `max` bytes (`over` once it refused).
-pub(super) struct Limited {
-    pub buf: Vec<u8>,
-    pub max: usize,
-    pub over: bool,
-}
-
-impl std::io::Write for Limited {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        if self.buf.len().saturating_add(b.len()) > self.max {
-            self.over = true;
-            return Err(std::io::Error::other(
-                "the JSON is larger than max_event_bytes",
-            ));
-        }
-        self.buf.extend_from_slice(b);
-        Ok(b.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 

@@ -1,6 +1,8 @@
 //! Each Avro type to its JSON, with bytes written by the apache-avro crate's
 //! own encoder from the same schema.
 
+use super::calendar::{push_date, push_timestamp};
+use super::text::push_float;
 use super::*;
 use apache_avro::types::Value as V;
 use apache_avro::{Days, Decimal, Duration, Millis, Months};
@@ -36,6 +38,10 @@ const SCHEMA: &str = r#"{
     {"name": "when", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}
   ]
 }"#;
+
+/// The output limit of the tests that are not about it (the default
+/// `max_event_bytes`).
+const MAX: usize = 1 << 20;
 
 /// 2026-12-02T10:11:12.345Z in milliseconds.
 const TS_MS: i64 = 1_796_206_272_345;
@@ -97,7 +103,7 @@ fn encoded() -> (AvroSchema, Vec<u8>) {
 
 fn json(opts: JsonOptions) -> serde_json::Value {
     let (schema, bytes) = encoded();
-    let text = schema.to_json(&bytes, opts).unwrap();
+    let text = schema.to_json(&bytes, opts, MAX).unwrap();
     serde_json::from_slice(&text).unwrap()
 }
 
@@ -122,7 +128,8 @@ fn every_type_by_the_documented_mapping() {
 #[test]
 fn fields_keep_schema_order_and_text_is_exact() {
     let (schema, bytes) = encoded();
-    let text = String::from_utf8(schema.to_json(&bytes, JsonOptions::default()).unwrap()).unwrap();
+    let text =
+        String::from_utf8(schema.to_json(&bytes, JsonOptions::default(), MAX).unwrap()).unwrap();
     assert!(
         text.starts_with(r#"{"n":null,"ok":true,"i":-7,"l":9007199254740993,"#),
         "{text}"
@@ -154,6 +161,7 @@ fn epoch_and_number_modes() {
                     decimal: DecimalMode::Number,
                     timestamps: TimestampMode::Epoch,
                 },
+                MAX,
             )
             .unwrap(),
     )
@@ -181,11 +189,12 @@ fn decimals_keep_every_digit() {
     assert_eq!(unscaled_digits(&[0x00, 0x00]), "0");
     assert_eq!(unscaled_digits(&[]), "0");
     assert_eq!(unscaled_digits(&[0x3b, 0x9a, 0xca, 0x00]), "1000000000");
-    let mut out = Vec::new();
-    push_decimal(&mut out, "-5", 3, DecimalMode::String);
-    push_decimal(&mut out, "12300", 2, DecimalMode::String);
-    push_decimal(&mut out, "7", 0, DecimalMode::Number);
-    assert_eq!(String::from_utf8(out).unwrap(), r#""-0.005""123.00"7"#);
+    assert_eq!(decimal::placed("-5", 3), "-0.005");
+    assert_eq!(decimal::placed("12300", 2), "123.00");
+    assert_eq!(decimal::placed("7", 0), "7");
+    assert_eq!(decimal::placed("-7", -3), "-7000");
+    assert_eq!(decimal::placed("0", -3), "0");
+    assert_eq!(decimal::placed("0", 2), "0.00");
 }
 
 #[test]
@@ -195,29 +204,29 @@ fn calendar_dates_across_eras() {
     assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     assert_eq!(civil_from_days(-719_468), (0, 3, 1));
     assert_eq!(civil_from_days(2_932_896), (9999, 12, 31));
-    let mut out = Vec::new();
-    push_date(&mut out, 10_000, 1, 1);
-    push_date(&mut out, -1, 1, 1);
+    let mut out = Limited::new(MAX, 0);
+    push_date(&mut out, 10_000, 1, 1).unwrap();
+    push_date(&mut out, -1, 1, 1).unwrap();
     assert_eq!(
-        String::from_utf8(out).unwrap(),
+        String::from_utf8(out.buf).unwrap(),
         "+010000-01-01-000001-01-01"
     );
     // Extreme timestamps do not overflow.
-    let mut out = Vec::new();
-    push_timestamp(&mut out, i64::MIN, 1_000_000_000, 9, true);
-    push_timestamp(&mut out, i64::MAX, 1, 0, true);
-    assert!(!out.is_empty());
+    let mut out = Limited::new(MAX, 0);
+    push_timestamp(&mut out, i64::MIN, 1_000_000_000, 9, true).unwrap();
+    push_timestamp(&mut out, i64::MAX, 1, 0, true).unwrap();
+    assert!(!out.buf.is_empty());
 }
 
 #[test]
 fn floats_that_json_cannot_hold_are_strings() {
-    let mut out = Vec::new();
-    push_float(&mut out, f64::NAN, "NaN".into());
-    push_float(&mut out, f64::INFINITY, "inf".into());
-    push_float(&mut out, f64::NEG_INFINITY, "-inf".into());
-    push_float(&mut out, 2.0, 2.0f64.to_string());
+    let mut out = Limited::new(MAX, 0);
+    push_float(&mut out, f64::NAN, "NaN".into()).unwrap();
+    push_float(&mut out, f64::INFINITY, "inf".into()).unwrap();
+    push_float(&mut out, f64::NEG_INFINITY, "-inf".into()).unwrap();
+    push_float(&mut out, 2.0, 2.0f64.to_string()).unwrap();
     assert_eq!(
-        String::from_utf8(out).unwrap(),
+        String::from_utf8(out.buf).unwrap(),
         r#""NaN""Infinity""-Infinity"2.0"#
     );
 }
@@ -227,23 +236,23 @@ fn bytes_that_do_not_decode_are_refused() {
     let (schema, bytes) = encoded();
     // Cut short.
     assert!(matches!(
-        schema.to_json(&bytes[..bytes.len() - 3], JsonOptions::default()),
+        schema.to_json(&bytes[..bytes.len() - 3], JsonOptions::default(), MAX),
         Err(AvroError::Decode(_))
     ));
     // Left over.
     let mut more = bytes.clone();
     more.push(0);
     assert!(matches!(
-        schema.to_json(&more, JsonOptions::default()),
+        schema.to_json(&more, JsonOptions::default(), MAX),
         Err(AvroError::Trailing(1))
     ));
     // An enum index past its symbols.
     let e = AvroSchema::parse(r#"{"type":"enum","name":"E","symbols":["A"]}"#, &[]).unwrap();
-    assert!(e.to_json(&[0x08], JsonOptions::default()).is_err());
+    assert!(e.to_json(&[0x08], JsonOptions::default(), MAX).is_err());
     // A string length far past the record.
     let s = AvroSchema::parse(r#""string""#, &[]).unwrap();
     assert!(s
-        .to_json(&[0xfe, 0xff, 0xff, 0xff, 0x0f], JsonOptions::default())
+        .to_json(&[0xfe, 0xff, 0xff, 0xff, 0x0f], JsonOptions::default(), MAX)
         .is_err());
     assert!(matches!(
         AvroSchema::parse("{not a schema", &[]),
@@ -263,7 +272,7 @@ fn references_resolve() {
     let bytes = apache_avro::to_avro_datum_schemata(&parsed, list.iter().collect(), value).unwrap();
     let schema = AvroSchema::parse(order, &[line.to_string()]).unwrap();
     assert_eq!(
-        schema.to_json(&bytes, JsonOptions::default()).unwrap(),
+        schema.to_json(&bytes, JsonOptions::default(), MAX).unwrap(),
         br#"{"line":{"sku":"A"}}"#
     );
 }
@@ -275,9 +284,11 @@ fn a_recursive_schema_is_bounded() {
     // 300 levels of `next`: union branch 1 (zig-zag 2) each, then null (branch 0).
     let mut bytes = vec![2u8; 300];
     bytes.push(0);
-    assert!(schema.to_json(&bytes, JsonOptions::default()).is_err());
+    assert!(schema.to_json(&bytes, JsonOptions::default(), MAX).is_err());
     assert_eq!(
-        schema.to_json(&[2, 0], JsonOptions::default()).unwrap(),
+        schema
+            .to_json(&[2, 0], JsonOptions::default(), MAX)
+            .unwrap(),
         br#"{"next":{"next":null}}"#
     );
 }
