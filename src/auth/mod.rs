@@ -14,13 +14,20 @@
 //!   [`AuthFailure`], why a request has no credential to send.
 //!
 //! Secrets never reach a log line, a metric, an envelope or `/status`: header
-//! values are marked sensitive, and the client redacts the current values from
-//! every answer's excerpt.
+//! values are marked sensitive, and the client redacts the current values and
+//! the last two each replaced from every answer's excerpt. Secret files are
+//! read up to 64 KiB; one every user may read is warned about once.
+//!
+//! A 401 from the API: a token file is re-read; an OAuth2 token is refreshed at
+//! most once per `api.oauth2.unauthorized_refresh_interval` for 401s, and not
+//! at all while other calls are answered 2xx with a young one
+//! (`core::credentials::unauthorized`).
 
 pub mod oauth2;
 pub mod secret;
 
 use crate::config::{ApiConfig, ConfigError};
+use crate::core::credentials::unauthorized;
 use crate::core::webhook_signature;
 use crate::status_page::{CredentialSnapshot, StatusBoard};
 use reqwest::header::HeaderValue;
@@ -159,17 +166,36 @@ impl Auth {
         }
     }
 
-    /// The API answered 401 to a request that carried `used`: `true` when a
-    /// different credential may now be sent (a token to fetch, a token file
-    /// that changed), for one more try of the same request.
-    pub async fn unauthorized(&self, used: &HeaderValue) -> bool {
+    /// The API answered 401 to a request that carried `used`, with
+    /// `www_authenticate` (RFC 6750 §3): the different credential to send the
+    /// same request once more with (a token file that changed, another OAuth2
+    /// token), or `None` (the 401 stands). An OAuth2 token is refreshed at
+    /// most once per `api.oauth2.unauthorized_refresh_interval` for 401s.
+    pub async fn unauthorized(
+        &self,
+        used: &HeaderValue,
+        www_authenticate: Option<&HeaderValue>,
+    ) -> Option<HeaderValue> {
         match &self.bearer {
-            None => false,
+            None => None,
             Some(Bearer::Static(w)) => {
                 w.reload().await;
-                *w.get() != *used
+                let now = (*w.get()).clone();
+                (now != *used).then_some(now)
             }
-            Some(Bearer::OAuth2(t)) => t.unauthorized(used),
+            Some(Bearer::OAuth2(t)) => {
+                let challenge =
+                    unauthorized::challenge(www_authenticate.map(HeaderValue::as_bytes));
+                t.unauthorized(used, challenge).await
+            }
+        }
+    }
+
+    /// A request that carried `used` was answered 2xx (the OAuth2 token is
+    /// accepted: a 401 to another route does not drop it while it is young).
+    pub fn accepted(&self, used: &HeaderValue) {
+        if let Some(Bearer::OAuth2(t)) = &self.bearer {
+            t.accepted(used);
         }
     }
 
@@ -187,18 +213,21 @@ impl Auth {
         ])
     }
 
-    /// The secrets' current texts, for redaction from answers (the static
-    /// token; OAuth2 tokens are never echoed in a form we could miss: their
-    /// header values are sensitive, and the current one is redacted too).
+    /// The secrets' texts, for redaction from answers: the current values and
+    /// the last ones they replaced (a request sent just before a rotation may
+    /// be answered, and echoed, after it) — the static token, the OAuth2
+    /// tokens, the signing secrets.
     pub fn current_secrets(&self) -> Vec<String> {
         let mut out = Vec::new();
         match &self.bearer {
-            Some(Bearer::Static(w)) => out.push(w.text()),
-            Some(Bearer::OAuth2(t)) => out.extend(t.current_token()),
+            Some(Bearer::Static(w)) => out.extend(w.texts()),
+            Some(Bearer::OAuth2(t)) => out.extend(t.tokens_to_redact()),
             None => {}
         }
         if let Some(s) = &self.signing {
-            out.extend(s.text().split_whitespace().map(String::from));
+            for text in s.texts() {
+                out.extend(text.split_whitespace().map(String::from));
+            }
         }
         out
     }
@@ -214,4 +243,42 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         cur = s.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 42: only the current credential was redacted from answers'
+    /// excerpts; an API echoing a request sent just before a rotation put the
+    /// replaced token in the DLQ record.
+    #[tokio::test]
+    async fn a_rotated_token_stays_in_the_redaction_set() {
+        let dir = std::env::temp_dir().join(format!("courier-auth-redact-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("token");
+        std::fs::write(&path, "token-old-1111\n").expect("write");
+        let cfg = ApiConfig {
+            token_file: Some(path.clone()),
+            ..ApiConfig::default()
+        };
+        let auth = Auth::from_config(&cfg, None).expect("auth");
+        assert_eq!(auth.current_secrets(), ["token-old-1111"]);
+        std::fs::write(&path, "token-new-2222\n").expect("rotate");
+        // The file is re-read every second: wait for the new value.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !auth.current_secrets().iter().any(|s| s == "token-new-2222") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the rotation was not seen"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let secrets = auth.current_secrets();
+        assert!(
+            secrets.iter().any(|s| s == "token-old-1111"),
+            "the replaced token is no longer redacted: {secrets:?}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

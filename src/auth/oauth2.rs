@@ -11,11 +11,17 @@
 //! the client's credentials). Both are systemic for the calls waiting: the
 //! group pauses, no event is parked for it. The token endpoint's `error` field
 //! is logged once per change of reason; the token and the secret never are.
+//!
+//! A 401 from the API never drops the token: `core::credentials::unauthorized`
+//! decides whether the refused call sends again with another token, waits for
+//! a refresh it starts (at most one per `api.oauth2.unauthorized_refresh_interval`),
+//! or keeps its 401; the other calls send with the cached token meanwhile.
 
 use super::secret::Watched;
 use super::AuthFailure;
 use crate::clock::now_ms;
 use crate::config::{AuthStyle, ConfigError, OAuth2Config};
+use crate::core::credentials::unauthorized::{self, Challenge, Step};
 use crate::core::credentials::{self, TokenStep, TokenTimes};
 use crate::metrics as m;
 use crate::status_page::{CredentialSnapshot, StatusBoard};
@@ -29,12 +35,8 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A token answer without `expires_in` is used for this long.
-pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 /// How long a call waits for the next fetch once the last one failed.
 pub const FAILING_WAIT: Duration = Duration::from_secs(1);
-/// The shortest lifetime a token is used for (`expires_in: 0` included).
-pub const MIN_LIFETIME: Duration = Duration::from_secs(1);
 /// The most of a token endpoint's answer read.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
@@ -48,9 +50,14 @@ pub struct TokenSource {
     http: reqwest::Client,
     /// How long a call waits for a token at most (`api.request_timeout`).
     wait: Duration,
+    /// `api.oauth2.unauthorized_refresh_interval`.
+    interval: Duration,
     state: Mutex<State>,
     /// Held while a fetch is in flight: one at a time.
     fetch: tokio::sync::Mutex<()>,
+    /// Told each time `fetching` is cleared (a 401 that joined a fetch waits
+    /// for it).
+    fetch_done: tokio::sync::Notify,
     board: Option<Arc<StatusBoard>>,
 }
 
@@ -65,11 +72,19 @@ struct State {
     /// for the fetch lock sees whether someone else fetched meanwhile.
     generation: u64,
     last_refresh_ms: Option<i64>,
+    /// No refresh caused by a 401 before this.
+    quiet_until: Option<Instant>,
+    /// The tokens the cached one replaced, newest first (for redaction only).
+    previous: Vec<HeaderValue>,
 }
 
 #[derive(Clone)]
 struct Issued {
     header: HeaderValue,
+    /// When it was asked for.
+    asked: Instant,
+    /// A call with it was answered 2xx.
+    accepted: bool,
     refresh_at: Instant,
     expires_at: Instant,
     expires_ms: i64,
@@ -151,8 +166,10 @@ impl TokenSource {
             },
             http,
             wait: request_timeout,
+            interval: cfg.unauthorized_refresh_interval,
             state: Mutex::new(State::default()),
             fetch: tokio::sync::Mutex::new(()),
+            fetch_done: tokio::sync::Notify::new(),
             board,
         })
     }
@@ -213,16 +230,76 @@ impl TokenSource {
         }
     }
 
-    /// The API answered 401 to `used`: unless a newer token is cached already,
-    /// the cached one is dropped (the next call fetches). `true`: there is (or
-    /// will be) another token to retry with.
-    pub fn unauthorized(&self, used: &HeaderValue) -> bool {
-        let mut s = self.lock();
-        if s.token.as_ref().is_some_and(|t| t.header == used) {
-            s.token = None;
-            s.generation += 1;
+    /// The API answered 401 to a call that carried `used`, saying `challenge`:
+    /// the token to send that call again with (a different one), or `None`
+    /// (the 401 stands). Never drops the cached token; see
+    /// `core::credentials::unauthorized` for when a refresh is started.
+    pub async fn unauthorized(
+        self: &Arc<Self>,
+        used: &HeaderValue,
+        challenge: Challenge,
+    ) -> Option<HeaderValue> {
+        let now = Instant::now();
+        let fetch_done = self.fetch_done.notified();
+        let (step, generation) = {
+            let mut s = self.lock();
+            let cached = s.token.as_ref().filter(|t| now < t.expires_at);
+            let case = unauthorized::Case {
+                used_cached: cached.is_some_and(|t| t.header == used),
+                fetching: s.fetching,
+                issued: cached.map(|t| t.asked),
+                expires: cached.map(|t| t.expires_at),
+                accepted: cached.is_some_and(|t| t.accepted),
+                quiet_until: s.quiet_until,
+                retry_at: s.retry_at,
+                challenge,
+            };
+            let step = unauthorized::step(&case, now, self.interval, rand::random());
+            if let Step::Refresh { quiet_until } = step {
+                if quiet_until.is_some() {
+                    s.quiet_until = quiet_until;
+                }
+                s.fetching = true;
+            }
+            (step, s.generation)
+        };
+        match step {
+            Step::Resend => {}
+            Step::Join => {
+                // Told when the fetch in flight ends (registered before the
+                // state was read: its end cannot be missed).
+                let _ = tokio::time::timeout(self.wait, fetch_done).await;
+            }
+            Step::Refresh { quiet_until } => {
+                tracing::debug!(
+                    expiring = quiet_until.is_none(),
+                    "the API answered 401 to the cached OAuth2 token: refreshing it (for 401s at most once per {:?})",
+                    self.interval
+                );
+                // A task of its own: the refresh ends (and clears `fetching`)
+                // even if this call stops waiting for it.
+                let this = self.clone();
+                let refresh = tokio::spawn(async move { this.fetch_after(generation).await });
+                let _ = tokio::time::timeout(self.wait, refresh).await;
+            }
+            Step::Keep(why) => {
+                tracing::trace!(why = why.as_str(), "a 401 leaves the OAuth2 token as it is");
+                return None;
+            }
         }
-        true
+        let fresh = self.bearer().await.ok()?;
+        (fresh != used).then_some(fresh)
+    }
+
+    /// A call that carried `used` was answered 2xx: the token is accepted (a
+    /// 401 to another call does not drop it while it is young).
+    pub fn accepted(&self, used: &HeaderValue) {
+        let mut s = self.lock();
+        if let Some(t) = s.token.as_mut() {
+            if !t.accepted && t.header == used {
+                t.accepted = true;
+            }
+        }
     }
 
     /// Fetches a token unless another fetch ended since `generation` was seen.
@@ -231,20 +308,22 @@ impl TokenSource {
         {
             let mut s = self.lock();
             if s.generation != generation {
-                s.fetching = false;
+                drop(s);
+                self.clear_fetching();
                 return;
             }
             s.fetching = true;
         }
+        // Cleared however this ends (a caller's timeout drops the future).
+        let _clear = ClearFetching(self);
         let asked = Instant::now();
         let result = self.exchange().await;
         let mut s = self.lock();
         s.fetching = false;
         s.generation += 1;
         match result {
-            Ok((value, lifetime)) => {
-                // A lifetime under a second would have every call fetch anew.
-                let lifetime = lifetime.unwrap_or(DEFAULT_LIFETIME).max(MIN_LIFETIME);
+            Ok((value, expires_in)) => {
+                let lifetime = credentials::lifetime(expires_in);
                 let mut header = match HeaderValue::from_str(&format!("Bearer {value}")) {
                     Ok(h) => h,
                     Err(_) => {
@@ -258,13 +337,20 @@ impl TokenSource {
                     }
                 };
                 header.set_sensitive(true);
-                let expires_ms = now_ms().saturating_add(lifetime.as_millis() as i64);
-                s.token = Some(Issued {
+                let expires_ms = now_ms()
+                    .saturating_add(i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX));
+                let replaced = s.token.replace(Issued {
                     header,
+                    asked,
+                    accepted: false,
                     refresh_at: credentials::refresh_at(asked, lifetime, rand::random()),
-                    expires_at: asked + lifetime,
+                    expires_at: credentials::expires_at(asked, lifetime),
                     expires_ms,
                 });
+                if let Some(old) = replaced {
+                    s.previous.insert(0, old.header);
+                    s.previous.truncate(super::secret::KEPT_FOR_REDACTION);
+                }
                 if s.last_error.is_some() {
                     tracing::info!("OAuth2 token endpoint answered with a token again");
                 }
@@ -375,12 +461,32 @@ async fn send(
         .map_err(|e| ExchangeError::Transport(e.to_string()))
 }
 
+/// Clears `fetching` when a fetch ends, however it ends.
+struct ClearFetching<'a>(&'a TokenSource);
+
+impl Drop for ClearFetching<'_> {
+    fn drop(&mut self) {
+        self.0.clear_fetching();
+    }
+}
+
 impl TokenSource {
-    /// The cached token's text (for redaction from answers' bodies only).
-    pub fn current_token(&self) -> Option<String> {
+    /// No fetch in flight any more: tells the 401s that joined it.
+    fn clear_fetching(&self) {
+        self.lock().fetching = false;
+        self.fetch_done.notify_waiters();
+    }
+
+    /// The cached token's text and the last ones it replaced (for redaction
+    /// from answers' bodies only).
+    pub fn tokens_to_redact(&self) -> Vec<String> {
         let s = self.lock();
-        let h = s.token.as_ref()?.header.to_str().ok()?;
-        h.strip_prefix("Bearer ").map(String::from)
+        s.token
+            .iter()
+            .map(|t| &t.header)
+            .chain(&s.previous)
+            .filter_map(|h| h.to_str().ok()?.strip_prefix("Bearer ").map(String::from))
+            .collect()
     }
 
     /// The token's state for `/status` (never the token).
@@ -420,3 +526,6 @@ fn describe(
         RequestTokenError::Other(o) => format!("the token endpoint's answer: {o}"),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -28,8 +28,14 @@ pub struct Watched<T> {
     state: RwLock<Current<T>>,
 }
 
+/// How many replaced values stay in the redaction set (an API may echo a
+/// request sent with one just before the rotation).
+pub const KEPT_FOR_REDACTION: usize = 2;
+
 struct Current<T> {
     text: String,
+    /// The values it replaced, newest first (at most [`KEPT_FOR_REDACTION`]).
+    previous: Vec<String>,
     value: Arc<T>,
     /// The last read failed (warned once until a good read).
     failing: bool,
@@ -52,6 +58,7 @@ impl<T: Send + Sync + 'static> Watched<T> {
             parse,
             state: RwLock::new(Current {
                 text,
+                previous: Vec::new(),
                 value: Arc::new(value),
                 failing: false,
             }),
@@ -70,6 +77,7 @@ impl<T: Send + Sync + 'static> Watched<T> {
             parse,
             state: RwLock::new(Current {
                 text: text.to_string(),
+                previous: Vec::new(),
                 value: Arc::new(parse(text)?),
                 failing: false,
             }),
@@ -85,13 +93,14 @@ impl<T: Send + Sync + 'static> Watched<T> {
             .clone()
     }
 
-    /// The current text (for redaction from answers' bodies).
-    pub fn text(&self) -> String {
-        self.state
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .text
-            .clone()
+    /// The current text and the last [`KEPT_FOR_REDACTION`] it replaced, newest
+    /// first (for redaction from answers' bodies).
+    pub fn texts(&self) -> Vec<String> {
+        let s = self.state.read().unwrap_or_else(|e| e.into_inner());
+        std::iter::once(&s.text)
+            .chain(&s.previous)
+            .cloned()
+            .collect()
     }
 
     /// Reads the file now; `true` when its value changed (an environment
@@ -116,7 +125,9 @@ impl<T: Send + Sync + 'static> Watched<T> {
                 false
             }
             Ok((text, value)) => {
-                s.text = text;
+                let old = std::mem::replace(&mut s.text, text);
+                s.previous.insert(0, old);
+                s.previous.truncate(KEPT_FOR_REDACTION);
                 s.value = Arc::new(value);
                 s.failing = false;
                 metrics::counter!(crate::metrics::SECRET_RELOADS, "field" => self.field)
@@ -195,6 +206,11 @@ mod tests {
         k8s_swap(&dir, 2, "second");
         assert!(w.reload().await, "the swap is a change");
         assert_eq!(*w.get(), "SECOND");
+        assert_eq!(
+            w.texts(),
+            ["second", "first"],
+            "the replaced value stays in the redaction set"
+        );
         k8s_swap(&dir, 3, "not valid");
         assert!(!w.reload().await);
         assert_eq!(
@@ -202,6 +218,12 @@ mod tests {
             "SECOND",
             "a malformed value keeps the last good one"
         );
+        k8s_swap(&dir, 4, "third");
+        k8s_swap(&dir, 5, "fourth");
+        assert!(w.reload().await);
+        k8s_swap(&dir, 6, "fifth");
+        assert!(w.reload().await);
+        assert_eq!(w.texts(), ["fifth", "fourth", "second"], "two kept");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -8,11 +8,22 @@ use crate::core::webhook_signature;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// `[api.oauth2]`: an access token from the OAuth2 client credentials grant
 /// (RFC 6749 §4.4), sent as `Authorization: Bearer`, cached and refreshed ahead
 /// of its expiry.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+///
+/// A 401 from the API refreshes the token at most once per
+/// `unauthorized_refresh_interval` (N, default 10 s, at least 1 s): after a
+/// refresh a 401 caused, the next one waits N × (1 + u/2), `u` random in
+/// [0, 1), whatever is delivered meanwhile; and a token younger than N that
+/// other calls were answered 2xx with is not dropped by a 401 at all (one
+/// route or tenant refusing every call says nothing about the token). A 401
+/// whose `WWW-Authenticate` names `invalid_request` or `insufficient_scope`
+/// never refreshes (RFC 6750 §3.1: not about the token). Over a minute, 401s
+/// cause at most 60 s / N + 1 token requests per process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OAuth2Config {
     /// The token endpoint (https://, or http:// to loopback or with
@@ -34,6 +45,27 @@ pub struct OAuth2Config {
     /// CA certificates (PEM) for an https:// token endpoint, added to the
     /// platform's roots.
     pub ca_file: Option<PathBuf>,
+    /// The shortest time between two token refreshes caused by 401s (N, see
+    /// above; jittered up to 1.5 N). Default 10 s; at least 1 s.
+    #[serde(with = "humantime_serde")]
+    pub unauthorized_refresh_interval: Duration,
+}
+
+impl Default for OAuth2Config {
+    fn default() -> Self {
+        OAuth2Config {
+            token_url: String::new(),
+            client_id: String::new(),
+            client_secret_env: None,
+            client_secret_file: None,
+            scope: String::new(),
+            audience: None,
+            auth_style: AuthStyle::default(),
+            params: BTreeMap::new(),
+            ca_file: None,
+            unauthorized_refresh_interval: crate::core::credentials::unauthorized::DEFAULT_INTERVAL,
+        }
+    }
 }
 
 /// `api.oauth2.auth_style`.
@@ -102,12 +134,59 @@ impl SecretSpec {
     }
 }
 
-/// A secret file's content, trimmed (Kubernetes Secrets often end in a newline).
+/// The most a secret file may hold: a token, a key or a few signing secrets
+/// are well under it; a file over it is the wrong file (or a device).
+pub const MAX_SECRET_FILE_BYTES: usize = 64 * 1024;
+
+/// A secret file's content, trimmed (Kubernetes Secrets often end in a newline),
+/// read up to [`MAX_SECRET_FILE_BYTES`] (a larger file is refused). A file that
+/// every user may read is warned about, once per path (never its content).
 pub fn read_secret_file(path: &Path) -> Result<String, String> {
-    match std::fs::read_to_string(path) {
-        Ok(s) if s.trim().is_empty() => Err("is empty".into()),
-        Ok(s) => Ok(s.trim().to_string()),
-        Err(e) => Err(e.to_string()),
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    if let Ok(meta) = file.metadata() {
+        if world_readable(&meta) {
+            warn_world_readable(path);
+        }
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_SECRET_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() > MAX_SECRET_FILE_BYTES {
+        return Err(format!(
+            "is larger than {} KiB: a secret file holds one secret (a token, a key), \
+             not more — is this the right file?",
+            MAX_SECRET_FILE_BYTES / 1024
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| "is not UTF-8 text".to_string())?;
+    match text.trim() {
+        "" => Err("is empty".into()),
+        t => Ok(t.to_string()),
+    }
+}
+
+/// Whether every user of the machine may read the file (mode `o+r`).
+fn world_readable(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    meta.permissions().mode() & 0o004 != 0
+}
+
+/// Warns once per path that a secret file is world-readable.
+fn warn_world_readable(path: &Path) {
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let first = WARNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(path.to_path_buf());
+    if first {
+        tracing::warn!(
+            path = %path.display(),
+            "a secret file is readable by every user of the machine: restrict it \
+             (chmod 0400, or a Kubernetes Secret volume's defaultMode 0400)"
+        );
     }
 }
 
@@ -283,6 +362,12 @@ impl OAuth2Config {
         if self.client_id.is_empty() {
             return Err(invalid("api.oauth2.client_id", "must be set"));
         }
+        if self.unauthorized_refresh_interval < Duration::from_secs(1) {
+            return Err(invalid(
+                "api.oauth2.unauthorized_refresh_interval",
+                "must be at least 1s: it bounds the token requests an API answering 401 causes",
+            ));
+        }
         let spec = self.secret_spec()?;
         if spec.is_none() {
             return Err(invalid(
@@ -392,6 +477,79 @@ mod tests {
         c.oauth2 = None;
         c.signing = Some(SigningConfig::default());
         assert_eq!(field(c.validate_auth()), "api.signing.secret_env");
+    }
+
+    /// Issue 42: a secret file was read whole, whatever its size (a log or a
+    /// device named by mistake).
+    #[test]
+    fn a_secret_file_over_64_kib_is_refused_with_a_clear_error() {
+        let dir = std::env::temp_dir().join(format!("courier-secret-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("secret");
+        std::fs::write(&path, "k".repeat(64 * 1024)).expect("write");
+        assert_eq!(read_secret_file(&path).map(|s| s.len()), Ok(64 * 1024));
+        std::fs::write(&path, "k".repeat(64 * 1024 + 1)).expect("write");
+        let e = match read_secret_file(&path) {
+            Ok(s) => panic!("{} bytes read over the cap", s.len()),
+            Err(e) => e,
+        };
+        assert!(e.contains("larger than 64 KiB"), "{e}");
+        let spec = SecretSpec::File {
+            field: "api.token_file",
+            path: path.clone(),
+        };
+        let e = spec.read().expect_err("over the cap").to_string();
+        assert!(e.contains("api.token_file") && e.contains("64 KiB"), "{e}");
+        assert!(!e.contains("kkkk"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_world_readable_secret_file_is_told_apart() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("courier-secret-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("secret");
+        std::fs::write(&path, "token").expect("write");
+        let set = |mode| {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod")
+        };
+        let meta = || std::fs::metadata(&path).expect("metadata");
+        set(0o644);
+        assert!(world_readable(&meta()));
+        set(0o640);
+        assert!(!world_readable(&meta()));
+        set(0o400);
+        assert!(!world_readable(&meta()));
+        assert_eq!(read_secret_file(&path).as_deref(), Ok("token"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_401_refresh_interval_defaults_to_10s_and_is_at_least_1s() {
+        let interval = |extra: &str| {
+            let c = super::super::Config::from_toml(&format!(
+                "[api.oauth2]\ntoken_url = \"https://idp/token\"\nclient_id = \"c\"\n\
+                 client_secret_env = \"S\"\n{extra}"
+            ))
+            .expect("toml");
+            c.api.oauth2.expect("oauth2").unauthorized_refresh_interval
+        };
+        assert_eq!(interval(""), Duration::from_secs(10));
+        assert_eq!(
+            interval("unauthorized_refresh_interval = \"30s\""),
+            Duration::from_secs(30)
+        );
+        let mut o = oauth2("https://idp/token");
+        o.unauthorized_refresh_interval = Duration::from_millis(500);
+        let c = ApiConfig {
+            oauth2: Some(o),
+            ..ApiConfig::default()
+        };
+        assert_eq!(
+            field(c.validate_auth()),
+            "api.oauth2.unauthorized_refresh_interval"
+        );
     }
 
     #[test]

@@ -7,11 +7,28 @@
 //! lifetime (jittered, so the instances of a group do not all ask at once; at
 //! most [`MAX_MARGIN`]); a failed fetch is retried after 1 s, doubling up to
 //! [`MAX_BACKOFF`]. One fetch is in flight for the whole process.
+//!
+//! A token's lifetime is the endpoint's `expires_in` clamped to
+//! [`MIN_LIFETIME`]..=[`MAX_LIFETIME`] ([`DEFAULT_LIFETIME`] without one): an
+//! `expires_in` of 2^63 s is a day, not an overflow. What a 401 from the API
+//! does to the cached token is [`unauthorized`]'s decision.
+
+pub mod challenge;
+pub mod unauthorized;
 
 use std::time::{Duration, Instant};
 
 /// The most a token is refreshed ahead of its expiry.
 pub const MAX_MARGIN: Duration = Duration::from_secs(300);
+/// A token answer without `expires_in` is used for this long.
+pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+/// The shortest lifetime a token is used for (`expires_in: 0` included): a
+/// lifetime under a second would have every call fetch anew.
+pub const MIN_LIFETIME: Duration = Duration::from_secs(1);
+/// The longest lifetime a token is used for: a token that claims more is
+/// refreshed after a day anyway (and an `expires_in` near 2^63 s cannot
+/// overflow a clock).
+pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// The longest wait between two failed fetches.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -57,12 +74,29 @@ pub fn step(t: &TokenTimes, now: Instant) -> TokenStep {
     }
 }
 
-/// When a token fetched at `asked` (the request's start) with `lifetime` is
-/// refreshed; `jitter` in `[0, 1)`.
+/// The lifetime a token answer's `expires_in` gives, clamped.
+pub fn lifetime(expires_in: Option<Duration>) -> Duration {
+    expires_in
+        .unwrap_or(DEFAULT_LIFETIME)
+        .clamp(MIN_LIFETIME, MAX_LIFETIME)
+}
+
+/// When a token fetched at `asked` (the request's start) with `lifetime`
+/// (clamped as [`lifetime`] does) expires.
+pub fn expires_at(asked: Instant, lifetime: Duration) -> Instant {
+    let lifetime = lifetime.clamp(MIN_LIFETIME, MAX_LIFETIME);
+    asked.checked_add(lifetime).unwrap_or(asked)
+}
+
+/// When a token fetched at `asked` (the request's start) with `lifetime`
+/// (clamped as [`lifetime`] does) is refreshed; `jitter` in `[0, 1)`.
 pub fn refresh_at(asked: Instant, lifetime: Duration, jitter: f64) -> Instant {
+    let lifetime = lifetime.clamp(MIN_LIFETIME, MAX_LIFETIME);
     let share = 0.10 + 0.10 * jitter.clamp(0.0, 1.0);
     let margin = lifetime.mul_f64(share).min(MAX_MARGIN);
-    asked + lifetime.saturating_sub(margin)
+    asked
+        .checked_add(lifetime.saturating_sub(margin))
+        .unwrap_or(asked)
 }
 
 /// The wait after the `failures`-th failed fetch in a row (from 1).
@@ -120,6 +154,32 @@ mod tests {
         assert_eq!(step(&failed, at(t0, 900)), TokenStep::Use);
         assert_eq!(step(&failed, at(t0, 960)), TokenStep::UseAndRefresh);
         assert_eq!(step(&t, at(t0, 1000)), TokenStep::Fetch);
+    }
+
+    /// An `expires_in` of 2^63 s (the `oauth2` crate reads it as a u64)
+    /// overflowed `Instant + Duration` and panicked the refresh task.
+    #[test]
+    fn a_refresh_time_from_an_expires_in_near_2_pow_63_does_not_panic() {
+        let t0 = Instant::now();
+        for secs in [1u64 << 63, u64::MAX, 1 << 40] {
+            let r = refresh_at(t0, Duration::from_secs(secs), 0.5);
+            assert!(r > t0 && r <= t0 + Duration::from_secs(24 * 3600), "{secs}");
+        }
+    }
+
+    #[test]
+    fn a_lifetime_is_clamped_to_a_second_and_a_day() {
+        let t0 = Instant::now();
+        let huge = Duration::from_secs(1 << 63);
+        assert_eq!(lifetime(Some(huge)), MAX_LIFETIME);
+        assert_eq!(lifetime(Some(Duration::ZERO)), MIN_LIFETIME);
+        assert_eq!(lifetime(None), DEFAULT_LIFETIME);
+        assert_eq!(
+            lifetime(Some(Duration::from_secs(60))),
+            Duration::from_secs(60)
+        );
+        assert_eq!(expires_at(t0, huge), t0 + MAX_LIFETIME);
+        assert!(refresh_at(t0, huge, 0.0) < expires_at(t0, huge));
     }
 
     #[test]

@@ -275,26 +275,34 @@ impl ApiClient {
             .map_err(|e| classify_reqwest(&e))?;
         let resp = match authorization {
             Some(used) if resp.status() == reqwest::StatusCode::UNAUTHORIZED => {
-                if !self.auth.unauthorized(&used).await {
-                    resp
-                } else {
-                    let fresh = self.auth.authorization().await.map_err(auth_error)?;
-                    // Read to its end, so the connection goes back to the pool.
-                    read_body(resp, 0, false).await;
-                    let again = self
-                        .request(out, url, event_id, &body, redelivery, fresh.as_ref())
-                        .send()
-                        .await
-                        .map_err(|e| classify_reqwest(&e))?;
-                    let outcome = if again.status() == reqwest::StatusCode::UNAUTHORIZED {
-                        "refused"
-                    } else {
-                        "delivered"
-                    };
-                    metrics::counter!(crate::metrics::AUTH_RETRIES, "outcome" => outcome)
-                        .increment(1);
-                    again
+                let challenge = resp.headers().get(reqwest::header::WWW_AUTHENTICATE);
+                match self.auth.unauthorized(&used, challenge).await {
+                    None => resp,
+                    Some(fresh) => {
+                        // Read to its end, so the connection goes back to the pool.
+                        read_body(resp, 0, false).await;
+                        let again = self
+                            .request(out, url, event_id, &body, redelivery, Some(&fresh))
+                            .send()
+                            .await
+                            .map_err(|e| classify_reqwest(&e))?;
+                        let outcome = if again.status() == reqwest::StatusCode::UNAUTHORIZED {
+                            "refused"
+                        } else {
+                            "delivered"
+                        };
+                        metrics::counter!(crate::metrics::AUTH_RETRIES, "outcome" => outcome)
+                            .increment(1);
+                        if again.status().is_success() {
+                            self.auth.accepted(&fresh);
+                        }
+                        again
+                    }
                 }
+            }
+            Some(used) if resp.status().is_success() => {
+                self.auth.accepted(&used);
+                resp
             }
             _ => resp,
         };
