@@ -1,27 +1,34 @@
 //! The schema registry client (`[input.schema_registry]`): writers' schemas by
 //! id (`GET {url}/schemas/ids/{id}`, the Confluent API that Apicurio's
 //! `ccompat`, Redpanda and Karapace serve too), references resolved (by
-//! subject and version, transitively), parsed or compiled once for
+//! subject and version, transitively, each once per resolution:
+//! `core::schema::registry::Resolution`), parsed or compiled once for
 //! `input.format` (`core::schema::Resolved::compile`: Avro, Protobuf, JSON
 //! Schema) and cached within `cache_max_bytes`. One fetch per id however many
-//! partitions wait for it (moka's `try_get_with` coalesces them); a failure is
-//! not cached, so the next wait asks again.
+//! partitions wait for it (moka's `try_get_with` coalesces them).
 //!
-//! What an answer means: 200 → the schema; 404 → the id is unknown (the
-//! record is parked `unknown_schema`, and the id asked again for the next
-//! record that names it); anything else (no connection, a timeout, 5xx, 401,
-//! an answer that is not a schema) → [`FetchError::Unavailable`], systemic:
-//! the partition waits and asks again, it never parks for it.
+//! What an answer means is `core::schema::registry`'s to say: a schema; an
+//! answer that says nothing of the schema (no connection, a timeout, 5xx, 401,
+//! 403, 408, 429, a body that is not JSON) → [`FetchError::Unavailable`],
+//! systemic: the partition waits and asks again, nothing is parked for it and
+//! nothing is cached; an answer that can never become a schema (404, another
+//! 4xx, JSON that is not a schema, a reference that 404s, references nested
+//! too deep or past `cache_max_bytes`, a schema its compiler crashed on) →
+//! [`Resolved::Unknown`] or [`Resolved::Refused`]: the records naming the id
+//! are parked with its reason, and the answer is cached for
+//! `negative_cache_ttl` (one request per id per period, however many records
+//! name it), then asked again.
 
 use crate::config::schema_registry::{RegistryAuth, SchemaRegistryConfig};
 use crate::core::input::InputFormat;
+use crate::core::schema::registry::{self as decide, Asked, Failure, Resolution, SchemaAnswer};
 pub use crate::core::schema::Resolved;
-use crate::core::schema::{expected_kind, schema_kind, Referenced};
+use crate::core::schema::{expected_kind, schema_kind, RegistryRefusal};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `courier_schema_registry_fetches_total{result}`: fetches by outcome
-/// (`ok`, `unknown`, `unavailable`).
+/// (`ok`, `unknown`, `refused`, `unavailable`).
 pub const FETCHES: &str = "courier_schema_registry_fetches_total";
 /// `courier_schema_registry_waiting_partitions`: partitions waiting for a schema.
 pub const WAITING: &str = "courier_schema_registry_waiting_partitions";
@@ -31,31 +38,24 @@ pub enum FetchError {
     /// Systemic: the registry did not answer usefully.
     #[error("schema registry unavailable: {0}")]
     Unavailable(String),
-    #[error("schema id {0} not found")]
-    NotFound(u32),
 }
 
-#[derive(serde::Deserialize)]
-struct SchemaAnswer {
-    schema: String,
-    #[serde(rename = "schemaType")]
-    schema_type: Option<String>,
-    #[serde(default)]
-    references: Vec<Reference>,
+/// How long the cache keeps an answer: a schema while the budget allows, an
+/// answer that parks records `negative` long.
+struct Ttl {
+    negative: Duration,
 }
 
-#[derive(serde::Deserialize)]
-struct Reference {
-    /// What the referencing schema calls it (a Protobuf import path, a JSON
-    /// Schema `$ref`, an Avro type name).
-    #[serde(default)]
-    name: String,
-    subject: String,
-    version: i64,
+impl moka::Expiry<u32, Arc<Resolved>> for Ttl {
+    fn expire_after_create(
+        &self,
+        _id: &u32,
+        value: &Arc<Resolved>,
+        _now: Instant,
+    ) -> Option<Duration> {
+        value.is_refusal().then_some(self.negative)
+    }
 }
-
-/// The deepest chain of references followed.
-const MAX_REFERENCE_DEPTH: usize = 16;
 
 pub struct SchemaRegistry {
     http: Result<reqwest::Client, String>,
@@ -66,6 +66,8 @@ pub struct SchemaRegistry {
     /// The most bytes of schema text one id may bring, its references
     /// included (`cache_max_bytes`).
     max_answer_bytes: usize,
+    /// How long an answer that parks records is kept (`negative_cache_ttl`).
+    negative_ttl: Duration,
     cache: moka::future::Cache<u32, Arc<Resolved>>,
 }
 
@@ -99,131 +101,105 @@ impl SchemaRegistry {
             auth,
             format,
             max_answer_bytes: cfg.cache_max_bytes,
+            negative_ttl: cfg.negative_cache_ttl,
             cache: moka::future::Cache::builder()
                 .max_capacity(budget)
                 .weigher(|_, v: &Arc<Resolved>| weight(v))
+                .expire_after(Ttl {
+                    negative: cfg.negative_cache_ttl,
+                })
                 .build(),
         }
     }
 
+    /// The bytes of schemas kept (`cache_max_bytes`): the cache's, and each
+    /// partition's (`actors::partition::schemas`).
+    pub fn cache_max_bytes(&self) -> usize {
+        self.max_answer_bytes
+    }
+
+    /// How long an answer that parks records is kept (`negative_cache_ttl`).
+    pub fn negative_ttl(&self) -> Duration {
+        self.negative_ttl
+    }
+
     /// The schema a registry-framed `value` names, for reading one record
     /// outside the partition's gate (the DLQ drain, `courier dlq inspect`).
-    /// `Ok(None)`: unframed, or an id the registry does not know (decoding then
-    /// parks it with the main path's reason); `Err`: the registry cannot be
-    /// asked now.
+    /// `Ok(None)`: unframed (decoding then parks it with the main path's
+    /// reason); `Ok(Some)`: the registry's answer, a refusal too (parked with
+    /// its reason); `Err`: the registry cannot be asked now.
     pub async fn schema_of(&self, value: &[u8]) -> Result<Option<Arc<Resolved>>, String> {
         let Some(id) = crate::core::schema::schema_id(value) else {
             return Ok(None);
         };
         match self.get(id).await {
             Ok(s) => Ok(Some(s)),
-            Err(FetchError::NotFound(_)) => Ok(None),
             Err(FetchError::Unavailable(why)) => Err(why),
         }
     }
 
-    /// The schema with this id: cached, or fetched once for every waiter.
+    /// The schema with this id, or the answer that parks its records: cached,
+    /// or fetched once for every waiter.
     pub async fn get(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
-        match self.cache.try_get_with(id, self.fetch(id)).await {
-            Ok(r) => Ok(r),
-            Err(e) => match &*e {
-                FetchError::NotFound(_) => Ok(Arc::new(Resolved::Unknown)),
-                other => Err(other.clone()),
-            },
-        }
+        self.cache
+            .try_get_with(id, self.fetch(id))
+            .await
+            .map_err(|e| (*e).clone())
     }
 
     async fn fetch(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
-        let r = self.fetch_uncounted(id).await;
-        let result = match &r {
-            Ok(_) => "ok",
-            Err(FetchError::NotFound(_)) => "unknown",
-            Err(FetchError::Unavailable(_)) => "unavailable",
+        let (result, out) = match self.fetch_uncounted(id).await {
+            Ok(r) => ("ok", Ok(Arc::new(r))),
+            Err(Failure::Refused(RegistryRefusal::UnknownSchema, _)) => {
+                ("unknown", Ok(Arc::new(Resolved::Unknown)))
+            }
+            Err(Failure::Refused(refusal, detail)) => {
+                tracing::warn!(schema_id = id, reason = refusal.as_str(), %detail, "schema registry: the records naming this schema id are parked");
+                ("refused", Ok(Arc::new(Resolved::Refused(refusal, detail))))
+            }
+            Err(Failure::Wait(why)) => ("unavailable", Err(FetchError::Unavailable(why))),
         };
         metrics::counter!(FETCHES, "result" => result).increment(1);
-        r
+        out
     }
 
-    async fn fetch_uncounted(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
-        let answer: SchemaAnswer = match self
-            .get_json(&format!("{}/schemas/ids/{id}", self.base))
-            .await?
-        {
-            Some(a) => a,
-            None => return Err(FetchError::NotFound(id)),
-        };
+    async fn fetch_uncounted(&self, id: u32) -> Result<Resolved, Failure> {
+        let asked = Asked::Id(id);
+        let answer = self
+            .get_answer(&format!("{}/schemas/ids/{id}", self.base), &asked)
+            .await?;
         let kind = schema_kind(answer.schema_type.as_deref());
         if expected_kind(self.format) != Some(kind.as_str()) {
             // Its references are not fetched: it is not read.
-            return Ok(Arc::new(Resolved::Other(kind)));
+            return Ok(Resolved::Other(kind));
         }
-        let mut references = Vec::new();
-        self.references(&answer.references, &mut references, 0)
-            .await?;
-        // Compiling is CPU work (a large .proto, a JSON Schema with many
-        // patterns): off the async workers.
-        let format = self.format;
-        let resolved = tokio::task::spawn_blocking(move || {
-            Resolved::compile(format, &kind, &answer.schema, &references)
-        })
-        .await
-        .map_err(|e| FetchError::Unavailable(format!("compiling the schema: {e}")))?;
-        Ok(Arc::new(resolved))
-    }
-
-    /// Referenced schemas by name, dependencies first.
-    async fn references(
-        &self,
-        refs: &[Reference],
-        out: &mut Vec<Referenced>,
-        depth: usize,
-    ) -> Result<(), FetchError> {
-        if depth > MAX_REFERENCE_DEPTH {
-            return Err(FetchError::Unavailable(
-                "schema references nested too deep".into(),
-            ));
-        }
-        for r in refs {
-            let url = format!(
-                "{}/subjects/{}/versions/{}",
-                self.base,
-                encode_segment(&r.subject),
-                r.version
-            );
-            let Some(v): Option<SchemaAnswer> = self.get_json(&url).await? else {
-                return Err(FetchError::Unavailable(format!(
-                    "referenced subject {} version {} not found",
-                    r.subject, r.version
-                )));
+        let mut resolution = Resolution::new(
+            answer.schema.len(),
+            answer.references,
+            self.max_answer_bytes,
+        );
+        while let Some((asked, segment)) = resolution.need()? {
+            let Asked::Reference { version, .. } = &asked else {
+                break;
             };
-            Box::pin(self.references(&v.references, out, depth + 1)).await?;
-            let total: usize = out.iter().map(|o| o.schema.len()).sum();
-            if total.saturating_add(v.schema.len()) > self.max_answer_bytes {
-                return Err(FetchError::Unavailable(format!(
-                    "the schema's references pass input.schema_registry.cache_max_bytes ({} bytes)",
-                    self.max_answer_bytes
-                )));
-            }
-            if !out.iter().any(|o| o.name == r.name && o.schema == v.schema) {
-                out.push(Referenced {
-                    name: r.name.clone(),
-                    schema: v.schema,
-                });
-            }
+            let url = format!("{}/subjects/{segment}/versions/{version}", self.base);
+            let v = self.get_answer(&url, &asked).await?;
+            resolution.fetched(&asked, v)?;
         }
-        Ok(())
+        let references = resolution.finish();
+        let (format, text) = (self.format, answer.schema);
+        compile_off_thread(move || Resolved::compile(format, &kind, &text, &references)).await
     }
 
     /// An answer's body, at most `max_answer_bytes`: a schema larger than the
     /// whole cache could not be kept, and a registry must not make Courier
     /// allocate without bound.
-    async fn read_bounded(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, FetchError> {
-        let too_big = || {
-            FetchError::Unavailable(format!(
-                "an answer larger than input.schema_registry.cache_max_bytes ({} bytes)",
-                self.max_answer_bytes
-            ))
-        };
+    async fn read_bounded(
+        &self,
+        mut resp: reqwest::Response,
+        asked: &Asked,
+    ) -> Result<Vec<u8>, Failure> {
+        let too_big = || decide::too_large(asked, self.max_answer_bytes);
         if resp
             .content_length()
             .is_some_and(|n| n > self.max_answer_bytes as u64)
@@ -231,10 +207,11 @@ impl SchemaRegistry {
             return Err(too_big());
         }
         let mut body = Vec::new();
+        // A read error is no answer, never the end of the body.
         while let Some(chunk) = resp
             .chunk()
             .await
-            .map_err(|e| FetchError::Unavailable(e.without_url().to_string()))?
+            .map_err(|e| Failure::Wait(e.without_url().to_string()))?
         {
             if body.len() + chunk.len() > self.max_answer_bytes {
                 return Err(too_big());
@@ -244,15 +221,9 @@ impl SchemaRegistry {
         Ok(body)
     }
 
-    /// `Ok(None)` on 404.
-    async fn get_json<T: serde::de::DeserializeOwned>(
-        &self,
-        url: &str,
-    ) -> Result<Option<T>, FetchError> {
-        let http = self
-            .http
-            .as_ref()
-            .map_err(|e| FetchError::Unavailable(e.clone()))?;
+    /// The registry's answer for `asked`, or what its absence means.
+    async fn get_answer(&self, url: &str, asked: &Asked) -> Result<SchemaAnswer, Failure> {
+        let http = self.http.as_ref().map_err(|e| Failure::Wait(e.clone()))?;
         let mut req = http.get(url).header(
             "accept",
             "application/vnd.schemaregistry.v1+json, application/json",
@@ -266,36 +237,42 @@ impl SchemaRegistry {
         let resp = req
             .send()
             .await
-            .map_err(|e| FetchError::Unavailable(e.without_url().to_string()))?;
-        let status = resp.status();
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Ok(None);
+            .map_err(|e| Failure::Wait(e.without_url().to_string()))?;
+        decide::status(resp.status().as_u16(), asked)?;
+        let body = self.read_bounded(resp, asked).await?;
+        decide::answer(&body, asked)
+    }
+}
+
+/// Compiles off the async workers (a large .proto, a JSON Schema with many
+/// patterns is CPU work). A compiler that panics on the registry's text (a
+/// bug of its library) is that schema's refusal, never an outage: waiting
+/// would crash it again at every ask.
+async fn compile_off_thread(
+    compile: impl FnOnce() -> Resolved + Send + 'static,
+) -> Result<Resolved, Failure> {
+    match tokio::task::spawn_blocking(compile).await {
+        Ok(r) => Ok(r),
+        Err(e) if e.is_panic() => {
+            let payload = e.into_panic();
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let what: String = what.chars().take(200).collect();
+            Err(Failure::Refused(
+                RegistryRefusal::BadSchema,
+                format!("the schema library crashed on the registry's schema: {what}"),
+            ))
         }
-        if !status.is_success() {
-            return Err(FetchError::Unavailable(format!("HTTP {status}")));
-        }
-        let body = self.read_bounded(resp).await?;
-        serde_json::from_slice(&body)
-            .map(Some)
-            .map_err(|e| FetchError::Unavailable(format!("an answer that is not a schema: {e}")))
+        // The runtime is shutting down.
+        Err(e) => Err(Failure::Wait(format!("compiling the schema: {e}"))),
     }
 }
 
 fn weight(v: &Resolved) -> u32 {
     u32::try_from(v.weight()).unwrap_or(u32::MAX)
-}
-
-/// A subject name as one path segment.
-fn encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 fn build_client(cfg: &SchemaRegistryConfig) -> Result<reqwest::Client, String> {
@@ -318,115 +295,4 @@ fn build_client(cfg: &SchemaRegistryConfig) -> Result<reqwest::Client, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn subjects_are_one_segment() {
-        assert_eq!(encode_segment("orders-value"), "orders-value");
-        assert_eq!(encode_segment("a/b c"), "a%2Fb%20c");
-    }
-
-    #[test]
-    fn credentials_never_in_debug() {
-        let mut cfg = SchemaRegistryConfig {
-            url: "http://127.0.0.1:1".into(),
-            ..Default::default()
-        };
-        cfg.username = Some("u".into());
-        cfg.password_env = Some("COURIER_SR_UNIT_PW".into());
-        // SAFETY of the test: a variable only this test reads.
-        unsafe { std::env::set_var("COURIER_SR_UNIT_PW", "s3cret-pw") };
-        let r = SchemaRegistry::new(&cfg, InputFormat::Avro);
-        assert!(matches!(r.auth, RegistryAuth::Basic { .. }));
-        assert!(!format!("{r:?}").contains("s3cret-pw"));
-    }
-
-    #[tokio::test]
-    async fn an_unreachable_registry_is_unavailable_and_not_cached() {
-        // A port nothing listens on.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let r = SchemaRegistry::new(
-            &SchemaRegistryConfig {
-                url: format!("http://127.0.0.1:{port}"),
-                ..Default::default()
-            },
-            InputFormat::Protobuf,
-        );
-        assert!(matches!(r.get(1).await, Err(FetchError::Unavailable(_))));
-        assert!(r.cache.get(&1).await.is_none());
-    }
-
-    /// A registry on a local port that answers every request with `body`
-    /// (`Content-Length` left out when `chunked`).
-    async fn answering(body: Vec<u8>, chunked: bool) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let body = body.clone();
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 4096];
-                    let _ = conn.read(&mut buf).await;
-                    let head = if chunked {
-                        "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_string()
-                    } else {
-                        format!(
-                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                            body.len()
-                        )
-                    };
-                    let _ = conn.write_all(head.as_bytes()).await;
-                    let _ = conn.write_all(&body).await;
-                });
-            }
-        });
-        url
-    }
-
-    #[tokio::test]
-    async fn an_answer_larger_than_the_cache_is_unavailable_and_read_no_further() {
-        let limit = 64 * 1024;
-        let schema = format!(
-            "syntax = \"proto3\"; message A {{ string s = 1; }} // {}",
-            "x".repeat(limit)
-        );
-        let body =
-            serde_json::to_vec(&serde_json::json!({"schema": schema, "schemaType": "PROTOBUF"}))
-                .unwrap();
-        for chunked in [false, true] {
-            let r = SchemaRegistry::new(
-                &SchemaRegistryConfig {
-                    url: answering(body.clone(), chunked).await,
-                    cache_max_bytes: limit,
-                    ..Default::default()
-                },
-                InputFormat::Protobuf,
-            );
-            match r.get(1).await {
-                Err(FetchError::Unavailable(e)) => assert!(e.contains("cache_max_bytes"), "{e}"),
-                other => panic!("{other:?}"),
-            }
-        }
-        // Within the limit: compiled for input.format.
-        let small = serde_json::to_vec(&serde_json::json!({
-            "schema": "syntax = \"proto3\"; message A { string s = 1; }",
-            "schemaType": "PROTOBUF"
-        }))
-        .unwrap();
-        let url = answering(small, false).await;
-        let cfg = SchemaRegistryConfig {
-            url,
-            ..Default::default()
-        };
-        let r = SchemaRegistry::new(&cfg, InputFormat::Protobuf);
-        assert!(matches!(&*r.get(1).await.unwrap(), Resolved::Protobuf(_)));
-        let r = SchemaRegistry::new(&cfg, InputFormat::Avro);
-        assert!(matches!(&*r.get(1).await.unwrap(), Resolved::Other(k) if k == "PROTOBUF"));
-    }
-}
+mod tests;

@@ -2,7 +2,7 @@
 //! `"json_schema"` read writers' schemas (the Confluent Schema Registry API: `GET /schemas/ids/{id}`; also
 //! Apicurio's `/apis/ccompat/v7`, Redpanda, Karapace).
 
-use super::{invalid, ConfigError};
+use super::{invalid, is_loopback, ConfigError};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +25,16 @@ pub struct SchemaRegistryConfig {
     /// One request's limit (connect, answer, body).
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// How long an answer that parks records is kept (an id the registry does
+    /// not know, a schema it serves that can never be read) before the
+    /// registry is asked again for that id: one request per id per this
+    /// period, however many records name it.
+    #[serde(with = "humantime_serde")]
+    pub negative_cache_ttl: Duration,
+    /// Allow `http://` to a host other than loopback (the credentials, and the
+    /// schemas that decide how every record is read, would cross the network
+    /// in clear): `api.allow_plaintext`'s rule for the registry.
+    pub allow_plaintext: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -44,6 +54,8 @@ impl Default for SchemaRegistryConfig {
             tls: RegistryTls::default(),
             cache_max_bytes: 16 * 1024 * 1024,
             request_timeout: Duration::from_secs(10),
+            negative_cache_ttl: Duration::from_secs(60),
+            allow_plaintext: false,
         }
     }
 }
@@ -100,6 +112,18 @@ impl SchemaRegistryConfig {
                 "must not carry credentials: use username + password_env or token_env",
             ));
         }
+        if url.scheme() != "https" && !self.allow_plaintext && !is_loopback(&url) {
+            return Err(invalid(
+                &format!("{FIELD}.url"),
+                format!(
+                    "is plain http:// to {}, which is not loopback: the credentials and the \
+                     schemas (which decide how every record is read) would cross the network \
+                     in clear. Use https://, or set {FIELD}.allow_plaintext = true if the \
+                     network is trusted",
+                    url.host_str().unwrap_or("?")
+                ),
+            ));
+        }
         if self.cache_max_bytes < 64 * 1024 {
             return Err(invalid(
                 &format!("{FIELD}.cache_max_bytes"),
@@ -110,6 +134,12 @@ impl SchemaRegistryConfig {
             return Err(invalid(
                 &format!("{FIELD}.request_timeout"),
                 "must be above 0",
+            ));
+        }
+        if self.negative_cache_ttl < Duration::from_secs(1) {
+            return Err(invalid(
+                &format!("{FIELD}.negative_cache_ttl"),
+                "must be at least 1s",
             ));
         }
         if let Some(ca) = &self.tls.ca_file {
@@ -190,13 +220,13 @@ mod tests {
         );
         assert_eq!(
             field_of(&format!(
-                "{AVRO}[input.schema_registry]\nurl = \"http://x\"\ncache_max_bytes = 10\n"
+                "{AVRO}[input.schema_registry]\nurl = \"https://x\"\ncache_max_bytes = 10\n"
             )),
             "input.schema_registry.cache_max_bytes"
         );
         assert_eq!(
             field_of(&format!(
-                "{AVRO}[input.schema_registry]\nurl = \"http://x\"\n[input.schema_registry.tls]\nca_file = \"/nonexistent.pem\"\n"
+                "{AVRO}[input.schema_registry]\nurl = \"https://x\"\n[input.schema_registry.tls]\nca_file = \"/nonexistent.pem\"\n"
             )),
             "input.schema_registry.tls.ca_file"
         );
@@ -242,7 +272,7 @@ mod tests {
     fn protobuf_and_json_schema_read_through_the_registry_too() {
         for format in ["protobuf", "json_schema"] {
             let c = Config::from_toml(&format!(
-                "[input]\nformat = \"{format}\"\n[input.schema_registry]\nurl = \"http://x\"\n"
+                "[input]\nformat = \"{format}\"\n[input.schema_registry]\nurl = \"https://x\"\n"
             ))
             .unwrap();
             assert_eq!(c.input.format.name(), format);
@@ -251,5 +281,44 @@ mod tests {
                 "input.schema_registry.url"
             );
         }
+    }
+
+    #[test]
+    fn plain_http_only_to_loopback_unless_allowed() {
+        let with = |url: &str, extra: &str| {
+            format!("{AVRO}[input.schema_registry]\nurl = \"{url}\"\n{extra}")
+        };
+        for url in [
+            "http://127.0.0.1:8081/apis/ccompat/v7",
+            "http://localhost:8081",
+            "http://[::1]:8081",
+            "https://registry.example.com",
+        ] {
+            assert!(Config::from_toml(&with(url, "")).is_ok(), "{url}");
+        }
+        for url in ["http://registry.example.com:8081", "http://10.1.2.3:8081"] {
+            assert_eq!(
+                field_of(&with(url, "")),
+                "input.schema_registry.url",
+                "{url}"
+            );
+            assert!(
+                Config::from_toml(&with(url, "allow_plaintext = true\n")).is_ok(),
+                "{url} with allow_plaintext"
+            );
+        }
+        assert_eq!(
+            field_of(&with("http://127.0.0.1", "negative_cache_ttl = \"0s\"\n")),
+            "input.schema_registry.negative_cache_ttl"
+        );
+        // With credentials too: refused the same way.
+        std::env::set_var("COURIER_TEST_SR_PLAIN_PW", "pw");
+        assert_eq!(
+            field_of(&with(
+                "http://registry.example.com",
+                "username = \"u\"\npassword_env = \"COURIER_TEST_SR_PLAIN_PW\"\n"
+            )),
+            "input.schema_registry.url"
+        );
     }
 }

@@ -127,8 +127,9 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 Undecodable::Parked(FailureReason::UnreadableEnvelope, e.to_string())
             });
         };
-        // An unframed payload or an unknown id has no schema: the decoding
-        // parks it with the reason the main path gives.
+        // An unframed payload has no schema, a refused one (an unknown id, a
+        // reference that leads nowhere) never will: the decoding parks it
+        // with the reason the main path gives.
         let schema = registry
             .schema_of(&payload)
             .await
@@ -144,16 +145,26 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         .map_err(|(reason, message)| Undecodable::Parked(FailureReason::Input(reason), message))
     }
 
+    /// The source of truth asked by the event's own key: the one its body
+    /// names (`input.key`), else its record's, as the main path keys it. An
+    /// event that cannot be decoded now (the registry cannot be asked) has no
+    /// key to ask by: the check is not made, never made by another key.
     pub(super) async fn source_check(&self, env: &Envelope) -> SourceCheck {
-        let decoded = self.decode_envelope(env).await.ok();
-        let key = decoded
-            .as_ref()
-            .and_then(|d| d.key.as_ref())
-            .or(env.key.as_ref());
+        let decoded = match self.decode_envelope(env).await {
+            Ok(d) => d,
+            Err(e) => {
+                let why = match e {
+                    Undecodable::RegistryUnavailable(why) | Undecodable::Parked(_, why) => why,
+                };
+                tracing::warn!(id = env.event_id.as_deref().unwrap_or("-"), error = %why, "source-of-truth check: the event cannot be decoded now; it stays in the DLQ");
+                return SourceCheck::QueryFailed;
+            }
+        };
+        let key = decoded.key.as_ref().or(env.key.as_ref());
         let (Some(src), Some(key)) = (&self.source, key) else {
             return SourceCheck::QueryFailed;
         };
-        let version = decoded.as_ref().and_then(|d| d.event.entity_version);
+        let version = decoded.event.entity_version;
         match src.current_version(&String::from_utf8_lossy(key)).await {
             Ok(current) => dlq_policy::compare_versions(version, current),
             Err(e) => {

@@ -4,7 +4,7 @@
 //! stand-in keeping bodies, the config of a registry format, raw records,
 //! registering a schema, and the check of the delivered bodies.
 
-use super::{base_toml, Names, Services};
+use super::{base_toml, envelopes, Names, Services};
 use courier::audit::Produced;
 use courier::sink::{Behaviour, SinkHandle};
 use rdkafka::producer::FutureRecord;
@@ -96,6 +96,70 @@ pub async fn write_raw(s: &Services, n: &Names, values: &[Vec<u8>], produced: &m
             .expect("produce");
         produced.poison.push((d.partition, d.offset));
     }
+}
+
+/// `body` framed as a registry's serializer frames it: magic byte 0, the
+/// schema id (big-endian), the body.
+pub fn framed(schema_id: u32, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![0];
+    v.extend_from_slice(&schema_id.to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+/// The Avro binary of a record whose fields are all strings (each a
+/// zig-zag length, then its bytes).
+pub fn avro_strings(fields: &[&str]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for f in fields {
+        let mut n = (f.len() as u64) << 1;
+        while n >= 0x80 {
+            v.push((n as u8 & 0x7f) | 0x80);
+            n >>= 7;
+        }
+        v.push(n as u8);
+        v.extend_from_slice(f.as_bytes());
+    }
+    v
+}
+
+/// Raw records to `partition`, straight through rdkafka: those with an id are
+/// events (`produced.ids`), the others bad input (`produced.poison`).
+pub async fn write_to(
+    s: &Services,
+    n: &Names,
+    partition: i32,
+    records: &[(Option<String>, Vec<u8>)],
+    produced: &mut Produced,
+) {
+    let producer = courier::loadgen::producer(&s.brokers).unwrap();
+    for (id, v) in records {
+        let rec: FutureRecord<'_, str, Vec<u8>> = FutureRecord::to(&n.topic)
+            .payload(v)
+            .key("k")
+            .partition(partition);
+        let d = producer
+            .send(rec, Timeout::After(Duration::from_secs(30)))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+        match id {
+            Some(id) => {
+                produced.ids.push(id.clone());
+                produced.offsets.push((d.partition, d.offset));
+            }
+            None => produced.poison.push((d.partition, d.offset)),
+        }
+    }
+}
+
+/// The parking lot's reasons, counted.
+pub fn parked_reasons(s: &Services, n: &Names) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    for e in envelopes(s, &n.parking) {
+        *out.entry(e.last_error.reason).or_default() += 1;
+    }
+    out
 }
 
 /// Registers `schema` (`kind`: `AVRO`, `PROTOBUF`, `JSON`) under `subject` by the

@@ -113,6 +113,11 @@ impl Registry {
     /// run of it started, whatever the id: the registry's own request metrics
     /// (`/metrics`, Micrometer's `rest_requests_seconds_count`).
     pub async fn schema_fetches(&self) -> Result<u64, TestkitError> {
+        self.id_fetches("2xx").await
+    }
+
+    /// `GET /schemas/ids/{id}` answered with a status of `group` (`2xx`, `4xx`).
+    async fn id_fetches(&self, group: &str) -> Result<u64, TestkitError> {
         let url = format!("http://127.0.0.1:{}/metrics", self.port);
         let what = "reading the registry's metrics";
         let body = self
@@ -136,11 +141,131 @@ impl Registry {
         let n = super::metric_sum(
             &body,
             &format!(
-                "rest_requests_seconds_count{{method=\"GET\",path=\"{CCOMPAT}/schemas/ids/{{id}}\",status_code_group=\"2xx\""
+                "rest_requests_seconds_count{{method=\"GET\",path=\"{CCOMPAT}/schemas/ids/{{id}}\",status_code_group=\"{group}\""
             ),
         );
         Ok(n as u64)
     }
+}
+
+/// The root of Apicurio's own API (v2) under the registry's root: it stores
+/// and deletes what its Confluent-compatible API refuses to.
+const NATIVE: &str = "/apis/registry/v2/groups/default/artifacts";
+
+impl Registry {
+    /// Registers `schema` (`kind`: `AVRO`, `PROTOBUF`, `JSON`) under `subject`
+    /// through the Confluent-compatible API, naming `references` (name,
+    /// subject, version); its id.
+    pub async fn register(
+        &self,
+        subject: &str,
+        kind: &str,
+        schema: &str,
+        references: &[(&str, &str, i64)],
+    ) -> Result<u32, TestkitError> {
+        let refs: Vec<_> = references
+            .iter()
+            .map(|(name, subject, version)| {
+                serde_json::json!({"name": name, "subject": subject, "version": version})
+            })
+            .collect();
+        let body = serde_json::json!({"schema": schema, "schemaType": kind, "references": refs});
+        let url = format!("{}/subjects/{subject}/versions", self.url());
+        let answer = self
+            .send(
+                "registering a schema",
+                self.http
+                    .post(&url)
+                    .header("content-type", "application/vnd.schemaregistry.v1+json")
+                    .body(body.to_string()),
+                &url,
+            )
+            .await?;
+        id_in(&answer, "id")
+    }
+
+    /// Stores `content` as artifact `artifact` of `kind` through Apicurio's own
+    /// API, which does not check it as the Confluent-compatible API does (a
+    /// schema the Avro library cannot read is stored); the id the
+    /// Confluent-compatible API serves it under (its content id).
+    pub async fn store_unchecked(
+        &self,
+        artifact: &str,
+        kind: &str,
+        content: &str,
+    ) -> Result<u32, TestkitError> {
+        let url = format!("http://127.0.0.1:{}{NATIVE}", self.port);
+        let answer = self
+            .send(
+                "storing an artifact",
+                self.http
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header("X-Registry-ArtifactType", kind)
+                    .header("X-Registry-ArtifactId", artifact)
+                    .body(content.to_string()),
+                &url,
+            )
+            .await?;
+        id_in(&answer, "contentId")
+    }
+
+    /// Deletes `subject` through Apicurio's own API, also when other schemas
+    /// reference it (the Confluent-compatible API refuses that): their
+    /// references then lead nowhere (404).
+    pub async fn delete_referenced(&self, subject: &str) -> Result<(), TestkitError> {
+        let url = format!("http://127.0.0.1:{}{NATIVE}/{subject}", self.port);
+        self.send("deleting an artifact", self.http.delete(&url), &url)
+            .await
+            .map(|_| ())
+    }
+
+    /// Sends `req`; the answer's body, a 2xx's only.
+    async fn send(
+        &self,
+        what: &'static str,
+        req: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<String, TestkitError> {
+        let http = |source| TestkitError::Http {
+            what,
+            url: url.to_string(),
+            source,
+        };
+        let resp = req.send().await.map_err(http)?;
+        let status = resp.status();
+        let body = resp.text().await.map_err(http)?;
+        if !status.is_success() {
+            return Err(TestkitError::Status {
+                what,
+                url: url.to_string(),
+                status: status.as_u16(),
+                body: body.chars().take(300).collect(),
+            });
+        }
+        Ok(body)
+    }
+
+    /// How many `GET /schemas/ids/{id}` it answered with a 4xx since this run
+    /// of it started (an id it does not know), as its request metrics count them.
+    pub async fn schema_fetches_refused(&self) -> Result<u64, TestkitError> {
+        self.id_fetches("4xx").await
+    }
+}
+
+/// The integer `key` of a JSON answer.
+fn id_in(answer: &str, key: &str) -> Result<u32, TestkitError> {
+    let v: serde_json::Value = serde_json::from_str(answer).map_err(|e| TestkitError::Answer {
+        what: "the registry's answer",
+        reason: format!("{e}: {answer}"),
+    })?;
+    v[key]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| TestkitError::Answer {
+            what: "the registry's answer",
+            reason: format!("no `{key}` in {answer}"),
+        })
 }
 
 /// Where one produced record landed.

@@ -9,25 +9,30 @@
 //! back-off and the partition waits — nothing is parked for it, nothing
 //! stored past the waiting records (they were never begun). Other partitions
 //! go on: each waits in its own task, and the actor's mailbox stays open for
-//! completions, drains and timers.
+//! completions, drains and timers. An answer that can never be a schema (an
+//! unknown id, a refused one: `core::schema::registry`) ends the wait too: the
+//! machine parks the records naming it with its reason.
 
 use super::PartitionMsg;
 use crate::kafka::Record;
 use crate::schema_registry::{Resolved, SchemaRegistry};
 use ractor::ActorRef;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::time::Instant;
 
-/// Schemas this partition's records named, shared with its decoder. Entries
-/// are `Arc`s of the registry cache's; kept for the partition's life (a
-/// partition names a handful of ids), so a record the machine begins late
-/// (after a wait for the byte budget) still finds its schema.
-pub type Known = Arc<Mutex<HashMap<u32, Arc<Resolved>>>>;
+mod known;
+pub use known::KnownMap;
+
+/// Schemas this partition's records named, shared with its decoder.
+pub type Known = Arc<Mutex<KnownMap>>;
 
 pub struct SchemaGate {
     registry: Arc<SchemaRegistry>,
     pub known: Known,
+    /// How long a refusal is kept (`negative_cache_ttl`).
+    negative_ttl: Duration,
     /// Records waiting for a schema, in offset order.
     pending: VecDeque<Record>,
     /// The id being fetched.
@@ -48,8 +53,9 @@ fn schema_id(r: &Record) -> Option<u32> {
 impl SchemaGate {
     pub fn new(registry: Arc<SchemaRegistry>, partition: i32) -> SchemaGate {
         SchemaGate {
+            known: Arc::new(Mutex::new(KnownMap::new(registry.cache_max_bytes()))),
+            negative_ttl: registry.negative_ttl(),
             registry,
-            known: Known::default(),
             pending: VecDeque::new(),
             waiting: None,
             machine_reading: true,
@@ -62,16 +68,19 @@ impl SchemaGate {
         self.waiting.is_some()
     }
 
-    fn is_known(&self, id: u32) -> bool {
-        self.known
-            .lock()
-            .map(|k| k.contains_key(&id))
-            .unwrap_or(false)
-    }
-
     /// Takes records in; returns those the machine may have now, and the id to
     /// fetch when a wait begins.
     pub fn admit(&mut self, records: Vec<Record>) -> (Vec<Record>, Option<u32>) {
+        self.admit_with(records, None)
+    }
+
+    /// [`Self::admit`], `just` known whatever its age (its answer has just
+    /// come: the records waiting for it take it).
+    fn admit_with(
+        &mut self,
+        records: Vec<Record>,
+        just: Option<u32>,
+    ) -> (Vec<Record>, Option<u32>) {
         if self.closed {
             return (records, None);
         }
@@ -81,10 +90,14 @@ impl SchemaGate {
         if self.waiting.is_some() {
             return (out, None);
         }
+        let now = Instant::now();
+        let Ok(mut known) = self.known.lock() else {
+            return (out, None);
+        };
         while let Some(r) = self.pending.front() {
             match schema_id(r) {
-                Some(id) if self.is_known(id) => {}
                 None => {}
+                Some(id) if just == Some(id) || known.fresh(id, now) => known.hand_out(id),
                 Some(id) => {
                     self.waiting = Some(id);
                     metrics::gauge!(crate::schema_registry::WAITING).increment(1.0);
@@ -96,16 +109,24 @@ impl SchemaGate {
         (out, None)
     }
 
-    /// The fetch for `id` ended: its schema (or its absence) is known.
+    /// The fetch for `id` ended: its schema (or why it can never be read) is known.
     pub fn resolved(&mut self, id: u32, schema: Arc<Resolved>) -> (Vec<Record>, Option<u32>) {
+        let expires = schema
+            .is_refusal()
+            .then(|| Instant::now() + self.negative_ttl);
         if let Ok(mut k) = self.known.lock() {
-            k.insert(id, schema);
+            k.insert(id, schema, expires);
         }
         if self.waiting == Some(id) {
             self.waiting = None;
             metrics::gauge!(crate::schema_registry::WAITING).decrement(1.0);
         }
-        self.admit(Vec::new())
+        let next = self.admit_with(Vec::new(), Some(id));
+        // After the records taking it are handed out (and pin it).
+        if let Ok(mut k) = self.known.lock() {
+            k.evict();
+        }
+        next
     }
 
     /// Draining: the waiting records are dropped unbegun (never stored past).
@@ -153,83 +174,4 @@ impl Drop for SchemaGate {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::schema_registry::SchemaRegistryConfig;
-
-    fn rec(offset: i64, dlq: bool, payload: &[u8]) -> Record {
-        Record {
-            partition: 0,
-            offset,
-            dlq,
-            key: None,
-            payload: Some(bytes::Bytes::copy_from_slice(payload)),
-            timestamp_ms: None,
-            headers: None,
-        }
-    }
-
-    fn framed(id: u32) -> Vec<u8> {
-        let mut v = crate::core::schema::frame::header(id).to_vec();
-        v.push(0);
-        v
-    }
-
-    fn offsets(rs: &[Record]) -> Vec<i64> {
-        rs.iter().map(|r| r.offset).collect()
-    }
-
-    fn gate() -> SchemaGate {
-        let registry = SchemaRegistry::new(
-            &SchemaRegistryConfig {
-                url: "http://127.0.0.1:1".into(),
-                ..Default::default()
-            },
-            crate::core::input::InputFormat::Avro,
-        );
-        SchemaGate::new(Arc::new(registry), 0)
-    }
-
-    #[test]
-    fn records_wait_behind_an_unknown_schema_in_offset_order() {
-        let mut g = gate();
-        // Unframed records go on (the machine parks them); the first record
-        // naming an unresolved id stops everything after it on main p.
-        let (now, fetch) = g.admit(vec![
-            rec(0, false, b"{}"),
-            rec(1, false, &framed(7)),
-            rec(2, false, b"{}"),
-            rec(3, false, &framed(8)),
-        ]);
-        assert_eq!((offsets(&now), fetch), (vec![0], Some(7)));
-        assert!(g.is_waiting());
-        // While waiting: main records queue, DLQ records (envelopes) pass.
-        let (now, fetch) = g.admit(vec![rec(4, false, &framed(7)), rec(0, true, &framed(7))]);
-        assert_eq!((offsets(&now), now[0].dlq, fetch), (vec![0], true, None));
-        // 7 resolved: 1, 2 go, then 3 waits for 8.
-        let (now, fetch) = g.resolved(7, Arc::new(Resolved::Unknown));
-        assert_eq!((offsets(&now), fetch), (vec![1, 2], Some(8)));
-        let (now, fetch) = g.resolved(8, Arc::new(Resolved::Unknown));
-        assert_eq!((offsets(&now), fetch), (vec![3, 4], None));
-        assert!(!g.is_waiting());
-        // Known ids pass at once.
-        let (now, fetch) = g.admit(vec![rec(5, false, &framed(8))]);
-        assert_eq!((offsets(&now), fetch), (vec![5], None));
-    }
-
-    #[test]
-    fn a_drain_drops_the_waiting_records_unbegun() {
-        let mut g = gate();
-        let (_, fetch) = g.admit(vec![rec(0, false, &framed(7)), rec(1, false, &framed(7))]);
-        assert_eq!(fetch, Some(7));
-        g.close();
-        assert!(!g.is_waiting());
-        // A late answer hands nothing over; later records go to the machine
-        // (which ignores them while draining).
-        assert!(g.resolved(7, Arc::new(Resolved::Unknown)).0.is_empty());
-        assert_eq!(
-            offsets(&g.admit(vec![rec(2, false, &framed(9))]).0),
-            vec![2]
-        );
-    }
-}
+mod tests;

@@ -7,14 +7,17 @@
 //! `input.format = "json"` reads a record.
 
 pub mod avro;
+mod avro_names;
 mod capped;
 pub mod frame;
 pub mod json_schema;
 pub mod protobuf;
+pub mod registry;
 
 pub use avro::{AvroSchema, DecimalMode, JsonOptions, TimestampMode};
 pub use json_schema::JsonSchema;
 pub use protobuf::ProtoSchema;
+pub use registry::RegistryRefusal;
 
 use super::event::{self, DecodeError, DecodeOptions};
 use super::input::{decode_json_from, Decoded, InputFormat, JsonInput, RecordIn};
@@ -30,6 +33,9 @@ pub enum Resolved {
     Other(String),
     /// The registry does not know the id (404).
     Unknown,
+    /// The registry's answer can never be read as a schema: the records
+    /// naming the id are parked with this reason and message.
+    Refused(RegistryRefusal, String),
     /// The registry's schema does not parse or compile (parked
     /// `malformed_avro`, `malformed_protobuf` or `malformed_json_schema`).
     Broken(String),
@@ -75,6 +81,11 @@ impl Resolved {
         let broken = |e: String| Resolved::Broken(e);
         match format {
             InputFormat::Avro => {
+                // Names the Avro library would panic on, refused first.
+                let mut named = std::iter::once(text).chain(references.iter().map(|r| &*r.schema));
+                if let Err(e) = named.try_for_each(avro_names::check) {
+                    return broken(e);
+                }
                 let texts: Vec<String> = references.iter().map(|r| r.schema.clone()).collect();
                 match AvroSchema::parse(text, &texts) {
                     Ok(s) => Resolved::Avro(Box::new(s)),
@@ -101,10 +112,17 @@ impl Resolved {
             Resolved::Protobuf(s) => s.text_len().saturating_mul(8),
             Resolved::JsonSchema(s) => s.text_len().saturating_mul(8),
             Resolved::Other(k) => k.len(),
-            Resolved::Broken(e) => e.len(),
+            Resolved::Broken(e) | Resolved::Refused(_, e) => e.len(),
             Resolved::Unknown => 0,
         };
         n.saturating_add(64)
+    }
+
+    /// An answer that parks the records naming the id: kept a bounded time
+    /// only (`input.schema_registry.negative_cache_ttl`), then asked again.
+    /// A schema that does not compile is the registry's schema, kept like one.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, Resolved::Unknown | Resolved::Refused(..))
     }
 }
 
@@ -175,6 +193,11 @@ fn framed_bytes<'s>(
     };
     match (format, lookup(id)) {
         (_, None | Some(Resolved::Unknown)) => Err(schema_bad(SchemaError::UnknownSchema(id))),
+        (_, Some(Resolved::Refused(refusal, detail))) => Err(schema_bad(SchemaError::Refused {
+            id,
+            refusal: *refusal,
+            detail: detail.clone(),
+        })),
         (_, Some(Resolved::Other(kind))) => Err(wrong(kind)),
         (_, Some(Resolved::Broken(e))) => Err(schema_bad(SchemaError::Broken {
             id,
@@ -223,6 +246,13 @@ pub enum SchemaError {
     NotFramed(#[from] frame::FrameError),
     #[error("schema id {0} is not known to the schema registry")]
     UnknownSchema(u32),
+    /// The registry's answer for the id can never be read as a schema.
+    #[error("schema id {id}: {detail}")]
+    Refused {
+        id: u32,
+        refusal: RegistryRefusal,
+        detail: String,
+    },
     #[error("schema id {id} is a {kind} schema; input.format = \"{}\" reads {} schemas", format.name(), expected_kind(*format).unwrap_or("no registry"))]
     WrongKind {
         id: u32,
@@ -255,6 +285,7 @@ impl SchemaError {
         match self {
             SchemaError::NotFramed(_) => "not_registry_framed",
             SchemaError::UnknownSchema(_) => "unknown_schema",
+            SchemaError::Refused { refusal, .. } => refusal.as_str(),
             SchemaError::WrongKind { .. } => "wrong_schema_type",
             SchemaError::Broken { format, .. } => match format {
                 InputFormat::Protobuf => "malformed_protobuf",
