@@ -510,7 +510,7 @@ mod batch {
         item_results(&results_spec(by_id), &body, ids)
             .expect("per-item results at /items")
             .iter()
-            .map(|r| r.status)
+            .map(|r| r.status())
             .collect()
     }
 
@@ -628,7 +628,7 @@ mod batch {
         );
         let by_id = item_results(&results_spec(true), &body, &again).expect("results");
         assert_eq!(
-            by_id.iter().map(|r| r.status).collect::<Vec<_>>(),
+            by_id.iter().map(|r| r.status()).collect::<Vec<_>>(),
             [400, 200]
         );
 

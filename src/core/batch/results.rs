@@ -127,6 +127,17 @@ pub enum ItemResult<'a> {
     Missing(NoResult),
 }
 
+impl ItemResult<'_> {
+    /// The status the item's answer carries: its result's, or for no
+    /// result [`super::MISSING_RESULT_STATUS`] (sent again).
+    pub fn status(&self) -> u16 {
+        match self {
+            ItemResult::Listed { status, .. } => *status,
+            ItemResult::Missing(_) => super::MISSING_RESULT_STATUS,
+        }
+    }
+}
+
 /// Each item's result in a 2xx batch answer's `body`, for items with `ids`
 /// (in the batch's order); `Err`: the answer gives no item a result.
 pub fn item_results<'a>(
