@@ -284,7 +284,7 @@ pub const ALL: &[(&str, &str)] = &[
     ),
     (
         BATCH_SPLIT_SINGLES_RATIO,
-        "Over the last minute of a batched route, the share of answered events that were answered alone after their batch was refused as a whole and split (above 0.5: the endpoint may take single events only).",
+        "Over the last 10 s window of a batched route (by route), the share of answered events that were answered alone after their batch was refused as a whole and split (above 0.5: the endpoint may take single events only).",
     ),
     (
         ORDERED_RESENT,

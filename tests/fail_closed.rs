@@ -289,3 +289,80 @@ async fn a_batch_of_one_is_still_a_batch() {
     assert_no_loss("fail-closed batch of one", &rep);
     api.shutdown();
 }
+
+/// Batching turned on against an endpoint that takes single events only
+/// (the stand-in's `/events` answers a JSON array 400): every batch is
+/// bisected down to batches of one, which it refuses too — each event parked
+/// `http_400`, none lost — and the route says so: a warning with the share,
+/// and its row on `/status` (`mostly_singles`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_whose_batches_end_alone_says_so() {
+    let s = services();
+    let n = Names::new("fc-singles", 2);
+    n.create(&s, true).await;
+    let api = stand_in(Behaviour::default()).await;
+    let toml = toml_with(&n, &format!("http://{}/events", api.addr()), FAST).replace(
+        "[pipeline]\n",
+        "[api.batch]\nmax_events = 20\nlinger = \"20ms\"\n\n[pipeline]\n",
+    );
+    let c = Courier::start("fc-singles", &s, &toml);
+    // Events keep coming (a wave every second) until the route's window
+    // (10 s) ends with its verdict on `/status`.
+    let mut produced = courier::audit::Produced::default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut wave = 0;
+    let row = loop {
+        let sp = Spec {
+            count: 40,
+            keys: 40,
+            id_prefix: format!("fcs{wave}"),
+            ..Spec::default()
+        };
+        let p = loadgen::produce(&s.brokers, &n.topic, &sp)
+            .await
+            .expect("produce");
+        produced.ids.extend(p.ids);
+        produced.offsets.extend(p.offsets);
+        wave += 1;
+        let url = format!("http://127.0.0.1:{}/status.json", c.metrics_port);
+        let snapshot: Option<courier::status_page::Snapshot> = match reqwest::get(&url).await {
+            Ok(r) => r
+                .text()
+                .await
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok()),
+            Err(_) => None,
+        };
+        if let Some(row) = snapshot
+            .into_iter()
+            .flat_map(|s| s.batch_splits)
+            .find(|b| b.mostly_singles)
+        {
+            break row;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no batch_splits row says mostly_singles on /status after {wave} waves"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    println!("[fail-closed singles] /status row: {row:?}");
+    assert!(row.route.ends_with("/events"), "{row:?}");
+    assert_eq!(row.alone_after_split, row.events, "every event ended alone");
+    n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+    let mut c = c;
+    c.terminate(Duration::from_secs(30)).await;
+    let log = c.log_text();
+    assert!(
+        log.contains("most events of this route's batches end alone"),
+        "the warning is logged"
+    );
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("fail-closed singles", &rep);
+    assert_eq!(
+        rep.parked_by_reason.get("http_400").copied(),
+        Some(produced.ids.len()),
+        "{rep}"
+    );
+    api.shutdown();
+}

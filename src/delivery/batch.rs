@@ -358,19 +358,21 @@ impl<A: Api + Clone> Batcher<A> {
 
     /// `n` events of the group were answered in one request (not split
     /// further); `after_split`: it was part of a batch refused as a whole.
-    /// Once a window, a route whose events mostly end alone after splits is
-    /// reported (WARN, `courier_batch_split_singles_ratio`).
+    /// Each window (`core::batch::SPLIT_WINDOW`) the route's share is shown
+    /// (`/status`, `courier_batch_split_singles_ratio`); a route whose events
+    /// mostly end alone after splits is warned about once a minute.
     fn answered(&self, key: &GroupKey, n: usize, after_split: bool) {
         let report = self
             .lock()
             .get_mut(key)
             .and_then(|g| g.splits.answered(n, after_split, Instant::now()));
-        let Some(r) = report else { return };
+        let Some(end) = report else { return };
+        let r = end.report;
         let route = route_label(key.url.as_deref(), &self.pipeline.config.api.url);
         metrics::gauge!(crate::metrics::BATCH_SPLIT_SINGLES_RATIO, "route" => route.clone())
             .set(r.share());
         self.pipeline.status.batch_splits(r, &route);
-        if r.mostly_singles() {
+        if end.warn {
             tracing::warn!(
                 route,
                 events = r.events,

@@ -228,7 +228,7 @@ pub struct StatusBoard {
     window: Mutex<ErrorWindow>,
     credential: Mutex<Option<CredentialSnapshot>>,
     /// Per batched route (its URL, without credentials or query): the last
-    /// minute's share of events answered alone after splits.
+    /// 10 s window's share of events answered alone after splits.
     batch_splits: Mutex<BTreeMap<String, BatchSplitSnapshot>>,
 }
 
@@ -470,7 +470,7 @@ pub struct HealthSnapshot {
     pub marker: StateSnapshot,
 }
 
-/// A batched route's splits over the last minute, on `/status`.
+/// A batched route's splits over the last 10 s window, on `/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchSplitSnapshot {
     /// The route's URL, without credentials, query or fragment.

@@ -233,7 +233,7 @@ pub fn render(s: &Snapshot) -> String {
         };
         let _ = write!(
             o,
-            "<tr><th>batches split to single events</th><td class=\"batch-splits\" data-mostly-singles=\"{}\">{}: {share} % of {} events answered alone after a split (last minute){}</td></tr>",
+            "<tr><th>batches split to single events</th><td class=\"batch-splits\" data-mostly-singles=\"{}\">{}: {share} % of {} events answered alone after a split (last 10 s){}</td></tr>",
             b.mostly_singles,
             esc(&b.route),
             b.events,

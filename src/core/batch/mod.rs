@@ -33,7 +33,9 @@ pub use results::{
     any_item_status, at, item_results, ItemResult, NoResult, ResultsSpec, Unreadable,
 };
 use sha2::{Digest, Sha256};
-pub use split_rate::{SplitReport, SplitWindow, SPLIT_SINGLES_WARN, SPLIT_WINDOW};
+pub use split_rate::{
+    SplitEnd, SplitReport, SplitWindow, SPLIT_SINGLES_WARN, SPLIT_WARN_EVERY, SPLIT_WINDOW,
+};
 
 /// How a route's events are batched (`[api.batch]`, parsed by `config`).
 #[derive(Debug, Clone, PartialEq, Eq)]

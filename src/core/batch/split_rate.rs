@@ -5,13 +5,15 @@
 //! an unbatched route, and silently. Over each window, the share of the
 //! events answered (their batch not split further) that were answered in a
 //! request of one *after a split* is measured; above
-//! [`SPLIT_SINGLES_WARN`] the route is reported (the shell warns once per
-//! window and shows it on `/status`).
+//! [`SPLIT_SINGLES_WARN`] the route is reported: each window's share is shown
+//! on `/status`, and a warning is due at most once per [`SPLIT_WARN_EVERY`].
 
 use std::time::{Duration, Instant};
 
 /// The window the share is measured over.
-pub const SPLIT_WINDOW: Duration = Duration::from_secs(60);
+pub const SPLIT_WINDOW: Duration = Duration::from_secs(10);
+/// At most one warning per route this often.
+pub const SPLIT_WARN_EVERY: Duration = Duration::from_secs(60);
 /// Above this share of events ending alone after a split, the route is
 /// reported.
 pub const SPLIT_SINGLES_WARN: f64 = 0.5;
@@ -48,6 +50,14 @@ impl SplitReport {
 pub struct SplitWindow {
     started: Instant,
     now: SplitReport,
+    warned: Option<Instant>,
+}
+
+/// A window's end: its report, and whether a warning is due now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitEnd {
+    pub report: SplitReport,
+    pub warn: bool,
 }
 
 impl SplitWindow {
@@ -55,17 +65,26 @@ impl SplitWindow {
         SplitWindow {
             started: now,
             now: SplitReport::default(),
+            warned: None,
         }
     }
 
     /// A request of `n` events was answered for them at `now` (not split
     /// further); `after_split`: it is a part of a batch refused as a whole.
     /// When the window is over, its report (and a new window begins).
-    pub fn answered(&mut self, n: usize, after_split: bool, now: Instant) -> Option<SplitReport> {
+    pub fn answered(&mut self, n: usize, after_split: bool, now: Instant) -> Option<SplitEnd> {
         let ended = (now.saturating_duration_since(self.started) >= SPLIT_WINDOW).then(|| {
-            let r = self.now;
-            *self = SplitWindow::new(now);
-            r
+            let report = self.now;
+            let warn = report.mostly_singles()
+                && self
+                    .warned
+                    .is_none_or(|at| now.saturating_duration_since(at) >= SPLIT_WARN_EVERY);
+            if warn {
+                self.warned = Some(now);
+            }
+            self.started = now;
+            self.now = SplitReport::default();
+            SplitEnd { report, warn }
         });
         self.now.events += n as u64;
         if n == 1 && after_split {
@@ -89,6 +108,7 @@ mod tests {
         }
         w.answered(0, false, t0 + SPLIT_WINDOW)
             .expect("the window ended")
+            .report
     }
 
     #[test]
@@ -104,19 +124,17 @@ mod tests {
         );
         assert!(r.mostly_singles());
         // One poison event in 100: it and its sibling end alone.
-        let r = window(
-            &[
-                (50, true),
-                (25, true),
-                (12, true),
-                (6, true),
-                (3, true),
-                (2, true),
-                (1, true),
-                (1, true),
-            ],
-            5,
-        );
+        let leaves = [
+            (50, true),
+            (25, true),
+            (12, true),
+            (6, true),
+            (3, true),
+            (2, true),
+            (1, true),
+            (1, true),
+        ];
+        let r = window(&leaves, 5);
         assert!(!r.mostly_singles(), "{r:?}");
         // Half of each batch alone: not above half.
         let r = window(&[(2, true), (1, true), (1, true)], 10);
@@ -128,5 +146,25 @@ mod tests {
         // Too few events: no verdict.
         let r = window(&[(1, true)], 3);
         assert!(!r.mostly_singles());
+    }
+
+    #[test]
+    fn a_warning_is_due_at_most_once_a_minute() {
+        let t0 = Instant::now();
+        let mut w = SplitWindow::new(t0);
+        let mut warned = Vec::new();
+        for k in 1..=13u32 {
+            for _ in 0..30 {
+                w.answered(1, true, t0 + SPLIT_WINDOW * (k - 1));
+            }
+            if let Some(end) = w.answered(1, true, t0 + SPLIT_WINDOW * k) {
+                assert!(end.report.mostly_singles());
+                if end.warn {
+                    warned.push(k);
+                }
+            }
+        }
+        // Windows end every 10 s; warnings 60 s apart.
+        assert_eq!(warned, vec![1, 7, 13]);
     }
 }

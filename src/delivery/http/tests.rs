@@ -178,3 +178,27 @@ fn io_errors_name_the_connection_failure() {
     assert_eq!(kind(&other, true, false), TransportFailure::Connect);
     assert_eq!(kind(&other, false, false), TransportFailure::Other);
 }
+
+/// A per-item result's text goes into an envelope the way an answer's body
+/// does: cut to `api.error_body_bytes`, every secret redacted, and nothing
+/// with `error_body_bytes = 0` (before, the batch path put 200 characters of
+/// the raw result into `last_error` whatever the setting).
+#[test]
+fn per_item_text_is_cut_and_redacted_like_a_body() {
+    let mut cfg = crate::config::ApiConfig {
+        url: "http://127.0.0.1:1/events".into(),
+        error_body_bytes: 40,
+        ..crate::config::ApiConfig::default()
+    };
+    cfg.headers
+        .insert("X-Api-Key".into(), "key-0123456789".into());
+    let client = ApiClient::new(&cfg, std::sync::Arc::new(Auth::none()), 4).expect("client");
+    let element = br#"{"id":"e-1","status":400,"error":"bad key-0123456789 for tenant"}"#;
+    let text = Api::excerpt(&client, element).expect("an excerpt");
+    assert!(!text.contains("key-0123456789"), "{text}");
+    assert!(text.contains("[redacted]"), "{text}");
+    assert!(text.len() <= 40 + "[redacted]".len(), "{text}");
+    cfg.error_body_bytes = 0;
+    let client = ApiClient::new(&cfg, std::sync::Arc::new(Auth::none()), 4).expect("client");
+    assert_eq!(Api::excerpt(&client, element), None);
+}
