@@ -14,6 +14,7 @@ mod cluster;
 mod digest;
 mod hostile;
 mod metrics;
+mod partial_api;
 mod report;
 mod scenarios;
 mod toxiproxy;

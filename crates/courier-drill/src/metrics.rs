@@ -16,6 +16,10 @@ pub struct Scrape {
     pub delivered: f64,
     /// `courier_events_deleted_unread_total`, summed over topics and partitions.
     pub deleted_unread: f64,
+    /// `courier_breaker_transitions_total`, summed over its labels.
+    pub breaker_transitions: f64,
+    /// `courier_batch_results_unreadable_total`, summed over reasons.
+    pub batch_results_unreadable: f64,
 }
 
 /// Courier's count of events the log lost before the group read them (issue 23).
@@ -40,6 +44,8 @@ pub fn parse(text: &str) -> Scrape {
         assigned: metric_sum(text, "courier_assigned_partitions"),
         delivered: metric_sum(text, "courier_delivered_total"),
         deleted_unread: metric_sum(text, DELETED_UNREAD),
+        breaker_transitions: metric_sum(text, "courier_breaker_transitions_total"),
+        batch_results_unreadable: metric_sum(text, "courier_batch_results_unreadable_total"),
     }
 }
 

@@ -24,6 +24,7 @@ pub const ALL: &[&str] = &[
     "rolling-restart",
     "poison-storm",
     "crash-cost",
+    "partial-api",
     "hostile",
 ];
 
@@ -86,6 +87,7 @@ fn load_duration(name: &str, o: &Opts) -> Duration {
             "rolling-restart" => o.pick(5.0, 10.0) * o.cluster.instances as u32,
             "poison-storm" => o.pick(10.0, 60.0),
             "crash-cost" => o.pick(6.0, 15.0),
+            "partial-api" => crate::partial_api::duration(o),
             _ => Duration::ZERO,
         }
 }
@@ -185,6 +187,7 @@ async fn run_inner(
             c.proxied_slots = vec![0];
         }
         "crash-cost" => c.static_ids = true,
+        "partial-api" => c.toml = crate::partial_api::toml(&c.toml, &c.sink.url()),
         _ => {}
     }
     c.start_all().await?;
@@ -219,6 +222,7 @@ async fn run_inner(
         "rolling-restart" => rolling_restart(&mut c, o).await,
         "poison-storm" => poison_storm(o, &load).await,
         "crash-cost" => crash_cost(&mut c, o).await,
+        "partial-api" => crate::partial_api::run(&mut c, o).await,
         n if n.starts_with("hostile") => {
             let r = crate::hostile::run(name, &mut c, o, &load, &mut book).await;
             // Whatever happened, the load ends (its count is only a ceiling).

@@ -60,6 +60,7 @@ fn short_drill_sequence_loses_nothing() {
             "rolling-restart",
             "poison-storm",
             "crash-cost",
+            "partial-api",
             "hostile"
         ],
         "every scenario ran, in order"
