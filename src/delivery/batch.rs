@@ -184,15 +184,8 @@ impl<A: Api + Clone> Batcher<A> {
         suspect: bool,
     ) -> oneshot::Receiver<Reply> {
         let (reply, rx) = oneshot::channel();
-        self.submit_to(
-            out,
-            spec,
-            id,
-            body,
-            redelivery,
-            suspect,
-            Waiter::Task(reply),
-        );
+        let s = Submission::one(id, body, redelivery, suspect, Waiter::Task(reply));
+        self.submit_to(out, spec, s);
         rx
     }
 
@@ -203,21 +196,9 @@ impl<A: Api + Clone> Batcher<A> {
         self: &Arc<Self>,
         out: &Outgoing,
         spec: &Arc<BatchSpec>,
-        id: &str,
-        body: Bytes,
-        redelivery: Option<u32>,
-        suspect: bool,
-        reply: Waiter,
+        s: Submission,
     ) {
-        let s = Submission {
-            id: id.to_string(),
-            body,
-            redelivery,
-            reply,
-            in_run: false,
-            suspect,
-        };
-        let key = GroupKey::of(out, spec, redelivery.is_some());
+        let key = GroupKey::of(out, spec, s.redelivery.is_some());
         self.enqueue(key, out, spec, Entry::One(s));
     }
 

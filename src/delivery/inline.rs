@@ -15,7 +15,7 @@
 //! (`batch::Waiter::Inline`): its token reports errored, as a task's would.
 
 use super::attempt::Tries;
-use super::batch::{Reply, Waiter};
+use super::batch::{Reply, Submission, Waiter};
 use super::call::Made;
 use super::durable::DlqWrite;
 use super::http::Api;
@@ -69,8 +69,11 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let this = self.clone();
         let answer = Box::new(move |reply| this.first_answer(job, permit, t, reply));
         let waiter = Waiter::Inline { cancel, answer };
-        self.batcher
-            .submit_to(&out, &spec, &ev.id, body, None, false, waiter);
+        self.batcher.submit_to(
+            &out,
+            &spec,
+            Submission::one(&ev.id, body, None, false, waiter),
+        );
         Ok(())
     }
 

@@ -226,11 +226,9 @@ pub fn render(s: &Snapshot) -> String {
         credential_rows(&mut o, c, now);
     }
     for b in &s.batch_splits {
-        let share = if b.events == 0 {
-            0
-        } else {
-            b.alone_after_split * 100 / b.events
-        };
+        let share = (b.alone_after_split * 100)
+            .checked_div(b.events)
+            .unwrap_or(0);
         let _ = write!(
             o,
             "<tr><th>batches split to single events</th><td class=\"batch-splits\" data-mostly-singles=\"{}\">{}: {share} % of {} events answered alone after a split (last 10 s){}</td></tr>",

@@ -24,6 +24,26 @@ pub(in crate::delivery) struct Submission {
     pub(in crate::delivery) suspect: bool,
 }
 
+impl Submission {
+    /// One event (not of an ordered run).
+    pub(in crate::delivery) fn one(
+        id: &str,
+        body: Bytes,
+        redelivery: Option<u32>,
+        suspect: bool,
+        reply: Waiter,
+    ) -> Submission {
+        Submission {
+            id: id.to_string(),
+            body,
+            redelivery,
+            reply,
+            in_run: false,
+            suspect,
+        }
+    }
+}
+
 /// Who takes an event's answer from its batch.
 pub(in crate::delivery) enum Waiter {
     /// The event's task, on this channel; it stops waiting (closes it) when

@@ -179,7 +179,11 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
             token.finish(Finished::Delivered);
         });
         let waiter = batch::Waiter::Inline { cancel, answer };
-        batcher.submit_to(&out, &spec, id, id_body(id), None, false, waiter);
+        batcher.submit_to(
+            &out,
+            &spec,
+            batch::Submission::one(id, id_body(id), None, false, waiter),
+        );
     };
     let (first, second) = two_partitions();
     submit("e-0", &first);
