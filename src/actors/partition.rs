@@ -395,6 +395,12 @@ impl PartitionState {
                     }
                 }
             }
+            Effect::ForgetWaitingCommits => {
+                for src in Src::BOTH {
+                    let topic = self.machine.intake().topic(src);
+                    self.a.commits.forget(topic, partition);
+                }
+            }
             Effect::Schedule { after, timer } => {
                 myself.send_after(after, move || PartitionMsg::Timer(timer));
             }

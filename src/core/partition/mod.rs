@@ -52,6 +52,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[cfg(test)]
+mod handover_tests;
+#[cfg(test)]
 mod model;
 #[cfg(test)]
 mod tests;
@@ -289,6 +291,14 @@ pub enum Effect<I> {
         metadata: String,
         commit: Commit,
     },
+    /// The partition is being handed over (a drain began): take back its
+    /// sides' commits still waiting in the coalesced set ([`Commit::Soon`]).
+    /// Each names an older position than the handover's commits (the
+    /// drain's own, and the revoke's or the shutdown's commit of what is
+    /// stored): flushed after them, it would move the committed position
+    /// back. Asked once, as the drain begins; no [`Commit::Soon`] follows
+    /// (a store due during the drain waits for the drain's [`Commit::Now`]).
+    ForgetWaitingCommits,
     /// Send [`Input::Timer`] after `after`.
     Schedule { after: Duration, timer: Timer },
     /// The drain is over: answer it (with the stored main position).
@@ -1449,10 +1459,13 @@ impl<X: Intake> PartitionMachine<X> {
     /// above it as metadata. It is committed explicitly when
     /// [`Settings::commit_after`] events finished since the side's last commit
     /// (at most once per `commit_floor`), or when only the metadata changed (at
-    /// most once per `commit_interval`); unless `now` (a drain), which commits
-    /// either at once.
+    /// most once per `commit_interval`); unless `now` (a drain's answer),
+    /// which commits either at once. While a drain waits for its jobs,
+    /// nothing is committed (a [`Commit::Soon`] could be flushed after the
+    /// handover's commit): what is due then waits for the answer.
     fn store_all(&mut self, now: bool) {
         let mut later: Option<Duration> = None;
+        let draining = self.draining();
         for src in Src::BOTH {
             let side = &mut self.sides[src.index()];
             // Nothing while an earlier incarnation's events are unfinished,
@@ -1495,8 +1508,15 @@ impl<X: Intake> PartitionMachine<X> {
                     }
                     _ => Duration::ZERO,
                 };
-                if wait.is_zero() {
+                if wait.is_zero() && (now || !draining) {
                     commit = if now { Commit::Now } else { Commit::Soon };
+                } else if draining {
+                    // Nothing waits for a flush once a drain began (see
+                    // `Effect::ForgetWaitingCommits`): the drain's answer
+                    // commits it, at once.
+                    if !moved {
+                        continue;
+                    }
                 } else {
                     later = Some(later.map_or(wait, |l| l.min(wait)));
                     if !moved {
@@ -1546,6 +1566,7 @@ impl<X: Intake> PartitionMachine<X> {
             .sum();
         let bytes = std::mem::take(&mut self.backlog_bytes).iter().sum();
         self.taken_in(waiting, bytes);
+        self.fx.push(Effect::ForgetWaitingCommits);
         self.store_all(true);
         if self.dispatched == 0 {
             self.reply_drained();

@@ -45,7 +45,9 @@
 //!   stored offset would pass it); every metadata stored names only offsets
 //!   done (answered, or named by the earlier owner) above its position;
 //! - the drain is answered exactly once, when nothing is in flight or at its
-//!   deadline;
+//!   deadline; as it begins it takes back the commits waiting for a flush,
+//!   and none is left waiting after that (a flush after the handover's
+//!   commit would move the committed position back);
 //! - liveness: once the API is up, every job is answered and the other
 //!   partitions give their bytes back, every record is done and the stored
 //!   positions equal the ends of both logs (a budget that never wakes a waiting
@@ -287,6 +289,8 @@ struct Harness {
     api_unavailable: bool,
     reading: [Option<bool>; 2],
     drain_requested: bool,
+    /// `Effect::ForgetWaitingCommits` seen (once, as the drain began).
+    forgot_commits: u32,
     drain_deadline_passed: bool,
     drained: u32,
     /// Records sent − `TakenIn`, and their bytes.
@@ -371,6 +375,7 @@ impl Harness {
             api_unavailable,
             reading: [None, None],
             drain_requested: false,
+            forgot_commits: 0,
             drain_deadline_passed: false,
             drained: 0,
             outstanding: 0,
@@ -573,6 +578,12 @@ impl Harness {
                         commit
                     );
                 }
+                prop_assert!(
+                    commit != Commit::Soon || self.forgot_commits == 0,
+                    "{:?} commit of {} left waiting for a flush after the drain began",
+                    src,
+                    offset
+                );
                 if std::mem::take(&mut self.fail_store) {
                     return Ok(Some(Input::StoreFailed {
                         src,
@@ -585,8 +596,21 @@ impl Harness {
                 let due = self.ms + after.as_millis() as u64;
                 self.timers.push((due, timer));
             }
+            Effect::ForgetWaitingCommits => {
+                prop_assert!(
+                    self.drain_requested,
+                    "waiting commits forgotten without a drain"
+                );
+                self.forgot_commits += 1;
+                prop_assert_eq!(self.forgot_commits, 1, "waiting commits forgotten twice");
+            }
             Effect::Drained => {
                 prop_assert!(self.drain_requested, "drained without a request");
+                prop_assert_eq!(
+                    self.forgot_commits,
+                    1,
+                    "drained without forgetting the waiting commits"
+                );
                 prop_assert!(
                     self.in_flight.is_empty() || self.drain_deadline_passed,
                     "drained with {} in flight before the deadline",

@@ -118,14 +118,14 @@ pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize)
 }
 
 /// A machine under test with a clock of its own.
-struct T {
-    m: PartitionMachine<Plain>,
+pub(super) struct T {
+    pub m: PartitionMachine<Plain>,
     base: Instant,
-    ms: u64,
+    pub ms: u64,
 }
 
 impl T {
-    fn new(s: Settings) -> T {
+    pub fn new(s: Settings) -> T {
         T {
             m: PartitionMachine::new(s, Plain),
             base: Instant::now(),
@@ -140,7 +140,7 @@ impl T {
         }
     }
 
-    fn feed(&mut self, input: Input<Rec>) -> Vec<Effect<Rec>> {
+    pub fn feed(&mut self, input: Input<Rec>) -> Vec<Effect<Rec>> {
         let now = self.now();
         self.m.handle(input, now)
     }
@@ -173,13 +173,13 @@ impl T {
     }
 
     /// API up and the DLQ known to be empty: `Normal`.
-    fn normal(&mut self) {
+    pub fn normal(&mut self) {
         self.verdict(false);
         self.dlq_high(0);
         assert_eq!(self.m.mode(), Mode::Normal);
     }
 
-    fn done(&mut self, src: Src, offsets: &[i64]) -> Vec<Effect<Rec>> {
+    pub fn done(&mut self, src: Src, offsets: &[i64]) -> Vec<Effect<Rec>> {
         let reports = offsets
             .iter()
             .map(|&offset| Report {
@@ -379,7 +379,10 @@ fn readings<I>(fx: &[Effect<I>]) -> Vec<(Src, bool)> {
         .collect()
 }
 
-fn main_recs(offsets: std::ops::Range<i64>, key: impl Fn(i64) -> Option<u8>) -> Input<Rec> {
+pub(super) fn main_recs(
+    offsets: std::ops::Range<i64>,
+    key: impl Fn(i64) -> Option<u8>,
+) -> Input<Rec> {
     Input::Records(offsets.map(|o| Rec::main(o, key(o))).collect())
 }
 
@@ -776,7 +779,7 @@ fn commits<I>(fx: &[Effect<I>]) -> Vec<i64> {
 }
 
 /// Commits before the next auto-commit, and how each is sent.
-fn commit_kinds<I>(fx: &[Effect<I>]) -> Vec<(i64, Commit)> {
+pub(super) fn commit_kinds<I>(fx: &[Effect<I>]) -> Vec<(i64, Commit)> {
     fx.iter()
         .filter_map(|e| match e {
             Effect::Store { offset, commit, .. } if *commit != Commit::No => {
@@ -787,7 +790,7 @@ fn commit_kinds<I>(fx: &[Effect<I>]) -> Vec<(i64, Commit)> {
         .collect()
 }
 
-fn progress(commit_after: usize) -> Settings {
+pub(super) fn progress(commit_after: usize) -> Settings {
     Settings {
         commit_after,
         ..settings(OrderingMode::Unordered, 100, 1_000)
@@ -891,7 +894,7 @@ proptest! {
     }
 }
 
-fn resets<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, i64)> {
+pub(super) fn resets<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, i64)> {
     fx.iter()
         .filter_map(|e| match e {
             Effect::Note(Note::PositionReset { src, from, to, .. }) => Some((*src, *from, *to)),
@@ -900,7 +903,7 @@ fn resets<I>(fx: &[Effect<I>]) -> Vec<(Src, i64, i64)> {
         .collect()
 }
 
-fn metadata_of<I>(fx: &[Effect<I>]) -> Vec<String> {
+pub(super) fn metadata_of<I>(fx: &[Effect<I>]) -> Vec<String> {
     fx.iter()
         .filter_map(|e| match e {
             Effect::Store { metadata, .. } => Some(metadata.clone()),
@@ -1077,7 +1080,7 @@ fn an_idle_side_passes_trailing_markers_on_a_proof() {
 /// Another log's id, as a recreated topic has.
 const NEW_LOG: &str = "v4g9i7bSQhKgX0PRVSvhWg";
 
-fn logs(main: &str) -> Input<Rec> {
+pub(super) fn logs(main: &str) -> Input<Rec> {
     Input::Logs([Some(main.into()), Some(LOG.into())])
 }
 
