@@ -54,6 +54,8 @@ use std::time::{Duration, Instant};
 #[cfg(test)]
 mod handover_tests;
 #[cfg(test)]
+mod log_tests;
+#[cfg(test)]
 mod model;
 #[cfg(test)]
 mod tests;
@@ -437,6 +439,16 @@ pub struct Settings {
     pub commit_floor: Duration,
 }
 
+/// How many lag checks' topic ids ([`Input::Logs`]) a side waits for after a
+/// reset before it takes the id read as its new log's (what its commits'
+/// metadata names): the first may have been read before the records that
+/// moved the position back were fetched (a lookup runs while records are
+/// routed); the second began after the consumer handed the first over, so
+/// after those records were fetched. Until then the side's commits carry no
+/// metadata (nothing to skip for a next owner, no log to check the position
+/// against: about two lag checks' worth).
+pub const LOGS_AFTER_RESET: u8 = 2;
+
 /// The least time between two progress commits of one side: at most 100
 /// commits a second per partition side, however fast the API answers.
 pub const COMMIT_FLOOR: Duration = Duration::from_millis(10);
@@ -498,8 +510,12 @@ struct Side {
     /// The first slot of the current incarnation (`i64::MIN` before any
     /// reset): nothing is stored while the watermark is below it.
     base: i64,
-    /// The log's identity for the metadata (`None` after a reset).
+    /// The log's identity for the metadata (`None`: not known, e.g. after
+    /// a reset until [`LOGS_AFTER_RESET`] lag checks read it).
     log: Option<Arc<str>>,
+    /// [`Input::Logs`] still to come before the side takes the id read as
+    /// its log's (see [`Side::reset`]).
+    log_wait: u8,
     /// The id of the topic the side reads, as last confirmed by
     /// [`Input::Logs`] (from the assignment until then).
     identity: Option<Arc<str>>,
@@ -569,6 +585,7 @@ impl Side {
         self.done_since_commit = 0;
         self.skip = None;
         self.log = None;
+        self.log_wait = LOGS_AFTER_RESET;
         self.reset_unconfirmed = true;
         self.reading_again = None;
         self.last_gap = None;
@@ -660,6 +677,7 @@ impl<X: Intake> PartitionMachine<X> {
             shift: 0,
             base: i64::MIN,
             log: settings.logs[src.index()].clone(),
+            log_wait: 0,
             identity: settings.logs[src.index()].clone(),
             reset_unconfirmed: false,
             reading_again: settings.read_from_start[src.index()].then_some(false),
@@ -1210,26 +1228,35 @@ impl<X: Intake> PartitionMachine<X> {
                 continue;
             };
             let confirmed = std::mem::take(&mut side.reset_unconfirmed);
-            let Some(old) = side.identity.replace(id.clone()) else {
-                continue;
-            };
-            if old == id {
-                continue;
+            side.log_wait = side.log_wait.saturating_sub(1);
+            match side.identity.replace(id.clone()) {
+                Some(old) if old != id => {
+                    let read_again = !confirmed;
+                    if read_again {
+                        side.left_end = side.end.filter(|_| side.end_log.as_ref() == Some(&old));
+                        side.read_again_from =
+                            side.tracker.highest_begun().map(|h| side.offset(h + 1));
+                        side.log = None;
+                        side.reading_again = Some(true);
+                        self.fx.push(Effect::ReadFromStart { src });
+                    }
+                    self.fx.push(Effect::Note(Note::LogReplaced {
+                        src,
+                        old,
+                        new: id.clone(),
+                        read_again,
+                    }));
+                }
+                _ => {}
             }
-            let read_again = !confirmed;
-            if read_again {
-                side.left_end = side.end.filter(|_| side.end_log.as_ref() == Some(&old));
-                side.read_again_from = side.tracker.highest_begun().map(|h| side.offset(h + 1));
-                side.log = None;
-                side.reading_again = Some(true);
-                self.fx.push(Effect::ReadFromStart { src });
+            // A side that does not know its log's id (a reset began a new
+            // incarnation, or the id was not read at the assignment) takes
+            // the one read, once a lookup that began after the reset read
+            // it; one that reads a replaced log again takes it when its
+            // stores resume (`on_reading_from`).
+            if side.log.is_none() && side.log_wait == 0 && side.reading_again.is_none() {
+                side.log = Some(id);
             }
-            self.fx.push(Effect::Note(Note::LogReplaced {
-                src,
-                old,
-                new: id,
-                read_again,
-            }));
         }
         // A seek that failed is asked again.
         for src in Src::BOTH {
@@ -1256,6 +1283,9 @@ impl<X: Intake> PartitionMachine<X> {
             Some(start) => {
                 if side.read_again_from.is_none_or(|from| start >= from) {
                     side.reading_again = None;
+                    // Sought after the lag check read the new id: what is
+                    // read now is that log.
+                    side.log = side.identity.clone();
                     side.commit_next = true;
                     self.store_all(false);
                     self.evaluate(now);

@@ -18,8 +18,10 @@
 //! - a reset: every record of the new incarnation is delivered (none dropped as
 //!   a duplicate, none skipped for the earlier owner's metadata), nothing is
 //!   stored until the old incarnation's records are done, then only positions
-//!   of the new log and no metadata (the old log's, or one bound to an unknown
-//!   log); the reset is noted with its new position;
+//!   of the new log, with no metadata until [`LOGS_AFTER_RESET`] lag checks
+//!   read the topic's id after the reset, then with metadata naming it (and
+//!   only offsets of the new log done); the reset is noted with its new
+//!   position;
 //! - an idle side whose log ends with markers is stored to the log's end once a
 //!   probe proves nothing is there, never on a stale proof;
 //! - `key` mode: a key's events are dispatched one at a time, each only once every
@@ -111,6 +113,9 @@ enum Action {
     },
     /// The budget's waker message arrives.
     Wake,
+    /// A lag check read the topics' ids (the same log: no topic is replaced
+    /// here).
+    Logs,
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -126,6 +131,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => (0i64..200, any::<bool>()).prop_map(|(offset, errored)| Action::LateReport { offset, errored }),
         2 => prop::bool::weighted(0.3).prop_map(|api_unavailable| Action::Verdict { api_unavailable }),
         2 => any::<bool>().prop_map(|stale| Action::Positions { stale }),
+        2 => Just(Action::Logs),
         4 => prop_oneof![0u64..20, 0u64..3_000].prop_map(|ms| Action::Advance { ms }),
         1 => Just(Action::FailNextStore),
         1 => Just(Action::FailNextReading),
@@ -261,6 +267,8 @@ struct Harness {
     m: PartitionMachine<Plain>,
     /// Per side: the incarnation the machine reads (resets it noted).
     inc: [u32; 2],
+    /// `Input::Logs` fed since the side's last reset.
+    logs_since_reset: [u8; 2],
     /// Where each incarnation of the main log starts (after the first).
     reset_at: Vec<i64>,
     /// Slot of a dispatched job → the record.
@@ -355,6 +363,7 @@ impl Harness {
         let mut h = Harness {
             m: PartitionMachine::new(settings, Plain),
             inc: [0, 0],
+            logs_since_reset: [0, 0],
             reset_at: Vec::new(),
             slots: BTreeMap::new(),
             probes: Vec::new(),
@@ -503,12 +512,20 @@ impl Harness {
                 let offset = offset.get();
                 let i = src.index();
                 let inc = self.inc[i];
-                if inc > 0 {
+                if inc > 0 && self.logs_since_reset[i] < LOGS_AFTER_RESET {
                     prop_assert!(
                         metadata.is_empty(),
-                        "{:?} metadata {} stored onto a new incarnation",
+                        "{:?} metadata {} stored onto a new incarnation before its log's id was read",
                         src,
                         metadata
+                    );
+                }
+                if inc > 0 && self.logs_since_reset[i] >= LOGS_AFTER_RESET {
+                    prop_assert_eq!(
+                        completed::made_for(&metadata),
+                        Some(LOG),
+                        "{:?}: a commit of a new incarnation whose log's id is known names it",
+                        src
                     );
                 }
                 if !metadata.is_empty() {
@@ -648,6 +665,7 @@ impl Harness {
                 prop_assert_eq!(to, self.reset_at[inc], "reset to another position");
                 prop_assert!(to < from, "a reset forward: {} → {}", from, to);
                 self.inc[i] += 1;
+                self.logs_since_reset[i] = 0;
                 self.stored[i] = None;
             }
             Effect::ReadFromStart { src } => {
@@ -1012,6 +1030,12 @@ impl Harness {
             }
             Action::ExternalGive { .. } => Ok(()),
             Action::Wake => self.wake(),
+            Action::Logs => {
+                for n in &mut self.logs_since_reset {
+                    *n = n.saturating_add(1);
+                }
+                self.feed(Input::Logs([Some(LOG.into()), Some(LOG.into())]))
+            }
         }
     }
 

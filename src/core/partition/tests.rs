@@ -154,7 +154,7 @@ impl T {
     }
 
     /// The store timer fires: what is stored.
-    fn store_timer(&mut self) -> Vec<(Src, i64)> {
+    pub fn store_timer(&mut self) -> Vec<(Src, i64)> {
         let fx = self.feed(Input::Timer(Timer::Store));
         stores(&fx)
     }
@@ -1078,13 +1078,13 @@ fn an_idle_side_passes_trailing_markers_on_a_proof() {
 }
 
 /// Another log's id, as a recreated topic has.
-const NEW_LOG: &str = "v4g9i7bSQhKgX0PRVSvhWg";
+pub(super) const NEW_LOG: &str = "v4g9i7bSQhKgX0PRVSvhWg";
 
 pub(super) fn logs(main: &str) -> Input<Rec> {
     Input::Logs([Some(main.into()), Some(LOG.into())])
 }
 
-fn reads_from_start<I>(fx: &[Effect<I>]) -> Vec<Src> {
+pub(super) fn reads_from_start<I>(fx: &[Effect<I>]) -> Vec<Src> {
     fx.iter()
         .filter_map(|e| match e {
             Effect::ReadFromStart { src } => Some(*src),
@@ -1103,7 +1103,7 @@ fn seen_ends<I>(fx: &[Effect<I>]) -> Vec<Option<i64>> {
 }
 
 /// A lag check of main p: the topic's id, then its end.
-fn check(t: &mut T, main: &str, main_high: i64) -> Vec<Effect<Rec>> {
+pub(super) fn check(t: &mut T, main: &str, main_high: i64) -> Vec<Effect<Rec>> {
     let mut fx = t.feed(logs(main));
     fx.extend(t.feed(Input::Positions(Positions {
         main_high: Some(main_high),
