@@ -641,26 +641,17 @@ impl ConsumerState {
                 }
                 for e in committed.elements_for_topic(t) {
                     if let Offset::Offset(at) = e.offset() {
-                        let named = ids[i]
-                            .as_ref()
-                            .and_then(|log| completed::decode(log, at, e.metadata()));
+                        let judged = completed::assess(at, e.metadata(), ids[i].as_deref());
                         let start = starts.as_ref().and_then(|s| s.get(&e.partition()));
                         if let Some(&start) = start {
-                            positions.push((i, e.partition(), at, start, named.clone()));
+                            positions.push((i, e.partition(), at, start, judged.skip.clone()));
                         }
-                        // Metadata made for another log: its position is that
-                        // log's, not this one's (an owner that missed the
-                        // topic's recreation committed it here).
-                        let other = match (completed::made_for(e.metadata()), &ids[i]) {
-                            (Some(made), Some(now)) => made != &**now,
-                            _ => false,
-                        };
-                        if other {
+                        if judged.other_log {
                             tracing::warn!(topic = %t, partition = e.partition(), committed = at, "the committed position was made for another log (its metadata names another topic id: the topic was recreated): the partition is read from its log's start");
                         }
                         let entry = out.entry(e.partition()).or_default();
-                        entry.skip[i] = named;
-                        entry.other_log[i] = other;
+                        entry.skip[i] = judged.skip;
+                        entry.other_log[i] = judged.other_log;
                     }
                 }
             }

@@ -194,6 +194,30 @@ pub fn made_for(metadata: &str) -> Option<&str> {
     valid_log(log).then_some(log)
 }
 
+/// What a new owner makes of a side's committed position and its metadata
+/// at the assignment ([`assess`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Assessment {
+    /// The offsets an earlier owner finished above the position: skipped.
+    pub skip: Option<Completed>,
+    /// The position was made for another log (its metadata names another
+    /// topic id: an owner that missed the topic's recreation committed it
+    /// onto this one): the side is read from its log's start.
+    pub other_log: bool,
+}
+
+/// Judges a committed position `at` with its `metadata`, given the topic's
+/// id now (`now`; `None`: it could not be read).
+pub fn assess(at: i64, metadata: &str, now: Option<&str>) -> Assessment {
+    let Some(now) = now else {
+        return Assessment::default();
+    };
+    Assessment {
+        skip: decode(now, at, metadata),
+        other_log: made_for(metadata).is_some_and(|made| made != now),
+    }
+}
+
 fn leb128(mut v: u64, out: &mut Vec<u8>) {
     loop {
         let b = (v & 0x7f) as u8;
