@@ -331,6 +331,7 @@ impl Actor for ConsumerActor {
                         Arc::new(PartitionShared::default()),
                         c.skip,
                         c.other_log,
+                        c.verify,
                     )
                     .await?;
                 }
@@ -453,6 +454,7 @@ impl ConsumerState {
         shared: Arc<PartitionShared>,
         skip: [Option<Completed>; 2],
         read_from_start: [bool; 2],
+        verify: [Option<Arc<str>>; 2],
     ) -> Result<(), ActorProcessingErr> {
         self.generation += 1;
         let args = PartitionArgs {
@@ -469,6 +471,7 @@ impl ConsumerState {
             logs: self.topic_ids.clone(),
             metadata_max_bytes: self.metadata_max,
             read_from_start,
+            verify,
         };
         let (actor, _) = Actor::spawn_linked(None, PartitionActor, args, myself.get_cell()).await?;
         self.parts.insert(
@@ -583,8 +586,16 @@ impl ConsumerState {
             named,
             "re-read skips the offsets the crashed actor's last stored metadata names done"
         );
-        self.spawn_partition(myself, p, starts, old.shared, skip, [false, false])
-            .await?;
+        self.spawn_partition(
+            myself,
+            p,
+            starts,
+            old.shared,
+            skip,
+            [false, false],
+            [None, None],
+        )
+        .await?;
         if let Some(part) = self.parts.get_mut(&p) {
             part.fence = fences;
             part.last_forwarded = old.last_forwarded;
@@ -618,7 +629,7 @@ impl ConsumerState {
         .await
         .unwrap_or_default();
         if ids[0].is_none() {
-            tracing::warn!(topic = %topics[0], "cannot read the topic's id: commit metadata is neither read nor written (finished work above a committed position is delivered again after a restart)");
+            tracing::warn!(topic = %topics[0], "cannot read the topic's id at the assignment: the committed metadata cannot be tied to this log, so the finished work it names is delivered again, and a position made for a log is not stored over until a lag check reads the id (another id: the partition is read from its log's start)");
         }
         self.topic_ids = ids.clone();
         let parts = partitions.to_vec();
@@ -652,6 +663,7 @@ impl ConsumerState {
                         let entry = out.entry(e.partition()).or_default();
                         entry.skip[i] = judged.skip;
                         entry.other_log[i] = judged.other_log;
+                        entry.verify[i] = judged.verify.map(Arc::from);
                     }
                 }
             }
@@ -899,6 +911,9 @@ struct Committed {
     skip: [Option<Completed>; 2],
     /// The position was made for another log (see `Settings::read_from_start`).
     other_log: [bool; 2],
+    /// The log the position was made for, to check once the topic's id is
+    /// read (see `Settings::verify`).
+    verify: [Option<Arc<str>>; 2],
 }
 
 /// What one lag check found.

@@ -98,6 +98,10 @@ pub struct PartitionArgs {
     /// Per side: the committed position was made for another log (see
     /// `core::partition::Settings::read_from_start`).
     pub read_from_start: [bool; 2],
+    /// Per side: the log the committed position was made for, when the
+    /// topic's id could not be read at assignment (see
+    /// `core::partition::Settings::verify`).
+    pub verify: [Option<Arc<str>>; 2],
 }
 
 pub struct PartitionState {
@@ -149,6 +153,7 @@ impl Actor for PartitionActor {
             skip: a.skip.clone(),
             logs: a.logs.clone(),
             read_from_start: a.read_from_start,
+            verify: a.verify.clone(),
             metadata_max_bytes: a.metadata_max_bytes,
             commit_interval: cfg.kafka.auto_commit_interval,
             // 0 (off): never due.

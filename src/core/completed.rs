@@ -204,17 +204,30 @@ pub struct Assessment {
     /// topic id: an owner that missed the topic's recreation committed it
     /// onto this one): the side is read from its log's start.
     pub other_log: bool,
+    /// The topic's id could not be read: the log the position was made for
+    /// (the id its metadata names), to be checked against the topic's id
+    /// before anything is stored for the side
+    /// (`core::partition::Settings::verify`). `None` when the id was read,
+    /// or when the metadata names no log (nothing to check the position
+    /// against: it is taken as it is, as Kafka takes any committed offset).
+    pub verify: Option<String>,
 }
 
 /// Judges a committed position `at` with its `metadata`, given the topic's
 /// id now (`now`; `None`: it could not be read).
 pub fn assess(at: i64, metadata: &str, now: Option<&str>) -> Assessment {
     let Some(now) = now else {
-        return Assessment::default();
+        // Nothing it names can be tied to a log: skip nothing, and check
+        // the position once the id is read.
+        return Assessment {
+            verify: made_for(metadata).map(str::to_string),
+            ..Assessment::default()
+        };
     };
     Assessment {
         skip: decode(now, at, metadata),
         other_log: made_for(metadata).is_some_and(|made| made != now),
+        verify: None,
     }
 }
 
@@ -264,6 +277,37 @@ mod tests {
 
     /// A topic id as Kafka prints it.
     const LOG: &str = "q6AUPnmAS0yMtYhZ7I9-Ag";
+
+    /// At the assignment: with the topic's id known, the metadata's done
+    /// offsets are skipped if it was made for that log, and a position made
+    /// for another log is read from the start. With the id unknown, nothing
+    /// it names is trusted: no skip, and a position bound to a log is
+    /// checked against the id before anything is stored (a recreated topic
+    /// whose new log is longer than the old position would otherwise lose
+    /// the new log's records below it). A position with no log named has
+    /// nothing to be checked against.
+    #[test]
+    fn the_assignment_trusts_only_what_it_can_tie_to_the_log() {
+        const OTHER: &str = "v4g9i7bSQhKgX0PRVSvhWg";
+        let meta = encode(LOG, 10, 15, [10, 13], 4096);
+        let a = assess(10, &meta, Some(LOG));
+        assert_eq!(a.skip.map(|c| c.len()), Some(3));
+        assert!(!a.other_log);
+        assert_eq!(a.verify, None);
+        let a = assess(10, &meta, Some(OTHER));
+        assert_eq!((a.skip, a.other_log, a.verify), (None, true, None));
+        let a = assess(10, &meta, None);
+        assert_eq!(a.skip, None, "nothing skipped for a log not known");
+        assert!(!a.other_log);
+        assert_eq!(
+            a.verify.as_deref(),
+            Some(LOG),
+            "a position bound to a log is checked against the topic's id before it is trusted"
+        );
+        for unbound in ["", "someone else's"] {
+            assert_eq!(assess(10, unbound, None), Assessment::default());
+        }
+    }
 
     #[test]
     fn named_cases() {

@@ -127,3 +127,48 @@ fn commits_name_a_log_first_read_after_the_assignment() {
         "the commit names the log read: {fx:?}"
     );
 }
+
+/// The topic's id could not be read at the assignment, and the committed
+/// position names the log it was made for: nothing is stored until a lag
+/// check reads the id. Another id: the position was another log's, and the
+/// side reads its log from the start.
+#[test]
+fn a_position_made_for_another_log_is_not_trusted_while_the_id_is_unknown() {
+    let mut t = T::new(Settings {
+        logs: [None, None],
+        verify: [Some(LOG.into()), None],
+        ..settings(OrderingMode::Unordered, 10, 100)
+    });
+    t.normal();
+    t.feed(main_recs(300..302, |_| None));
+    let fx = t.done(Src::Main, &[300, 301]);
+    let mut stored = named_logs(&fx);
+    stored.extend(named_logs(&t.feed(Input::Timer(Timer::Store))));
+    assert_eq!(stored, vec![], "stored before the position was checked");
+    let fx = check(&mut t, NEW_LOG, 500);
+    assert_eq!(
+        reads_from_start(&fx),
+        vec![Src::Main],
+        "the position was made for another log: {fx:?}"
+    );
+}
+
+/// The same, and the id read is the position's log: stores resume, naming it.
+#[test]
+fn a_position_checked_against_the_log_read_later_is_stored() {
+    let mut t = T::new(Settings {
+        logs: [None, None],
+        verify: [Some(LOG.into()), None],
+        ..settings(OrderingMode::Unordered, 10, 100)
+    });
+    t.normal();
+    t.feed(main_recs(300..302, |_| None));
+    t.done(Src::Main, &[300, 301]);
+    assert_eq!(named_logs(&t.feed(Input::Timer(Timer::Store))), vec![]);
+    let fx = check(&mut t, LOG, 302);
+    assert!(reads_from_start(&fx).is_empty());
+    t.ms += 1_000;
+    let mut stored = named_logs(&fx);
+    stored.extend(named_logs(&t.feed(Input::Timer(Timer::Store))));
+    assert_eq!(stored, vec![(302, Some(LOG.into()))]);
+}

@@ -425,6 +425,13 @@ pub struct Settings {
     /// log's start ([`Effect::ReadFromStart`], asked at the first
     /// [`Input::Logs`]), and nothing is stored until it is.
     pub read_from_start: [bool; 2],
+    /// Per side: the topic's id could not be read at the assignment, and
+    /// the committed position's metadata names the log it was made for
+    /// (`core::completed::Assessment::verify`). Nothing is stored for the
+    /// side until an [`Input::Logs`] reads the id: the same, and the side
+    /// stores with it; another, and the position was another log's: the
+    /// side is read from its log's start ([`Effect::ReadFromStart`]).
+    pub verify: [Option<Arc<str>>; 2],
     /// The broker's `offset.metadata.max.bytes`: the most a store's metadata
     /// may hold.
     pub metadata_max_bytes: usize,
@@ -516,6 +523,10 @@ struct Side {
     /// [`Input::Logs`] still to come before the side takes the id read as
     /// its log's (see [`Side::reset`]).
     log_wait: u8,
+    /// The position is bound to `identity` by the committed metadata, which
+    /// no [`Input::Logs`] has checked yet ([`Settings::verify`]): nothing
+    /// is stored.
+    unverified: bool,
     /// The id of the topic the side reads, as last confirmed by
     /// [`Input::Logs`] (from the assignment until then).
     identity: Option<Arc<str>>,
@@ -586,6 +597,9 @@ impl Side {
         self.skip = None;
         self.log = None;
         self.log_wait = LOGS_AFTER_RESET;
+        // The new incarnation's positions are of the log being read,
+        // whichever the old position's was.
+        self.unverified = false;
         self.reset_unconfirmed = true;
         self.reading_again = None;
         self.last_gap = None;
@@ -678,7 +692,11 @@ impl<X: Intake> PartitionMachine<X> {
             base: i64::MIN,
             log: settings.logs[src.index()].clone(),
             log_wait: 0,
-            identity: settings.logs[src.index()].clone(),
+            unverified: settings.logs[src.index()].is_none()
+                && settings.verify[src.index()].is_some(),
+            identity: settings.logs[src.index()]
+                .clone()
+                .or_else(|| settings.verify[src.index()].clone()),
             reset_unconfirmed: false,
             reading_again: settings.read_from_start[src.index()].then_some(false),
             read_again_from: None,
@@ -1229,6 +1247,8 @@ impl<X: Intake> PartitionMachine<X> {
             };
             let confirmed = std::mem::take(&mut side.reset_unconfirmed);
             side.log_wait = side.log_wait.saturating_sub(1);
+            // Checked now: the same log, or another one read again below.
+            side.unverified = false;
             match side.identity.replace(id.clone()) {
                 Some(old) if old != id => {
                     let read_again = !confirmed;
@@ -1499,8 +1519,12 @@ impl<X: Intake> PartitionMachine<X> {
         for src in Src::BOTH {
             let side = &mut self.sides[src.index()];
             // Nothing while an earlier incarnation's events are unfinished,
-            // nor while the side waits to read a replaced log from its start.
-            let Some(wm) = side.watermark().filter(|_| side.reading_again.is_none()) else {
+            // nor while the side waits to read a replaced log from its
+            // start, nor while its position waits to be checked.
+            let Some(wm) = side
+                .watermark()
+                .filter(|_| side.reading_again.is_none() && !side.unverified)
+            else {
                 continue;
             };
             if side.stored.is_some_and(|s| s > wm) {

@@ -355,6 +355,7 @@ impl Harness {
             skip: [skip, None],
             logs: [Some(LOG.into()), Some(LOG.into())],
             read_from_start: [false, false],
+            verify: [None, None],
             metadata_max_bytes: DEFAULT_MAX_METADATA_BYTES,
             commit_interval: Duration::from_millis(250),
             commit_after: 3,
