@@ -186,7 +186,11 @@ async fn recreated_while_running(tag: &str, before: usize, after: usize, frozen:
     // new log's end is not the old one's).
     let deleted = c.metric("courier_events_deleted_unread_total").await;
     let log = strip_ansi(&c.log_text());
-    c.terminate(Duration::from_secs(30)).await;
+    assert_eq!(
+        c.terminate(Duration::from_secs(30)).await,
+        Some(0),
+        "exit 0 on SIGTERM after the recreation"
+    );
     assert!(
         !log.contains("out of order"),
         "no record dropped as out of order"

@@ -13,6 +13,7 @@ use crate::actors::partition::{
 use crate::api_health::HealthVerdict;
 use crate::core::completed::{self, Completed};
 use crate::core::offsets::NextOffset;
+use crate::kafka::detached::Detached;
 use crate::kafka::poller::Poller;
 use crate::kafka::{consumer_config, CourierContext, KafkaConsumer, PollSink, Record};
 use crate::metrics::{self as m, Readiness};
@@ -107,7 +108,7 @@ pub struct ConsumerState {
     /// consumer's connection each `ListOffsets` waits behind a long-poll `Fetch`
     /// (up to `fetch.wait.max.ms`), which made the first check after an assignment
     /// take ~12 s while every partition waited in `drain_dlq` (docs/BENCHMARKS.md).
-    lag_client: Arc<BaseConsumer>,
+    lag_client: Arc<Detached<BaseConsumer>>,
     /// A lag check is running (until its `Lag` message arrives): ticks skip
     /// instead of piling up behind it.
     lag_running: bool,
@@ -193,12 +194,14 @@ impl Actor for ConsumerActor {
             closing.clone(),
             p.buffered.clone(),
         );
-        let consumer: KafkaConsumer = crate::kafka::cap_decompression(
-            consumer_config(&cfg.kafka),
-            &cfg.kafka,
-            cfg.pipeline.max_buffered_bytes,
-        )
-        .create_with_context(ctx)?;
+        let consumer: KafkaConsumer = Detached::new(
+            crate::kafka::cap_decompression(
+                consumer_config(&cfg.kafka),
+                &cfg.kafka,
+                cfg.pipeline.max_buffered_bytes,
+            )
+            .create_with_context(ctx)?,
+        );
         let consumer = Arc::new(consumer);
         let (c2, topic, dlq, parking) = (
             consumer.clone(),
@@ -277,7 +280,7 @@ impl Actor for ConsumerActor {
             parts: HashMap::new(),
             generation: 0,
             subscribed_at,
-            lag_client: Arc::new(lag_client),
+            lag_client: Arc::new(Detached::new(lag_client)),
             lag_running: false,
             lag_again: false,
             ids_read_at: None,
@@ -808,65 +811,123 @@ impl ConsumerState {
         }
     }
 
+    /// Graceful shutdown: stop fetching, drain the partitions within
+    /// `pipeline.shutdown_grace`, then the final commit, the group leave and
+    /// the consumer's close on a thread of their own ([`finish`]), waited
+    /// for until [`close_deadline`]. librdkafka's close has no time limit
+    /// of its own; one that does not end (it has hung around deleted
+    /// topics) is left behind on that thread, which the process does not
+    /// wait for at exit.
     async fn shutdown(&mut self) {
         self.closing.store(true, Ordering::SeqCst);
-        let Some(consumer) = self.consumer.clone() else {
+        let Some(consumer) = self.consumer.take() else {
             return;
         };
+        let grace = self.pipeline.config.pipeline.shutdown_grace;
+        let grace_end = tokio::time::Instant::now() + grace;
         // Stop fetching; the poll thread keeps running so the group sees us alive.
         if let Ok(assignment) = consumer.assignment() {
             let _ = consumer.pause(&assignment);
         }
         let partitions: Vec<i32> = self.parts.keys().copied().collect();
-        let grace = self.pipeline.config.pipeline.shutdown_grace;
         self.drain(&partitions, grace).await;
-        let mut poller = self.poller.take();
-        let c = consumer.clone();
+        let until = close_deadline(grace_end, tokio::time::Instant::now());
         let kafka = &self.pipeline.config.kafka;
         // A dynamic member leaves as it closes; a static one only if asked.
         let leave = kafka.leave_on_shutdown && kafka.instance_id().is_some();
-        let _ = tokio::task::spawn_blocking(move || {
-            if let Some(p) = poller.as_mut() {
-                p.stop_and_join();
-            }
-            // A consumer that failed fatally sends nothing any more: no commit,
-            // no LeaveGroup (the group has already moved its partitions).
-            if let Some((code, _)) = c.client().fatal_error() {
-                tracing::warn!(?code, "no final commit: the Kafka consumer failed fatally; the partitions' new owners deliver again what finished since the last commit that landed");
-                return;
-            }
-            match c.commit_consumer_state(CommitMode::Sync) {
-                Ok(()) => tracing::info!("final commit done"),
-                Err(e) => {
-                    tracing::info!(error = %e, "final commit (nothing new to commit is fine)")
-                }
-            }
-            if leave {
-                if crate::kafka::leave_group(&c, Duration::from_secs(5)) {
-                    tracing::info!("left the consumer group: the other members take the partitions now");
-                } else {
-                    tracing::warn!("could not leave the consumer group within 5 s: the partitions move after kafka.session_timeout");
-                }
-            }
-        })
-        .await;
-        // Closing the consumer (leaving the group) can block: do it off the
-        // runtime, bounded. The poll thread has ended, so this is normally the last
-        // reference.
-        drop(consumer);
-        let last = self.consumer.take();
+        let poller = self.poller.take();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        std::thread::spawn(move || {
-            drop(last);
-            let _ = tx.send(());
-        });
-        if tokio::time::timeout(Duration::from_secs(10), rx)
-            .await
-            .is_err()
-        {
-            tracing::warn!("closing the Kafka consumer took over 10 s; giving up on a clean leave");
+        let committed = Arc::new(AtomicBool::new(false));
+        let by = std::time::Instant::now()
+            + until.saturating_duration_since(tokio::time::Instant::now());
+        let done = committed.clone();
+        let spawned = std::thread::Builder::new()
+            .name("courier-shutdown".into())
+            .spawn(move || {
+                finish(consumer, poller, leave, by, &done);
+                let _ = tx.send(());
+            });
+        match spawned {
+            Ok(_) => {
+                if tokio::time::timeout_at(until, rx).await.is_err() {
+                    if committed.load(Ordering::SeqCst) {
+                        tracing::warn!("the Kafka consumer's close did not finish within pipeline.shutdown_grace: exiting without it (the final commit was made; the group reassigns the partitions after kafka.session_timeout)");
+                    } else {
+                        tracing::warn!("the final commit did not finish within pipeline.shutdown_grace: exiting without it (what finished since the last commit that landed is delivered again; the group reassigns the partitions after kafka.session_timeout)");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the shutdown thread: no final commit; the group reassigns the partitions after kafka.session_timeout")
+            }
         }
         self.ready.assigned.store(false, Ordering::SeqCst);
+    }
+}
+
+/// What the shutdown needs after waiting for the final commit and the
+/// close: stopping the actors and the runtime, flushing the log.
+pub const EXIT_MARGIN: Duration = Duration::from_secs(1);
+/// The least time the final commit and the close are given after the
+/// drain, even when the drain took the whole grace.
+pub const CLOSE_AT_LEAST: Duration = Duration::from_secs(2);
+
+/// Until when the shutdown waits for the final commit and the close: the
+/// end of `pipeline.shutdown_grace` less [`EXIT_MARGIN`] (with nothing in
+/// flight the process exits within the grace), and at least
+/// [`CLOSE_AT_LEAST`] after `now` (the drain's end).
+pub fn close_deadline(
+    grace_end: tokio::time::Instant,
+    now: tokio::time::Instant,
+) -> tokio::time::Instant {
+    let by_grace = grace_end.checked_sub(EXIT_MARGIN).unwrap_or(grace_end);
+    by_grace.max(now + CLOSE_AT_LEAST)
+}
+
+/// The end of a graceful shutdown, off the runtime (every step blocks in
+/// librdkafka): stops the poll thread, commits what is stored, leaves the
+/// group if asked (a static member), and closes the consumer — its revoke
+/// callback commits again and, for a dynamic member, the close sends
+/// LeaveGroup. The close is given until `by`; the consumer's teardown then
+/// runs on a thread of its own (`kafka::detached`).
+/// `committed`: set once the final commit was answered.
+fn finish(
+    consumer: Arc<KafkaConsumer>,
+    mut poller: Option<Poller>,
+    leave: bool,
+    by: std::time::Instant,
+    committed: &AtomicBool,
+) {
+    if let Some(p) = poller.as_mut() {
+        p.stop_and_join();
+    }
+    // A consumer that failed fatally sends nothing any more: no commit,
+    // no LeaveGroup (the group has already moved its partitions).
+    if let Some((code, _)) = consumer.client().fatal_error() {
+        tracing::warn!(?code, "no final commit: the Kafka consumer failed fatally; the partitions' new owners deliver again what finished since the last commit that landed");
+        return;
+    }
+    match consumer.commit_consumer_state(CommitMode::Sync) {
+        Ok(()) => tracing::info!("final commit done"),
+        Err(e) => {
+            tracing::info!(error = %e, "final commit (nothing new to commit is fine)")
+        }
+    }
+    committed.store(true, Ordering::SeqCst);
+    if leave {
+        let within = by
+            .saturating_duration_since(std::time::Instant::now())
+            .min(Duration::from_secs(5));
+        if crate::kafka::leave_group(&consumer, within) {
+            tracing::info!("left the consumer group: the other members take the partitions now");
+        } else {
+            tracing::warn!("could not leave the consumer group in time: the partitions move after kafka.session_timeout");
+        }
+    }
+    match crate::kafka::close(&consumer, by) {
+        Ok(true) => tracing::debug!("the Kafka consumer is closed"),
+        Ok(false) => tracing::warn!("the Kafka consumer's close did not finish by the end of pipeline.shutdown_grace: it is left to finish (or not) while the process exits"),
+        Err(e) => tracing::warn!(error = %e, "cannot close the Kafka consumer"),
     }
 }
 
@@ -1017,6 +1078,21 @@ fn dlq_positions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The final commit and the close are waited for until a second before
+    /// the grace ends (with nothing in flight the process exits within it),
+    /// and for at least two seconds after a drain that took the whole grace.
+    #[test]
+    fn the_close_is_waited_for_within_the_grace_or_two_seconds_after_the_drain() {
+        let t0 = tokio::time::Instant::now();
+        let s = Duration::from_secs;
+        let grace_end = t0 + s(15);
+        assert_eq!(close_deadline(grace_end, t0), t0 + s(14));
+        assert_eq!(close_deadline(grace_end, t0 + s(12)), t0 + s(14));
+        assert_eq!(close_deadline(grace_end, t0 + s(15)), t0 + s(17));
+        // A grace shorter than the margins.
+        assert_eq!(close_deadline(t0 + s(1), t0), t0 + s(2));
+    }
 
     fn read(position: Option<i64>, last_forwarded: Option<i64>) -> DlqRead {
         DlqRead {

@@ -498,9 +498,11 @@ impl PartitionState {
             let Ok(reader) = cfg.create::<rdkafka::consumer::BaseConsumer>() else {
                 return;
             };
+            // Its close and destroy on a thread of their own, not tokio's.
+            let reader = crate::kafka::detached::Detached::new(reader);
             let timeout = std::time::Duration::from_secs(5);
             let clean = crate::kafka::identity::nothing_to_deliver(
-                &reader,
+                &*reader,
                 &topic,
                 partition,
                 from.get(),

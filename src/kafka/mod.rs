@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod client_log;
+pub mod detached;
 pub mod identity;
 pub mod poller;
 
@@ -15,7 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub type KafkaConsumer = BaseConsumer<CourierContext>;
+/// The group consumer. Its teardown (close, destroy) runs on a thread of its
+/// own, whoever drops the last handle ([`detached::Detached`]).
+pub type KafkaConsumer = detached::Detached<BaseConsumer<CourierContext>>;
 
 /// One message, owned, as it travels from the poll thread to a partition actor.
 #[derive(Debug, Clone)]
@@ -520,6 +523,9 @@ impl ConsumerContext for CourierContext {
             self.flush();
             let partitions = self.partitions_of(tpl);
             tracing::info!(?partitions, "partitions revoked: draining");
+            if self.closing.load(Ordering::SeqCst) {
+                stuck_close_hook();
+            }
             if !self.closing.load(Ordering::SeqCst) && !partitions.is_empty() {
                 let (tx, rx) = std::sync::mpsc::sync_channel(1);
                 if self.actor.revoked(partitions.clone(), tx)
@@ -553,6 +559,24 @@ impl ConsumerContext for CourierContext {
     }
 }
 
+/// Test fault hook (environment `COURIER_TEST_HOOK_STUCK_CLOSE=1`, only in
+/// a build with the cargo feature `test-hooks`): the revoke callback of the
+/// consumer's close never returns, as a librdkafka close that never ends
+/// (the shutdown of issue 42, finding 5, after a topic recreation). A
+/// fault a real broker cannot be made to produce on demand.
+#[cfg(feature = "test-hooks")]
+fn stuck_close_hook() {
+    if std::env::var_os("COURIER_TEST_HOOK_STUCK_CLOSE").is_some_and(|v| v == "1") {
+        tracing::warn!("test fault hook: the consumer's close never ends");
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn stuck_close_hook() {}
+
 /// Leaves the consumer group now, waiting (up to `within`, polling) until the
 /// LeaveGroup request is on its way. Closing the consumer does not do it for a
 /// static member (KIP-345: librdkafka sends no LeaveGroup on termination), but
@@ -570,6 +594,23 @@ pub fn leave_group(c: &KafkaConsumer, within: Duration) -> bool {
         }
     }
     false
+}
+
+/// Closes the consumer (librdkafka's `rd_kafka_consumer_close`: the revoke
+/// callback, LeaveGroup for a dynamic member), serving its queue until the
+/// group is closed or `by`. `Ok(false)`: not closed by then. Call it with no
+/// other thread polling. Its teardown later (the last handle's drop) finds
+/// it closed.
+pub fn close(c: &BaseConsumer<CourierContext>, by: std::time::Instant) -> KafkaResult<bool> {
+    c.close_queue()?;
+    while !c.closed() {
+        let left = by.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let _ = c.poll(left.min(Duration::from_millis(100)));
+    }
+    Ok(true)
 }
 
 /// Whether the consumer holds a group member id: librdkafka clears it as it
