@@ -332,9 +332,7 @@ impl Actor for ConsumerActor {
                         p,
                         [None, None],
                         Arc::new(PartitionShared::default()),
-                        c.skip,
-                        c.other_log,
-                        c.verify,
+                        c,
                     )
                     .await?;
                 }
@@ -455,9 +453,7 @@ impl ConsumerState {
         p: i32,
         start: [Option<NextOffset>; 2],
         shared: Arc<PartitionShared>,
-        skip: [Option<Completed>; 2],
-        read_from_start: [bool; 2],
-        verify: [Option<Arc<str>>; 2],
+        committed: Committed,
     ) -> Result<(), ActorProcessingErr> {
         self.generation += 1;
         let args = PartitionArgs {
@@ -470,11 +466,11 @@ impl ConsumerState {
             generation: self.generation,
             start,
             shared: shared.clone(),
-            skip,
+            skip: committed.skip,
             logs: self.topic_ids.clone(),
             metadata_max_bytes: self.metadata_max,
-            read_from_start,
-            verify,
+            read_from_start: committed.other_log,
+            verify: committed.verify,
         };
         let (actor, _) = Actor::spawn_linked(None, PartitionActor, args, myself.get_cell()).await?;
         self.parts.insert(
@@ -589,16 +585,12 @@ impl ConsumerState {
             named,
             "re-read skips the offsets the crashed actor's last stored metadata names done"
         );
-        self.spawn_partition(
-            myself,
-            p,
-            starts,
-            old.shared,
+        let committed = Committed {
             skip,
-            [false, false],
-            [None, None],
-        )
-        .await?;
+            ..Committed::default()
+        };
+        self.spawn_partition(myself, p, starts, old.shared, committed)
+            .await?;
         if let Some(part) = self.parts.get_mut(&p) {
             part.fence = fences;
             part.last_forwarded = old.last_forwarded;
