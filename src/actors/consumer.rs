@@ -460,7 +460,7 @@ impl ConsumerState {
             ready: self.ready.clone(),
             pipeline: self.pipeline.clone(),
             delivery: self.delivery.clone(),
-            consumer: self.consumer()?.clone(),
+            consumer: Some(self.consumer()?.clone()),
             commits: self.commits.clone(),
             partition: p,
             generation: self.generation,
@@ -880,8 +880,7 @@ pub fn close_deadline(
 /// librdkafka): stops the poll thread, commits what is stored, leaves the
 /// group if asked (a static member), and closes the consumer — its revoke
 /// callback commits again and, for a dynamic member, the close sends
-/// LeaveGroup. The close is given until `by`; the consumer's teardown then
-/// runs on a thread of its own (`kafka::detached`).
+/// LeaveGroup. Nothing waits for this thread past `by`.
 /// `committed`: set once the final commit was answered.
 fn finish(
     consumer: Arc<KafkaConsumer>,
@@ -916,10 +915,28 @@ fn finish(
             tracing::warn!("could not leave the consumer group in time: the partitions move after kafka.session_timeout");
         }
     }
-    match crate::kafka::close(&consumer, by) {
-        Ok(true) => tracing::debug!("the Kafka consumer is closed"),
-        Ok(false) => tracing::warn!("the Kafka consumer's close did not finish by the end of pipeline.shutdown_grace: it is left to finish (or not) while the process exits"),
-        Err(e) => tracing::warn!(error = %e, "cannot close the Kafka consumer"),
+    // The close (rdkafka's drop: the revoke callback, LeaveGroup for a
+    // dynamic member) runs here once this thread holds the last handle: a
+    // partition actor's state or a lookup still holding one lets go within
+    // moments. Past `by` the last holder's drop runs it, on a thread of its
+    // own (`kafka::detached`).
+    let mut consumer = consumer;
+    loop {
+        match Arc::try_unwrap(consumer) {
+            Ok(last) => {
+                drop(last.into_inner());
+                tracing::debug!("the Kafka consumer is closed");
+                return;
+            }
+            Err(shared) if std::time::Instant::now() < by => {
+                consumer = shared;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(_) => {
+                tracing::warn!("the Kafka consumer is still in use at the end of pipeline.shutdown_grace: its close is left to its last user");
+                return;
+            }
+        }
     }
 }
 

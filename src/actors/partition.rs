@@ -79,7 +79,11 @@ pub struct PartitionArgs {
     /// The current delivery pool (it may be re-spawned while this actor lives).
     pub delivery: PoolHandles,
     pub ready: Arc<crate::metrics::Readiness>,
-    pub consumer: Arc<KafkaConsumer>,
+    /// The group consumer; `None` once the actor stopped (`post_stop`): a
+    /// stopped actor's state travels to the consumer actor in ractor's
+    /// termination event, and the consumer's last handle must not wait
+    /// there (the shutdown closes the consumer when it holds the last one).
+    pub consumer: Option<Arc<KafkaConsumer>>,
     /// The consumer's commits before auto-commit, coalesced (shared by its partitions).
     pub commits: Arc<SoonCommits>,
     pub partition: i32,
@@ -202,6 +206,7 @@ impl Actor for PartitionActor {
         _myself: ActorRef<Self::Msg>,
         s: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        s.a.consumer = None;
         s.a.shared.release_held(&s.a.ready);
         s.a.shared.release_buffered(&s.a.pipeline.buffered);
         s.gauges.clear();
@@ -332,10 +337,13 @@ impl PartitionState {
                 }
                 let mut tpl = TopicPartitionList::new();
                 tpl.add_partition(self.machine.intake().topic(src), partition);
+                let Some(consumer) = self.a.consumer.as_ref() else {
+                    return None; // Stopped.
+                };
                 let r = if on {
-                    self.a.consumer.resume(&tpl)
+                    consumer.resume(&tpl)
                 } else {
-                    self.a.consumer.pause(&tpl)
+                    consumer.pause(&tpl)
                 };
                 match r {
                     Ok(()) if src == Src::Main => {
@@ -366,13 +374,16 @@ impl PartitionState {
                 // auto-commit sends it; but it commits a partition only when
                 // the stored position passed the committed one, so metadata
                 // that changed alone is committed here (`Commit::Soon`).
-                r = r.and_then(|()| self.a.consumer.store_offsets(&tpl));
+                let Some(consumer) = self.a.consumer.as_ref() else {
+                    return None; // Stopped: the next owner starts from what was stored.
+                };
+                r = r.and_then(|()| consumer.store_offsets(&tpl));
                 if r.is_ok() {
                     match commit {
                         Commit::No => {}
                         // With the other partitions' (`commits`).
                         Commit::Soon => self.a.commits.ask(
-                            &self.a.consumer,
+                            consumer,
                             topic,
                             partition,
                             offset.get(),
@@ -382,7 +393,7 @@ impl PartitionState {
                             self.a.commits.forget(topic, partition);
                             metrics::counter!(crate::metrics::OFFSET_COMMITS, "kind" => "explicit")
                                 .increment(1);
-                            r = self.a.consumer.commit(&tpl, CommitMode::Async);
+                            r = consumer.commit(&tpl, CommitMode::Async);
                         }
                     }
                 }
@@ -461,7 +472,10 @@ impl PartitionState {
     /// replaced under the position) and answers `Input::ReadingFrom`.
     fn read_from_start(&self, myself: &ActorRef<PartitionMsg>, src: Src) {
         let topic = self.machine.intake().topic(src).to_string();
-        let (partition, consumer, me) = (self.a.partition, self.a.consumer.clone(), myself.clone());
+        let Some(consumer) = self.a.consumer.clone() else {
+            return; // Stopped.
+        };
+        let (partition, me) = (self.a.partition, myself.clone());
         tokio::task::spawn_blocking(move || {
             let timeout = std::time::Duration::from_secs(5);
             let start = consumer
@@ -528,7 +542,10 @@ impl PartitionState {
     fn position_reset(&self, src: Src, from: i64, to: i64, seen_end: Option<i64>) {
         let topic = self.machine.intake().topic(src).to_string();
         let before = self.a.logs[src.index()].clone();
-        let (partition, consumer) = (self.a.partition, self.a.consumer.clone());
+        let Some(consumer) = self.a.consumer.clone() else {
+            return; // Stopped.
+        };
+        let partition = self.a.partition;
         let pipeline = self.a.pipeline.clone();
         tokio::task::spawn_blocking(move || {
             let now = crate::kafka::identity::topic_ids(
@@ -572,10 +589,13 @@ impl PartitionState {
     fn set_main_reading(&self, on: bool) {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(self.machine.intake().topic(Src::Main), self.a.partition);
+        let Some(consumer) = self.a.consumer.as_ref() else {
+            return; // Stopped.
+        };
         let r = if on {
-            self.a.consumer.resume(&tpl)
+            consumer.resume(&tpl)
         } else {
-            self.a.consumer.pause(&tpl)
+            consumer.pause(&tpl)
         };
         match r {
             Ok(()) => self.gauges.paused.set(if on { 0.0 } else { 1.0 }),

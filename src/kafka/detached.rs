@@ -4,14 +4,17 @@
 //! LeaveGroup, the revoke callback with its synchronous commit, then a poll
 //! loop until librdkafka says the group is closed, with no time limit) and
 //! then destroys it (joining librdkafka's threads). Whoever drops the last
-//! `Arc` of a handle runs that: a partition actor's state, a lookup on
-//! tokio's blocking pool, a coalesced commit's task. On a tokio thread a
-//! teardown that does not finish (librdkafka has had such hangs around
-//! deleted topics, confluentinc/librdkafka#4362) holds a worker, and the
-//! runtime's drop at exit waits for every thread it owns: the process never
-//! exits. [`Detached`] hands the teardown to a thread of its own, which
-//! nothing waits for; the shutdown closes the consumer explicitly, within
-//! its deadline, before that (`actors::consumer`).
+//! `Arc` of a handle runs that: a stopped partition actor's state (which
+//! ractor hands to the supervising consumer actor in its termination event:
+//! at shutdown the consumer actor dropped them, on a tokio worker, after
+//! its final commit), a lookup on tokio's blocking pool, a coalesced
+//! commit's task. On a tokio thread a teardown that does not finish
+//! (librdkafka has had such hangs around deleted topics,
+//! confluentinc/librdkafka#4362) holds the thread, and the runtime's drop at
+//! exit waits for every thread it owns: the process never exits. [`Detached`] hands the teardown to a thread of its own, which
+//! nothing waits for; the shutdown tears the consumer down on its own
+//! thread, within its deadline, when it holds the last handle
+//! (`actors::consumer`).
 
 use std::ops::Deref;
 
@@ -21,6 +24,14 @@ pub struct Detached<T: Send + 'static>(Option<T>);
 impl<T: Send + 'static> Detached<T> {
     pub fn new(inner: T) -> Detached<T> {
         Detached(Some(inner))
+    }
+
+    /// The handle itself, to be torn down by the caller (on a thread of
+    /// its own).
+    pub fn into_inner(mut self) -> T {
+        self.0
+            .take()
+            .unwrap_or_else(|| unreachable!("taken in drop"))
     }
 }
 

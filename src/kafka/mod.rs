@@ -596,23 +596,6 @@ pub fn leave_group(c: &KafkaConsumer, within: Duration) -> bool {
     false
 }
 
-/// Closes the consumer (librdkafka's `rd_kafka_consumer_close`: the revoke
-/// callback, LeaveGroup for a dynamic member), serving its queue until the
-/// group is closed or `by`. `Ok(false)`: not closed by then. Call it with no
-/// other thread polling. Its teardown later (the last handle's drop) finds
-/// it closed.
-pub fn close(c: &BaseConsumer<CourierContext>, by: std::time::Instant) -> KafkaResult<bool> {
-    c.close_queue()?;
-    while !c.closed() {
-        let left = by.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Ok(false);
-        }
-        let _ = c.poll(left.min(Duration::from_millis(100)));
-    }
-    Ok(true)
-}
-
 /// Whether the consumer holds a group member id: librdkafka clears it as it
 /// sends LeaveGroup (`rd_kafka_cgrp_leave`).
 fn has_member_id(c: &KafkaConsumer) -> bool {
