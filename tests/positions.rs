@@ -62,6 +62,17 @@ fn topic_exists(s: &Services, topic: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// The topic's id now (as Kafka prints it).
+fn topic_id(s: &Services, topic: &str) -> String {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &s.brokers)
+        .create()
+        .expect("a metadata client");
+    courier::kafka::identity::topic_ids(&c, &[topic], Duration::from_secs(10))
+        .remove(topic)
+        .expect("the topic's id")
+}
+
 /// Deletes `topic` and creates it again with `partitions` (a purge, as
 /// operators do it), waiting for each step to show in the metadata.
 async fn recreate(s: &Services, topic: &str, partitions: i32) {
@@ -155,6 +166,20 @@ async fn recreated_while_running(tag: &str, before: usize, after: usize, frozen:
     )
     .await;
     n.wait_committed_to_end(&s, Duration::from_secs(30)).await;
+    // The new log's commits name it (its topic id), once a lag check after
+    // the reset read it: a next owner can tell the position is this log's.
+    // (Before: no metadata at all for the actor's lifetime.)
+    let id = topic_id(&s, &n.topic);
+    wait_for_eq(
+        Duration::from_secs(30),
+        "the committed position names the new log",
+        &Some(id.clone()),
+        || {
+            let p = &n.committed_positions(&s)[0];
+            courier::core::completed::made_for(&p.metadata).map(str::to_string)
+        },
+    )
+    .await;
     // Logged and counted once the topic's id was looked up (the reason). The
     // old position is at least where the old log was left; frozen, it may be
     // further: a fetch at the old position is in range of the new log, and

@@ -172,3 +172,40 @@ fn a_position_checked_against_the_log_read_later_is_stored() {
     stored.extend(named_logs(&t.feed(Input::Timer(Timer::Store))));
     assert_eq!(stored, vec![(302, Some(LOG.into()))]);
 }
+
+/// A side idle after its reset (everything done and stored without
+/// metadata) commits the log it learns: the lag check that gives the id
+/// asks for a store, whose commit names the log (metadata alone changed:
+/// auto-commit would not send it).
+#[test]
+fn an_idle_side_commits_the_log_it_learns() {
+    let mut t = read_ten_to_fifteen();
+    t.feed(main_recs(0..3, |_| None));
+    t.done(Src::Main, &[15, 16, 17]);
+    t.ms += 1_000;
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert_eq!(named_logs(&fx), vec![(3, None)]);
+    t.ms += 1_000;
+    check(&mut t, LOG, 3);
+    let fx = check(&mut t, LOG, 3);
+    let store_timer = Effect::Schedule {
+        after: STORE_DELAY,
+        timer: Timer::Store,
+    };
+    assert!(
+        fx.contains(&store_timer),
+        "a store asked for once the log is known: {fx:?}"
+    );
+    let fx = t.feed(Input::Timer(Timer::Store));
+    assert_eq!(named_logs(&fx), vec![(3, Some(LOG.into()))]);
+    assert!(
+        fx.iter().any(|e| matches!(
+            e,
+            Effect::Store {
+                commit: Commit::Soon,
+                ..
+            }
+        )),
+        "committed: {fx:?}"
+    );
+}

@@ -1239,6 +1239,7 @@ impl<X: Intake> PartitionMachine<X> {
     /// range), that is its start; otherwise the position still points into
     /// the old log's offsets, and the new log is read from its start.
     fn on_logs(&mut self, logs: [Option<Arc<str>>; 2]) {
+        let mut learnt = false;
         for src in Src::BOTH {
             let side = &mut self.sides[src.index()];
             side.checked = logs[src.index()].clone();
@@ -1276,7 +1277,13 @@ impl<X: Intake> PartitionMachine<X> {
             // stores resume (`on_reading_from`).
             if side.log.is_none() && side.log_wait == 0 && side.reading_again.is_none() {
                 side.log = Some(id);
+                learnt = true;
             }
+        }
+        // Stored again with the log named (an idle side stores nothing
+        // otherwise).
+        if learnt && !self.draining() {
+            self.schedule_store();
         }
         // A seek that failed is asked again.
         for src in Src::BOTH {
