@@ -22,7 +22,11 @@ pub enum Oversize {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PipelineConfig {
-    /// Global limit of events being delivered (enrich + HTTP) at once.
+    /// Without batching: the global limit of events being delivered (enrich +
+    /// HTTP) at once. With batching (`[api.batch]` on any route): the limit of
+    /// requests in flight; the events in delivery are then bounded by
+    /// `max_in_flight_bytes`, `max_in_flight_per_partition` and
+    /// `concurrency × max_events`.
     pub concurrency: usize,
     pub ordering: OrderingMode,
     /// Events held per partition (queued + in flight); a full partition is paused.

@@ -365,6 +365,20 @@ impl Routes {
         self.routes.iter().any(|r| r.batch.is_some())
     }
 
+    /// The most events one request may carry, over the routes and
+    /// `default` (the batching of events no route matches): 1 without
+    /// batching.
+    pub fn max_batch_events(&self, default: Option<&crate::core::batch::BatchSpec>) -> usize {
+        self.routes
+            .iter()
+            .filter_map(|r| r.batch.as_deref())
+            .chain(default)
+            .map(|b| b.max_events)
+            .max()
+            .unwrap_or(1)
+            .max(1)
+    }
+
     pub fn find(&self, event_type: &str) -> Option<&Route> {
         self.routes
             .iter()

@@ -101,11 +101,13 @@ pub struct Call {
 }
 
 impl Limits {
-    /// `pool`: the pool's permits, `max` of them (`pipeline.concurrency`);
+    /// `max`: calls in flight at most (`pipeline.concurrency`); `pool`: the
+    /// pool's permits, `events` of them (`max` without batching);
     /// [`Limits::gate`] keeps them at the limit when it is on
-    /// [`LimitOn::EventPermits`].
+    /// [`LimitOn::EventPermits`], at `events` when it is on requests.
     pub fn new(
         max: usize,
+        events: usize,
         adaptive: bool,
         rate: Option<Arc<RateLimiter>>,
         pool: Arc<Semaphore>,
@@ -126,7 +128,7 @@ impl Limits {
                 };
                 let requests = RequestSlots {
                     gate: tokio::sync::Mutex::new(gate),
-                    pool_limit: watch::channel(max).0,
+                    pool_limit: watch::channel(events).0,
                 };
                 (slots, Some(requests))
             }

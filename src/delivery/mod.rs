@@ -183,6 +183,14 @@ pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriter
     failure_log: std::sync::Mutex<FailureLog>,
 }
 
+/// The pool's permits: one per event in delivery. Without batching an event
+/// is a request and `concurrency` bounds both; with batching (`batch_events`
+/// per request at most) `concurrency` bounds requests, and the permits are
+/// enough to fill each of them.
+fn events_in_delivery(concurrency: usize, batch_events: usize) -> usize {
+    concurrency.saturating_mul(batch_events.max(1))
+}
+
 /// Handles of the metrics every delivery touches, registered once (looking a
 /// metric up by name per event showed in the profile).
 struct HotMetrics {
@@ -267,11 +275,22 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let routes = cfg.api.routes()?;
         let batch = cfg.api.batch_spec()?;
         let batching = batch.is_some() || routes.any_batched();
-        // With batching the permits count events and a request carries many:
-        // the adaptive limit (which learns from requests) holds requests.
-        let permits = Arc::new(Semaphore::new(cfg.pipeline.concurrency));
+        // With batching a request carries many events: `pipeline.concurrency`
+        // bounds the requests in flight (the adaptive limit, which learns
+        // from requests, holds request slots up to it), and the events in
+        // delivery are bounded by the byte budget
+        // (`pipeline.max_in_flight_bytes`), each partition's share
+        // (`max_in_flight_per_partition`) and, as a backstop, by enough
+        // permits to fill every request: latency is hidden by requests in
+        // flight, as it is for single events.
+        let events = events_in_delivery(
+            cfg.pipeline.concurrency,
+            routes.max_batch_events(batch.as_deref()),
+        );
+        let permits = Arc::new(Semaphore::new(events));
         let limits = Arc::new(limits::Limits::new(
             cfg.pipeline.concurrency,
+            events,
             cfg.api.adaptive_concurrency,
             ratelimit::RateLimiter::from_config(&pipeline),
             permits.clone(),
@@ -281,7 +300,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 limits::LimitOn::EventPermits
             },
         ));
-        let gate = tokio::sync::Mutex::new(limits.gate(permits.clone(), cfg.pipeline.concurrency));
+        let gate = tokio::sync::Mutex::new(limits.gate(permits.clone(), events));
         let status = cfg.api.status_policy()?;
         let ears = Arc::new(hear::Ears::new(
             status.clone(),

@@ -47,7 +47,7 @@ async fn the_gate_follows_the_limit_down_and_up() {
 #[tokio::test]
 async fn permits_held_between_tries_count_as_the_limit_in_use() {
     let pool = Arc::new(Semaphore::new(64));
-    let limits = Limits::new(64, true, None, pool.clone(), LimitOn::EventPermits);
+    let limits = Limits::new(64, 64, true, None, pool.clone(), LimitOn::EventPermits);
     let mut gate = limits.gate(pool, 64);
     let start = limits.current();
     // Every permit is held: one event calls, the others wait out a back-off.
@@ -85,7 +85,7 @@ async fn permits_held_between_tries_count_as_the_limit_in_use() {
 #[tokio::test]
 async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
     let pool = Arc::new(Semaphore::new(64));
-    let limits = Limits::new(64, true, None, pool.clone(), LimitOn::EventPermits);
+    let limits = Limits::new(64, 64, true, None, pool.clone(), LimitOn::EventPermits);
     let mut gate = limits.gate(pool, 64);
     let start = limits.current();
     let mut held = Vec::new();
@@ -129,7 +129,7 @@ async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
 #[tokio::test]
 async fn on_requests_calls_take_slots_and_the_pool_stays_fixed() {
     let pool = Arc::new(Semaphore::new(64));
-    let limits = Limits::new(64, true, None, pool.clone(), LimitOn::Requests);
+    let limits = Limits::new(64, 64, true, None, pool.clone(), LimitOn::Requests);
     let start = limits.current();
     assert!(start < 64, "slow start begins below the bound: {start}");
     let mut gate = limits.gate(pool.clone(), 64);
@@ -165,7 +165,7 @@ async fn on_requests_calls_take_slots_and_the_pool_stays_fixed() {
 #[tokio::test]
 async fn on_event_permits_calls_take_no_slot() {
     let pool = Arc::new(Semaphore::new(64));
-    let limits = Limits::new(64, true, None, pool, LimitOn::EventPermits);
+    let limits = Limits::new(64, 64, true, None, pool, LimitOn::EventPermits);
     assert!(!limits.calls_wait());
     let mut calls = Vec::new();
     for _ in 0..64 {

@@ -82,6 +82,7 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
     let rate = super::ratelimit::RateLimiter::new(1, 1, None, "test", "member");
     let limits = Arc::new(limits::Limits::new(
         8,
+        8,
         false,
         Some(Arc::new(rate)),
         Arc::new(tokio::sync::Semaphore::new(8)),
@@ -164,6 +165,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
     // The adaptive limit on requests, at most 1: one request slot.
     let limits = Arc::new(limits::Limits::new(
         1,
+        8,
         true,
         None,
         Arc::new(tokio::sync::Semaphore::new(8)),

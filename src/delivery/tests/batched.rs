@@ -326,3 +326,28 @@ async fn a_413_splits(how: Start) {
     assert!(sizes.iter().filter(|s| **s <= 3).count() >= 4, "{sizes:?}");
     assert!(dlq.asked().is_empty());
 }
+
+/// With batching `pipeline.concurrency` bounds requests, not events: the
+/// pool's permits fill every request (`concurrency × max_events`), so a
+/// batched route is not held to a few batches in flight by a count made
+/// for single events (issue 43 item 4; before, 4 permits held 4 events).
+#[tokio::test(start_paused = true)]
+async fn with_batching_the_permits_fill_every_request() {
+    let api = BatchApi::new(&[], &[], None);
+    let extra = "\n[pipeline]\nconcurrency = 4\n[api.batch]\nmax_events = 10\n";
+    let (d, _) = deliverer_with(QUICK, extra, &api, &FakeDlq::default());
+    let mut held = Vec::new();
+    for i in 0..40 {
+        let p = tokio::time::timeout(Duration::from_secs(1), d.permit())
+            .await
+            .unwrap_or_else(|_| panic!("permit {i} waited: the permits count events"));
+        held.push(p.expect("the semaphore is open"));
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), d.permit())
+            .await
+            .is_err(),
+        "the 41st waits"
+    );
+    assert_eq!(d.limits.current(), 4, "requests in flight: pipeline.concurrency");
+}
