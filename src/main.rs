@@ -53,6 +53,11 @@ enum Cmd {
         #[arg(long)]
         avro: bool,
     },
+    /// About the configuration: `courier config reference`.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
     /// Look into the DLQ or the parking lot, or replay events from them.
     Dlq {
         #[command(subcommand)]
@@ -91,6 +96,16 @@ enum Cmd {
         /// Require client certificates signed by these CAs (PEM bundle): mTLS.
         #[arg(long, requires = "tls_cert")]
         tls_client_ca: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Every field: type, default, meaning (from the config types themselves).
+    Reference {
+        /// The user guide's page (Markdown) instead of plain text.
+        #[arg(long)]
+        markdown: bool,
     },
 }
 
@@ -232,6 +247,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::CheckConfig { config } => check_config(config),
+        Cmd::Config {
+            cmd: ConfigCmd::Reference { markdown },
+        } => {
+            use courier::config::reference;
+            let text = if markdown {
+                reference::markdown()
+            } else {
+                reference::text()
+            };
+            print!("{text}");
+            Ok(0)
+        }
         Cmd::Healthcheck {
             config,
             ready,

@@ -8,17 +8,27 @@ use std::time::Duration;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KafkaConfig {
+    /// Bootstrap servers, `host:port` separated by commas.
     pub brokers: String,
+    /// The consumer group: every instance of one deployment shares it (the partitions are divided among them).
     pub group_id: String,
+    /// The main topic: the events to deliver.
     pub topic: String,
-    /// Default: `<topic>.dlq`.
+    /// The DLQ topic (it must exist), with as many partitions as the main topic
+    /// (checked at start and at every assignment). Default: `<topic>.dlq`.
     pub dlq_topic: Option<String>,
-    /// Default: `<topic>.parking`.
+    /// The parking lot (it must exist). Default: `<topic>.parking`.
     pub parking_topic: Option<String>,
+    /// The consumer's session timeout: a member not heard from for this long loses its partitions.
     #[serde(with = "humantime_serde")]
     pub session_timeout: Duration,
+    /// librdkafka's `max.poll.interval.ms`.
     #[serde(with = "humantime_serde")]
     pub max_poll_interval: Duration,
+    /// How often stored watermarks (and the offsets done above them, as commit
+    /// metadata) are committed while progress is made; after a crash the next owner
+    /// re-delivers what was in flight plus what finished since the last commit
+    /// (docs/DRILLS.md, crash-cost).
     #[serde(with = "humantime_serde")]
     pub auto_commit_interval: Duration,
     /// Events finished on a partition since its last commit that make Courier
