@@ -504,8 +504,40 @@ fn parse_time(s: &str) -> anyhow::Result<i64> {
         .unwrap_or(0))
 }
 
+/// The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell's).
+const INTERRUPTED: u8 = 130;
+
+/// The records of `topic` now (its partitions' end minus start): what a scan
+/// of it reads at most.
+async fn source_records(kafka: &courier::config::KafkaConfig, topic: &str) -> anyhow::Result<u64> {
+    let (k, t) = (kafka.clone(), topic.to_string());
+    let snapshot =
+        tokio::task::spawn_blocking(move || courier::kafka::admin::snapshot(&k, &t)).await??;
+    Ok(snapshot
+        .values()
+        .map(|(lo, hi)| (hi - lo).max(0) as u64)
+        .sum())
+}
+
+/// Awaits `work`, updating `progress`'s bar meanwhile (a terminal's).
+async fn ticking<T>(
+    progress: &courier::ops::progress::Progress,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            out = &mut work => { progress.tick(); return out; }
+            _ = tick.tick() => progress.tick(),
+        }
+    }
+}
+
 async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
+    use courier::ops::progress::{Follow, Progress, Stop};
     use courier::ops::{inspect, replay};
+    use std::sync::atomic::Ordering;
     init_logging(LogFormat::Human, "warn");
     match cmd {
         DlqCmd::Inspect {
@@ -527,18 +559,27 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             // what the replay log lists.
             let group = (!parking).then(|| cfg.kafka.group_id.clone());
             let now = courier::runtime::now_ms();
+            let stop = Stop::on_ctrl_c();
+            let total = source_records(&cfg.kafka, &topic).await?;
+            let progress = Progress::start("inspect", Some(total), Follow::Read);
+            let (counts, stop2) = (progress.counts.clone(), stop.clone());
             // Streamed: the summary keeps counts and samples, not the records.
             let s = tokio::task::spawn_blocking(move || {
                 let mut s = inspect::Summarizer::new(&t, now, samples);
                 courier::kafka::admin::scan(&k, &t, |r| {
                     s.add(r.payload.as_deref());
+                    counts.read.fetch_add(1, Ordering::Relaxed);
+                    if stop2.asked() {
+                        return std::ops::ControlFlow::Break(());
+                    }
                     std::ops::ControlFlow::Continue(())
                 })?;
                 let mut s = s.finish();
                 s.deleted = inspect::deleted_report(&k, &t, group.as_deref())?;
                 Ok::<_, courier::kafka::admin::AdminError>(s)
-            })
-            .await??;
+            });
+            let s = ticking(&progress, s).await??;
+            let read = progress.finish().read;
             let mut s = s;
             let max = cfg.pipeline.max_event_bytes;
             s.decoded = inspect::decode_samples(&cfg.input, &s.samples, max).await;
@@ -546,6 +587,12 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
                 print!("{}", inspect::Table(&s, now));
+            }
+            if stop.asked() {
+                eprintln!(
+                    "interrupted (Ctrl-C): the summary covers the {read} of {total} records read"
+                );
+                return Ok(INTERRUPTED);
             }
             Ok(0)
         }
@@ -577,7 +624,22 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 until_ms: until.as_deref().map(parse_time).transpose()?,
             };
             cfg.kafka.secret_properties()?;
-            let plan = replay::prepare(&cfg.kafka, &source, &filter).await?;
+            let stop = Stop::on_ctrl_c();
+            let total = source_records(&cfg.kafka, &source).await?;
+            let counting = Progress::start("replay (counting)", Some(total), Follow::Read);
+            let prepare = replay::prepare(
+                &cfg.kafka,
+                &source,
+                &filter,
+                counting.counts.clone(),
+                stop.clone(),
+            );
+            let plan = ticking(&counting, prepare).await?;
+            counting.finish();
+            if stop.asked() {
+                println!("interrupted (Ctrl-C) while counting: nothing replayed");
+                return Ok(INTERRUPTED);
+            }
             // Records deleted before they were handled cannot be replayed: said
             // (and logged) as the consumer says it.
             let (k, t, g) = (
@@ -627,18 +689,43 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                     plan.selected_count, cfg.kafka.topic
                 );
                 std::io::stdout().flush()?;
-                let mut line = String::new();
-                std::io::stdin().read_line(&mut line)?;
+                let read = tokio::task::spawn_blocking(|| {
+                    let mut line = String::new();
+                    std::io::stdin().read_line(&mut line).map(|_| line)
+                });
+                let line = tokio::select! {
+                    line = read => line??,
+                    _ = tokio::signal::ctrl_c() => String::new(),
+                };
                 if !matches!(line.trim(), "y" | "Y" | "yes") {
                     println!("nothing replayed");
                     return Ok(1);
                 }
             }
-            let out = replay::execute(&cfg.kafka, &source, &cfg.kafka.topic, &filter, rate).await?;
+            let writing =
+                Progress::start("replay", Some(plan.selected_count as u64), Follow::Written);
+            let execute = replay::execute(
+                &cfg.kafka,
+                &source,
+                &cfg.kafka.topic,
+                &filter,
+                rate,
+                writing.counts.clone(),
+                stop.clone(),
+            );
+            let out = ticking(&writing, execute).await?;
+            writing.finish();
             println!(
                 "replayed {} events ({} with the payload read back from the origin topic)",
                 out.replayed, out.payload_fetched
             );
+            if out.interrupted {
+                println!(
+                    "interrupted (Ctrl-C) after {} of {} events: each one replayed is in the replay log; run the same command again to replay the rest",
+                    out.replayed, plan.selected_count
+                );
+                return Ok(INTERRUPTED);
+            }
             if out.payload_unavailable.is_empty() {
                 return Ok(0);
             }
