@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 # downloads overlap the services' start and the Rust build instead of following them
 # (on a fresh machine: otelcol and hydra about 6 minutes of CPU each). Each is
 # collected (`ready`) just before the tests.
-# The static checks' Go checkers (scripts/checks) are built the same way, and mdBook with
-# mdbook-linkcheck (scripts/mdbook.sh, from crates.io) for the user guide.
+# The static checks' Go checkers (scripts/checks) are built the same way, and mdBook
+# (scripts/mdbook.sh, from crates.io) for the user guide.
 declare -A tool_pid
 declare -A tool_cmd=(
     [otelcol]=scripts/otelcol.sh [hydra]=scripts/hydra.sh [pytools]=scripts/pytools.sh
@@ -86,10 +86,9 @@ ready dashcheck
 ready k8scheck
 bash scripts/check-dashboards.sh
 bash scripts/check-deploy.sh
-# The user guide (docs/guide, an mdBook): built, and a link to a chapter or file of the
-# book that does not exist fails the build (mdbook-linkcheck, run by mdbook as a backend).
-# Its configuration page is checked against the config types by a test
-# (config::reference::tests).
+# The user guide (docs/guide, an mdBook): built (a chapter SUMMARY.md names that does not
+# exist fails it). Its links are checked by tests/guide_links.rs and its configuration
+# page against the config types by config::reference::tests, both in `cargo test` below.
 ready mdbook
 PATH="$(cat "$tool_dir/mdbook"):$PATH" mdbook build docs/guide
 # The OpenTelemetry Collector tests/otlp.rs exports to; the OAuth2 server tests/auth.rs
