@@ -103,7 +103,8 @@ pub struct RouteConfig {
     pub url: String,
     #[serde(default)]
     pub method: Method,
-    /// Header values with placeholders.
+    /// Header values with placeholders (inserted as they are; a value HTTP
+    /// refuses parks the event `request_unbuildable`).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     #[serde(default)]

@@ -28,6 +28,9 @@ pub struct BatchConfig {
     /// The longest an event waits for its batch to fill.
     #[serde(with = "humantime_serde")]
     pub linger: Duration,
+    /// The request body: `json_array` (`[e1,e2,…]`, `application/json`), `ndjson`
+    /// (one event per line, `application/x-ndjson`), `cloudevents_batch`
+    /// (`application/cloudevents-batch+json`) or `template` (see `template`).
     pub format: BatchFormatName,
     /// With `format = "template"`: JSON with `$items` where the array goes.
     pub template: Option<String>,

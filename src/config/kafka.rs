@@ -53,6 +53,11 @@ pub struct KafkaConfig {
     pub ssl_key_password_env: Option<String>,
     /// Compression of the DLQ and parking-lot producers' batches (and of
     /// `courier dlq replay`'s). Consumers read every codec whatever this says.
+    /// zstd measured: an outage's burst of envelopes at 0.19 of their size (lz4
+    /// 0.29) for ~3 µs more CPU per record (`cargo bench --bench compression`,
+    /// docs/BENCHMARKS.md); other readers of the DLQ — and of the main topic,
+    /// where `dlq replay` writes — need a zstd-capable client (Kafka ≥ 2.1),
+    /// else `lz4`.
     pub producer_compression: Compression,
     /// Static group membership (KIP-345, `group.instance.id`): a process that
     /// restarts with the same id takes its partitions back at once, without a
@@ -66,8 +71,14 @@ pub struct KafkaConfig {
     /// group until `session_timeout` ends (KIP-345): right only when the same
     /// id comes back quickly (a StatefulSet pod restarting).
     pub leave_on_shutdown: bool,
-    /// Extra librdkafka properties, passed through to consumer and producer.
-    /// Secrets are refused here: they come from the environment.
+    /// Extra librdkafka properties (TLS, SASL, OAUTHBEARER, tuning), for the
+    /// pipeline's clients and `courier dlq`. What keeps offsets and co-location
+    /// safe is refused, naming the key (`enable.auto.commit`,
+    /// `enable.auto.offset.store`, `partition.assignment.strategy`,
+    /// `group.protocol`, `group.remote.assignor`, `group.instance.id`, `acks`,
+    /// `enable.idempotence`, `isolation.level`, `auto.offset.reset` other than
+    /// `earliest`), as are `compression.*`, secrets and key contents
+    /// (`ssl.key.pem`): secrets come from the environment.
     pub properties: BTreeMap<String, String>,
 }
 
