@@ -273,7 +273,7 @@ const GUIDE: &str = "The user guide explains more: docs/guide (mdbook serve docs
 
 /// The demo's log filter (`RUST_LOG` overrides it).
 const DEMO_LOG: &str =
-    "error,librdkafka=off,rdkafka=off,courier::delivery::report=warn,courier::actors::health=warn";
+    "error,librdkafka=off,rdkafka=off,courier::delivery=warn,courier::actors::health=warn";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -48,6 +48,9 @@ pub struct Progress {
     pub counts: Arc<Counts>,
     started: Instant,
     done: Arc<AtomicBool>,
+    /// A plain line was written: the last one is written at the end too (a
+    /// run too short for one says nothing on stderr).
+    shown: Arc<AtomicBool>,
     reporter: Option<std::thread::JoinHandle<()>>,
     bar: Option<indicatif::ProgressBar>,
 }
@@ -88,6 +91,7 @@ impl Progress {
     pub fn start(what: &str, total: Option<u64>, follow: Follow) -> Progress {
         let counts = Arc::new(Counts::default());
         let done = Arc::new(AtomicBool::new(false));
+        let shown = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
         let (bar, reporter) = if std::io::stderr().is_terminal() {
             let bar = match total {
@@ -102,9 +106,11 @@ impl Progress {
             bar.set_style(style);
             bar.set_prefix(what.to_string());
             bar.enable_steady_tick(Duration::from_millis(200));
+            shown.store(true, Ordering::Relaxed);
             (Some(bar), None)
         } else {
             let (c, d, w) = (counts.clone(), done.clone(), what.to_string());
+            let sh = shown.clone();
             let handle = std::thread::spawn(move || {
                 let mut next = started + PLAIN_EVERY;
                 while !d.load(Ordering::Relaxed) {
@@ -114,6 +120,7 @@ impl Progress {
                     }
                     if Instant::now() >= next {
                         eprintln!("{}", line(&w, seen(&c), total, follow, started.elapsed()));
+                        sh.store(true, Ordering::Relaxed);
                         next += PLAIN_EVERY;
                     }
                 }
@@ -127,6 +134,7 @@ impl Progress {
             counts,
             started,
             done,
+            shown,
             reporter,
             bar,
         }
@@ -152,7 +160,8 @@ impl Progress {
         seen(&self.counts)
     }
 
-    /// Stops showing progress; the last state as a plain line.
+    /// Stops showing progress; the last state as a plain line, unless the run
+    /// was too short to show any.
     pub fn finish(mut self) -> Seen {
         self.stop()
     }
@@ -168,16 +177,10 @@ impl Progress {
             self.tick_with(&bar, s);
             bar.finish_and_clear();
         }
-        eprintln!(
-            "{}",
-            line(
-                &self.what,
-                s,
-                self.total,
-                self.follow,
-                self.started.elapsed()
-            )
-        );
+        if self.shown.load(Ordering::Relaxed) {
+            let elapsed = self.started.elapsed();
+            eprintln!("{}", line(&self.what, s, self.total, self.follow, elapsed));
+        }
         s
     }
 
