@@ -134,8 +134,9 @@ pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> 
     // The pipeline's start: the progress lines count from here, while it starts.
     let started = Instant::now();
     let prometheus = crate::metrics::install(&cfg.kafka.group_id, &cfg.kafka.topic);
-    let starting = crate::app::start(cfg.clone(), prometheus.clone());
-    tokio::pin!(starting);
+    // On a task of its own: what the start does synchronously must not hold
+    // the progress lines back (they are the demo's clock).
+    let mut starting = tokio::spawn(crate::app::start(cfg.clone(), prometheus.clone()));
     let mut running = None;
     let mut tick =
         tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
@@ -149,7 +150,7 @@ pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> 
     while started.elapsed() < STORY_LIMIT {
         tokio::select! {
             r = &mut starting, if running.is_none() => {
-                running = Some(r?);
+                running = Some(r.context("the pipeline's start panicked")??);
                 continue;
             }
             _ = tick.tick() => {}
@@ -206,10 +207,13 @@ pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> 
     match running {
         Some(r) => r.shutdown().await,
         // Still starting after the whole story's time: nothing to stop yet.
-        None => println!(
-            "the pipeline did not start within {}s",
-            STORY_LIMIT.as_secs()
-        ),
+        None => {
+            starting.abort();
+            println!(
+                "the pipeline did not start within {}s",
+                STORY_LIMIT.as_secs()
+            );
+        }
     }
     let report: AuditReport = audit(
         &brokers,
