@@ -39,8 +39,9 @@ RUN stub-crate.sh \
 ARG COURIER_GIT_COMMIT=""
 ENV COURIER_GIT_COMMIT=${COURIER_GIT_COMMIT}
 COPY build.rs ./
+COPY build ./build
 COPY src ./src
-RUN find src build.rs -name '*.rs' -exec touch {} + \
+RUN find src build build.rs -name '*.rs' -exec touch {} + \
     && cargo build --release --locked --bin courier
 
 # The image's default config: config/courier.toml with the listener on all interfaces.

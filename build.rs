@@ -1,7 +1,13 @@
 //! Embeds the git commit the binary was built from, for `/status`
-//! (`COURIER_GIT_COMMIT`). No build dependency: `git` is asked if it is there; a
-//! build without it (or outside a repository, e.g. a container build without
-//! `.git`) shows the version alone, unless `COURIER_GIT_COMMIT` is set for the build.
+//! (`COURIER_GIT_COMMIT`): `git` is asked if it is there; a build without it (or
+//! outside a repository, e.g. a container build without `.git`) shows the version
+//! alone, unless `COURIER_GIT_COMMIT` is set for the build.
+//!
+//! And reads the configuration's types and their doc comments from the source
+//! (`build/config_docs.rs`, with `syn`) for `courier config reference`.
+
+#[path = "build/config_docs.rs"]
+mod config_docs;
 
 use std::process::Command;
 
@@ -15,6 +21,8 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
+    let out_dir = std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR");
+    config_docs::generate(std::path::Path::new(&out_dir));
     println!("cargo:rerun-if-env-changed=COURIER_GIT_COMMIT");
     let given = std::env::var("COURIER_GIT_COMMIT")
         .ok()

@@ -10,12 +10,14 @@ cd "$(dirname "$0")/.."
 # downloads overlap the services' start and the Rust build instead of following them
 # (on a fresh machine: otelcol and hydra about 6 minutes of CPU each). Each is
 # collected (`ready`) just before the tests.
-# The static checks' Go checkers (scripts/checks) are built the same way.
+# The static checks' Go checkers (scripts/checks) are built the same way, and mdBook
+# (scripts/mdbook.sh, from crates.io) for the user guide.
 declare -A tool_pid
 declare -A tool_cmd=(
     [otelcol]=scripts/otelcol.sh [hydra]=scripts/hydra.sh [pytools]=scripts/pytools.sh
     [pyschema]=scripts/pyschema.sh [apicurio]=scripts/apicurio.sh
     [dashcheck]="scripts/checks/build.sh dashcheck" [k8scheck]="scripts/checks/build.sh k8scheck"
+    [mdbook]=scripts/mdbook.sh
 )
 tool_dir=$(mktemp -d)
 trap 'kill "${tool_pid[@]}" 2>/dev/null || true; rm -rf "$tool_dir"' EXIT
@@ -84,6 +86,11 @@ ready dashcheck
 ready k8scheck
 bash scripts/check-dashboards.sh
 bash scripts/check-deploy.sh
+# The user guide (docs/guide, an mdBook): built (a chapter SUMMARY.md names that does not
+# exist fails it). Its links are checked by tests/guide_links.rs and its configuration
+# page against the config types by config::reference::tests, both in `cargo test` below.
+ready mdbook
+PATH="$(cat "$tool_dir/mdbook"):$PATH" mdbook build docs/guide
 # The OpenTelemetry Collector tests/otlp.rs exports to; the OAuth2 server tests/auth.rs
 # gets tokens from (ory/hydra); the python with the Standard Webhooks reference library
 # tests/signing.rs's receiver verifies with; confluent-kafka's serializers, the real

@@ -2,6 +2,10 @@
 //! cluster stands in for Kafka, the API stand-in for the external API. A stream of
 //! synthetic CloudEvents with some bad input and some API failures goes through,
 //! progress is shown while it runs, and the run ends with the no-loss audit.
+//!
+//! The progress lines start with the pipeline: one every half second from the
+//! moment it is asked to start, so the lines before the first delivery measure
+//! how long Courier takes to get going (tests/demo.rs counts them).
 
 use crate::audit::{audit, AuditReport};
 use crate::config::Config;
@@ -9,7 +13,9 @@ use crate::kafka::admin::{committed_offsets, end_offsets};
 use crate::loadgen::{self, Spec};
 use crate::sink::{Behaviour, FailRule, SinkHandle};
 use anyhow::Context;
+use rdkafka::config::ClientConfig;
 use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -20,12 +26,55 @@ const GROUP: &str = "courier-demo";
 /// The schema id the demo's Avro events name (`--avro`).
 const AVRO_SCHEMA_ID: u32 = 1;
 
+/// One progress line every this often.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+
+/// How long the story may take before the demo gives up (exit 1).
+const STORY_LIMIT: Duration = Duration::from_secs(90);
+
+/// The embedded cluster: librdkafka's mock cluster, made by a client of the
+/// demo's own (`test.mock.num.brokers`) so that its group settings can be set.
+struct Embedded {
+    holder: BaseProducer,
+}
+
+impl Embedded {
+    fn start() -> anyhow::Result<Embedded> {
+        let holder: BaseProducer = ClientConfig::new()
+            .set("test.mock.num.brokers", "1")
+            .create()
+            .context("cannot start the embedded mock cluster")?;
+        // SAFETY: `holder` is a live client; the cluster it made lives as
+        // long as it does, and this call only sets one of its defaults.
+        unsafe {
+            let cluster =
+                rdkafka::bindings::rd_kafka_handle_mock_cluster(holder.client().native_ptr());
+            anyhow::ensure!(
+                !cluster.is_null(),
+                "the embedded mock cluster did not start"
+            );
+            // The mock waits 3 s (Kafka's group.initial.rebalance.delay.ms) before
+            // it assigns a new group's partitions; one member needs no wait.
+            rdkafka::bindings::rd_kafka_mock_group_initial_rebalance_delay_ms(cluster, 0);
+        }
+        Ok(Embedded { holder })
+    }
+
+    fn cluster(&self) -> anyhow::Result<MockCluster<'_, DefaultProducerContext>> {
+        self.holder
+            .client()
+            .mock_cluster()
+            .context("the embedded mock cluster is gone")
+    }
+}
+
 /// `batch`: events per request (`[api.batch] max_events`); 1 sends one each.
 /// `avro`: the events are Avro records in the Confluent wire format, their
 /// schema served by the stand-in as a schema registry (`input.format = "avro"`).
 pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> {
     println!("Courier demo: embedded Kafka (librdkafka mock cluster) + embedded API stand-in\n");
-    let mock = MockCluster::new(1).context("cannot start the embedded mock cluster")?;
+    let embedded = Embedded::start()?;
+    let mock = embedded.cluster()?;
     let brokers = mock.bootstrap_servers();
     let cfg = demo_config(&brokers);
     mock.create_topic(TOPIC, PARTITIONS, 1)?;
@@ -42,49 +91,8 @@ pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> 
         avro_schema_id: avro.then_some(AVRO_SCHEMA_ID),
         ..Spec::default()
     };
-    let mut fail_ids = HashMap::new();
-    for seq in (1_000..events).step_by(1_999).take(8) {
-        fail_ids.insert(
-            loadgen::event_id(&spec.id_prefix, seq),
-            FailRule {
-                status: 503,
-                times: None,
-                retry_after_s: None,
-            },
-        );
-    }
-    for seq in (500..events).step_by(997).take(20) {
-        fail_ids
-            .entry(loadgen::event_id(&spec.id_prefix, seq))
-            .or_insert(FailRule {
-                status: 503,
-                times: Some(1),
-                retry_after_s: None,
-            });
-    }
-    let behaviour = Behaviour {
-        latency_ms: 5,
-        latency_jitter_ms: 10,
-        fail_ids,
-        fail_rate: 0.002,
-        fail_status: 503,
-        schemas: if avro {
-            [(AVRO_SCHEMA_ID, loadgen::AVRO_SCHEMA.to_string())].into()
-        } else {
-            Default::default()
-        },
-        ..Behaviour::default()
-    };
-    let sink = SinkHandle::start("127.0.0.1:0".parse()?, behaviour).await?;
+    let sink = SinkHandle::start("127.0.0.1:0".parse()?, api_behaviour(&spec, avro)).await?;
     println!("API stand-in on {}", sink.url());
-
-    print!(
-        "producing {events} {}events ({} of them bad input)… ",
-        if avro { "Avro " } else { "" },
-        events / 250
-    );
-    let produced = loadgen::produce(&brokers, TOPIC, &spec).await?;
-    println!("done");
 
     let mut cfg = cfg;
     cfg.api.url = sink.url();
@@ -112,18 +120,41 @@ pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> 
             cfg.api.url
         );
     }
-    let started = Instant::now();
-    let prometheus = crate::metrics::install(&cfg.kafka.group_id, &cfg.kafka.topic);
-    let running = crate::app::start(cfg.clone(), prometheus.clone()).await?;
     println!("The story: at a quarter of the way the API goes down for 6 s; watch the partitions pause, the DLQ drain, and delivery resume.");
     println!("(No Redis in the demo: each instance's local circuit breaker decides on its own.)\n");
+
+    print!(
+        "producing {events} {}events ({} of them bad input)… ",
+        if avro { "Avro " } else { "" },
+        events / 250
+    );
+    let produced = loadgen::produce(&brokers, TOPIC, &spec).await?;
+    println!("done");
+
+    // The pipeline's start: the progress lines count from here, while it starts.
+    let started = Instant::now();
+    let prometheus = crate::metrics::install(&cfg.kafka.group_id, &cfg.kafka.topic);
+    // On a task of its own: what the start does synchronously must not hold
+    // the progress lines back (they are the demo's clock).
+    let mut starting = tokio::spawn(crate::app::start(cfg.clone(), prometheus.clone()));
+    let mut running = None;
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut outage: Option<Instant> = None;
     let mut restored = false;
+    let mut first_delivery: Option<Duration> = None;
     let ends = end_offsets(&brokers, TOPIC, PARTITIONS)?;
     let total: i64 = ends.iter().sum();
     let mut caught_up = false;
-    while started.elapsed() < Duration::from_secs(50) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    while started.elapsed() < STORY_LIMIT {
+        tokio::select! {
+            r = &mut starting, if running.is_none() => {
+                running = Some(r.context("the pipeline's start panicked")??);
+                continue;
+            }
+            _ = tick.tick() => {}
+        }
         let committed: i64 = committed_offsets(&brokers, GROUP, TOPIC, PARTITIONS)?
             .iter()
             .map(|o| (*o).max(0))
@@ -135,6 +166,9 @@ pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> 
             .iter()
             .sum();
         let delivered = sink.delivered_count();
+        if delivered > 0 && first_delivery.is_none() {
+            first_delivery = Some(started.elapsed());
+        }
         if outage.is_none() && delivered as i64 >= total / 4 {
             sink.update_behaviour(|b| b.down_status = Some(503));
             outage = Some(Instant::now());
@@ -169,8 +203,18 @@ pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> 
             break;
         }
     }
-    running.shutdown().await;
     let elapsed = started.elapsed();
+    match running {
+        Some(r) => r.shutdown().await,
+        // Still starting after the whole story's time: nothing to stop yet.
+        None => {
+            starting.abort();
+            println!(
+                "the pipeline did not start within {}s",
+                STORY_LIMIT.as_secs()
+            );
+        }
+    }
     let report: AuditReport = audit(
         &brokers,
         &cfg.kafka.dlq_topic(),
@@ -180,13 +224,14 @@ pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> 
     )?;
     sink.shutdown();
     println!(
-        "\nAudit after {:.1}s ({}):",
+        "\nAudit after {:.1}s ({}; first events delivered after {}):",
         elapsed.as_secs_f64(),
         if caught_up {
             "all offsets committed"
         } else {
             "NOT caught up"
-        }
+        },
+        first_delivery.map_or("—".into(), |d| format!("{:.1}s", d.as_secs_f64()))
     );
     println!("{report}");
     if report.lost_count() > 0 || !caught_up {
@@ -198,6 +243,46 @@ pub async fn run(events: usize, batch: usize, avro: bool) -> anyhow::Result<u8> 
     }
     println!("lost = 0: every event reached the API, the DLQ or the parking lot.");
     Ok(0)
+}
+
+/// The API stand-in's behaviour: 5–15 ms per call, 0.2 % random 503s (retried in
+/// place), 8 events always refused with 503 (they end in the DLQ), 20 refused
+/// once; with `avro`, the events' schema served as a schema registry.
+fn api_behaviour(spec: &Spec, avro: bool) -> Behaviour {
+    let events = spec.count;
+    let mut fail_ids = HashMap::new();
+    for seq in (1_000..events).step_by(1_999).take(8) {
+        fail_ids.insert(
+            loadgen::event_id(&spec.id_prefix, seq),
+            FailRule {
+                status: 503,
+                times: None,
+                retry_after_s: None,
+            },
+        );
+    }
+    for seq in (500..events).step_by(997).take(20) {
+        fail_ids
+            .entry(loadgen::event_id(&spec.id_prefix, seq))
+            .or_insert(FailRule {
+                status: 503,
+                times: Some(1),
+                retry_after_s: None,
+            });
+    }
+    Behaviour {
+        latency_ms: 5,
+        latency_jitter_ms: 10,
+        fail_ids,
+        fail_rate: 0.002,
+        fail_status: 503,
+        schemas: if avro {
+            [(AVRO_SCHEMA_ID, loadgen::AVRO_SCHEMA.to_string())].into()
+        } else {
+            Default::default()
+        },
+        ..Behaviour::default()
+    }
 }
 
 /// "normal 4 · paused 2 · drain_dlq 0", read from the metrics.
@@ -251,6 +336,9 @@ fn demo_config(brokers: &str) -> Config {
     c.degraded.dlq_backoff_cap = ms(5_000);
     c.degraded.drain_rate_per_sec = 100.0;
     c.degraded.lag_check_interval = ms(250);
+    // No Redis: a port nothing listens on (a Redis of the user's own on 6379
+    // is left alone), refused at once.
+    c.redis.url = "redis://127.0.0.1:1".into();
     c.redis.connect_timeout = ms(200);
     c
 }

@@ -18,7 +18,8 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[command(
     name = "courier",
     version,
-    about = "Kafka → HTTP delivery with at-least-once semantics, DLQ and degraded mode"
+    about = "Kafka → HTTP delivery with at-least-once semantics, DLQ and degraded mode",
+    after_help = GUIDE
 )]
 struct Cli {
     #[command(subcommand)]
@@ -28,20 +29,30 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the service until SIGTERM/SIGINT.
+    #[command(after_help = GUIDE)]
     Run {
-        /// Config file (TOML). Environment `COURIER__<SECTION>__<KEY>` overrides it.
+        /// Config file (TOML); `COURIER__<SECTION>__<KEY>` variables override it.
         #[arg(long, short, default_value = "config/courier.toml")]
         config: PathBuf,
         /// Log format, overriding `log.format`: `human` or `json`.
         #[arg(long, value_parser = ["human", "json"])]
         log_format: Option<String>,
     },
-    /// Validate a config file (with the environment applied) and print the result.
+    /// Validate a config file (with the environment applied).
+    ///
+    /// Names the offending field and the reason, and each deprecated key with the one
+    /// to write instead.
+    #[command(after_help = GUIDE)]
     CheckConfig {
+        /// Config file (TOML); `COURIER__<SECTION>__<KEY>` variables override it.
         #[arg(long, short, default_value = "config/courier.toml")]
         config: PathBuf,
     },
-    /// Run the real pipeline against an embedded broker and API stand-in: no setup needed.
+    /// The real pipeline against an embedded Kafka and API stand-in (no setup).
+    ///
+    /// A quarter of the way in the API goes down for 6 s; the run ends with the
+    /// no-loss audit. The guide's demo chapter (docs/guide/src/demo.md) reads the output.
+    #[command(after_help = GUIDE)]
     Demo {
         /// Events to produce.
         #[arg(long, default_value_t = 20_000)]
@@ -53,15 +64,23 @@ enum Cmd {
         #[arg(long)]
         avro: bool,
     },
+    /// The configuration reference: every field's type, default and meaning.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
     /// Look into the DLQ or the parking lot, or replay events from them.
     Dlq {
         #[command(subcommand)]
         cmd: DlqCmd,
     },
-    /// Ask this instance's own `/healthz` on `metrics.listen` (the image's
-    /// HEALTHCHECK: no curl in the image). Exit 0 when it answers 200, 1 otherwise
-    /// (refused, timed out, another status, or a config naming no listener).
+    /// Ask this instance's own /healthz (the image's HEALTHCHECK).
+    ///
+    /// Asks `/healthz` on `metrics.listen` (no curl in the image). Exit 0 when it
+    /// answers 200, 1 otherwise (refused, timed out, another status, or a config
+    /// naming no listener).
     Healthcheck {
+        /// Config file (TOML); `COURIER__<SECTION>__<KEY>` variables override it.
         #[arg(long, short, default_value = "config/courier.toml")]
         config: PathBuf,
         /// Ask `/readyz` instead (200 only with a partition assignment and progress:
@@ -95,21 +114,45 @@ enum Cmd {
 }
 
 #[derive(Subcommand)]
+enum ConfigCmd {
+    /// Every field: type, default, meaning (from the config types themselves).
+    Reference {
+        /// The user guide's page (Markdown) instead of plain text.
+        #[arg(long)]
+        markdown: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum DlqCmd {
     /// Counts by reason, event type and age; oldest, newest and samples.
+    ///
+    /// Progress on stderr while it reads (a bar on a terminal, a line every 2 s
+    /// otherwise); Ctrl-C stops with the summary of what was read.
+    #[command(after_help = GUIDE)]
     Inspect {
+        /// Config file (TOML); `COURIER__<SECTION>__<KEY>` variables override it.
         #[arg(long, short, default_value = "config/courier.toml")]
         config: PathBuf,
         /// Inspect the parking lot instead of the DLQ.
         #[arg(long)]
         parking: bool,
+        /// The summary as JSON.
         #[arg(long)]
         json: bool,
+        /// Sample records shown.
         #[arg(long, default_value_t = 5)]
         samples: usize,
     },
     /// Move events back to the main topic (after a fix). Idempotent across runs.
+    ///
+    /// A log topic (`<source>.replayed`) lists what was replayed: a run again skips
+    /// it. Progress on stderr (a bar on a terminal, a line every 2 s otherwise);
+    /// Ctrl-C finishes the event being written, prints what was replayed and exits
+    /// 130: run the same command again to replay the rest.
+    #[command(after_help = GUIDE)]
     Replay {
+        /// Config file (TOML); `COURIER__<SECTION>__<KEY>` variables override it.
         #[arg(long, short, default_value = "config/courier.toml")]
         config: PathBuf,
         /// Replay from the DLQ instead of the parking lot.
@@ -224,10 +267,30 @@ where
     }
 }
 
+/// Where `--help` points for the long explanations.
+const GUIDE: &str = "The user guide explains more: docs/guide (mdbook serve docs/guide), \
+                     e.g. docs/guide/src/operating.md; every config field: courier config reference";
+
+/// The demo's log filter (`RUST_LOG` overrides it).
+const DEMO_LOG: &str =
+    "error,librdkafka=off,rdkafka=off,courier::delivery=warn,courier::actors::health=warn";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::CheckConfig { config } => check_config(config),
+        Cmd::Config {
+            cmd: ConfigCmd::Reference { markdown },
+        } => {
+            use courier::config::reference;
+            let text = if markdown {
+                reference::markdown()
+            } else {
+                reference::text()
+            };
+            print!("{text}");
+            Ok(0)
+        }
         Cmd::Healthcheck {
             config,
             ready,
@@ -241,11 +304,12 @@ fn main() -> ExitCode {
             batch,
             avro,
         } => {
-            // The embedded cluster's own connection chatter at teardown is noise here.
-            init_logging(
-                LogFormat::Human,
-                "warn,librdkafka=off,rdkafka=off,courier::kafka=error",
-            );
+            // The story's lines: the circuit breaker and the health verdict, and
+            // any error. Not the start-up checks of the topics' configs (the
+            // embedded cluster keeps none: retention, size limit, cleanup policy
+            // and the commit metadata limit are not asked of a mock), nor the
+            // embedded cluster's connection chatter at teardown.
+            init_logging(LogFormat::Human, DEMO_LOG);
             runtime().and_then(|rt| rt.block_on(courier::demo::run(events, batch, avro)))
         }
         Cmd::Dlq { cmd } => runtime().and_then(|rt| rt.block_on(dlq(cmd))),
@@ -472,8 +536,40 @@ fn parse_time(s: &str) -> anyhow::Result<i64> {
         .unwrap_or(0))
 }
 
+/// The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell's).
+const INTERRUPTED: u8 = 130;
+
+/// The records of `topic` now (its partitions' end minus start): what a scan
+/// of it reads at most.
+async fn source_records(kafka: &courier::config::KafkaConfig, topic: &str) -> anyhow::Result<u64> {
+    let (k, t) = (kafka.clone(), topic.to_string());
+    let snapshot =
+        tokio::task::spawn_blocking(move || courier::kafka::admin::snapshot(&k, &t)).await??;
+    Ok(snapshot
+        .values()
+        .map(|(lo, hi)| (hi - lo).max(0) as u64)
+        .sum())
+}
+
+/// Awaits `work`, updating `progress`'s bar meanwhile (a terminal's).
+async fn ticking<T>(
+    progress: &courier::ops::progress::Progress,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            out = &mut work => { progress.tick(); return out; }
+            _ = tick.tick() => progress.tick(),
+        }
+    }
+}
+
 async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
+    use courier::ops::progress::{Follow, Progress, Stop};
     use courier::ops::{inspect, replay};
+    use std::sync::atomic::Ordering;
     init_logging(LogFormat::Human, "warn");
     match cmd {
         DlqCmd::Inspect {
@@ -495,18 +591,27 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             // what the replay log lists.
             let group = (!parking).then(|| cfg.kafka.group_id.clone());
             let now = courier::runtime::now_ms();
+            let stop = Stop::on_ctrl_c();
+            let total = source_records(&cfg.kafka, &topic).await?;
+            let progress = Progress::start("inspect", Some(total), Follow::Read);
+            let (counts, stop2) = (progress.counts.clone(), stop.clone());
             // Streamed: the summary keeps counts and samples, not the records.
             let s = tokio::task::spawn_blocking(move || {
                 let mut s = inspect::Summarizer::new(&t, now, samples);
                 courier::kafka::admin::scan(&k, &t, |r| {
                     s.add(r.payload.as_deref());
+                    counts.read.fetch_add(1, Ordering::Relaxed);
+                    if stop2.asked() {
+                        return std::ops::ControlFlow::Break(());
+                    }
                     std::ops::ControlFlow::Continue(())
                 })?;
                 let mut s = s.finish();
                 s.deleted = inspect::deleted_report(&k, &t, group.as_deref())?;
                 Ok::<_, courier::kafka::admin::AdminError>(s)
-            })
-            .await??;
+            });
+            let s = ticking(&progress, s).await??;
+            let read = progress.finish().read;
             let mut s = s;
             let max = cfg.pipeline.max_event_bytes;
             s.decoded = inspect::decode_samples(&cfg.input, &s.samples, max).await;
@@ -514,6 +619,12 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
                 print!("{}", inspect::Table(&s, now));
+            }
+            if stop.asked() {
+                eprintln!(
+                    "interrupted (Ctrl-C): the summary covers the {read} of {total} records read"
+                );
+                return Ok(INTERRUPTED);
             }
             Ok(0)
         }
@@ -545,7 +656,22 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 until_ms: until.as_deref().map(parse_time).transpose()?,
             };
             cfg.kafka.secret_properties()?;
-            let plan = replay::prepare(&cfg.kafka, &source, &filter).await?;
+            let stop = Stop::on_ctrl_c();
+            let total = source_records(&cfg.kafka, &source).await?;
+            let counting = Progress::start("replay (counting)", Some(total), Follow::Read);
+            let prepare = replay::prepare(
+                &cfg.kafka,
+                &source,
+                &filter,
+                counting.counts.clone(),
+                stop.clone(),
+            );
+            let plan = ticking(&counting, prepare).await?;
+            counting.finish();
+            if stop.asked() {
+                println!("interrupted (Ctrl-C) while counting: nothing replayed");
+                return Ok(INTERRUPTED);
+            }
             // Records deleted before they were handled cannot be replayed: said
             // (and logged) as the consumer says it.
             let (k, t, g) = (
@@ -595,18 +721,43 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                     plan.selected_count, cfg.kafka.topic
                 );
                 std::io::stdout().flush()?;
-                let mut line = String::new();
-                std::io::stdin().read_line(&mut line)?;
+                let read = tokio::task::spawn_blocking(|| {
+                    let mut line = String::new();
+                    std::io::stdin().read_line(&mut line).map(|_| line)
+                });
+                let line = tokio::select! {
+                    line = read => line??,
+                    _ = tokio::signal::ctrl_c() => String::new(),
+                };
                 if !matches!(line.trim(), "y" | "Y" | "yes") {
                     println!("nothing replayed");
                     return Ok(1);
                 }
             }
-            let out = replay::execute(&cfg.kafka, &source, &cfg.kafka.topic, &filter, rate).await?;
+            let writing =
+                Progress::start("replay", Some(plan.selected_count as u64), Follow::Written);
+            let execute = replay::execute(
+                &cfg.kafka,
+                &source,
+                &cfg.kafka.topic,
+                &filter,
+                rate,
+                writing.counts.clone(),
+                stop.clone(),
+            );
+            let out = ticking(&writing, execute).await?;
+            writing.finish();
             println!(
                 "replayed {} events ({} with the payload read back from the origin topic)",
                 out.replayed, out.payload_fetched
             );
+            if out.interrupted {
+                println!(
+                    "interrupted (Ctrl-C) after {} of {} events: each one replayed is in the replay log; run the same command again to replay the rest",
+                    out.replayed, plan.selected_count
+                );
+                return Ok(INTERRUPTED);
+            }
             if out.payload_unavailable.is_empty() {
                 return Ok(0);
             }
@@ -625,6 +776,34 @@ async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::{http_status, probe_addr, quiet_ractor};
+
+    /// `courier --help` and every subcommand's help fit an 80-column terminal;
+    /// the long explanations live in the guide.
+    #[test]
+    fn every_help_fits_80_columns() {
+        use clap::CommandFactory as _;
+        fn check(cmd: &mut clap::Command, path: &str, long: &mut Vec<String>) {
+            for help in [cmd.render_help(), cmd.render_long_help()] {
+                for line in help.to_string().lines() {
+                    if line.chars().count() > 80 {
+                        long.push(format!("{path}: {line}"));
+                    }
+                }
+            }
+            for sub in cmd.get_subcommands_mut() {
+                let p = format!("{path} {}", sub.get_name());
+                check(sub, &p, long);
+            }
+        }
+        let mut cmd = super::Cli::command().term_width(80);
+        cmd.build();
+        let mut long = Vec::new();
+        check(&mut cmd, "courier", &mut long);
+        assert!(
+            long.is_empty(),
+            "help lines wider than 80 columns: {long:#?}"
+        );
+    }
     use std::io::{Read as _, Write as _};
     use std::time::Duration;
 

@@ -12,16 +12,20 @@ use std::time::Duration;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApiConfig {
+    /// Where events are POSTed (no credentials in the URL), unless a route says otherwise.
     pub url: String,
     /// Total deadline of one request (connect, send, answer).
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// Connection setup deadline.
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Tries per event on the main path, the first included.
     pub max_attempts: u32,
+    /// First in-place backoff (doubles each try, equal jitter).
     #[serde(with = "humantime_serde")]
     pub retry_base: Duration,
+    /// Cap of that backoff.
     #[serde(with = "humantime_serde")]
     pub retry_max_delay: Duration,
     /// No in-place retry starts later than this after the first try.
@@ -52,6 +56,7 @@ pub struct ApiConfig {
     /// Allow `http://` to a host other than loopback (the token and the events
     /// would cross the network in clear).
     pub allow_plaintext: bool,
+    /// Idle connections kept to the API.
     pub pool_max_idle_per_host: usize,
     /// TLS to an `https://` API.
     pub tls: ApiTlsConfig,
@@ -98,7 +103,8 @@ pub struct RouteConfig {
     pub url: String,
     #[serde(default)]
     pub method: Method,
-    /// Header values with placeholders.
+    /// Header values with placeholders (inserted as they are; a value HTTP
+    /// refuses parks the event `request_unbuildable`).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     #[serde(default)]

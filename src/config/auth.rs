@@ -29,6 +29,7 @@ pub struct OAuth2Config {
     /// The token endpoint (https://, or http:// to loopback or with
     /// `api.allow_plaintext`).
     pub token_url: String,
+    /// The client id of the grant.
     pub client_id: String,
     /// The environment variable holding the client secret, or …
     pub client_secret_env: Option<String>,

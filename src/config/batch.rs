@@ -28,6 +28,9 @@ pub struct BatchConfig {
     /// The longest an event waits for its batch to fill.
     #[serde(with = "humantime_serde")]
     pub linger: Duration,
+    /// The request body: `json_array` (`[e1,e2,…]`, `application/json`), `ndjson`
+    /// (one event per line, `application/x-ndjson`), `cloudevents_batch`
+    /// (`application/cloudevents-batch+json`) or `template` (see `template`).
     pub format: BatchFormatName,
     /// With `format = "template"`: JSON with `$items` where the array goes.
     pub template: Option<String>,
@@ -68,16 +71,26 @@ impl Default for BatchConfig {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BatchOverride {
+    /// Over `api.batch.max_events`.
     pub max_events: Option<usize>,
+    /// Over `api.batch.max_bytes`.
     pub max_bytes: Option<usize>,
+    /// Over `api.batch.linger`.
     #[serde(with = "humantime_serde")]
     pub linger: Option<Duration>,
+    /// Over `api.batch.format`.
     pub format: Option<BatchFormatName>,
+    /// Over `api.batch.template`.
     pub template: Option<String>,
+    /// Over `api.batch.results`.
     pub results: Option<String>,
+    /// Over `api.batch.result_status`.
     pub result_status: Option<String>,
+    /// Over `api.batch.result_id`.
     pub result_id: Option<String>,
+    /// Over `api.batch.split`.
     pub split: Option<Vec<u16>>,
+    /// Over `api.batch.ordered`.
     pub ordered: Option<bool>,
 }
 

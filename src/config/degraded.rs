@@ -19,11 +19,14 @@ pub struct DegradedConfig {
     /// Local circuit breaker: sliding window of call outcomes.
     #[serde(with = "humantime_serde")]
     pub breaker_window: Duration,
+    /// No verdict on the failure rate below this many calls in the window.
     pub breaker_min_calls: u32,
     /// Failure share (0–1] in the window that opens the breaker.
     pub breaker_failure_rate: f64,
+    /// How long the breaker stays open before it lets probes through (half-open).
     #[serde(with = "humantime_serde")]
     pub breaker_open: Duration,
+    /// Calls admitted while half-open; all must succeed to close it.
     pub breaker_half_open_probes: u32,
     /// Failures in a row that open the breaker at once (0 = rate only).
     pub breaker_consecutive_failures: u32,
@@ -32,10 +35,12 @@ pub struct DegradedConfig {
     pub min_pause: Duration,
     /// DLQ drain: events in delivery at once (process-wide) and events per second.
     pub drain_concurrency: usize,
+    /// DLQ redeliveries per second.
     pub drain_rate_per_sec: f64,
     /// Backoff between DLQ rounds of one event (`not_before`), doubling, capped.
     #[serde(with = "humantime_serde")]
     pub dlq_backoff_base: Duration,
+    /// Cap of that backoff.
     #[serde(with = "humantime_serde")]
     pub dlq_backoff_cap: Duration,
     /// DLQ writes per second (process-wide) above which the failure is treated as

@@ -18,6 +18,7 @@ pub enum OnMissing {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnrichmentConfig {
+    /// Look up each event's key in PostgreSQL and add the document found.
     pub enabled: bool,
     /// `postgres://user@host:port/db[?sslmode=…]` — without the password.
     /// `sslmode` as libpq: `disable`, `prefer`, `require`, `verify-ca`,
@@ -36,12 +37,16 @@ pub struct EnrichmentConfig {
     /// Attribute under which the looked-up JSON is added to the event.
     pub field: String,
     pub on_missing: OnMissing,
+    /// Keys kept in the lookup cache.
     pub cache_capacity: u64,
     /// The cache's size in bytes (keys and JSON documents, as serialised).
     pub cache_max_bytes: u64,
+    /// How long a cached lookup is used.
     #[serde(with = "humantime_serde")]
     pub cache_ttl: Duration,
+    /// Database connections.
     pub pool_size: usize,
+    /// Deadline of one lookup.
     #[serde(with = "humantime_serde")]
     pub query_timeout: Duration,
 }

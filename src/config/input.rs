@@ -23,6 +23,7 @@ pub struct InputConfig {
     /// `default_type`.
     #[serde(rename = "type")]
     pub event_type: String,
+    /// `json`: the type of events without one.
     pub default_type: String,
     /// `json`: JSON pointer to the entity key, used instead of the Kafka key for
     /// ordering lanes and enrichment; empty: the Kafka key.

@@ -8,17 +8,27 @@ use std::time::Duration;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KafkaConfig {
+    /// Bootstrap servers, `host:port` separated by commas.
     pub brokers: String,
+    /// The consumer group: every instance of one deployment shares it (the partitions are divided among them).
     pub group_id: String,
+    /// The main topic: the events to deliver.
     pub topic: String,
-    /// Default: `<topic>.dlq`.
+    /// The DLQ topic (it must exist), with as many partitions as the main topic
+    /// (checked at start and at every assignment). Default: `<topic>.dlq`.
     pub dlq_topic: Option<String>,
-    /// Default: `<topic>.parking`.
+    /// The parking lot (it must exist). Default: `<topic>.parking`.
     pub parking_topic: Option<String>,
+    /// The consumer's session timeout: a member not heard from for this long loses its partitions.
     #[serde(with = "humantime_serde")]
     pub session_timeout: Duration,
+    /// librdkafka's `max.poll.interval.ms`.
     #[serde(with = "humantime_serde")]
     pub max_poll_interval: Duration,
+    /// How often stored watermarks (and the offsets done above them, as commit
+    /// metadata) are committed while progress is made; after a crash the next owner
+    /// re-delivers what was in flight plus what finished since the last commit
+    /// (docs/DRILLS.md, crash-cost).
     #[serde(with = "humantime_serde")]
     pub auto_commit_interval: Duration,
     /// Events finished on a partition since its last commit that make Courier
@@ -43,6 +53,11 @@ pub struct KafkaConfig {
     pub ssl_key_password_env: Option<String>,
     /// Compression of the DLQ and parking-lot producers' batches (and of
     /// `courier dlq replay`'s). Consumers read every codec whatever this says.
+    /// zstd measured: an outage's burst of envelopes at 0.19 of their size (lz4
+    /// 0.29) for ~3 µs more CPU per record (`cargo bench --bench compression`,
+    /// docs/BENCHMARKS.md); other readers of the DLQ — and of the main topic,
+    /// where `dlq replay` writes — need a zstd-capable client (Kafka ≥ 2.1),
+    /// else `lz4`.
     pub producer_compression: Compression,
     /// Static group membership (KIP-345, `group.instance.id`): a process that
     /// restarts with the same id takes its partitions back at once, without a
@@ -56,8 +71,14 @@ pub struct KafkaConfig {
     /// group until `session_timeout` ends (KIP-345): right only when the same
     /// id comes back quickly (a StatefulSet pod restarting).
     pub leave_on_shutdown: bool,
-    /// Extra librdkafka properties, passed through to consumer and producer.
-    /// Secrets are refused here: they come from the environment.
+    /// Extra librdkafka properties (TLS, SASL, OAUTHBEARER, tuning), for the
+    /// pipeline's clients and `courier dlq`. What keeps offsets and co-location
+    /// safe is refused, naming the key (`enable.auto.commit`,
+    /// `enable.auto.offset.store`, `partition.assignment.strategy`,
+    /// `group.protocol`, `group.remote.assignor`, `group.instance.id`, `acks`,
+    /// `enable.idempotence`, `isolation.level`, `auto.offset.reset` other than
+    /// `earliest`), as are `compression.*`, secrets and key contents
+    /// (`ssl.key.pem`): secrets come from the environment.
     pub properties: BTreeMap<String, String>,
 }
 

@@ -22,6 +22,7 @@ mod legacy;
 mod ops;
 mod pipeline;
 mod redis;
+pub mod reference;
 mod retry;
 pub mod schema_registry;
 mod tracing;
@@ -68,16 +69,28 @@ pub(crate) fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// The broker, the consumer group and the three topics (main, DLQ, parking lot).
     pub kafka: KafkaConfig,
+    /// What the records of the main topic look like.
     pub input: InputConfig,
+    /// The external HTTP API, its client and the in-place retry policy.
     pub api: ApiConfig,
+    /// How many events are worked on at once, in which order, and the memory budgets.
     pub pipeline: PipelineConfig,
+    /// The PostgreSQL lookup (and cache) that adds a document to each event.
     pub enrichment: EnrichmentConfig,
+    /// How many crashes of its parts the process absorbs before it exits.
     pub supervision: SupervisionConfig,
+    /// The HTTP listener of `/metrics`, `/healthz`, `/readyz` and `/status`.
     pub metrics: MetricsConfig,
+    /// Where the group's shared "API down" marker lives (and the group's rate limit).
     pub redis: RedisConfig,
+    /// When the API is judged unavailable, partitions pause; when it recovers, the
+    /// DLQ drains at a limited rate, then the main topic resumes.
     pub degraded: DegradedConfig,
+    /// The DLQ retry policy per CloudEvents `type`, with a default.
     pub retry: RetryConfig,
+    /// The log's format and level.
     pub log: LogConfig,
     /// Optional OTLP export of delivery spans.
     pub tracing: TracingConfig,

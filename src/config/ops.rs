@@ -10,6 +10,7 @@ use std::time::Duration;
 pub struct SupervisionConfig {
     /// Child crashes absorbed within `window` before the process exits non-zero.
     pub max_restarts: u32,
+    /// The window of `max_restarts`.
     #[serde(with = "humantime_serde")]
     pub window: Duration,
 }
@@ -93,6 +94,7 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
+    /// Log lines as text for people (`human`) or one JSON object each (`json`).
     pub format: LogFormat,
     /// `tracing` filter directive, e.g. `info` or `courier=debug,rdkafka=warn`.
     pub level: String,

@@ -28,6 +28,8 @@ pub struct PipelineConfig {
     /// `max_in_flight_bytes`, `max_in_flight_per_partition` and
     /// `concurrency × max_events`.
     pub concurrency: usize,
+    /// Which events wait for each other: `key` (one at a time per Kafka key),
+    /// `partition` (one at a time per partition) or `unordered`.
     pub ordering: OrderingMode,
     /// Events held per partition (queued + in flight); a full partition is paused.
     pub max_in_flight_per_partition: usize,
@@ -44,6 +46,7 @@ pub struct PipelineConfig {
     /// partition begins a record only while the held bytes are below this. An
     /// event larger than the budget still goes.
     pub max_in_flight_bytes: usize,
+    /// Larger events are parked (`too_large`).
     pub max_event_bytes: usize,
     /// Envelopes too large for the DLQ / parking topics: `reference` or `refuse`.
     pub oversize: Oversize,

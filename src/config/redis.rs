@@ -22,6 +22,7 @@ pub struct RedisConfig {
     /// stall the health verdict.
     #[serde(with = "humantime_serde")]
     pub command_timeout: Duration,
+    /// Deadline of a connection attempt (Redis is reconnected in the background).
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Allow plain `redis://` with a password (`password_env`) to a host other

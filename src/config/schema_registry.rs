@@ -15,9 +15,11 @@ pub struct SchemaRegistryConfig {
     pub url: String,
     /// Basic auth user; the password comes from the variable `password_env` names.
     pub username: Option<String>,
+    /// The environment variable holding the basic-auth password.
     pub password_env: Option<String>,
     /// A bearer token from this environment variable (instead of basic auth).
     pub token_env: Option<String>,
+    /// `[input.schema_registry.tls]`: TLS to an `https` registry.
     pub tls: RegistryTls,
     /// Bytes of parsed schemas kept (their text's length counts); the least
     /// recently used go first. A schema is fetched again when it is needed after.

@@ -44,6 +44,9 @@ pub fn topic_ids<C: ConsumerContext>(
     if ptrs.is_empty() {
         return out;
     }
+    // Not the controller when the cluster names one it does not have (the
+    // mock cluster of `courier demo`): see `admin::controller_detour`.
+    let detour = super::admin::controller_detour(consumer.client(), topics[0], timeout);
     let rk = consumer.client().native_ptr();
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: every pointer handed to librdkafka is valid for the call (the
@@ -63,6 +66,14 @@ pub fn topic_ids<C: ConsumerContext>(
             errstr.as_mut_ptr(),
             errstr.len(),
         );
+        if let Some(broker) = detour {
+            rd::rd_kafka_AdminOptions_set_broker(
+                options,
+                broker,
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            );
+        }
         let queue = rd::rd_kafka_queue_new(rk);
         rd::rd_kafka_DescribeTopics(rk, collection, options, queue);
         let until = Instant::now() + timeout + Duration::from_secs(1);

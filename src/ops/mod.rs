@@ -3,4 +3,5 @@
 //! through `crate::kafka::admin` and an idempotent producer.
 
 pub mod inspect;
+pub mod progress;
 pub mod replay;

@@ -17,12 +17,15 @@ use crate::config::KafkaConfig;
 use crate::core::envelope::sha256_hex;
 use crate::core::envelope::Envelope;
 use crate::kafka::admin::{ensure_topic, fetch_one, scan, AdminError, ReadRecord};
+use crate::ops::progress::{Counts, Stop};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which records to replay. Empty lists match everything.
@@ -174,18 +177,25 @@ pub(crate) fn replayed_before(
 
 /// Streams the replay log and the source topic and counts what a run would do.
 /// Connects with the whole Kafka config (`[kafka.properties]`, the SASL password
-/// from the environment).
+/// from the environment). Counts the records read in `counts`; stops reading
+/// when `stop` is asked (the plan then counts what was read).
 pub async fn prepare(
     kafka: &KafkaConfig,
     source: &str,
     filter: &Filter,
+    counts: Arc<Counts>,
+    stop: Stop,
 ) -> Result<Plan, ReplayError> {
     let (k, s, f) = (kafka.clone(), source.to_string(), filter.clone());
     tokio::task::spawn_blocking(move || {
         let already = replayed_before(&k, &s)?;
         let mut p = Plan::default();
         scan(&k, &s, |r| {
+            counts.read.fetch_add(1, Ordering::Relaxed);
             p.count(decide(&r, &f, &already));
+            if stop.asked() {
+                return ControlFlow::Break(());
+            }
             ControlFlow::Continue(())
         })?;
         Ok::<_, AdminError>(p)
@@ -204,6 +214,9 @@ pub struct Outcome {
     /// Envelopes whose payload could not be read back (retention removed it, or
     /// what is there is not the event): not replayed, one line each.
     pub payload_unavailable: Vec<String>,
+    /// Stopped by Ctrl-C before the end: a run again continues (what was
+    /// replayed is in the log).
+    pub interrupted: bool,
 }
 
 /// The bytes to replay for an envelope: its payload, or — when it carries a
@@ -235,13 +248,17 @@ fn payload_of(kafka: &KafkaConfig, env: &Envelope) -> Result<Vec<u8>, String> {
 /// does not list, to `main_topic`, at no more than `rate_per_sec`, with the
 /// pipeline's own producer configuration (idempotent, `acks=all`,
 /// `[kafka.properties]`, the SASL password from the environment). Records
-/// written to the source after `prepare` are left for the next run.
+/// written to the source after `prepare` are left for the next run. `counts`:
+/// records read, events selected, events replayed. When `stop` is asked, the
+/// event being written is finished (main topic and log) and no other begins.
 pub async fn execute(
     kafka: &KafkaConfig,
     source: &str,
     main_topic: &str,
     filter: &Filter,
     rate_per_sec: f64,
+    counts: Arc<Counts>,
+    stop: Stop,
 ) -> Result<Outcome, ReplayError> {
     if !rate_per_sec.is_finite() || rate_per_sec <= 0.0 {
         return Err(ReplayError::Rate(rate_per_sec));
@@ -254,22 +271,34 @@ pub async fn execute(
     // scan back.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Candidate, Result<Vec<u8>, String>)>(16);
     let (k, s, f) = (kafka.clone(), source.to_string(), filter.clone());
+    let (c2, stop2) = (counts.clone(), stop.clone());
     let scanner = tokio::task::spawn_blocking(move || {
         let already = replayed_before(&k, &s)?;
-        scan(&k, &s, |r| match decide(&r, &f, &already) {
-            Decision::Replay(c) => {
-                let payload = payload_of(&k, &c.envelope);
-                match tx.blocking_send((*c, payload)) {
-                    Ok(()) => ControlFlow::Continue(()),
-                    Err(_) => ControlFlow::Break(()),
-                }
+        scan(&k, &s, |r| {
+            c2.read.fetch_add(1, Ordering::Relaxed);
+            if stop2.asked() {
+                return ControlFlow::Break(());
             }
-            _ => ControlFlow::Continue(()),
+            match decide(&r, &f, &already) {
+                Decision::Replay(c) => {
+                    c2.matched.fetch_add(1, Ordering::Relaxed);
+                    let payload = payload_of(&k, &c.envelope);
+                    match tx.blocking_send((*c, payload)) {
+                        Ok(()) => ControlFlow::Continue(()),
+                        Err(_) => ControlFlow::Break(()),
+                    }
+                }
+                _ => ControlFlow::Continue(()),
+            }
         })
     });
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate_per_sec));
     let mut out = Outcome::default();
     while let Some((c, payload)) = rx.recv().await {
+        if stop.asked() {
+            out.interrupted = true;
+            break;
+        }
         let id = c.envelope.event_id.clone().unwrap_or_default();
         let payload = match payload {
             Ok(p) => p,
@@ -320,10 +349,14 @@ pub async fn execute(
             .await
             .map_err(|(e, _)| ReplayError::Write(log.clone(), e.to_string()))?;
         out.replayed += 1;
+        counts.written.fetch_add(1, Ordering::Relaxed);
         if c.envelope.omitted.is_some() {
             out.payload_fetched += 1;
         }
     }
+    // The scanner stops at its next record once the receiver is gone.
+    drop(rx);
+    out.interrupted |= stop.asked();
     scanner
         .await
         .map_err(|e| AdminError::Timeout(e.to_string()))??;
