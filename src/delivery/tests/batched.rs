@@ -349,5 +349,9 @@ async fn with_batching_the_permits_fill_every_request() {
             .is_err(),
         "the 41st waits"
     );
-    assert_eq!(d.limits.current(), 4, "requests in flight: pipeline.concurrency");
+    assert_eq!(
+        d.limits.current(),
+        4,
+        "requests in flight: pipeline.concurrency"
+    );
 }
