@@ -37,14 +37,24 @@ fn config(n: &Names, api: &SinkHandle, extra: &str) -> String {
     config_with(n, api, extra, FAST)
 }
 
-/// [`config`] with `degraded` as the `[degraded]` lines.
+/// [`config`] with `degraded` as the `[degraded]` lines. The faults here
+/// refuse each try of an event at random, so an event has enough tries in
+/// place and DLQ rounds that none runs out of them by chance (one parked
+/// `max_retries` is not lost, but it is not the delivery these tests wait
+/// for): 8 tries in 2 s, 100 rounds.
 fn config_with(n: &Names, api: &SinkHandle, extra: &str, degraded: &str) -> String {
-    toml_with(n, &format!("http://{}/batch", api.addr()), degraded).replace(
-        "[pipeline]\n",
-        &format!(
-            "[api.batch]\nmax_events = 100\nlinger = \"20ms\"\nresults = \"/items\"\nresult_status = \"/status\"\n{extra}\n[pipeline]\n"
-        ),
-    )
+    let toml = toml_with(n, &format!("http://{}/batch", api.addr()), degraded)
+        .replace(
+            "retry_budget = \"500ms\"\n",
+            "retry_budget = \"2s\"\nmax_attempts = 8\n",
+        )
+        .replace(
+            "[pipeline]\n",
+            &format!(
+                "[api.batch]\nmax_events = 100\nlinger = \"20ms\"\nresults = \"/items\"\nresult_status = \"/status\"\n{extra}\n[pipeline]\n"
+            ),
+        );
+    format!("{toml}\n[retry]\ndefault = {{ kind = \"counter\", max_retries = 100 }}\n")
 }
 
 fn spec(prefix: &str) -> Spec {
@@ -208,9 +218,10 @@ async fn a_probe_answered_429_does_not_stall_the_breaker() {
     let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
         .await
         .expect("produce");
-    // The defaults of [degraded] and of the retries, as the user had.
+    // The defaults of [degraded] and of the tries in place, as the user
+    // had (DLQ rounds: 100, see `config_with`).
     let toml = config_with(&n, &api, "", "").replace(
-        "retry_base = \"20ms\"\nretry_max_delay = \"100ms\"\nretry_budget = \"500ms\"\n",
+        "retry_base = \"20ms\"\nretry_max_delay = \"100ms\"\nretry_budget = \"2s\"\nmax_attempts = 8\n",
         "",
     );
     assert!(!toml.contains("retry_budget"), "{toml}");
