@@ -11,7 +11,8 @@
 //!    rate, the physical limit of the pipeline here;
 //! 2. **unbatched**: `courier run`, one request per event, C = 512 in flight;
 //! 3. **batched**: `courier run` with `[api.batch] max_events = 100`, C = 512
-//!    requests in flight (`pipeline.concurrency` counts events: 51,200);
+//!    requests in flight (`pipeline.concurrency` counts requests with
+//!    batching; before issue 43 it counted events and was set to 51,200);
 //! 4. **benthos**: Benthos v4.27.0 (`scripts/benthos.sh`), `kafka_franz` in,
 //!    `http_client` out with `batching.count: 100` + `archive: json_array`,
 //!    `max_in_flight: 512`.
@@ -357,7 +358,7 @@ impl Bench {
         let (url, concurrency, batch, limits) = if batched {
             (
                 format!("{}/batch", self.sink.base),
-                o.concurrency * o.batch,
+                o.concurrency,
                 format!(
                     "\n[api.batch]\nmax_events = {}\nlinger = \"{}ms\"\nordered = {ordered}\n",
                     o.batch, o.linger_ms

@@ -3,12 +3,13 @@
 //! that keeps what it limits at that limit, and the group-wide rate limit
 //! ([`super::ratelimit`]), which every call waits for first.
 //!
-//! What the adaptive limit holds ([`LimitOn`]): without batching, the pool's
-//! permits (one per event in delivery: an event is a request); with batching
+//! What the limit holds ([`LimitOn`]): without batching, the pool's permits
+//! (one per event in delivery: an event is a request); with batching
 //! (`[api.batch]` on any route), requests in flight — each call takes a
-//! request slot first, a batch of many events one — while the pool's permits
-//! stay at `pipeline.concurrency` events (the limit learns from requests: a
-//! limit on events would starve batches of 100).
+//! request slot first, a batch of many events one; `pipeline.concurrency` of
+//! them, or fewer while the adaptive limit says so — while the pool's permits
+//! are enough to fill every request (`concurrency × max_events`: the limit
+//! learns from requests, and a limit on events would starve batches of 100).
 //!
 //! Every API call — main path and DLQ drain — goes through [`Limits::before_call`]
 //! and [`Limits::after_call`]: the drain's calls are calls to the same API, so
@@ -52,7 +53,7 @@ pub struct Limits {
     /// is in use when they are all held, whether or not each holder is in a
     /// call at that moment. [`LimitOn::Requests`]: the request slots.
     pool: Arc<Semaphore>,
-    /// With [`LimitOn::Requests`] and the adaptive limit: the request slots.
+    /// With [`LimitOn::Requests`]: the request slots (adaptive, or fixed at `max`).
     requests: Option<RequestSlots>,
     /// Calls waiting for their rate slot now: their events hold permits, but
     /// the rate, not the concurrency limit, holds them back.
@@ -118,8 +119,11 @@ impl Limits {
             .as_ref()
             .map_or(max, |a| a.lock().unwrap_or_else(|e| e.into_inner()).limit());
         let limit = watch::channel(start).0;
-        let (pool, requests) = match (on, adaptive.is_some()) {
-            (LimitOn::Requests, true) => {
+        // On requests the slots are the limit, adaptive or fixed at `max`:
+        // with batching `pipeline.concurrency` bounds requests in flight
+        // either way (the pool's permits, `events`, fill them).
+        let (pool, requests) = match on {
+            LimitOn::Requests => {
                 let slots = Arc::new(Semaphore::new(start));
                 let gate = PermitGate {
                     permits: slots.clone(),
@@ -132,7 +136,7 @@ impl Limits {
                 };
                 (slots, Some(requests))
             }
-            _ => (pool, None),
+            LimitOn::EventPermits => (pool, None),
         };
         let gauge = metrics::gauge!(m::API_CONCURRENCY_LIMIT);
         gauge.set(start as f64);

@@ -204,3 +204,22 @@ fn samples_of_outcomes() {
         Sample::Ignore
     );
 }
+
+/// With batching and a fixed limit (`api.adaptive_concurrency = false`),
+/// `pipeline.concurrency` still bounds requests in flight: the request slots
+/// are fixed at it, whatever the pool's permits (`concurrency × max_events`)
+/// allow. Before, a fixed limit left requests unbounded but by events.
+#[tokio::test(start_paused = true)]
+async fn a_fixed_limit_on_requests_holds_requests_too() {
+    let pool = Arc::new(Semaphore::new(20));
+    let limits = Limits::new(2, 20, false, None, pool, LimitOn::Requests);
+    assert_eq!(limits.current(), 2);
+    let first = limits.before_call().await;
+    let _second = limits.before_call().await;
+    let third = tokio::time::timeout(Duration::from_secs(1), limits.before_call()).await;
+    assert!(third.is_err(), "no third request in flight");
+    limits.call_not_made(first);
+    tokio::time::timeout(Duration::from_secs(1), limits.before_call())
+        .await
+        .expect("a slot once one came back");
+}
