@@ -10,10 +10,9 @@ use super::report::Failure;
 use super::request::{Body, Source};
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
+use crate::core::answer::Verdict;
 use crate::core::attempt::{self, Breaker, Failed, Next, ParkCause, Progress};
-use crate::core::classify::{
-    ErrorClass, FailureClass, FailureReason, StatusVerdict, TransportFailure,
-};
+use crate::core::classify::{ErrorClass, FailureClass, FailureReason, TransportFailure};
 use crate::core::envelope::ErrorInfo;
 use crate::core::event::Event;
 use crate::core::systemic::EventHypothesis;
@@ -136,18 +135,15 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         self.hot.attempts.increment(1);
     }
 
-    /// The failure a call's answer means (`None`: delivered).
+    /// The failure a call's answer means for the event (`None`: delivered),
+    /// as `core::answer::read` reads it ([`super::hear::Ears::read`]).
     pub(super) fn failure_in(
         &self,
         answer: Result<super::http::Answer, super::http::TransportError>,
     ) -> Option<Failure> {
-        match answer {
-            Ok(answer) if answer.no_result.is_some() => Some(Failure::no_result(&answer)),
-            Ok(answer) => match self.status.classify(answer.status) {
-                StatusVerdict::Delivered => None,
-                StatusVerdict::Failed(class) => Some(Failure::status(class, &answer)),
-            },
-            Err(t) => Some(Failure::transport(t)),
+        match self.ears.read(&answer).event {
+            Verdict::Delivered => None,
+            Verdict::Failed { class, reason } => Some(Failure::of_answer(class, reason, answer)),
         }
     }
 

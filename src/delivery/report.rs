@@ -32,52 +32,40 @@ pub(super) struct Failure {
 }
 
 impl Failure {
-    pub(super) fn status(class: FailureClass, a: &http::Answer) -> Failure {
-        Failure {
-            class,
-            reason: FailureReason::Http(a.status),
-            status: Some(a.status),
-            retry_after: a.retry_after,
-            detail: None,
-            hint: crate::core::classify::status_hint(a.status),
-            body: a.body.clone(),
-            per_item: a.per_item,
+    /// A failed try whose answer `core::answer::read` judged `class` for
+    /// `reason` (the one reading of an answer: [`super::hear::Ears::read`]).
+    pub(super) fn of_answer(
+        class: FailureClass,
+        reason: FailureReason,
+        answer: Result<http::Answer, TransportError>,
+    ) -> Failure {
+        match answer {
+            Ok(a) => Failure {
+                class,
+                reason,
+                status: Some(a.status),
+                retry_after: a.retry_after,
+                detail: None,
+                hint: match reason {
+                    FailureReason::NoResult(_) => Some("the batch answer holds no result for this event (api.batch.results): it is sent again"),
+                    _ => crate::core::classify::status_hint(a.status),
+                },
+                body: a.body,
+                per_item: a.per_item,
+            },
+            Err(t) => Failure {
+                class,
+                reason,
+                status: None,
+                retry_after: None,
+                detail: Some(t.detail),
+                hint: Some(t.kind.hint()),
+                body: None,
+                per_item: false,
+            },
         }
     }
 
-    /// The event's batch answer holds no result for it (`a.no_result`):
-    /// transient, sent again.
-    pub(super) fn no_result(a: &http::Answer) -> Failure {
-        let reason = a
-            .no_result
-            .map_or(FailureReason::Http(a.status), FailureReason::NoResult);
-        Failure {
-            class: FailureClass::Transient,
-            reason,
-            status: Some(a.status),
-            retry_after: a.retry_after,
-            detail: None,
-            hint: Some("the batch answer holds no result for this event (api.batch.results): it is sent again"),
-            body: a.body.clone(),
-            per_item: a.per_item,
-        }
-    }
-
-    pub(super) fn transport(t: TransportError) -> Failure {
-        Failure {
-            class: t.kind.class(),
-            reason: FailureReason::Transport(t.kind),
-            status: None,
-            retry_after: None,
-            detail: Some(t.detail),
-            hint: Some(t.kind.hint()),
-            body: None,
-            per_item: false,
-        }
-    }
-
-    /// The enrichment database failed (not the API's: the breaker never
-    /// hears of it): transient.
     pub(super) fn enrichment(e: EnrichError) -> Failure {
         let reason = match e {
             EnrichError::Timeout => FailureReason::EnrichmentTimeout,
