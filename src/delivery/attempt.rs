@@ -78,6 +78,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     let timed_out =
                         failure.reason == FailureReason::Transport(TransportFailure::Timeout);
                     let hold = self
+                        .send
                         .limits
                         .back_pressure_hold(failure.status, timed_out)
                         .min(delay);
@@ -91,7 +92,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     permit = Some(tokio::select! {
                         biased;
                         _ = token.until_cancelled() => return None,
-                        p = self.permit() => p?,
+                        p = self.send.permit() => p?,
                     });
                 }
                 // The next call waits at the breaker's gate.
@@ -113,9 +114,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         t: &mut Tries,
     ) -> Option<Tried> {
         self.count_try(t);
-        Some(match self.request(src, ev).await {
+        Some(match self.build.request(src, ev).await {
             Ok(Body::Send { body, out }) => {
                 let (answer, made) = self
+                    .send
                     .call(&ev.id, &out, body, None, token, t.hypothesis.suspect())
                     .await?;
                 match self.failure_in(answer) {
@@ -141,7 +143,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         &self,
         answer: Result<super::http::Answer, super::http::TransportError>,
     ) -> Option<Failure> {
-        match self.ears.read(&answer).event {
+        match self.send.ears.read(&answer).event {
             Verdict::Delivered => None,
             Verdict::Failed { class, reason } => Some(Failure::of_answer(class, reason, answer)),
         }
@@ -169,7 +171,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         failure: &Failure,
         called: Option<Made>,
     ) -> Next {
-        self.report(failure);
+        self.reports.report(failure);
         let made_a_call = called.is_some();
         // A systemic answer is a hypothesis about the API (core::systemic),
         // kept across the event's tries; a call alone is heard here — also
@@ -226,11 +228,11 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         // would otherwise size every delivery's state machine.
         match next {
             Next::Park(_) => {
-                let done = Box::pin(self.park(item, info)).await;
-                self.parked_after(&failure);
+                let done = Box::pin(self.writes.park(item, info)).await;
+                self.reports.parked_after(&failure);
                 done
             }
-            _ => Box::pin(self.dead_letter(item, info, failure.per_item)).await,
+            _ => Box::pin(self.writes.dead_letter(item, info, failure.per_item)).await,
         }
     }
 
@@ -242,7 +244,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         message: &str,
     ) -> Finished {
         let info = ErrorInfo::new(ErrorClass::Permanent, reason, None, message);
-        self.park(item, info).await
+        self.writes.park(item, info).await
     }
 }
 

@@ -54,7 +54,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             return Err((job, permit));
         }
         // Without enrichment the request is built without waiting.
-        let Some(Ok(Body::Send { body, out })) = now(self.request(&Source::of(&item), ev)) else {
+        let Some(Ok(Body::Send { body, out })) = now(self.build.request(&Source::of(&item), ev))
+        else {
             return Err((job, permit));
         };
         let Some(spec) = out.batch.clone() else {
@@ -69,7 +70,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let this = self.clone();
         let answer = Box::new(move |reply| this.first_answer(job, permit, t, reply));
         let waiter = Waiter::Inline { cancel, answer };
-        self.batcher.submit_to(
+        self.send.batcher.submit_to(
             &out,
             &spec,
             Submission::one(&ev.id, body, None, false, waiter),

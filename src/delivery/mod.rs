@@ -54,12 +54,10 @@ pub mod token;
 
 use crate::config::Config;
 use crate::core::backoff::InPlaceRetry;
-use crate::core::classify::{FailureLog, FailureReason};
+use crate::core::classify::FailureReason;
 use crate::core::envelope::Envelope;
 use crate::core::event::Event;
 use crate::core::input::{BodyType, Header};
-use crate::core::mapping::Routes;
-use crate::core::status_policy::StatusPolicy;
 use crate::handle::Handle;
 use crate::metrics as m;
 use crate::runtime::Pipeline;
@@ -69,7 +67,6 @@ use enrich::{Enricher, SourceOfTruth};
 use http::{Api, ApiClient};
 use peers::{BreakerAlarm, DlqWriterMsg, Peers};
 use std::sync::Arc;
-use std::time::Duration;
 use token::CompletionToken;
 use tokio::sync::Semaphore;
 
@@ -136,51 +133,29 @@ pub enum Queued {
     Run(Vec<Job>),
 }
 
-/// One instance's delivery: every stage is an `impl` block of it (see the
-/// module's list). `A` sends the requests and `W` makes the DLQ and
+/// One instance's delivery, composed of its stages' parts: building
+/// ([`request::Builder`]), sending ([`call::Sender`]), failure reports
+/// ([`report::Reports`]), durable writes ([`outcome::Writes`]) and the DLQ
+/// drain's limits ([`drain::Redelivery`]); the attempt loop, the job and the
+/// ordered run drive them. `A` sends the requests and `W` makes the DLQ and
 /// parking-lot writes: the real client and the DLQ writer actor in
 /// production, fakes in the shell's unit tests (generic, so the hot path
 /// stays monomorphic).
 pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriterMsg>>> {
-    api: A,
-    /// The DLQ writer (one try per call; `durable::write_durably` retries).
-    writer: W,
-    /// What the breaker hears of each call (and the health actor's alarm).
-    ears: Arc<hear::Ears>,
-    /// `[[api.routes]]`, parsed.
-    routes: Routes,
-    /// `api.forward_headers`.
-    forward_headers: Vec<String>,
-    /// What each HTTP status means (`[api.status]` over the defaults).
-    status: StatusPolicy,
+    build: request::Builder,
+    send: call::Sender<A>,
+    reports: report::Reports,
+    writes: outcome::Writes<W>,
+    drain: drain::Redelivery,
     policy: InPlaceRetry,
-    /// Every permit is taken through this gate (the dispatcher's, an event's
-    /// again after its back-off), so none bypasses the limit's shrinking.
-    gate: tokio::sync::Mutex<limits::PermitGate>,
-    /// The adaptive concurrency limit (and what feeds it) the permits follow,
-    /// or with batching the request slots.
-    limits: Arc<limits::Limits>,
-    /// Batches being formed (`[api.batch]`), and the batching of events no
-    /// route matches.
-    batcher: Arc<batch::Batcher<A>>,
     /// First tries may be made without a task ([`inline`]): batching is
     /// configured, and no enrichment lookup waits.
     inline: bool,
     /// First tries made inline so far (a test's handle on "no task").
     #[cfg(test)]
     inline_tries: std::sync::atomic::AtomicU64,
-    batch: Option<Arc<crate::core::batch::BatchSpec>>,
-    /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
-    /// not receive the whole backlog at once.
-    drain_permits: Semaphore,
-    drain_pacer: pacer::DrainPacer,
-    enricher: Option<Enricher>,
-    source: Option<SourceOfTruth>,
     pipeline: Arc<Pipeline>,
     hot: HotMetrics,
-    /// Which failed calls get a log line (the first of each reason, then one per
-    /// reason every [`report::FAILURE_LOG_EVERY`]).
-    failure_log: std::sync::Mutex<FailureLog>,
 }
 
 /// The pool's permits: one per event in delivery. Without batching an event
@@ -300,52 +275,44 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 limits::LimitOn::EventPermits
             },
         ));
-        let gate = tokio::sync::Mutex::new(limits.gate(permits.clone(), events));
+        let gate = limits.gate(permits.clone(), events);
         let status = cfg.api.status_policy()?;
         let ears = Arc::new(hear::Ears::new(
-            status.clone(),
+            status,
             limits.clone(),
             pipeline.health.clone(),
             alarm,
         ));
+        let batcher = Arc::new(batch::Batcher::new(
+            api.clone(),
+            limits.clone(),
+            pipeline.clone(),
+            ears.clone(),
+        ));
         Ok(Deliverer {
-            gate,
-            batcher: Arc::new(batch::Batcher::new(
-                api.clone(),
-                limits.clone(),
-                pipeline.clone(),
-                ears.clone(),
-            )),
-            batch,
             inline: batching && enricher.is_none(),
             #[cfg(test)]
             inline_tries: std::sync::atomic::AtomicU64::new(0),
-            limits,
-            api,
-            writer,
-            ears,
-            routes,
-            forward_headers: cfg.api.forward_headers.clone(),
-            status,
+            build: request::Builder::new(routes, batch, enricher, pipeline.clone()),
+            send: call::Sender::new(
+                api,
+                ears.clone(),
+                gate,
+                limits,
+                batcher,
+                pipeline.health.clone(),
+            ),
+            reports: report::Reports::new(pipeline.clone(), ears.clone()),
+            writes: outcome::Writes::new(writer, pipeline.clone(), ears),
+            drain: drain::Redelivery::new(d, source),
             policy: cfg.api.retry_policy(),
-            drain_permits: Semaphore::new(d.drain_concurrency),
-            drain_pacer: pacer::DrainPacer::new(Duration::from_secs_f64(
-                1.0 / d.drain_rate_per_sec,
-            )),
-            enricher,
-            source,
             pipeline,
             hot: HotMetrics::new(),
-            failure_log: std::sync::Mutex::new(FailureLog::new(report::FAILURE_LOG_EVERY)),
         })
     }
 
-    /// One of the pool's permits, within the current concurrency limit (fixed
-    /// at `pipeline.concurrency` with batching, where the limit holds
-    /// requests). Takers queue in turn (the dispatcher for the next queued
-    /// delivery; an event for its next try after a back-off). `None`: never
-    /// (the semaphore is not closed).
+    /// One of the pool's permits (see [`call::Sender::permit`]).
     pub async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.gate.lock().await.acquire().await
+        self.send.permit().await
     }
 }

@@ -117,7 +117,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 }
                 continue;
             };
-            let request = self.request(&Source::of(&m.item), ev).await;
+            let request = self.build.request(&Source::of(&m.item), ev).await;
             match request {
                 Ok(Body::Send { body, out }) => {
                     let spec = out.batch.clone();
@@ -189,7 +189,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     .zip(pending)
                     .map(|((body, _), m)| (id(m), body))
                     .collect();
-                let replies = self.batcher.submit_run(&out, &spec, items, suspect);
+                let replies = self.send.batcher.submit_run(&out, &spec, items, suspect);
                 let all = async {
                     let mut answers = Vec::with_capacity(replies.len());
                     for rx in replies {
@@ -209,6 +209,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             _ => {
                 let (body, out) = round.pop()?;
                 let one = self
+                    .send
                     .call(&id(front), &out, body, None, token, suspect)
                     .await?;
                 Some(vec![one])

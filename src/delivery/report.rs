@@ -1,13 +1,14 @@
 //! Stage 5, the failure report: what one failed try said ([`Failure`]), how it
 //! is counted and logged, and what the breaker hears of the calls.
 
-use super::durable::DlqWrite;
 use super::enrich::EnrichError;
-use super::http::{self, Api, TransportError};
-use super::Deliverer;
-use crate::core::classify::{FailureClass, FailureReason};
+use super::hear::Ears;
+use super::http::{self, TransportError};
+use crate::core::classify::{FailureClass, FailureLog, FailureReason};
 use crate::core::envelope::ErrorInfo;
 use crate::metrics as m;
+use crate::runtime::Pipeline;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// At most one log line per failure reason per this interval (after the first).
@@ -119,7 +120,26 @@ impl Failure {
     }
 }
 
-impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+/// What failed tries are told to: `courier_delivery_errors_total`, the
+/// status page's recent errors, the log (rate-limited per reason) and the
+/// breaker.
+pub(super) struct Reports {
+    pipeline: Arc<Pipeline>,
+    ears: Arc<Ears>,
+    /// Which failed calls get a log line (the first of each reason, then one
+    /// per reason every [`FAILURE_LOG_EVERY`]).
+    failure_log: std::sync::Mutex<FailureLog>,
+}
+
+impl Reports {
+    pub(super) fn new(pipeline: Arc<Pipeline>, ears: Arc<Ears>) -> Reports {
+        Reports {
+            pipeline,
+            ears,
+            failure_log: std::sync::Mutex::new(FailureLog::new(FAILURE_LOG_EVERY)),
+        }
+    }
+
     /// Counts a failed try in `courier_delivery_errors_total{class, reason}` and
     /// logs it on the first occurrence of its reason (then once per
     /// [`FAILURE_LOG_EVERY`], with the count left out): systemic failures at WARN,
