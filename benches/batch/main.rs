@@ -577,7 +577,7 @@ logger:
         let pid = Pid::Of(proc.pid().unwrap_or(0));
         let mut tick = tokio::time::interval(Duration::from_millis(50));
         // Courier's allocations at the window's ends.
-        let (mut allocs_first, mut allocs_end) = (None, None);
+        let mut allocs_first = None;
         // (when, delivered then, engine CPU, stand-in CPU)
         let mut first: Option<(Instant, u64, Option<f64>, Option<f64>)> = None;
         let measured = loop {
@@ -605,8 +605,8 @@ logger:
                 ));
             }
             if d.distinct >= events {
-                allocs_end = proc.allocations().await;
                 break (
+                    proc.allocations().await,
                     Instant::now(),
                     cpu_seconds(pid, self.ticks),
                     self.sink.cpu(self.ticks),
@@ -614,7 +614,7 @@ logger:
                 );
             }
         };
-        let (t_end, cpu_end, sink_end, rss) = measured;
+        let (allocs_end, t_end, cpu_end, sink_end, rss) = measured;
         let (t_first, d_first, cpu_first, sink_first) =
             first.unwrap_or((t_end, events, cpu_end, sink_end));
         let n = events.saturating_sub(d_first);
