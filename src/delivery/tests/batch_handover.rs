@@ -98,7 +98,7 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
     assert_eq!(answer.map(|a| a.status).ok(), Some(200));
     let second = batcher.submit(&out, &spec, "e-1", id_body("e-1"), None, false);
     until("the second batch waits for its rate slot", || {
-        limits.rate_waits.load(Ordering::SeqCst) == 2
+        limits.waits.rate.load(Ordering::SeqCst) == 2
     })
     .await;
     // Its partition is handed over: the event stops waiting.
@@ -196,7 +196,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
     until("e-0's request is on the wire", || api.calls() == 1).await;
     submit("e-1", &second);
     until("e-1's batch waits for its request slot", || {
-        limits.slot_waits.load(Ordering::SeqCst) == 2
+        limits.waits.slot.load(Ordering::SeqCst) == 2
     })
     .await;
     second.cancel();
