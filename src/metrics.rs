@@ -17,7 +17,8 @@
 //!
 //! - `/readyz` (`metrics::Readiness`): assigned, and not stuck — events held (partition actors
 //!   count begun/finished events; a stopped or crashed actor gives its count back) with no
-//!   completion for `metrics.stuck_after_ms` while the API is judged available.
+//!   completion for `metrics.stuck_after` while the API is judged available.
+//! - `/status` (HTML) and `/status.json`: the board of `crate::status_page` (its module doc).
 //! - Metric names and help texts: `metrics::ALL`; dashboards and alert rules may only use
 //!   those (`tests/dashboards_lint.rs`), and every panel query is evaluated against a real
 //!   Prometheus in `tests/observability.rs`.

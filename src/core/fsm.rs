@@ -23,7 +23,7 @@
 //!   failure; 401/403 and TLS failures = trip at once, with the reason). Before each call a task waits at `ApiHealth::gate` while the breaker is open; in
 //!   half-open only the probes pass. Events therefore *wait* during an outage; they do not
 //!   fail into the DLQ (only the onset's in-flight events and failed probes do).
-//! - **Verdict** (`HealthVerdict`): the health actor ticks every `poll_interval_ms` (and at once when the
+//! - **Verdict** (`HealthVerdict`): the health actor ticks every `degraded.poll_interval` (and at once when the
 //!   breaker opens): it sets the Redis marker if its breaker is open, reads it, and
 //!   publishes `api_unavailable = marker_alive || breaker_open` to the consumer, which fans it
 //!   out to the partition actors. Redis unreachable: the verdict is the breaker alone.
@@ -36,7 +36,7 @@
 //!   own breaker is closed, and `ApiHealth::gate` would then let them through.
 //!   `dlq_has_unread` is: a due event at the head of the DLQ queue, or unread DLQ records
 //!   (the consumer actor reads DLQ end offsets at once on every assignment and then every
-//!   `lag_check_interval_ms`), or a lag not known yet (so a new owner looks at DLQ p before
+//!   `degraded.lag_check_interval`), or a lag not known yet (so a new owner looks at DLQ p before
 //!   reading main p). The lag check uses a client of its own and one batched `ListOffsets`
 //!   per topic: on the group consumer's connection each request waited behind a long-poll
 //!   `Fetch`, and a new assignment sat ~12 s in `drain_dlq` with an empty DLQ. A tick is
