@@ -18,31 +18,25 @@
 //!
 //! # How each part is published
 //!
-//! The page reads a `StatusBoard` created in `app::start` and handed down in the
-//! `Pipeline` (no global registry); each part is published by the actor that owns it,
-//! per evaluation, never per record:
-//!
-//! - a **partition actor** registers its row in `pre_start` and removes it in
-//!   `post_stop` (only if no later incarnation replaced it — the generation decides), so
-//!   a revoked partition disappears; a crashed actor (whose `post_stop` does not run) is
-//!   replaced by its successor's row. After each input it handles it stores mode, lag,
-//!   DLQ lag, watermark, held and dispatched counts into its row with atomic stores;
-//! - the **health actor** publishes the breaker state, its last transition (kept by
-//!   `api_health::ApiHealth::last_transition` wherever the breaker moves: a recorded outcome, a trip, or the
-//!   open → half-open step in `gate`), the marker and the verdict at every tick; the
-//!   marker's transitions and their reasons (`set_by_this_instance`,
-//!   `set_by_another_instance`, `expired`, `redis_unreachable`, `redis_reachable`) and
-//!   the verdict's source are decided in `core::status_page`;
-//! - **delivery errors** are counted where `courier_delivery_errors_total` is
-//!   incremented, in a lock-free tally (fixed slots claimed once per class and reason);
-//!   a task samples the totals every 10 s into `core::status_page::ErrorWindow`, which gives
-//!   the last 5 minutes (never missing an error of the window; the span covered is
-//!   shown).
+//! - A partition actor's row goes away in `post_stop` only if no later
+//!   incarnation replaced it (the generation decides); a crashed actor, whose
+//!   `post_stop` does not run, is replaced by its successor's row. After each
+//!   input it stores mode, lag, DLQ lag, watermark, held and dispatched counts.
+//! - The health actor publishes the breaker state and its last transition
+//!   (kept by `api_health::ApiHealth::last_transition` wherever the breaker
+//!   moves: a recorded outcome, a trip, or the open → half-open step at the
+//!   gate); the marker's transitions and their reasons (`set_by_this_instance`,
+//!   `set_by_another_instance`, `expired`, `redis_unreachable`,
+//!   `redis_reachable`) and the verdict's source are decided in
+//!   `core::status_page`.
+//! - The error window gives the last 5 minutes, never missing an error of the
+//!   window; the span it covers is shown.
 //!
 //! The HTML is formatted from the same `Snapshot` the JSON serialises
 //! (`page::render`, pure, unit-tested); `tests/status_page.rs` renders it in
-//! headless Chromium during an outage. The build's git commit comes from `build.rs`
-//! (`git rev-parse`, or `COURIER_GIT_COMMIT` set for the build; none without git).
+//! headless Chromium during an outage. The build's git commit comes from
+//! `build.rs` (`git rev-parse`, or `COURIER_GIT_COMMIT` set for the build; none
+//! without git).
 
 pub mod http;
 pub mod page;
