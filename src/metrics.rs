@@ -2,6 +2,37 @@
 //! `/healthz` and `/readyz`. Every series carries `group` and `main_topic` (the
 //! deployment's identity). Other labels stay within bounded sets: topic, partition,
 //! outcome, class, reason, actor — never event ids or keys.
+//!
+//! # Health endpoints and observability
+//!
+//! - `/healthz` (liveness, `core::liveness`): fails once the instance has been *stuck* for
+//!   `metrics.wedged_after` (events held, none finished, the API judged available) — a
+//!   consumer that will not recover by itself; the orchestrator restarts it and the next
+//!   owner re-reads from the committed watermark. Paused for an outage, idle, or without
+//!   partitions is never wedged. Tested in `tests/pipeline.rs::readyz_reports_assignment_and_stuck_work`.
+//!   `courier healthcheck` (`main.rs`; the image's `HEALTHCHECK`, no curl in the image) asks
+//!   it on the config's `metrics.listen` (loopback for an unspecified address) with one
+//!   HTTP/1.1 request on a std socket within 2 s: exit 0 on 200, 1 otherwise (`--ready`:
+//!   `/readyz`). Tested in `tests/ops.rs` (a running instance, then nothing listening).
+//!
+//! - `/readyz` (`metrics::Readiness`): assigned, and not stuck — events held (partition actors
+//!   count begun/finished events; a stopped or crashed actor gives its count back) with no
+//!   completion for `metrics.stuck_after` while the API is judged available.
+//! - `/status` (HTML) and `/status.json`: the board of `crate::status_page` (its module doc).
+//! - Metric names and help texts: `metrics::ALL`; dashboards and alert rules may only use
+//!   those (`tests/dashboards_lint.rs`), and every panel query is evaluated against a real
+//!   Prometheus in `tests/observability.rs`.
+//! - Every series carries the deployment's identity as exporter-wide labels, set once when
+//!   the recorder is installed (`metrics::install(group, main_topic)`): `group` =
+//!   `kafka.group_id`, `main_topic` = `kafka.topic` (not `topic`, which
+//!   `courier_consumed_total` uses for main vs DLQ). Alerts aggregate `by (group, main_topic)`
+//!   and never depend on the scrape job's name. `courier_assigned_partitions` exists from the
+//!   start (0 until the first assignment).
+//! - Rare failures have series from the start, so their panels show 0 rather than "no data"
+//!   and the first occurrence is a visible increase: `courier_delivery_errors_total` for every
+//!   transport and TLS reason (`metrics::register_known_series`), and the DLQ writer's
+//!   refused / unacknowledged writes per DLQ and parking topic (`increment(0)` at its start,
+//!   so a restarted writer never resets them).
 
 use axum::{extract::State, http::StatusCode, routing::get, Router};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
