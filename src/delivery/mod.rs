@@ -1,33 +1,62 @@
 //! The work one event needs between "dispatched" and "durable outcome", in
-//! stages, each in its own file (run by tasks the delivery pool actor spawns,
-//! `actors::delivery_pool`):
+//! stages (run by tasks the delivery pool actor spawns, `actors::delivery_pool`,
+//! or — a batched first try — by its dispatcher: [`inline`]). Each stage is a
+//! type with its own fields in a file named for its job, and the
+//! [`Deliverer`] (this file, with the shared types [`Work`], [`Item`],
+//! [`Job`]) is composed of them, in the order an event meets them:
 //!
 //! 1. [`run`] — the job: the task's entry, which work the [`Item`] needs, the
 //!    write scope a partition handover ends; or, batched, the first try made
 //!    without a task ([`inline`]).
-//! 2. [`request`] — the request: route, body (enriched, or the event's data),
-//!    forwarded headers, trace context; or why it cannot be sent.
-//! 3. [`call`] — the call: the breaker's gate, the rate slot, one request
-//!    through the [`http::Api`] seam (or into its route's batch: [`batch`],
-//!    where the batch is the call); what the breaker hears of it, once per
-//!    call on every path: [`hear`].
-//! 4. [`attempt`] — the attempt loop: tries until `core::attempt` says retry,
-//!    wait at the gate, dead-letter or park (the systemic answers through
-//!    [`systemic`]).
-//! 5. [`report`] — the failure report: a failed try's [`report::Failure`],
-//!    counted, logged, and told to the breaker.
-//! 6. [`outcome`] — the durable outcomes: envelope, DLQ and parking-lot writes
-//!    (retried until acknowledged by [`durable`], through the
-//!    [`durable::DlqWrite`] seam).
-//! 7. [`drain`] — the DLQ drain: a DLQ record's turn, its policy and its round.
-//! 8. [`ordered`] — an ordered run: a key's events sent together in offset
-//!    order, and again from the first that failed transiently.
+//! 2. [`request`] — building ([`request::Builder`]): route, body (enriched, or
+//!    the event's data), forwarded headers, trace context; or why it cannot
+//!    be sent (parked, never retried).
+//! 3. [`call`] — sending ([`call::Sender`]): the pool's permits, the
+//!    breaker's gate, the request and rate slots, one request through the
+//!    [`http::Api`] seam — or into its route's batch ([`batch`]: forming in
+//!    `batch/form.rs`, sending in `batch/send.rs`), where the batch is the
+//!    call and waits at the gate itself.
+//! 4. [`hear`] — answering: `core::answer::read` reads each answer once, for
+//!    the breaker (one observation per call, on every path) and for the
+//!    event ([`hear::Ears`]).
+//! 5. [`attempt`] — the attempt loop: an interpreter of
+//!    `core::attempt::decide` (retry in place, wait at the gate, dead-letter
+//!    or park; the systemic answers through [`systemic`]).
+//! 6. [`report`] — failure reports ([`report::Reports`]): counted
+//!    (`courier_delivery_errors_total`), logged (first per reason, then one
+//!    per 10 s), told to the breaker.
+//! 7. [`outcome`] — durable writes ([`outcome::Writes`]): envelope, DLQ and
+//!    parking-lot writes, retried until acknowledged by [`durable`] (a DLQ
+//!    that refuses for good parks; a parking lot that refuses stops the
+//!    process).
+//! 8. [`drain`] — the DLQ drain ([`drain::Redelivery`]: its own permits,
+//!    pace and source of truth): a DLQ record's turn, its policy and round.
+//! 9. [`ordered`] — an ordered run: a key's events sent together in offset
+//!    order, and again from the first that failed transiently; it shares the
+//!    attempt loop's pieces (`Tries`, `after_failure`, `give_up`).
 //!
-//! Beside them: the HTTP client ([`http`]), enrichment ([`enrich`]), the
-//! concurrency and rate limits ([`limits`], [`ratelimit`], the drain's
-//! [`pacer`]), the peers ([`peers`]) and the completion token ([`token`]).
-//! This file holds the shared types: the work ([`Work`], [`Item`], [`Job`]) and
-//! the [`Deliverer`] every stage is a part of.
+//! Beside them: the HTTP client ([`http`]; credentials from `auth::Auth` per
+//! request, a 401 answered by one more send with a new credential, I33),
+//! enrichment ([`enrich`]), the concurrency and rate limits ([`limits`],
+//! [`ratelimit`], the drain's [`pacer`]), the peers ([`peers`]) and the
+//! completion token ([`token`]). No file here is over 400 lines and no struct
+//! has more than 10 fields.
+//!
+//! # Seams
+//!
+//! The stages are generic over two small traits: [`http::Api`] (send one
+//! request; `ApiClient` in production) and `durable::DlqWrite` (one write try
+//! to the DLQ or the parking lot; the DLQ writer actor's `Handle` in
+//! production). `Deliverer<A = ApiClient, W = Handle<ActorRef<DlqWriterMsg>>>`:
+//! production code names plain `Deliverer` and is monomorphic (no `Box<dyn>`,
+//! no allocation added per event). `delivery/tests.rs` runs the shell over a
+//! scripted fake API and a fake DLQ writer that keep every request and record
+//! (retries, DLQ after the tries, parking, a systemic outage at the gate,
+//! handovers during the gate wait / the back-off / a DLQ write, DLQ refusals,
+//! unacknowledged writes) — no broker, under a second. Its files: `tests.rs`
+//! (the attempt loop), `tests/durable_writes.rs`, `tests/batched.rs` (a fake
+//! batch API answering per item), `tests/batch_handover.rs` (handovers while
+//! a batch forms or waits), `tests/ordered.rs`, `tests/fakes.rs`.
 
 mod attempt;
 mod batch;

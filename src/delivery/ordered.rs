@@ -15,6 +15,19 @@
 //!
 //! A handover ends the run at once: the events not finished report errored
 //! (their tokens are dropped) and the next owner delivers them.
+//!
+//! # Invariant I34 (the shell's part): ordered runs
+//!
+//! **Ordered runs** (`ordered = true`, `src/delivery/ordered.rs`): a run (I3) joins one batch
+//! whole and in order (`Batcher::submit_run`; the forming loop never splits an entry), or
+//! goes as consecutive requests, each after the answer to the one before, when it does not
+//! fit; a batch holding a run that is bisected sends its halves one after the other. The
+//! answers are walked in order: delivered → done; failed → `core::attempt` for that event
+//! alone — parked or dead-lettered on its own, the walk goes on — or tried again: from that
+//! event on the rest of the run goes again after its wait, later events the API accepted
+//! included (`courier_ordered_resent_total`; their set-aside tries do not count against
+//! their policy). So each event the API accepted is followed there by every later event of
+//! its key: the last writes are in offset order.
 
 use super::attempt::{Tries, Wait};
 use super::batch::Batcher;
