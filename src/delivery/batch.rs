@@ -204,23 +204,31 @@ impl<A: Api + Clone> Batcher<A> {
         // Sent under the lock: a group retires under it too, only when empty,
         // so no submission lands in a receiver nobody reads.
         let mut groups = self.lock();
-        let group = groups.entry(key.clone()).or_insert_with(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let template = Outgoing {
-                url: out.url.clone(),
-                method: out.method,
-                content_type: out.content_type.clone(),
-                headers: key.headers.clone(),
-                ..Outgoing::default()
-            };
-            tokio::spawn(self.clone().form(key.clone(), template, spec.clone(), rx));
-            Group {
-                tx,
-                shrunk: None,
-                splits: SplitWindow::new(Instant::now()),
+        // Looked up before it is inserted: the key is cloned only for a new
+        // group, not per event.
+        let sent = match groups.get_mut(&key) {
+            Some(group) => group.tx.send(entry),
+            None => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let template = Outgoing {
+                    url: out.url.clone(),
+                    method: out.method,
+                    content_type: out.content_type.clone(),
+                    headers: key.headers.clone(),
+                    ..Outgoing::default()
+                };
+                tokio::spawn(self.clone().form(key.clone(), template, spec.clone(), rx));
+                let sent = tx.send(entry);
+                let group = Group {
+                    tx,
+                    shrunk: None,
+                    splits: SplitWindow::new(Instant::now()),
+                };
+                groups.insert(key.clone(), group);
+                sent
             }
-        });
-        if let Err(e) = group.tx.send(entry) {
+        };
+        if let Err(e) = sent {
             // The group's task is gone (a panic in it): a new one next time.
             groups.remove(&key);
             drop(groups);

@@ -48,7 +48,7 @@ impl Entry {
 pub(super) struct GroupKey {
     pub(super) url: Option<String>,
     pub(super) method: Method,
-    pub(super) content_type: Option<String>,
+    pub(super) content_type: Option<std::borrow::Cow<'static, str>>,
     pub(super) headers: Vec<(String, Bytes)>,
     /// The route's batch settings (by identity: one `Arc` per route).
     pub(super) spec: usize,
@@ -69,7 +69,9 @@ impl GroupKey {
         GroupKey {
             url: out.url.clone(),
             method: out.method,
-            content_type: out.content_type.as_deref().map(str::to_string),
+            // A `Cow`: the usual Content-Type is static, and cloning it
+            // allocates nothing (a key is made per event).
+            content_type: out.content_type.clone(),
             headers,
             spec: Arc::as_ptr(spec) as usize,
             redelivery,
