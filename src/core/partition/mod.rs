@@ -44,9 +44,12 @@
 //!
 //! [`PartitionMachine`] (`machine`) stays the one entry, `handle(input) ->
 //! effects`: it routes each input to the parts that own what it concerns and
-//! orders the effects they decide. Each part is a small machine that owns its
-//! fields, in its own file, with its unit tests beside it:
+//! orders the effects they decide (`machine::take_in`: how a record is taken
+//! in, begun at once or waiting in the backlog). Each part is a small machine
+//! that owns its fields, in its own file, with its unit tests beside it:
 //!
+//! * `turn` — the input being handled: its time, the effects so far, the
+//!   counts reported at its end;
 //! * `backlog` — the intake: records taken from the consumer but not begun,
 //!   per side, with their bytes, and the pauses they cause (main p at its
 //!   backlog cap, DLQ p at `limit` held or while its records wait);
@@ -96,6 +99,7 @@ mod records;
 mod settings;
 mod side;
 mod stores;
+mod turn;
 
 pub use effects::{Commit, Effect, Note};
 pub use inputs::{Input, Outcome, Positions, Report, Timer};
