@@ -25,11 +25,10 @@ pub(super) struct Backlog<R> {
     cap: usize,
     /// A main backlog of this many bytes does the same.
     bytes_cap: usize,
-    /// Main p is paused for its backlog.
-    main_full: bool,
-    /// The partition holds `limit` DLQ records, or DLQ records wait for the
-    /// budget: DLQ p is paused (resumed at half, with nothing waiting).
-    dlq_full: bool,
+    /// The side is paused for what it holds or what waits: main p for its
+    /// backlog; DLQ p when the partition holds `limit` DLQ records, or DLQ
+    /// records wait for the budget (resumed at half, with nothing waiting).
+    full: PerSide<bool>,
 }
 
 impl<R> Backlog<R> {
@@ -41,8 +40,7 @@ impl<R> Backlog<R> {
             limit: limit.max(1),
             cap: cap.max(1),
             bytes_cap: bytes_cap.max(1),
-            main_full: false,
-            dlq_full: false,
+            full: PerSide::default(),
         }
     }
 
@@ -101,15 +99,15 @@ impl<R> Backlog<R> {
     }
 
     /// Updates both pauses, with hysteresis (see the fields), for `dlq_held`
-    /// DLQ events held. Returns whether main p and DLQ p are held back.
-    pub(super) fn pauses(&mut self, dlq_held: usize) -> (bool, bool) {
+    /// DLQ events held. Returns which sides are held back.
+    pub(super) fn pauses(&mut self, dlq_held: usize) -> PerSide<bool> {
         // A backlog hogging the fetch budget (in records or in bytes) pauses
         // main p in the consumer, with hysteresis: resume at half.
         let (len, bytes) = (self.waiting[Src::Main].len(), self.bytes[Src::Main]);
         if len >= self.cap || bytes >= self.bytes_cap {
-            self.main_full = true;
+            self.full[Src::Main] = true;
         } else if len <= self.cap / 2 && bytes <= self.bytes_cap / 2 {
-            self.main_full = false;
+            self.full[Src::Main] = false;
         }
         // DLQ records are begun as they arrive (the drain needs their
         // `not_before`) but go out paced: a partition holding `limit` of them
@@ -117,11 +115,11 @@ impl<R> Backlog<R> {
         // polled still arrives, bounded by the fetch budget). DLQ records
         // waiting for the in-flight byte budget stop it too, until none waits.
         if dlq_held >= self.limit || self.is_waiting(Src::Dlq) {
-            self.dlq_full = true;
+            self.full[Src::Dlq] = true;
         } else if dlq_held <= self.limit / 2 {
-            self.dlq_full = false;
+            self.full[Src::Dlq] = false;
         }
-        (self.main_full, self.dlq_full)
+        self.full.clone()
     }
 
     /// An empty side gives back the room its queue grew to beyond `keep`.
@@ -137,6 +135,11 @@ impl<R> Backlog<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether main p and DLQ p are held back.
+    fn paused(main: bool, dlq: bool) -> PerSide<bool> {
+        PerSide::from([main, dlq])
+    }
 
     #[test]
     fn records_wait_in_order_per_side_and_count_their_bytes() {
@@ -171,34 +174,34 @@ mod tests {
         for r in 0..3 {
             b.push(Src::Main, r, 1);
         }
-        assert_eq!(b.pauses(0), (false, false));
+        assert_eq!(b.pauses(0), paused(false, false));
         b.push(Src::Main, 3, 1);
-        assert_eq!(b.pauses(0), (true, false), "four records: the cap");
+        assert_eq!(b.pauses(0), paused(true, false), "four records: the cap");
         b.pop(Src::Main);
-        assert_eq!(b.pauses(0), (true, false), "three: above half");
+        assert_eq!(b.pauses(0), paused(true, false), "three: above half");
         b.pop(Src::Main);
-        assert_eq!(b.pauses(0), (false, false), "two: half");
+        assert_eq!(b.pauses(0), paused(false, false), "two: half");
     }
 
     #[test]
     fn a_main_backlog_of_bytes_pauses_too() {
         let mut b = Backlog::new(10, 100, 100);
         b.push(Src::Main, 0, 100);
-        assert_eq!(b.pauses(0), (true, false));
+        assert_eq!(b.pauses(0), paused(true, false));
         b.pop(Src::Main);
         b.push(Src::Main, 1, 50);
-        assert_eq!(b.pauses(0), (false, false));
+        assert_eq!(b.pauses(0), paused(false, false));
     }
 
     #[test]
     fn dlq_pauses_at_the_limit_or_while_records_wait_and_resumes_at_half() {
         let mut b = Backlog::new(4, 100, usize::MAX);
-        assert_eq!(b.pauses(4), (false, true));
-        assert_eq!(b.pauses(3), (false, true), "above half");
-        assert_eq!(b.pauses(2), (false, false), "half");
+        assert_eq!(b.pauses(4), paused(false, true));
+        assert_eq!(b.pauses(3), paused(false, true), "above half");
+        assert_eq!(b.pauses(2), paused(false, false), "half");
         b.push(Src::Dlq, 0, 1);
-        assert_eq!(b.pauses(0), (false, true), "a DLQ record waits");
+        assert_eq!(b.pauses(0), paused(false, true), "a DLQ record waits");
         b.pop(Src::Dlq);
-        assert_eq!(b.pauses(0), (false, false));
+        assert_eq!(b.pauses(0), paused(false, false));
     }
 }

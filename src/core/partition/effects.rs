@@ -2,7 +2,7 @@
 //! `actors::partition`, and the [`Note`]s worth a log line.
 
 #[cfg(doc)]
-use super::{Input, Settings, MAX_ERRORED};
+use super::{Input, Report, Settings, MAX_ERRORED};
 use super::{Src, Timer};
 #[cfg(doc)]
 use crate::core::byte_budget::ByteBudget;

@@ -307,10 +307,10 @@ impl<X: Intake> PartitionMachine<X> {
         let mode = self.degraded.update(now, unread, first);
         self.turn.push(mode);
         let reading = self.degraded.reading();
-        let (main_full, dlq_full) = self.backlog.pauses(self.sides[Src::Dlq].held());
-        let main = self.sides[Src::Main].read(Src::Main, reading.main && !main_full);
+        let full = self.backlog.pauses(self.sides[Src::Dlq].held());
+        let main = self.sides[Src::Main].read(Src::Main, reading.main && !full[Src::Main]);
         self.turn.push(main);
-        let dlq = self.sides[Src::Dlq].read(Src::Dlq, reading.dlq && !dlq_full);
+        let dlq = self.sides[Src::Dlq].read(Src::Dlq, reading.dlq && !full[Src::Dlq]);
         self.turn.push(dlq);
         let (draining, paused) = (self.draining(), self.degraded.paused());
         let fx = &mut self.turn.fx;

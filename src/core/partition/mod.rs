@@ -80,6 +80,8 @@
 //! its model-based property test.
 
 pub use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
+#[cfg(doc)]
+use crate::core::offsets::OffsetTracker;
 use std::time::Instant;
 
 mod backlog;
