@@ -134,8 +134,8 @@ impl<X: Intake> Lanes<X> {
                 offset: slot,
                 times: n,
             }));
-            // Parked: dispatched alone from now on (through its lane, if
-            // it had one, which it still holds).
+            // Its work is now the parking; it keeps its lane, if it had one
+            // (its completion frees it).
             held.item = Arc::new(X::park_internal(&held.item, n));
         }
         if !draining {

@@ -21,6 +21,9 @@ use crate::core::offsets::NextOffset;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The partition pair's decisions (see the module `core::partition`), made
+/// by its parts. A machine that ends (its actor stopped or crashed) gives
+/// back what it holds of the in-flight budget (its share drops with it).
 pub struct PartitionMachine<X: Intake> {
     intake: X,
     /// The assignment generation; reports of another one are ignored.
