@@ -1,0 +1,92 @@
+//! [`Handover`]: where a drain (revoke, shutdown) stands. Once requested it
+//! never ends: the partition is being handed over, and whatever arrives after
+//! the answer (records still in the mailbox, completions) must not start new
+//! work.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drain {
+    Off,
+    /// Requested: waiting for the jobs in flight (or the deadline).
+    Waiting,
+    Answered,
+}
+
+/// What a drain request calls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Request {
+    /// The first: hand the backlog back, commit, and answer once nothing is
+    /// in flight (or at the deadline, after [`Handover::timeout`]).
+    Begin,
+    /// Already waiting: the answer is still to come.
+    Pending,
+    /// Answered already: answer again.
+    AnswerAgain,
+}
+
+/// The drain's state and deadline.
+pub(super) struct Handover {
+    drain: Drain,
+    /// How long a drain waits for in-flight jobs.
+    timeout: Duration,
+}
+
+impl Handover {
+    pub(super) fn new(timeout: Duration) -> Self {
+        Handover {
+            drain: Drain::Off,
+            timeout,
+        }
+    }
+
+    /// A drain was requested (answered or not): nothing is begun or dispatched.
+    pub(super) fn draining(&self) -> bool {
+        self.drain != Drain::Off
+    }
+
+    /// A drain waits for its jobs: the answer is due once none is in flight.
+    pub(super) fn waiting(&self) -> bool {
+        self.drain == Drain::Waiting
+    }
+
+    /// How long the drain waits for in-flight jobs.
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// A drain is requested.
+    pub(super) fn request(&mut self) -> Request {
+        match self.drain {
+            Drain::Waiting => Request::Pending,
+            Drain::Answered => Request::AnswerAgain,
+            Drain::Off => {
+                self.drain = Drain::Waiting;
+                Request::Begin
+            }
+        }
+    }
+
+    /// The drain is answered.
+    pub(super) fn answered(&mut self) {
+        self.drain = Drain::Answered;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drain_begins_once_waits_and_is_answered_again_when_asked_again() {
+        let mut h = Handover::new(Duration::from_secs(3));
+        assert!(!h.draining() && !h.waiting());
+        assert_eq!(h.request(), Request::Begin);
+        assert!(h.draining() && h.waiting());
+        assert_eq!(h.request(), Request::Pending);
+        h.answered();
+        assert!(h.draining() && !h.waiting(), "answered: never off again");
+        assert_eq!(h.request(), Request::AnswerAgain);
+        assert_eq!(h.timeout(), Duration::from_secs(3));
+    }
+}
