@@ -5,7 +5,7 @@
 //! while the in-flight byte budget is used up. They are still part of the
 //! fetch budget. Backpressure works through that budget rather than the
 //! consumer's pause, which throws the partition's prefetched records away (see
-//! docs/ARCHITECTURE.md); only a main backlog of `cap` records or `bytes_cap`
+//! `runtime`'s module doc, "Per partition"); only a main backlog of `cap` records or `bytes_cap`
 //! bytes pauses main p there, and DLQ p is paused while DLQ records wait.
 
 use super::per_side::PerSide;

@@ -2,6 +2,31 @@
 //! never ends: the partition is being handed over, and whatever arrives after
 //! the answer (records still in the mailbox, completions) must not start new
 //! work.
+//!
+//! # Invariant I23: revoke and shutdown
+//!
+//!
+//! *Enforced in* `src/core/partition/` (the drain) and `src/actors/consumer.rs` (revoke,
+//! shutdown, the commit). The partition machine stops dispatching (for good: records or
+//! completions arriving after its answer start nothing), waits (bounded by `pipeline.drain_timeout`
+//! / `pipeline.shutdown_grace`) for in-flight work, stores; then a synchronous commit. What is
+//! still in flight is redelivered to the next owner (a duplicate, absorbed by the idempotency
+//! key). As the drain begins the machine forgets its sides' waiting coalesced commits
+//! (`Effect::ForgetWaitingCommits`): nothing committed "soon" can land after the drain's
+//! synchronous commit and move the position back. On SIGTERM the final commit, the leave and
+//! the consumer's close run on a `courier-shutdown` thread that waits to hold the last handle
+//! (`kafka::detached::Detached`: the group consumer, the lag client and the probe reader are
+//! always torn down off the runtime's threads), waited for until 1 s before `shutdown_grace`
+//! ends (at least 2 s after the drain): a librdkafka close that never ends (seen once in CI
+//! after a topic recreation) cannot hold the process.
+//!
+//! *Tested by:* `instance_joins_and_leaves_mid_run`, `sigkill_mid_run_loses_nothing`, the
+//! SIGTERM exits of every e2e test; `core::partition::handover_tests` (a drain never lets a
+//! waiting commit land after its own: seen failing, the position went back 3 → 2);
+//! `tests/shutdown_after_reset.rs` (SIGTERM after a recreation, after delete-records past the
+//! position, after a recreated log is read again — with a close that never ends, by the
+//! `COURIER_TEST_HOOK_STUCK_CLOSE` hook of `test-hooks` builds: exit 0 within
+//! `shutdown_grace`; seen killed after 5 s before the fix).
 
 use std::time::Duration;
 

@@ -9,6 +9,59 @@
 //! ([`Effect::ReadFromStart`]). Nothing is stored for the side while that
 //! seek is out or due, nor while a position bound to a log by the committed
 //! metadata waits for a lag check to confirm it ([`Settings::verify`]).
+//!
+//! # Invariant I18: positions moving back
+//!
+//!
+//! *Enforced in* `src/core/partition/` (a position that moves back),
+//! `src/actors/partition.rs`. Courier seeks a partition only by replacing its machine (crash
+//! recovery, rebalance), so a record of one machine's side at or below an offset already
+//! begun means the log under it changed (offset reset, topic deleted and recreated,
+//! truncation): a new incarnation, never a duplicate. The side numbers records with slots
+//! (offset + a shift a reset raises), so its tracker, lanes and jobs go on; the old
+//! incarnation's events finish; nothing is stored until they have, then only the new log's
+//! positions (the first committed explicitly: librdkafka still holds the old committed
+//! offset), with no metadata and no skip set. WARN with partition, old and new position and
+//! the reason (`topic_recreated` when the topic id changed, else `offset_reset`),
+//! `courier_position_resets_total{topic,reason}`; a recreated topic's old records past the
+//! position (as the last lag check saw the old end: a lower bound) are logged ERROR `events
+//! deleted unread` and counted in `courier_events_deleted_unread_total{topic,partition}`
+//! (only an end read with the old log's id: the new log's end is not the old one's).
+//!
+//! *A replaced log the position does not notice.* librdkafka 2.12 does not reset a position
+//! when a recreated topic's new log is already past it (its own FIXME in `rdkafka_topic.c`):
+//! the fetch at the old position succeeds on the new log. So the lag check also reads the
+//! topics' ids (DescribeTopics; at most once a second, and only when the brokers answered its
+//! ListOffsets: a DescribeTopics with no broker up makes librdkafka reconnect without its
+//! backoff, ~30,000 refused connections per instance in the drill's broker restart) and hands
+//! them to the machine (`Input::Logs`). A side whose
+//! topic id changed with no reset since the last check (a reset since then *was* the new
+//! log's start) asks to be read from its log's start (`Effect::ReadFromStart`: the actor
+//! seeks to the log start and answers `Input::ReadingFrom`; a failed seek is asked again at
+//! the next check) and stores nothing until the new log's first record begins the new
+//! incarnation (or the start lies at or above the old position: then what was begun is the
+//! new log's). WARN "the topic was deleted and recreated under its name". The same wait
+//! serves a committed position made for another log (`Settings::read_from_start`, I20).
+//!
+//! *Tested by:* Partition unit tests (new incarnation delivered, old finishes first, first
+//! store committed, skip set dropped); the model-based proptest (resets to an offset already
+//! read at any point: every record of every incarnation done, nothing stored while an older
+//! one is unfinished, then only positions of the current log and no metadata; each reset
+//! noted with its position);
+//! `tests/positions.rs::a_topic_recreated_while_courier_runs_loses_nothing` (delete +
+//! recreate while running: 200 of 200 new events delivered, WARN + counter, nothing counted
+//! deleted; seen failing on 87cb04e: all 200 dropped as out of order);
+//! `a_topic_recreated_past_the_old_position_loses_nothing` (Courier stopped with SIGSTOP
+//! while the topic is recreated and refilled past its position: 500 of 500 delivered; seen
+//! failing before `Input::Logs`: 300 never delivered, nothing logged; and once, before the
+//! end was tied to its log, 200 counted deleted unread that were not; the WARN's old
+//! position may be past 300: what the fetch at the old position returns from the new log is
+//! read before the id lookup, and stored with the old log's id, which binds it to that
+//! log); partition unit tests
+//! `a_log_replaced_past_the_position_is_read_from_its_start`,
+//! `a_reset_before_the_new_id_is_the_new_logs_start`,
+//! `an_older_reset_does_not_stand_for_a_later_recreation`,
+//! `a_new_log_starting_above_the_position_resumes_at_once`.
 
 use super::{Effect, Note, Src, LOGS_AFTER_RESET};
 #[cfg(doc)]

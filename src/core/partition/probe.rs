@@ -3,6 +3,24 @@
 //! partition and is never handed to the application, so a position that only
 //! follows delivered records would stay one short of the end forever (lag 1);
 //! a probe proves nothing to deliver lies there (`Effect::Probe`).
+//!
+//! # Invariant I19: transaction markers
+//!
+//!
+//! *Enforced in* `src/core/partition/` (transaction markers), `src/kafka/identity.rs`. A side
+//! idle below its log's end (nothing held or waiting, everything stored) asks for a probe
+//! (`Effect::Probe`): the actor reads `[position, end)` with `read_committed` on a reader of
+//! its own; when nothing there is handed over (commit/abort markers, aborted records) and the
+//! reader's position reaches the end, the machine moves the side's position there
+//! (`OffsetTracker::pass_to`) if it is still idle at the same position (a stale proof moves
+//! nothing), and stores it: lag 0 at idle. `courier_positions_passed_markers_total`.
+//!
+//! *Tested by:* Tracker and partition unit tests (proof, stale proof, proof across a reset);
+//! the model-based proptest (trailing markers, probes answered truthfully, late or never:
+//! stored to the log's end at the end, never past a record not taken in);
+//! `tests/positions.rs::transaction_markers_do_not_leave_lag_at_idle` (a transactional
+//! producer, committed and aborted transactions: committed = end offsets, no aborted event
+//! delivered; seen failing on 87cb04e: committed one short of each end).
 
 use crate::core::offsets::NextOffset;
 

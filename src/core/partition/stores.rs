@@ -10,6 +10,61 @@
 //! drain's answer commits at once ([`Commit::Now`]); while a drain waits for
 //! its jobs nothing is committed (a [`Commit::Soon`] could be flushed after
 //! the handover's commit): what is due then waits for the answer.
+//!
+//! # Invariant I2: stores
+//!
+//!
+//! *Enforced in* `src/core/partition/` (`PartitionMachine`). The partition pair's machine
+//! emits `Effect::Store` only with `tracker.watermark()`, only when it advanced; records
+//! waiting in the backlog are not begun, so the watermark stays below them; a drain hands the
+//! backlog back unstored. The actor (`src/actors/partition.rs`) stores exactly what the
+//! effect carries.
+//!
+//! *Tested by:* Unit tests; a model-based proptest (`src/core/partition/model.rs`, below);
+//! `tests/dlq.rs`: with the DLQ write failing, the committed offset of each affected
+//! partition stops exactly at the failing event while later events are delivered.
+//!
+//! The held map (`(side, slot)` → event) uses foldhash's fixed-seed fast hasher (`core::partition::SlotHash`;
+//! foldhash is already built for hashbrown) instead of SipHash: its keys are broker-numbered offsets plus the side's shift, which no
+//! producer chooses. The ordering lanes, keyed by the event's Kafka key (which a producer does
+//! choose), keep the standard library's SipHash.
+//!
+//! # Invariant I17: commit metadata
+//!
+//!
+//! *Enforced in* `src/core/partition/` (commit metadata, skip). Each `Effect::Store` carries,
+//! with the watermark `W`, the offsets done above it (`core::completed`: run lengths, ≤ 4 KB,
+//! a prefix when it does not fit — fewer skipped, never a wrong one); metadata that changed
+//! with `W` unchanged is committed explicitly (librdkafka's auto-commit only sends a
+//! partition whose stored position passed the committed one), paced by
+//! `kafka.auto_commit_interval`, at once on a drain. Commits follow progress: the
+//! `kafka.commit_after`-th event finished on a side since its last commit makes the store a
+//! commit (`Commit::Soon`), at most once per `COMMIT_FLOOR` (10 ms) per side. Such commits of
+//! all partitions are coalesced (`core::commit_pace`, `actors::partition::commits`): the latest offset and
+//! metadata of each waits, and one OffsetCommit request sends them all, at once if the last
+//! was at least 10 ms ago, else when it is — so each is sent within 10 ms and an instance
+//! sends at most 100 such requests a second, however many partitions it has. A drain's commit
+//! (`Commit::Now`) goes at once, alone, and takes its partition's waiting entry away
+//! (`courier_offset_commits_total{kind}` counts auto, coalesced and explicit (drain)
+//! requests). On assignment the
+//! consumer actor reads the committed offsets and their metadata (`decode` refuses a string
+//! made for another `W`); the machine completes a record whose offset it names without
+//! dispatch (`courier_offsets_skipped_total`). A skipped offset was done; an offset it does
+//! not name is never completed without an answer.
+//!
+//! *Tested by:* `core::completed` proptests (decoding names only done offsets, within the
+//! budget); `core::commit_pace` proptest (requests ≥ 10 ms apart, every ask sent within 10 ms
+//! plus the timer's lateness); partition unit tests (stuck watermark → metadata commits, pacing, drain; skip
+//! exactly the named offsets; the `commit_after`-th finished event commits at once, the
+//! floor; proptest: with report batches a floor apart, finished-but-uncommitted stays below
+//! `commit_after` and every commit carries the watermark); the model-based proptest with an
+//! earlier owner's metadata (random done set, budgets down to 4 bytes): a named offset is
+//! never dispatched, an unnamed one is never skipped (the stored offset would pass it), every
+//! stored metadata names only done offsets;
+//! `tests/crash_cost.rs::sigkill_and_restart_of_a_static_member` (real broker: read from the
+//! broker right after a SIGKILL, no event its committed offsets or metadata covered is
+//! delivered again — seen failing with the skip disabled — and duplicates ≤ what had finished
+//! uncommitted + the concurrency).
 
 #[cfg(doc)]
 use super::Settings;
