@@ -22,9 +22,16 @@
 //! is not known). When the encoding would not
 //! fit, runs are dropped from the end: fewer offsets are skipped (more duplicates),
 //! never a wrong one.
+//!
+//! Reading it back: at an assignment, [`assess`]; after a partition actor
+//! crashed, [`after_crash`] (`crash.rs`: where the next incarnation starts,
+//! what it skips, whether the side is read again).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+
+mod crash;
+pub use crash::{after_crash, Crashed, Recovery, Reread};
 
 /// Kafka's default `offset.metadata.max.bytes`.
 pub const DEFAULT_MAX_METADATA_BYTES: usize = 4096;
