@@ -34,6 +34,8 @@ mod recovery;
 mod route;
 mod shutdown;
 mod start;
+#[cfg(test)]
+mod tests;
 
 use crate::actors::delivery_pool::PoolHandles;
 use crate::actors::partition::{
