@@ -358,3 +358,23 @@ async fn lag_at_idle_behind_transaction_markers_is_no_lag() {
     .await;
     assert_eq!(w.io.reading(&w.main, 0), Some(true));
 }
+
+/// The health verdict reaches the partition actor on its watch channel,
+/// straight from `ApiHealth` (no message through the consumer): the API
+/// declared unavailable pauses main p.
+#[tokio::test]
+async fn the_verdict_reaches_the_partition_on_its_watch_channel() {
+    let w = World::new(|_, _, _| {}).await;
+    w.assign().await;
+    let down = crate::api_health::HealthVerdict {
+        api_unavailable: true,
+        breaker_open: true,
+        marker: false,
+        redis_ok: true,
+    };
+    assert!(w.pipeline.health.publish(down));
+    until("main p is paused while the API is unavailable", || {
+        w.io.reading(&w.main, 0) == Some(false)
+    })
+    .await;
+}
