@@ -69,8 +69,8 @@ pub fn after_crash(side: Crashed<'_>) -> Recovery {
 
 #[cfg(test)]
 mod tests {
-    use super::super::encode;
     use super::*;
+    use crate::core::completed::encode;
 
     const LOG: &str = "q6AUPnmAS0yMtYhZ7I9-Ag";
 
