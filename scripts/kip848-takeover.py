@@ -2,7 +2,8 @@
 """Takeover and rebalance cost of the classic group protocol vs KIP-848's
 (`group.protocol=consumer`), measured with librdkafka (confluent-kafka's wheel)
 against a real broker. Not part of the tests: an experiment whose figures are in
-docs/ARCHITECTURE.md ("Static membership and KIP-848").
+src/kafka/mod.rs (its module doc, "Group membership: static members, the classic
+protocol, KIP-848").
 
     python3 -m venv /tmp/kip848 && /tmp/kip848/bin/pip install confluent-kafka
     . <services state>/services.env

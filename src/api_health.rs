@@ -2,6 +2,33 @@
 //! breaker (fed by every API call), the DLQ flood guard, and the merged verdict
 //! `api_unavailable = marker_alive || breaker_open` that the health actor
 //! publishes (the Redis marker half lives in `actors::health`).
+//!
+//! # Invariant I36: the breaker hears calls
+//!
+//! One observation per call, on every path (an event alone, a batch, an ordered run, a DLQ
+//! round): `ApiHealth::gate` / `admit_now` return an `Admission`; hearing it consumes it
+//! (`delivery::hear::Ears`: `core::classify::heard_status` says what the answer means —
+//! delivered, an outcome, a systemic hypothesis, or nothing about the API, e.g. a 429 the
+//! adaptive limit absorbs). Dropped unheard (a handover after admission, a batch whose events
+//! all left, back-pressure), it frees its half-open slot (`Breaker::release`, only in the
+//! epoch it was admitted in: every change of state, the end of optimism and a time-out start a
+//! new epoch). A cautious half-open period's probes unanswered for `breaker_open` (at least
+//! 1 s) free their slots (`Breaker::probes_lapsed`). With batching the batch is the call: the
+//! events do not pass the gate, their batch does (`batch::send::admitted`), and a batch
+//! admitted into a half-open probe slot sends one event, the others batched again. Per-item
+//! results go to each event's attempt loop only: 429/503 items are one back-pressure sample
+//! for the adaptive limit (`Limits::after_call_with`); events refused inside a 2xx answer are
+//! not counted by the DLQ and parking flood guards (`Answer::per_item`).
+//!
+//! *Tested by* `api_health::every_admission_settles_its_slot` (any sequence of admissions,
+//! answers and drops: with no call alive a half-open breaker has a free slot — seen failing
+//! with the guard's release removed), `a_probe_dropped_unheard_frees_its_slot`,
+//! `breaker::a_released_probe_frees_its_slot_once_and_only_in_its_epoch`,
+//! `half_open_admits_exactly_the_probes` (the time-out), and `tests/fail_closed.rs`:
+//! `half_accepted_batches_never_open_the_breaker` (3,000 events, half of each batch not
+//! listed: all delivered within 60 s, no transition; on 3595d1c it timed out) and
+//! `a_probe_answered_429_does_not_stall_the_breaker` (503 10 s, 429 all then 30 % for 20 s:
+//! all delivered within 60 s of the recovery; on 3595d1c it stalled).
 
 use crate::config::DegradedConfig;
 use crate::core::breaker::{Breaker, BreakerStateKind, GateQueue, Transition};

@@ -2,6 +2,37 @@
 //! `/healthz` and `/readyz`. Every series carries `group` and `main_topic` (the
 //! deployment's identity). Other labels stay within bounded sets: topic, partition,
 //! outcome, class, reason, actor — never event ids or keys.
+//!
+//! # Health endpoints and observability
+//!
+//! - `/healthz` (liveness, `core::liveness`): fails once the instance has been *stuck* for
+//!   `metrics.wedged_after` (events held, none finished, the API judged available) — a
+//!   consumer that will not recover by itself; the orchestrator restarts it and the next
+//!   owner re-reads from the committed watermark. Paused for an outage, idle, or without
+//!   partitions is never wedged. Tested in `tests/pipeline.rs::readyz_reports_assignment_and_stuck_work`.
+//!   `courier healthcheck` (`main.rs`; the image's `HEALTHCHECK`, no curl in the image) asks
+//!   it on the config's `metrics.listen` (loopback for an unspecified address) with one
+//!   HTTP/1.1 request on a std socket within 2 s: exit 0 on 200, 1 otherwise (`--ready`:
+//!   `/readyz`). Tested in `tests/ops.rs` (a running instance, then nothing listening).
+//!
+//! - `/readyz` (`metrics::Readiness`): assigned, and not stuck — events held (partition actors
+//!   count begun/finished events; a stopped or crashed actor gives its count back) with no
+//!   completion for `metrics.stuck_after` while the API is judged available.
+//! - `/status` (HTML) and `/status.json`: the board of `crate::status_page` (its module doc).
+//! - Metric names and help texts: `metrics::ALL`; dashboards and alert rules may only use
+//!   those (`tests/dashboards_lint.rs`), and every panel query is evaluated against a real
+//!   Prometheus in `tests/observability.rs`.
+//! - Every series carries the deployment's identity as exporter-wide labels, set once when
+//!   the recorder is installed (`metrics::install(group, main_topic)`): `group` =
+//!   `kafka.group_id`, `main_topic` = `kafka.topic` (not `topic`, which
+//!   `courier_consumed_total` uses for main vs DLQ). Alerts aggregate `by (group, main_topic)`
+//!   and never depend on the scrape job's name. `courier_assigned_partitions` exists from the
+//!   start (0 until the first assignment).
+//! - Rare failures have series from the start, so their panels show 0 rather than "no data"
+//!   and the first occurrence is a visible increase: `courier_delivery_errors_total` for every
+//!   transport and TLS reason (`metrics::register_known_series`), and the DLQ writer's
+//!   refused / unacknowledged writes per DLQ and parking topic (`increment(0)` at its start,
+//!   so a restarted writer never resets them).
 
 use axum::{extract::State, http::StatusCode, routing::get, Router};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -41,6 +72,7 @@ pub(crate) const DLQ_LAG: &str = "courier_dlq_lag";
 pub(crate) const CONSUMER_LAG: &str = "courier_consumer_lag";
 pub(crate) const MEMORY_ALLOCATED: &str = "courier_memory_allocated_bytes";
 pub(crate) const MEMORY_RESIDENT: &str = "courier_memory_resident_bytes";
+pub(crate) const MEMORY_ALLOCATIONS: &str = "courier_memory_allocations_total";
 pub(crate) const MEMORY_BUDGET: &str = "courier_memory_budget_bytes";
 pub(crate) const MEMORY_BUDGET_USED: &str = "courier_memory_budget_used_bytes";
 pub(crate) const BUFFERED_RECORDS: &str = "courier_buffered_records";
@@ -193,6 +225,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         MEMORY_RESIDENT,
         "Bytes of physically resident pages the allocator holds (jemalloc `stats.resident`); the rest of the RSS is code, stacks and librdkafka's buffers.",
+    ),
+    (
+        MEMORY_ALLOCATIONS,
+        "Heap allocations made since start (jemalloc `stats.arenas.<all>.{small,large}.nmalloc`), read at each scrape: divided by the events delivered over a window, the allocations per event (docs/BENCHMARKS.md).",
     ),
     (
         MEMORY_BUDGET,
@@ -532,9 +568,12 @@ fn probes(ready: Arc<Readiness>) -> crate::status_page::http::ProbeFn {
 }
 
 async fn metrics(State(s): State<HttpState>) -> (StatusCode, String) {
-    if let Some((allocated, resident)) = allocator_stats() {
-        metrics::gauge!(MEMORY_ALLOCATED).set(allocated as f64);
-        metrics::gauge!(MEMORY_RESIDENT).set(resident as f64);
+    if let Some(a) = allocator_stats() {
+        metrics::gauge!(MEMORY_ALLOCATED).set(a.allocated as f64);
+        metrics::gauge!(MEMORY_RESIDENT).set(a.resident as f64);
+        if let Some(n) = a.allocations {
+            metrics::counter!(MEMORY_ALLOCATIONS).absolute(n);
+        }
     }
     match s.handle {
         Some(h) => (StatusCode::OK, h.render()),
@@ -542,20 +581,39 @@ async fn metrics(State(s): State<HttpState>) -> (StatusCode, String) {
     }
 }
 
-/// The allocator's live and resident bytes, when jemalloc is the global allocator
-/// (the `courier` binary); `None` elsewhere (jemalloc then reports nothing).
+/// What the allocator reports (jemalloc, the `courier` binary's global
+/// allocator).
+struct AllocatorStats {
+    allocated: u64,
+    resident: u64,
+    /// Allocations made since start, small and large, over all arenas.
+    allocations: Option<u64>,
+}
+
+/// The allocator's statistics, when jemalloc is the global allocator (the
+/// `courier` binary); `None` elsewhere (jemalloc then reports nothing).
 #[cfg(all(unix, not(target_env = "musl")))]
-fn allocator_stats() -> Option<(u64, u64)> {
+fn allocator_stats() -> Option<AllocatorStats> {
     use tikv_jemalloc_ctl::{epoch, stats};
     // The statistics are a snapshot refreshed by advancing the epoch.
     epoch::advance().ok()?;
     let allocated = stats::allocated::read().ok()? as u64;
     let resident = stats::resident::read().ok()? as u64;
-    (allocated > 0).then_some((allocated, resident))
+    // `MALLCTL_ARENAS_ALL` (4096) sums every arena. SAFETY: both names are
+    // `uint64_t` counters (jemalloc's `mallctl` documentation), read as u64.
+    let count = |name: &[u8]| unsafe { tikv_jemalloc_ctl::raw::read::<u64>(name) }.ok();
+    let allocations = count(b"stats.arenas.4096.small.nmalloc\0")
+        .zip(count(b"stats.arenas.4096.large.nmalloc\0"))
+        .map(|(small, large)| small + large);
+    (allocated > 0).then_some(AllocatorStats {
+        allocated,
+        resident,
+        allocations,
+    })
 }
 
 #[cfg(not(all(unix, not(target_env = "musl"))))]
-fn allocator_stats() -> Option<(u64, u64)> {
+fn allocator_stats() -> Option<AllocatorStats> {
     None
 }
 

@@ -1,6 +1,21 @@
 //! The Redis client Courier's Redis users share the settings of (`[redis]`): the
 //! health marker (`actors::health`) and the group-wide rate limit
 //! (`delivery::ratelimit`). Below both, so neither reaches into the other.
+//!
+//! # Invariant I29: redis keys
+//!
+//! *Enforced in* `src/redis_conn.rs` (`marker_alive`, `KeyLife`), `src/delivery/ratelimit.rs`
+//! (`ACQUIRE_LUA`, `capped_wait_us`). Redis cannot stall the group: the API-down marker
+//! without a TTL or with one above twice `degraded.marker_ttl`, the rate limit's pause key
+//! without a TTL or beyond `MAX_PAUSE`, and a TAT without a TTL or further ahead than the
+//! limiter puts it (a clock step on the Redis host, a key written by hand) are treated as
+//! absent, deleted or reset, and logged at most once a minute; a wait Redis answers is capped
+//! at `MAX_PAUSE`.
+//!
+//! *Tested by:* `tests/redis_down.rs::a_marker_without_ttl_does_not_stall_the_group` (before:
+//! nothing delivered in 60 s),
+//! `tests/limits.rs::rate_limit_keys_without_ttl_do_not_stall_the_group` (before: told to
+//! wait 3,599 s); unit tests.
 
 use crate::config::RedisConfig;
 use fred::prelude::*;

@@ -2,6 +2,75 @@
 //! board, the byte budgets, the restart budget and the fatal signal. Not the actors
 //! themselves: each one is given handles to the peers it talks to when it is
 //! constructed (`crate::handle`).
+//!
+//! # Backpressure
+//!
+//! Mailboxes in ractor are unbounded, so limits are explicit, and all of them bound memory
+//! that grows neither with the backlog nor with the number of assigned partitions: the
+//! byte budgets are per process, and a record counts its value, key and headers plus
+//! `kafka::RECORD_OVERHEAD` (2 KB: Courier's own state per event, measured in
+//! docs/BENCHMARKS.md). Each budget's limit and use are gauges
+//! (`courier_memory_budget_bytes{budget}`, `courier_memory_budget_used_bytes{budget}`).
+//!
+//! - **librdkafka's prefetch**: `queued.max.messages.kbytes` (4 MB) and
+//!   `queued.min.messages` apply to the consumer's single queue (librdkafka 2.12 checks them
+//!   against the forwarded queue, whatever the number of partitions); one fetch response can
+//!   overshoot them by up to `max.partition.fetch.bytes` per partition, so `fetch.max.bytes`
+//!   caps a response at 8 MB. These count a batch as the broker sends it, compressed: a
+//!   zstd batch of 10 KB can hold 40 MB, decompressed whole into librdkafka's queue before
+//!   any budget below sees a record. `receive.message.max.bytes` (`kafka::cap_decompression`)
+//!   caps a zstd batch's decompression at 3 × `pipeline.max_buffered_bytes` (librdkafka
+//!   triples its buffer per try from twice the compressed size, so every batch within the
+//!   budget is read and none over three times it); a larger one is refused at every fetch
+//!   and logged as an ERROR naming the remedy (its partition waits for a raised limit).
+//!   lz4, gzip and snappy batches librdkafka decompresses whole whatever the setting: only
+//!   the producer and the topic's `max.message.bytes` bound those. `tests/codecs.rs`: a 39 MB
+//!   batch of 10 KB under a 4 MiB budget, peak RSS 51 MB against 44 MB idle (124 MB before).
+//! - **The fetch budget** (`pipeline.max_buffered` records and `pipeline.max_buffered_bytes`,
+//!   process-wide, `kafka::poller::Buffered`): records polled and not yet begun by a
+//!   partition actor. Over either, the poll thread stops taking records from librdkafka (it
+//!   keeps calling `poll` at least once a second, so group membership and rebalance
+//!   callbacks are served); librdkafka's own queue then fills and its fetcher waits. It
+//!   waits on a condition variable that the actors' take-ins signal once both counts are a
+//!   quarter below their limits (`Buffered::wait_for_room`, woken by `Buffered::wake`): one
+//!   wake-up per quarter of the budget drained, ≈ 10 a second at L = 50, C = 512, where a
+//!   2 ms sleep loop woke it 440 times a second (BENCHMARKS run 17).
+//! - **The in-flight budget** (`pipeline.max_in_flight_bytes`, process-wide,
+//!   `core::byte_budget::ByteBudget`, shared by the partition machines): the bytes of the events
+//!   begun and not yet durable, DLQ records waiting for the drain included. A machine
+//!   begins a record only while the budget is not used up (`used < limit`); so the budget
+//!   is passed by at most one record, and an event larger than the whole budget still goes
+//!   (never a deadlock). A refused record waits in its side's backlog (still in the fetch
+//!   budget); the machine asks for a *waker* (`Effect::AwaitBudget`), which the first
+//!   give-back that leaves room calls once (the actor sends itself `Timer::Budget`); no
+//!   polling. A machine that ends (revoke, crash) gives its share back when it is dropped.
+//!   Before this budget, the events held grew with the partitions
+//!   (`max_in_flight_per_partition` × partitions): 512 partitions held 100,000 events.
+//! - **Per partition**: a partition actor begins at most `max_in_flight_per_partition`
+//!   events (queued for a permit or in flight); records beyond that wait in its backlog,
+//!   still counted in the fetch budget, and are begun as events finish. Backpressure
+//!   therefore does *not* use librdkafka's pause, which drops the partition's prefetched
+//!   records and restarts fetching only at the fetcher's next wake-up (up to ~1 s; the
+//!   benchmark found the whole pipeline idle 0.3–0.4 s of every second that way). Only a
+//!   partition whose backlog takes half the fetch budget, in records or in bytes (a stuck
+//!   key, a stalled API), is paused in librdkafka, and resumed when the backlog is down to
+//!   a quarter of it.
+//! - **DLQ records** are begun as they arrive (the drain needs their `not_before`) but go
+//!   out paced, so a partition holding `max_in_flight_per_partition` of them pauses DLQ p in
+//!   librdkafka until it is down to half (the drain is rate-limited anyway; what was already
+//!   polled still arrives, bounded by the fetch budget). DLQ records the in-flight budget
+//!   keeps out wait in the DLQ backlog with DLQ p paused, and count as unread DLQ records
+//!   for the FSM (main p waits behind them).
+//! - **The enrichment cache** (`enrichment.cache_max_bytes`): a moka weigher counts each
+//!   entry's key and JSON document as serialised (at least `cache_max_bytes /
+//!   cache_capacity`, so `cache_capacity` still bounds the entries).
+//! - **HTTP calls**: the pool's semaphore, kept at the adaptive concurrency limit (at most
+//!   `pipeline.concurrency`; with batching the limit holds requests instead, and the pool
+//!   stays at `pipeline.concurrency` events), and the group-wide rate limit (`core::concurrency`, `core::ratelimit`).
+//!
+//! The poll thread's batches are at most 512 records. Offsets are stored at most every
+//! 10 ms per partition (one `store_offsets` per advance showed in the profile); a later
+//! store only ever means re-reading a little more after a crash.
 
 use crate::api_health::ApiHealth;
 pub use crate::clock::now_ms;

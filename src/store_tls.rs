@@ -6,6 +6,22 @@
 //! bundle) *replaces* the platform's roots — a managed store's CA, or a private
 //! one, is then the only one trusted; without it the platform's roots are used.
 //! Kafka's TLS is librdkafka's own (OpenSSL), configured in `[kafka.properties]`.
+//!
+//! # Redis and PostgreSQL in detail
+//!
+//! rustls with the aws-lc-rs provider, chosen
+//! explicitly. A CA file (`*.tls_ca_file`) replaces the platform's roots. `rediss://`
+//! verifies chain and host name; fred parses the URL as plain and gets Courier's TLS
+//! settings, so a TLS URL cannot connect without TLS; plain `redis://` with a password to a
+//! host other than loopback is refused unless `redis.allow_plaintext`. PostgreSQL follows
+//! libpq's `sslmode`, except its default: without one, `verify-full` (only it stops a man in
+//! the middle), `prefer` kept for loopback and Unix sockets (nothing crosses a network)
+//! (tokio-postgres knows only disable/prefer/require: Courier strips the mode from the URL
+//! and applies it, with a certificate verifier per level). `app::start` opens one
+//! connection first: a TLS failure (the server has no TLS under `require`, an untrusted
+//! certificate, a wrong host name) stops the start with the reason; an unreachable
+//! database does not (its lookups are transient failures). A Redis that cannot be reached
+//! (TLS included) leaves the verdict to the local breaker and logs why.
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;

@@ -7,6 +7,45 @@
 //! The crypto provider is passed explicitly ([`provider`]), never chosen by
 //! rustls from its crate features, which panics once another dependency enables
 //! a second provider.
+//!
+//! # TLS to the API
+//!
+//! `https://` URLs use rustls through reqwest (feature `rustls`, crypto provider aws-lc-rs).
+//! `delivery::http::ApiClient::new` configures it from `[api.tls]`:
+//!
+//! - **Roots.** By default the platform's (rustls-platform-verifier, which on Linux reads the
+//!   system store, e.g. `/etc/ssl/certs`; with an empty store the client cannot be built and
+//!   Courier does not start). `ca_file` (a PEM bundle) *replaces* them by default
+//!   (`ca_mode = "replace"`: only that CA may vouch for the API's name, the meaning of
+//!   curl's `--cacert`, librdkafka's `ssl.ca.location` and libpq's `sslrootcert`), or is
+//!   *added* to them (`ca_mode = "add"`).
+//! - **mTLS.** `cert_file` (chain, leaf first) and `key_file` (PKCS#8, PKCS#1 or SEC1).
+//!   Encrypted keys are refused with a hint: rustls cannot decrypt them, and a passphrase in
+//!   the environment protects nothing a file readable only by Courier does not.
+//! - **Files.** `crate::tls` reads and checks them — exists, readable, PEM with the expected
+//!   sections, each certificate parses as X.509, the key's public half is the leaf's — with
+//!   errors naming the field (`TlsFileError`). `Config::check_secrets` runs the same check,
+//!   so `check-config` and the start of `run` fail on a bad file. The paths are in the
+//!   config; the contents never are.
+//! - **Plain HTTP** is refused by `ApiConfig::validate` for any host but loopback
+//!   (`localhost`, `*.localhost`, 127.0.0.0/8, `::1`) unless `api.allow_plaintext = true`;
+//!   TLS settings with an `http://` URL, and `http2_prior_knowledge` with `https://`, are
+//!   refused too. An `https://` client is `https_only`.
+//! - **HTTP/2.** Over TLS only with `api.http2 = true`, negotiated by ALPN (`h2`,
+//!   `http/1.1`); otherwise ALPN offers `http/1.1` only. Off by default because hyper-util
+//!   keeps one HTTP/2 connection per host, so the server's stream limit would cap the calls
+//!   in flight (`docs/BENCHMARKS.md`). `http2_prior_knowledge` stays for h2c on `http://`.
+//! - **The API stand-in** (`src/sink/tls.rs`) serves HTTPS with `--tls-cert/--tls-key`
+//!   (`--tls-client-ca` to require client certificates): a rustls server with ALPN, whose
+//!   handshakes run in their own tasks and reach `axum::serve` through a channel, whose
+//!   certificate can be swapped while it runs, and which counts failed handshakes (with the
+//!   time of the first) in its audit.
+//!
+//! Crypto provider: the key check and the stand-in pass aws-lc-rs explicitly
+//! (`crate::tls::provider`); reqwest takes rustls' process-wide default if one is installed
+//! and its own aws-lc-rs otherwise. Neither relies on rustls choosing a default from its
+//! crate features, which would panic if another dependency enabled a second provider
+//! (`ring`).
 
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};

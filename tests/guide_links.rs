@@ -3,7 +3,9 @@
 //! exists, and its `#fragment` a heading of that file (the id mdBook gives it).
 //! Every chapter file is in SUMMARY.md. scripts/test.sh builds the guide with
 //! mdbook; this is its link check (mdbook-linkcheck 0.7 cannot read mdBook 0.5's
-//! render context).
+//! render context). docs/ARCHITECTURE.md, a map of links into the code and the
+//! tests, is held to the same, to staying a map (at most 400 lines) and to
+//! pointing nowhere outside the repository.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -148,6 +150,38 @@ fn the_guide_and_the_readme_have_no_broken_link() {
     assert!(
         missing.is_empty(),
         "chapters not in SUMMARY.md: {missing:?}"
+    );
+}
+
+/// docs/ARCHITECTURE.md: every link resolves, inside the repository, and it stays a
+/// map — the detail belongs in the module docs beside the code.
+#[test]
+fn the_architecture_map_links_resolve_inside_the_repository() {
+    let map = root().join("docs/ARCHITECTURE.md");
+    let bad = broken(&map);
+    assert!(bad.is_empty(), "broken links:\n{}", bad.join("\n"));
+    let text = std::fs::read_to_string(&map).expect("the map");
+    let repo = root().canonicalize().expect("the repository");
+    let docs = map.parent().expect("docs/");
+    for target in links(&text) {
+        assert!(
+            !target.contains("://"),
+            "a web address in the map: {target}"
+        );
+        let path = target.split('#').next().unwrap_or_default();
+        let inside = docs
+            .join(path)
+            .canonicalize()
+            .is_ok_and(|p| p.starts_with(&repo));
+        assert!(inside, "the map links outside the repository: {target}");
+    }
+    for outside in ["/work/", "../shared", "DESIGN.md"] {
+        assert!(!text.contains(outside), "the map names `{outside}`");
+    }
+    let lines = text.lines().count();
+    assert!(
+        lines <= 400,
+        "docs/ARCHITECTURE.md has {lines} lines: a map has at most 400"
     );
 }
 

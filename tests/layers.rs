@@ -3,13 +3,16 @@
 //! other, and `core` imports nothing else of Courier. docs/ARCHITECTURE.md
 //! ("Layers") explains the order. A use is any `crate::<module>` path in the file,
 //! comments included (a doc link to a higher layer is a hint of a wrong direction
-//! too). And the workspace's tooling crates (`crates/`) stay out of the service's
-//! build: the `courier` package names them only as dev-dependencies.
+//! too). The layer table of docs/ARCHITECTURE.md is this file's `LAYERS` in prose:
+//! it must name exactly the modules `src/lib.rs` declares, each in its layer. And the
+//! workspace's tooling crates (`crates/`) stay out of the service's build: the
+//! `courier` package names them only as dev-dependencies.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Lowest first. Modules of one layer do not use each other.
+/// Lowest first. Modules of one layer do not use each other. docs/ARCHITECTURE.md's
+/// "Layers" table says the same (`the_map_names_every_module_in_its_layer`).
 const LAYERS: &[&[&str]] = &[
     &["core"],
     &["clock", "handle", "tls", "store_tls"],
@@ -95,7 +98,7 @@ fn modules_use_only_lower_layers() {
     for (module, used) in &graph {
         let Some(mine) = layer_of(module) else {
             wrong.push(format!(
-                "`{module}` is in no layer: add it to LAYERS (and to docs/ARCHITECTURE.md)"
+                "`{module}` is in no layer: add it to LAYERS (and to docs/ARCHITECTURE.md's table)"
             ));
             continue;
         };
@@ -161,4 +164,127 @@ fn the_check_sees_a_use_in_any_form() {
     let text = "use crate::actors::x;\nfn f() { crate::runtime::now_ms(); super::super::kafka::Y }";
     assert_eq!(uses(text), ["actors", "runtime", "kafka"]);
     assert!(layer_of("core") < layer_of("delivery") && layer_of("delivery") < layer_of("actors"));
+}
+
+/// The top-level modules `lib` (the text of `src/lib.rs`) declares: `mod x;` with
+/// any visibility.
+fn declared_modules(lib: &str) -> Vec<String> {
+    lib.lines()
+        .map(str::trim)
+        .filter_map(|l| {
+            let l = if l.starts_with("pub") {
+                l.split_once(' ')?.1
+            } else {
+                l
+            };
+            l.strip_prefix("mod ")?.strip_suffix(';')
+        })
+        .map(|m| m.trim().to_string())
+        .collect()
+}
+
+/// The layer table of docs/ARCHITECTURE.md: in the section `## Layers`, each row
+/// `| <number> | <modules> | <what> |`, the modules the `` `name` `` spans of the
+/// second cell. Rows in order of their numbers; an error names a row it cannot read.
+fn map_layers(map: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
+    let section = map
+        .split("\n## ")
+        .find(|s| s.starts_with("Layers\n"))
+        .ok_or("docs/ARCHITECTURE.md has no section `## Layers`")?;
+    let mut rows = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let Ok(layer) = cells[0].parse::<usize>() else {
+            continue; // the header and its rule
+        };
+        let modules: Vec<String> = cells
+            .get(1)
+            .ok_or_else(|| format!("layer {layer}: no modules cell in `{line}`"))?
+            .split(',')
+            .map(|m| m.trim().trim_matches('`').to_string())
+            .collect();
+        if modules.iter().any(|m| {
+            m.is_empty()
+                || !m
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        }) {
+            return Err(format!(
+                "layer {layer}: the modules cell is not `a`, `b`, …: `{line}`"
+            ));
+        }
+        rows.push((layer, modules));
+    }
+    Ok(rows)
+}
+
+#[test]
+fn the_map_names_every_module_in_its_layer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).expect("the map");
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("src/lib.rs");
+    let rows = map_layers(&map).unwrap_or_else(|e| panic!("{e}"));
+    let mut wrong = Vec::new();
+
+    let numbers: Vec<usize> = rows.iter().map(|(n, _)| *n).collect();
+    let expected: Vec<usize> = (0..LAYERS.len()).collect();
+    if numbers != expected {
+        wrong.push(format!(
+            "the table's layers are {numbers:?}, LAYERS has {expected:?}"
+        ));
+    }
+    for (layer, modules) in &rows {
+        for m in modules {
+            match layer_of(m) {
+                Some(l) if l == *layer => {}
+                Some(l) => wrong.push(format!(
+                    "`{m}` is in layer {layer} of the table, {l} of LAYERS"
+                )),
+                None => wrong.push(format!(
+                    "`{m}` (layer {layer} of the table) is in no layer of LAYERS"
+                )),
+            }
+        }
+    }
+    let in_table: Vec<&String> = rows.iter().flat_map(|(_, ms)| ms).collect();
+    let declared = declared_modules(&lib);
+    for m in &declared {
+        match in_table.iter().filter(|t| *t == &m).count() {
+            1 => {}
+            0 => wrong.push(format!("`{m}` (src/lib.rs) is missing from the table")),
+            n => wrong.push(format!("`{m}` is in the table {n} times")),
+        }
+    }
+    for m in &in_table {
+        if !declared.contains(m) {
+            wrong.push(format!("`{m}` of the table is not a module of src/lib.rs"));
+        }
+    }
+    for m in LAYERS.iter().flat_map(|l| l.iter()) {
+        if !declared.iter().any(|d| d == m) {
+            wrong.push(format!("`{m}` of LAYERS is not a module of src/lib.rs"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/ARCHITECTURE.md's layer table (\"## Layers\") does not match src/lib.rs and LAYERS:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_map_check_reads_the_table_and_the_declarations() {
+    let map = "# x\n\n## Layers\n\n| layer | modules | what |\n|---|---|---|\n\
+               | 0 | `core` | pure |\n| 1 | `clock`, `tls` | leaves, `not_a_module` |\n\n## Next\n| 2 | `x` | y |\n";
+    let rows = map_layers(map).expect("a table");
+    assert_eq!(
+        rows,
+        [
+            (0, vec!["core".to_string()]),
+            (1, vec!["clock".to_string(), "tls".to_string()])
+        ]
+    );
+    assert!(map_layers("## Layers\n| 0 | core and `clock` | x |\n").is_err());
+    let lib = "//! `mod doc;`\npub(crate) mod actors;\npub mod app;\nmod plain;\n// mod gone;\n";
+    assert_eq!(declared_modules(lib), ["actors", "app", "plain"]);
 }

@@ -201,6 +201,10 @@ struct RunResult {
     /// CPU seconds of the engine's process per 1,000 events.
     cpu_s_per_1k: Option<f64>,
     peak_rss_mb: Option<f64>,
+    /// Heap allocations of Courier's process per event over the window
+    /// (`courier_memory_allocations_total`, jemalloc's count); None for the
+    /// other engines.
+    allocs_per_event: Option<f64>,
     /// CPU of the API stand-in per 1,000 events over the same window.
     sink_cpu_s_per_1k: Option<f64>,
     /// The audit, after the engine stopped: distinct backlog ids answered 2xx,
@@ -292,6 +296,18 @@ impl Proc {
         match self {
             Proc::Courier(c) => c.pid(),
             Proc::Other(g) => g.pid(),
+        }
+    }
+
+    /// Courier's heap allocations so far (`courier_memory_allocations_total`).
+    async fn allocations(&self) -> Option<f64> {
+        match self {
+            Proc::Courier(c) => c
+                .metric("courier_memory_allocations_total")
+                .await
+                .ok()
+                .filter(|n| *n > 0.0),
+            Proc::Other(_) => None,
         }
     }
 
@@ -560,6 +576,8 @@ logger:
         let mut proc = self.spawn(engine, group)?;
         let pid = Pid::Of(proc.pid().unwrap_or(0));
         let mut tick = tokio::time::interval(Duration::from_millis(50));
+        // Courier's allocations at the window's ends.
+        let mut allocs_first = None;
         // (when, delivered then, engine CPU, stand-in CPU)
         let mut first: Option<(Instant, u64, Option<f64>, Option<f64>)> = None;
         let measured = loop {
@@ -578,6 +596,7 @@ logger:
                 continue;
             };
             if first.is_none() && d.distinct > 0 {
+                allocs_first = proc.allocations().await;
                 first = Some((
                     Instant::now(),
                     d.distinct,
@@ -587,6 +606,7 @@ logger:
             }
             if d.distinct >= events {
                 break (
+                    proc.allocations().await,
                     Instant::now(),
                     cpu_seconds(pid, self.ticks),
                     self.sink.cpu(self.ticks),
@@ -594,7 +614,7 @@ logger:
                 );
             }
         };
-        let (t_end, cpu_end, sink_end, rss) = measured;
+        let (allocs_end, t_end, cpu_end, sink_end, rss) = measured;
         let (t_first, d_first, cpu_first, sink_first) =
             first.unwrap_or((t_end, events, cpu_end, sink_end));
         let n = events.saturating_sub(d_first);
@@ -606,6 +626,10 @@ logger:
         r.cpu_s_per_1k = per_1k(r.cpu_secs_window, n);
         r.sink_cpu_s_per_1k = per_1k(sink_end.zip(sink_first).map(|(b, a)| b - a), n);
         r.peak_rss_mb = rss.map(|b| b as f64 / MB);
+        r.allocs_per_event = allocs_end
+            .zip(allocs_first)
+            .filter(|_| n > 0)
+            .map(|(b, a)| (b - a) / n as f64);
 
         // At least once: the offsets must follow (not timed).
         let until = Instant::now() + Duration::from_secs(60);
@@ -713,6 +737,7 @@ struct Summary {
     events_per_s_max: Option<f64>,
     cpu_s_per_1k: Option<f64>,
     peak_rss_mb: Option<f64>,
+    allocs_per_event: Option<f64>,
     sink_cpu_s_per_1k: Option<f64>,
     duplicates: u64,
     audits_ok: usize,
@@ -751,6 +776,7 @@ fn summarise(opts: &Opts, runs: &[RunResult]) -> (Vec<Summary>, Vec<RatioResult>
                 events_per_s_max: rates.iter().copied().reduce(f64::max),
                 cpu_s_per_1k: median(good.iter().filter_map(|r| r.cpu_s_per_1k).collect()),
                 peak_rss_mb: median(good.iter().filter_map(|r| r.peak_rss_mb).collect()),
+                allocs_per_event: median(good.iter().filter_map(|r| r.allocs_per_event).collect()),
                 sink_cpu_s_per_1k: median(
                     good.iter().filter_map(|r| r.sink_cpu_s_per_1k).collect(),
                 ),
@@ -816,12 +842,12 @@ fn markdown(
         fmt(loads.iter().copied().reduce(f64::min), 2),
         fmt(loads.iter().copied().reduce(f64::max), 2),
     );
-    s += "| L | engine | events/s (median) | min–max | CPU s / 1k events | peak RSS MB | stand-in CPU s / 1k | audits ok | duplicates |\n";
-    s += "|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    s += "| L | engine | events/s (median) | min–max | CPU s / 1k events | peak RSS MB | allocations / event | stand-in CPU s / 1k | audits ok | duplicates |\n";
+    s += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for x in summaries {
         let engine = Engine::from_str(&x.engine, true).map_or(x.engine.as_str(), |e| e.label());
         s += &format!(
-            "| {} ms | {} | {} | {}–{} | {} | {} | {} | {}/{} | {} |\n",
+            "| {} ms | {} | {} | {}–{} | {} | {} | {} | {} | {}/{} | {} |\n",
             x.latency_ms,
             engine,
             fmt(x.events_per_s, 0),
@@ -829,6 +855,7 @@ fn markdown(
             fmt(x.events_per_s_max, 0),
             fmt(x.cpu_s_per_1k, 3),
             fmt(x.peak_rss_mb, 0),
+            fmt(x.allocs_per_event, 1),
             fmt(x.sink_cpu_s_per_1k, 3),
             x.audits_ok,
             x.runs,

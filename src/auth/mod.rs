@@ -22,6 +22,35 @@
 //! most once per `api.oauth2.unauthorized_refresh_interval` for 401s, and not
 //! at all while other calls are answered 2xx with a young one
 //! (`core::credentials::unauthorized`).
+//!
+//! # Invariant I33: credentials
+//!
+//! *Enforced in* `src/auth/` (`Auth`, `oauth2::TokenSource`, `secret::Watched`),
+//! `src/core/credentials.rs` (when to fetch), `src/delivery/http.rs` (the 401 retry),
+//! `src/delivery/systemic.rs`. A request without a credential to send — the OAuth2 token
+//! endpoint unreachable or answering no token (`auth_token_unavailable`), or refusing the
+//! client (`auth_token_refused`) — fails as a systemic transport failure: the breaker hears
+//! of it and the group pauses, and `core::systemic`'s hypothesis is not kept for it (no
+//! later delivered call can make it the event's fault: never parked, never dead-lettered).
+//! A call waits for a token at most `api.request_timeout`. One fetch is in flight for the
+//! process (a lock; a caller that waited for it sees the generation moved and uses its
+//! token); the cached token is refreshed in the background 10–20 % of its lifetime before
+//! it expires, and a failed fetch backs off 1 s doubling to 30 s (`core::credentials::step`
+//! decides `Use | UseAndRefresh | Fetch | WaitUntil`). A 401 to a request that carried a
+//! token makes at most one more send, with a new credential only (a refreshed token, a
+//! token file that changed): not a try of the event. Secret files are re-read every second
+//! and after a 401, opened anew by path (a Kubernetes Secret volume's `..data` swap
+//! included); a file that turns empty, unreadable or malformed keeps the last good value.
+//! Secrets are sensitive header values, redacted from answers' excerpts (the current values
+//! at each answer), and are never in logs, metrics, envelopes, `/status` or `check-config`.
+//!
+//! *Tested by* `core::credentials` unit and property tests (never a token past its expiry,
+//! never a fetch during a back-off nobody fetches in, the refresh inside its margin);
+//! `auth::secret` unit (a swapped volume is seen, a bad value keeps the last good);
+//! `core::webhook_signature` unit (the spec's published vector); `tests/auth.rs` (hydra:
+//! tokens of 3 s, the endpoint down 10 s, a refused client secret, a rotated token file);
+//! `tests/signing.rs` (the Standard Webhooks reference library verifies every request
+//! through a secret rotation).
 
 pub mod oauth2;
 pub mod secret;

@@ -8,6 +8,36 @@
 //!
 //! Secrets never live in the file: the API token, database and Redis passwords are
 //! read from environment variables whose *names* the file may set.
+//!
+//! # Secrets
+//!
+//! Only environment variables named by the config (`api.token_env`,
+//! `kafka.sasl_password_env`, `kafka.oauth_client_secret_env`, `kafka.ssl_key_password_env`,
+//! `redis.password_env`, `enrichment.password_env`, `api.oauth2.client_secret_env`,
+//! `api.signing.secret_env`), and files the config names (`api.tls.key_file`: its path in
+//! the config, its content read at start; `api.token_file`, `api.oauth2.client_secret_file`,
+//! `api.signing.secret_file`: re-read when they change, I33);
+//! `Config::validate` refuses secrets in the
+//! file (and a private key's content, `ssl.key.pem`: keys are given by path), refuses a
+//! `*_env` value that does not look like a variable name (`^[A-Za-z_][A-Za-z0-9_]*$`: likely
+//! the secret itself) without showing it, and
+//! `Config::check_secrets` fails the start — and `check-config` — naming the field and the
+//! variable when a named one is missing (PostgreSQL's only when PostgreSQL is used: enrichment
+//! or the source-of-truth query). The token goes into a sensitive header value; the Kafka
+//! secrets become librdkafka's `sasl.password`, `sasl.oauthbearer.client.secret` and
+//! `ssl.key.password` (`KafkaConfig::secret_properties`), which librdkafka redacts.
+//! `tests/security.rs`, `tests/sasl.rs`, `tests/kafka_security.rs` and `tests/stores_tls.rs`
+//! search debug-level logs (and `/metrics`) for the secrets.
+//!
+//! Transport security, per connection:
+//!
+//! - **Kafka**: librdkafka's own TLS (OpenSSL) and SASL, from `[kafka.properties]`. The build
+//!   (`Cargo.toml`: `ssl`, `zstd`, `curl-static`, `cmake-build`) has every codec, SASL PLAIN,
+//!   SCRAM and OAUTHBEARER with OIDC token fetching (a static libcurl); a unit test reads
+//!   librdkafka's `builtin.features` and fails when one is missing. With
+//!   `sasl.oauthbearer.method = "oidc"` librdkafka fetches and renews the token itself
+//!   (client credentials); `KafkaConfig::validate` requires the client id, the token
+//!   endpoint and `oauth_client_secret_env` together.
 
 mod api;
 mod auth;

@@ -21,6 +21,28 @@
 //! [`decide_round`]: permanent → parked; systemic and not refuted → back to the
 //! DLQ without using up a retry; otherwise one more retry, or a drop to the
 //! parking lot once the `[retry]` policy ([`DlqRetry`]) is exhausted.
+//!
+//! # Invariant I32: attempt decisions
+//!
+//! *Enforced in* `src/core/attempt.rs` (`decide`, `decide_round`), carried out by `src/delivery/attempt.rs` and `src/delivery/drain.rs`. A systemic failure never spends a try and never goes to the
+//! DLQ — it waits at the gate while nothing refutes it, and once refuted retries after
+//! `persistent_delay(n, api.retry_base, api.retry_max_delay)` until `api.systemic_budget`
+//! is spent, then parks (`SystemicBudgetSpent`). A transient failure during a systemic
+//! outage of the breaker waits at the gate without spending a try. Any other transient
+//! failure retries in place while `InPlaceRetry::next_delay` gives a delay (tries, total
+//! budget, `Retry-After` as a floor), then goes to the DLQ. A permanent one parks. A
+//! delivered try and an unsendable request end the loop without a decision (recorded /
+//! parked at once).
+//!
+//! A failed DLQ round has its own pure decision, `core::attempt::decide_round(policy,
+//! class, refuted, Round{dlq_retries, first_dlq_at_ms, now_ms, backoff}) → Park | Again |
+//! Retry | Drop{why}`: permanent → parked; systemic and not refuted by a later delivered
+//! call → back to the DLQ with the same `dlq_retries` (never dropped for it); otherwise
+//! dropped to the parking lot exactly when the `[retry]` policy (`DlqRetry`) is exhausted
+//! with this round, else back with `dlq_retries + 1` and the next `not_before`.
+//! `drain.rs::redelivered` carries it out.
+//!
+//! *Tested by* `core::attempt` unit and property tests (a systemic failure never spends a try nor dead-letters while the budget lasts; a permanent one always parks; a transient one dead-letters only when the policy is exhausted; delays within the caps); `delivery::tests` (the shell over a fake API and a fake DLQ writer).
 
 use crate::core::backoff::{persistent_delay, InPlaceRetry};
 use crate::core::classify::FailureClass;

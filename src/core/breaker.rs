@@ -20,7 +20,7 @@
 //!
 //! # What the pipeline reads
 //!
-//! - [`Breaker::is_open`] is the breaker's share of `api_unavailable` (DESIGN.md §5):
+//! - [`Breaker::is_open`] is the breaker's share of `api_unavailable` (degraded mode: `core::fsm`):
 //!   true only while `Open` and its interval has not elapsed. It is *false* in
 //!   `HalfOpen`, because the partitions must un-pause for the probes to exist at all;
 //!   if `HalfOpen` counted as unavailable, nothing would ever be sent and the breaker

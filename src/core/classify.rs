@@ -10,6 +10,77 @@
 //!   expired or wrong-host certificates, a refused client certificate). The
 //!   breaker trips at once and the event waits at its gate: the pipeline pauses
 //!   instead of filling the DLQ.
+//!
+//! # Invariant I11: error classes
+//!
+//! *Enforced in* `src/core/classify.rs`, `src/core/envelope.rs` (`ErrorInfo::new`). A
+//! `last_error` is built only from the typed class (`ErrorClass`: transient, permanent,
+//! systemic, poison, dropped) and reason (`FailureReason`), its message cleaned and cut;
+//! `outcome_of` is the one mapping from a failure class to what the breaker hears (permanent:
+//! the API is up; systemic: trip with the reason). `courier_in_flight` is held by a guard
+//! (`InFlight`), so no exit path leaves it raised.
+//!
+//! *Tested by:* Unit tests (every reason distinct, `http_NNN` for 100–999); every e2e test
+//! reading envelopes (`tests/api_errors.rs`, `tests/dlq.rs`, `tests/policy.rs`).
+//!
+//! # Errors and their classes
+//!
+//! A failed try has a class (`core::classify::FailureClass`) and a reason code. An answer's
+//! reason is `http_<status>` (`classify_status`). A call without an answer gets a
+//! `core::classify::TransportFailure`, which `delivery::http::classify` finds by walking the
+//! reqwest error's `source()` chain (through hyper-util's and tokio-rustls' layers; an
+//! `io::Error` that wraps another error is opened with `get_ref`, since its `source()` skips
+//! the wrapped error) down to the most specific error:
+//!
+//! | reason | found as | class |
+//! |---|---|---|
+//! | `tls_untrusted` | `rustls::Error::InvalidCertificate(UnknownIssuer / BadSignature / wrong purpose / …)` | systemic |
+//! | `tls_expired`, `tls_not_yet_valid` | `InvalidCertificate(Expired…)`, `(NotValidYet…)` | systemic |
+//! | `tls_hostname` | `InvalidCertificate(NotValidForName…)` | systemic |
+//! | `tls_revoked` | `InvalidCertificate(Revoked)` | systemic |
+//! | `tls_client_cert` | a certificate alert *received* from the server (`CertificateRequired`, `BadCertificate`, `UnknownCA`, …): the API refused our client certificate or wanted one | systemic |
+//! | `tls_handshake` | any other rustls error (no common version or cipher, not TLS on that port, …) | systemic |
+//! | `connect_refused` | `io::ErrorKind::ConnectionRefused` | transient |
+//! | `connect_timeout` / `timeout` | `TimedOut`, or reqwest's timeout, while connecting / after | transient |
+//! | `connection_closed` | reset, aborted, broken pipe, EOF, or hyper's incomplete message | transient |
+//! | `dns` | hyper-util's `dns error` | transient |
+//! | `protocol` | hyper's parse errors (the answer was not HTTP) | transient |
+//! | `connect`, `transport` | anything else, while connecting / after | transient |
+//! | `auth_token_unavailable`, `auth_token_refused` | no OAuth2 token to send: the token endpoint unreachable or answering no token / refusing the client (`auth::AuthFailure`, I33) | systemic |
+//!
+//! TLS failures are systemic because they are about the API's or Courier's certificate,
+//! the same for every event, and stay until someone replaces a certificate or changes the
+//! config: filling the DLQ would only move every event there. So they take the path 401/403
+//! take: `CallOutcome::Systemic(reason)` trips the breaker at once (its transition carries
+//! the reason, e.g. `reason="tls_untrusted"`), the event's task waits at `ApiHealth::gate`
+//! without using up a try, the partitions pause, and half-open probes find out when the
+//! certificate is fixed (`tests/tls_api.rs` swaps the stand-in's certificate while Courier
+//! runs). DNS errors and refused connections stay transient: they are what an API restart or
+//! a failover looks like.
+//!
+//! Every failed try is counted in `courier_delivery_errors_total{class, reason}` (main path
+//! and DLQ drain). `core::classify::FailureLog` (pure, time as input) decides which get a log
+//! line: the first of each reason at once, then one per reason every 10 s with `left_out`,
+//! the number not logged in between — so the first TLS failure is named in the log at once
+//! (WARN, with `detail` and `hint`: what to do), not only the breaker's `probe_failed`.
+//! Transient and permanent failures are logged at INFO. The `detail` is the innermost error's
+//! text (`invalid peer certificate: UnknownIssuer`, `Connection refused (os error 111)`):
+//! reqwest's own message is skipped because it holds the URL, and nothing from a response body
+//! goes into a log line or a metric label. The DLQ envelope's `last_error` carries the class,
+//! the reason and a message with the tries and that detail, or for an answer the first
+//! `api.error_body_bytes` of its body (control characters replaced): the envelope goes to
+//! topics only operators read. Classes (`ErrorClass`: transient, permanent, systemic, poison,
+//! dropped) and reasons (`FailureReason`: `http_<status>`, the transport failures, the decoder's
+//! reasons, …) are enums in `core::classify`; `ErrorInfo::new` is the one constructor of a
+//! `last_error`, and `core::classify::outcome_of` the one mapping from a failure class to what
+//! the breaker hears.
+//!
+//! What a status means is `core::status_policy`: `[api.status]` rules over the defaults, as a
+//! table of 500 verdicts built at start (the narrowest rule wins; same-width overlaps are
+//! refused by `check-config`). A 4xx/5xx a rule makes systemic trips the breaker with its own
+//! reason (`http_404`). The parking flood guard (`ApiHealth::parked_by_api`) counts events parked
+//! because of a permanent *answer* (not bad input, not a request unbuildable here) per second;
+//! above `degraded.flood_parked_per_sec` it trips the breaker with `park_flood`.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StatusVerdict {

@@ -26,6 +26,53 @@
 //! Reading it back: at an assignment, [`assess`]; after a partition actor
 //! crashed, [`after_crash`] (`crash.rs`: where the next incarnation starts,
 //! what it skips, whether the side is read again).
+//!
+//! # Invariant I20: metadata identity
+//!
+//! *Enforced in* `src/core/completed.rs`, `src/actors/consumer/recovery.rs`, `src/kafka/identity.rs`
+//! (metadata identity, cap, crash). Metadata `c2:<topic id>:…` is bound to the topic's id
+//! (every store carries it, with nothing done above the watermark too, so the *position* is
+//! bound as well: a committed position whose metadata names another id was made for another
+//! log, by an owner that missed a recreation, and the partition is read from its log's start
+//! instead, see I18), read at each assignment with DescribeTopics (rdkafka 0.39 has no safe API for topic ids:
+//! raw `rd_kafka_DescribeTopics`/`rd_kafka_TopicDescription_topic_id`); `decode` refuses
+//! another id, no id, or the id-less `c1` (one round of duplicates after the upgrade, never a
+//! wrong skip). When the id cannot be read at the assignment (`completed::assess` →
+//! `Settings::verify`), nothing the committed metadata names is skipped; if that metadata
+//! names a log, nothing is stored for the side until a lag check reads the id (the same:
+//! stores resume, naming it; another: the partition is read from its log's start); naming
+//! none, the position is taken as Kafka takes any committed offset. After a position reset
+//! (I18) a side's commits name the new log once the second lag check after the reset read
+//! its id (the first may predate the reset's records; about 2 s); until then they carry no
+//! metadata, and an idle side that learns its log's id stores again. Its cap is the smallest
+//! `offset.metadata.max.bytes` of the brokers
+//! (DescribeConfigs at start; Kafka's 4,096 if unreadable, logged). After a partition actor
+//! crashes, the re-read skips what the crashed incarnation's last stored metadata names
+//! (`PartitionShared` keeps it with the stored position). Leader epochs (a truncation that
+//! rewrote offsets above `W`) are not bound yet: rdkafka 0.39 exposes them only through raw
+//! calls on messages and partition lists. A truncation moves the position back, which I18
+//! handles whatever the cause; what is not detected is a truncation that removed offsets
+//! Courier had already committed past and that were then rewritten with other records (an
+//! unclean leader election losing acknowledged writes): no broker here can produce one on
+//! demand.
+//!
+//! *Tested by:* `core::completed` unit tests (another id, no id, `c1` refused; the budget
+//! counts the id; `assess` with an unreadable id); `core::partition::log_tests` (commits after
+//! a reset name the new id: seen failing with `None`; an idle side commits the log it
+//! learns); the recreation tests of `tests/positions.rs` wait until the committed metadata
+//! names the new topic id; `tests/positions.rs::metadata_of_a_recreated_topic_skips_nothing` (old
+//! metadata committed onto a recreated topic: all 30 new events delivered, 0 skipped; seen
+//! failing on 87cb04e: 29 skipped, never delivered),
+//! `a_crashed_partition_actor_skips_what_its_metadata_names` (99 done above a stuck event,
+//! then a crash: 0 delivered again; 99 on 87cb04e);
+//! `a_position_committed_for_the_old_log_skips_nothing` (the old log's position 300 committed
+//! onto the recreated topic, 500 long: 500 of 500 delivered; seen failing without the check:
+//! 300 never delivered); `commit_metadata_stays_within_the_brokers_limit` (the test broker
+//! runs with `offset.metadata.max.bytes = 1024`, not Kafka's default; every other event
+//! retried in place: the committed metadata reached 1,021 bytes and no commit was refused;
+//! seen failing with 4,096 assumed: `OffsetMetadataTooLarge`). A commit the broker refuses
+//! for some partitions only is logged too (`CourierContext::commit_callback`, at most once
+//! per 10 s), not only a commit refused whole.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;

@@ -16,6 +16,44 @@
 //! from it, or by another assignment of the same partition in this process.
 //! The [`Ledger`] remembers, per topic and partition, up to which offset a loss
 //! was reported, so each lost offset is counted once whoever sees it.
+//!
+//! # Invariant I30: deleted unread
+//!
+//! *Enforced in* `src/actors/consumer/recovery.rs` (`committed_metadata`), `src/core/deleted.rs`,
+//! `Pipeline::deleted_unread` (deleted-unread accounting). At every assignment the consumer
+//! reads, with the committed positions, each partition's log start (main and DLQ); a
+//! committed position `C` below the log start `L` lost `[C, L)` to retention,
+//! `delete-records` or truncation. The count is the offsets of the range the commit metadata
+//! does not name done (a transactional producer's deleted control markers cannot be told
+//! apart: counted). `Pipeline::deleted_unread` is the one place that logs the ERROR "events
+//! deleted unread" (topic, partition, from, to, count) and adds to
+//! `courier_events_deleted_unread_total{topic,partition}`; its ledger
+//! (`core::deleted::Ledger`) counts each lost offset once per process, whoever sees it (an
+//! assignment, an offset reset, a reassignment). While running, the log start passing the
+//! read position shows only as librdkafka's offset reset after an out-of-range fetch, which
+//! librdkafka reports only in its log (WARN, facility `OFFSET`, "offset reset (at offset
+//! N…"): `kafka::client_log` reads that line and hands the position to the partition
+//! machine (`Input::OffsetReset`), which matches it with the gap the next record leaves
+//! (`Note::DeletedUnread`, in either order) and reports `[N, next record)` less what the
+//! earlier owner's commit metadata names done there; a gap no reset explains (compaction,
+//! transaction markers) is no loss. The parking lot has no consumer: `courier
+//! dlq inspect`/`replay` report its records deleted before the replay log lists them (and the
+//! DLQ's below the group's committed position) with the same line. Alert
+//! CourierEventsDeletedUnread; the DLQ's `retention.ms` below the DLQ policy's horizon
+//! (`core::dlq_policy::horizon_ms`) is warned about at start.
+//!
+//! *Tested by:* `core::deleted` unit tests and proptests (each offset counted once; exactly
+//! the undone offsets);
+//! `tests/dlq.rs::events_deleted_unread_are_counted_exactly_at_assignment` (real broker: 40
+//! committed, 60 more, `delete-records` to 70 while stopped: ERROR and counter 30 on the main
+//! topic, 3 on the purged DLQ, the audit loses exactly those 30; the tools report the DLQ's
+//! and the parking lot's; seen failing before: no line, no counter);
+//! `events_deleted_unread_while_running_are_counted_exactly` (main p paused by an API outage
+//! at 60, 60 more events, `delete-records` to 90: ERROR from=60 to=90 count=30, counter 30,
+//! the audit loses exactly those 30; seen failing before: nothing said);
+//! `core::partition` unit test `an_offset_reset_while_running_names_the_records_deleted_unread`,
+//! `kafka::client_log` unit tests (the line as librdkafka 2.12 writes it); promtool test of
+//! the alert.
 
 use crate::core::completed::Completed;
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! What to do with a DLQ event when it reaches the head of the drain (DESIGN.md §7).
+//! What to do with a DLQ event when it reaches the head of the drain.
 //!
 //! Two policies, chosen per event type:
 //! - **counter** (webhook-like events): at most `max_retries` deliveries from the

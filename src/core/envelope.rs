@@ -3,6 +3,21 @@
 //! The original key and payload travel as bytes, unchanged (base64 in the JSON
 //! body). The same context also goes into Kafka headers with the usual names, so
 //! `kcat -J` and other tools can read a DLQ record without parsing its body.
+//!
+//! # Invariant I10: decoding
+//!
+//! *Enforced in* `src/core/event.rs`, `src/core/envelope.rs` (`Envelope::check`). Decoding
+//! refuses what a JSON parser would refuse (depth, number range, broken strings) and ids
+//! unfit for a header, so a body is never rebuilt differently from what was checked; a DLQ
+//! record that Courier could not have written is parked `invalid_envelope` instead of
+//! blocking the drain. A `not_before` past this Courier's `degraded.dlq_backoff_cap` is
+//! not refused but waits the cap (`Envelope::wait_capped`): records written before an
+//! operator lowered the cap are retried, not parked.
+//!
+//! *Tested by:* Unit tests; `tests/fuzz_codecs.rs` (properties comparing reasons, not only
+//! ok/error); `tests/dlq.rs::forged_envelopes_never_block_the_drain`;
+//! `tests/schema_registry.rs::dead_lettered_avro_events_are_redelivered_also_after_a_registry_outage`
+//! (a second Courier with a shorter cap).
 
 use crate::core::classify::{ErrorClass, FailureReason};
 use serde::{Deserialize, Serialize};

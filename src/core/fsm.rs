@@ -1,4 +1,4 @@
-//! The per-partition FSM of DESIGN.md §4: which of main p and DLQ p is read.
+//! The per-partition FSM of degraded mode: which of main p and DLQ p is read.
 //!
 //! | api_unavailable | dlq_has_unread | mode     | main p  | DLQ p   |
 //! |-----------------|----------------|----------|---------|---------|
@@ -10,6 +10,49 @@
 //! dwell in `Paused` (see there). The partition actor applies the difference between
 //! two [`Reading`]s with pause/resume, and re-applies the whole current reading after
 //! every assignment, because librdkafka does not keep pauses across rebalances.
+//!
+//! # Degraded mode
+//!
+//! Pure parts: `src/core/breaker.rs` (Resilience4j-style breaker with a bucketed sliding
+//! window, plus a consecutive-failure trigger), `src/core/fsm.rs` (the per-partition table
+//! and the minimum pause), `src/core/dlq_policy.rs` (counter / deadline decisions,
+//! source-of-truth comparison, `not_before` backoff). All take time as a parameter.
+//!
+//! - **Feeding the breaker**: every API call's outcome goes to `api_health::ApiHealth::record`
+//!   (2xx/409/other 4xx = the API is up; 5xx, 408, 429, timeouts, connection errors =
+//!   failure; 401/403 and TLS failures = trip at once, with the reason). Before each call a task waits at `ApiHealth::gate` while the breaker is open; in
+//!   half-open only the probes pass. Events therefore *wait* during an outage; they do not
+//!   fail into the DLQ (only the onset's in-flight events and failed probes do).
+//! - **Verdict** (`HealthVerdict`): the health actor ticks every `degraded.poll_interval` (and at once when the
+//!   breaker opens): it sets the Redis marker if its breaker is open, reads it, and
+//!   publishes `api_unavailable = marker_alive || breaker_open` on a `tokio::sync::watch`
+//!   channel (`ApiHealth::watch`), which each partition actor watches
+//!   (`actors::partition::verdict`; no relay through the consumer). Redis unreachable:
+//!   the verdict is the breaker alone.
+//! - **FSM**: each partition machine owns main p and DLQ p (range assignment + equal partition
+//!   counts, checked at start). `PartitionFsm::update(api_unavailable, dlq_has_unread)`
+//!   decides; the machine applies pause/resume to both topics explicitly on every
+//!   assignment. While the mode is `paused` nothing is dispatched (records still in the
+//!   mailbox or the backlog, a key's next event, an errored job's retry wait in the
+//!   partition): the verdict may rest on another instance's marker while this instance's
+//!   own breaker is closed, and `ApiHealth::gate` would then let them through.
+//!   `dlq_has_unread` is: a due event at the head of the DLQ queue, or unread DLQ records
+//!   (the consumer actor reads DLQ end offsets at once on every assignment and then every
+//!   `degraded.lag_check_interval`), or a lag not known yet (so a new owner looks at DLQ p before
+//!   reading main p). The lag check uses a client of its own and one batched `ListOffsets`
+//!   per topic: on the group consumer's connection each request waited behind a long-poll
+//!   `Fetch`, and a new assignment sat ~12 s in `drain_dlq` with an empty DLQ. A tick is
+//!   skipped while a check runs.
+//! - **Drain**: DLQ records are begun in the DLQ tracker as they arrive and queued (DLQ p
+//!   pauses at `max_in_flight_per_partition` of them, see `runtime`'s "Backpressure"); while the
+//!   mode is `drain_dlq` the due ones are dispatched; a head that is not due yet stops the
+//!   drain and schedules a wake-up at its `not_before`. Redelivery uses its own semaphore and
+//!   a pacer (one slot every 1/rate s; `core::pacer` reserves nothing ahead, so a waiter
+//!   whose partition is handed over leaves no slot the others wait behind). A failed redelivery is re-produced to DLQ p with
+//!   `dlq_retries + 1`; the DLQ offset is done only once that write is acknowledged.
+//! - **Flood guard**: more than `flood_dlq_per_sec` DLQ writes in a second trips the breaker.
+//!
+//! Tested in `tests/degraded.rs`, `tests/redis_down.rs` and `tests/deadline.rs`.
 
 use std::time::{Duration, Instant};
 

@@ -20,6 +20,41 @@
 //! ([`Template::render_url`]) and parked `request_unbuildable`, the request
 //! never sent. With `/` encoded as `%2F`, the path of every request a route
 //! sends has the template's number of segments and its literal prefix.
+//!
+//! # Invariant I16: requests and traces
+//!
+//! *Enforced in* `src/core/mapping.rs`, `src/core/trace.rs`, `src/delivery/request.rs`
+//! (`request`). An event's request: the first route whose type glob matches (URL with
+//! percent-encoded placeholders, never in the host; method; headers from attributes; body
+//! event or data), else `api.url`. Route URLs obey `api.url`'s rules (`check-config`). A
+//! `traceparent` is forwarded only when valid W3C (then with its `tracestate`), from the
+//! CloudEvents attributes or the Kafka headers; the event's JSON is looked at only when it
+//! contains `"traceparent"`. With `[tracing] otlp_endpoint` (`src/otel.rs`), each delivery is
+//! a span `deliver` (target `courier::otel`, the only spans the OTLP layer sees), a child of
+//! the event's context, exported in batches from the SDK's thread; the request's
+//! `traceparent` then names Courier's span. Off, no span is created per event beyond today's
+//! DEBUG one.
+//!
+//! *Tested by:* Unit + property tests (percent-encoding round trip, globs, templates,
+//! traceparent validation); `tests/otlp.rs` (a real OpenTelemetry Collector built by
+//! `scripts/otelcol.sh` from the Go module proxy: the `deliver` span's parent is the event's
+//! span, the API's `traceparent` names Courier's span); `tests/policy.rs`: two routes by type
+//! with PUT/PATCH, headers, `body = "data"`, forwarded Kafka header, traceparent from an
+//! attribute and a header, a malformed one not forwarded; audit lost 0.
+//!
+//! # Invariant I27: request paths
+//!
+//! *Enforced in* `src/core/mapping.rs` (`Template::render_url`), `src/delivery/request.rs`
+//! (`request`). No event chooses the API's path: a route's placeholder value that would make
+//! a path segment empty, `.` or `..` (`%2e` counts as a dot: the URL parser and servers
+//! resolve it, so encoding the dots would not help) parks the event `request_unbuildable`,
+//! unsent; with `/` encoded, every request has its template's number of path segments and
+//! literal prefix.
+//!
+//! *Tested by:* `dot_and_empty_segments_cannot_change_the_path` (unit),
+//! `no_value_changes_the_path_shape` (proptest through reqwest's URL parser);
+//! `tests/policy.rs::routes_by_type_…`: `..`, `.` and empty subjects parked, never sent
+//! (before the fix `.` reached `/routes/orders/?id=dot`).
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};

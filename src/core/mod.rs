@@ -23,7 +23,9 @@
 //!   `trace` (W3C trace context), `text` (record-chosen text made safe for logs and
 //!   errors).
 //!
-//! * **What an answer means and what follows** (`delivery`, `api_health`): `classify`
+//! * **What an answer means and what follows** (`delivery`, `api_health`): `answer`
+//!   (the one reading of an answer: what the breaker hears of the call and what it
+//!   means for the event), `classify`
 //!   (an answer or transport failure → a class and a reason), `status_policy`
 //!   (what each HTTP status code means, `[api.status]`), `attempt` (the decision
 //!   after a failed try or a failed DLQ round: retry, wait at the gate, dead-letter,
@@ -45,6 +47,7 @@
 //!   the `/status` page shows: the marker's state, the verdict's source, recent
 //!   errors).
 
+pub(crate) mod answer;
 pub(crate) mod attempt;
 pub(crate) mod backoff;
 pub mod batch;

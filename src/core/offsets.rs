@@ -17,6 +17,18 @@
 //!
 //! Violations are refused with a typed error instead of being absorbed, because each
 //! of them means a bug upstream that could otherwise move the watermark wrongly.
+//!
+//! # Invariant I1: watermark
+//!
+//! *Enforced in* `src/core/offsets.rs` (`OffsetTracker`). The watermark is the lowest
+//! begun-but-unfinished offset, or highest begun + 1. Out-of-order begins, unknown/duplicate
+//! completions and completions from another generation are refused with typed errors.
+//!
+//! *Tested by:* Unit tests + a model-based proptest (random begin/complete sequences against
+//! a reference model: the watermark never passes an unfinished offset and never goes back).
+//!
+//! The unfinished offsets are an ascending `VecDeque` (begun in order: a push at the back; a
+//! completion: a binary search and a removal).
 
 use std::collections::VecDeque;
 use std::fmt;

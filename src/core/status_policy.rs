@@ -6,6 +6,24 @@
 //! specific (the narrowest range) wins; two overlapping rules of the same width
 //! are refused, since neither is more specific. Codes outside 100-599 are
 //! refused. Pure: a table of 500 verdicts built once, looked up per answer.
+//!
+//! # Invariant I12: status policy
+//!
+//! *Enforced in* `src/core/status_policy.rs`, `src/api_health.rs` (`parked_by_api`). What a
+//! status means is one table built at start from the defaults and `[api.status]` (the
+//! narrowest rule wins; codes outside 100–599 and same-width overlaps refused by
+//! `check-config`). A status made systemic trips the breaker and the event waits at the gate:
+//! nothing is parked or dead-lettered for it (until a later delivered call refutes it for
+//! that event: I13, `core::systemic`). Events parked because of a permanent *answer* (not bad input)
+//! above `degraded.flood_parked_per_sec` trip the breaker (`park_flood`). The API's answer
+//! body goes into `last_error.message` only (cut to `api.error_body_bytes`, control
+//! characters replaced), never into a log line or a label.
+//!
+//! *Tested by:* Unit + property tests (the narrowest covering rule wins for any accepted rule
+//! set; the defaults without rules); `tests/policy.rs`: 404 made systemic pauses with nothing
+//! parked or in the DLQ, then all 200 delivered; 120 events answered 422 are parked with the
+//! answer's start in the message and the flood guard trips. Alert CourierParkFlood (promtool
+//! test).
 
 use crate::core::classify::{classify_status, FailureClass, StatusVerdict};
 use serde::{Deserialize, Serialize};

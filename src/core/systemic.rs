@@ -25,6 +25,60 @@
 //! instant as a revocation may reach the API in another order than they were
 //! sent; the few events whose calls straddle that instant can be demoted (at
 //! most the calls in flight at that instant).
+//!
+//! # Invariant I13: systemic hypothesis
+//!
+//! *Enforced in* `src/core/systemic.rs`, `src/core/breaker.rs` (`Breaker::systemic`,
+//! `GateQueue`), `src/api_health.rs`, `src/delivery/systemic.rs` (a systemic answer is a
+//! hypothesis). Calls are numbered as they are sent (`ApiHealth::call_number`) and the highest
+//! delivered number is kept. A systemic answer to call `s` is refuted when a call numbered
+//! above `s` was delivered. Unrefuted, it makes the breaker *half-open at once* (with its
+//! reason; no partition pauses, no Redis marker), and the period is first **optimistic**:
+//! every fresh call is admitted — the others' calls are the test, and one tenant's refusal
+//! makes nobody wait — until `half_open_probes` fresh calls were refused too, or the period
+//! is `breaker_open` old; then it is *cautious*: `half_open_probes` slots, as after an open
+//! interval. One delivered call refutes it (closed, `refuted`); answers to calls sent before
+//! the period are stragglers and change nothing. Before the optimism (2026-12-02, release
+//! build) every suspicion held every new call at the gate for at least one round trip. A
+//! suspected period is confirmed (open, with the reason; the Redis marker then pauses the
+//! group) only once `half_open_probes` calls of events *not refused before* were refused
+//! (in the cautious part each refused slot goes to the next waiter, so other events keep
+//! testing it) and the period is `breaker_open` old — or, that old, when a suspect is refused
+//! again — so a burst of one tenant's refused events cannot confirm it while the others'
+//! calls are delivered. *Suspects* (events refused systemic before) wait
+//! behind every fresh waiter at the gate, take at most `half_open_probes − 1` slots of a
+//! period until it is `breaker_open` old (so a period whose only waiters are suspects still
+//! ends), and their refusals are neutral (`Breaker::systemic_repeat`: they repeat what was
+//! known; a delivered probe among them closes the breaker). The probes rotate: waiters at the
+//! gate are admitted in arrival order, and one that comes back after a refusal waits behind
+//! the others, so one event cannot be the probe again and again. A suspected breaker is not
+//! open: no partition pauses and no group marker is written until it is confirmed. Per event
+//! (`EventHypothesis`): while its first refused call is unrefuted it waits at the gate using
+//! nothing up (an API refusing everything pauses the group, nothing parked); once refuted,
+//! each systemic answer counts (the breaker hears "up"), with a back-off, and at
+//! `api.systemic_budget` (default 3) the event is parked with its reason
+//! (`courier_systemic_demoted_total{reason}`). A DLQ round's refuted systemic answer uses up
+//! the round. Limit: an event whose refusal no later call contradicts (the very last call
+//! sent) waits like an outage until another event's call is delivered; events whose calls
+//! straddle a revocation's instant (sent in one order, reaching the API in another) may be
+//! parked.
+//!
+//! *Tested by:* `core::systemic` unit + property tests (demoted iff a later-numbered call was
+//! delivered, exactly at the budget; an API refusing everything demotes nothing);
+//! `core::breaker` tests (suspect → refuted by one probe, confirmed by fresh refusals once
+//! `open_for` old; probes rotate; proptest: a waiter is never passed over; model proptests of
+//! a gate with a refused tenant burst among other events: every tenant event demoted within 6
+//! s of model time and the breaker ends closed — and with every call refused: nothing
+//! demoted, never closed); the three-instance drill `courier-drill --short --scenario
+//! hostile-403` (before: others-flow 0.05–0.11 and the 403 events not out of the way in 60 s,
+//! the group marker re-set every few seconds; after: 1.00, parked in 1.9 s, the breaker never
+//! opened); `api_health` tests (refutation; a paused-time test of three waiters at the gate: the
+//! refused one probes again only after the others);
+//! `tests/policy.rs::a_tenant_answered_403_is_parked_and_the_others_flow` (20 events answered
+//! 403 among 2,000 at default settings: 2,000 delivered, the 20 parked `http_403`, 20
+//! demotions; before: 517 of the 2,000 in 120 s); the 401/404-to-everything tests
+//! (`tests/security.rs`, `tests/policy.rs`, `tests/tls_api.rs`, `tests/crash_cost.rs`)
+//! unchanged.
 
 /// What a systemic answer to call `seq` means for the breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,6 +3,20 @@
 //! bound and with control and bidirectional-formatting characters escaped, so
 //! one record can neither write megabytes into every log line nor forge a line
 //! (`\n`), a terminal escape (`\x1b[`) or reorder what a reader sees (U+202E).
+//!
+//! # Invariant I28: record text
+//!
+//! *Enforced in* `src/core/trace.rs`, `src/core/text.rs`, `src/core/event.rs`,
+//! `src/core/input.rs`, `src/core/envelope.rs` (record text). What a record chose leaves
+//! Courier bounded: a later-version `traceparent` is forwarded as its 55-character version-00
+//! form; text a record put in a decode or envelope error (an unsupported `specversion`,
+//! serde_json's quotes) is cut to 256 bytes with control and bidi characters escaped
+//! (`core::text::excerpt`) before any log line or parked message carries it; the envelope
+//! copies the event's `type` cut to 1 KB (and any unfit id cleaned), so even the reference
+//! envelope fits the topic.
+//!
+//! *Tested by:* Unit tests in each module (a 1 MB `specversion`, a megabyte `traceparent`
+//! tail, a 2 MB `type`), `core::text` proptest.
 
 /// The most bytes of record-chosen text a log line or error message carries.
 pub const LOG_TEXT_MAX: usize = 256;

@@ -10,10 +10,9 @@ use super::report::Failure;
 use super::request::{Body, Source};
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
+use crate::core::answer::Verdict;
 use crate::core::attempt::{self, Breaker, Failed, Next, ParkCause, Progress};
-use crate::core::classify::{
-    ErrorClass, FailureClass, FailureReason, StatusVerdict, TransportFailure,
-};
+use crate::core::classify::{ErrorClass, FailureClass, FailureReason, TransportFailure};
 use crate::core::envelope::ErrorInfo;
 use crate::core::event::Event;
 use crate::core::systemic::EventHypothesis;
@@ -79,6 +78,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     let timed_out =
                         failure.reason == FailureReason::Transport(TransportFailure::Timeout);
                     let hold = self
+                        .send
                         .limits
                         .back_pressure_hold(failure.status, timed_out)
                         .min(delay);
@@ -92,7 +92,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     permit = Some(tokio::select! {
                         biased;
                         _ = token.until_cancelled() => return None,
-                        p = self.permit() => p?,
+                        p = self.send.permit() => p?,
                     });
                 }
                 // The next call waits at the breaker's gate.
@@ -114,9 +114,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         t: &mut Tries,
     ) -> Option<Tried> {
         self.count_try(t);
-        Some(match self.request(src, ev).await {
+        Some(match self.build.request(src, ev).await {
             Ok(Body::Send { body, out }) => {
                 let (answer, made) = self
+                    .send
                     .call(&ev.id, &out, body, None, token, t.hypothesis.suspect())
                     .await?;
                 match self.failure_in(answer) {
@@ -136,18 +137,15 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         self.hot.attempts.increment(1);
     }
 
-    /// The failure a call's answer means (`None`: delivered).
+    /// The failure a call's answer means for the event (`None`: delivered),
+    /// as `core::answer::read` reads it ([`super::hear::Ears::read`]).
     pub(super) fn failure_in(
         &self,
         answer: Result<super::http::Answer, super::http::TransportError>,
     ) -> Option<Failure> {
-        match answer {
-            Ok(answer) if answer.no_result.is_some() => Some(Failure::no_result(&answer)),
-            Ok(answer) => match self.status.classify(answer.status) {
-                StatusVerdict::Delivered => None,
-                StatusVerdict::Failed(class) => Some(Failure::status(class, &answer)),
-            },
-            Err(t) => Some(Failure::transport(t)),
+        match self.send.ears.read(&answer).event {
+            Verdict::Delivered => None,
+            Verdict::Failed { class, reason } => Some(Failure::of_answer(class, reason, answer)),
         }
     }
 
@@ -173,7 +171,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         failure: &Failure,
         called: Option<Made>,
     ) -> Next {
-        self.report(failure);
+        self.reports.report(failure);
         let made_a_call = called.is_some();
         // A systemic answer is a hypothesis about the API (core::systemic),
         // kept across the event's tries; a call alone is heard here — also
@@ -230,11 +228,11 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         // would otherwise size every delivery's state machine.
         match next {
             Next::Park(_) => {
-                let done = Box::pin(self.park(item, info)).await;
-                self.parked_after(&failure);
+                let done = Box::pin(self.writes.park(item, info)).await;
+                self.reports.parked_after(&failure);
                 done
             }
-            _ => Box::pin(self.dead_letter(item, info, failure.per_item)).await,
+            _ => Box::pin(self.writes.dead_letter(item, info, failure.per_item)).await,
         }
     }
 
@@ -246,7 +244,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         message: &str,
     ) -> Finished {
         let info = ErrorInfo::new(ErrorClass::Permanent, reason, None, message);
-        self.park(item, info).await
+        self.writes.park(item, info).await
     }
 }
 

@@ -20,18 +20,20 @@
 //! rate slot, however long that took — so no request carries an event of a
 //! partition whose revoke completed before the batch was sent.
 
+mod form;
+mod group;
 mod send;
 mod waiter;
+
+use group::{Entry, Group, GroupKey};
 
 pub(super) use waiter::{leave_out_stopped, Reply, Submission, Waiter};
 
 use super::hear::Ears;
 use super::http::{Api, Outgoing};
 use super::limits::Limits;
-use super::token;
 use crate::core::batch::{BatchSpec, SplitWindow};
 use crate::core::classify::FailureLog;
-use crate::core::mapping::Method;
 use crate::runtime::Pipeline;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -41,83 +43,6 @@ use tokio::sync::{mpsc, oneshot};
 
 /// How long a group's batches stay at half the size a 413 refused.
 pub const SHRINK_FOR: Duration = Duration::from_secs(60);
-/// A group with no event for this long ends its task.
-const IDLE: Duration = Duration::from_secs(5);
-
-/// What a group's task receives: an event, or an ordered run, which joins
-/// one batch whole and in order (`delivery::ordered`).
-enum Entry {
-    One(Submission),
-    Run(Vec<Submission>),
-}
-
-impl Entry {
-    /// Events, and the bytes of their bodies.
-    fn size(&self) -> (usize, usize) {
-        match self {
-            Entry::One(s) => (1, s.body.len()),
-            Entry::Run(run) => (run.len(), run.iter().map(|s| s.body.len()).sum()),
-        }
-    }
-
-    /// An event that stopped waiting before it joined a batch (a run's
-    /// task watches for itself; its batch checks before it leaves).
-    fn stopped(&self) -> bool {
-        match self {
-            Entry::One(s) => s.reply.stopped(),
-            Entry::Run(_) => false,
-        }
-    }
-
-    fn into_batch(self, batch: &mut Vec<Submission>) {
-        match self {
-            Entry::One(s) => batch.push(s),
-            Entry::Run(run) => batch.extend(run),
-        }
-    }
-}
-
-/// What events must share to share a request.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct GroupKey {
-    url: Option<String>,
-    method: Method,
-    content_type: Option<String>,
-    headers: Vec<(String, Bytes)>,
-    /// The route's batch settings (by identity: one `Arc` per route).
-    spec: usize,
-    redelivery: bool,
-}
-
-impl GroupKey {
-    fn of(out: &Outgoing, spec: &Arc<BatchSpec>, redelivery: bool) -> GroupKey {
-        // A batch carries no per-event trace context.
-        let headers: Vec<(String, Bytes)> = out
-            .headers
-            .iter()
-            .filter(|(n, _)| {
-                !n.eq_ignore_ascii_case("traceparent") && !n.eq_ignore_ascii_case("tracestate")
-            })
-            .cloned()
-            .collect();
-        GroupKey {
-            url: out.url.clone(),
-            method: out.method,
-            content_type: out.content_type.as_deref().map(str::to_string),
-            headers,
-            spec: Arc::as_ptr(spec) as usize,
-            redelivery,
-        }
-    }
-}
-
-struct Group {
-    tx: mpsc::UnboundedSender<Entry>,
-    /// After a 413: batches hold at most this many events until the instant.
-    shrunk: Option<(usize, Instant)>,
-    /// How many of its events end alone after splits (`core::batch::SplitWindow`).
-    splits: SplitWindow,
-}
 
 /// The batches being formed, per group, and what sending them needs.
 pub(crate) struct Batcher<A> {
@@ -279,23 +204,31 @@ impl<A: Api + Clone> Batcher<A> {
         // Sent under the lock: a group retires under it too, only when empty,
         // so no submission lands in a receiver nobody reads.
         let mut groups = self.lock();
-        let group = groups.entry(key.clone()).or_insert_with(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let template = Outgoing {
-                url: out.url.clone(),
-                method: out.method,
-                content_type: out.content_type.clone(),
-                headers: key.headers.clone(),
-                ..Outgoing::default()
-            };
-            tokio::spawn(self.clone().form(key.clone(), template, spec.clone(), rx));
-            Group {
-                tx,
-                shrunk: None,
-                splits: SplitWindow::new(Instant::now()),
+        // Looked up before it is inserted: the key is cloned only for a new
+        // group, not per event.
+        let sent = match groups.get_mut(&key) {
+            Some(group) => group.tx.send(entry),
+            None => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let template = Outgoing {
+                    url: out.url.clone(),
+                    method: out.method,
+                    content_type: out.content_type.clone(),
+                    headers: key.headers.clone(),
+                    ..Outgoing::default()
+                };
+                tokio::spawn(self.clone().form(key.clone(), template, spec.clone(), rx));
+                let sent = tx.send(entry);
+                let group = Group {
+                    tx,
+                    shrunk: None,
+                    splits: SplitWindow::new(Instant::now()),
+                };
+                groups.insert(key.clone(), group);
+                sent
             }
-        });
-        if let Err(e) = group.tx.send(entry) {
+        };
+        if let Err(e) = sent {
             // The group's task is gone (a panic in it): a new one next time.
             groups.remove(&key);
             drop(groups);
@@ -361,85 +294,6 @@ impl<A: Api + Clone> Batcher<A> {
                 share = format!("{:.0} %", r.share() * 100.0),
                 "most events of this route's batches end alone after their batches were refused as a whole (api.batch.split statuses): the endpoint may take single events only; configure the route without [api.batch], or check api.batch.format and the endpoint"
             );
-        }
-    }
-
-    /// A group's task: forms batches from its submissions and sends each.
-    async fn form(
-        self: Arc<Self>,
-        key: GroupKey,
-        out: Outgoing,
-        spec: Arc<BatchSpec>,
-        mut rx: mpsc::UnboundedReceiver<Entry>,
-    ) {
-        let mut carry: Option<Entry> = None;
-        loop {
-            let first = match carry.take() {
-                Some(s) => s,
-                None => match tokio::time::timeout(IDLE, rx.recv()).await {
-                    Ok(Some(s)) => s,
-                    Ok(None) => return,
-                    Err(_) => {
-                        let mut groups = self.lock();
-                        if rx.is_empty() {
-                            groups.remove(&key);
-                            return;
-                        }
-                        continue;
-                    }
-                },
-            };
-            // A handover while the batch forms leaves its events out at once
-            // (an inline one's token reports errored): a partition's drain
-            // waits only for requests already on the wire. One before the
-            // registration is seen as each event is taken.
-            let handover = token::next_handover();
-            tokio::pin!(handover);
-            handover.as_mut().enable();
-            if first.stopped() {
-                continue;
-            }
-            let deadline = tokio::time::Instant::now() + spec.linger;
-            let max = self.max_events(&key, &spec);
-            // A run goes whole: alone if it does not fit with others.
-            let (mut n, mut len) = first.size();
-            let mut batch = Vec::with_capacity(n.max(max.min(64)));
-            first.into_batch(&mut batch);
-            while n < max && spec.format.overhead(n) + len <= spec.max_bytes {
-                let next = tokio::select! {
-                    biased;
-                    () = &mut handover => {
-                        handover.set(token::next_handover());
-                        handover.as_mut().enable();
-                        leave_out_stopped(&mut batch);
-                        n = batch.len();
-                        len = batch.iter().map(|s| s.body.len()).sum();
-                        continue;
-                    }
-                    next = tokio::time::timeout_at(deadline, rx.recv()) => next,
-                };
-                match next {
-                    Ok(Some(s)) if s.stopped() => {}
-                    Ok(Some(s)) => {
-                        let (k, l) = s.size();
-                        if n + k > max || spec.format.overhead(n + k) + len + l > spec.max_bytes {
-                            carry = Some(s);
-                            break;
-                        }
-                        n += k;
-                        len += l;
-                        s.into_batch(&mut batch);
-                    }
-                    Ok(None) | Err(_) => break,
-                }
-            }
-            let this = self.clone();
-            let (out, spec, key) = (out.clone(), spec.clone(), key.clone());
-            tokio::spawn(async move {
-                this.bisect(&key, &out, &spec, batch, false).await;
-                #[cfg(test)]
-                this.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            });
         }
     }
 }

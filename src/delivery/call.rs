@@ -4,14 +4,15 @@
 //! batch is the call: it waits at the gate, takes the slots and is heard
 //! once for every event in it ([`super::batch`]).
 
-use super::durable::DlqWrite;
+use super::batch::Batcher;
+use super::hear::Ears;
 use super::http::{self, Api, Outgoing, TransportError};
 use super::limits;
 use super::token::CompletionToken;
-use super::Deliverer;
-use crate::api_health::Admission;
+use crate::api_health::{Admission, ApiHealth};
 use crate::core::classify::TransportFailure;
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// What an event learns of the call that carried it (alone or in a batch):
 /// its number (`ApiHealth::call_number`), which `core::systemic` judges
@@ -23,7 +24,7 @@ pub(in crate::delivery) struct Sent {
 
 /// A call made for an event, and — a systemic answer to a call alone — the
 /// admission the event's hypothesis reports to
-/// ([`Deliverer::systemic_answer`]). Anything else was heard already.
+/// ([`super::Deliverer::systemic_answer`]). Anything else was heard already.
 pub(super) struct Made {
     pub(super) sent: Sent,
     pub(super) pending: Option<Admission>,
@@ -39,7 +40,52 @@ impl Made {
     }
 }
 
-impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+/// Stage 3's parts: what a call passes through — the pool's permits, the
+/// breaker's gate, the request and rate slots, the HTTP client (or the
+/// route's batch) — and what hears its answer.
+pub(super) struct Sender<A> {
+    pub(super) api: A,
+    /// What the breaker hears of each call, and the one reading of an answer.
+    pub(super) ears: Arc<Ears>,
+    /// Every permit is taken through this gate (the dispatcher's, an event's
+    /// again after its back-off), so none bypasses the limit's shrinking.
+    gate: tokio::sync::Mutex<limits::PermitGate>,
+    /// The adaptive concurrency limit (and what feeds it) the permits follow,
+    /// or with batching the request slots.
+    pub(super) limits: Arc<limits::Limits>,
+    /// Batches being formed (`[api.batch]`, the routes' batches).
+    pub(super) batcher: Arc<Batcher<A>>,
+    health: Arc<ApiHealth>,
+}
+
+impl<A: Api> Sender<A> {
+    pub(super) fn new(
+        api: A,
+        ears: Arc<Ears>,
+        gate: limits::PermitGate,
+        limits: Arc<limits::Limits>,
+        batcher: Arc<Batcher<A>>,
+        health: Arc<ApiHealth>,
+    ) -> Sender<A> {
+        Sender {
+            api,
+            ears,
+            gate: tokio::sync::Mutex::new(gate),
+            limits,
+            batcher,
+            health,
+        }
+    }
+
+    /// One of the pool's permits, within the current concurrency limit (fixed
+    /// at `pipeline.concurrency` with batching, where the limit holds
+    /// requests). Takers queue in turn (the dispatcher for the next queued
+    /// delivery; an event for its next try after a back-off). `None`: never
+    /// (the semaphore is not closed).
+    pub(super) async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.gate.lock().await.acquire().await
+    }
+
     /// Waits until the breaker admits a call; `None`: the partition was
     /// handed over first (the wait ends at once, before the breaker counts
     /// an admission — a half-open probe — for a call that will not be made).
@@ -51,13 +97,13 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         }
         // The usual case, a closed breaker, without registering for the
         // cancellation (a lock on the partition's notifier per event).
-        if let Some(admitted) = self.pipeline.health.admit_now(suspect) {
+        if let Some(admitted) = self.health.admit_now(suspect) {
             return Some(admitted);
         }
         tokio::select! {
             biased;
             _ = token.until_cancelled() => None,
-            admitted = self.pipeline.health.gate(suspect) => Some(admitted),
+            admitted = self.health.gate(suspect) => Some(admitted),
         }
     }
 
@@ -107,7 +153,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         }
         let admission = self.gate(token, suspect).await?;
         let call = self.call_slot(token).await?;
-        let seq = self.pipeline.health.call_number();
+        let seq = self.health.call_number();
         let r = self.api.send(out, id, body, redelivery).await;
         self.limits.after_call(call, &r);
         let pending = self.ears.hear(admission, &r, seq);

@@ -5,11 +5,14 @@
 
 use super::call::Made;
 use super::durable::DlqWrite;
+use super::enrich::SourceOfTruth;
 use super::http::{self, Api, TransportError};
+use super::pacer::DrainPacer;
 use super::report::Failure;
 use super::request::{Body, Source};
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
+use crate::config::DegradedConfig;
 use crate::core::attempt::{self, Round, RoundNext};
 use crate::core::classify::{FailureClass, FailureReason, TransportFailure};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
@@ -20,6 +23,8 @@ use crate::core::schema;
 use crate::metrics as m;
 use crate::runtime::now_ms;
 use bytes::Bytes;
+use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// Why a DLQ record's event cannot be decoded now.
 pub(super) enum Undecodable {
@@ -27,6 +32,25 @@ pub(super) enum Undecodable {
     Parked(FailureReason, String),
     /// The schema registry cannot be asked for the record's schema now.
     RegistryUnavailable(String),
+}
+
+/// Stage 7's parts: the DLQ drain has its own, smaller limit and a rate (a
+/// recovering API must not receive the whole backlog at once), and the
+/// source of truth deadline policies ask.
+pub(super) struct Redelivery {
+    permits: Semaphore,
+    pacer: DrainPacer,
+    source: Option<SourceOfTruth>,
+}
+
+impl Redelivery {
+    pub(super) fn new(d: &DegradedConfig, source: Option<SourceOfTruth>) -> Redelivery {
+        Redelivery {
+            permits: Semaphore::new(d.drain_concurrency),
+            pacer: DrainPacer::new(Duration::from_secs_f64(1.0 / d.drain_rate_per_sec)),
+            source,
+        }
+    }
 }
 
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
@@ -61,13 +85,14 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             check,
         ) {
             DlqDecision::Drop { reason } => Some(
-                self.drop_from_dlq(
-                    item,
-                    env,
-                    FailureReason::DlqPolicy(reason),
-                    format!("{} policy: {reason}", policy.as_str()),
-                )
-                .await,
+                self.writes
+                    .drop_from_dlq(
+                        item,
+                        env,
+                        FailureReason::DlqPolicy(reason),
+                        format!("{} policy: {reason}", policy.as_str()),
+                    )
+                    .await,
             ),
             DlqDecision::KeepInDlq { reason } => {
                 let not_before = dlq_policy::next_not_before(
@@ -79,7 +104,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 let mut again = env.clone();
                 again.not_before_ms = not_before;
                 again.last_error.message = format!("kept in the DLQ: {reason}");
-                if let Err(parked) = self.rewrite_dlq(item, again).await {
+                if let Err(parked) = self.writes.rewrite_dlq(item, again).await {
                     return Some(parked);
                 }
                 Some(Finished::DeadLettered {
@@ -87,7 +112,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 })
             }
             DlqDecision::NotYet { .. } => {
-                if let Err(parked) = self.rewrite_dlq(item, env.clone()).await {
+                if let Err(parked) = self.writes.rewrite_dlq(item, env.clone()).await {
                     return Some(parked);
                 }
                 Some(Finished::DeadLettered {
@@ -161,7 +186,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             }
         };
         let key = decoded.key.as_ref().or(env.key.as_ref());
-        let (Some(src), Some(key)) = (&self.source, key) else {
+        let (Some(src), Some(key)) = (&self.drain.source, key) else {
             return SourceCheck::QueryFailed;
         };
         let version = decoded.event.entity_version;
@@ -183,13 +208,14 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     ) -> Option<Finished> {
         let Some(id) = env.event_id.clone() else {
             return Some(
-                self.drop_from_dlq(
-                    item,
-                    env,
-                    FailureReason::UnreadableEnvelope,
-                    "DLQ envelope without an event id".into(),
-                )
-                .await,
+                self.writes
+                    .drop_from_dlq(
+                        item,
+                        env,
+                        FailureReason::UnreadableEnvelope,
+                        "DLQ envelope without an event id".into(),
+                    )
+                    .await,
             );
         };
         let Decoded {
@@ -199,7 +225,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         } = match self.decode_envelope(env).await {
             Ok(d) => d,
             Err(Undecodable::Parked(reason, message)) => {
-                return Some(self.drop_from_dlq(item, env, reason, message).await)
+                return Some(self.writes.drop_from_dlq(item, env, reason, message).await)
             }
             // Not the event's fault, and not the API's: back to the DLQ
             // without a retry used (the breaker does not hear of it).
@@ -219,7 +245,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         // The call made (an enrichment database error is not the API's, and
         // the breaker must not hear of it: none).
         let mut made = None;
-        let answer = match self.request(&src, &event).await {
+        let answer = match self.build.request(&src, &event).await {
             Ok(Body::Send { body, out }) => {
                 // Each wait ends at once when the partition is handed over,
                 // before it takes a drain permit, a rate slot or a breaker
@@ -230,21 +256,21 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 let permit = tokio::select! {
                     biased;
                     _ = token.until_cancelled() => return None,
-                    p = self.drain_permits.acquire() => p,
+                    p = self.drain.permits.acquire() => p,
                 };
                 let Ok(_permit) = permit else {
                     return std::future::pending::<Option<Finished>>().await;
                 };
-                if !self.drain_pacer.slot(token).await {
+                if !self.drain.pacer.slot(token).await {
                     return None;
                 }
                 let round = Some(env.dlq_retries + 1);
-                let (r, m) = self.call(&id, &out, body, round, token, false).await?;
+                let (r, m) = self.send.call(&id, &out, body, round, token, false).await?;
                 made = Some(m);
                 r
             }
             Ok(Body::Park { reason, message }) => {
-                return Some(self.drop_from_dlq(item, env, reason, message).await)
+                return Some(self.writes.drop_from_dlq(item, env, reason, message).await)
             }
             // The database, not the API: back to the DLQ.
             Err(e) => Err(TransportError::new(
@@ -294,7 +320,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         {
             refuted = self.systemic_refuted_in_round(made, &failure);
         }
-        self.report(&failure);
+        self.reports.report(&failure);
         let reason = failure.reason.as_str().to_string();
         let message = format!("DLQ round {}: {}", env.dlq_retries + 1, failure.message(""));
         let error = failure.error(message.trim_end());
@@ -310,8 +336,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             RoundNext::Park => {
                 let mut parked = env.clone();
                 parked.last_error = error;
-                let done = self.park_envelope(item, parked).await;
-                self.parked_after(&failure);
+                let done = self.writes.park_envelope(item, parked).await;
+                self.reports.parked_after(&failure);
                 return done;
             }
             RoundNext::Drop { why } => {
@@ -327,21 +353,21 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     message.trim_end(),
                 );
                 let last = env.retried(why_error, now);
-                return self.drop_enveloped(last, why).await;
+                return self.writes.drop_enveloped(last, why).await;
             }
             // Not the event's fault: back to the DLQ without using up a retry.
             RoundNext::Again { not_before_ms } => {
                 let mut again = env.clone();
                 again.not_before_ms = not_before_ms;
                 again.last_error = error;
-                if let Err(parked) = self.rewrite_dlq(item, again).await {
+                if let Err(parked) = self.writes.rewrite_dlq(item, again).await {
                     return parked;
                 }
                 return Finished::DeadLettered { reason };
             }
             RoundNext::Retry { not_before_ms } => env.retried(error, not_before_ms),
         };
-        if let Err(parked) = self.rewrite_dlq(item, again).await {
+        if let Err(parked) = self.writes.rewrite_dlq(item, again).await {
             return parked;
         }
         metrics::counter!(m::DLQ_RETRIED, "reason" => reason.clone()).increment(1);

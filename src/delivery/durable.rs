@@ -3,6 +3,25 @@
 //! partition's handover. A write retried after its partition was revoked would
 //! outlive it (its bytes no longer in any budget) while the next owner writes
 //! the same envelope again: one more envelope per rebalance for one event.
+//!
+//! # Invariant I14: no write outlives its partition
+//!
+//!
+//! *Enforced in* `src/delivery/durable.rs` (`write_durably`). A DLQ or parking-lot write
+//! makes no further try once its partition's token is cancelled (revoke, actor end): the try
+//! on the wire is waited for, then the task ends without an outcome (errored; the draining
+//! machine does not dispatch it again, the next owner writes the envelope). So a write never
+//! outlives its partition and its byte budget.
+//!
+//! *Tested by:* `src/delivery/tests/durable_writes.rs::a_handover_abandons_a_dlq_write_being_retried` (a
+//! fake writer refusing every try; the partition is cancelled: no further try, the task's
+//! scope is told). The real-broker test
+//! `a_revoke_during_a_dlq_outage_abandons_the_old_owners_writes` showed it on its branch (one
+//! envelope per event; before: 2 for each of the 8), but it needed a missing DLQ, which is now
+//! refused at start. The outage a real broker holds is `message.timestamp.before.max.ms =
+//! 0` on the DLQ (`tests/dlq.rs::dlq_accepts_writes`: every record older than the producer's
+//! 5 ms linger is answered INVALID_TIMESTAMP, retried); two such records in one produce batch
+//! are both answered INVALID_RECORD, and each is then written alone (I9).
 
 use super::peers::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use super::token::Cancellation;

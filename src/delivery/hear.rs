@@ -3,15 +3,16 @@
 //! a batch, an ordered run, a DLQ round. The breaker admitted each call
 //! ([`Admission`]); hearing it consumes the admission, and an admission
 //! dropped unheard (no answer, a call not made, back-pressure) frees its
-//! half-open slot. `core::classify::heard_status` decides what an answer
-//! says; this file carries it out.
+//! half-open slot. `core::answer::read` decides what an answer says — to
+//! the breaker and to the event, in one reading; this file carries it out.
 
 use super::http::{Answer, TransportError};
 use super::limits::Limits;
 use super::peers::BreakerAlarm;
 use crate::api_health::{Admission, ApiHealth};
+use crate::core::answer::{self, Reading, Said};
 use crate::core::breaker::{BreakerStateKind, Transition};
-use crate::core::classify::{heard_status, heard_transport, Heard};
+use crate::core::classify::Heard;
 use crate::core::status_policy::StatusPolicy;
 use crate::metrics as m;
 use std::sync::Arc;
@@ -40,16 +41,24 @@ impl Ears {
         }
     }
 
-    /// What the breaker hears of call `seq`'s answer `r`.
+    /// Both meanings of the answer `r` — what the breaker hears of the call
+    /// and what it means for the event it answers — read once, by
+    /// `core::answer::read`, on every path.
+    pub(super) fn read(&self, r: &Result<Answer, TransportError>) -> Reading {
+        let said = match r {
+            Ok(a) => Said::Status {
+                status: a.status,
+                no_result: a.no_result,
+            },
+            Err(t) => Said::Nothing(t.kind),
+        };
+        let back_pressure = r.as_ref().is_ok_and(|a| self.limits.absorbs(a.status));
+        answer::read(&self.status, back_pressure, said)
+    }
+
+    /// What the breaker hears of a call answered `r`.
     pub(super) fn heard(&self, r: &Result<Answer, TransportError>) -> Heard {
-        match r {
-            Ok(a) => heard_status(
-                a.status,
-                self.status.classify(a.status),
-                self.limits.absorbs(a.status),
-            ),
-            Err(t) => heard_transport(t.kind),
-        }
+        self.read(r).call
     }
 
     /// Hears call `seq` of an event alone. A systemic answer is left to the

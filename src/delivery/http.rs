@@ -21,19 +21,19 @@
 use crate::auth::{Auth, AuthFailure};
 use crate::config::{ApiConfig, CaMode};
 use crate::core::backoff::parse_retry_after;
-use crate::core::batch::{NoResult, Unreadable};
 use crate::core::classify::TransportFailure;
 use crate::core::mapping::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use std::time::Duration;
 
 mod excerpt;
+mod exchange;
 mod failure;
 #[cfg(test)]
 mod tests;
 
 pub use excerpt::{body_excerpt, redacted_excerpt};
 use excerpt::{read_body, read_whole, secret_forms, secret_header};
+pub use exchange::{Answer, Outgoing, TransportError, MAX_READ_ANSWER_BYTES};
 pub use failure::{classify, tls_failure};
 use failure::{classify_reqwest, error_chain};
 
@@ -47,83 +47,9 @@ pub enum ClientError {
     Build(#[from] reqwest::Error),
 }
 
-/// An HTTP answer, reduced to what classification and the envelope need.
-#[derive(Debug, Clone)]
-pub struct Answer {
-    pub status: u16,
-    pub retry_after: Option<Duration>,
-    /// For a non-2xx answer: the start of its body (`api.error_body_bytes`,
-    /// control characters replaced), for the envelope's `last_error.message`
-    /// only — never a log line or a metric label.
-    pub body: Option<String>,
-    /// The whole body (at most [`MAX_READ_ANSWER_BYTES`]) when the request
-    /// asked for it (`Outgoing::read_answer`: a batch's per-item results), or
-    /// why it could not be read whole.
-    pub full: Option<Result<bytes::Bytes, Unreadable>>,
-    /// An event's answer out of its batch's that holds no result for it
-    /// (its status is then `core::batch::MISSING_RESULT_STATUS`): why.
-    pub no_result: Option<NoResult>,
-    /// An event's own result inside a batch answer that proves the API up
-    /// (a 2xx): a failure it says is the event's, not a verdict on the API
-    /// (the DLQ and parking flood guards do not count it).
-    pub per_item: bool,
-}
-
-impl Answer {
-    /// An answer with `status` alone.
-    pub fn of(status: u16) -> Answer {
-        Answer {
-            status,
-            retry_after: None,
-            body: None,
-            full: None,
-            no_result: None,
-            per_item: false,
-        }
-    }
-}
-
 /// The event id's header (`Idempotency-Key`; header names are case-blind and
 /// go out in lower case), made once rather than parsed at every request.
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
-
-/// The most of an answer read whole (`Outgoing::read_answer`).
-pub const MAX_READ_ANSWER_BYTES: usize = 8 * 1024 * 1024;
-
-/// A call that got no HTTP answer: what failed, and the innermost error's text
-/// (no URL, no secret, nothing from a response body).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TransportError {
-    pub kind: TransportFailure,
-    pub detail: String,
-}
-
-impl TransportError {
-    pub fn new(kind: TransportFailure, detail: impl Into<String>) -> TransportError {
-        TransportError {
-            kind,
-            detail: detail.into(),
-        }
-    }
-}
-
-/// What one request carries beyond the event id and the body: the route's URL
-/// and method, the Content-Type, and extra headers (the route's, forwarded Kafka
-/// headers, the trace context). The default is today's request: POST to `api.url`.
-#[derive(Debug, Clone, Default)]
-pub struct Outgoing {
-    /// `None`: `api.url`.
-    pub url: Option<String>,
-    pub method: Method,
-    /// `None`: `application/cloudevents+json`.
-    pub content_type: Option<std::borrow::Cow<'static, str>>,
-    pub headers: Vec<(String, bytes::Bytes)>,
-    /// How the route's events are batched (`None`: one request each); for
-    /// the delivery stages, not the client.
-    pub batch: Option<std::sync::Arc<crate::core::batch::BatchSpec>>,
-    /// Read the whole answer into `Answer::full` (a batch's per-item results).
-    pub read_answer: bool,
-}
 
 #[derive(Clone)]
 pub struct ApiClient {

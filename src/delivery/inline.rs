@@ -13,6 +13,25 @@
 //! breaker), the same answer handling (`failure_in`, `delivered`), the same permit held
 //! until the outcome. A handover before the batch leaves drops the waiter
 //! (`batch::Waiter::Inline`): its token reports errored, as a task's would.
+//!
+//! # Invariant I34 (the shell's part): first tries without a task
+//!
+//! **First tries without a task** (`src/delivery/inline.rs`). With batching the pool's
+//! dispatcher makes an event's first try itself: the same request (`request`, which waits for
+//! nothing without enrichment), into the batch (which waits at the breaker's gate, I36)
+//! with the answer handed to a closure (`batch::Waiter::Inline`) instead of a waiting task.
+//! Delivered — the usual case — the event is finished where the answer arrives
+//! (`failure_in`, `delivered`, as the attempt loop does); failed, its tries go on in
+//! a task from that failure (`Deliverer::run_after` → `attempt::tries`). An event that needs
+//! a wait before its request (enrichment), OTLP or the
+//! event span, or a body no batch holds, gets its task from the start. Nobody waits on a
+//! closure, so a handover is seen by the batch: a forming batch, and one waiting for its
+//! slots, listen to every cancellation (`token::next_handover`, one registration per batch)
+//! and drop the inline events of a handed-over partition at once (their tokens report
+//! errored); an event taken after its partition was cancelled is dropped as it is taken.
+//! Once its batch is on the wire an inline event is waited for, as an unbatched request is
+//! (I22: the drain waits only for requests on the wire); an event waiting in its task stops
+//! waiting at once and its answer is dropped.
 
 use super::attempt::Tries;
 use super::batch::{Reply, Submission, Waiter};
@@ -54,7 +73,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             return Err((job, permit));
         }
         // Without enrichment the request is built without waiting.
-        let Some(Ok(Body::Send { body, out })) = now(self.request(&Source::of(&item), ev)) else {
+        let Some(Ok(Body::Send { body, out })) = now(self.build.request(&Source::of(&item), ev))
+        else {
             return Err((job, permit));
         };
         let Some(spec) = out.batch.clone() else {
@@ -69,7 +89,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let this = self.clone();
         let answer = Box::new(move |reply| this.first_answer(job, permit, t, reply));
         let waiter = Waiter::Inline { cancel, answer };
-        self.batcher.submit_to(
+        self.send.batcher.submit_to(
             &out,
             &spec,
             Submission::one(&ev.id, body, None, false, waiter),

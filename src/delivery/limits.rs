@@ -44,8 +44,8 @@ pub struct Limits {
     /// `None`: fixed at `pipeline.concurrency`.
     adaptive: Option<Mutex<Aimd>>,
     epoch: Instant,
-    /// Calls in flight now (main path and drain).
-    calls: AtomicUsize,
+    /// Calls in flight now, and those waiting for their rate slot.
+    calls: Calls,
     /// What the limit holds ([`PermitGate`]). [`LimitOn::EventPermits`]: the
     /// pool's permits — an event holds one from its dispatch to its outcome,
     /// also while it writes to the DLQ (not through its back-offs:
@@ -55,18 +55,31 @@ pub struct Limits {
     pool: Arc<Semaphore>,
     /// With [`LimitOn::Requests`]: the request slots (adaptive, or fixed at `max`).
     requests: Option<RequestSlots>,
-    /// Calls waiting for their rate slot now: their events hold permits, but
-    /// the rate, not the concurrency limit, holds them back.
-    waiting_for_rate: AtomicUsize,
-    /// Waits for the rate limit begun so far (a test's handle on "waiting").
+    /// Waits begun so far (a test's handle on "waiting").
     #[cfg(test)]
-    pub(super) rate_waits: AtomicUsize,
-    /// Waits for a request or rate slot begun so far (the same).
-    #[cfg(test)]
-    pub(super) slot_waits: AtomicUsize,
+    pub(super) waits: TestWaits,
     limit: watch::Sender<usize>,
     gauge: metrics::Gauge,
     rate: Option<Arc<RateLimiter>>,
+}
+
+/// The calls the limit counts.
+#[derive(Default)]
+struct Calls {
+    /// In flight now (main path and drain).
+    in_flight: AtomicUsize,
+    /// Waiting for their rate slot now: their events hold permits, but the
+    /// rate, not the concurrency limit, holds them back.
+    waiting_for_rate: AtomicUsize,
+}
+
+/// Waits begun so far, for the tests: for the rate limit, and for a request
+/// or rate slot.
+#[cfg(test)]
+#[derive(Default)]
+pub(super) struct TestWaits {
+    pub(super) rate: AtomicUsize,
+    pub(super) slot: AtomicUsize,
 }
 
 /// Counts one call waiting for its rate slot while it lives (a wait dropped
@@ -125,11 +138,7 @@ impl Limits {
         let (pool, requests) = match on {
             LimitOn::Requests => {
                 let slots = Arc::new(Semaphore::new(start));
-                let gate = PermitGate {
-                    permits: slots.clone(),
-                    capacity: start,
-                    limit: limit.subscribe(),
-                };
+                let gate = PermitGate::new(slots.clone(), start, limit.subscribe());
                 let requests = RequestSlots {
                     gate: tokio::sync::Mutex::new(gate),
                     pool_limit: watch::channel(events).0,
@@ -154,14 +163,11 @@ impl Limits {
         Limits {
             adaptive,
             epoch: Instant::now(),
-            calls: AtomicUsize::new(0),
+            calls: Calls::default(),
             pool,
             requests,
-            waiting_for_rate: AtomicUsize::new(0),
             #[cfg(test)]
-            rate_waits: AtomicUsize::new(0),
-            #[cfg(test)]
-            slot_waits: AtomicUsize::new(0),
+            waits: TestWaits::default(),
             limit,
             gauge,
             rate,
@@ -196,7 +202,7 @@ impl Limits {
             // allocated and moved per event even where no limit waits.
             Box::pin(self.wait_for_slots(weight)).await
         };
-        self.calls.fetch_add(1, Relaxed);
+        self.calls.in_flight.fetch_add(1, Relaxed);
         Call {
             started: Instant::now(),
             slot,
@@ -207,15 +213,15 @@ impl Limits {
     /// the limit is on requests), then `weight` rate slots (if any).
     async fn wait_for_slots(&self, weight: usize) -> Option<OwnedSemaphorePermit> {
         #[cfg(test)]
-        self.slot_waits.fetch_add(1, Relaxed);
+        self.waits.slot.fetch_add(1, Relaxed);
         let slot = match &self.requests {
             Some(r) => r.gate.lock().await.acquire().await,
             None => None,
         };
         if let Some(rate) = &self.rate {
             #[cfg(test)]
-            self.rate_waits.fetch_add(1, Relaxed);
-            let _waiting = RateWait::new(&self.waiting_for_rate);
+            self.waits.rate.fetch_add(1, Relaxed);
+            let _waiting = RateWait::new(&self.calls.waiting_for_rate);
             for _ in 0..weight.max(1) {
                 rate.acquire().await;
             }
@@ -228,7 +234,7 @@ impl Limits {
     /// and nothing to learn from it.
     pub fn call_not_made(&self, call: Call) {
         drop(call);
-        self.calls.fetch_sub(1, Relaxed);
+        self.calls.in_flight.fetch_sub(1, Relaxed);
     }
 
     /// Feeds the call's outcome to the limiter (and a 429's `Retry-After` to
@@ -257,7 +263,7 @@ impl Limits {
         items_refused: bool,
     ) {
         let Call { started, slot } = call;
-        let calls = self.calls.fetch_sub(1, Relaxed);
+        let calls = self.calls.in_flight.fetch_sub(1, Relaxed);
         if let (Some(rate), Ok(a)) = (&self.rate, outcome) {
             if let (429 | 503, Some(after)) = (a.status, a.retry_after) {
                 rate.pause_group(after);
@@ -297,7 +303,7 @@ impl Limits {
         let held = self
             .current()
             .saturating_sub(self.pool.available_permits())
-            .saturating_sub(self.waiting_for_rate.load(Relaxed));
+            .saturating_sub(self.calls.waiting_for_rate.load(Relaxed));
         let in_use = calls.max(held);
         let now = now.saturating_duration_since(self.epoch);
         let mut aimd = aimd.lock().unwrap_or_else(|e| e.into_inner());
@@ -342,15 +348,12 @@ impl Limits {
     /// ([`LimitOn::EventPermits`]), or fixed at `capacity` when the limit is
     /// on requests.
     pub fn gate(&self, permits: Arc<Semaphore>, capacity: usize) -> PermitGate {
-        PermitGate {
-            permits,
-            capacity,
-            limit: self
-                .requests
-                .as_ref()
-                .map_or(&self.limit, |r| &r.pool_limit)
-                .subscribe(),
-        }
+        let limit = self
+            .requests
+            .as_ref()
+            .map_or(&self.limit, |r| &r.pool_limit)
+            .subscribe();
+        PermitGate::new(permits, capacity, limit)
     }
 }
 
@@ -364,49 +367,8 @@ fn sample_of(rtt: Duration, outcome: &Result<Answer, TransportError>) -> Sample 
     }
 }
 
-/// Keeps the pool's semaphore at the current limit: permits are added when the
-/// limit grows, and taken out of circulation (free ones at once, held ones as
-/// they come back) when it shrinks. Only the pool's dispatcher acquires
-/// through it.
-pub struct PermitGate {
-    permits: Arc<Semaphore>,
-    /// Permits in circulation (free + held).
-    capacity: usize,
-    limit: watch::Receiver<usize>,
-}
-
-impl PermitGate {
-    /// A permit within the current limit; `None` if the semaphore was closed.
-    pub async fn acquire(&mut self) -> Option<OwnedSemaphorePermit> {
-        loop {
-            let target = (*self.limit.borrow_and_update()).max(1);
-            if target > self.capacity {
-                self.permits.add_permits(target - self.capacity);
-                self.capacity = target;
-            } else if target < self.capacity {
-                self.capacity -= self.permits.forget_permits(self.capacity - target);
-            }
-            let shrinking = self.capacity > target;
-            tokio::select! {
-                p = self.permits.clone().acquire_owned() => {
-                    let p = p.ok()?;
-                    if !shrinking {
-                        return Some(p);
-                    }
-                    // A permit came back while above the limit: retire it.
-                    p.forget();
-                    self.capacity -= 1;
-                }
-                changed = self.limit.changed() => {
-                    if changed.is_err() {
-                        // The limits are gone (shutdown): plain permits from here.
-                        return self.permits.clone().acquire_owned().await.ok();
-                    }
-                }
-            }
-        }
-    }
-}
-
+mod gate;
 #[cfg(test)]
 mod tests;
+
+pub use gate::PermitGate;

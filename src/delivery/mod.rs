@@ -1,33 +1,62 @@
 //! The work one event needs between "dispatched" and "durable outcome", in
-//! stages, each in its own file (run by tasks the delivery pool actor spawns,
-//! `actors::delivery_pool`):
+//! stages (run by tasks the delivery pool actor spawns, `actors::delivery_pool`,
+//! or — a batched first try — by its dispatcher: [`inline`]). Each stage is a
+//! type with its own fields in a file named for its job, and the
+//! [`Deliverer`] (this file, with the shared types [`Work`], [`Item`],
+//! [`Job`]) is composed of them, in the order an event meets them:
 //!
 //! 1. [`run`] — the job: the task's entry, which work the [`Item`] needs, the
 //!    write scope a partition handover ends; or, batched, the first try made
 //!    without a task ([`inline`]).
-//! 2. [`request`] — the request: route, body (enriched, or the event's data),
-//!    forwarded headers, trace context; or why it cannot be sent.
-//! 3. [`call`] — the call: the breaker's gate, the rate slot, one request
-//!    through the [`http::Api`] seam (or into its route's batch: [`batch`],
-//!    where the batch is the call); what the breaker hears of it, once per
-//!    call on every path: [`hear`].
-//! 4. [`attempt`] — the attempt loop: tries until `core::attempt` says retry,
-//!    wait at the gate, dead-letter or park (the systemic answers through
-//!    [`systemic`]).
-//! 5. [`report`] — the failure report: a failed try's [`report::Failure`],
-//!    counted, logged, and told to the breaker.
-//! 6. [`outcome`] — the durable outcomes: envelope, DLQ and parking-lot writes
-//!    (retried until acknowledged by [`durable`], through the
-//!    [`durable::DlqWrite`] seam).
-//! 7. [`drain`] — the DLQ drain: a DLQ record's turn, its policy and its round.
-//! 8. [`ordered`] — an ordered run: a key's events sent together in offset
-//!    order, and again from the first that failed transiently.
+//! 2. [`request`] — building ([`request::Builder`]): route, body (enriched, or
+//!    the event's data), forwarded headers, trace context; or why it cannot
+//!    be sent (parked, never retried).
+//! 3. [`call`] — sending ([`call::Sender`]): the pool's permits, the
+//!    breaker's gate, the request and rate slots, one request through the
+//!    [`http::Api`] seam — or into its route's batch ([`batch`]: forming in
+//!    `batch/form.rs`, sending in `batch/send.rs`), where the batch is the
+//!    call and waits at the gate itself.
+//! 4. [`hear`] — answering: `core::answer::read` reads each answer once, for
+//!    the breaker (one observation per call, on every path) and for the
+//!    event ([`hear::Ears`]).
+//! 5. [`attempt`] — the attempt loop: an interpreter of
+//!    `core::attempt::decide` (retry in place, wait at the gate, dead-letter
+//!    or park; the systemic answers through [`systemic`]).
+//! 6. [`report`] — failure reports ([`report::Reports`]): counted
+//!    (`courier_delivery_errors_total`), logged (first per reason, then one
+//!    per 10 s), told to the breaker.
+//! 7. [`outcome`] — durable writes ([`outcome::Writes`]): envelope, DLQ and
+//!    parking-lot writes, retried until acknowledged by [`durable`] (a DLQ
+//!    that refuses for good parks; a parking lot that refuses stops the
+//!    process).
+//! 8. [`drain`] — the DLQ drain ([`drain::Redelivery`]: its own permits,
+//!    pace and source of truth): a DLQ record's turn, its policy and round.
+//! 9. [`ordered`] — an ordered run: a key's events sent together in offset
+//!    order, and again from the first that failed transiently; it shares the
+//!    attempt loop's pieces (`Tries`, `after_failure`, `give_up`).
 //!
-//! Beside them: the HTTP client ([`http`]), enrichment ([`enrich`]), the
-//! concurrency and rate limits ([`limits`], [`ratelimit`], the drain's
-//! [`pacer`]), the peers ([`peers`]) and the completion token ([`token`]).
-//! This file holds the shared types: the work ([`Work`], [`Item`], [`Job`]) and
-//! the [`Deliverer`] every stage is a part of.
+//! Beside them: the HTTP client ([`http`]; credentials from `auth::Auth` per
+//! request, a 401 answered by one more send with a new credential, I33),
+//! enrichment ([`enrich`]), the concurrency and rate limits ([`limits`],
+//! [`ratelimit`], the drain's [`pacer`]), the peers ([`peers`]) and the
+//! completion token ([`token`]). No file here is over 400 lines and no struct
+//! has more than 10 fields.
+//!
+//! # Seams
+//!
+//! The stages are generic over two small traits: [`http::Api`] (send one
+//! request; `ApiClient` in production) and `durable::DlqWrite` (one write try
+//! to the DLQ or the parking lot; the DLQ writer actor's `Handle` in
+//! production). `Deliverer<A = ApiClient, W = Handle<ActorRef<DlqWriterMsg>>>`:
+//! production code names plain `Deliverer` and is monomorphic (no `Box<dyn>`,
+//! no allocation added per event). `delivery/tests.rs` runs the shell over a
+//! scripted fake API and a fake DLQ writer that keep every request and record
+//! (retries, DLQ after the tries, parking, a systemic outage at the gate,
+//! handovers during the gate wait / the back-off / a DLQ write, DLQ refusals,
+//! unacknowledged writes) — no broker, under a second. Its files: `tests.rs`
+//! (the attempt loop), `tests/durable_writes.rs`, `tests/batched.rs` (a fake
+//! batch API answering per item), `tests/batch_handover.rs` (handovers while
+//! a batch forms or waits), `tests/ordered.rs`, `tests/fakes.rs`.
 
 mod attempt;
 mod batch;
@@ -54,12 +83,10 @@ pub mod token;
 
 use crate::config::Config;
 use crate::core::backoff::InPlaceRetry;
-use crate::core::classify::{FailureLog, FailureReason};
+use crate::core::classify::FailureReason;
 use crate::core::envelope::Envelope;
 use crate::core::event::Event;
 use crate::core::input::{BodyType, Header};
-use crate::core::mapping::Routes;
-use crate::core::status_policy::StatusPolicy;
 use crate::handle::Handle;
 use crate::metrics as m;
 use crate::runtime::Pipeline;
@@ -69,7 +96,6 @@ use enrich::{Enricher, SourceOfTruth};
 use http::{Api, ApiClient};
 use peers::{BreakerAlarm, DlqWriterMsg, Peers};
 use std::sync::Arc;
-use std::time::Duration;
 use token::CompletionToken;
 use tokio::sync::Semaphore;
 
@@ -136,51 +162,29 @@ pub enum Queued {
     Run(Vec<Job>),
 }
 
-/// One instance's delivery: every stage is an `impl` block of it (see the
-/// module's list). `A` sends the requests and `W` makes the DLQ and
+/// One instance's delivery, composed of its stages' parts: building
+/// ([`request::Builder`]), sending ([`call::Sender`]), failure reports
+/// ([`report::Reports`]), durable writes ([`outcome::Writes`]) and the DLQ
+/// drain's limits ([`drain::Redelivery`]); the attempt loop, the job and the
+/// ordered run drive them. `A` sends the requests and `W` makes the DLQ and
 /// parking-lot writes: the real client and the DLQ writer actor in
 /// production, fakes in the shell's unit tests (generic, so the hot path
 /// stays monomorphic).
 pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriterMsg>>> {
-    api: A,
-    /// The DLQ writer (one try per call; `durable::write_durably` retries).
-    writer: W,
-    /// What the breaker hears of each call (and the health actor's alarm).
-    ears: Arc<hear::Ears>,
-    /// `[[api.routes]]`, parsed.
-    routes: Routes,
-    /// `api.forward_headers`.
-    forward_headers: Vec<String>,
-    /// What each HTTP status means (`[api.status]` over the defaults).
-    status: StatusPolicy,
+    build: request::Builder,
+    send: call::Sender<A>,
+    reports: report::Reports,
+    writes: outcome::Writes<W>,
+    drain: drain::Redelivery,
     policy: InPlaceRetry,
-    /// Every permit is taken through this gate (the dispatcher's, an event's
-    /// again after its back-off), so none bypasses the limit's shrinking.
-    gate: tokio::sync::Mutex<limits::PermitGate>,
-    /// The adaptive concurrency limit (and what feeds it) the permits follow,
-    /// or with batching the request slots.
-    limits: Arc<limits::Limits>,
-    /// Batches being formed (`[api.batch]`), and the batching of events no
-    /// route matches.
-    batcher: Arc<batch::Batcher<A>>,
     /// First tries may be made without a task ([`inline`]): batching is
     /// configured, and no enrichment lookup waits.
     inline: bool,
     /// First tries made inline so far (a test's handle on "no task").
     #[cfg(test)]
     inline_tries: std::sync::atomic::AtomicU64,
-    batch: Option<Arc<crate::core::batch::BatchSpec>>,
-    /// The DLQ drain has its own, smaller limit and a rate: a recovering API must
-    /// not receive the whole backlog at once.
-    drain_permits: Semaphore,
-    drain_pacer: pacer::DrainPacer,
-    enricher: Option<Enricher>,
-    source: Option<SourceOfTruth>,
     pipeline: Arc<Pipeline>,
     hot: HotMetrics,
-    /// Which failed calls get a log line (the first of each reason, then one per
-    /// reason every [`report::FAILURE_LOG_EVERY`]).
-    failure_log: std::sync::Mutex<FailureLog>,
 }
 
 /// The pool's permits: one per event in delivery. Without batching an event
@@ -300,52 +304,44 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 limits::LimitOn::EventPermits
             },
         ));
-        let gate = tokio::sync::Mutex::new(limits.gate(permits.clone(), events));
+        let gate = limits.gate(permits.clone(), events);
         let status = cfg.api.status_policy()?;
         let ears = Arc::new(hear::Ears::new(
-            status.clone(),
+            status,
             limits.clone(),
             pipeline.health.clone(),
             alarm,
         ));
+        let batcher = Arc::new(batch::Batcher::new(
+            api.clone(),
+            limits.clone(),
+            pipeline.clone(),
+            ears.clone(),
+        ));
         Ok(Deliverer {
-            gate,
-            batcher: Arc::new(batch::Batcher::new(
-                api.clone(),
-                limits.clone(),
-                pipeline.clone(),
-                ears.clone(),
-            )),
-            batch,
             inline: batching && enricher.is_none(),
             #[cfg(test)]
             inline_tries: std::sync::atomic::AtomicU64::new(0),
-            limits,
-            api,
-            writer,
-            ears,
-            routes,
-            forward_headers: cfg.api.forward_headers.clone(),
-            status,
+            build: request::Builder::new(routes, batch, enricher, pipeline.clone()),
+            send: call::Sender::new(
+                api,
+                ears.clone(),
+                gate,
+                limits,
+                batcher,
+                pipeline.health.clone(),
+            ),
+            reports: report::Reports::new(pipeline.clone(), ears.clone()),
+            writes: outcome::Writes::new(writer, pipeline.clone(), ears),
+            drain: drain::Redelivery::new(d, source),
             policy: cfg.api.retry_policy(),
-            drain_permits: Semaphore::new(d.drain_concurrency),
-            drain_pacer: pacer::DrainPacer::new(Duration::from_secs_f64(
-                1.0 / d.drain_rate_per_sec,
-            )),
-            enricher,
-            source,
             pipeline,
             hot: HotMetrics::new(),
-            failure_log: std::sync::Mutex::new(FailureLog::new(report::FAILURE_LOG_EVERY)),
         })
     }
 
-    /// One of the pool's permits, within the current concurrency limit (fixed
-    /// at `pipeline.concurrency` with batching, where the limit holds
-    /// requests). Takers queue in turn (the dispatcher for the next queued
-    /// delivery; an event for its next try after a back-off). `None`: never
-    /// (the semaphore is not closed).
+    /// One of the pool's permits (see [`call::Sender::permit`]).
     pub async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.gate.lock().await.acquire().await
+        self.send.permit().await
     }
 }

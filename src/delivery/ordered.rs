@@ -15,6 +15,19 @@
 //!
 //! A handover ends the run at once: the events not finished report errored
 //! (their tokens are dropped) and the next owner delivers them.
+//!
+//! # Invariant I34 (the shell's part): ordered runs
+//!
+//! **Ordered runs** (`ordered = true`, `src/delivery/ordered.rs`): a run (I3) joins one batch
+//! whole and in order (`Batcher::submit_run`; the forming loop never splits an entry), or
+//! goes as consecutive requests, each after the answer to the one before, when it does not
+//! fit; a batch holding a run that is bisected sends its halves one after the other. The
+//! answers are walked in order: delivered → done; failed → `core::attempt` for that event
+//! alone — parked or dead-lettered on its own, the walk goes on — or tried again: from that
+//! event on the rest of the run goes again after its wait, later events the API accepted
+//! included (`courier_ordered_resent_total`; their set-aside tries do not count against
+//! their policy). So each event the API accepted is followed there by every later event of
+//! its key: the last writes are in offset order.
 
 use super::attempt::{Tries, Wait};
 use super::batch::Batcher;
@@ -117,7 +130,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 }
                 continue;
             };
-            let request = self.request(&Source::of(&m.item), ev).await;
+            let request = self.build.request(&Source::of(&m.item), ev).await;
             match request {
                 Ok(Body::Send { body, out }) => {
                     let spec = out.batch.clone();
@@ -189,7 +202,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     .zip(pending)
                     .map(|((body, _), m)| (id(m), body))
                     .collect();
-                let replies = self.batcher.submit_run(&out, &spec, items, suspect);
+                let replies = self.send.batcher.submit_run(&out, &spec, items, suspect);
                 let all = async {
                     let mut answers = Vec::with_capacity(replies.len());
                     for rx in replies {
@@ -209,6 +222,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             _ => {
                 let (body, out) = round.pop()?;
                 let one = self
+                    .send
                     .call(&id(front), &out, body, None, token, suspect)
                     .await?;
                 Some(vec![one])

@@ -4,16 +4,37 @@
 //! parking lot that refuses it stops the process.
 
 use super::durable::{self, DlqWrite};
-use super::http::Api;
+use super::hear::Ears;
 use super::peers::DlqRecord;
 use super::token::Finished;
-use super::{Deliverer, Item, Work};
-use crate::core::classify::{ErrorClass, FailureReason};
+use super::{Item, Work};
+use crate::core::classify::{ErrorClass, FailureLog, FailureReason};
 use crate::core::envelope::{Envelope, ErrorInfo, Origin, ENVELOPE_VERSION_PAYLOAD};
 use crate::metrics as m;
-use crate::runtime::now_ms;
+use crate::runtime::{now_ms, Pipeline};
+use std::sync::Arc;
 
-impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+/// The durable writes of failed events: the DLQ writer (one try per call;
+/// `durable::write_durably` retries), and what the breaker hears of them.
+pub(super) struct Writes<W> {
+    writer: W,
+    pipeline: Arc<Pipeline>,
+    ears: Arc<Ears>,
+    /// Which drops get a log line (the first of each reason, then one per
+    /// reason every `report::FAILURE_LOG_EVERY`).
+    drop_log: std::sync::Mutex<FailureLog>,
+}
+
+impl<W: DlqWrite> Writes<W> {
+    pub(super) fn new(writer: W, pipeline: Arc<Pipeline>, ears: Arc<Ears>) -> Writes<W> {
+        Writes {
+            writer,
+            pipeline,
+            ears,
+            drop_log: std::sync::Mutex::new(FailureLog::new(super::report::FAILURE_LOG_EVERY)),
+        }
+    }
+
     pub(super) fn envelope(&self, item: &Item, error: ErrorInfo) -> Envelope {
         let now = now_ms();
         let (event_id, event_type) = match &item.work {
@@ -73,7 +94,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         // unless each was refused on its own by an API that answered 2xx.
         if !per_item {
             if let Some(t) = self.pipeline.health.dlq_written() {
-                self.on_transition(t);
+                self.ears.on_transition(t);
             }
         }
         Finished::DeadLettered { reason }
@@ -171,7 +192,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// the count left out).
     pub(super) async fn drop_enveloped(&self, env: Envelope, reason: &str) -> Finished {
         let log = self
-            .failure_log
+            .drop_log
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .observe(&format!("dlq_dropped/{reason}"), std::time::Instant::now());

@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod local;
 mod redis;
+use local::{Fallback, Local, Rejoin};
 pub use redis::{capped_wait_us, ACQUIRE_LUA, PAUSE_LUA};
 
 /// An instance that has not asked Redis for this long no longer counts as live.
@@ -42,7 +44,7 @@ pub const MEMBER_TTL: Duration = Duration::from_secs(5);
 /// How often an instance on its fallback tries Redis again.
 pub const REDIS_RETRY: Duration = Duration::from_secs(1);
 /// The longest an instance back on Redis keeps to its local share while the
-/// instances it knew have not all come back (see [`Rejoin`]).
+/// instances it knew have not all come back (see `local::Rejoin`).
 pub const REJOIN_MAX: Duration = Duration::from_secs(15);
 /// The longest group pause a `Retry-After` can cause.
 pub const MAX_PAUSE: Duration = Duration::from_secs(60);
@@ -68,51 +70,28 @@ pub struct RateLimiter {
     burst: u64,
     batch: u64,
     gcra: Gcra,
-    redis: Option<Client>,
-    keys: [String; 3],
-    member: String,
+    /// The group's side: Redis and what this instance is there.
+    shared: Shared,
     state: tokio::sync::Mutex<Local>,
     /// This instance's pause (ms since `epoch`), set by `Retry-After`.
     paused_until_ms: AtomicU64,
     epoch: Instant,
-    scripts: std::sync::Mutex<Option<(String, String)>>,
     fallback_gauge: metrics::Gauge,
     /// This instance's partitions: its share when Redis was never reached.
     assignment: Arc<Assignment>,
+}
+
+/// The group-wide limit's side in Redis.
+struct Shared {
+    redis: Option<Client>,
+    keys: [String; 3],
+    /// This instance, in the members' set.
+    member: String,
+    /// The scripts' SHA1s once loaded.
+    scripts: std::sync::Mutex<Option<(String, String)>>,
     /// How long the first batch waits for the connection to Redis
     /// (`redis.connect_timeout`).
-    pub connect_wait: Duration,
-}
-
-struct Local {
-    stock: u64,
-    expires: Instant,
-    source: Source,
-    live: u64,
-    /// The next try of Redis while on the fallback.
-    retry_at: Instant,
-    /// The fallback's GCRA and its TAT (µs since `epoch`).
-    fallback: Gcra,
-    fallback_tat: u64,
-    /// Whether the first batch has waited for the connection (once only).
-    waited_for_connect: bool,
-    /// Whether Redis ever answered (then `live` is its count).
-    reached_redis: bool,
-    /// The fraction of the rate the fallback GCRA was built for.
-    fraction: f64,
-    rejoin: Option<Rejoin>,
-}
-
-/// Back on Redis after a fallback, while the instances this one knew may still
-/// be on theirs: Redis's TAT counts only the permits of those back, the others
-/// still spend their local shares. Until Redis counts as many live instances
-/// as before (or [`REJOIN_MAX`]), every permit needs both Redis's grant and
-/// the local share's, so the group never goes above its limit on the way back.
-/// (Without this, the tests saw 541 and 709 requests in the seconds Redis
-/// came back at 500/s.)
-struct Rejoin {
-    expect_live: u64,
-    until: Instant,
+    connect_wait: Duration,
 }
 
 impl RateLimiter {
@@ -143,34 +122,38 @@ impl RateLimiter {
             burst,
             batch,
             gcra,
-            redis,
-            // One hash tag: the script touches all three keys, which Redis
-            // Cluster allows only within one slot.
-            keys: [
-                format!("{{{key_prefix}}}:rate:tat"),
-                format!("{{{key_prefix}}}:rate:not-before"),
-                format!("{{{key_prefix}}}:rate:members"),
-            ],
-            member: member.to_string(),
+            shared: Shared {
+                redis,
+                // One hash tag: the script touches all three keys, which
+                // Redis Cluster allows only within one slot.
+                keys: [
+                    format!("{{{key_prefix}}}:rate:tat"),
+                    format!("{{{key_prefix}}}:rate:not-before"),
+                    format!("{{{key_prefix}}}:rate:members"),
+                ],
+                member: member.to_string(),
+                scripts: std::sync::Mutex::new(None),
+                connect_wait: Duration::from_secs(1),
+            },
             state: tokio::sync::Mutex::new(Local {
                 stock: 0,
                 expires: now,
                 source: Source::Redis,
                 live: 1,
-                retry_at: now,
-                fallback: Gcra::new(share, share_burst),
-                fallback_tat: 0,
+                fallback: Fallback {
+                    retry_at: now,
+                    gcra: Gcra::new(share, share_burst),
+                    tat: 0,
+                    fraction: 1.0,
+                },
                 waited_for_connect: false,
                 reached_redis: false,
-                fraction: 1.0,
                 rejoin: None,
             }),
             paused_until_ms: AtomicU64::new(0),
             epoch: now,
-            scripts: std::sync::Mutex::new(None),
             fallback_gauge,
             assignment: Arc::default(),
-            connect_wait: Duration::from_secs(1),
         }
     }
 
@@ -190,8 +173,8 @@ impl RateLimiter {
     /// (Re)builds the fallback GCRA at the share `basis` gives, keeping its TAT.
     fn set_fallback(&self, st: &mut Local, basis: ShareBasis) -> f64 {
         let (share, burst) = fallback_share(self.rate, self.burst, basis);
-        st.fallback = Gcra::new(share, burst);
-        st.fraction = basis.fraction();
+        st.fallback.gcra = Gcra::new(share, burst);
+        st.fallback.fraction = basis.fraction();
         self.fallback_gauge.set(share);
         share
     }
@@ -224,7 +207,7 @@ impl RateLimiter {
             &prefix,
             &p.instance,
         );
-        limiter.connect_wait = p.config.redis.connect_timeout;
+        limiter.shared.connect_wait = p.config.redis.connect_timeout;
         Some(Arc::new(limiter.with_assignment(p.assignment.clone())))
     }
 
@@ -268,8 +251,8 @@ impl RateLimiter {
 
     /// One batch: from Redis (or the fallback when it cannot be reached).
     async fn fetch(&self, st: &mut Local) -> (Source, u64, Duration) {
-        let try_redis = st.source == Source::Redis || Instant::now() >= st.retry_at;
-        if let (true, Some(client)) = (try_redis, &self.redis) {
+        let try_redis = st.source == Source::Redis || Instant::now() >= st.fallback.retry_at;
+        if let (true, Some(client)) = (try_redis, &self.shared.redis) {
             let resume = st.source == Source::LocalFallback;
             // A client that is not connected fails at once instead of after its
             // command timeout: the limiter never waits on a Redis that is down
@@ -287,7 +270,8 @@ impl RateLimiter {
                     // other. Wait for it once, bounded by
                     // `redis.connect_timeout`.
                     let _ =
-                        tokio::time::timeout(self.connect_wait, client.wait_for_connect()).await;
+                        tokio::time::timeout(self.shared.connect_wait, client.wait_for_connect())
+                            .await;
                 }
             }
             let answer = if client.is_connected() {
@@ -336,10 +320,13 @@ impl RateLimiter {
                             st.rejoin = None;
                         } else if granted > 0 {
                             // Redis's grant and the local share's, both.
-                            let t =
-                                st.fallback
-                                    .take(st.fallback_tat, self.now_us(), granted, false);
-                            st.fallback_tat = t.tat_us;
+                            let t = st.fallback.gcra.take(
+                                st.fallback.tat,
+                                self.now_us(),
+                                granted,
+                                false,
+                            );
+                            st.fallback.tat = t.tat_us;
                             granted = t.granted;
                             wait = Duration::from_micros(t.wait_us);
                         }
@@ -356,13 +343,13 @@ impl RateLimiter {
                         let share = self.set_fallback(st, basis);
                         tracing::warn!(error = %e, basis = ?basis, share, "rate limit: Redis unreachable; this instance takes its share of the limit locally");
                         // No burst on the way in: the group may just have spent it.
-                        st.fallback_tat = self.now_us() + st.fallback.tolerance_us;
+                        st.fallback.tat = self.now_us() + st.fallback.gcra.tolerance_us;
                     }
                     st.source = Source::LocalFallback;
-                    st.retry_at = Instant::now() + REDIS_RETRY;
+                    st.fallback.retry_at = Instant::now() + REDIS_RETRY;
                 }
             }
-        } else if self.redis.is_none() && st.source == Source::Redis {
+        } else if self.shared.redis.is_none() && st.source == Source::Redis {
             st.source = Source::LocalFallback;
             let basis = self.basis(st);
             self.set_fallback(st, basis);
@@ -371,15 +358,16 @@ impl RateLimiter {
             // Never heard from Redis: the share follows this instance's
             // partitions, which rebalances move.
             let basis = self.basis(st);
-            if (basis.fraction() - st.fraction).abs() > 1e-9 {
+            if (basis.fraction() - st.fallback.fraction).abs() > 1e-9 {
                 let share = self.set_fallback(st, basis);
                 tracing::info!(basis = ?basis, share, "rate limit: local share follows the assigned partitions");
             }
         }
         let t = st
             .fallback
-            .take(st.fallback_tat, self.now_us(), self.batch, false);
-        st.fallback_tat = t.tat_us;
+            .gcra
+            .take(st.fallback.tat, self.now_us(), self.batch, false);
+        st.fallback.tat = t.tat_us;
         (
             Source::LocalFallback,
             t.granted,

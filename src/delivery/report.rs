@@ -1,13 +1,14 @@
 //! Stage 5, the failure report: what one failed try said ([`Failure`]), how it
 //! is counted and logged, and what the breaker hears of the calls.
 
-use super::durable::DlqWrite;
 use super::enrich::EnrichError;
-use super::http::{self, Api, TransportError};
-use super::Deliverer;
-use crate::core::classify::{FailureClass, FailureReason};
+use super::hear::Ears;
+use super::http::{self, TransportError};
+use crate::core::classify::{FailureClass, FailureLog, FailureReason};
 use crate::core::envelope::ErrorInfo;
 use crate::metrics as m;
+use crate::runtime::Pipeline;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// At most one log line per failure reason per this interval (after the first).
@@ -32,52 +33,40 @@ pub(super) struct Failure {
 }
 
 impl Failure {
-    pub(super) fn status(class: FailureClass, a: &http::Answer) -> Failure {
-        Failure {
-            class,
-            reason: FailureReason::Http(a.status),
-            status: Some(a.status),
-            retry_after: a.retry_after,
-            detail: None,
-            hint: crate::core::classify::status_hint(a.status),
-            body: a.body.clone(),
-            per_item: a.per_item,
+    /// A failed try whose answer `core::answer::read` judged `class` for
+    /// `reason` (the one reading of an answer: [`super::hear::Ears::read`]).
+    pub(super) fn of_answer(
+        class: FailureClass,
+        reason: FailureReason,
+        answer: Result<http::Answer, TransportError>,
+    ) -> Failure {
+        match answer {
+            Ok(a) => Failure {
+                class,
+                reason,
+                status: Some(a.status),
+                retry_after: a.retry_after,
+                detail: None,
+                hint: match reason {
+                    FailureReason::NoResult(_) => Some("the batch answer holds no result for this event (api.batch.results): it is sent again"),
+                    _ => crate::core::classify::status_hint(a.status),
+                },
+                body: a.body,
+                per_item: a.per_item,
+            },
+            Err(t) => Failure {
+                class,
+                reason,
+                status: None,
+                retry_after: None,
+                detail: Some(t.detail),
+                hint: Some(t.kind.hint()),
+                body: None,
+                per_item: false,
+            },
         }
     }
 
-    /// The event's batch answer holds no result for it (`a.no_result`):
-    /// transient, sent again.
-    pub(super) fn no_result(a: &http::Answer) -> Failure {
-        let reason = a
-            .no_result
-            .map_or(FailureReason::Http(a.status), FailureReason::NoResult);
-        Failure {
-            class: FailureClass::Transient,
-            reason,
-            status: Some(a.status),
-            retry_after: a.retry_after,
-            detail: None,
-            hint: Some("the batch answer holds no result for this event (api.batch.results): it is sent again"),
-            body: a.body.clone(),
-            per_item: a.per_item,
-        }
-    }
-
-    pub(super) fn transport(t: TransportError) -> Failure {
-        Failure {
-            class: t.kind.class(),
-            reason: FailureReason::Transport(t.kind),
-            status: None,
-            retry_after: None,
-            detail: Some(t.detail),
-            hint: Some(t.kind.hint()),
-            body: None,
-            per_item: false,
-        }
-    }
-
-    /// The enrichment database failed (not the API's: the breaker never
-    /// hears of it): transient.
     pub(super) fn enrichment(e: EnrichError) -> Failure {
         let reason = match e {
             EnrichError::Timeout => FailureReason::EnrichmentTimeout,
@@ -131,7 +120,26 @@ impl Failure {
     }
 }
 
-impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+/// What failed tries are told to: `courier_delivery_errors_total`, the
+/// status page's recent errors, the log (rate-limited per reason) and the
+/// breaker.
+pub(super) struct Reports {
+    pipeline: Arc<Pipeline>,
+    ears: Arc<Ears>,
+    /// Which failed calls get a log line (the first of each reason, then one
+    /// per reason every [`FAILURE_LOG_EVERY`]).
+    failure_log: std::sync::Mutex<FailureLog>,
+}
+
+impl Reports {
+    pub(super) fn new(pipeline: Arc<Pipeline>, ears: Arc<Ears>) -> Reports {
+        Reports {
+            pipeline,
+            ears,
+            failure_log: std::sync::Mutex::new(FailureLog::new(FAILURE_LOG_EVERY)),
+        }
+    }
+
     /// Counts a failed try in `courier_delivery_errors_total{class, reason}` and
     /// logs it on the first occurrence of its reason (then once per
     /// [`FAILURE_LOG_EVERY`], with the count left out): systemic failures at WARN,

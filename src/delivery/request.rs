@@ -3,18 +3,19 @@
 //! its input format, the enrichment, the Kafka headers `api.forward_headers`
 //! names and its trace context — or why it cannot be sent.
 
-use super::durable::DlqWrite;
-use super::enrich::EnrichError;
-use super::http::{Api, Outgoing};
-use super::Deliverer;
+use super::enrich::{EnrichError, Enricher};
+use super::http::Outgoing;
 use crate::config::OnMissing;
+use crate::core::batch::BatchSpec;
 use crate::core::classify::{FailureReason, TransportFailure};
 use crate::core::event::Event;
 use crate::core::input::{BodyType, Header};
-use crate::core::mapping::{Attributes, BodyMode};
+use crate::core::mapping::{Attributes, BodyMode, Routes};
 use crate::core::trace;
+use crate::runtime::Pipeline;
 use bytes::Bytes;
 use reqwest::header::HeaderValue;
+use std::sync::Arc;
 
 /// What an event's request turned out to be.
 pub(super) enum Body {
@@ -52,7 +53,34 @@ impl<'a> Source<'a> {
     }
 }
 
-impl<A: Api, W: DlqWrite> Deliverer<A, W> {
+/// Stage 2's parts: what an event's request is built from.
+pub(super) struct Builder {
+    /// `[[api.routes]]`, parsed.
+    pub(super) routes: Routes,
+    /// `[api.batch]`: the batching of events no route matches.
+    pub(super) batch: Option<Arc<BatchSpec>>,
+    /// `api.forward_headers`.
+    forward_headers: Vec<String>,
+    enricher: Option<Enricher>,
+    pipeline: Arc<Pipeline>,
+}
+
+impl Builder {
+    pub(super) fn new(
+        routes: Routes,
+        batch: Option<Arc<BatchSpec>>,
+        enricher: Option<Enricher>,
+        pipeline: Arc<Pipeline>,
+    ) -> Builder {
+        Builder {
+            routes,
+            batch,
+            forward_headers: pipeline.config.api.forward_headers.clone(),
+            enricher,
+            pipeline,
+        }
+    }
+
     /// The request for an event: the route its type matches (URL, method,
     /// headers, body = event or data), the Content-Type of its input format,
     /// the Kafka headers `api.forward_headers` names and its trace context.

@@ -75,7 +75,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     None => match tokio::select! {
                         biased;
                         _ = token.until_cancelled() => return None,
-                        p = self.permit() => p,
+                        p = self.send.permit() => p,
                     } {
                         Some(p) => p,
                         // The semaphore is never closed; if it were, the dropped
@@ -101,7 +101,9 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             }
             Work::Park { reason, message } => {
                 let info = ErrorInfo::new(ErrorClass::Poison, *reason, None, message);
-                Box::pin(self.park(item, info)).instrument(span()).await
+                Box::pin(self.writes.park(item, info))
+                    .instrument(span())
+                    .await
             }
             Work::FromDlq(env) => {
                 match Box::pin(self.retry_from_dlq(item, env, token))

@@ -17,6 +17,7 @@ use crate::core::classify::{FailureReason, TransportFailure};
 use crate::core::partition::Src;
 use fakes::{FakeApi, FakeDlq, Reply, WriteReply};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 use std::time::Instant;
 
 struct Nobody;

@@ -6,6 +6,52 @@
 //! actor then re-dispatches the event. A lost task can therefore cause a duplicate,
 //! never leave an offset silently done. (Vector's finalizers count a dropped event
 //! as delivered; Courier deliberately does not.)
+//!
+//! # Invariant I5: a dropped token reports errored
+//!
+//!
+//! *Enforced in* `src/delivery/token.rs` (`CompletionToken`). Every dispatched event carries
+//! a token; a token dropped without an outcome reports *errored* (re-dispatch), never *done*.
+//!
+//! *Tested by:* Indirectly by every e2e test; a crashed task can only cause a re-dispatch.
+//!
+//! # Invariant I22: no zombie work
+//!
+//!
+//! *Enforced in* `src/delivery/token.rs`, `src/actors/delivery_pool.rs`, `src/delivery/{call,attempt,durable}.rs` (no
+//! zombie work). When a drain begins (revoke, shutdown) or a partition actor ends, its inbox
+//! is cancelled: queued jobs are dropped by the pool's dispatcher before they take a permit,
+//! and in-place retries stop before another request (their tokens report errored; a draining
+//! machine does not redispatch). A delivery's waits race the cancellation
+//! (`CompletionToken::until_cancelled`) and ends at once: an in-place retry's back-off, the
+//! breaker's gate (before the breaker admits it, so no half-open probe is spent on a call
+//! never made), on the DLQ drain the drain permit and the rate slot (`core::pacer` reserves
+//! nothing ahead: a cancelled waiter leaves no slot the others wait behind), and the group
+//! rate limit's slot (`api.rate_limit_per_sec`, `call::Sender::call_slot`; a wait dropped during
+//! its Redis fetch loses that batch to the group: fewer calls, never more). A closed breaker
+//! admits without registering for the cancellation (`ApiHealth::admit_now`), so the common path
+//! takes no lock on the partition's notifier. The drain waits only for requests on the wire.
+//! Outcomes arriving after the handover completed are counted (`courier_revoked_work_total`).
+//! The answer to a call the breaker admitted always reaches the breaker, also when the
+//! partition was handed over while the call was on the wire (`delivery/attempt.rs` tells it
+//! before it checks the cancellation): a half-open probe whose answer the breaker never hears
+//! keeps its slot, and every later call of the instance would wait at the gate. A call
+//! admitted by the gate and then cancelled while it waits for its slots frees its
+//! admission when it is dropped (`api_health::Admission`, I36).
+//!
+//! *Tested by:* `delivery::tests::a_systemic_answer_after_the_handover_still_reaches_the_breaker`
+//! (a 401 released after the handover: the breaker left closed before the fix);
+//! `tests/crash_cost.rs::a_third_instance_joins_without_zombie_work`: 0 (1,348
+//! with the cancellation disabled); `a_revoke_cancels_the_deliveries_waiting_at_the_breaker`
+//! (API answering 401, breaker open, a third instance joins): 0 (16 requests for revoked
+//! partitions and 16 duplicates with the gate wait not cancellable);
+//! `a_revoke_cancels_the_dlq_drain_waiting_for_its_rate_slot` (a second instance joins during
+//! a 1/s drain): 0 (2 and 4 requests for revoked partitions with the drain waits not
+//! cancellable); `a_revoke_cancels_the_deliveries_waiting_for_a_rate_slot` (10/s for the
+//! group, a third instance joins): 0 (6 requests for revoked partitions and 6 duplicates with
+//! the rate-limit wait not cancellable); `delivery::pacer` unit test (paused time: a
+//! cancelled waiter's slot goes to the next one at 100 ms, 200 ms with the old reserving
+//! pacer); `core::pacer` proptest (a refusal takes nothing; slots an interval apart).
 
 use crate::core::partition::{Outcome, Report, Src};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,6 +3,37 @@
 //! of batches and rebalance events into the consumer actor, and it never stops
 //! polling while Courier runs, even with every partition paused, so the group
 //! membership survives.
+//!
+//! # Invariant I25: poll-thread panic
+//!
+//! *Enforced in* `src/kafka/poller.rs`, `src/runtime.rs` (`fatal_on_panic`) (no idle zombie
+//! after a panic). The poll loop runs under `catch_unwind`: a panic there is reported like a
+//! fatal client error (`PollSink::client_fatal`), the process drains and exits 70 (with its
+//! final commit: the client itself is fine). Tasks nothing watches (the status sampler, the
+//! budget gauges, the metrics listener, the delivery dispatcher, each DLQ write) run under
+//! `runtime::fatal_on_panic`: a panic declares the pipeline fatal. Not wrapped, because
+//! something already handles their panic: supervised actors (ractor catches it, the
+//! supervisor restarts within `supervision.max_restarts`), delivery tasks (the dropped
+//! completion token makes the partition redo the work, then park it `internal_error`), the
+//! lag check (answers even if its lookup panicked). A panic inside a librdkafka callback
+//! (rebalance, commit) aborts the process (Rust does not unwind out of `extern "C"`):
+//! non-zero, without the drain.
+//!
+//! *Tested by:* `tests/pipeline.rs::a_panic_in_the_poll_thread_ends_the_process` (hook
+//! `testing.poll_panic_on_key`: exit 70, a restart delivers the rest, lost 0; seen failing
+//! before: still running after 60 s); `runtime::tests::a_panicking_task_is_fatal`.
+//!
+//! # Invariant I26: fatal client error
+//!
+//! *Enforced in* `src/kafka/poller.rs`, `src/actors/consumer/mod.rs` (no idle zombie). A fatal
+//! Kafka client error (a fenced static member: another process with its instance id, or its
+//! own commits arriving after a client-side session timeout) ends the poll thread and
+//! declares the pipeline fatal (`PollSink::client_fatal`); `courier run` drains what is on
+//! the wire and exits 70 without the refused final commit and LeaveGroup, so the orchestrator
+//! restarts it rather than a process that looks healthy and never fetches again.
+//!
+//! *Tested by:* `tests/crash_cost.rs::a_fenced_member_exits_for_a_restart` (a twin joins with
+//! the same id; seen failing before: still running 60 s after the fence).
 
 use super::{KafkaConsumer, Record};
 use rdkafka::consumer::Consumer;

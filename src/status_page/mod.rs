@@ -15,6 +15,28 @@
 //! - delivery errors are counted where `courier_delivery_errors_total` is
 //!   (lock-free slots, see [`ErrorTally`]) and sampled every [`ERROR_STEP`] into
 //!   a sliding window ([`crate::core::status_page::ErrorWindow`]).
+//!
+//! # How each part is published
+//!
+//! - A partition actor's row goes away in `post_stop` only if no later
+//!   incarnation replaced it (the generation decides); a crashed actor, whose
+//!   `post_stop` does not run, is replaced by its successor's row. After each
+//!   input it stores mode, lag, DLQ lag, watermark, held and dispatched counts.
+//! - The health actor publishes the breaker state and its last transition
+//!   (kept by `api_health::ApiHealth::last_transition` wherever the breaker
+//!   moves: a recorded outcome, a trip, or the open → half-open step at the
+//!   gate); the marker's transitions and their reasons (`set_by_this_instance`,
+//!   `set_by_another_instance`, `expired`, `redis_unreachable`,
+//!   `redis_reachable`) and the verdict's source are decided in
+//!   `core::status_page`.
+//! - The error window gives the last 5 minutes, never missing an error of the
+//!   window; the span it covers is shown.
+//!
+//! The HTML is formatted from the same `Snapshot` the JSON serialises
+//! (`page::render`, pure, unit-tested); `tests/status_page.rs` renders it in
+//! headless Chromium during an outage. The build's git commit comes from
+//! `build.rs` (`git rev-parse`, or `COURIER_GIT_COMMIT` set for the build; none
+//! without git).
 
 pub mod http;
 pub mod page;

@@ -22,8 +22,8 @@
 //! parked + Courier's `courier_events_deleted_unread_total`.
 
 use crate::cluster::{delete_records, recreate_topic, Cluster, Load};
+use crate::opts::Opts;
 use crate::report::Check;
-use crate::scenarios::Opts;
 use anyhow::{bail, Context as _};
 use courier::audit::{AuditReport, Produced};
 use courier::kafka::admin::{committed_offsets, end_offsets};

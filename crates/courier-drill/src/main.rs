@@ -14,6 +14,7 @@ mod cluster;
 mod digest;
 mod hostile;
 mod metrics;
+mod opts;
 mod partial_api;
 mod report;
 mod scenarios;
@@ -166,7 +167,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             .unwrap_or_else(|| repo_path("scripts/services.sh")),
     )
     .await?;
-    let opts = scenarios::Opts {
+    let opts = opts::Opts {
         short: args.short,
         rate: args.rate.unwrap_or(if args.short { 300 } else { 1000 }),
         events: args.events,

@@ -8,8 +8,8 @@
 //! lost.
 
 use crate::cluster::Cluster;
+use crate::opts::Opts;
 use crate::report::Check;
-use crate::scenarios::Opts;
 use courier::sink::faults::{BatchFaults, ItemMix};
 use std::time::Duration;
 

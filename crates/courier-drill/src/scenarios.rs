@@ -3,13 +3,13 @@
 //! heals everything it broke, waits until the group has committed to the end and
 //! drained the DLQ, and ends with the no-loss audit.
 
-use crate::cluster::{Cluster, ClusterCfg, Load, Services};
+use crate::cluster::{Cluster, Load, Services};
 use crate::metrics;
+use crate::opts::Opts;
 use crate::report::{Check, ScenarioReport};
 use crate::toxiproxy::Toxiproxy;
 use anyhow::{bail, Context as _};
 use rand::Rng as _;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -31,41 +31,6 @@ pub const ALL: &[&str] = &[
 /// Scenarios that run only when named (parts of `hostile`).
 pub fn known(name: &str) -> bool {
     ALL.contains(&name) || crate::hostile::PARTS.contains(&name)
-}
-
-#[derive(Debug, Clone)]
-pub struct Opts {
-    pub short: bool,
-    pub rate: u64,
-    /// Overrides the scenario's event count (rate × its load duration).
-    pub events: Option<usize>,
-    pub cluster: ClusterCfg,
-    pub toxiproxy_script: PathBuf,
-    pub settle_timeout: Duration,
-}
-
-impl Opts {
-    /// `short` seconds in the CI version, `full` otherwise.
-    pub fn pick(&self, short: f64, full: f64) -> Duration {
-        Duration::from_secs_f64(if self.short { short } else { full })
-    }
-    fn rounds(&self, short: usize, full: usize) -> usize {
-        if self.short {
-            short
-        } else {
-            full
-        }
-    }
-    pub fn warm(&self) -> Duration {
-        self.pick(3.0, 10.0)
-    }
-    pub fn tail(&self) -> Duration {
-        self.pick(4.0, 15.0)
-    }
-    /// DLQ records an outage's onset may add: what is in flight when it starts.
-    fn dlq_bound(&self) -> i64 {
-        (self.cluster.instances * (self.cluster.concurrency + 40)) as i64
-    }
 }
 
 /// How long a scenario's load should last, so that its faults happen under load.

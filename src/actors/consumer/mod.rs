@@ -1,6 +1,11 @@
 //! Consumer actor: owns the Kafka consumer and the poll thread, routes records to
 //! partition actors, and handles rebalances, partition-actor crashes and shutdown.
 //!
+//! Polling runs on a dedicated thread (`kafka::poller`), never on the async runtime:
+//! rebalance callbacks run inside `poll()` and block. The thread forwards batches, and
+//! the callbacks forward `Assigned`/`Revoked` (with a one-shot acknowledgement the
+//! revoke callback waits on), all through this actor's mailbox, in order.
+//!
 //! It reaches Kafka through two seams (`kafka::seams`): the group consumer's
 //! [`PartitionIo`] (pause, resume, store, commit, seek — shared with its
 //! partition actors) and a [`BrokerView`] on a client outside the group

@@ -10,6 +10,21 @@
 //!   skipping what the crashed incarnation's last stored metadata names done
 //!   (the decision: `core::completed::after_crash`). Records of the old read
 //!   position that were already polled are fenced off (`route.rs`).
+//!
+//! # Invariant I7: crash recovery
+//!
+//! *Enforced in* this file ([`ConsumerState::recover`]; the decision is
+//! `core::completed::after_crash`) and `route.rs` (the fence). A crashed partition
+//! actor's partition is sought back to its last stored watermark; records polled before
+//! the seek are fenced off until the re-read arrives, and the re-read skips what the
+//! crashed incarnation's last stored metadata names done.
+//!
+//! *Tested by:* `tests/pipeline.rs::partition_actor_crash_rereads_from_watermark` (fault
+//! hook `testing.crash_on_event_id`, built only with the cargo feature `test-hooks`);
+//! `tests/positions.rs::a_crashed_partition_actor_skips_what_its_metadata_names`;
+//! without a broker, `consumer/tests.rs`
+//! (`a_crashed_partition_is_read_again_skipping_what_its_metadata_names_done`: seen
+//! failing with `after_crash` skipping nothing) and `core::completed::crash`'s unit tests.
 
 use super::{ConsumerMsg, ConsumerState};
 use crate::actors::partition::Src;

@@ -1,6 +1,36 @@
 //! The consumer's start: the group consumer and the lookup client, the
 //! checks that the topics exist and pair up, the subscription, the lag
 //! ticks and the poll thread.
+//!
+//! # Invariant I31: topics and pairs
+//!
+//! *Enforced in* this file, `rebalance.rs` (`assigned`), `lag.rs` (`lag_lookup`,
+//! `dlq_positions`) and `src/kafka/mod.rs` (`producer_config`). A missing main, DLQ or
+//! parking topic is refused at start, naming it; the producer never auto-creates topics
+//! (`allow.auto.create.topics=false`, set after `[kafka.properties]`). The partition
+//! counts of the main topic and the DLQ are compared at start and at every assignment
+//! (partitions added while running make the group rebalance): a mismatch starts no
+//! partition, declares the pipeline fatal (exit 70), and the restart refuses to start
+//! until they match — main p is never paired with another member's DLQ p or with none.
+//! A DLQ or parking lot whose `cleanup.policy` compacts is refused at start
+//! (`actors/dlq_writer/held.rs`, read with `max.message.bytes` in one DescribeConfigs):
+//! compaction would delete every event of a key but the latest before it is retried or
+//! inspected. "DLQ p has unread records" means records a fetch can still return: the
+//! start is max(committed, log start), and once the group consumer's position (moved
+//! past control records by librdkafka) reaches the end, the end reported is what was
+//! handed over, so a purged DLQ or a transaction marker at its end does not hold main p
+//! in `drain_dlq`.
+//!
+//! *Tested by:* `lag.rs`'s unit tests (`dlq_positions`) and `consumer/tests.rs`
+//! (`lag_at_idle_behind_transaction_markers_is_no_lag`, over fakes: seen failing with
+//! `dlq_positions` reporting the end offset); `tests/dlq.rs`:
+//! `a_missing_dlq_or_parking_topic_is_refused_at_start`,
+//! `a_compacted_dlq_or_parking_topic_is_refused_at_start` (seen failing: the process ran
+//! on), `partitions_added_while_running_are_refused` (`create_partitions` on a running
+//! Courier's main topic: exit 70, audit lost 0, the restart refused),
+//! `a_transaction_marker_at_the_dlq_end_is_not_unread` (an aborted transaction in the
+//! DLQ: all 50 events delivered), the purged DLQ of the deleted-unread test; each seen
+//! failing before the fix.
 
 use super::{Client, ConsumerArgs, ConsumerMsg, ConsumerState, Kafka};
 use crate::core::completed;

@@ -15,6 +15,27 @@
 //! visited one by one, and only what an item needs — its status and, for a
 //! failure's `last_error`, its element's text (a slice of the body) — is
 //! kept. A body of 8 MiB of `[0,0,…]` costs a pass over it, not a tree.
+//!
+//! # Invariant I37: answers fail closed
+//!
+//! With `api.batch.results` an event is done only when a readable result says so. A 2xx
+//! batch body is read whole within 8 MiB (`delivery::http::read_whole`: a read error is an
+//! error, not the end of the body) and walked through borrowed raw JSON
+//! (`core::batch::results`: the pointer's path followed member by member, elements visited
+//! one by one; no tree). An answer that cannot be read (`Unreadable`: read failed, too large,
+//! not JSON, no array) gives every event `no_result_*`; an event not listed, without a
+//! readable status, listed twice with different statuses, or sharing its id with another of
+//! the batch gets its own `NoResult`. All are transient (`FailureReason::NoResult`), sent
+//! again. With `result_id`, events sharing an id never share a request
+//! (`core::batch::unique_id_runs`). A batch of one is a batch (format, key, results). ndjson
+//! items are made one line for every reader (`core::batch::batch_item`); a template's
+//! `$items` must stand where a value goes.
+//!
+//! *Tested by* `core::batch::{results,items}` unit tests; `tests/fail_closed.rs`: HTML 200s
+//! and cut bodies, an id listed twice (201 and 503), a batch of one — each seen failing on
+//! 3595d1c (events lost, or single-event bodies sent) —, and a route whose batches all end
+//! alone after splits (parked `http_400`, said on `/status` and in the log); the drill's
+//! `partial-api` scenario.
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;

@@ -2,6 +2,21 @@
 //! connection is kept when the whole body is small), and the excerpt the
 //! envelope carries, with the secrets taken out (the configured credential
 //! headers, by name, and each secret as sent and JSON-escaped).
+//!
+//! # Invariant I15: answer bodies are read bounded and redacted
+//!
+//!
+//! *Enforced in* `src/delivery/http.rs` (`read_body`, `redacted_excerpt`). An answer's body
+//! is read in chunks: a body whose `Content-Length` is at most 64 KB to its end (the
+//! connection is reused), any other only as far as the excerpt needs
+//! (`api.error_body_bytes` + the longest secret), then the connection is dropped. The bearer token and
+//! credential-named `api.headers` values (as sent and JSON-escaped) are replaced by
+//! `[redacted]` before the cut, and a secret straddling the cut is redacted whole.
+//!
+//! *Tested by:* `delivery::http` unit test; `tests/api_errors.rs`: a 500 announcing 100 MB
+//! that sends 256 KB and stalls answers at once with its excerpt (before: the request
+//! timeout, no excerpt); a 403 echoing the request headers keeps neither token nor key
+//! (before: both).
 
 /// At most this much of an answer's body is read to keep its connection for
 /// the next call: a body whose `Content-Length` says it fits is read to its end

@@ -6,11 +6,7 @@ use super::*;
 async fn the_gate_follows_the_limit_down_and_up() {
     let sem = Arc::new(Semaphore::new(10));
     let (tx, rx) = watch::channel(10usize);
-    let mut gate = PermitGate {
-        permits: sem.clone(),
-        capacity: 10,
-        limit: rx,
-    };
+    let mut gate = PermitGate::new(sem.clone(), 10, rx);
     let mut held = Vec::new();
     for _ in 0..6 {
         held.push(gate.acquire().await.expect("permit"));
@@ -66,7 +62,7 @@ async fn permits_held_between_tries_count_as_the_limit_in_use() {
     let t0 = limits.epoch;
     for i in 0..40u64 {
         let sent = t0 + Duration::from_millis(20 * i);
-        limits.calls.fetch_add(1, Relaxed);
+        limits.calls.in_flight.fetch_add(1, Relaxed);
         let call = Call {
             started: sent,
             slot: None,
@@ -94,7 +90,7 @@ async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
     }
     // All but the calling one wait for a rate slot.
     let waits: Vec<RateWait<'_>> = (1..start)
-        .map(|_| RateWait::new(&limits.waiting_for_rate))
+        .map(|_| RateWait::new(&limits.calls.waiting_for_rate))
         .collect();
     let ok = Ok(Answer {
         status: 200,
@@ -107,7 +103,7 @@ async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
     let t0 = limits.epoch;
     for i in 0..40u64 {
         let sent = t0 + Duration::from_millis(20 * i);
-        limits.calls.fetch_add(1, Relaxed);
+        limits.calls.in_flight.fetch_add(1, Relaxed);
         limits.after_call_at(
             sent + Duration::from_millis(5),
             Call {
@@ -120,7 +116,7 @@ async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
     }
     assert_eq!(limits.current(), start, "the limit stayed");
     drop(waits);
-    assert_eq!(limits.waiting_for_rate.load(Relaxed), 0);
+    assert_eq!(limits.calls.waiting_for_rate.load(Relaxed), 0);
 }
 
 /// With batching the limit holds requests: every call takes a request
@@ -152,7 +148,7 @@ async fn on_requests_calls_take_slots_and_the_pool_stays_fixed() {
         .await
         .expect("a slot once one came back");
     calls.push(ninth);
-    assert_eq!(limits.calls.load(Relaxed), start);
+    assert_eq!(limits.calls.in_flight.load(Relaxed), start);
     assert_eq!(
         pool.available_permits(),
         0,
@@ -174,7 +170,7 @@ async fn on_event_permits_calls_take_no_slot() {
             .expect("no wait before a call");
         calls.push(call);
     }
-    assert_eq!(limits.calls.load(Relaxed), 64);
+    assert_eq!(limits.calls.in_flight.load(Relaxed), 64);
 }
 
 #[test]

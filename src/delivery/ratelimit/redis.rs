@@ -85,6 +85,7 @@ impl RateLimiter {
     ) -> Result<(String, String), Error> {
         if !reload {
             if let Some(s) = self
+                .shared
                 .scripts
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -96,7 +97,11 @@ impl RateLimiter {
         let a: String = client.script_load(ACQUIRE_LUA).await?;
         let p: String = client.script_load(PAUSE_LUA).await?;
         let shas = (a, p);
-        *self.scripts.lock().unwrap_or_else(|e| e.into_inner()) = Some(shas.clone());
+        *self
+            .shared
+            .scripts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(shas.clone());
         Ok(shas)
     }
 
@@ -134,13 +139,13 @@ impl RateLimiter {
             self.gcra.interval_us.to_string(),
             self.gcra.tolerance_us.to_string(),
             self.batch.to_string(),
-            self.member.clone(),
+            self.shared.member.clone(),
             MEMBER_TTL.as_millis().to_string(),
             if resume { "1" } else { "0" }.to_string(),
             MAX_PAUSE.as_millis().to_string(),
         ];
         let v = self
-            .evalsha(client, false, self.keys.to_vec(), args)
+            .evalsha(client, false, self.shared.keys.to_vec(), args)
             .await?;
         match v.as_slice() {
             [k, w, l, distrusted] => {
@@ -167,7 +172,7 @@ impl RateLimiter {
                 _ => "the group's pause and the shared TAT",
             };
             tracing::warn!(
-                keys = ?self.keys,
+                keys = ?self.shared.keys,
                 which,
                 "rate limit: a key in Redis had no TTL or was further ahead than Courier ever sets it (written by hand, or the Redis host's clock stepped): ignored and reset, the limit goes on from now"
             );
@@ -189,12 +194,12 @@ impl RateLimiter {
             pause_ms = after.as_millis() as u64,
             "API asked to slow down (Retry-After): the group pauses"
         );
-        let Some(client) = self.redis.clone() else {
+        let Some(client) = self.shared.redis.clone() else {
             return;
         };
         let me = self.clone();
         tokio::spawn(async move {
-            let keys = vec![me.keys[1].clone()];
+            let keys = vec![me.shared.keys[1].clone()];
             let args = vec![after.as_millis().to_string()];
             if let Err(e) = me.evalsha(&client, true, keys, args).await {
                 tracing::warn!(error = %e, "rate limit: could not share the pause through Redis; only this instance pauses");

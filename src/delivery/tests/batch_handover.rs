@@ -28,7 +28,7 @@ async fn an_event_handed_over_before_its_batch_leaves_is_not_sent() {
     let (stays, leaves) = two_partitions();
     let a = tokio::spawn(d.clone().run(job_in("e-0", 0, &stays), None));
     let b = tokio::spawn(d.clone().run(job_in("e-1", 1, &leaves), None));
-    until("both wait in the batch", || d.batcher.submitted() == 2).await;
+    until("both wait in the batch", || d.send.batcher.submitted() == 2).await;
     leaves.cancel();
     for t in [a, b] {
         tokio::time::timeout(Duration::from_secs(30), t)
@@ -59,9 +59,9 @@ fn own_batcher<A: http::Api + Clone>(
         api.clone(),
         limits.clone(),
         d.pipeline.clone(),
-        d.ears.clone(),
+        d.send.ears.clone(),
     );
-    let spec = d.batch.clone().expect("[api.batch] is on");
+    let spec = d.build.batch.clone().expect("[api.batch] is on");
     (Arc::new(batcher), spec)
 }
 
@@ -98,7 +98,7 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
     assert_eq!(answer.map(|a| a.status).ok(), Some(200));
     let second = batcher.submit(&out, &spec, "e-1", id_body("e-1"), None, false);
     until("the second batch waits for its rate slot", || {
-        limits.rate_waits.load(Ordering::SeqCst) == 2
+        limits.waits.rate.load(Ordering::SeqCst) == 2
     })
     .await;
     // Its partition is handed over: the event stops waiting.
@@ -142,14 +142,18 @@ async fn an_inline_first_try_handed_over_while_its_batch_forms_reports_errored_a
         d.start(job_in(id, offset, inbox), permit);
     }
     assert_eq!(d.inline_tries.load(Ordering::SeqCst), 2);
-    until("both wait in the batch", || d.batcher.submitted() == 2).await;
+    until("both wait in the batch", || d.send.batcher.submitted() == 2).await;
     leaves.cancel();
     assert_eq!(next_completion(&leaves).await.outcome, None, "errored");
     assert!(stays.take().is_empty(), "e-0 still waits in its batch");
     // e-1 was taken after e-0: e-0 is in the forming batch now.
     stays.cancel();
     assert_eq!(next_completion(&stays).await.outcome, None, "errored");
-    assert_eq!(d.batcher.ended(), 0, "errored while its batch still formed");
+    assert_eq!(
+        d.send.batcher.ended(),
+        0,
+        "errored while its batch still formed"
+    );
     assert!(api.requests().is_empty(), "{:?}", api.requests());
 }
 
@@ -192,7 +196,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
     until("e-0's request is on the wire", || api.calls() == 1).await;
     submit("e-1", &second);
     until("e-1's batch waits for its request slot", || {
-        limits.slot_waits.load(Ordering::SeqCst) == 2
+        limits.waits.slot.load(Ordering::SeqCst) == 2
     })
     .await;
     second.cancel();

@@ -350,7 +350,7 @@ async fn with_batching_the_permits_fill_every_request() {
         "the 41st waits"
     );
     assert_eq!(
-        d.limits.current(),
+        d.send.limits.current(),
         4,
         "requests in flight: pipeline.concurrency"
     );

@@ -1,0 +1,427 @@
+//! [`Lanes`]: the events held (begun, not finished), their ordering lanes
+//! (`core::ordering`), and what goes out to the delivery side: dispatches,
+//! runs, the jobs whose turn came while the mode was `Paused`, and errored
+//! jobs' redispatch.
+//!
+//! # Invariant I3: ordering and degraded mode
+//!
+//!
+//! *Enforced in* `src/core/partition/` (ordering, degraded mode). `key` mode: one event per
+//! key in flight, a key's events in offset order (`core::ordering` lanes; a lane is freed by
+//! its event's completion, whatever its work became — a parked errored job included);
+//! `partition` mode: one at a time. With `ordered = true` on a batched route, the lane's
+//! waiting events of that route go out together as one *run* (`Scheduler::finish` →
+//! `Release::Run`, `Effect::DispatchRun`): consecutive entries of the lane, at most
+//! `max_events` and `pipeline.concurrency`; the lane's next release waits until every event
+//! of the run finished, and a run member whose job vanished goes out again only once none of
+//! its run is still out (`Scheduler::again`), with the others that vanished, in order.
+//! Delivery keeps a run's order at the API (I34). Nothing is dispatched while the mode is `paused`: jobs
+//! whose turn comes then wait in the partition. Due DLQ records at the head of the queue keep
+//! main p paused (`drain_dlq`). DLQ p is paused while the partition holds
+//! `max_in_flight_per_partition` DLQ records, or while DLQ records wait for the in-flight
+//! byte budget. A record is begun only while that process-wide budget is not used up (passed
+//! by at most one record); a waiting machine is woken by the budget, and a dropped machine
+//! gives its bytes back. Once a drain is requested, nothing is begun or dispatched again.
+//!
+//! *Tested by:* The model-based proptest checks each of these against a reference model over
+//! random interleavings (duplicate records, answers in any order, jobs vanishing up to past
+//! `MAX_ERRORED`, late reports of an older generation, verdict flapping, stale lag checks,
+//! failing stores and pauses, revoke mid-drain, other partitions taking and giving back
+//! budget, wake-ups arriving late), plus liveness: with the API up, every job answered and
+//! the other partitions' bytes given back, every record is done, both stored positions reach
+//! the ends and the budget is back at zero (a lost wake-up would leave records undone).
+//! `tests/budgets.rs`: at most five 20 KB events reach the API at once with a budget for
+//! five. 1,000 cases by default (`PROPTEST_CASES` for more). The model's records carry run
+//! groups (40 %): a run must be two or three events of one group, none of its lane in flight
+//! nor before it undone (seen failing when a vanished run member was dispatched again alone:
+//! "dispatched while 104 of its lane is in flight"); `core::ordering`'s proptest checks runs
+//! on their own;
+//! `tests/pipeline.rs::key_mode_keeps_per_key_order`, `tests/degraded.rs`.
+
+use super::{Effect, Intake, Kind, Note, Src, Timer, MAX_ERRORED};
+use crate::core::backoff::persistent_delay;
+use crate::core::ordering::{OrderingMode, Release, RunGroup, Scheduler};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Back-off before an errored job is dispatched again (doubling per error).
+pub(super) const REDISPATCH_BASE: Duration = Duration::from_millis(100);
+const REDISPATCH_CAP: Duration = Duration::from_secs(5);
+
+/// The held map's hasher. Its keys are a side and a slot (an offset the broker
+/// numbered, plus the side's shift): no producer chooses them, so the
+/// standard library's SipHash (its DoS resistance is for keys an attacker
+/// picks; ~0.5 µs per event here, docs/BENCHMARKS.md run 12) is not needed.
+type SlotHash = foldhash::fast::FixedState;
+
+/// An event held.
+struct Held<I> {
+    item: Arc<I>,
+    /// What it took from the in-flight budget.
+    bytes: u64,
+    /// Admitted to an ordering lane: its completion frees the lane, whatever its
+    /// work became meanwhile (a parked errored job included).
+    in_lane: bool,
+    errored: u32,
+}
+
+/// The held events, keyed by side and slot, and their dispatch.
+pub(super) struct Lanes<X: Intake> {
+    held: HashMap<(Src, i64), Held<X::Item>, SlotHash>,
+    lanes: Scheduler,
+    /// Jobs dispatched and not answered.
+    dispatched: usize,
+    /// Jobs whose turn came while the mode was `Paused`: dispatched when it ends.
+    ready: BTreeSet<(Src, i64)>,
+    /// Runs whose turn came while the mode was `Paused`.
+    ready_runs: Vec<(Src, Vec<i64>)>,
+}
+
+impl<X: Intake> Lanes<X> {
+    pub(super) fn new(ordering: OrderingMode) -> Self {
+        Lanes {
+            held: HashMap::default(),
+            lanes: Scheduler::new(ordering),
+            dispatched: 0,
+            ready: BTreeSet::new(),
+            ready_runs: Vec::new(),
+        }
+    }
+
+    /// Jobs dispatched and not answered.
+    pub(super) fn in_flight(&self) -> usize {
+        self.dispatched
+    }
+
+    /// Holds a begun event at `slot`. Returns whether its turn has come (to
+    /// be dispatched now): an [`Kind::Ordered`] one when its lane is free, an
+    /// [`Kind::Immediate`] one always; a [`Kind::Queued`] one waits for the
+    /// DLQ drain.
+    pub(super) fn hold(
+        &mut self,
+        src: Src,
+        slot: i64,
+        item: X::Item,
+        kind: Kind,
+        run: Option<RunGroup>,
+        bytes: u64,
+    ) -> bool {
+        let turn = match kind {
+            Kind::Ordered => self.lanes.admit(X::key(&item), slot, run),
+            Kind::Immediate => true,
+            Kind::Queued { .. } => false,
+        };
+        let held = Held {
+            item: Arc::new(item),
+            bytes,
+            in_lane: kind == Kind::Ordered,
+            errored: 0,
+        };
+        self.held.insert((src, slot), held);
+        turn
+    }
+
+    /// A job answered (done or errored).
+    pub(super) fn answered(&mut self) {
+        self.dispatched = self.dispatched.saturating_sub(1);
+    }
+
+    /// The event at `slot` is done: no longer held; its lane goes on with
+    /// the next (unless `draining`). Returns its bytes, or `None` if it was
+    /// not held.
+    pub(super) fn finish(
+        &mut self,
+        src: Src,
+        slot: i64,
+        draining: bool,
+        paused: bool,
+        fx: &mut Vec<Effect<X::Item>>,
+    ) -> Option<u64> {
+        let held = self.held.remove(&(src, slot))?;
+        if held.in_lane {
+            match self.lanes.finish(X::key(&held.item), slot) {
+                _ if draining => {}
+                release => self.release(Src::Main, release, paused, fx),
+            }
+        }
+        Some(held.bytes)
+    }
+
+    /// The job at `slot` vanished without an outcome: dispatched again after
+    /// a back-off (unless `draining`), parked once it errored
+    /// [`MAX_ERRORED`] times.
+    pub(super) fn errored(
+        &mut self,
+        src: Src,
+        slot: i64,
+        draining: bool,
+        fx: &mut Vec<Effect<X::Item>>,
+    ) {
+        let Some(held) = self.held.get_mut(&(src, slot)) else {
+            return;
+        };
+        held.errored += 1;
+        let n = held.errored;
+        if n >= MAX_ERRORED {
+            fx.push(Effect::Note(Note::ParkingErrored {
+                src,
+                offset: slot,
+                times: n,
+            }));
+            // Its work is now the parking; it keeps its lane, if it had one
+            // (its completion frees it).
+            held.item = Arc::new(X::park_internal(&held.item, n));
+        }
+        if !draining {
+            let after = persistent_delay(n, REDISPATCH_BASE, REDISPATCH_CAP);
+            let timer = Timer::Redispatch { src, offset: slot };
+            fx.push(Effect::Schedule { after, timer });
+        }
+    }
+
+    /// An errored job's back-off is over: dispatched again, through its lane
+    /// if it has one (with the rest of its run, once none is out).
+    pub(super) fn redispatch(
+        &mut self,
+        src: Src,
+        slot: i64,
+        paused: bool,
+        fx: &mut Vec<Effect<X::Item>>,
+    ) {
+        match self.held.get(&(src, slot)) {
+            None => {}
+            Some(h) if h.in_lane => {
+                let release = self.lanes.again(X::key(&h.item), slot);
+                self.release(src, release, paused, fx);
+            }
+            Some(_) => self.dispatch(src, slot, paused, fx),
+        }
+    }
+
+    fn release(&mut self, src: Src, r: Release, paused: bool, fx: &mut Vec<Effect<X::Item>>) {
+        match r {
+            Release::Nothing => {}
+            Release::One(slot) => self.dispatch(src, slot, paused, fx),
+            Release::Run(run) => self.dispatch_run(src, run, paused, fx),
+        }
+    }
+
+    /// Dispatches a job whose turn came — unless `paused`: nothing goes out
+    /// while the API is judged down (the verdict may rest on another
+    /// instance's marker, with this instance's breaker closed).
+    pub(super) fn dispatch(
+        &mut self,
+        src: Src,
+        slot: i64,
+        paused: bool,
+        fx: &mut Vec<Effect<X::Item>>,
+    ) {
+        let Some(held) = self.held.get(&(src, slot)) else {
+            return;
+        };
+        if paused {
+            self.ready.insert((src, slot));
+            return;
+        }
+        self.dispatched += 1;
+        let item = held.item.clone();
+        fx.push(Effect::Dispatch {
+            src,
+            offset: slot,
+            item,
+        });
+    }
+
+    /// Dispatches a lane's run together (or keeps it for the end of `Paused`).
+    fn dispatch_run(
+        &mut self,
+        src: Src,
+        slots: Vec<i64>,
+        paused: bool,
+        fx: &mut Vec<Effect<X::Item>>,
+    ) {
+        if paused {
+            self.ready_runs.push((src, slots));
+            return;
+        }
+        let mut run: Vec<(i64, Arc<X::Item>)> = slots
+            .into_iter()
+            .filter_map(|slot| self.held.get(&(src, slot)).map(|h| (slot, h.item.clone())))
+            .collect();
+        self.dispatched += run.len();
+        if run.len() > 1 {
+            fx.push(Effect::DispatchRun { src, run });
+        } else if let Some((offset, item)) = run.pop() {
+            fx.push(Effect::Dispatch { src, offset, item });
+        }
+    }
+
+    /// `Paused` ended: the jobs and runs whose turn came meanwhile go out.
+    pub(super) fn release_ready(&mut self, fx: &mut Vec<Effect<X::Item>>) {
+        for (src, slot) in std::mem::take(&mut self.ready) {
+            self.dispatch(src, slot, false, fx);
+        }
+        for (src, run) in std::mem::take(&mut self.ready_runs) {
+            self.dispatch_run(src, run, false, fx);
+        }
+    }
+
+    /// Nothing held: the map and the lanes give back the room they grew to
+    /// beyond `keep`.
+    pub(super) fn trim(&mut self, keep: usize) {
+        if self.held.is_empty() && self.held.capacity() > keep {
+            self.held = HashMap::default();
+            self.lanes.trim();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Items are (key, parked): parking keeps the key.
+    struct Keyed;
+
+    impl Intake for Keyed {
+        type Raw = (u8, i64);
+        type Item = (u8, bool);
+
+        fn position(raw: &(u8, i64)) -> (Src, i64) {
+            (Src::Main, raw.1)
+        }
+
+        fn begin(&mut self, _src: Src, raw: (u8, i64)) -> super::super::Begun<(u8, bool)> {
+            super::super::Begun {
+                item: (raw.0, false),
+                kind: Kind::Ordered,
+            }
+        }
+
+        fn key(item: &(u8, bool)) -> Option<&[u8]> {
+            Some(std::slice::from_ref(&item.0))
+        }
+
+        fn size(_raw: &(u8, i64)) -> usize {
+            1
+        }
+
+        fn park_internal(item: &(u8, bool), _times: u32) -> (u8, bool) {
+            (item.0, true)
+        }
+    }
+
+    type Fx = Vec<Effect<(u8, bool)>>;
+
+    fn dispatched(fx: &Fx) -> Vec<i64> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Dispatch { offset, .. } => Some(*offset),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn key_lanes() -> Lanes<Keyed> {
+        Lanes::new(OrderingMode::Key)
+    }
+
+    #[test]
+    fn a_key_waits_for_its_earlier_event_and_other_keys_do_not() {
+        let mut l = key_lanes();
+        let mut fx = Fx::new();
+        assert!(l.hold(Src::Main, 0, (1, false), Kind::Ordered, None, 10));
+        assert!(
+            !l.hold(Src::Main, 1, (1, false), Kind::Ordered, None, 10),
+            "same key"
+        );
+        assert!(
+            l.hold(Src::Main, 2, (2, false), Kind::Ordered, None, 10),
+            "another key"
+        );
+        l.dispatch(Src::Main, 0, false, &mut fx);
+        l.dispatch(Src::Main, 2, false, &mut fx);
+        assert_eq!((dispatched(&fx), l.in_flight()), (vec![0, 2], 2));
+        fx.clear();
+        l.answered();
+        assert_eq!(l.finish(Src::Main, 0, false, false, &mut fx), Some(10));
+        assert_eq!(dispatched(&fx), vec![1], "the key's next event goes out");
+        assert_eq!(l.finish(Src::Main, 0, false, false, &mut fx), None);
+    }
+
+    #[test]
+    fn immediate_goes_at_once_and_queued_waits_for_the_drain() {
+        let mut l = key_lanes();
+        assert!(l.hold(Src::Main, 0, (1, false), Kind::Immediate, None, 1));
+        let queued = Kind::Queued { not_before_ms: 0 };
+        assert!(!l.hold(Src::Dlq, 0, (1, false), queued, None, 1));
+    }
+
+    #[test]
+    fn paused_dispatches_wait_until_released() {
+        let mut l = key_lanes();
+        let mut fx = Fx::new();
+        l.hold(Src::Main, 0, (1, false), Kind::Ordered, None, 1);
+        l.dispatch(Src::Main, 0, true, &mut fx);
+        assert!(fx.is_empty());
+        assert_eq!(l.in_flight(), 0);
+        l.release_ready(&mut fx);
+        assert_eq!(dispatched(&fx), vec![0]);
+        fx.clear();
+        l.release_ready(&mut fx);
+        assert!(fx.is_empty(), "released once");
+    }
+
+    #[test]
+    fn a_draining_finish_dispatches_nothing_next() {
+        let mut l = key_lanes();
+        let mut fx = Fx::new();
+        l.hold(Src::Main, 0, (1, false), Kind::Ordered, None, 1);
+        l.hold(Src::Main, 1, (1, false), Kind::Ordered, None, 1);
+        l.finish(Src::Main, 0, true, false, &mut fx);
+        assert!(fx.is_empty());
+    }
+
+    #[test]
+    fn an_errored_job_backs_off_and_is_parked_at_the_limit() {
+        let mut l = key_lanes();
+        let mut fx = Fx::new();
+        l.hold(Src::Main, 0, (1, false), Kind::Ordered, None, 1);
+        l.dispatch(Src::Main, 0, false, &mut fx);
+        for _ in 1..MAX_ERRORED {
+            l.errored(Src::Main, 0, false, &mut fx);
+        }
+        assert!(!fx.iter().any(|e| matches!(e, Effect::Note(_))));
+        fx.clear();
+        l.errored(Src::Main, 0, false, &mut fx);
+        assert!(matches!(
+            fx[0],
+            Effect::Note(Note::ParkingErrored {
+                times: MAX_ERRORED,
+                ..
+            })
+        ));
+        assert!(matches!(
+            fx[1],
+            Effect::Schedule {
+                timer: Timer::Redispatch { offset: 0, .. },
+                ..
+            }
+        ));
+        fx.clear();
+        l.redispatch(Src::Main, 0, false, &mut fx);
+        match &fx[..] {
+            [Effect::Dispatch {
+                offset: 0, item, ..
+            }] => assert_eq!(**item, (1, true)),
+            other => panic!("expected the parked job: {other:?}"),
+        }
+        fx.clear();
+        l.errored(Src::Main, 0, true, &mut fx);
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Schedule { .. })),
+            "no redispatch once draining"
+        );
+    }
+}

@@ -1,0 +1,389 @@
+//! [`PartitionMachine`]: the one entry (`handle(input) -> effects`), composing
+//! the parts: it routes each input to the parts that own what it concerns and
+//! orders what they decide. How records are taken in (begun at once, or
+//! waiting in the backlog) is in `take_in`.
+
+mod take_in;
+
+use super::backlog::Backlog;
+use super::budget::Share;
+use super::degraded::Degraded;
+use super::dlq_drain::DlqDrain;
+use super::handover::{Handover, Request};
+use super::lanes::Lanes;
+use super::per_side::PerSide;
+use super::side::Side;
+use super::stores::{Pace, Storing};
+use super::turn::Turn;
+use super::{Effect, Input, Intake, Note, Now, Outcome, Positions, Report, Settings, Src, Timer};
+use crate::core::fsm::Mode;
+use crate::core::offsets::NextOffset;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The partition pair's decisions (see the module `core::partition`), made
+/// by its parts. A machine that ends (its actor stopped or crashed) gives
+/// back what it holds of the in-flight budget (its share drops with it).
+pub struct PartitionMachine<X: Intake> {
+    intake: X,
+    /// The assignment generation; reports of another one are ignored.
+    generation: u64,
+    sides: PerSide<Side>,
+    backlog: Backlog<X::Raw>,
+    share: Share,
+    lanes: Lanes<X>,
+    dlq: DlqDrain,
+    degraded: Degraded,
+    handover: Handover,
+    storing: Storing,
+    turn: Turn<X::Item>,
+}
+
+impl<X: Intake> PartitionMachine<X> {
+    /// A machine in `Paused` that has applied nothing yet: its first input should
+    /// be [`Input::Verdict`], which applies the reading the FSM chooses.
+    pub fn new(settings: Settings, intake: X) -> Self {
+        let pace = Pace {
+            interval: settings.commit_interval,
+            after: settings.commit_after,
+            floor: settings.commit_floor,
+            metadata_max_bytes: settings.metadata_max_bytes,
+        };
+        PartitionMachine {
+            intake,
+            generation: settings.generation,
+            sides: PerSide::from_fn(|src| Side::new(&settings, src)),
+            backlog: Backlog::new(
+                settings.limit,
+                settings.backlog_cap,
+                settings.backlog_bytes_cap,
+            ),
+            share: Share::new(settings.budget.clone()),
+            lanes: Lanes::new(settings.ordering),
+            dlq: DlqDrain::new(settings.limit),
+            degraded: Degraded::new(settings.min_pause),
+            handover: Handover::new(settings.drain_timeout),
+            storing: Storing::new(pace),
+            turn: Turn::default(),
+        }
+    }
+
+    pub fn intake(&self) -> &X {
+        &self.intake
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.degraded.mode()
+    }
+
+    /// Jobs dispatched and not answered.
+    pub fn in_flight(&self) -> usize {
+        self.lanes.in_flight()
+    }
+
+    /// Events begun and not finished on one side.
+    pub fn held(&self, src: Src) -> usize {
+        self.sides[src].held()
+    }
+
+    /// Records waiting in the backlogs (both sides).
+    pub fn backlog(&self) -> usize {
+        self.backlog.total()
+    }
+
+    /// Records waiting in one side's backlog.
+    pub fn waiting(&self, src: Src) -> usize {
+        self.backlog.len(src)
+    }
+
+    /// Bytes of the records waiting in the backlogs (both sides).
+    pub fn backlog_bytes(&self) -> usize {
+        self.backlog.total_bytes()
+    }
+
+    /// Bytes this machine holds of the in-flight budget.
+    pub fn held_bytes(&self) -> u64 {
+        self.share.held()
+    }
+
+    /// The last stored position of one side (as far as the machine knows).
+    pub fn stored(&self, src: Src) -> Option<NextOffset> {
+        self.sides[src].stored()
+    }
+
+    /// A drain was requested (answered or not): nothing is begun or dispatched.
+    pub fn draining(&self) -> bool {
+        self.handover.draining()
+    }
+
+    /// Takes one input; returns what to do, in order.
+    pub fn handle(&mut self, input: Input<X::Raw>, now: Now) -> Vec<Effect<X::Item>> {
+        self.turn.clock = Some(now.mono);
+        match input {
+            Input::Records(records) => self.on_records(records, now),
+            Input::Reports(reports) => self.on_reports(reports, now),
+            Input::Verdict { api_unavailable } => {
+                self.degraded.verdict(api_unavailable);
+                self.evaluate(now);
+            }
+            Input::Positions(p) => self.on_positions(p, now),
+            Input::Logs(logs) => self.on_logs(logs),
+            Input::ReadingFrom { src, start } => {
+                if self.sides[src].log_mut().on_reading_from(start) {
+                    self.sides[src].stores_mut().commit_next();
+                    self.store_all(false);
+                    self.evaluate(now);
+                }
+            }
+            Input::OffsetReset { src, at } => {
+                let note = self.sides[src].offset_reset(src, at);
+                self.turn.push(note.map(Effect::Note));
+            }
+            Input::Timer(Timer::Wake) => {
+                self.degraded.woken();
+                self.evaluate(now);
+            }
+            Input::Timer(Timer::Store) => {
+                self.storing.fired();
+                self.store_all(false);
+            }
+            Input::Timer(Timer::Budget) => {
+                self.share.woken();
+                self.fill();
+                self.evaluate(now);
+            }
+            Input::Timer(Timer::Redispatch { src, offset }) => {
+                if !self.draining() {
+                    let paused = self.degraded.paused();
+                    self.lanes
+                        .redispatch(src, offset, paused, &mut self.turn.fx);
+                }
+            }
+            Input::Timer(Timer::DrainTimeout) => {
+                if self.handover.waiting() {
+                    let in_flight = self.lanes.in_flight();
+                    let note = Note::DrainDeadline { in_flight };
+                    self.turn.fx.push(Effect::Note(note));
+                    self.reply_drained();
+                }
+            }
+            Input::Drain => self.on_drain(),
+            Input::StoreFailed { src, offset } => {
+                self.sides[src].stores_mut().failed(offset);
+                // Try again soon; after a drain the partition is gone anyway.
+                if !self.draining() {
+                    self.schedule_store();
+                }
+            }
+            Input::ReadingFailed { src } => self.sides[src].reading_failed(),
+            Input::Probed { src, from, to } => {
+                // Unless records came meanwhile, or the side is being handed over.
+                let quiet = !self.draining() && !self.backlog.is_waiting(src);
+                if quiet && self.sides[src].probed(from, to) {
+                    self.store_all(false);
+                }
+            }
+        }
+        // Skipped records completed: stored like finished ones.
+        if self.turn.count() && !self.draining() {
+            self.schedule_store();
+        }
+        self.turn.close()
+    }
+
+    /// Takes a batch of answers, then re-evaluates once.
+    fn on_reports(&mut self, reports: Vec<Report>, now: Now) {
+        let mut advanced = false;
+        for r in reports {
+            advanced |= self.on_report(r);
+        }
+        if advanced {
+            self.fill();
+            let (pace, clock) = (self.storing.pace(), self.turn.clock);
+            if self.sides.iter().any(|s| s.commit_ready(pace, clock)) {
+                // Enough finished since the last commit and the floor is over:
+                // commit now, not after the store delay. Within the floor the
+                // pending store timer stores (a store per answer batch cost
+                // 8-15 % of the CPU per event at C = 2,048).
+                self.store_all(false);
+            }
+            self.schedule_store();
+            self.evaluate(now);
+            self.trim();
+        }
+        if self.handover.waiting() && self.lanes.in_flight() == 0 {
+            self.reply_drained();
+        }
+    }
+
+    /// A partition that has emptied gives back the room its collections grew to.
+    /// Otherwise every partition keeps the capacity of its busiest moment, and
+    /// with many partitions that is memory the budgets do not see (measured:
+    /// ~40 KB of heap per partition at 512 partitions, docs/BENCHMARKS.md).
+    fn trim(&mut self) {
+        const KEEP: usize = 64;
+        self.lanes.trim(KEEP);
+        for side in self.sides.iter_mut() {
+            side.trim(KEEP);
+        }
+        self.backlog.trim(KEEP);
+        self.dlq.trim(KEEP);
+    }
+
+    /// One answer; true when an offset completed.
+    fn on_report(&mut self, r: Report) -> bool {
+        if r.generation != self.generation {
+            return false; // A late report from an older incarnation: fenced off.
+        }
+        self.lanes.answered();
+        let draining = self.draining();
+        let fx = &mut self.turn.fx;
+        if r.outcome == Outcome::Errored {
+            self.lanes.errored(r.src, r.offset, draining, fx);
+            return false;
+        }
+        if !self.sides[r.src].complete(r.src, r.generation, r.offset, fx) {
+            return false;
+        }
+        let paused = self.degraded.paused();
+        if let Some(bytes) = self.lanes.finish(r.src, r.offset, draining, paused, fx) {
+            self.sides[r.src].finished();
+            self.turn.finished += 1;
+            self.share.release(bytes);
+        }
+        true
+    }
+
+    fn on_positions(&mut self, p: Positions, now: Now) {
+        self.dlq.on_positions(p.dlq_high, p.dlq_start);
+        self.sides[Src::Main].log_mut().on_positions(p.main_high);
+        self.sides[Src::Dlq]
+            .log_mut()
+            .on_positions(Some(p.dlq_high));
+        let draining = self.draining();
+        for src in Src::BOTH {
+            let waiting = self.backlog.is_waiting(src);
+            let probe = self.sides[src].probe(src, waiting, draining);
+            self.turn.push(probe);
+        }
+        let next = self.dlq.next(self.sides[Src::Dlq].next_offset());
+        let next = next.unwrap_or(p.dlq_start);
+        let main = match (p.main_high, self.sides[Src::Main].stored()) {
+            (Some(high), Some(wm)) => Some((high - wm.get()).max(0)),
+            _ => None,
+        };
+        let dlq = (p.dlq_high - next).max(0);
+        self.turn.fx.push(Effect::Lag { dlq, main });
+        self.evaluate(now);
+    }
+
+    /// Compares each side's log with the topic's id now (see `log`).
+    fn on_logs(&mut self, logs: [Option<Arc<str>>; 2]) {
+        let mut logs = PerSide::from(logs);
+        let mut learnt = false;
+        for src in Src::BOTH {
+            let id = logs[src].take();
+            learnt |= self.sides[src].on_logs(src, id, &mut self.turn.fx);
+        }
+        // Stored again with the log named (an idle side stores nothing
+        // otherwise).
+        if learnt && !self.draining() {
+            self.schedule_store();
+        }
+        // A seek that failed is asked again.
+        for src in Src::BOTH {
+            self.sides[src].log_mut().ask_seek(src, &mut self.turn.fx);
+        }
+    }
+
+    /// Runs the FSM and applies its reading; dispatches due DLQ records while
+    /// draining; schedules the next wake-up.
+    fn evaluate(&mut self, now: Now) {
+        let first = !self.sides[Src::Main].reading_known();
+        let waiting = self.backlog.is_waiting(Src::Dlq);
+        let after_begun = self.sides[Src::Dlq].next_offset();
+        let unread = self.dlq.has_unread(now.wall_ms, waiting, after_begun);
+        let mode = self.degraded.update(now, unread, first);
+        self.turn.push(mode);
+        let reading = self.degraded.reading();
+        let full = self.backlog.pauses(self.sides[Src::Dlq].held());
+        let main = self.sides[Src::Main].read(Src::Main, reading.main && !full[Src::Main]);
+        self.turn.push(main);
+        let dlq = self.sides[Src::Dlq].read(Src::Dlq, reading.dlq && !full[Src::Dlq]);
+        self.turn.push(dlq);
+        let (draining, paused) = (self.draining(), self.degraded.paused());
+        let fx = &mut self.turn.fx;
+        if !paused && !draining {
+            self.lanes.release_ready(fx);
+        }
+        // Drain: dispatch due records in order, at most `limit` jobs at a time.
+        let next_due = if self.degraded.mode() == Mode::DrainDlq && !draining {
+            let (due, next) = self.dlq.take_due(now.wall_ms, self.lanes.in_flight());
+            for slot in due {
+                self.lanes.dispatch(Src::Dlq, slot, paused, fx);
+            }
+            next
+        } else {
+            self.dlq.head_due_at(now.wall_ms)
+        };
+        let wake = self.degraded.wake(now, next_due);
+        self.turn.push(wake);
+    }
+
+    /// Stores the advanced watermarks soon (see [`super::STORE_DELAY`]),
+    /// once for many completions.
+    fn schedule_store(&mut self) {
+        let schedule = self.storing.schedule();
+        self.turn.push(schedule);
+    }
+
+    /// Stores each side's watermark when it advanced (see `stores`); `now`:
+    /// a drain's answer, which commits at once.
+    fn store_all(&mut self, now: bool) {
+        let mut later: Option<Duration> = None;
+        let draining = self.draining();
+        let (pace, clock) = (self.storing.pace(), self.turn.clock);
+        for src in Src::BOTH {
+            let (store, wait) = self.sides[src].store(src, pace, clock, now, draining);
+            self.turn.push(store);
+            if let Some(wait) = wait {
+                later = Some(later.map_or(wait, |l| l.min(wait)));
+            }
+        }
+        if let Some(after) = later.filter(|_| !draining) {
+            let schedule = self.storing.schedule_after(after);
+            self.turn.push(schedule);
+        }
+    }
+
+    fn on_drain(&mut self) {
+        match self.handover.request() {
+            Request::Pending => return,
+            Request::AnswerAgain => return self.reply_drained(),
+            Request::Begin => {}
+        }
+        // Not begun, not stored: the next owner reads them again.
+        let (waiting, bytes) = self.backlog.hand_back();
+        self.taken_in(waiting, bytes);
+        self.turn.fx.push(Effect::ForgetWaitingCommits);
+        self.store_all(true);
+        if self.lanes.in_flight() == 0 {
+            self.reply_drained();
+        } else {
+            self.turn.fx.push(Effect::Schedule {
+                after: self.handover.timeout(),
+                timer: Timer::DrainTimeout,
+            });
+        }
+    }
+
+    fn reply_drained(&mut self) {
+        self.store_all(true);
+        self.handover.answered();
+        self.turn.fx.push(Effect::Drained);
+    }
+}

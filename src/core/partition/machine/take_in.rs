@@ -1,0 +1,121 @@
+//! How records are taken in: begun at once while their side has room (main p
+//! below `limit` held events, the in-flight byte budget not used up), or
+//! waiting in the backlog, behind those of their side, until it has.
+
+use super::PartitionMachine;
+use crate::core::partition::budget::Take;
+use crate::core::partition::side::Begin;
+use crate::core::partition::{Begun, Effect, Intake, Kind, Now, Src};
+
+impl<X: Intake> PartitionMachine<X> {
+    pub(super) fn on_records(&mut self, records: Vec<X::Raw>, now: Now) {
+        if self.draining() {
+            // Not begun, not stored: the next owner reads them again.
+            let bytes = records.iter().map(X::size).sum();
+            self.taken_in(records.len(), bytes);
+            return;
+        }
+        let (mut taken, mut bytes) = (0, 0);
+        for r in records {
+            // A record waits in its side's backlog while the side has no room
+            // (and behind those already waiting, to keep offset order).
+            let (src, _) = X::position(&r);
+            let r = if self.backlog.is_waiting(src) {
+                r
+            } else {
+                match self.try_begin(r) {
+                    Ok(size) => {
+                        taken += 1;
+                        bytes += size;
+                        continue;
+                    }
+                    Err(r) => r,
+                }
+            };
+            let size = X::size(&r);
+            self.backlog.push(src, r, size);
+        }
+        self.taken_in(taken, bytes);
+        self.evaluate(now);
+        self.store_all(false);
+    }
+
+    /// Records leave the fetch budget once begun or handed back.
+    pub(super) fn taken_in(&mut self, records: usize, bytes: usize) {
+        if records > 0 {
+            self.turn.fx.push(Effect::TakenIn { records, bytes });
+        }
+    }
+
+    /// Begins backlog records, in order per side, while there is room.
+    pub(super) fn fill(&mut self) {
+        let (mut n, mut bytes) = (0, 0);
+        for src in Src::BOTH {
+            while !self.draining() {
+                let Some((r, size)) = self.backlog.pop(src) else {
+                    break;
+                };
+                match self.try_begin(r) {
+                    Ok(_) => {
+                        n += 1;
+                        bytes += size;
+                    }
+                    Err(r) => {
+                        self.backlog.unpop(src, r, size);
+                        break;
+                    }
+                }
+            }
+        }
+        self.taken_in(n, bytes);
+    }
+
+    /// Begins `r` if its side has room: main p below `limit` held events, and
+    /// the in-flight byte budget not used up (otherwise a waker is asked for).
+    /// `Ok`: taken in (begun, or completed at once), with its size.
+    fn try_begin(&mut self, r: X::Raw) -> Result<usize, X::Raw> {
+        let (src, _) = X::position(&r);
+        if !self.backlog.has_room(src, self.sides[src].held()) {
+            return Err(r);
+        }
+        let size = X::size(&r);
+        if let Take::Full { ask } = self.share.try_take(size as u64) {
+            if ask {
+                self.turn.fx.push(Effect::AwaitBudget);
+            }
+            return Err(r);
+        }
+        self.begin(r, size as u64);
+        Ok(size)
+    }
+
+    /// Takes one record in (its `bytes` taken from the budget): its side,
+    /// decode, held, and dispatch if its turn came.
+    fn begin(&mut self, r: X::Raw, bytes: u64) {
+        let (src, offset) = X::position(&r);
+        let fx = &mut self.turn.fx;
+        let slot = match self.sides[src].begin(src, offset, self.generation, fx) {
+            Begin::Held(slot) => slot,
+            Begin::Refused => return self.share.give_back(bytes),
+            Begin::Skipped => {
+                self.share.give_back(bytes);
+                self.turn.skipped += 1;
+                return;
+            }
+        };
+        self.share.hold(bytes);
+        self.turn.begun += 1;
+        let Begun { item, kind } = self.intake.begin(src, r);
+        let run = match kind {
+            Kind::Ordered => self.intake.run_group(&item),
+            _ => None,
+        };
+        let turn = self.lanes.hold(src, slot, item, kind, run, bytes);
+        if let Kind::Queued { not_before_ms } = kind {
+            self.dlq.push(slot, not_before_ms);
+        } else if turn {
+            let paused = self.degraded.paused();
+            self.lanes.dispatch(src, slot, paused, &mut self.turn.fx);
+        }
+    }
+}

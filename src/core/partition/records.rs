@@ -1,0 +1,55 @@
+//! What the machine needs to know about records and jobs ([`Intake`]), and
+//! how a begun record is scheduled ([`Kind`]).
+
+#[cfg(doc)]
+use super::Effect;
+use super::Src;
+use crate::core::ordering::RunGroup;
+
+/// How a begun record is scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An event to deliver: waits behind its ordering lane (`core::ordering`).
+    Ordered,
+    /// No ordering promise (bad input on its way to the parking lot): dispatched
+    /// at once.
+    Immediate,
+    /// A DLQ record to redeliver: queued in offset order, dispatched by the drain
+    /// once the wall clock reaches `not_before_ms`. Only DLQ records are queued.
+    Queued { not_before_ms: i64 },
+}
+
+/// A record once begun: the job's payload and how it is scheduled.
+#[derive(Debug)]
+pub struct Begun<I> {
+    pub item: I,
+    pub kind: Kind,
+}
+
+/// What the machine needs to know about records and jobs. The actor's
+/// implementation decodes (CloudEvents, DLQ envelopes) in [`Intake::begin`].
+pub trait Intake {
+    /// A record as polled (it may wait in the backlog, undecoded).
+    type Raw;
+    /// What a dispatch hands to the delivery side.
+    type Item;
+    /// The record's side and offset.
+    fn position(raw: &Self::Raw) -> (Src, i64);
+    /// Decodes a record being begun: called once per record taken in, in offset
+    /// order per side.
+    fn begin(&mut self, src: Src, raw: Self::Raw) -> Begun<Self::Item>;
+    /// The item's ordering key.
+    fn key(item: &Self::Item) -> Option<&[u8]>;
+    /// The run group of an [`Kind::Ordered`] item whose route sends runs
+    /// (`ordered = true`, `core::ordering`): waiting events of its lane and
+    /// group may be dispatched together ([`Effect::DispatchRun`]).
+    fn run_group(&self, _item: &Self::Item) -> Option<RunGroup> {
+        None
+    }
+    /// The bytes a record holds in memory (value, key, headers): what it costs
+    /// against the fetch budget while it waits and the in-flight budget once begun.
+    fn size(raw: &Self::Raw) -> usize;
+    /// The work replacing an item whose job errored `times` times: to the parking
+    /// lot with reason `internal_error`.
+    fn park_internal(item: &Self::Item, times: u32) -> Self::Item;
+}
