@@ -209,6 +209,12 @@ impl ApiHealth {
         *self.verdict.borrow()
     }
 
+    /// The verdict as it changes: each partition actor watches it
+    /// (`actors::partition::verdict`), the health actor publishes it.
+    pub fn watch(&self) -> watch::Receiver<HealthVerdict> {
+        self.verdict.subscribe()
+    }
+
     /// Publishes a new verdict; `true` if it changed.
     pub fn publish(&self, v: HealthVerdict) -> bool {
         self.verdict.send_if_modified(|cur| {

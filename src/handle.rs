@@ -27,7 +27,7 @@
 //!
 //! | actor / task | is given | to |
 //! |---|---|---|
-//! | `HealthActor` | `HealthArgs::consumer` | publish verdict changes to the consumer |
+//! | `HealthActor` | `HealthArgs::ready` | `/readyz`'s view of the verdict (partition actors watch the verdict itself: `ApiHealth::watch`, no handle) |
 //! | `DeliveryPool` → `Deliverer` | `DeliveryArgs::peers` (`delivery::peers::Peers`: the DLQ writer's handle, a `BreakerAlarm` on the health actor's) | write envelopes durably; wake the health actor when the breaker opens |
 //! | `DeliveryPool` | `DeliveryArgs::queue` (a `Binding`) | publish its own queue of deliveries |
 //! | `ConsumerActor` → each `PartitionActor` | `ConsumerArgs::delivery` → `PartitionArgs::delivery` (`PoolHandles`: pool mailbox, queue) | send jobs |

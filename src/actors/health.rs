@@ -1,6 +1,7 @@
 //! Health actor: merges the Redis marker and the local breaker into one verdict,
-//! `api_unavailable = marker_alive || breaker_open`, and publishes changes to the
-//! consumer (which fans them out to the partition actors).
+//! `api_unavailable = marker_alive || breaker_open`, and publishes changes on the
+//! verdict's watch channel (`ApiHealth::watch`): each partition actor watches it
+//! directly, and `/readyz` reads it from [`Readiness`].
 //!
 //! The marker (`SET <prefix>:<group>:api-down NX PX ttl`) is set by whichever
 //! instance's breaker opens first and watched by all of them, so one instance's
@@ -8,10 +9,8 @@
 //! reached, the verdict rests on the local breaker alone: Redis is never a single
 //! point of failure, and every Redis call has a short timeout.
 
-use crate::actors::consumer::ConsumerMsg;
 use crate::api_health::HealthVerdict;
-use crate::handle::Handle;
-use crate::metrics as m;
+use crate::metrics::{self as m, Readiness};
 use crate::runtime::Pipeline;
 use crate::status_page::HealthReport;
 use fred::prelude::*;
@@ -32,13 +31,13 @@ pub enum HealthMsg {
 
 pub struct HealthArgs {
     pub pipeline: Arc<Pipeline>,
-    /// Where verdict changes go (the current consumer incarnation).
-    pub consumer: Handle<ActorRef<ConsumerMsg>>,
+    /// `/readyz`'s view of the verdict.
+    pub ready: Arc<Readiness>,
 }
 
 pub struct HealthState {
     pipeline: Arc<Pipeline>,
-    consumer: Handle<ActorRef<ConsumerMsg>>,
+    ready: Arc<Readiness>,
     redis: Option<Client>,
     key: String,
     ttl_ms: i64,
@@ -69,7 +68,7 @@ impl Actor for HealthActor {
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        HealthArgs { pipeline, consumer }: HealthArgs,
+        HealthArgs { pipeline, ready }: HealthArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let mut conn = None;
         let redis = match crate::redis_conn::redis_client(&pipeline.config.redis) {
@@ -96,7 +95,7 @@ impl Actor for HealthActor {
             redis,
             _conn: conn,
             pipeline,
-            consumer,
+            ready,
         })
     }
 
@@ -192,9 +191,9 @@ impl Actor for HealthActor {
                     "health verdict changed"
                 );
             }
-            if let Some(c) = s.consumer.current() {
-                let _ = c.send_message(ConsumerMsg::Health(v));
-            }
+            s.ready
+                .api_unavailable
+                .store(v.api_unavailable, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     }

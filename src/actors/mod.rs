@@ -14,6 +14,8 @@
 pub mod consumer;
 pub mod delivery_pool;
 pub mod dlq_writer;
+#[cfg(test)]
+pub(crate) mod fakes;
 pub mod health;
 pub mod partition;
 pub mod supervisor;

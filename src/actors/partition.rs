@@ -1,7 +1,8 @@
 //! Partition actor: one per assigned partition pair (main p, DLQ p). It owns the
 //! partition's I/O and carries out what its [`PartitionMachine`] decides
 //! (`core::partition`: trackers, ordering lanes, backlog, DLQ drain, degraded-mode
-//! FSM, store scheduling, drain): pause/resume and `store_offsets` on the consumer,
+//! FSM, store scheduling, drain): pause/resume and stores on the group consumer
+//! (through the [`PartitionIo`] seam; lookups through [`BrokerView`]),
 //! jobs to the delivery pool, timers, metrics and readiness counts. It also
 //! decodes records as the machine begins them ([`Decoder`]).
 //!
@@ -15,6 +16,7 @@ mod decode;
 mod observe;
 mod schemas;
 mod shared;
+mod verdict;
 
 use crate::actors::delivery_pool::{DeliveryMsg, PoolHandles};
 use crate::api_health::HealthVerdict;
@@ -22,11 +24,10 @@ use crate::core::offsets::NextOffset;
 use crate::core::partition::{Commit, Effect, Input, Note, Now, PartitionMachine, Settings, Timer};
 use crate::delivery::token::{CompletionToken, Inbox};
 use crate::delivery::{Item, Job, Queued, Work};
-use crate::kafka::{KafkaConsumer, Record};
+use crate::kafka::seams::{BrokerView, CommitAt, KafkaIoError, LogEnd, PartitionIo};
+use crate::kafka::Record;
 use crate::runtime::{now_ms, Pipeline};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -43,7 +44,7 @@ pub enum PartitionMsg {
     /// Stop dispatching, wait (bounded) for in-flight work, reply with the stored
     /// main watermark. Used on revoke and shutdown.
     Drain(RpcReplyPort<Option<i64>>),
-    /// The health verdict changed.
+    /// The health verdict changed (watched by [`verdict::Watch`]).
     Health(HealthVerdict),
     /// The consumer's periodic lag check.
     Positions(Positions),
@@ -83,7 +84,9 @@ pub struct PartitionArgs {
     /// stopped actor's state travels to the consumer actor in ractor's
     /// termination event, and the consumer's last handle must not wait
     /// there (the shutdown closes the consumer when it holds the last one).
-    pub consumer: Option<Arc<KafkaConsumer>>,
+    pub io: Option<Arc<dyn PartitionIo>>,
+    /// Lookups outside the group: a log's start, topic ids, probes.
+    pub broker: Arc<dyn BrokerView>,
     /// The consumer's commits before auto-commit, coalesced (shared by its partitions).
     pub commits: Arc<SoonCommits>,
     pub partition: i32,
@@ -120,6 +123,8 @@ pub struct PartitionState {
     gauges: Gauges,
     /// Registry formats: records wait here for their schemas.
     gate: Option<schemas::SchemaGate>,
+    /// Hands the health verdict's changes to this actor.
+    _verdicts: verdict::Watch,
 }
 
 pub struct PartitionActor;
@@ -177,13 +182,14 @@ impl Actor for PartitionActor {
         if let Some(g) = &gate {
             decoder.use_schemas(g.known.clone());
         }
-        let verdict = a.pipeline.health.verdict();
+        let (verdict, verdicts) = verdict::Watch::start(a.pipeline.health.watch(), myself.clone());
         let mut s = PartitionState {
             machine: PartitionMachine::new(settings, decoder),
             draining: None,
             queue: None,
             inbox: Arc::new(Inbox::new(myself.clone())),
             gate,
+            _verdicts: verdicts,
             gauges: Gauges::new(
                 a.partition,
                 a.pipeline.status.partition(a.partition, a.generation),
@@ -206,7 +212,7 @@ impl Actor for PartitionActor {
         _myself: ActorRef<Self::Msg>,
         s: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        s.a.consumer = None;
+        s.a.io = None;
         s.a.shared.release_held(&s.a.ready);
         s.a.shared.release_buffered(&s.a.pipeline.buffered);
         s.gauges.clear();
@@ -335,15 +341,14 @@ impl PartitionState {
                         return None;
                     }
                 }
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(self.machine.intake().topic(src), partition);
-                let Some(consumer) = self.a.consumer.as_ref() else {
+                let topic = self.machine.intake().topic(src);
+                let Some(io) = self.a.io.as_ref() else {
                     return None; // Stopped.
                 };
                 let r = if on {
-                    consumer.resume(&tpl)
+                    io.resume(topic, partition)
                 } else {
-                    consumer.pause(&tpl)
+                    io.pause(topic, partition)
                 };
                 match r {
                     Ok(()) if src == Src::Main => {
@@ -363,37 +368,34 @@ impl PartitionState {
                 metadata,
                 commit,
             } => {
-                let mut tpl = TopicPartitionList::new();
                 let topic = self.machine.intake().topic(src);
-                let mut r =
-                    tpl.add_partition_offset(topic, partition, Offset::Offset(offset.get()));
-                if let Some(mut e) = tpl.find_partition(topic, partition) {
-                    e.set_metadata(metadata.clone());
-                }
                 // librdkafka (≥ 2.1) keeps a stored offset's metadata and its
                 // auto-commit sends it; but it commits a partition only when
                 // the stored position passed the committed one, so metadata
                 // that changed alone is committed here (`Commit::Soon`).
-                let Some(consumer) = self.a.consumer.as_ref() else {
+                let Some(io) = self.a.io.as_ref() else {
                     return None; // Stopped: the next owner starts from what was stored.
                 };
-                r = r.and_then(|()| consumer.store_offsets(&tpl));
+                let mut r = io.store(topic, partition, offset.get(), &metadata);
                 if r.is_ok() {
                     match commit {
                         Commit::No => {}
                         // With the other partitions' (`commits`).
-                        Commit::Soon => self.a.commits.ask(
-                            consumer,
-                            topic,
-                            partition,
-                            offset.get(),
-                            metadata.clone(),
-                        ),
+                        Commit::Soon => {
+                            self.a
+                                .commits
+                                .ask(io, topic, partition, offset.get(), metadata.clone())
+                        }
                         Commit::Now => {
                             self.a.commits.forget(topic, partition);
                             metrics::counter!(crate::metrics::OFFSET_COMMITS, "kind" => "explicit")
                                 .increment(1);
-                            r = consumer.commit(&tpl, CommitMode::Async);
+                            r = io.commit(&[CommitAt {
+                                topic,
+                                partition,
+                                offset: offset.get(),
+                                metadata: &metadata,
+                            }]);
                         }
                     }
                 }
@@ -472,16 +474,19 @@ impl PartitionState {
     /// replaced under the position) and answers `Input::ReadingFrom`.
     fn read_from_start(&self, myself: &ActorRef<PartitionMsg>, src: Src) {
         let topic = self.machine.intake().topic(src).to_string();
-        let Some(consumer) = self.a.consumer.clone() else {
+        let Some(io) = self.a.io.clone() else {
             return; // Stopped.
         };
+        let broker = self.a.broker.clone();
         let (partition, me) = (self.a.partition, myself.clone());
         tokio::task::spawn_blocking(move || {
             let timeout = std::time::Duration::from_secs(5);
-            let start = consumer
-                .fetch_watermarks(&topic, partition, timeout)
-                .and_then(|(low, _)| {
-                    consumer.seek(&topic, partition, rdkafka::Offset::Offset(low), timeout)?;
+            let start = broker
+                .offsets(&topic, &[partition], LogEnd::Start)
+                .and_then(|starts| starts.get(&partition).copied())
+                .ok_or_else(|| KafkaIoError::Refused("the log start could not be read".into()))
+                .and_then(|low| {
+                    io.seek(&topic, partition, low, timeout)?;
                     Ok(low)
                 });
             let start = match start {
@@ -502,28 +507,11 @@ impl PartitionState {
     /// (`read_committed`, no group): if nothing there is to be delivered, the
     /// machine may move the side's position to `to`.
     fn probe(&self, myself: &ActorRef<PartitionMsg>, src: Src, from: NextOffset, to: NextOffset) {
-        let mut cfg = crate::kafka::consumer_config(&self.a.pipeline.config.kafka);
-        cfg.set("enable.auto.commit", "false");
-        // It never joins the group: it must not claim this process's member id.
-        cfg.remove("group.instance.id");
         let topic = self.machine.intake().topic(src).to_string();
+        let broker = self.a.broker.clone();
         let (partition, me) = (self.a.partition, myself.clone());
         tokio::task::spawn_blocking(move || {
-            let Ok(reader) = cfg.create::<rdkafka::consumer::BaseConsumer>() else {
-                return;
-            };
-            // Its close and destroy on a thread of their own, not tokio's.
-            let reader = crate::kafka::detached::Detached::new(reader);
-            let timeout = std::time::Duration::from_secs(5);
-            let clean = crate::kafka::identity::nothing_to_deliver(
-                &*reader,
-                &topic,
-                partition,
-                from.get(),
-                to.get(),
-                timeout,
-            );
-            if clean {
+            if broker.nothing_to_deliver(&topic, partition, from.get(), to.get()) {
                 metrics::counter!(crate::metrics::POSITIONS_PASSED).increment(1);
                 tracing::debug!(partition, %topic, %from, %to, "nothing to deliver below the end (transaction markers): the position moves to the end");
                 let _ = me.send_message(PartitionMsg::Probed { src, from, to });
@@ -542,18 +530,16 @@ impl PartitionState {
     fn position_reset(&self, src: Src, from: i64, to: i64, seen_end: Option<i64>) {
         let topic = self.machine.intake().topic(src).to_string();
         let before = self.a.logs[src.index()].clone();
-        let Some(consumer) = self.a.consumer.clone() else {
+        if self.a.io.is_none() {
             return; // Stopped.
-        };
+        }
+        let broker = self.a.broker.clone();
         let partition = self.a.partition;
         let pipeline = self.a.pipeline.clone();
         tokio::task::spawn_blocking(move || {
-            let now = crate::kafka::identity::topic_ids(
-                &consumer,
-                &[topic.as_str()],
-                std::time::Duration::from_secs(5),
-            )
-            .remove(&topic);
+            let now = broker
+                .topic_ids(&[topic.as_str()], std::time::Duration::from_secs(5))
+                .remove(&topic);
             let recreated = matches!((&before, &now), (Some(b), Some(n)) if **b != **n);
             let reason = if recreated {
                 "topic_recreated"
@@ -587,15 +573,14 @@ impl PartitionState {
     /// Pauses or resumes main p for the schema gate (the machine's own wish is
     /// `SchemaGate::machine_reading`, applied when the wait ends).
     fn set_main_reading(&self, on: bool) {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(self.machine.intake().topic(Src::Main), self.a.partition);
-        let Some(consumer) = self.a.consumer.as_ref() else {
+        let topic = self.machine.intake().topic(Src::Main);
+        let Some(io) = self.a.io.as_ref() else {
             return; // Stopped.
         };
         let r = if on {
-            consumer.resume(&tpl)
+            io.resume(topic, self.a.partition)
         } else {
-            consumer.pause(&tpl)
+            io.pause(topic, self.a.partition)
         };
         match r {
             Ok(()) => self.gauges.paused.set(if on { 0.0 } else { 1.0 }),

@@ -44,7 +44,6 @@ pub struct SupervisorState {
 /// The supervisor's side of every handle it gives out.
 #[derive(Default)]
 struct Bindings {
-    consumer: Binding<ActorRef<ConsumerMsg>>,
     delivery: Binding<ActorRef<DeliveryMsg>>,
     /// Bound by each delivery pool incarnation to its own queue.
     queue: Binding<tokio::sync::mpsc::UnboundedSender<Queued>>,
@@ -227,13 +226,12 @@ impl SupervisorState {
                     },
                 };
                 let (a, _) = Actor::spawn_linked(None, ConsumerActor, args, sup).await?;
-                self.bindings.consumer.bind(a.clone());
                 self.consumer = Some(a);
             }
             Child::Health => {
                 let args = HealthArgs {
                     pipeline: self.pipeline.clone(),
-                    consumer: self.bindings.consumer.handle(),
+                    ready: self.ready.clone(),
                 };
                 let (a, _) = Actor::spawn_linked(None, HealthActor, args, sup).await?;
                 self.bindings.health.bind(a.clone());

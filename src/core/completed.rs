@@ -23,9 +23,13 @@
 //! fit, runs are dropped from the end: fewer offsets are skipped (more duplicates),
 //! never a wrong one.
 //!
+//! Reading it back: at an assignment, [`assess`]; after a partition actor
+//! crashed, [`after_crash`] (`crash.rs`: where the next incarnation starts,
+//! what it skips, whether the side is read again).
+//!
 //! # Invariant I20: metadata identity
 //!
-//! *Enforced in* `src/core/completed.rs`, `src/actors/consumer.rs`, `src/kafka/identity.rs`
+//! *Enforced in* `src/core/completed.rs`, `src/actors/consumer/recovery.rs`, `src/kafka/identity.rs`
 //! (metadata identity, cap, crash). Metadata `c2:<topic id>:…` is bound to the topic's id
 //! (every store carries it, with nothing done above the watermark too, so the *position* is
 //! bound as well: a committed position whose metadata names another id was made for another
@@ -72,6 +76,9 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+
+mod crash;
+pub use crash::{after_crash, Crashed, Recovery, Reread};
 
 /// Kafka's default `offset.metadata.max.bytes`.
 pub const DEFAULT_MAX_METADATA_BYTES: usize = 4096;

@@ -19,7 +19,7 @@
 //!
 //! # Invariant I30: deleted unread
 //!
-//! *Enforced in* `src/actors/consumer.rs` (`committed_metadata`), `src/core/deleted.rs`,
+//! *Enforced in* `src/actors/consumer/recovery.rs` (`committed_metadata`), `src/core/deleted.rs`,
 //! `Pipeline::deleted_unread` (deleted-unread accounting). At every assignment the consumer
 //! reads, with the committed positions, each partition's log start (main and DLQ); a
 //! committed position `C` below the log start `L` lost `[C, L)` to retention,

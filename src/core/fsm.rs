@@ -25,8 +25,10 @@
 //!   fail into the DLQ (only the onset's in-flight events and failed probes do).
 //! - **Verdict** (`HealthVerdict`): the health actor ticks every `degraded.poll_interval` (and at once when the
 //!   breaker opens): it sets the Redis marker if its breaker is open, reads it, and
-//!   publishes `api_unavailable = marker_alive || breaker_open` to the consumer, which fans it
-//!   out to the partition actors. Redis unreachable: the verdict is the breaker alone.
+//!   publishes `api_unavailable = marker_alive || breaker_open` on a `tokio::sync::watch`
+//!   channel (`ApiHealth::watch`), which each partition actor watches
+//!   (`actors::partition::verdict`; no relay through the consumer). Redis unreachable:
+//!   the verdict is the breaker alone.
 //! - **FSM**: each partition machine owns main p and DLQ p (range assignment + equal partition
 //!   counts, checked at start). `PartitionFsm::update(api_unavailable, dlq_has_unread)`
 //!   decides; the machine applies pause/resume to both topics explicitly on every

@@ -122,6 +122,7 @@ pub mod client_log;
 pub mod detached;
 pub mod identity;
 pub mod poller;
+pub mod seams;
 
 use crate::config::KafkaConfig;
 use rdkafka::config::ClientConfig;

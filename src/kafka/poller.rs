@@ -25,7 +25,7 @@
 //!
 //! # Invariant I26: fatal client error
 //!
-//! *Enforced in* `src/kafka/poller.rs`, `src/actors/consumer.rs` (no idle zombie). A fatal
+//! *Enforced in* `src/kafka/poller.rs`, `src/actors/consumer/mod.rs` (no idle zombie). A fatal
 //! Kafka client error (a fenced static member: another process with its instance id, or its
 //! own commits arriving after a client-side session timeout) ends the poll thread and
 //! declares the pipeline fatal (`PollSink::client_fatal`); `courier run` drains what is on

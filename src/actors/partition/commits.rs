@@ -9,9 +9,7 @@
 
 use crate::core::commit_pace::{CommitPace, PaceEffect};
 use crate::core::partition::COMMIT_FLOOR;
-use crate::kafka::KafkaConsumer;
-use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use crate::kafka::seams::{CommitAt, PartitionIo};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
@@ -43,7 +41,7 @@ impl SoonCommits {
     /// is a task).
     pub fn ask(
         self: &Arc<Self>,
-        consumer: &Arc<KafkaConsumer>,
+        consumer: &Arc<dyn PartitionIo>,
         topic: &str,
         partition: i32,
         offset: i64,
@@ -70,19 +68,19 @@ impl SoonCommits {
         self: &Arc<Self>,
         mut st: MutexGuard<'_, State>,
         fx: PaceEffect,
-        consumer: &Arc<KafkaConsumer>,
+        consumer: &Arc<dyn PartitionIo>,
     ) {
         match fx {
             PaceEffect::Send => {
                 let waiting = std::mem::take(&mut st.waiting);
                 drop(st);
-                commit(consumer, waiting);
+                commit(&**consumer, waiting);
             }
             PaceEffect::FlushAt(at) => {
                 drop(st);
                 let this = self.clone();
                 // A consumer closed meanwhile is not kept alive for this.
-                let consumer: Weak<KafkaConsumer> = Arc::downgrade(consumer);
+                let consumer: Weak<dyn PartitionIo> = Arc::downgrade(consumer);
                 tokio::spawn(async move {
                     tokio::time::sleep_until((this.epoch + at).into()).await;
                     let Some(consumer) = consumer.upgrade() else {
@@ -99,22 +97,23 @@ impl SoonCommits {
 }
 
 /// One asynchronous OffsetCommit request for every partition waiting.
-fn commit(consumer: &KafkaConsumer, waiting: HashMap<(String, i32), (i64, String)>) {
+fn commit(consumer: &dyn PartitionIo, waiting: HashMap<(String, i32), (i64, String)>) {
     if waiting.is_empty() {
         return; // All forgotten (drained) meanwhile.
     }
-    let mut tpl = TopicPartitionList::with_capacity(waiting.len());
-    for ((topic, partition), (offset, metadata)) in waiting {
-        let mut e = tpl.add_partition(&topic, partition);
-        // A stored position (`NextOffset`) is never negative: always taken.
-        if e.set_offset(Offset::Offset(offset)).is_ok() {
-            e.set_metadata(metadata);
-        }
-    }
+    let at: Vec<CommitAt<'_>> = waiting
+        .iter()
+        .map(|((topic, partition), (offset, metadata))| CommitAt {
+            topic,
+            partition: *partition,
+            offset: *offset,
+            metadata,
+        })
+        .collect();
     metrics::counter!(crate::metrics::OFFSET_COMMITS, "kind" => "coalesced").increment(1);
-    if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
+    if let Err(e) = consumer.commit(&at) {
         // Expected while a rebalance takes partitions away; what is stored
         // goes with the next auto-commit.
-        tracing::debug!(error = %e, partitions = tpl.count(), "coalesced commit");
+        tracing::debug!(error = %e, partitions = at.len(), "coalesced commit");
     }
 }

@@ -1,0 +1,294 @@
+//! What the actors ask of Kafka, as two traits: the seams between the actors
+//! and librdkafka. The real clients implement them here; the actors' unit
+//! tests implement them with fakes (`actors::fakes`), so rebalances, crash
+//! recovery and lag checks are tested without a broker.
+//!
+//! * [`PartitionIo`]: the group consumer's hand on its partitions — pause,
+//!   resume, store, commit, seek, read positions. Implemented by
+//!   [`KafkaConsumer`](super::KafkaConsumer). Partition actors call it once
+//!   per batch of completions (a store), so the actors hold it as
+//!   `Arc<dyn PartitionIo>`: one indirect call, no allocation of its own.
+//! * [`BrokerView`]: what the brokers say, asked on a client outside the
+//!   group — offsets, committed offsets, topic ids, partition counts, and
+//!   whether a range holds anything to deliver. Implemented by [`Broker`].
+//!
+//! Blocking calls (a network round trip) are marked; callers run them off
+//! the runtime (`spawn_blocking`).
+
+use super::detached::Detached;
+use super::identity;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// A Kafka call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaIoError {
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    /// Refused before reaching librdkafka (a fake's refusal, in tests).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// One position to commit, with its metadata (`core::completed`).
+#[derive(Debug, Clone, Copy)]
+pub struct CommitAt<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub metadata: &'a str,
+}
+
+/// The group consumer's hand on the partitions it owns.
+pub trait PartitionIo: Send + Sync + 'static {
+    /// Stops fetching the partition.
+    fn pause(&self, topic: &str, partition: i32) -> Result<(), KafkaIoError>;
+    /// Fetches the partition again.
+    fn resume(&self, topic: &str, partition: i32) -> Result<(), KafkaIoError>;
+    /// Stores `offset` (the next offset to read) with `metadata` for the next
+    /// commit (auto-commit, or [`PartitionIo::commit`]).
+    fn store(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        metadata: &str,
+    ) -> Result<(), KafkaIoError>;
+    /// Commits these positions in one asynchronous request.
+    fn commit(&self, at: &[CommitAt<'_>]) -> Result<(), KafkaIoError>;
+    /// Moves the read position of the partition to `offset`. Blocking.
+    fn seek(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        timeout: Duration,
+    ) -> Result<(), KafkaIoError>;
+    /// The consumer's read positions of `topic`'s assigned partitions (past
+    /// control records: librdkafka moves it over them). Empty when unknown.
+    fn positions(&self, topic: &str) -> HashMap<i32, i64>;
+}
+
+/// Which end of a log [`BrokerView::offsets`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogEnd {
+    /// The log start (the first offset still there).
+    Start,
+    /// The end offset (the next offset to be written).
+    End,
+}
+
+/// A group's committed position of one partition, with its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub metadata: String,
+}
+
+/// What the brokers say, asked outside the group. Every call is blocking.
+pub trait BrokerView: Send + Sync + 'static {
+    /// The topic's partition count; `None` when the topic does not exist
+    /// (or has no partitions in the metadata).
+    fn partition_count(&self, topic: &str) -> Result<Option<usize>, KafkaIoError>;
+    /// The start or end offsets of `partitions` of `topic` in one request;
+    /// `None` when the lookup failed (partitions it failed for are left out).
+    fn offsets(&self, topic: &str, partitions: &[i32], at: LogEnd) -> Option<HashMap<i32, i64>>;
+    /// The group's committed positions of `partitions` of each of `topics`
+    /// (those with none are left out), in one request.
+    fn committed(
+        &self,
+        topics: &[&str],
+        partitions: &[i32],
+        timeout: Duration,
+    ) -> Result<Vec<Committed>, KafkaIoError>;
+    /// The topics' ids (topic → id; topics it could not read are left out).
+    fn topic_ids(&self, topics: &[&str], timeout: Duration) -> HashMap<String, String>;
+    /// Whether `[from, to)` of the partition holds nothing to deliver (only
+    /// transaction markers or aborted records): read with `read_committed`
+    /// on a reader of its own. `false` when it cannot tell.
+    fn nothing_to_deliver(&self, topic: &str, partition: i32, from: i64, to: i64) -> bool;
+}
+
+/// The offset a `Offset` names, if it is one.
+fn offset_of(o: Offset) -> Option<i64> {
+    match o {
+        Offset::Offset(o) => Some(o),
+        _ => None,
+    }
+}
+
+impl<C: ConsumerContext + 'static> PartitionIo for Detached<BaseConsumer<C>> {
+    fn pause(&self, topic: &str, partition: i32) -> Result<(), KafkaIoError> {
+        let mut tpl = TopicPartitionList::with_capacity(1);
+        tpl.add_partition(topic, partition);
+        Ok(Consumer::pause(&**self, &tpl)?)
+    }
+
+    fn resume(&self, topic: &str, partition: i32) -> Result<(), KafkaIoError> {
+        let mut tpl = TopicPartitionList::with_capacity(1);
+        tpl.add_partition(topic, partition);
+        Ok(Consumer::resume(&**self, &tpl)?)
+    }
+
+    fn store(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        metadata: &str,
+    ) -> Result<(), KafkaIoError> {
+        let mut tpl = TopicPartitionList::with_capacity(1);
+        let mut e = tpl.add_partition(topic, partition);
+        e.set_offset(Offset::Offset(offset))?;
+        e.set_metadata(metadata);
+        Ok(self.store_offsets(&tpl)?)
+    }
+
+    fn commit(&self, at: &[CommitAt<'_>]) -> Result<(), KafkaIoError> {
+        let mut tpl = TopicPartitionList::with_capacity(at.len());
+        for c in at {
+            let mut e = tpl.add_partition(c.topic, c.partition);
+            e.set_offset(Offset::Offset(c.offset))?;
+            e.set_metadata(c.metadata);
+        }
+        Ok(Consumer::commit(&**self, &tpl, CommitMode::Async)?)
+    }
+
+    fn seek(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        timeout: Duration,
+    ) -> Result<(), KafkaIoError> {
+        Ok(Consumer::seek(
+            &**self,
+            topic,
+            partition,
+            Offset::Offset(offset),
+            timeout,
+        )?)
+    }
+
+    fn positions(&self, topic: &str) -> HashMap<i32, i64> {
+        let Ok(tpl) = self.position() else {
+            return HashMap::new();
+        };
+        tpl.elements_for_topic(topic)
+            .iter()
+            .filter_map(|e| Some((e.partition(), offset_of(e.offset())?)))
+            .collect()
+    }
+}
+
+/// The real [`BrokerView`]: a consumer that never joins the group (lag
+/// checks, assignment lookups), and the settings of the readers it starts
+/// for [`BrokerView::nothing_to_deliver`].
+///
+/// A client of its own: on the group consumer's connection each
+/// `ListOffsets` waits behind a long-poll `Fetch` (up to
+/// `fetch.wait.max.ms`), which made the first lag check after an
+/// assignment take ~12 s (docs/BENCHMARKS.md).
+pub struct Broker {
+    client: Detached<BaseConsumer>,
+    readers: ClientConfig,
+}
+
+impl Broker {
+    /// `settings`: the group consumer's; the client and its readers take them
+    /// without auto-commit and without the static member id (they never join
+    /// the group: they must not claim this process's member id).
+    pub fn new(mut settings: ClientConfig) -> Result<Broker, KafkaError> {
+        settings.set("enable.auto.commit", "false");
+        settings.remove("group.instance.id");
+        Ok(Broker {
+            client: Detached::new(settings.create()?),
+            readers: settings,
+        })
+    }
+}
+
+impl BrokerView for Broker {
+    fn partition_count(&self, topic: &str) -> Result<Option<usize>, KafkaIoError> {
+        let md = self
+            .client
+            .fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        Ok(md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map(|t| t.partitions().len())
+            .filter(|n| *n > 0))
+    }
+
+    /// `offsets_for_times` with the special timestamps -1 (latest) and -2
+    /// (earliest): one `ListOffsets`.
+    fn offsets(&self, topic: &str, partitions: &[i32], at: LogEnd) -> Option<HashMap<i32, i64>> {
+        let at = match at {
+            LogEnd::Start => Offset::Beginning,
+            LogEnd::End => Offset::End,
+        };
+        let mut tpl = TopicPartitionList::with_capacity(partitions.len());
+        for p in partitions {
+            tpl.add_partition_offset(topic, *p, at).ok()?;
+        }
+        let answer = self
+            .client
+            .offsets_for_times(tpl, Duration::from_secs(5))
+            .ok()?;
+        Some(
+            answer
+                .elements_for_topic(topic)
+                .iter()
+                .filter(|e| e.error().is_ok())
+                .filter_map(|e| Some((e.partition(), offset_of(e.offset())?)))
+                .collect(),
+        )
+    }
+
+    fn committed(
+        &self,
+        topics: &[&str],
+        partitions: &[i32],
+        timeout: Duration,
+    ) -> Result<Vec<Committed>, KafkaIoError> {
+        let mut tpl = TopicPartitionList::with_capacity(topics.len() * partitions.len());
+        for t in topics {
+            for p in partitions {
+                tpl.add_partition(t, *p);
+            }
+        }
+        let answer = self.client.committed_offsets(tpl, timeout)?;
+        Ok(answer
+            .elements()
+            .iter()
+            .filter_map(|e| {
+                Some(Committed {
+                    topic: e.topic().to_string(),
+                    partition: e.partition(),
+                    offset: offset_of(e.offset())?,
+                    metadata: e.metadata().to_string(),
+                })
+            })
+            .collect())
+    }
+
+    fn topic_ids(&self, topics: &[&str], timeout: Duration) -> HashMap<String, String> {
+        identity::topic_ids(&self.client, topics, timeout)
+    }
+
+    fn nothing_to_deliver(&self, topic: &str, partition: i32, from: i64, to: i64) -> bool {
+        let Ok(reader) = self.readers.create::<BaseConsumer>() else {
+            return false;
+        };
+        // Its close and destroy on a thread of their own.
+        let reader = Detached::new(reader);
+        identity::nothing_to_deliver(&reader, topic, partition, from, to, Duration::from_secs(5))
+    }
+}
