@@ -18,6 +18,42 @@
 //! each fits. So batches are no larger than the smaller topic's limit
 //! (`batch.size`), and a record refused as invalid or too large is written once
 //! more alone ([`Alone`]) before the refusal counts: only its own answer says.
+//!
+//! # Invariant I9: durable writes
+//!
+//!
+//! *Enforced in* `src/actors/dlq_writer.rs`, `src/delivery/outcome.rs` (`to_dlq`, `to_parking`),
+//! `src/delivery/durable.rs` (`write_durably`). Every accepted event can become durable: the writer sizes each envelope
+//! for its topic's `max.message.bytes` (`Envelope::fitted`: a payload reference when it would
+//! not fit); a write refused for good is never retried forever — a DLQ refusal parks the
+//! event, a parking-lot refusal ends the process (`Pipeline::fatal`) with the event's token
+//! unfinished, so its offset is never stored. A refusal is the record's own: the broker
+//! answers a produce batch, not a record. One invalid record makes every record of its batch
+//! come back INVALID_RECORD, and a batch above the topic's `max.message.bytes` is refused
+//! MESSAGE_TOO_LARGE for each record though each fits. So the producer's `batch.size` is at
+//! most the smaller topic's limit, and a record refused as invalid or too large (by the
+//! broker) is written once more alone (a producer used for nothing else, one record at a
+//! time, no linger: `actors/dlq_writer/alone.rs`; made anew after a fatal error) before the
+//! refusal counts. Refused as too large alone, the topic's `max.message.bytes` is read again
+//! (`Limits::reread`): an operator may have lowered it since the start; below the limit used,
+//! the envelope is fitted to the new one (a reference) and written, and later envelopes use it.
+//!
+//! *Tested by:* `core::envelope` unit tests; `tests/oversize.rs` (900 KB events answered 400
+//! and 503 with default topic settings: committed to the end, inspected, replayed from the
+//! origin; a DLQ and then a parking lot of 600 bytes: parked `dlq_too_large`, then exit
+//! non-zero with the offset uncommitted, then parked after the fix; `oversize = "refuse"`).
+//! `tests/dlq.rs::an_envelope_over_a_limit_lowered_while_running_goes_to_the_dlq_as_a_reference`
+//! (the DLQ lowered to 4,000 bytes while running, ten ~10 KB events failing: ten references in
+//! the DLQ; before: ten parked `dlq_too_large`); `alone`'s unit test (a fatal error raised with
+//! librdkafka's `rd_kafka_test_fatal_error` on a mock cluster: the next lone write has a new
+//! producer; before: `Fatal`, retried forever).
+//! `tests/dlq.rs::a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone`: a
+//! compacted DLQ, forty keyed events and one keyless one in one produce batch: the keyless
+//! one parked `dlq_invalid_record`, the forty in the DLQ (before: all 41 parked);
+//! `envelopes_that_fit_the_dlq_are_not_refused_for_their_batch` (a 4,000-byte DLQ, thirty
+//! uncompressed envelopes of ~1 KB at once: all in the DLQ, whether the limit was there at
+//! start — batches kept under it, no lone write — or lowered while running — each record of
+//! the refused batch written alone; before: all 30 parked `dlq_too_large` in each case).
 
 pub use crate::delivery::peers::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::kafka::producer_config;

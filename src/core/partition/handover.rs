@@ -6,7 +6,7 @@
 //! # Invariant I23: revoke and shutdown
 //!
 //!
-//! *Enforced in* `src/core/partition/` (the drain) and `src/actors/consumer.rs` (revoke,
+//! *Enforced in* `src/core/partition/` (the drain) and `src/actors/consumer/` (revoke,
 //! shutdown, the commit). The partition machine stops dispatching (for good: records or
 //! completions arriving after its answer start nothing), waits (bounded by `pipeline.drain_timeout`
 //! / `pipeline.shutdown_grace`) for in-flight work, stores; then a synchronous commit. What is
