@@ -43,7 +43,7 @@ pub enum PartitionMsg {
     Completed,
     /// Stop dispatching, wait (bounded) for in-flight work, reply with the stored
     /// main watermark. Used on revoke and shutdown.
-    Drain(RpcReplyPort<Option<i64>>),
+    Handover(RpcReplyPort<Option<i64>>),
     /// The health verdict changed (watched by [`verdict::Watch`]).
     Health(HealthVerdict),
     /// The consumer's periodic lag check.
@@ -255,7 +255,7 @@ impl Actor for PartitionActor {
             PartitionMsg::Completed => {
                 Input::Reports(s.inbox.take().into_iter().map(|c| c.report()).collect())
             }
-            PartitionMsg::Drain(reply) => {
+            PartitionMsg::Handover(reply) => {
                 s.draining = Some(reply);
                 if let Some(g) = s.gate.as_mut() {
                     g.close();
@@ -264,7 +264,7 @@ impl Actor for PartitionActor {
                 // in-place retries and drain slots end now (errored, not
                 // redispatched while draining), before they take a permit.
                 s.inbox.cancel();
-                Input::Drain
+                Input::Handover
             }
             PartitionMsg::Health(v) => Input::Verdict {
                 api_unavailable: v.api_unavailable,
@@ -422,7 +422,7 @@ impl PartitionState {
             Effect::Schedule { after, timer } => {
                 myself.send_after(after, move || PartitionMsg::Timer(timer));
             }
-            Effect::Drained => {
+            Effect::HandedOver => {
                 self.inbox.close();
                 if let Some(reply) = self.draining.take() {
                     let _ = reply.send(self.a.shared.stored(Src::Main));

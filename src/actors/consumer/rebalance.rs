@@ -80,7 +80,7 @@ impl ConsumerState {
     /// Drains the revoked partitions (the revoke callback waits for this).
     pub(super) async fn revoked(&mut self, partitions: &[i32]) {
         let deadline = self.pipeline.config.pipeline.drain_timeout + Duration::from_millis(1_000);
-        self.drain(partitions, deadline).await;
+        self.hand_over(partitions, deadline).await;
         metrics::gauge!(m::ASSIGNED_PARTITIONS).set(self.parts.len() as f64);
         self.pipeline.assignment.set_assigned(self.parts.len());
         if self.parts.is_empty() {
@@ -111,12 +111,12 @@ impl ConsumerState {
     }
 
     /// Drains the given partitions concurrently (bounded) and stops their actors.
-    pub(super) async fn drain(&mut self, partitions: &[i32], deadline: Duration) {
+    pub(super) async fn hand_over(&mut self, partitions: &[i32], deadline: Duration) {
         let mut waits = Vec::new();
         for p in partitions {
             if let Some(part) = self.parts.remove(p) {
                 let (tx, rx) = ractor::concurrency::oneshot();
-                let _ = part.actor.send_message(PartitionMsg::Drain(tx.into()));
+                let _ = part.actor.send_message(PartitionMsg::Handover(tx.into()));
                 waits.push((*p, part.actor, rx));
             }
         }

@@ -38,7 +38,7 @@ impl ConsumerState {
             }
         }
         let partitions: Vec<i32> = self.parts.keys().copied().collect();
-        self.drain(&partitions, grace).await;
+        self.hand_over(&partitions, grace).await;
         // The close waits for the last handle: this one goes now.
         drop(io);
         let Some(client) = client else {

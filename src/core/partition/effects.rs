@@ -60,8 +60,8 @@ pub enum Effect<I> {
     ForgetWaitingCommits,
     /// Send [`Input::Timer`] after `after`.
     Schedule { after: Duration, timer: Timer },
-    /// The drain is over: answer it (with the stored main position).
-    Drained,
+    /// The handover is over: answer it (with the stored main position).
+    HandedOver,
     /// Routed records left the fetch budget (begun, or handed back).
     TakenIn { records: usize, bytes: usize },
     /// A record waits because the in-flight byte budget is used up: register a

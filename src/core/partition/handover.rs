@@ -31,14 +31,14 @@
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Drain {
+enum Stage {
     Off,
     /// Requested: waiting for the jobs in flight (or the deadline).
     Waiting,
     Answered,
 }
 
-/// What a drain request calls for.
+/// What a handover request calls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Request {
     /// The first: hand the backlog back, commit, and answer once nothing is
@@ -50,29 +50,29 @@ pub(super) enum Request {
     AnswerAgain,
 }
 
-/// The drain's state and deadline.
+/// The handover's state and deadline.
 pub(super) struct Handover {
-    drain: Drain,
-    /// How long a drain waits for in-flight jobs.
+    stage: Stage,
+    /// How long a handover waits for in-flight jobs.
     timeout: Duration,
 }
 
 impl Handover {
     pub(super) fn new(timeout: Duration) -> Self {
         Handover {
-            drain: Drain::Off,
+            stage: Stage::Off,
             timeout,
         }
     }
 
     /// A drain was requested (answered or not): nothing is begun or dispatched.
     pub(super) fn draining(&self) -> bool {
-        self.drain != Drain::Off
+        self.stage != Stage::Off
     }
 
     /// A drain waits for its jobs: the answer is due once none is in flight.
     pub(super) fn waiting(&self) -> bool {
-        self.drain == Drain::Waiting
+        self.stage == Stage::Waiting
     }
 
     /// How long the drain waits for in-flight jobs.
@@ -82,11 +82,11 @@ impl Handover {
 
     /// A drain is requested.
     pub(super) fn request(&mut self) -> Request {
-        match self.drain {
-            Drain::Waiting => Request::Pending,
-            Drain::Answered => Request::AnswerAgain,
-            Drain::Off => {
-                self.drain = Drain::Waiting;
+        match self.stage {
+            Stage::Waiting => Request::Pending,
+            Stage::Answered => Request::AnswerAgain,
+            Stage::Off => {
+                self.stage = Stage::Waiting;
                 Request::Begin
             }
         }
@@ -94,7 +94,7 @@ impl Handover {
 
     /// The drain is answered.
     pub(super) fn answered(&mut self) {
-        self.drain = Drain::Answered;
+        self.stage = Stage::Answered;
     }
 }
 

@@ -84,7 +84,7 @@ impl Shell {
 }
 
 fn drained<I>(fx: &[Effect<I>]) -> bool {
-    fx.iter().any(|e| matches!(e, Effect::Drained))
+    fx.iter().any(|e| matches!(e, Effect::HandedOver))
 }
 
 /// Offsets 0..3; 0 and 1 done commit 2 (`Commit::Soon`, waiting for the
@@ -111,7 +111,7 @@ fn a_drain_with_nothing_to_store_forgets_the_waiting_commit() {
     assert_eq!(commit_kinds(&fx), vec![], "3 is stored, not committed");
     sh.apply(&fx);
     assert_eq!(sh.stored[Src::Main.index()], Some(3));
-    let fx = t.feed(Input::Drain);
+    let fx = t.feed(Input::Handover);
     assert!(drained(&fx));
     sh.apply(&fx);
     sh.revoke_commit();
@@ -129,7 +129,7 @@ fn a_drain_with_nothing_to_store_forgets_the_waiting_commit() {
 #[test]
 fn a_drain_whose_store_is_not_committed_forgets_the_waiting_commit() {
     let (mut t, mut sh) = soon_then_stored();
-    let fx = t.feed(Input::Drain);
+    let fx = t.feed(Input::Handover);
     assert!(drained(&fx));
     sh.apply(&fx);
     assert_eq!(sh.stored[Src::Main.index()], Some(3));
@@ -152,7 +152,7 @@ fn nothing_waits_for_a_flush_once_a_drain_began() {
     let mut sh = Shell::default();
     t.normal();
     sh.apply(&t.feed(main_recs(0..10, |_| None)));
-    sh.apply(&t.feed(Input::Drain));
+    sh.apply(&t.feed(Input::Handover));
     t.ms += 20;
     let fx = t.done(Src::Main, &[0, 1, 2, 3]);
     assert!(

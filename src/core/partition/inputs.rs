@@ -86,11 +86,11 @@ pub enum Input<R> {
     },
     Timer(Timer),
     /// Revoke or shutdown: stop dispatching, hand the backlog back, answer
-    /// [`Effect::Drained`] once nothing is in flight (or at the deadline).
-    Drain,
+    /// [`Effect::HandedOver`] once nothing is in flight (or at the deadline).
+    Handover,
     /// An [`Effect::Store`] failed (expected while a rebalance takes the
     /// partition away): the watermark counts as not stored, and is stored again
-    /// after [`STORE_DELAY`] unless a drain was requested.
+    /// after [`STORE_DELAY`] unless a handover was requested.
     StoreFailed {
         src: Src,
         offset: NextOffset,

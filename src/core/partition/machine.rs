@@ -171,7 +171,7 @@ impl<X: Intake> PartitionMachine<X> {
                     self.reply_drained();
                 }
             }
-            Input::Drain => self.on_drain(),
+            Input::Handover => self.on_drain(),
             Input::StoreFailed { src, offset } => {
                 self.sides[src].stores_mut().failed(offset);
                 // Try again soon; after a drain the partition is gone anyway.
@@ -384,6 +384,6 @@ impl<X: Intake> PartitionMachine<X> {
     fn reply_drained(&mut self) {
         self.store_all(true);
         self.handover.answered();
-        self.turn.fx.push(Effect::Drained);
+        self.turn.fx.push(Effect::HandedOver);
     }
 }

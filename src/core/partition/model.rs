@@ -622,7 +622,7 @@ impl Harness {
                 self.forgot_commits += 1;
                 prop_assert_eq!(self.forgot_commits, 1, "waiting commits forgotten twice");
             }
-            Effect::Drained => {
+            Effect::HandedOver => {
                 prop_assert!(self.drain_requested, "drained without a request");
                 prop_assert_eq!(
                     self.forgot_commits,
@@ -1061,7 +1061,7 @@ impl Harness {
     /// Revoke or shutdown.
     fn drain(&mut self) -> Result<(), TestCaseError> {
         self.drain_requested = true;
-        self.feed(Input::Drain)
+        self.feed(Input::Handover)
     }
 
     /// The world turns benign: the API is up, the consumer sends everything left,

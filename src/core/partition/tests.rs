@@ -306,7 +306,7 @@ fn done_offsets_above_a_stuck_watermark_are_committed_as_metadata() {
     assert!(metadata_commits(&t.feed(Input::Timer(Timer::Store))).is_empty());
     // A drain commits what changed at once.
     t.done(Src::Main, &[3]);
-    let fx = t.feed(Input::Drain);
+    let fx = t.feed(Input::Handover);
     assert_eq!(
         metadata_commits(&fx),
         vec![(Src::Main, 0, vec![1, 2, 3, 4])]
@@ -475,11 +475,11 @@ fn a_drain_is_final_even_after_its_answer() {
     let mut t = T::new(settings(OrderingMode::Key, 10, 100));
     t.normal();
     t.feed(main_recs(0..2, |_| Some(1)));
-    let fx = t.feed(Input::Drain);
-    assert!(!fx.iter().any(|e| matches!(e, Effect::Drained)));
+    let fx = t.feed(Input::Handover);
+    assert!(!fx.iter().any(|e| matches!(e, Effect::HandedOver)));
     let fx = t.done(Src::Main, &[0]);
     assert!(dispatched(&fx).is_empty(), "offset 1 waits: draining");
-    assert!(fx.iter().any(|e| matches!(e, Effect::Drained)));
+    assert!(fx.iter().any(|e| matches!(e, Effect::HandedOver)));
     // After the answer: nothing is begun or dispatched any more.
     let fx = t.feed(Input::Records(vec![Rec::main(2, Some(2)), Rec::dlq(5, 0)]));
     assert!(
@@ -498,9 +498,9 @@ fn a_drain_is_final_even_after_its_answer() {
         offset: 1,
     }));
     assert!(dispatched(&fx).is_empty());
-    let fx = t.feed(Input::Drain);
+    let fx = t.feed(Input::Handover);
     assert!(
-        fx.iter().any(|e| matches!(e, Effect::Drained)),
+        fx.iter().any(|e| matches!(e, Effect::HandedOver)),
         "a second request is answered too"
     );
 }

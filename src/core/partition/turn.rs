@@ -67,12 +67,12 @@ mod tests {
     #[test]
     fn counts_follow_the_effects_once_and_only_above_zero() {
         let mut t: Turn<()> = Turn::default();
-        t.push(Some(Effect::Drained));
+        t.push(Some(Effect::HandedOver));
         t.push(None);
         t.begun += 2;
         t.skipped += 1;
         assert!(t.count());
-        let fx = vec![Effect::Drained, Effect::Begun(2), Effect::Skipped(1)];
+        let fx = vec![Effect::HandedOver, Effect::Begun(2), Effect::Skipped(1)];
         assert_eq!(t.close(), fx);
         assert!(!t.count(), "reset");
         assert_eq!(t.close(), vec![]);
