@@ -67,3 +67,52 @@ impl BreakerConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::breaker::tests::{cfg, secs};
+    use std::time::Duration;
+
+    #[test]
+    fn default_config_is_valid() {
+        let d = BreakerConfig::default();
+        assert_eq!(d.validate(), Ok(()));
+        assert_eq!(d.window, secs(10));
+        assert_eq!(d.min_calls, 20);
+        assert_eq!(d.half_open_probes, 3);
+    }
+
+    #[test]
+    fn validate_refuses_degenerate_configs() {
+        let bad = |f: fn(&mut BreakerConfig)| {
+            let mut c = cfg();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert_eq!(
+            bad(|c| c.window = Duration::ZERO),
+            BreakerConfigError::ZeroWindow
+        );
+        assert_eq!(bad(|c| c.min_calls = 0), BreakerConfigError::ZeroMinCalls);
+        assert_eq!(
+            bad(|c| c.failure_rate = 0.0),
+            BreakerConfigError::FailureRate(0.0)
+        );
+        assert_eq!(
+            bad(|c| c.failure_rate = 1.5),
+            BreakerConfigError::FailureRate(1.5)
+        );
+        assert!(matches!(
+            bad(|c| c.failure_rate = f64::NAN),
+            BreakerConfigError::FailureRate(_)
+        ));
+        assert_eq!(
+            bad(|c| c.half_open_probes = 0),
+            BreakerConfigError::ZeroProbes
+        );
+        let mut ok = cfg();
+        ok.failure_rate = 1.0;
+        assert_eq!(ok.validate(), Ok(()));
+    }
+}

@@ -98,3 +98,94 @@ impl GateQueue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::breaker::tests::{cfg, secs};
+    use crate::core::breaker::*;
+    use proptest::prelude::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn probes_rotate_over_the_waiters() {
+        let t0 = Instant::now();
+        let mut c = cfg();
+        c.half_open_probes = 1;
+        let mut b = Breaker::new(c);
+        let mut q = GateQueue::default();
+        // Event A (partition 0, key a) was refused: the breaker suspects, A waits.
+        b.systemic(t0, "http_403", false);
+        let a = q.join(false);
+        // B (partition 1) and C (partition 0, key c) arrive and wait behind A.
+        let bb = q.join(false);
+        let cc = q.join(false);
+        assert!(!q.admit_newcomer(false, &mut b, t0), "a newcomer queues");
+        assert!(!q.admit(bb, &mut b, t0), "not B's turn");
+        assert!(q.admit(a, &mut b, t0), "A probes");
+        // A is refused again (a probe's systemic answer): open; A comes back
+        // behind B and C.
+        b.systemic(t0, "http_403", false);
+        let a2 = q.join(false);
+        let t1 = t0 + secs(5);
+        assert!(!q.admit(a2, &mut b, t1), "A just probed and failed");
+        assert!(!q.admit(cc, &mut b, t1), "C after B");
+        assert!(q.admit(bb, &mut b, t1), "B's turn");
+        // B's probe succeeds: closed, everyone is admitted at once.
+        assert_eq!(
+            b.record(t1, true).map(|t| t.to),
+            Some(BreakerStateKind::Closed)
+        );
+        assert!(q.admit(a2, &mut b, t1));
+        assert!(q.admit(cc, &mut b, t1));
+        assert!(q.is_empty());
+        assert!(q.admit_newcomer(false, &mut b, t1));
+    }
+
+    proptest! {
+        /// However waiters come, leave and are refused, a waiter that keeps
+        /// waiting is admitted before anyone who joined after it, and after at
+        /// most as many half-open admissions as there were waiters ahead of it.
+        #[test]
+        fn no_waiter_is_passed_over(
+            ops in proptest::collection::vec(0u8..4, 1..200),
+        ) {
+            let t0 = Instant::now();
+            let mut c = cfg();
+            c.half_open_probes = 1;
+            c.open_for = Duration::ZERO;
+            let mut b = Breaker::new(c);
+            b.systemic(t0, "http_403", false);
+            let mut q = GateQueue::default();
+            let mut waiting: Vec<u64> = Vec::new();
+            for op in ops {
+                match op {
+                    0 | 1 => waiting.push(q.join(false)),
+                    2 if !waiting.is_empty() => {
+                        // The longest waiting leaves without being admitted.
+                        let t = waiting.remove(0);
+                        q.leave(t);
+                    }
+                    _ => {
+                        // Every waiter asks, youngest first; exactly the oldest gets it.
+                        let mut admitted = None;
+                        for &t in waiting.iter().rev() {
+                            if q.admit(t, &mut b, t0) {
+                                prop_assert!(admitted.is_none());
+                                admitted = Some(t);
+                            }
+                        }
+                        if let Some(t) = admitted {
+                            prop_assert_eq!(Some(&t), waiting.first());
+                            waiting.remove(0);
+                            // Its probe is refused: back to the end.
+                            b.systemic(t0, "http_403", false);
+                            waiting.push(q.join(false));
+                        }
+                    }
+                }
+                prop_assert_eq!(q.len(), waiting.len());
+            }
+        }
+    }
+}

@@ -382,3 +382,377 @@ impl Breaker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::breaker::tests::{cfg, ms, opened, secs};
+    use crate::core::breaker::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_run_of_failures_opens_despite_a_window_full_of_successes() {
+        let t0 = Instant::now();
+        let cfg = BreakerConfig {
+            consecutive_failures: 5,
+            ..BreakerConfig::default()
+        };
+        let mut b = Breaker::new(cfg);
+        for i in 0..1000 {
+            assert_eq!(b.record(t0 + Duration::from_millis(i), true), None);
+        }
+        for i in 0..4 {
+            assert_eq!(b.record(t0 + Duration::from_millis(1000 + i), false), None);
+        }
+        // A success in between resets the run.
+        assert_eq!(b.record(t0 + Duration::from_millis(1004), true), None);
+        for i in 0..4 {
+            assert_eq!(b.record(t0 + Duration::from_millis(1005 + i), false), None);
+        }
+        let t = b.record(t0 + Duration::from_millis(1010), false).unwrap();
+        assert_eq!(t.to, BreakerStateKind::Open);
+        assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
+        assert!(b.is_open(t0 + Duration::from_millis(1011)));
+    }
+
+    #[test]
+    fn closed_admits_everything() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        for i in 0..100 {
+            assert!(b.allow(t0 + ms(i)));
+            assert_eq!(b.record(t0 + ms(i), true), None);
+        }
+        assert_eq!(b.state(t0), BreakerStateKind::Closed);
+        assert!(!b.is_open(t0));
+        assert!(b.admits_traffic(t0));
+    }
+
+    #[test]
+    fn opens_by_rate_only_after_min_calls() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        // 3 failures: 100 % but below min_calls.
+        for _ in 0..3 {
+            assert_eq!(b.record(t0, false), None);
+        }
+        assert_eq!(b.state(t0), BreakerStateKind::Closed);
+        // 4th call, 4/4 failed: open.
+        let t = b.record(t0 + ms(1), false).unwrap();
+        assert_eq!(
+            t,
+            Transition {
+                from: BreakerStateKind::Closed,
+                to: BreakerStateKind::Open,
+                reason: TransitionReason::FailureRate,
+            }
+        );
+        assert!(b.is_open(t0 + ms(1)));
+        assert_eq!(
+            b.raw_state(),
+            BreakerState::Open {
+                until: t0 + ms(1) + secs(5)
+            }
+        );
+    }
+
+    #[test]
+    fn below_the_rate_stays_closed_and_the_rate_is_inclusive() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        // 1 of 4 failed (25 %), then 2 of 5 (40 %): closed.
+        for ok in [true, true, true, false, false] {
+            assert_eq!(b.record(t0, ok), None);
+        }
+        assert_eq!(b.state(t0), BreakerStateKind::Closed);
+        // 3 of 6 = 50 %: the threshold itself opens.
+        assert_eq!(
+            b.record(t0, false).map(|t| t.to),
+            Some(BreakerStateKind::Open)
+        );
+    }
+
+    #[test]
+    fn old_failures_expire_from_the_window() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        for _ in 0..3 {
+            b.record(t0, false);
+        }
+        // 10 s later the three failures are out of the window: one more failure is
+        // 1 call, below min_calls, so no verdict.
+        assert_eq!(b.record(t0 + secs(10), false), None);
+        assert_eq!(b.record(t0 + secs(10), false), None);
+        assert_eq!(b.record(t0 + secs(10), false), None);
+        assert_eq!(b.state(t0 + secs(10)), BreakerStateKind::Closed);
+        // Within the window they still count: 4 failures → open.
+        assert!(b.record(t0 + secs(11), false).is_some());
+    }
+
+    #[test]
+    fn outcomes_inside_the_window_are_kept() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        for i in 0..3 {
+            b.record(t0 + secs(i), false);
+        }
+        // 8.9 s after the first failure: all still in the window.
+        assert!(b.record(t0 + ms(8_900), false).is_some());
+    }
+
+    #[test]
+    fn an_outcome_stamped_before_the_window_is_ignored() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(cfg());
+        b.record(t0 + secs(30), true);
+        // Stamped 30 s earlier than what was already seen: outside the window.
+        for _ in 0..10 {
+            assert_eq!(b.record(t0, false), None);
+        }
+        assert_eq!(b.window.totals(t0 + secs(30)), (1, 0));
+        // Slightly late outcomes still count (two: a third would open it).
+        for _ in 0..2 {
+            assert_eq!(b.record(t0 + secs(29), false), None);
+        }
+        assert_eq!(b.window.totals(t0 + secs(30)), (3, 2));
+    }
+
+    #[test]
+    fn open_rejects_until_the_interval_elapses() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        for off in [0, 1, 1_000, 4_999] {
+            assert!(b.is_open(t0 + ms(off)));
+            assert!(!b.admits_traffic(t0 + ms(off)));
+            assert!(!b.allow(t0 + ms(off)), "offset {off}");
+        }
+        // Late outcomes while open change nothing.
+        assert_eq!(b.record(t0 + ms(100), true), None);
+        assert_eq!(b.record(t0 + ms(100), false), None);
+        assert_eq!(b.state(t0 + ms(4_999)), BreakerStateKind::Open);
+        // At `until`: reported half-open before anything mutates it.
+        assert_eq!(b.state(t0 + secs(5)), BreakerStateKind::HalfOpen);
+        assert!(!b.is_open(t0 + secs(5)));
+        assert!(b.admits_traffic(t0 + secs(5)));
+    }
+
+    #[test]
+    fn advance_reports_open_to_half_open_once() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        assert_eq!(b.advance(t0 + ms(4_999)), None);
+        assert_eq!(
+            b.advance(t0 + secs(5)),
+            Some(Transition {
+                from: BreakerStateKind::Open,
+                to: BreakerStateKind::HalfOpen,
+                reason: TransitionReason::OpenElapsed,
+            })
+        );
+        assert_eq!(b.advance(t0 + secs(6)), None);
+        assert_eq!(
+            b.raw_state(),
+            BreakerState::HalfOpen {
+                admitted: 0,
+                succeeded: 0
+            }
+        );
+    }
+
+    #[test]
+    fn half_open_admits_exactly_the_probes() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        assert!(b.allow(t));
+        assert!(b.admits_traffic(t));
+        assert!(b.allow(t));
+        assert!(!b.admits_traffic(t));
+        for i in 0..5 {
+            assert!(!b.allow(t + secs(i)), "third call refused");
+        }
+        assert_eq!(b.state(t), BreakerStateKind::HalfOpen);
+        assert!(!b.is_open(t), "half-open is not 'unavailable'");
+        // No answer for `open_for`: the period ends by time as an optimistic
+        // one does; the unanswered slots go to the next calls.
+        let later = t + secs(5);
+        assert!(b.admits_traffic(later));
+        assert!(b.allow(later));
+        assert!(b.allow(later));
+        assert!(!b.allow(later), "two fresh probes");
+        assert!(b.record(later, true).is_none());
+        assert_eq!(
+            b.record(later, true).map(|t| t.to),
+            Some(BreakerStateKind::Closed)
+        );
+    }
+
+    #[test]
+    fn a_released_probe_frees_its_slot_once_and_only_in_its_epoch() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        assert!(b.allow(t));
+        let epoch = b.epoch();
+        assert!(b.allow(t));
+        assert!(!b.allow(t));
+        b.release(epoch, false);
+        assert!(b.allow(t), "the released slot is taken again");
+        assert!(!b.allow(t));
+        // Heard: a probe delivered, the other released — its slot only.
+        assert!(b.record(t, true).is_none());
+        b.release(epoch, false);
+        b.release(epoch, false);
+        assert!(b.allow(t), "one slot free again");
+        assert!(!b.allow(t), "the delivered probe's slot stays settled");
+        // The last probe answered: closed; a release of the old epoch
+        // changes nothing.
+        assert_eq!(
+            b.record(t, true).map(|t| t.to),
+            Some(BreakerStateKind::Closed)
+        );
+        b.release(epoch, false);
+        assert_eq!(b.state(t), BreakerStateKind::Closed);
+        // A release after the period ended by a reopening frees nothing of
+        // the next period.
+        let mut b = opened(t0);
+        assert!(b.allow(t));
+        let old = b.epoch();
+        assert!(b.record(t, false).is_some(), "the probe failed: open");
+        let t2 = t + secs(5);
+        assert!(b.allow(t2));
+        assert!(b.allow(t2));
+        assert!(!b.allow(t2));
+        b.release(old, false);
+        assert!(!b.allow(t2), "an old epoch's release frees no new slot");
+    }
+
+    #[test]
+    fn half_open_closes_when_every_probe_succeeds() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        assert!(b.allow(t));
+        assert!(b.allow(t));
+        assert_eq!(b.record(t, true), None, "one of two probes is not enough");
+        assert!(!b.allow(t), "the settled probe does not free a slot");
+        assert_eq!(
+            b.record(t, true),
+            Some(Transition {
+                from: BreakerStateKind::HalfOpen,
+                to: BreakerStateKind::Closed,
+                reason: TransitionReason::ProbesSucceeded,
+            })
+        );
+        assert_eq!(b.state(t), BreakerStateKind::Closed);
+        assert!(b.allow(t));
+        // The window was cleared: the failures that opened it are gone.
+        assert_eq!(b.window.totals(t), (0, 0));
+        for _ in 0..3 {
+            assert_eq!(b.record(t, false), None);
+        }
+    }
+
+    #[test]
+    fn half_open_reopens_on_a_failed_probe() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        assert!(b.allow(t));
+        assert!(b.allow(t));
+        assert_eq!(b.record(t, true), None);
+        assert_eq!(
+            b.record(t + ms(10), false),
+            Some(Transition {
+                from: BreakerStateKind::HalfOpen,
+                to: BreakerStateKind::Open,
+                reason: TransitionReason::ProbeFailed,
+            })
+        );
+        assert!(b.is_open(t + ms(10)));
+        assert!(!b.allow(t + ms(10) + ms(4_999)));
+        // A new half-open period with fresh probe slots.
+        assert!(b.allow(t + ms(10) + secs(5)));
+        assert!(b.allow(t + ms(10) + secs(5)));
+        assert!(!b.allow(t + ms(10) + secs(5)));
+    }
+
+    #[test]
+    fn half_open_ignores_outcomes_without_a_waiting_probe() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let t = t0 + secs(5);
+        b.advance(t);
+        // Stragglers from before the trip, no probe admitted yet.
+        assert_eq!(b.record(t, false), None);
+        assert_eq!(b.record(t, true), None);
+        assert_eq!(b.state(t), BreakerStateKind::HalfOpen);
+        assert!(b.allow(t));
+        assert_eq!(b.record(t, true), None);
+        // One probe admitted, one reported: a further outcome is not a probe's.
+        assert_eq!(b.record(t, false), None);
+        assert_eq!(b.state(t), BreakerStateKind::HalfOpen);
+    }
+
+    #[test]
+    fn trip_forces_open_from_every_state() {
+        let t0 = Instant::now();
+        // Closed.
+        let mut b = Breaker::new(cfg());
+        assert_eq!(
+            b.trip(t0, "systemic"),
+            Some(Transition {
+                from: BreakerStateKind::Closed,
+                to: BreakerStateKind::Open,
+                reason: TransitionReason::Forced("systemic"),
+            })
+        );
+        assert!(b.is_open(t0));
+        assert!(!b.allow(t0 + ms(4_999)));
+        // HalfOpen (with probes in flight).
+        let mut b = opened(t0);
+        assert!(b.allow(t0 + secs(5)));
+        let t = b.trip(t0 + secs(6), "dlq_flood").unwrap();
+        assert_eq!(t.from, BreakerStateKind::HalfOpen);
+        assert_eq!(t.reason.as_str(), "dlq_flood");
+        assert!(b.is_open(t0 + secs(10)));
+        assert!(!b.is_open(t0 + secs(11)));
+        // Lazily half-open (Open past `until`, not yet advanced).
+        let mut b = opened(t0);
+        let t = b.trip(t0 + secs(7), "systemic").unwrap();
+        assert_eq!(t.from, BreakerStateKind::HalfOpen);
+        assert!(b.is_open(t0 + secs(11)));
+        // Open: extended, not reported.
+        let mut b = opened(t0);
+        assert_eq!(b.trip(t0 + secs(3), "systemic"), None);
+        assert!(b.is_open(t0 + secs(7)));
+        assert!(!b.is_open(t0 + secs(8)));
+        // ... and never shortened.
+        let mut c = cfg();
+        c.open_for = secs(5);
+        let mut b = Breaker::new(c);
+        b.trip(t0 + secs(3), "systemic");
+        assert_eq!(b.trip(t0, "systemic"), None);
+        assert!(b.is_open(t0 + ms(7_999)));
+    }
+
+    #[test]
+    fn degenerate_configs_do_not_panic() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(BreakerConfig {
+            window: Duration::ZERO,
+            min_calls: 0,
+            failure_rate: 0.0,
+            open_for: Duration::ZERO,
+            half_open_probes: 0,
+            consecutive_failures: 0,
+        });
+        assert_eq!(b.record(t0, true), None, "no failure, no verdict");
+        assert!(b.record(t0, false).is_some());
+        // open_for 0: half-open at once, one probe.
+        assert!(b.allow(t0));
+        assert!(!b.allow(t0));
+        assert!(b.record(t0, true).is_some());
+        assert_eq!(b.state(t0), BreakerStateKind::Closed);
+    }
+}

@@ -51,7 +51,7 @@
 //! | `machine.rs` | [`Breaker`]: admission (`allow`), outcomes (`record`), the time-driven steps (`advance`), `trip`, `release` |
 //! | `systemic.rs` | the suspicion of a systemic answer: [`Breaker::systemic`], [`Breaker::systemic_repeat`], [`Breaker::allow_suspect`] |
 //! | `gate.rs` | [`GateQueue`]: the order in which waiting calls take the probe slots |
-//! | `tests.rs` | the unit tests and proptests of all of it |
+//! | `tests.rs` | what the parts' tests share, and the proptest over all of [`Breaker`]'s methods |
 
 mod config;
 mod gate;

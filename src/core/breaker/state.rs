@@ -79,3 +79,26 @@ pub struct Transition {
     pub to: BreakerStateKind,
     pub reason: TransitionReason,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_for_metrics() {
+        assert_eq!(BreakerStateKind::Closed.as_str(), "closed");
+        assert_eq!(BreakerStateKind::Open.as_str(), "open");
+        assert_eq!(BreakerStateKind::HalfOpen.as_str(), "half_open");
+        assert_eq!(BreakerStateKind::Closed.as_gauge(), 0.0);
+        assert_eq!(BreakerStateKind::HalfOpen.as_gauge(), 1.0);
+        assert_eq!(BreakerStateKind::Open.as_gauge(), 2.0);
+        assert_eq!(TransitionReason::FailureRate.as_str(), "failure_rate");
+        assert_eq!(TransitionReason::OpenElapsed.as_str(), "open_elapsed");
+        assert_eq!(
+            TransitionReason::ProbesSucceeded.as_str(),
+            "probes_succeeded"
+        );
+        assert_eq!(TransitionReason::Refuted.as_str(), "refuted");
+        assert_eq!(TransitionReason::ProbeFailed.as_str(), "probe_failed");
+    }
+}
