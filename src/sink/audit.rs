@@ -40,6 +40,8 @@ pub struct Audit {
     pub per_second_redelivery: Vec<u64>,
     /// Last body received per id; only filled while
     /// [`SinkHandle::set_record_bodies`] is on.
+    ///
+    /// [`SinkHandle::set_record_bodies`]: super::SinkHandle::set_record_bodies
     pub bodies_sample: HashMap<String, Value>,
     /// Requests answered 429 for being above `Behaviour::capacity`, per whole
     /// second (same index as `per_second`).
@@ -57,6 +59,8 @@ pub struct Audit {
     pub tls_first_failure_unix_ms: i64,
     /// Last request per id (method, path, headers); only filled while
     /// [`SinkHandle::set_record_requests`] is on.
+    ///
+    /// [`SinkHandle::set_record_requests`]: super::SinkHandle::set_record_requests
     #[serde(default)]
     pub requests_sample: HashMap<String, RequestSample>,
     /// Well-formed requests to the batch endpoint (a single event sent there

@@ -62,6 +62,8 @@ pub struct Behaviour {
     pub batch_faults: faults::BatchFaults,
     /// Schemas served at `GET /schemas/ids/{id}` (the Confluent registry API's
     /// one read Courier makes): the demo's stand-in registry; see [`registry`].
+    ///
+    /// [`registry`]: super::registry
     pub schemas: BTreeMap<u32, String>,
 }
 

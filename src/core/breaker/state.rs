@@ -5,6 +5,9 @@ use std::time::Instant;
 /// The stored state. `Open` past its `until` is still stored as `Open` until a
 /// mutating call ([`Breaker::allow`] or [`Breaker::advance`]) moves it; the read-only
 /// methods already report it as `HalfOpen`.
+///
+/// [`Breaker::allow`]: super::Breaker::allow
+/// [`Breaker::advance`]: super::Breaker::advance
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
     Closed,
@@ -56,6 +59,8 @@ pub enum TransitionReason {
     ProbeFailed,
     /// Any → Open by [`Breaker::trip`], with the caller's reason (`"systemic"`,
     /// `"dlq_flood"`, ...).
+    ///
+    /// [`Breaker::trip`]: super::Breaker::trip
     Forced(&'static str),
 }
 

@@ -52,6 +52,8 @@ impl Breaker {
     /// Half-open after an open interval: a probe's systemic answer reopens it
     /// (`probe_failed`). A `straggler` (a call sent before the period) is
     /// ignored. Open: extended, as [`Breaker::trip`].
+    ///
+    /// [`GateQueue`]: super::GateQueue
     pub fn systemic(
         &mut self,
         now: Instant,
