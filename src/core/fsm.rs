@@ -13,7 +13,7 @@
 //!
 //! # Degraded mode
 //!
-//! Pure parts: `src/core/breaker.rs` (Resilience4j-style breaker with a bucketed sliding
+//! Pure parts: `src/core/breaker/` (Resilience4j-style breaker with a bucketed sliding
 //! window, plus a consecutive-failure trigger), `src/core/fsm.rs` (the per-partition table
 //! and the minimum pause), `src/core/dlq_policy.rs` (counter / deadline decisions,
 //! source-of-truth comparison, `not_before` backoff). All take time as a parameter.

@@ -28,7 +28,7 @@
 //!
 //! # Invariant I13: systemic hypothesis
 //!
-//! *Enforced in* `src/core/systemic.rs`, `src/core/breaker.rs` (`Breaker::systemic`,
+//! *Enforced in* `src/core/systemic.rs`, `src/core/breaker/` (`Breaker::systemic`,
 //! `GateQueue`), `src/api_health.rs`, `src/delivery/systemic.rs` (a systemic answer is a
 //! hypothesis). Calls are numbered as they are sent (`ApiHealth::call_number`) and the highest
 //! delivered number is kept. A systemic answer to call `s` is refuted when a call numbered
