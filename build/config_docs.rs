@@ -239,7 +239,7 @@ fn field_code(f: &Field) -> String {
 }
 
 /// Writes `$OUT_DIR/config_docs.rs`; asks cargo to run again when the sources change.
-pub fn generate(out_dir: &Path) {
+pub(crate) fn generate(out_dir: &Path) {
     let mut files = Vec::new();
     for dir in ["src/config", "src/core"] {
         println!("cargo:rerun-if-changed={dir}");

@@ -47,7 +47,7 @@ pub struct HealthVerdict {
     pub redis_ok: bool,
 }
 
-pub use crate::core::classify::CallOutcome;
+pub(crate) use crate::core::classify::CallOutcome;
 
 /// Per-second counter for the flood guard.
 #[derive(Debug, Default)]

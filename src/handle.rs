@@ -77,7 +77,7 @@ impl<T: Clone> Handle<T> {
 
 /// The side that points a peer's handles at a new incarnation: held by whoever
 /// starts the peer (the supervisor; the delivery pool for its own queue).
-pub struct Binding<T>(Handle<T>);
+pub(crate) struct Binding<T>(Handle<T>);
 
 impl<T> Clone for Binding<T> {
     fn clone(&self) -> Self {
@@ -95,12 +95,12 @@ impl<T> Default for Binding<T> {
 
 impl<T> Binding<T> {
     /// Every handle of this binding now reaches `peer`.
-    pub fn bind(&self, peer: T) {
+    pub(crate) fn bind(&self, peer: T) {
         *self.0.slot.write().unwrap_or_else(|e| e.into_inner()) = Some(peer);
     }
 
     /// A handle that follows this binding.
-    pub fn handle(&self) -> Handle<T> {
+    pub(crate) fn handle(&self) -> Handle<T> {
         self.0.clone()
     }
 }

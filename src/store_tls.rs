@@ -58,7 +58,7 @@ pub enum StoreTlsError {
 
 /// How much of the server's certificate is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verify {
+pub(crate) enum Verify {
     /// Chain to a trusted root and the host name (`rediss://`, `verify-full`).
     Full,
     /// Chain to a trusted root, any host name (`verify-ca`; `require` or
@@ -74,7 +74,7 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// The certificates of a PEM bundle; at least one, each usable as a root.
-pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, StoreTlsError> {
+pub(crate) fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, StoreTlsError> {
     let bytes = std::fs::read(path).map_err(|source| StoreTlsError::Read {
         path: path.to_path_buf(),
         source,
@@ -123,7 +123,7 @@ fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, StoreTlsError> {
 }
 
 /// A rustls client configuration for a store connection.
-pub fn client_config(
+pub(crate) fn client_config(
     ca_file: Option<&Path>,
     verify: Verify,
 ) -> Result<rustls::ClientConfig, StoreTlsError> {
@@ -252,10 +252,10 @@ impl ServerCertVerifier for Unverified {
 /// connector for the pool, a handshake per connection with the host name of
 /// the URL as the server name.
 #[derive(Clone)]
-pub struct PgTls(tokio_rustls::TlsConnector);
+pub(crate) struct PgTls(tokio_rustls::TlsConnector);
 
 impl PgTls {
-    pub fn new(config: rustls::ClientConfig) -> PgTls {
+    pub(crate) fn new(config: rustls::ClientConfig) -> PgTls {
         PgTls(tokio_rustls::TlsConnector::from(Arc::new(config)))
     }
 }
@@ -276,7 +276,7 @@ where
     }
 }
 
-pub struct PgTlsConnect {
+pub(crate) struct PgTlsConnect {
     connector: tokio_rustls::TlsConnector,
     name: ServerName<'static>,
 }
@@ -299,7 +299,7 @@ where
     }
 }
 
-pub struct PgTlsStream<S>(tokio_rustls::client::TlsStream<S>);
+pub(crate) struct PgTlsStream<S>(tokio_rustls::client::TlsStream<S>);
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for PgTlsStream<S> {
     fn poll_read(

@@ -74,7 +74,7 @@ impl TlsFileError {
 
 /// The crypto provider of every TLS configuration Courier builds (aws-lc-rs,
 /// rustls' default).
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
@@ -92,13 +92,16 @@ fn read(field: &str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
 }
 
 /// Every certificate in a PEM file (a CA bundle or a chain, leaf first).
-pub fn load_certs(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
+pub(crate) fn load_certs(
+    field: &str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
     let bytes = read(field, path)?;
     certs_from_pem(&bytes).map_err(|problem| TlsFileError::new(field, path, problem))
 }
 
 /// The certificates of a PEM document; an error says why there are none.
-pub fn certs_from_pem(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn certs_from_pem(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_slice_iter(bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("is not valid PEM: {}", pem_problem(&e)))?;
@@ -118,12 +121,12 @@ pub fn certs_from_pem(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, Stri
 }
 
 /// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1, unencrypted).
-pub fn load_key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsFileError> {
+pub(crate) fn load_key(field: &str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsFileError> {
     let bytes = read(field, path)?;
     key_from_pem(&bytes).map_err(|problem| TlsFileError::new(field, path, problem))
 }
 
-pub fn key_from_pem(bytes: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+pub(crate) fn key_from_pem(bytes: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
     let text = String::from_utf8_lossy(bytes);
     if text.contains("BEGIN ENCRYPTED PRIVATE KEY") || text.contains("Proc-Type: 4,ENCRYPTED") {
         return Err(
@@ -158,7 +161,7 @@ fn pem_problem(e: &pem::Error) -> String {
 
 /// A certificate chain and its private key, checked to belong together: the
 /// key's public half must be the leaf certificate's.
-pub fn certified_key(
+pub(crate) fn certified_key(
     cert_field: &str,
     cert_path: &Path,
     key_field: &str,
@@ -171,7 +174,7 @@ pub fn certified_key(
 }
 
 /// Whether `key` is the private key of the first certificate in `certs`.
-pub fn check_pair(
+pub(crate) fn check_pair(
     certs: &[CertificateDer<'static>],
     key: &PrivateKeyDer<'static>,
 ) -> Result<(), String> {

@@ -243,8 +243,8 @@ fn mode_changes(log: &str) -> Vec<(chrono_free::Ts, i32, String, String)> {
 /// Log timestamps (`2026-11-29T21:29:15.517644Z`) as milliseconds of the day:
 /// enough to compare times within one test run.
 mod chrono_free {
-    pub type Ts = i64;
-    pub fn parse(line: &str) -> Option<Ts> {
+    pub(crate) type Ts = i64;
+    pub(crate) fn parse(line: &str) -> Option<Ts> {
         let t = line.get(11..23)?; // HH:MM:SS.mmm
         let h: i64 = t.get(0..2)?.parse().ok()?;
         let m: i64 = t.get(3..5)?.parse().ok()?;

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Requests the bare client makes, prepared before the clock starts.
-pub struct Requests {
+pub(crate) struct Requests {
     bodies: Vec<(String, Bytes)>,
 }
 
 impl Requests {
     /// `n` distinct events (ids `<prefix>-<i>`), the shape and size Courier delivers.
-    pub fn new(prefix: &str, n: usize, keys: usize, event_bytes: usize) -> Requests {
+    pub(crate) fn new(prefix: &str, n: usize, keys: usize, event_bytes: usize) -> Requests {
         let bodies = (0..n.max(1))
             .map(|i| {
                 let id = courier::loadgen::event_id(prefix, i);
@@ -55,7 +55,7 @@ pub struct CeilingResult {
 /// How the bench's clients and Courier reach the stand-in: HTTP/2 or not (the
 /// bench's `--http2`), and over HTTPS (`--https`) the CA to trust.
 #[derive(Debug, Clone, Default)]
-pub struct Transport {
+pub(crate) struct Transport {
     pub http2: bool,
     pub ca_file: Option<PathBuf>,
 }
@@ -63,7 +63,7 @@ pub struct Transport {
 impl Transport {
     /// The `api.*` defaults with this transport: HTTP/2 by prior knowledge (h2c)
     /// over http://, by ALPN (`api.http2`) over https://.
-    pub fn api_config(&self, url: &str) -> ApiConfig {
+    pub(crate) fn api_config(&self, url: &str) -> ApiConfig {
         let https = url.starts_with("https://");
         ApiConfig {
             url: url.to_string(),
@@ -79,7 +79,7 @@ impl Transport {
 
     /// The same for Courier's config file: lines for `[api]`, and an `[api.tls]`
     /// section (empty over http://) to append.
-    pub fn toml(&self, url: &str) -> (String, String) {
+    pub(crate) fn toml(&self, url: &str) -> (String, String) {
         let cfg = self.api_config(url);
         let api = format!(
             "http2 = {}\nhttp2_prior_knowledge = {}\n",
@@ -96,7 +96,11 @@ impl Transport {
 /// Courier's own API client (`src/delivery/http.rs`) with the `api.*` defaults:
 /// the same library, settings and request, by construction. HTTP/1.1 keep-alive,
 /// or HTTP/2 (`--http2`), over HTTPS with the bench's CA (`--https`).
-pub fn client(url: &str, concurrency: usize, transport: &Transport) -> anyhow::Result<ApiClient> {
+pub(crate) fn client(
+    url: &str,
+    concurrency: usize,
+    transport: &Transport,
+) -> anyhow::Result<ApiClient> {
     Ok(ApiClient::new(
         &transport.api_config(url),
         std::sync::Arc::new(courier::auth::Auth::none()),
@@ -109,7 +113,7 @@ pub fn client(url: &str, concurrency: usize, transport: &Transport) -> anyhow::R
 /// measured phase starts with `concurrency` connections open (over HTTPS: their
 /// handshakes done) instead of opening them all at its start.
 #[allow(clippy::too_many_arguments)]
-pub async fn run(
+pub(crate) async fn run(
     url: &str,
     concurrency: usize,
     total: usize,

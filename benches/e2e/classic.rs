@@ -9,7 +9,7 @@ use rdkafka::message::Message;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct ClassicResult {
+pub(crate) struct ClassicResult {
     pub latency_ms: u64,
     pub events: u64,
     pub failures: u64,
@@ -18,7 +18,7 @@ pub struct ClassicResult {
     pub cpu_us_per_event: Option<f64>,
 }
 
-pub struct Classic<'a> {
+pub(crate) struct Classic<'a> {
     pub brokers: &'a str,
     pub topic: &'a str,
     pub group: &'a str,
@@ -32,7 +32,7 @@ pub struct Classic<'a> {
 impl Classic<'_> {
     /// Runs on the calling (blocking) thread; HTTP calls go through `rt`.
     /// Timed from the first consumed event (group join excluded) to the last commit.
-    pub fn run(&self, rt: &tokio::runtime::Handle) -> anyhow::Result<ClassicResult> {
+    pub(crate) fn run(&self, rt: &tokio::runtime::Handle) -> anyhow::Result<ClassicResult> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", self.brokers)
             .set("group.id", self.group)

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// One Courier run's setup.
-pub struct Setup<'a> {
+pub(crate) struct Setup<'a> {
     pub bin: &'a str,
     pub brokers: &'a str,
     pub redis_url: Option<&'a str>,
@@ -172,7 +172,7 @@ async fn committed_at_end(s: &Setup<'_>) -> bool {
     matches!(got, Ok(Ok(c)) if c.iter().zip(&s.ends).all(|(c, e)| c >= e))
 }
 
-pub async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<CourierResult> {
+pub(crate) async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result<CourierResult> {
     // Started like the tests and the drills start it (`courier_testkit`).
     let mut launch = Launch::new(
         s.bin,

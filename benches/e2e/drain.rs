@@ -12,7 +12,7 @@ use rdkafka::producer::FutureRecord;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-pub struct DrainSetup<'a> {
+pub(crate) struct DrainSetup<'a> {
     pub bin: &'a str,
     pub brokers: &'a str,
     pub redis_url: &'a str,
@@ -27,7 +27,7 @@ pub struct DrainSetup<'a> {
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct DrainResult {
+pub(crate) struct DrainResult {
     pub rate_setting: f64,
     pub envelopes: usize,
     /// Distinct envelope ids the API answered 2xx.
@@ -106,7 +106,7 @@ fn envelope(s: &DrainSetup<'_>, i: usize, now_ms: i64) -> (String, Envelope) {
 
 /// Preloads the DLQ, runs Courier until every envelope reached the API (or a
 /// deadline), and reads the stand-in's per-second counts.
-pub async fn run(s: &DrainSetup<'_>, sink: &mut Sink) -> anyhow::Result<DrainResult> {
+pub(crate) async fn run(s: &DrainSetup<'_>, sink: &mut Sink) -> anyhow::Result<DrainResult> {
     let n = ((s.rate * s.secs as f64).round() as usize).max(100);
     let dlq = format!("{}.dlq", s.topic);
     courier::kafka::admin::create_topics(

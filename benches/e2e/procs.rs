@@ -4,7 +4,7 @@
 use std::process::Command;
 
 /// Clock ticks per second (`getconf CLK_TCK`), the unit of `/proc/<pid>/stat` times.
-pub fn clock_ticks() -> f64 {
+pub(crate) fn clock_ticks() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
         .output()
@@ -17,7 +17,7 @@ pub fn clock_ticks() -> f64 {
 
 /// Which process to read: a child by pid, or the bench process itself.
 #[derive(Debug, Clone, Copy)]
-pub enum Pid {
+pub(crate) enum Pid {
     Of(u32),
     SelfProcess,
 }
@@ -32,7 +32,7 @@ impl Pid {
 }
 
 /// utime + stime of a process (all its threads, live and exited), in seconds.
-pub fn cpu_seconds(pid: Pid, ticks: f64) -> Option<f64> {
+pub(crate) fn cpu_seconds(pid: Pid, ticks: f64) -> Option<f64> {
     let stat = std::fs::read_to_string(pid.path("stat")).ok()?;
     // Field 2 (comm) may contain spaces and parentheses: fields 3.. follow the last ')'.
     let rest = stat.get(stat.rfind(')')? + 1..)?;
@@ -44,12 +44,12 @@ pub fn cpu_seconds(pid: Pid, ticks: f64) -> Option<f64> {
 }
 
 /// Peak resident set size (`VmHWM`), in bytes.
-pub fn peak_rss_bytes(pid: Pid) -> Option<u64> {
+pub(crate) fn peak_rss_bytes(pid: Pid) -> Option<u64> {
     status_kb(pid, "VmHWM:").map(|kb| kb * 1024)
 }
 
 /// Current resident set size (`VmRSS`), in bytes.
-pub fn current_rss_bytes(pid: Pid) -> Option<u64> {
+pub(crate) fn current_rss_bytes(pid: Pid) -> Option<u64> {
     status_kb(pid, "VmRSS:").map(|kb| kb * 1024)
 }
 
@@ -60,7 +60,7 @@ fn status_kb(pid: Pid, field: &str) -> Option<u64> {
 }
 
 /// The 1-minute load average, to flag cells measured while the machine was busy.
-pub fn loadavg() -> Option<f64> {
+pub(crate) fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()

@@ -6,7 +6,7 @@ use crate::{CellResult, Opts};
 use std::fmt::Write as _;
 
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Machine {
+pub(crate) struct Machine {
     pub nproc: String,
     pub free_g: String,
     pub date: String,
@@ -17,7 +17,7 @@ pub struct Machine {
     pub git: String,
 }
 
-pub struct Report {
+pub(crate) struct Report {
     pub machine: Machine,
     pub options: Opts,
     pub wall_secs: f64,
@@ -28,7 +28,7 @@ pub struct Report {
 
 /// Ratios of one cell, each against a baseline measured in the same run.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Derived {
+pub(crate) struct Derived {
     pub courier_events_per_s: Option<f64>,
     pub ceiling_req_per_s: Option<f64>,
     /// Courier events/s ÷ HTTP-ceiling requests/s.
@@ -68,7 +68,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 /// One cell measured several times (`--repeat`): its ratios to the ceiling in
 /// run order, their median and how many reached 0.8.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Repeated {
+pub(crate) struct Repeated {
     pub cell: String,
     pub ratios: Vec<f64>,
     pub median: f64,
@@ -88,7 +88,7 @@ fn median(v: &[f64]) -> Option<f64> {
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Target {
+pub(crate) struct Target {
     pub target: &'static str,
     /// "met", "not met" or "not measured".
     pub status: &'static str,
@@ -105,7 +105,7 @@ impl Report {
             .reduce(f64::max)
     }
 
-    pub fn derived(&self, c: &CellResult) -> Derived {
+    pub(crate) fn derived(&self, c: &CellResult) -> Derived {
         let courier = c.courier.as_ref().map(|x| x.events_per_s);
         let ceiling = mean(c, |x| Some(x.req_per_s));
         let c_over_l = (c.latency_ms > 0)
@@ -143,7 +143,7 @@ impl Report {
     }
 
     /// The cells measured more than once, in the order first seen.
-    pub fn repeated(&self) -> Vec<Repeated> {
+    pub(crate) fn repeated(&self) -> Vec<Repeated> {
         let mut out: Vec<(String, Vec<f64>)> = Vec::new();
         for c in &self.cells {
             let label = format!("{} ({} events)", Self::label(c), c.events);
@@ -168,7 +168,7 @@ impl Report {
             .collect()
     }
 
-    pub fn targets(&self) -> Vec<Target> {
+    pub(crate) fn targets(&self) -> Vec<Target> {
         let mut out = Vec::new();
         let judged = |ok: usize, bad: &[String], total: usize| match (total, bad.is_empty()) {
             (0, _) => ("not measured", String::new()),
@@ -350,7 +350,7 @@ impl Report {
         out
     }
 
-    pub fn markdown(&self) -> String {
+    pub(crate) fn markdown(&self) -> String {
         let f = |v: Option<f64>, digits: usize| match v {
             Some(v) if v.is_finite() => format!("{v:.digits$}"),
             _ => "–".into(),
@@ -519,7 +519,7 @@ impl Report {
         s
     }
 
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         let cells: Vec<serde_json::Value> = self
             .cells
             .iter()

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// The API stand-in as a child process (`courier sink`), so its CPU is never
 /// counted as the bench client's. Latency is changed per phase over HTTP.
-pub struct Sink {
+pub(crate) struct Sink {
     pub guard: ChildGuard,
     pub base: String,
     http: reqwest::Client,
@@ -18,7 +18,7 @@ pub struct Sink {
 
 impl Sink {
     /// With `tls` (certificate and key files), it serves HTTPS.
-    pub async fn start(
+    pub(crate) async fn start(
         bin: &str,
         log_dir: &Path,
         http: reqwest::Client,
@@ -57,14 +57,14 @@ impl Sink {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("{}/events", self.base)
     }
 
     /// Sets the latency and clears the books (they grow with every request),
     /// with room for `expect` events: books that grow mid-run stall every
     /// request while they do (`courier::sink`, `POST /reset`).
-    pub async fn prepare(&mut self, latency_ms: u64, expect: usize) -> anyhow::Result<()> {
+    pub(crate) async fn prepare(&mut self, latency_ms: u64, expect: usize) -> anyhow::Result<()> {
         if let Some(st) = self.guard.exited() {
             anyhow::bail!("the sink exited (code {st:?})");
         }
@@ -86,7 +86,7 @@ impl Sink {
     /// (`GET /audit/delivered`: no per-id maps, cheap to poll). Used by the
     /// batch benchmark only.
     #[allow(dead_code)]
-    pub async fn delivered(&self) -> anyhow::Result<courier::sink::DeliveredCount> {
+    pub(crate) async fn delivered(&self) -> anyhow::Result<courier::sink::DeliveredCount> {
         let body = self
             .http
             .get(format!("{}/audit/delivered", self.base))
@@ -101,7 +101,7 @@ impl Sink {
     /// The stand-in's books since the last `prepare`. Used by the e2e
     /// benchmark only.
     #[allow(dead_code)]
-    pub async fn audit(&self) -> anyhow::Result<courier::sink::Audit> {
+    pub(crate) async fn audit(&self) -> anyhow::Result<courier::sink::Audit> {
         let body = self
             .http
             .get(format!("{}/audit", self.base))
@@ -113,7 +113,7 @@ impl Sink {
         Ok(serde_json::from_slice(&body)?)
     }
 
-    pub fn cpu(&self, ticks: f64) -> Option<f64> {
+    pub(crate) fn cpu(&self, ticks: f64) -> Option<f64> {
         cpu_seconds(Pid::Of(self.guard.pid()?), ticks)
     }
 }

@@ -17,15 +17,15 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-pub enum DeliveryMsg {
+pub(crate) enum DeliveryMsg {
     /// A job that does not take an API permit: a parking-lot write or a DLQ
     /// redelivery. Deliveries go to `PoolHandles::queue` instead.
     Run(Job),
 }
 
-pub struct DeliveryPool;
+pub(crate) struct DeliveryPool;
 
-pub struct DeliveryArgs {
+pub(crate) struct DeliveryArgs {
     pub pipeline: Arc<Pipeline>,
     pub peers: Peers,
     /// Where this incarnation publishes its queue (partition actors hold the handles).
@@ -35,12 +35,12 @@ pub struct DeliveryArgs {
 /// How partition actors reach the current delivery pool: its mailbox (parking-lot
 /// writes, DLQ redeliveries) and its queue of deliveries.
 #[derive(Clone)]
-pub struct PoolHandles {
+pub(crate) struct PoolHandles {
     pub pool: Handle<ActorRef<DeliveryMsg>>,
     pub queue: Handle<mpsc::UnboundedSender<Queued>>,
 }
 
-pub struct DeliveryState {
+pub(crate) struct DeliveryState {
     deliverer: Arc<Deliverer>,
     _dispatcher: AbortOnDrop,
 }

@@ -55,7 +55,7 @@
 //! start — batches kept under it, no lone write — or lowered while running — each record of
 //! the refused batch written alone; before: all 30 parked `dlq_too_large` in each case).
 
-pub use crate::delivery::peers::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
+pub(crate) use crate::delivery::peers::{DlqRecord, DlqWriterMsg, Refusal, WriteError};
 use crate::kafka::producer_config;
 use crate::runtime::Pipeline;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -70,11 +70,11 @@ use std::sync::Arc;
 mod alone;
 mod held;
 use alone::Alone;
-pub use held::HeldTopics;
+pub(crate) use held::HeldTopics;
 
-pub struct DlqWriter;
+pub(crate) struct DlqWriter;
 
-pub struct DlqWriterState {
+pub(crate) struct DlqWriterState {
     producer: FutureProducer,
     alone: Arc<Alone>,
     limits: Arc<Limits>,
@@ -137,7 +137,7 @@ impl Limits {
 
 /// The broker's default `max.message.bytes` (and the producer's default
 /// `message.max.bytes`), assumed when a topic's config cannot be read.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_000_000;
+pub(crate) const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_000_000;
 
 impl Actor for DlqWriter {
     type Msg = DlqWriterMsg;

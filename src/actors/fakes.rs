@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// What a partition actor or the consumer asked of the group consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IoCall {
+pub(crate) enum IoCall {
     Pause(String, i32),
     Resume(String, i32),
     Store {
@@ -30,7 +30,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A group consumer that records what it is asked.
 #[derive(Default)]
-pub struct FakeIo {
+pub(crate) struct FakeIo {
     calls: Mutex<Vec<IoCall>>,
     /// topic → partition → read position.
     positions: Mutex<HashMap<String, HashMap<i32, i64>>>,
@@ -39,23 +39,23 @@ pub struct FakeIo {
 }
 
 impl FakeIo {
-    pub fn calls(&self) -> Vec<IoCall> {
+    pub(crate) fn calls(&self) -> Vec<IoCall> {
         lock(&self.calls).clone()
     }
 
-    pub fn set_position(&self, topic: &str, partition: i32, at: i64) {
+    pub(crate) fn set_position(&self, topic: &str, partition: i32, at: i64) {
         lock(&self.positions)
             .entry(topic.to_string())
             .or_default()
             .insert(partition, at);
     }
 
-    pub fn crash_next_store(&self) {
+    pub(crate) fn crash_next_store(&self) {
         self.crash_next_store.store(true, Ordering::SeqCst);
     }
 
     /// The stores of one partition of `topic`, in order: (offset, metadata).
-    pub fn stores(&self, topic: &str, partition: i32) -> Vec<(i64, String)> {
+    pub(crate) fn stores(&self, topic: &str, partition: i32) -> Vec<(i64, String)> {
         self.calls()
             .into_iter()
             .filter_map(|c| match c {
@@ -72,7 +72,7 @@ impl FakeIo {
 
     /// Whether fetching `topic`/`partition` was last resumed (`Some(true)`),
     /// paused (`Some(false)`), or never touched.
-    pub fn reading(&self, topic: &str, partition: i32) -> Option<bool> {
+    pub(crate) fn reading(&self, topic: &str, partition: i32) -> Option<bool> {
         self.calls().into_iter().rev().find_map(|c| match c {
             IoCall::Pause(t, p) if t == topic && p == partition => Some(false),
             IoCall::Resume(t, p) if t == topic && p == partition => Some(true),
@@ -145,7 +145,7 @@ impl PartitionIo for FakeIo {
 
 /// Brokers whose answers the test sets.
 #[derive(Default)]
-pub struct FakeBroker {
+pub(crate) struct FakeBroker {
     /// topic → partition count (missing: no such topic).
     pub counts: Mutex<HashMap<String, usize>>,
     /// (topic, partition) → (log start, end offset).
@@ -161,7 +161,7 @@ pub struct FakeBroker {
 
 impl FakeBroker {
     /// `partitions` partitions of each topic, each log `[0, 0)`, with ids.
-    pub fn with_topics(topics: &[(&str, &str)], partitions: usize) -> FakeBroker {
+    pub(crate) fn with_topics(topics: &[(&str, &str)], partitions: usize) -> FakeBroker {
         let b = FakeBroker::default();
         for (t, id) in topics {
             lock(&b.counts).insert(t.to_string(), partitions);
@@ -173,11 +173,11 @@ impl FakeBroker {
         b
     }
 
-    pub fn set_log(&self, topic: &str, partition: i32, start: i64, end: i64) {
+    pub(crate) fn set_log(&self, topic: &str, partition: i32, start: i64, end: i64) {
         lock(&self.logs).insert((topic.to_string(), partition), (start, end));
     }
 
-    pub fn probes(&self) -> Vec<(String, i32, i64, i64)> {
+    pub(crate) fn probes(&self) -> Vec<(String, i32, i64, i64)> {
         lock(&self.probes).clone()
     }
 }

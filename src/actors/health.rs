@@ -18,24 +18,24 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub struct HealthActor;
+pub(crate) struct HealthActor;
 
 /// What the health actor takes. The delivery tasks reach `Tripped` through
 /// [`crate::delivery::peers::BreakerAlarm`], which the supervisor builds on
 /// this actor's handle (delivery sits below the actors).
-pub enum HealthMsg {
+pub(crate) enum HealthMsg {
     Tick,
     /// The local breaker just opened: act now, not at the next tick.
     Tripped,
 }
 
-pub struct HealthArgs {
+pub(crate) struct HealthArgs {
     pub pipeline: Arc<Pipeline>,
     /// `/readyz`'s view of the verdict.
     pub ready: Arc<Readiness>,
 }
 
-pub struct HealthState {
+pub(crate) struct HealthState {
     pipeline: Arc<Pipeline>,
     ready: Arc<Readiness>,
     redis: Option<Client>,

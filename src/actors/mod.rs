@@ -42,11 +42,11 @@
 //!   acknowledgement. A fatal producer error fails the actor so the supervisor re-creates
 //!   the producer.
 
-pub mod consumer;
-pub mod delivery_pool;
-pub mod dlq_writer;
+pub(crate) mod consumer;
+pub(crate) mod delivery_pool;
+pub(crate) mod dlq_writer;
 #[cfg(test)]
 pub(crate) mod fakes;
-pub mod health;
-pub mod partition;
-pub mod supervisor;
+pub(crate) mod health;
+pub(crate) mod partition;
+pub(crate) mod supervisor;

@@ -31,11 +31,11 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use crate::core::partition::{Positions, Src};
-pub use commits::SoonCommits;
-pub use decode::Decoder;
+pub(crate) use crate::core::partition::{Positions, Src};
+pub(crate) use commits::SoonCommits;
+pub(crate) use decode::Decoder;
 use observe::Gauges;
-pub use shared::PartitionShared;
+pub(crate) use shared::PartitionShared;
 
 pub enum PartitionMsg {
     Records(Vec<Record>),
@@ -75,7 +75,7 @@ pub enum PartitionMsg {
     },
 }
 
-pub struct PartitionArgs {
+pub(crate) struct PartitionArgs {
     pub pipeline: Arc<Pipeline>,
     /// The current delivery pool (it may be re-spawned while this actor lives).
     pub delivery: PoolHandles,
@@ -111,7 +111,7 @@ pub struct PartitionArgs {
     pub verify: [Option<Arc<str>>; 2],
 }
 
-pub struct PartitionState {
+pub(crate) struct PartitionState {
     a: PartitionArgs,
     machine: PartitionMachine<Decoder>,
     /// The drain request to answer.
@@ -127,7 +127,7 @@ pub struct PartitionState {
     _verdicts: verdict::Watch,
 }
 
-pub struct PartitionActor;
+pub(crate) struct PartitionActor;
 
 /// Completion tokens wake the actor through its mailbox.
 impl crate::delivery::token::Wake for ActorRef<PartitionMsg> {

@@ -21,16 +21,16 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use std::sync::Arc;
 use std::time::Duration;
 
-pub enum SupervisorMsg {
+pub(crate) enum SupervisorMsg {
     Shutdown(RpcReplyPort<()>),
 }
 
-pub struct SupervisorArgs {
+pub(crate) struct SupervisorArgs {
     pub pipeline: Arc<Pipeline>,
     pub ready: Arc<Readiness>,
 }
 
-pub struct SupervisorState {
+pub(crate) struct SupervisorState {
     pipeline: Arc<Pipeline>,
     ready: Arc<Readiness>,
     consumer: Option<ActorRef<ConsumerMsg>>,
@@ -51,7 +51,7 @@ struct Bindings {
     health: Binding<ActorRef<HealthMsg>>,
 }
 
-pub struct Supervisor;
+pub(crate) struct Supervisor;
 
 #[derive(Clone, Copy, Debug)]
 enum Child {

@@ -137,7 +137,7 @@ impl SecretSpec {
 
 /// The most a secret file may hold: a token, a key or a few signing secrets
 /// are well under it; a file over it is the wrong file (or a device).
-pub const MAX_SECRET_FILE_BYTES: usize = 64 * 1024;
+pub(super) const MAX_SECRET_FILE_BYTES: usize = 64 * 1024;
 
 /// A secret file's content, trimmed (Kubernetes Secrets often end in a newline),
 /// read up to [`MAX_SECRET_FILE_BYTES`] (a larger file is refused). A file that

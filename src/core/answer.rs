@@ -17,7 +17,7 @@ use super::status_policy::StatusPolicy;
 
 /// What a call was told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Said {
+pub(crate) enum Said {
     /// An HTTP status — for an event of a batch, its own result's status, or
     /// (`no_result`) why its batch's answer holds none for it.
     Status {
@@ -31,7 +31,7 @@ pub enum Said {
 
 /// What an answer means for the event it answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Delivered,
     Failed {
         class: FailureClass,
@@ -41,7 +41,7 @@ pub enum Verdict {
 
 /// Both meanings of one answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reading {
+pub(crate) struct Reading {
     /// What the breaker hears of the call.
     pub call: Heard,
     /// What it means for the event.
@@ -54,7 +54,7 @@ pub struct Reading {
 ///
 /// Fails closed: an event whose batch answer holds no result for it is not
 /// delivered, whatever the batch's status — it is sent again.
-pub fn read(policy: &StatusPolicy, back_pressure: bool, said: Said) -> Reading {
+pub(crate) fn read(policy: &StatusPolicy, back_pressure: bool, said: Said) -> Reading {
     match said {
         Said::Status { status, no_result } => {
             let verdict = policy.classify(status);

@@ -55,7 +55,7 @@ use std::time::Duration;
 /// `on_missing = "park"`), ends without a choice to make: the shell records
 /// it, or parks the event, at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Failed {
+pub(crate) struct Failed {
     pub class: FailureClass,
     /// For a systemic failure of a call that reached the API: what the
     /// event's hypothesis says (`EventHypothesis::answered`); `None`
@@ -69,14 +69,14 @@ pub struct Failed {
 
 /// What the breaker says, read by the shell just after the try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     /// Open or half-open because of a systemic failure (`ApiHealth::systemic_outage`).
     pub systemic_outage: bool,
 }
 
 /// Where the event is in its delivery.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// Tries that counted so far, this one included (≥ 1).
     pub tries: u32,
     /// Since the first try began.
@@ -87,7 +87,7 @@ pub struct Progress {
 
 /// Why an event is parked after a try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParkCause {
+pub(crate) enum ParkCause {
     /// The API's answer (or the failure) is permanent.
     Permanent,
     /// Its systemic answers were refuted by calls sent later and used up
@@ -97,7 +97,7 @@ pub enum ParkCause {
 
 /// What the shell does next.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Transient: try again after this delay; the try counted.
     RetryIn(Duration),
     /// A refuted systemic answer with budget left: try again after this
@@ -115,7 +115,7 @@ pub enum Next {
 
 impl Next {
     /// Whether the try that led here counts against `api.max_attempts`.
-    pub fn spends_a_try(&self) -> bool {
+    pub(crate) fn spends_a_try(&self) -> bool {
         !matches!(
             self,
             Next::SystemicRetryIn(_)
@@ -126,7 +126,12 @@ impl Next {
 }
 
 /// The decision after a failed try.
-pub fn decide(policy: &InPlaceRetry, failed: Failed, breaker: Breaker, at: Progress) -> Next {
+pub(crate) fn decide(
+    policy: &InPlaceRetry,
+    failed: Failed,
+    breaker: Breaker,
+    at: Progress,
+) -> Next {
     let Failed {
         class,
         systemic,
@@ -163,7 +168,7 @@ pub fn decide(policy: &InPlaceRetry, failed: Failed, breaker: Breaker, at: Progr
 
 /// Where a DLQ record is when its round failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Round {
+pub(crate) struct Round {
     /// The envelope's `dlq_retries` before this round.
     pub dlq_retries: u32,
     pub first_dlq_at_ms: i64,
@@ -175,7 +180,7 @@ pub struct Round {
 
 /// What a failed DLQ round leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RoundNext {
+pub(crate) enum RoundNext {
     /// Permanent: to the parking lot.
     Park,
     /// Systemic, not refuted (not the event's fault): back to the DLQ with
@@ -190,7 +195,12 @@ pub enum RoundNext {
 /// The decision after a failed DLQ round. `refuted`: a systemic answer a call
 /// sent later refuted (the event's failure: the round is used up like a
 /// transient one's).
-pub fn decide_round(policy: DlqRetry, class: FailureClass, refuted: bool, r: Round) -> RoundNext {
+pub(crate) fn decide_round(
+    policy: DlqRetry,
+    class: FailureClass,
+    refuted: bool,
+    r: Round,
+) -> RoundNext {
     match class {
         FailureClass::Permanent => RoundNext::Park,
         FailureClass::Systemic if !refuted => RoundNext::Again {

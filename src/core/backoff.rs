@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct InPlaceRetry {
+pub(crate) struct InPlaceRetry {
     /// Total tries including the first one.
     pub max_attempts: u32,
     pub base_delay: Duration,
@@ -34,7 +34,7 @@ impl InPlaceRetry {
     ///   delay, and if honouring it would exceed the budget, Courier gives up.
     /// - `jitter`: a number in `[0, 1)`; the delay is drawn from `[d/2, d)`
     ///   ("equal jitter"), so retries of many events spread out but never collapse to 0.
-    pub fn next_delay(
+    pub(crate) fn next_delay(
         &self,
         attempts_done: u32,
         elapsed: Duration,
@@ -64,7 +64,7 @@ impl InPlaceRetry {
 
 /// Backoff for work that must eventually succeed (e.g. a DLQ write that the offset
 /// waits for): exponential, capped, never gives up.
-pub fn persistent_delay(attempts_done: u32, base: Duration, cap: Duration) -> Duration {
+pub(crate) fn persistent_delay(attempts_done: u32, base: Duration, cap: Duration) -> Duration {
     let exp = attempts_done.saturating_sub(1).min(20);
     base.saturating_mul(1u32 << exp).min(cap)
 }
@@ -72,13 +72,13 @@ pub fn persistent_delay(attempts_done: u32, base: Duration, cap: Duration) -> Du
 /// The longest `Retry-After` taken at its word. A server may send any number; a
 /// wait beyond the in-place budget sends the event to the DLQ anyway, so a cap
 /// only keeps the arithmetic (and the DLQ's `not_before`) sane.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// Parses `Retry-After` (RFC 9110 §10.2.3) in both forms: delta-seconds, or an
 /// HTTP-date, which is turned into a wait from `now` (a date in the past means no
 /// wait). Clamped to [`MAX_RETRY_AFTER`]; anything else (negative, fractional,
 /// garbage) is ignored.
-pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     let value = value.trim();
     let wait = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // All digits, possibly more than a u64 holds: that is just "very long".

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Called once when the budget has room again.
-pub type Waker = Box<dyn FnOnce() + Send>;
+pub(crate) type Waker = Box<dyn FnOnce() + Send>;
 
 pub struct ByteBudget {
     limit: u64,

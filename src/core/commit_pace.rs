@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// What the shell does after an ask or a flush.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PaceEffect {
+pub(crate) enum PaceEffect {
     /// Commit what waits now.
     Send,
     /// Call [`CommitPace::flush`] at this time (none was pending).
@@ -28,14 +28,14 @@ pub enum PaceEffect {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitPace {
+pub(crate) struct CommitPace {
     pacer: Pacer,
     /// A flush is asked for and has not come yet.
     flush_pending: bool,
 }
 
 impl CommitPace {
-    pub fn new(floor: Duration) -> CommitPace {
+    pub(crate) fn new(floor: Duration) -> CommitPace {
         CommitPace {
             pacer: Pacer::new(floor),
             flush_pending: false,
@@ -43,7 +43,7 @@ impl CommitPace {
     }
 
     /// A partition side is due for a commit.
-    pub fn ask(&mut self, now: Duration) -> PaceEffect {
+    pub(crate) fn ask(&mut self, now: Duration) -> PaceEffect {
         if self.flush_pending {
             return PaceEffect::Nothing;
         }
@@ -51,7 +51,7 @@ impl CommitPace {
     }
 
     /// The pending flush's time came (a timer may fire early or late).
-    pub fn flush(&mut self, now: Duration) -> PaceEffect {
+    pub(crate) fn flush(&mut self, now: Duration) -> PaceEffect {
         if !std::mem::take(&mut self.flush_pending) {
             return PaceEffect::Nothing; // Not asked for: nothing is pending.
         }

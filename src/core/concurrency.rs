@@ -184,7 +184,7 @@ use std::time::Duration;
 
 /// What one call said about the API's capacity.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Sample {
+pub(crate) enum Sample {
     /// An answer that was not back-pressure (2xx, or a 4xx that is the event's),
     /// after this round trip.
     Answered(Duration),
@@ -201,7 +201,7 @@ pub enum Sample {
 
 /// The limiter's tuning.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AimdConfig {
+pub(crate) struct AimdConfig {
     /// Upper bound (`pipeline.concurrency`).
     pub max: usize,
     /// Where the limit starts (slow start grows it from there).
@@ -244,7 +244,7 @@ pub struct AimdConfig {
 }
 
 impl AimdConfig {
-    pub fn new(max: usize) -> AimdConfig {
+    pub(crate) fn new(max: usize) -> AimdConfig {
         let max = max.max(1);
         AimdConfig {
             max,
@@ -271,7 +271,7 @@ const MAX_PROBE_BACKOFF: u32 = 3;
 
 /// Why the limit moved (for a debug log line and the tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     SlowStart,
     Increase,
     BackPressure,
@@ -279,7 +279,7 @@ pub enum Change {
 }
 
 impl Change {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Change::SlowStart => "slow_start",
             Change::Increase => "increase",
@@ -291,7 +291,7 @@ impl Change {
 
 /// The AIMD limiter. `now` is any monotonic clock's reading (the caller's).
 #[derive(Debug, Clone)]
-pub struct Aimd {
+pub(crate) struct Aimd {
     cfg: AimdConfig,
     limit: usize,
     slow_start: bool,
@@ -334,7 +334,7 @@ pub struct Aimd {
 }
 
 impl Aimd {
-    pub fn new(cfg: AimdConfig) -> Aimd {
+    pub(crate) fn new(cfg: AimdConfig) -> Aimd {
         Aimd {
             limit: cfg.initial.clamp(1, cfg.max.max(1)),
             cfg,
@@ -359,12 +359,12 @@ impl Aimd {
     }
 
     /// The current limit on calls in flight (`1..=max`).
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.limit
     }
 
     /// The baseline RTT, once there is one.
-    pub fn baseline(&self) -> Option<Duration> {
+    pub(crate) fn baseline(&self) -> Option<Duration> {
         self.baseline.map(Duration::from_secs_f64)
     }
 
@@ -377,7 +377,12 @@ impl Aimd {
     /// Takes one call's outcome; `in_flight` is the number of calls in flight
     /// when it ended (itself included). Returns the change when the window
     /// closed and the limit moved.
-    pub fn observe(&mut self, now: Duration, sample: Sample, in_flight: usize) -> Option<Change> {
+    pub(crate) fn observe(
+        &mut self,
+        now: Duration,
+        sample: Sample,
+        in_flight: usize,
+    ) -> Option<Change> {
         let start = *self.window_start.get_or_insert(now);
         self.peak_in_flight = self.peak_in_flight.max(in_flight);
         match sample {

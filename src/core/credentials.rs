@@ -13,29 +13,29 @@
 //! `expires_in` of 2^63 s is a day, not an overflow. What a 401 from the API
 //! does to the cached token is [`unauthorized`]'s decision.
 
-pub mod challenge;
-pub mod unauthorized;
+pub(crate) mod challenge;
+pub(crate) mod unauthorized;
 
 use std::time::{Duration, Instant};
 
 /// The most a token is refreshed ahead of its expiry.
-pub const MAX_MARGIN: Duration = Duration::from_secs(300);
+pub(crate) const MAX_MARGIN: Duration = Duration::from_secs(300);
 /// A token answer without `expires_in` is used for this long.
-pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 /// The shortest lifetime a token is used for (`expires_in: 0` included): a
 /// lifetime under a second would have every call fetch anew.
-pub const MIN_LIFETIME: Duration = Duration::from_secs(1);
+pub(crate) const MIN_LIFETIME: Duration = Duration::from_secs(1);
 /// The longest lifetime a token is used for: a token that claims more is
 /// refreshed after a day anyway (and an `expires_in` near 2^63 s cannot
 /// overflow a clock).
-pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// The longest wait between two failed fetches.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The times of the cached token and of the last failure.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TokenTimes {
+pub(crate) struct TokenTimes {
     /// The cached token: when to refresh it, and when it expires.
     pub token: Option<(Instant, Instant)>,
     /// After a failed fetch: no new fetch before this.
@@ -46,7 +46,7 @@ pub struct TokenTimes {
 
 /// What a caller that needs a token does now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenStep {
+pub(crate) enum TokenStep {
     /// Send with the cached token.
     Use,
     /// Send with the cached token, and start a refresh in the background.
@@ -57,7 +57,7 @@ pub enum TokenStep {
     WaitUntil(Instant),
 }
 
-pub fn step(t: &TokenTimes, now: Instant) -> TokenStep {
+pub(crate) fn step(t: &TokenTimes, now: Instant) -> TokenStep {
     let backing_off = t.retry_at.is_some_and(|r| now < r);
     match t.token {
         Some((refresh_at, expires_at)) if now < expires_at => {
@@ -75,7 +75,7 @@ pub fn step(t: &TokenTimes, now: Instant) -> TokenStep {
 }
 
 /// The lifetime a token answer's `expires_in` gives, clamped.
-pub fn lifetime(expires_in: Option<Duration>) -> Duration {
+pub(crate) fn lifetime(expires_in: Option<Duration>) -> Duration {
     expires_in
         .unwrap_or(DEFAULT_LIFETIME)
         .clamp(MIN_LIFETIME, MAX_LIFETIME)
@@ -83,14 +83,14 @@ pub fn lifetime(expires_in: Option<Duration>) -> Duration {
 
 /// When a token fetched at `asked` (the request's start) with `lifetime`
 /// (clamped as [`lifetime`] does) expires.
-pub fn expires_at(asked: Instant, lifetime: Duration) -> Instant {
+pub(crate) fn expires_at(asked: Instant, lifetime: Duration) -> Instant {
     let lifetime = lifetime.clamp(MIN_LIFETIME, MAX_LIFETIME);
     asked.checked_add(lifetime).unwrap_or(asked)
 }
 
 /// When a token fetched at `asked` (the request's start) with `lifetime`
 /// (clamped as [`lifetime`] does) is refreshed; `jitter` in `[0, 1)`.
-pub fn refresh_at(asked: Instant, lifetime: Duration, jitter: f64) -> Instant {
+pub(crate) fn refresh_at(asked: Instant, lifetime: Duration, jitter: f64) -> Instant {
     let lifetime = lifetime.clamp(MIN_LIFETIME, MAX_LIFETIME);
     let share = 0.10 + 0.10 * jitter.clamp(0.0, 1.0);
     let margin = lifetime.mul_f64(share).min(MAX_MARGIN);
@@ -100,7 +100,7 @@ pub fn refresh_at(asked: Instant, lifetime: Duration, jitter: f64) -> Instant {
 }
 
 /// The wait after the `failures`-th failed fetch in a row (from 1).
-pub fn backoff(failures: u32) -> Duration {
+pub(crate) fn backoff(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(16);
     FIRST_BACKOFF.saturating_mul(1 << exp).min(MAX_BACKOFF)
 }

@@ -60,7 +60,7 @@ use std::collections::BTreeMap;
 
 /// A range of offsets deleted before they were read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gap {
+pub(crate) struct Gap {
     /// The first offset lost (the committed position, or where an earlier
     /// report ended).
     pub from: i64,
@@ -74,7 +74,7 @@ pub struct Gap {
 /// `log_start`, less the offsets `done` names; `None` when nothing unread was
 /// deleted (no committed position, the log starts at or below it, or every
 /// offset of the range was done).
-pub fn gap(committed: i64, log_start: i64, done: Option<&Completed>) -> Option<Gap> {
+pub(crate) fn gap(committed: i64, log_start: i64, done: Option<&Completed>) -> Option<Gap> {
     if committed < 0 || log_start <= committed {
         return None;
     }
@@ -91,14 +91,14 @@ pub fn gap(committed: i64, log_start: i64, done: Option<&Completed>) -> Option<G
 /// What was reported so far, per topic and partition: the end of the last gap
 /// counted. An earlier end is never reported again.
 #[derive(Debug, Default, Clone)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     reported_to: BTreeMap<(String, i32), i64>,
 }
 
 impl Ledger {
     /// The part of `[committed, log_start)` not reported yet, less what `done`
     /// names, and notes it as reported. `None` when nothing new was lost.
-    pub fn claim(
+    pub(crate) fn claim(
         &mut self,
         topic: &str,
         partition: i32,
@@ -118,7 +118,7 @@ impl Ledger {
 
     /// Forgets what was reported for `topic`/`partition`: for a new incarnation
     /// of its log (a recreated topic starts again at offset 0).
-    pub fn forget(&mut self, topic: &str, partition: i32) {
+    pub(crate) fn forget(&mut self, topic: &str, partition: i32) {
         self.reported_to.remove(&(topic.to_string(), partition));
     }
 }

@@ -46,11 +46,11 @@ mod millis_as_humantime {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
-    pub fn serialize<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
         humantime_serde::serialize(&Duration::from_millis(*ms), s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         let d: Duration = humantime_serde::Serde::<Duration>::deserialize(d)?.into_inner();
         u64::try_from(d.as_millis()).map_err(|_| serde::de::Error::custom("duration too large"))
     }

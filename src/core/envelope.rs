@@ -492,7 +492,7 @@ pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    pub fn sample() -> Envelope {
+    pub(crate) fn sample() -> Envelope {
         Envelope {
             version: ENVELOPE_VERSION_PAYLOAD,
             event_id: Some("e-1".into()),

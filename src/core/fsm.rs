@@ -78,7 +78,7 @@ impl Mode {
 /// is down, not even the DLQ backlog. With the API up, the DLQ is drained before the
 /// main topic resumes, so events that already waited are not overtaken by new ones
 /// indefinitely.
-pub fn decide(api_unavailable: bool, dlq_has_unread: bool) -> Mode {
+pub(crate) fn decide(api_unavailable: bool, dlq_has_unread: bool) -> Mode {
     if api_unavailable {
         Mode::Paused
     } else if dlq_has_unread {
@@ -90,13 +90,13 @@ pub fn decide(api_unavailable: bool, dlq_has_unread: bool) -> Mode {
 
 /// Which partitions of the pair are being fetched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Reading {
+pub(crate) struct Reading {
     pub main: bool,
     pub dlq: bool,
 }
 
 /// The reading a mode implies: never both at once.
-pub fn reading(mode: Mode) -> Reading {
+pub(crate) fn reading(mode: Mode) -> Reading {
     match mode {
         Mode::Normal => Reading {
             main: true,
@@ -129,7 +129,7 @@ pub struct Change {
 /// calls at an API that is still recovering. Moving between `Normal` and `DrainDlq`
 /// is immediate: both are "API up", and the dwell protects only that judgement.
 #[derive(Debug, Clone)]
-pub struct PartitionFsm {
+pub(crate) struct PartitionFsm {
     mode: Mode,
     /// When the current mode was entered; `None` until the first change.
     last_change: Option<Instant>,
@@ -140,7 +140,7 @@ impl PartitionFsm {
     /// Starts `Paused`, the state a partition pair is put in on assignment, with no
     /// dwell pending: the first [`PartitionFsm::update`] moves straight to whatever
     /// the table says.
-    pub fn new(min_dwell: Duration) -> Self {
+    pub(crate) fn new(min_dwell: Duration) -> Self {
         PartitionFsm {
             mode: Mode::Paused,
             last_change: None,
@@ -148,23 +148,23 @@ impl PartitionFsm {
         }
     }
 
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         self.mode
     }
 
     /// What to fetch now; apply it in full after every assignment.
-    pub fn reading(&self) -> Reading {
+    pub(crate) fn reading(&self) -> Reading {
         reading(self.mode)
     }
 
     /// When the current mode was entered, if it was entered by a change.
     #[cfg(test)]
-    pub fn last_change(&self) -> Option<Instant> {
+    pub(crate) fn last_change(&self) -> Option<Instant> {
         self.last_change
     }
 
     /// Feeds the current inputs; returns the change to apply, if any.
-    pub fn update(
+    pub(crate) fn update(
         &mut self,
         now: Instant,
         api_unavailable: bool,
@@ -197,7 +197,7 @@ impl PartitionFsm {
 
     /// When a held-back exit from `Paused` becomes possible, so the actor can
     /// schedule its next `update` instead of polling; `None` when nothing is held.
-    pub fn dwell_until(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn dwell_until(&self, now: Instant) -> Option<Instant> {
         if self.mode == Mode::Paused && self.dwelling(now) {
             self.last_change.map(|t| t + self.min_dwell)
         } else {

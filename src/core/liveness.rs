@@ -14,7 +14,7 @@
 
 /// What the instance reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
+pub(crate) struct Progress {
     pub assigned: bool,
     /// Events begun and not finished, all partitions.
     pub held: i64,
@@ -24,13 +24,13 @@ pub struct Progress {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotReady {
+pub(crate) enum NotReady {
     NotAssigned,
     Stuck,
 }
 
 impl NotReady {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             NotReady::NotAssigned => "not assigned",
             NotReady::Stuck => "stuck: events held, none finished",
@@ -40,7 +40,7 @@ impl NotReady {
 
 /// Liveness failed: events held and none finished for this long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wedged {
+pub(crate) struct Wedged {
     pub idle_ms: i64,
 }
 
@@ -51,7 +51,7 @@ impl Progress {
         self.assigned && self.held > 0 && self.idle_ms > after_ms && !self.api_unavailable
     }
 
-    pub fn ready(&self, stuck_after_ms: i64) -> Result<(), NotReady> {
+    pub(crate) fn ready(&self, stuck_after_ms: i64) -> Result<(), NotReady> {
         if !self.assigned {
             return Err(NotReady::NotAssigned);
         }
@@ -62,7 +62,7 @@ impl Progress {
     }
 
     /// `wedged_after_ms` ≤ 0 turns the check off.
-    pub fn live(&self, wedged_after_ms: i64) -> Result<(), Wedged> {
+    pub(crate) fn live(&self, wedged_after_ms: i64) -> Result<(), Wedged> {
         if wedged_after_ms > 0 && self.idle_with_work(wedged_after_ms) {
             return Err(Wedged {
                 idle_ms: self.idle_ms,

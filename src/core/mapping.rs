@@ -283,7 +283,7 @@ impl Template {
 }
 
 /// Everything but RFC 3986's unreserved characters, as `%XX`.
-pub fn percent_encode(v: &str, out: &mut String) {
+pub(crate) fn percent_encode(v: &str, out: &mut String) {
     for b in v.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
             out.push(char::from(b));
@@ -314,7 +314,7 @@ impl Attributes<'_> {
 }
 
 /// `*` any run of characters (dots included), `?` one character.
-pub fn glob_match(pattern: &str, s: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, s: &str) -> bool {
     let (p, s): (Vec<char>, Vec<char>) = (pattern.chars().collect(), s.chars().collect());
     let (mut pi, mut si) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
@@ -458,7 +458,7 @@ impl Routes {
 /// `data_base64`; empty without either. With whether it is JSON (the `data`
 /// member) or bytes (`data_base64`). `None`: the event is not a JSON object (or
 /// `data_base64` is not base64).
-pub fn structured_data(raw: &[u8]) -> Option<(Vec<u8>, bool)> {
+pub(crate) fn structured_data(raw: &[u8]) -> Option<(Vec<u8>, bool)> {
     #[derive(Deserialize)]
     struct Data<'a> {
         #[serde(borrow)]

@@ -37,7 +37,7 @@ pub struct RunGroup {
 
 /// What a lane releases when its events in flight finished.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Release {
+pub(crate) enum Release {
     /// Nothing (the lane is empty, or part of its run is still in flight).
     Nothing,
     /// One event.
@@ -88,13 +88,13 @@ impl Lane {
 /// Per-partition lanes of waiting offsets. The front of a lane is in flight
 /// (one offset, or a run); the rest wait behind it in offset order.
 #[derive(Debug, Default)]
-pub struct Scheduler {
+pub(crate) struct Scheduler {
     mode: OrderingMode,
     lanes: HashMap<Vec<u8>, Lane>,
 }
 
 impl Scheduler {
-    pub fn new(mode: OrderingMode) -> Self {
+    pub(crate) fn new(mode: OrderingMode) -> Self {
         Scheduler {
             mode,
             lanes: HashMap::new(),
@@ -114,7 +114,7 @@ impl Scheduler {
     /// Admits `offset` (offsets arrive in increasing order), of run group
     /// `run` if its route sends runs. Returns `true` when it may be dispatched
     /// now (alone), `false` when it waits behind its lane.
-    pub fn admit(&mut self, key: Option<&[u8]>, offset: i64, run: Option<RunGroup>) -> bool {
+    pub(crate) fn admit(&mut self, key: Option<&[u8]>, offset: i64, run: Option<RunGroup>) -> bool {
         let Some(lane) = self.lane(key) else {
             return true;
         };
@@ -139,7 +139,7 @@ impl Scheduler {
 
     /// Marks `offset` finished; returns what its lane may now dispatch: the
     /// next offset, or the next run once the whole run in flight finished.
-    pub fn finish(&mut self, key: Option<&[u8]>, offset: i64) -> Release {
+    pub(crate) fn finish(&mut self, key: Option<&[u8]>, offset: i64) -> Release {
         let Some(lane) = self.lane(key) else {
             return Release::Nothing;
         };
@@ -199,7 +199,7 @@ impl Scheduler {
     /// `offset`, in flight, is to be dispatched again (its job vanished);
     /// returns what its lane may dispatch now: it and the others of its run
     /// to go again, once none of its run is still out.
-    pub fn again(&mut self, key: Option<&[u8]>, offset: i64) -> Release {
+    pub(crate) fn again(&mut self, key: Option<&[u8]>, offset: i64) -> Release {
         let Some(lane) = self.lane(key) else {
             return Release::One(offset);
         };
@@ -222,7 +222,7 @@ impl Scheduler {
 
     /// Gives back the map's room once no lane is left (see
     /// `PartitionMachine::trim`).
-    pub fn trim(&mut self) {
+    pub(crate) fn trim(&mut self) {
         if self.lanes.is_empty() {
             self.lanes = HashMap::new();
         }
@@ -230,7 +230,7 @@ impl Scheduler {
 
     /// Number of offsets waiting behind a lane's events in flight.
     #[cfg(test)]
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.lanes
             .values()
             .map(|l| l.queue.len().saturating_sub(l.in_flight))

@@ -10,14 +10,14 @@
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pacer {
+pub(crate) struct Pacer {
     interval: Duration,
     /// The earliest time the next slot can be taken.
     next: Duration,
 }
 
 impl Pacer {
-    pub fn new(interval: Duration) -> Pacer {
+    pub(crate) fn new(interval: Duration) -> Pacer {
         Pacer {
             interval,
             next: Duration::ZERO,
@@ -26,7 +26,7 @@ impl Pacer {
 
     /// Takes the slot at `now` if one is free (`Ok`); otherwise says when to
     /// ask again (`Err(at)`), having taken nothing.
-    pub fn take(&mut self, now: Duration) -> Result<(), Duration> {
+    pub(crate) fn take(&mut self, now: Duration) -> Result<(), Duration> {
         if now >= self.next {
             self.next = now + self.interval;
             Ok(())

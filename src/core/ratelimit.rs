@@ -87,7 +87,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// A rate and its burst, in microseconds per permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gcra {
+pub(crate) struct Gcra {
     /// Microseconds between permits at the steady rate (T).
     pub interval_us: u64,
     /// How far ahead of now the TAT may run (τ = (burst − 1) × T): `burst`
@@ -97,7 +97,7 @@ pub struct Gcra {
 
 /// The result of asking for up to `n` permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Take {
+pub(crate) struct Take {
     pub granted: u64,
     /// When none was granted: microseconds until one can be.
     pub wait_us: u64,
@@ -107,7 +107,7 @@ pub struct Take {
 
 impl Gcra {
     /// `rate` permits per second (≥ 1) with `burst` at once (≥ 1).
-    pub fn new(rate: f64, burst: u64) -> Gcra {
+    pub(crate) fn new(rate: f64, burst: u64) -> Gcra {
         let interval_us = (1_000_000.0 / rate.max(1e-3)).round().max(1.0) as u64;
         Gcra {
             interval_us,
@@ -119,7 +119,7 @@ impl Gcra {
     /// is none). `resume`: the caller was on its local fallback (Redis was
     /// unreachable), during which the group spent its own shares; no burst is
     /// granted on the way back, only the steady rate.
-    pub fn take(&self, tat_us: u64, now_us: u64, n: u64, resume: bool) -> Take {
+    pub(crate) fn take(&self, tat_us: u64, now_us: u64, n: u64, resume: bool) -> Take {
         let (t, tau) = (self.interval_us, self.tolerance_us);
         let mut tat = tat_us.max(now_us);
         if resume {
@@ -171,7 +171,7 @@ impl Assignment {
 /// What an instance on its local fallback knows about how many share the
 /// group's limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShareBasis {
+pub(crate) enum ShareBasis {
     /// The instances Redis last counted alive (this one included).
     Live(u64),
     /// Redis never answered: this instance's main partitions of the topic's.
@@ -185,7 +185,7 @@ impl ShareBasis {
     /// The basis for an instance that has (`live: Some`) or has not reached
     /// Redis, holding `assigned` of the topic's `total` partitions (`total`
     /// 0: not known yet).
-    pub fn of(live: Option<u64>, assigned: u32, total: u32) -> ShareBasis {
+    pub(crate) fn of(live: Option<u64>, assigned: u32, total: u32) -> ShareBasis {
         match live {
             Some(n) => ShareBasis::Live(n),
             None => ShareBasis::Partitions { assigned, total },
@@ -196,7 +196,7 @@ impl ShareBasis {
     /// Partitions not known yet (`total` 0): the whole rate, as a lone
     /// instance; none assigned: nothing (no partition, no call; a floor of
     /// one permit a second in [`fallback_share`] keeps it from stalling).
-    pub fn fraction(self) -> f64 {
+    pub(crate) fn fraction(self) -> f64 {
         match self {
             ShareBasis::Live(n) => 1.0 / n.max(1) as f64,
             ShareBasis::Partitions { total: 0, .. } => 1.0,
@@ -210,7 +210,7 @@ impl ShareBasis {
 /// This instance's share of the group's rate while Redis cannot be reached:
 /// the rate times its [`ShareBasis::fraction`] (at least one permit a
 /// second), and the burst likewise (at least one permit).
-pub fn fallback_share(rate: u64, burst: u64, basis: ShareBasis) -> (f64, u64) {
+pub(crate) fn fallback_share(rate: u64, burst: u64, basis: ShareBasis) -> (f64, u64) {
     let f = basis.fraction();
     let share = (rate as f64 * f).max(1.0_f64.min(rate as f64));
     let burst = ((burst as f64 * f).floor() as u64).max(1);

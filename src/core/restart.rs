@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
-pub struct RestartBudget {
+pub(crate) struct RestartBudget {
     max_restarts: u32,
     window: Duration,
     recent: VecDeque<Instant>,
@@ -13,14 +13,14 @@ pub struct RestartBudget {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{count} restarts within {window:?} (limit {max})")]
-pub struct BudgetExhausted {
+pub(crate) struct BudgetExhausted {
     pub count: usize,
     pub max: u32,
     pub window: Duration,
 }
 
 impl RestartBudget {
-    pub fn new(max_restarts: u32, window: Duration) -> Self {
+    pub(crate) fn new(max_restarts: u32, window: Duration) -> Self {
         RestartBudget {
             max_restarts,
             window,
@@ -29,7 +29,7 @@ impl RestartBudget {
     }
 
     /// Records a crash at `now`; `Err` when the crash goes over the budget.
-    pub fn record(&mut self, now: Instant) -> Result<(), BudgetExhausted> {
+    pub(crate) fn record(&mut self, now: Instant) -> Result<(), BudgetExhausted> {
         while let Some(&t) = self.recent.front() {
             if now.duration_since(t) > self.window {
                 self.recent.pop_front();

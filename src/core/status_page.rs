@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 /// The shared "API down" marker as this instance last saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MarkerState {
+pub(crate) enum MarkerState {
     /// Not looked at yet (before the health actor's first evaluation).
     Unknown,
     /// Redis cannot be reached: the marker's state is not known.
@@ -19,7 +19,7 @@ pub enum MarkerState {
 }
 
 impl MarkerState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             MarkerState::Unknown => "unknown",
             MarkerState::Unreachable => "unreachable",
@@ -29,7 +29,7 @@ impl MarkerState {
     }
 
     /// The state one evaluation of the health actor saw.
-    pub fn seen(redis_ok: bool, marker: bool) -> MarkerState {
+    pub(crate) fn seen(redis_ok: bool, marker: bool) -> MarkerState {
         match (redis_ok, marker) {
             (false, _) => MarkerState::Unreachable,
             (true, true) => MarkerState::Present,
@@ -40,7 +40,7 @@ impl MarkerState {
 
 /// Why the marker's state changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MarkerReason {
+pub(crate) enum MarkerReason {
     /// This instance's breaker opened and its `SET NX` created the marker.
     SetByThisInstance,
     /// The marker appeared without this instance setting it: another instance's
@@ -55,7 +55,7 @@ pub enum MarkerReason {
 }
 
 impl MarkerReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             MarkerReason::SetByThisInstance => "set_by_this_instance",
             MarkerReason::SetByAnotherInstance => "set_by_another_instance",
@@ -67,7 +67,7 @@ impl MarkerReason {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MarkerChange {
+pub(crate) struct MarkerChange {
     pub from: MarkerState,
     pub to: MarkerState,
     pub reason: MarkerReason,
@@ -75,7 +75,11 @@ pub struct MarkerChange {
 
 /// The change from `from` to `to`, if any. `set_here`: this evaluation's own
 /// `SET NX` created the marker.
-pub fn marker_change(from: MarkerState, to: MarkerState, set_here: bool) -> Option<MarkerChange> {
+pub(crate) fn marker_change(
+    from: MarkerState,
+    to: MarkerState,
+    set_here: bool,
+) -> Option<MarkerChange> {
     if from == to {
         return None;
     }
@@ -93,7 +97,7 @@ pub fn marker_change(from: MarkerState, to: MarkerState, set_here: bool) -> Opti
 
 /// What the health verdict rests on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HealthSource {
+pub(crate) enum HealthSource {
     /// `api_unavailable = marker_alive || breaker_open`.
     BreakerAndMarker,
     /// Redis unreachable: `api_unavailable = breaker_open`.
@@ -101,7 +105,7 @@ pub enum HealthSource {
 }
 
 impl HealthSource {
-    pub fn of(redis_ok: bool) -> HealthSource {
+    pub(crate) fn of(redis_ok: bool) -> HealthSource {
         if redis_ok {
             HealthSource::BreakerAndMarker
         } else {
@@ -109,7 +113,7 @@ impl HealthSource {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             HealthSource::BreakerAndMarker => "breaker+marker",
             HealthSource::BreakerOnly => "breaker_only",
@@ -118,7 +122,7 @@ impl HealthSource {
 }
 
 /// A counter's identity: failure class and reason (`transient`, `http_503`).
-pub type ErrorKey = (String, String);
+pub(crate) type ErrorKey = (String, String);
 
 /// Errors counted over a sliding window from samples of cumulative counts.
 ///
@@ -129,7 +133,7 @@ pub type ErrorKey = (String, String);
 /// span it covers is reported with it (shorter than the window only while the
 /// process is younger than that). Memory: at most `window / step + 2` samples.
 #[derive(Debug, Clone)]
-pub struct ErrorWindow {
+pub(crate) struct ErrorWindow {
     window_ms: i64,
     step_ms: i64,
     samples: VecDeque<(i64, BTreeMap<ErrorKey, u64>)>,
@@ -137,7 +141,7 @@ pub struct ErrorWindow {
 
 /// The recent errors of one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecentErrors {
+pub(crate) struct RecentErrors {
     pub key: ErrorKey,
     /// Within the span reported by [`ErrorWindow::recent`].
     pub recent: u64,
@@ -147,7 +151,7 @@ pub struct RecentErrors {
 
 impl ErrorWindow {
     /// Starts with a baseline of zero counts at `start_ms`.
-    pub fn new(window_ms: i64, step_ms: i64, start_ms: i64) -> ErrorWindow {
+    pub(crate) fn new(window_ms: i64, step_ms: i64, start_ms: i64) -> ErrorWindow {
         let mut samples = VecDeque::new();
         samples.push_back((start_ms, BTreeMap::new()));
         ErrorWindow {
@@ -157,14 +161,14 @@ impl ErrorWindow {
         }
     }
 
-    pub fn window_ms(&self) -> i64 {
+    pub(crate) fn window_ms(&self) -> i64 {
         self.window_ms
     }
 
     /// Offers the cumulative counts at `now_ms`; kept if the last kept sample is at
     /// least a step old. Samples that fell out of the window are dropped (the
     /// newest one is always kept).
-    pub fn sample(&mut self, now_ms: i64, counts: &BTreeMap<ErrorKey, u64>) {
+    pub(crate) fn sample(&mut self, now_ms: i64, counts: &BTreeMap<ErrorKey, u64>) {
         let due = self
             .samples
             .back()
@@ -188,7 +192,7 @@ impl ErrorWindow {
 
     /// The errors since the baseline sample, per key with any count, and the
     /// span they cover in ms (`now_ms` minus the baseline's time).
-    pub fn recent(
+    pub(crate) fn recent(
         &self,
         now_ms: i64,
         counts: &BTreeMap<ErrorKey, u64>,
@@ -223,7 +227,7 @@ impl ErrorWindow {
 
     /// Samples held (for the memory bound).
     #[cfg(test)]
-    pub fn samples(&self) -> usize {
+    pub(crate) fn samples(&self) -> usize {
         self.samples.len()
     }
 }

@@ -64,12 +64,12 @@ impl StatusAction {
 }
 
 /// The lowest and highest status a rule may name.
-pub const FIRST: u16 = 100;
-pub const LAST: u16 = 599;
+pub(crate) const FIRST: u16 = 100;
+pub(crate) const LAST: u16 = 599;
 
 /// An inclusive range of statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatusRange {
+pub(crate) struct StatusRange {
     pub lo: u16,
     pub hi: u16,
 }
@@ -82,13 +82,13 @@ impl StatusRange {
         self.lo <= o.hi && o.lo <= self.hi
     }
     #[cfg(test)]
-    pub fn contains(self, s: u16) -> bool {
+    pub(crate) fn contains(self, s: u16) -> bool {
         (self.lo..=self.hi).contains(&s)
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StatusPolicyError {
+pub(crate) enum StatusPolicyError {
     #[error("`{0}` is not a status code or a range like \"500-599\"")]
     Syntax(String),
     #[error("`{0}` is outside {FIRST}-{LAST}")]
@@ -100,7 +100,7 @@ pub enum StatusPolicyError {
 }
 
 /// Parses `"404"` or `"500-599"`.
-pub fn parse_range(key: &str) -> Result<StatusRange, StatusPolicyError> {
+pub(crate) fn parse_range(key: &str) -> Result<StatusRange, StatusPolicyError> {
     let code = |s: &str| -> Result<u16, StatusPolicyError> {
         let s = s.trim();
         if s.is_empty() || s.len() > 3 || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -129,7 +129,7 @@ pub fn parse_range(key: &str) -> Result<StatusRange, StatusPolicyError> {
 
 /// The verdict for every status 100-599; others take the defaults.
 #[derive(Debug, Clone)]
-pub struct StatusPolicy {
+pub(crate) struct StatusPolicy {
     table: Box<[StatusVerdict]>,
 }
 
@@ -143,7 +143,9 @@ impl Default for StatusPolicy {
 
 impl StatusPolicy {
     /// The defaults with `rules` over them (narrower rules over wider ones).
-    pub fn new(rules: &BTreeMap<String, StatusAction>) -> Result<StatusPolicy, StatusPolicyError> {
+    pub(crate) fn new(
+        rules: &BTreeMap<String, StatusAction>,
+    ) -> Result<StatusPolicy, StatusPolicyError> {
         let mut parsed = rules
             .iter()
             .map(|(k, a)| parse_range(k).map(|r| (k.as_str(), r, *a)))
@@ -166,7 +168,7 @@ impl StatusPolicy {
         Ok(p)
     }
 
-    pub fn classify(&self, status: u16) -> StatusVerdict {
+    pub(crate) fn classify(&self, status: u16) -> StatusVerdict {
         match status {
             FIRST..=LAST => self.table[usize::from(status - FIRST)],
             _ => classify_status(status),

@@ -19,7 +19,7 @@
 //! tail, a 2 MB `type`), `core::text` proptest.
 
 /// The most bytes of record-chosen text a log line or error message carries.
-pub const LOG_TEXT_MAX: usize = 256;
+pub(crate) const LOG_TEXT_MAX: usize = 256;
 
 /// Characters that do not show as themselves: C0/C1 controls, and the Unicode
 /// formatting characters that reorder or hide text.
@@ -30,7 +30,7 @@ fn is_unsafe(c: char) -> bool {
 
 /// `s` with unsafe characters escaped (`\n`, `\u{1b}`) and cut to at most
 /// `max` bytes (escapes included; a cut ends with `…`).
-pub fn excerpt(s: &str, max: usize) -> String {
+pub(crate) fn excerpt(s: &str, max: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max));
     // Whole pieces only (an escape is never cut in two), until past `max`.
     let mut cut_at = None;

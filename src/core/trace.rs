@@ -16,19 +16,19 @@ use serde::Deserialize;
 
 /// A validated W3C trace context.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceContext {
+pub(crate) struct TraceContext {
     pub traceparent: String,
     pub tracestate: Option<String>,
 }
 
 /// The most of `tracestate` forwarded (W3C: at least 512 characters must be
 /// propagated; 32 members of at most 256 bytes each is the ceiling).
-pub const MAX_TRACESTATE: usize = 512;
+pub(crate) const MAX_TRACESTATE: usize = 512;
 
 /// Whether `v` is a `traceparent` a W3C participant may forward: version 00
 /// exactly `00-<32 hex>-<16 hex>-<2 hex>`; a later version at least that prefix
 /// (followed by `-` and more); lowercase hex; version `ff` and all-zero ids refused.
-pub fn valid_traceparent(v: &str) -> bool {
+pub(crate) fn valid_traceparent(v: &str) -> bool {
     let b = v.as_bytes();
     let hex = |s: &[u8]| {
         s.iter()
@@ -93,7 +93,7 @@ fn header<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
 /// The trace context of an event: the CloudEvents attributes in its body (a
 /// binary-mode event's are in the body Courier built from its `ce_` headers),
 /// else the Kafka headers `traceparent` / `tracestate`.
-pub fn extract(body: &[u8], headers: Option<&[Header]>) -> Option<TraceContext> {
+pub(crate) fn extract(body: &[u8], headers: Option<&[Header]>) -> Option<TraceContext> {
     // Most events carry none: a SIMD search first, a parse only when found
     // (`windows().any()` here cost ~1.2 % of the CPU per event).
     if memchr::memmem::find(body, b"\"traceparent\"").is_some() {

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 /// How long a group's batches stay at half the size a 413 refused.
-pub const SHRINK_FOR: Duration = Duration::from_secs(60);
+pub(super) const SHRINK_FOR: Duration = Duration::from_secs(60);
 
 /// The batches being formed, per group, and what sending them needs.
 pub(crate) struct Batcher<A> {

@@ -49,7 +49,7 @@ use tokio::sync::OwnedSemaphorePermit;
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// Starts a delivery holding `permit`: its first try inline if it can be,
     /// else in its own task.
-    pub fn start(self: &Arc<Self>, job: Job, permit: OwnedSemaphorePermit) {
+    pub(crate) fn start(self: &Arc<Self>, job: Job, permit: OwnedSemaphorePermit) {
         if let Err((job, permit)) = self.first_try_inline(job, permit) {
             tokio::spawn(self.clone().run(job, Some(permit)));
         }

@@ -228,7 +228,7 @@ pub enum DelivererError {
 }
 
 impl Deliverer {
-    pub fn new(pipeline: Arc<Pipeline>, peers: Peers) -> Result<Deliverer, DelivererError> {
+    pub(crate) fn new(pipeline: Arc<Pipeline>, peers: Peers) -> Result<Deliverer, DelivererError> {
         let cfg: &Config = &pipeline.config;
         let auth = crate::auth::Auth::from_config(&cfg.api, Some(pipeline.status.clone()))?;
         let api = ApiClient::new(&cfg.api, Arc::new(auth), cfg.pipeline.concurrency)?;
@@ -341,7 +341,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     }
 
     /// One of the pool's permits (see [`call::Sender::permit`]).
-    pub async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    pub(crate) async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         self.send.permit().await
     }
 }

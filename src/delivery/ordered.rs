@@ -62,7 +62,11 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// Delivers a run (`jobs` in offset order, a permit each) and reports each
     /// event's outcome through its token, unless the partition is handed over
     /// first.
-    pub async fn run_ordered(self: Arc<Self>, jobs: Vec<Job>, permits: Vec<OwnedSemaphorePermit>) {
+    pub(crate) async fn run_ordered(
+        self: Arc<Self>,
+        jobs: Vec<Job>,
+        permits: Vec<OwnedSemaphorePermit>,
+    ) {
         let Some(first) = jobs.first() else {
             return;
         };

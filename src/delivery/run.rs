@@ -20,7 +20,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// Does the job's work and reports its outcome through the token. A delivery
     /// runs with `permit` (the pool's dispatcher takes one before it spawns the
     /// task) or waits for one here.
-    pub async fn run(self: Arc<Self>, job: Job, permit: Option<OwnedSemaphorePermit>) {
+    pub(crate) async fn run(self: Arc<Self>, job: Job, permit: Option<OwnedSemaphorePermit>) {
         let Job { item, token } = job;
         let work = self.work(&item, &token, permit);
         if let Some(outcome) = durable::in_scope(token.cancellation(), work)

@@ -45,7 +45,7 @@ pub(super) struct KeyOrder {
 
 impl KeyOrder {
     /// Books with room for `keys` keys.
-    pub fn with_capacity(keys: usize) -> KeyOrder {
+    pub(super) fn with_capacity(keys: usize) -> KeyOrder {
         KeyOrder {
             last: super::BookMap::with_capacity_and_hasher(keys, Default::default()),
             accepted: super::BookMap::with_capacity_and_hasher(keys, Default::default()),
@@ -54,7 +54,7 @@ impl KeyOrder {
     }
 
     /// Books an acceptance (a 2xx, first or again) of an event at `mark`.
-    pub fn accepted(&mut self, mark: &Mark) {
+    pub(super) fn accepted(&mut self, mark: &Mark) {
         self.accepted_n += 1;
         let n = self.accepted_n;
         match self.accepted.get_mut(&mark.key) {
@@ -67,7 +67,7 @@ impl KeyOrder {
 
     /// Keys whose last writes are out of `seq` order, and the first few
     /// described (`key: seq s last accepted before seq t`).
-    pub fn last_write_violations(&self) -> (u64, Vec<String>) {
+    pub(super) fn last_write_violations(&self) -> (u64, Vec<String>) {
         let mut keys = 0;
         let mut examples = Vec::new();
         for (key, all) in &self.accepted {
@@ -91,7 +91,7 @@ impl KeyOrder {
     }
 
     /// Books the first delivery of `id` at `mark`.
-    pub fn first_delivery(&mut self, id: &str, mark: &Mark) {
+    pub(super) fn first_delivery(&mut self, id: &str, mark: &Mark) {
         self.checked += 1;
         match self.last.get_mut(&mark.key) {
             Some(last) if mark.seq < *last => {

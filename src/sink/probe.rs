@@ -26,7 +26,7 @@ pub(super) struct EventProbe {
 impl EventProbe {
     /// The load generator's key and sequence number, when the event has them:
     /// `data.key` (else `subject`) and `data.seq`.
-    pub fn mark(self) -> Option<Mark> {
+    pub(super) fn mark(self) -> Option<Mark> {
         let key = match (self.data.key, self.subject) {
             (Scalar::Str(k), _) | (_, Scalar::Str(k)) => k,
             _ => return None,

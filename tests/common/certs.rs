@@ -11,7 +11,7 @@ use rcgen::{
 use std::path::{Path, PathBuf};
 
 /// A certificate and its key, as PEM, and where they were written.
-pub struct Pem {
+pub(crate) struct Pem {
     pub cert: String,
     pub key: String,
     pub cert_file: PathBuf,
@@ -19,7 +19,7 @@ pub struct Pem {
 }
 
 /// A certificate authority that signs the others.
-pub struct Ca {
+pub(crate) struct Ca {
     issuer: CertifiedIssuer<'static, KeyPair>,
     pub pem: Pem,
     dir: PathBuf,
@@ -33,7 +33,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 /// Validity of a leaf certificate.
 #[derive(Clone, Copy)]
-pub enum Validity {
+pub(crate) enum Validity {
     /// Valid now (rcgen's default validity, 1975-4096).
     Current,
     /// Expired years ago (2000-2001).
@@ -42,7 +42,7 @@ pub enum Validity {
 
 impl Ca {
     /// A new CA named `name`; its files go to `dir/<name>-ca.pem` (and `-ca.key`).
-    pub fn new(dir: &Path, name: &str) -> Ca {
+    pub(crate) fn new(dir: &Path, name: &str) -> Ca {
         std::fs::create_dir_all(dir).expect("certificate directory");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -103,15 +103,15 @@ impl Ca {
     }
 
     /// A server certificate for `names` (IP addresses become IP SANs).
-    pub fn server(&self, file: &str, names: &[&str], validity: Validity) -> Pem {
+    pub(crate) fn server(&self, file: &str, names: &[&str], validity: Validity) -> Pem {
         self.leaf(file, names, validity, false)
     }
 
     /// A client certificate (for mTLS) with common name `name`.
-    pub fn client(&self, file: &str, name: &str) -> Pem {
+    pub(crate) fn client(&self, file: &str, name: &str) -> Pem {
         self.leaf(file, &[name], Validity::Current, true)
     }
 }
 
 /// The names a stand-in on loopback is reached by.
-pub const LOOPBACK: &[&str] = &["127.0.0.1", "localhost"];
+pub(crate) const LOOPBACK: &[&str] = &["127.0.0.1", "localhost"];

@@ -3,8 +3,8 @@
 //! process, and condition waits with deadlines.
 #![allow(dead_code)]
 
-pub mod schema;
-pub mod tenant;
+pub(crate) mod schema;
+pub(crate) mod tenant;
 
 use courier::audit::{audit, AuditReport, Produced};
 use courier::kafka::admin::{committed_positions, create_topics, end_offsets, CommittedPosition};
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-pub struct Services {
+pub(crate) struct Services {
     pub brokers: String,
     pub pg_url: String,
     pub redis_url: String,
@@ -23,7 +23,7 @@ pub struct Services {
 
 /// The real services. Tests need `scripts/services.sh up` first (the README's test
 /// command does it); without them a test fails loudly rather than passing vacuously.
-pub fn services() -> Services {
+pub(crate) fn services() -> Services {
     let get = |k: &str| {
         std::env::var(k).unwrap_or_else(|_| {
             panic!("{k} is not set: run the tests through scripts/test.sh (it starts Kafka, Redis and PostgreSQL)")
@@ -39,7 +39,7 @@ pub fn services() -> Services {
 
 impl Services {
     /// Runs a `scripts/services.sh` subcommand (e.g. `pg-stop`).
-    pub fn ctl(&self, cmd: &str) {
+    pub(crate) fn ctl(&self, cmd: &str) {
         let st = Command::new("bash")
             .arg(&self.script)
             .arg(cmd)
@@ -49,14 +49,14 @@ impl Services {
     }
 }
 
-pub fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     let n: u64 = rand::random();
     format!("{prefix}-{}-{:x}", std::process::id(), n & 0xffff_ffff)
 }
 
 /// A test's topics and group.
 #[derive(Clone)]
-pub struct Names {
+pub(crate) struct Names {
     pub topic: String,
     pub dlq: String,
     pub parking: String,
@@ -65,7 +65,7 @@ pub struct Names {
 }
 
 impl Names {
-    pub fn new(prefix: &str, partitions: i32) -> Names {
+    pub(crate) fn new(prefix: &str, partitions: i32) -> Names {
         let base = unique(prefix);
         Names {
             dlq: format!("{base}.dlq"),
@@ -76,7 +76,7 @@ impl Names {
         }
     }
 
-    pub async fn create(&self, s: &Services, with_dlq: bool) {
+    pub(crate) async fn create(&self, s: &Services, with_dlq: bool) {
         let mut t = vec![
             (self.topic.as_str(), self.partitions),
             (self.parking.as_str(), 1),
@@ -89,7 +89,7 @@ impl Names {
 
     /// The group's committed offsets. Retries transient coordinator errors (a
     /// coordinator moving or loading after a broker restart) for a few seconds.
-    pub fn committed(&self, s: &Services) -> Vec<i64> {
+    pub(crate) fn committed(&self, s: &Services) -> Vec<i64> {
         self.committed_positions(s)
             .into_iter()
             .map(|c| c.offset)
@@ -98,7 +98,7 @@ impl Names {
 
     /// The group's committed positions (offsets and their metadata), asking
     /// again on transient coordinator errors like [`Names::committed`].
-    pub fn committed_positions(&self, s: &Services) -> Vec<CommittedPosition> {
+    pub(crate) fn committed_positions(&self, s: &Services) -> Vec<CommittedPosition> {
         let mut tries = 0;
         loop {
             match committed_positions(&s.brokers, &self.group, &self.topic, self.partitions) {
@@ -113,18 +113,23 @@ impl Names {
         }
     }
 
-    pub fn ends(&self, s: &Services) -> Vec<i64> {
+    pub(crate) fn ends(&self, s: &Services) -> Vec<i64> {
         end_offsets(&s.brokers, &self.topic, self.partitions).expect("end offsets")
     }
 
-    pub fn audit(&self, s: &Services, produced: &Produced, sink: &SinkHandle) -> AuditReport {
+    pub(crate) fn audit(
+        &self,
+        s: &Services,
+        produced: &Produced,
+        sink: &SinkHandle,
+    ) -> AuditReport {
         self.audit_all(s, produced, &[sink])
     }
 
     /// [`Names::audit`] over several stand-ins (one API behind several
     /// instances): an event reached the API if any of them received it; one
     /// received by two counts as a duplicate.
-    pub fn audit_all(
+    pub(crate) fn audit_all(
         &self,
         s: &Services,
         produced: &Produced,
@@ -141,7 +146,7 @@ impl Names {
     }
 
     /// Waits until the group's committed offsets equal the topic's end offsets.
-    pub async fn wait_committed_to_end(&self, s: &Services, timeout: Duration) {
+    pub(crate) async fn wait_committed_to_end(&self, s: &Services, timeout: Duration) {
         let ends = self.ends(s);
         wait_for_eq(
             timeout,
@@ -155,7 +160,7 @@ impl Names {
 
 /// Polls `cond` until it holds, failing the test after `timeout`. The wait is on
 /// an observable condition, never a fixed sleep standing in for one.
-pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) async fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let until = Instant::now() + timeout;
     loop {
         if cond() {
@@ -172,7 +177,7 @@ pub async fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() ->
 /// Polls `value` until it equals `expected`, failing the test after `timeout`
 /// with the last value seen: what a wait on offsets or counts needs to explain
 /// itself.
-pub async fn wait_for_eq<T: PartialEq + std::fmt::Debug>(
+pub(crate) async fn wait_for_eq<T: PartialEq + std::fmt::Debug>(
     timeout: Duration,
     what: &str,
     expected: &T,
@@ -192,14 +197,14 @@ pub async fn wait_for_eq<T: PartialEq + std::fmt::Debug>(
     }
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     courier_testkit::free_port().expect("free port")
 }
 
 /// A Courier instance as a child process ([`courier_testkit::CourierProcess`]),
 /// configured by a generated TOML file plus `COURIER__*` environment overrides.
 /// Dropping it kills the process.
-pub struct Courier {
+pub(crate) struct Courier {
     proc: CourierProcess,
     pub log: PathBuf,
     pub metrics_port: u16,
@@ -208,7 +213,7 @@ pub struct Courier {
 /// The lines of the log at `path` about the group and its commits (assignments,
 /// revokes, drains, commits, warnings and errors), without colour codes: what
 /// a failed rebalance or crash test prints to explain itself.
-pub fn group_log_excerpt(path: &std::path::Path) -> String {
+pub(crate) fn group_log_excerpt(path: &std::path::Path) -> String {
     const ABOUT: [&str; 8] = [
         "assigned",
         "revoked",
@@ -239,9 +244,9 @@ pub fn group_log_excerpt(path: &std::path::Path) -> String {
     out
 }
 
-pub use courier_testkit::strip_ansi;
+pub(crate) use courier_testkit::strip_ansi;
 
-pub fn log_dir() -> PathBuf {
+pub(crate) fn log_dir() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("courier-logs");
     std::fs::create_dir_all(&d).expect("log dir");
     d
@@ -250,12 +255,17 @@ pub fn log_dir() -> PathBuf {
 impl Courier {
     /// `toml` is the test's own config (topics, API URL, limits); brokers and the
     /// metrics port are given through the environment.
-    pub fn start(name: &str, s: &Services, toml: &str) -> Courier {
+    pub(crate) fn start(name: &str, s: &Services, toml: &str) -> Courier {
         Self::start_with_env(name, s, toml, &[])
     }
 
     /// Like [`Courier::start`], with extra environment variables (secrets).
-    pub fn start_with_env(name: &str, s: &Services, toml: &str, env: &[(&str, &str)]) -> Courier {
+    pub(crate) fn start_with_env(
+        name: &str,
+        s: &Services,
+        toml: &str,
+        env: &[(&str, &str)],
+    ) -> Courier {
         let mut launch = Launch::new(
             env!("CARGO_BIN_EXE_courier"),
             log_dir(),
@@ -279,12 +289,12 @@ impl Courier {
     }
 
     /// SIGKILL: no shutdown path runs at all.
-    pub async fn kill(&mut self) {
+    pub(crate) async fn kill(&mut self) {
         self.proc.kill().await;
     }
 
     /// SIGTERM and wait for the graceful shutdown; returns the exit code.
-    pub async fn terminate(&mut self, timeout: Duration) -> Option<i32> {
+    pub(crate) async fn terminate(&mut self, timeout: Duration) -> Option<i32> {
         self.proc
             .terminate(timeout)
             .await
@@ -292,25 +302,25 @@ impl Courier {
     }
 
     /// Waits for the process to exit on its own; returns the exit code.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+    pub(crate) async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
         self.proc
             .wait_exit(timeout)
             .await
             .unwrap_or_else(|e| panic!("courier: {e}"))
     }
 
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         self.proc.log_text().unwrap_or_default()
     }
 
     /// Its process id; `None` once it has exited.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.proc.pid()
     }
 
     /// The process's peak resident set (`VmHWM` in /proc/<pid>/status), in
     /// bytes; `None` once it has exited.
-    pub fn peak_rss(&self) -> Option<u64> {
+    pub(crate) fn peak_rss(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.proc.pid()?)).ok()?;
         let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
         let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -320,7 +330,7 @@ impl Courier {
     /// Scrapes `/metrics` and returns the sum of all series of `name` (which may
     /// include the start of a label set, e.g. `x_total{result="miss"`); 0 when
     /// the page cannot be read.
-    pub async fn metric(&self, name: &str) -> f64 {
+    pub(crate) async fn metric(&self, name: &str) -> f64 {
         self.proc.metric(name).await.unwrap_or(0.0)
     }
 }
@@ -328,7 +338,7 @@ impl Courier {
 /// Runs a `courier` command (e.g. `dlq inspect`) with `--config cfg` against the
 /// test broker; `env` is set last (another broker list, a SASL password).
 /// Returns the exit code, stdout and stderr.
-pub fn courier_cli_env(
+pub(crate) fn courier_cli_env(
     s: &Services,
     cfg: &std::path::Path,
     args: &[&str],
@@ -350,13 +360,13 @@ pub fn courier_cli_env(
 }
 
 /// Like [`courier_cli_env`] without extra environment; stdout and stderr together.
-pub fn courier_cli(s: &Services, cfg: &std::path::Path, args: &[&str]) -> (i32, String) {
+pub(crate) fn courier_cli(s: &Services, cfg: &std::path::Path, args: &[&str]) -> (i32, String) {
     let (code, out, err) = courier_cli_env(s, cfg, args, &[]);
     (code, out + &err)
 }
 
 /// `[degraded]` settings that make outages, pauses and drains quick enough to test.
-pub const FAST: &str = "marker_ttl = \"3s\"
+pub(crate) const FAST: &str = "marker_ttl = \"3s\"
 poll_interval = \"100ms\"
 breaker_min_calls = 10
 breaker_open = \"1s 500ms\"
@@ -370,7 +380,7 @@ lag_check_interval = \"250ms\"";
 /// The config every test starts from: its topics, the API stand-in, quick retries
 /// and frequent auto-commits so the tests finish fast. DLQ entries wait an hour
 /// before a drain (tests of the drain use [`toml_with`]).
-pub fn base_toml(n: &Names, api_url: &str) -> String {
+pub(crate) fn base_toml(n: &Names, api_url: &str) -> String {
     toml_with(
         n,
         api_url,
@@ -379,7 +389,7 @@ pub fn base_toml(n: &Names, api_url: &str) -> String {
 }
 
 /// Like [`base_toml`] with the given lines as the `[degraded]` section.
-pub fn toml_with(n: &Names, api_url: &str, degraded: &str) -> String {
+pub(crate) fn toml_with(n: &Names, api_url: &str, degraded: &str) -> String {
     format!(
         r#"
 [kafka]
@@ -413,7 +423,7 @@ shutdown_grace = "5s"
 }
 
 /// Prints the audit and asserts nothing was lost.
-pub fn assert_no_loss(name: &str, rep: &AuditReport) {
+pub(crate) fn assert_no_loss(name: &str, rep: &AuditReport) {
     println!("[{name}] audit:\n{rep}");
     assert!(
         rep.lost.is_empty(),
@@ -424,7 +434,7 @@ pub fn assert_no_loss(name: &str, rep: &AuditReport) {
 }
 
 /// Sum of end offsets of a topic.
-pub fn topic_size(s: &Services, topic: &str) -> i64 {
+pub(crate) fn topic_size(s: &Services, topic: &str) -> i64 {
     // Every partition the broker lists (a count given by the caller could miss
     // some: a 1-partition parking lot asked for 2 answered an error, read as 0).
     courier::kafka::admin::watermarks(&s.brokers, topic)
@@ -435,7 +445,7 @@ pub fn topic_size(s: &Services, topic: &str) -> i64 {
 }
 
 /// Envelopes in a topic (DLQ or parking lot).
-pub fn envelopes(s: &Services, topic: &str) -> Vec<courier::core::envelope::Envelope> {
+pub(crate) fn envelopes(s: &Services, topic: &str) -> Vec<courier::core::envelope::Envelope> {
     courier::kafka::admin::read_all(&s.brokers, topic)
         .unwrap_or_default()
         .into_iter()
@@ -445,7 +455,7 @@ pub fn envelopes(s: &Services, topic: &str) -> Vec<courier::core::envelope::Enve
 
 /// A fresh PostgreSQL table `<prefix>_<topic>` (`key text`, `doc jsonb`) holding
 /// `rows`, for enrichment; returns its name.
-pub async fn pg_table(
+pub(crate) async fn pg_table(
     s: &Services,
     n: &Names,
     prefix: &str,
@@ -469,7 +479,7 @@ pub async fn pg_table(
 }
 
 /// The API stand-in on a free local port, answering every request after `ms`.
-pub async fn api_with_latency(ms: u64) -> SinkHandle {
+pub(crate) async fn api_with_latency(ms: u64) -> SinkHandle {
     SinkHandle::start(
         "127.0.0.1:0".parse().expect("a socket address"),
         Behaviour {
@@ -483,14 +493,14 @@ pub async fn api_with_latency(ms: u64) -> SinkHandle {
 
 /// Runs a future to completion from inside a sync closure (the wait helper's
 /// condition is sync; the test runtime is multi-threaded).
-pub fn block<F: std::future::Future>(f: F) -> F::Output {
+pub(crate) fn block<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }
 
 /// A Kubernetes Secret volume in `dir`: `dir/<name>` → `..data/<name>`, and
 /// `..data` → a timestamped directory, replaced atomically (a rename of a new
 /// symlink over `..data`), as the kubelet does.
-pub fn secret_volume(dir: &std::path::Path, name: &str, generation: u32, value: &str) {
+pub(crate) fn secret_volume(dir: &std::path::Path, name: &str, generation: u32, value: &str) {
     let ts = dir.join(format!("..2026_12_02_05_00_{generation:02}.{generation}"));
     std::fs::create_dir_all(&ts).expect("secret dir");
     std::fs::write(ts.join(name), format!("{value}\n")).expect("secret");

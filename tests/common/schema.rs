@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The Python with confluent-kafka (`scripts/pyschema.sh` prints it).
-pub fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     match std::env::var("COURIER_TEST_PYSCHEMA") {
         Ok(p) => PathBuf::from(p),
         Err(_) => script_output("scripts/pyschema.sh"),
@@ -22,7 +22,7 @@ pub fn python() -> PathBuf {
 }
 
 /// Apicurio Registry's runner jar (`scripts/apicurio.sh` fetches it and prints it).
-pub fn apicurio() -> PathBuf {
+pub(crate) fn apicurio() -> PathBuf {
     match std::env::var("COURIER_TEST_APICURIO") {
         Ok(p) => PathBuf::from(p),
         Err(_) => script_output("scripts/apicurio.sh"),
@@ -30,7 +30,7 @@ pub fn apicurio() -> PathBuf {
 }
 
 /// What a tool script of `scripts/` prints (the path of the tool it made ready).
-pub fn script_output(script: &str) -> PathBuf {
+pub(crate) fn script_output(script: &str) -> PathBuf {
     let out = std::process::Command::new("bash")
         .arg(format!("{}/{script}", env!("CARGO_MANIFEST_DIR")))
         .output()
@@ -45,7 +45,7 @@ pub fn script_output(script: &str) -> PathBuf {
 
 /// A real registry of its own for `n`'s test (Apicurio; its state and log in
 /// the test's log directory).
-pub async fn registry_for(n: &Names) -> courier_testkit::schema_registry::Registry {
+pub(crate) async fn registry_for(n: &Names) -> courier_testkit::schema_registry::Registry {
     let dir = super::log_dir().join(format!("{}-registry", n.topic));
     courier_testkit::schema_registry::Registry::start(&apicurio(), &dir)
         .await
@@ -53,7 +53,7 @@ pub async fn registry_for(n: &Names) -> courier_testkit::schema_registry::Regist
 }
 
 /// The API stand-in with behaviour `b`, keeping the bodies it is sent.
-pub async fn api(b: Behaviour) -> SinkHandle {
+pub(crate) async fn api(b: Behaviour) -> SinkHandle {
     let api = SinkHandle::start("127.0.0.1:0".parse().unwrap(), b)
         .await
         .unwrap();
@@ -63,7 +63,7 @@ pub async fn api(b: Behaviour) -> SinkHandle {
 
 /// `toml` reading `format` (`avro`, `protobuf`, `json_schema`) through `registry`:
 /// ids at `/id`, every event of type `order`.
-pub fn with_registry(toml: String, registry: &str, format: &str) -> String {
+pub(crate) fn with_registry(toml: String, registry: &str, format: &str) -> String {
     toml + &format!(
         r#"
 [input]
@@ -80,12 +80,17 @@ request_timeout = "2s"
 }
 
 /// [`base_toml`] reading `format` through `registry`.
-pub fn registry_config(n: &Names, api_url: &str, registry: &str, format: &str) -> String {
+pub(crate) fn registry_config(n: &Names, api_url: &str, registry: &str, format: &str) -> String {
     with_registry(base_toml(n, api_url), registry, format)
 }
 
 /// Raw records (bad input) straight through rdkafka, to partition 0.
-pub async fn write_raw(s: &Services, n: &Names, values: &[Vec<u8>], produced: &mut Produced) {
+pub(crate) async fn write_raw(
+    s: &Services,
+    n: &Names,
+    values: &[Vec<u8>],
+    produced: &mut Produced,
+) {
     let producer = courier::loadgen::producer(&s.brokers).unwrap();
     for v in values {
         let rec: FutureRecord<'_, (), Vec<u8>> = FutureRecord::to(&n.topic).payload(v).partition(0);
@@ -100,7 +105,7 @@ pub async fn write_raw(s: &Services, n: &Names, values: &[Vec<u8>], produced: &m
 
 /// `body` framed as a registry's serializer frames it: magic byte 0, the
 /// schema id (big-endian), the body.
-pub fn framed(schema_id: u32, body: &[u8]) -> Vec<u8> {
+pub(crate) fn framed(schema_id: u32, body: &[u8]) -> Vec<u8> {
     let mut v = vec![0];
     v.extend_from_slice(&schema_id.to_be_bytes());
     v.extend_from_slice(body);
@@ -109,7 +114,7 @@ pub fn framed(schema_id: u32, body: &[u8]) -> Vec<u8> {
 
 /// The Avro binary of a record whose fields are all strings (each a
 /// zig-zag length, then its bytes).
-pub fn avro_strings(fields: &[&str]) -> Vec<u8> {
+pub(crate) fn avro_strings(fields: &[&str]) -> Vec<u8> {
     let mut v = Vec::new();
     for f in fields {
         let mut n = (f.len() as u64) << 1;
@@ -125,7 +130,7 @@ pub fn avro_strings(fields: &[&str]) -> Vec<u8> {
 
 /// Raw records to `partition`, straight through rdkafka: those with an id are
 /// events (`produced.ids`), the others bad input (`produced.poison`).
-pub async fn write_to(
+pub(crate) async fn write_to(
     s: &Services,
     n: &Names,
     partition: i32,
@@ -154,7 +159,7 @@ pub async fn write_to(
 }
 
 /// The parking lot's reasons, counted.
-pub fn parked_reasons(s: &Services, n: &Names) -> HashMap<String, usize> {
+pub(crate) fn parked_reasons(s: &Services, n: &Names) -> HashMap<String, usize> {
     let mut out = HashMap::new();
     for e in envelopes(s, &n.parking) {
         *out.entry(e.last_error.reason).or_default() += 1;
@@ -164,7 +169,7 @@ pub fn parked_reasons(s: &Services, n: &Names) -> HashMap<String, usize> {
 
 /// Registers `schema` (`kind`: `AVRO`, `PROTOBUF`, `JSON`) under `subject` by the
 /// registry's REST API; its id.
-pub async fn register(registry: &str, subject: &str, kind: &str, schema: &str) -> u32 {
+pub(crate) async fn register(registry: &str, subject: &str, kind: &str, schema: &str) -> u32 {
     let resp = reqwest::Client::new()
         .post(format!("{registry}/subjects/{subject}/versions"))
         .header("content-type", "application/vnd.schemaregistry.v1+json")
@@ -178,7 +183,7 @@ pub async fn register(registry: &str, subject: &str, kind: &str, schema: &str) -
 }
 
 /// Every expected body was delivered, exactly as expected.
-pub fn check_bodies(api: &SinkHandle, expect: &HashMap<String, serde_json::Value>) {
+pub(crate) fn check_bodies(api: &SinkHandle, expect: &HashMap<String, serde_json::Value>) {
     let audit = api.audit();
     for (id, want) in expect {
         let got = audit
@@ -192,7 +197,7 @@ pub fn check_bodies(api: &SinkHandle, expect: &HashMap<String, serde_json::Value
 /// Runs Courier on `toml` until every produced event is delivered and the
 /// offsets are committed to the end, stops it (exit 0), and returns the audit,
 /// asserted lossless under `name`.
-pub async fn run_to_the_end(
+pub(crate) async fn run_to_the_end(
     s: &Services,
     n: &Names,
     api: &SinkHandle,

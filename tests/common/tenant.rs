@@ -10,7 +10,7 @@ use std::time::Duration;
 /// and `refused` of them (spread among the others: one every `others/refused`,
 /// each its own key) answered 403 for good by the API. Returns the audit and
 /// the seconds from the API's first delivery to its `others`-th.
-pub async fn tenant_403_run(
+pub(crate) async fn tenant_403_run(
     tag: &str,
     others: usize,
     refused: usize,

@@ -57,7 +57,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-pub use lag::LagAnswer;
+pub(crate) use lag::LagAnswer;
 use recovery::Committed;
 
 pub enum ConsumerMsg {
@@ -85,7 +85,7 @@ pub enum ConsumerMsg {
     ClientFatal(String),
 }
 
-pub struct ConsumerArgs {
+pub(crate) struct ConsumerArgs {
     pub pipeline: Arc<Pipeline>,
     pub ready: Arc<Readiness>,
     /// Given to each partition actor: where its jobs go.
@@ -148,7 +148,7 @@ pub(crate) struct Kafka {
     pub subscribed_at: std::time::Instant,
 }
 
-pub struct ConsumerState {
+pub(crate) struct ConsumerState {
     pipeline: Arc<Pipeline>,
     ready: Arc<Readiness>,
     delivery: PoolHandles,
@@ -173,7 +173,7 @@ pub struct ConsumerState {
     subscribed_at: Option<std::time::Instant>,
 }
 
-pub struct ConsumerActor;
+pub(crate) struct ConsumerActor;
 
 impl Actor for ConsumerActor {
     type Msg = ConsumerMsg;

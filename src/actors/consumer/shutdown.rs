@@ -13,10 +13,10 @@ use std::time::Duration;
 
 /// What the shutdown needs after waiting for the final commit and the
 /// close: stopping the actors and the runtime, flushing the log.
-pub const EXIT_MARGIN: Duration = Duration::from_secs(1);
+pub(super) const EXIT_MARGIN: Duration = Duration::from_secs(1);
 /// The least time the final commit and the close are given after the
 /// drain, even when the drain took the whole grace.
-pub const CLOSE_AT_LEAST: Duration = Duration::from_secs(2);
+pub(super) const CLOSE_AT_LEAST: Duration = Duration::from_secs(2);
 
 impl ConsumerState {
     /// Graceful shutdown. librdkafka's close has no time limit of its own;
@@ -82,7 +82,7 @@ impl ConsumerState {
 /// end of `pipeline.shutdown_grace` less [`EXIT_MARGIN`] (with nothing in
 /// flight the process exits within the grace), and at least
 /// [`CLOSE_AT_LEAST`] after `now` (the drain's end).
-pub fn close_deadline(
+pub(super) fn close_deadline(
     grace_end: tokio::time::Instant,
     now: tokio::time::Instant,
 ) -> tokio::time::Instant {

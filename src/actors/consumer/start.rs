@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
-pub enum StartupError {
+pub(super) enum StartupError {
     #[error("{role} topic `{topic}` does not exist: create it (Courier does not create topics, and its producer never has the broker create one)")]
     MissingTopic { role: &'static str, topic: String },
     #[error("DLQ topic `{dlq}` has {dlq_n} partitions but `{main}` has {main_n}: they must be equal (main p and DLQ p are processed together); add partitions to the one with fewer")]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 /// What the writer must know of the DLQ and parking topics, read at its start
 /// in one DescribeConfigs.
-pub struct HeldTopics {
+pub(crate) struct HeldTopics {
     /// `max.message.bytes` of each; the default for a topic whose config
     /// cannot be read (it may not exist yet, or the principal may not be
     /// allowed DescribeConfigs), with a warning.
@@ -19,7 +19,7 @@ pub struct HeldTopics {
 /// each key.
 #[derive(Debug, thiserror::Error)]
 #[error("{role} topic `{topic}` has cleanup.policy={policy}: compaction keeps only the latest record of each key, so an event whose key comes again would be deleted before it is retried or inspected, and one without a key cannot be written; set cleanup.policy=delete")]
-pub struct CompactedTopic {
+pub(crate) struct CompactedTopic {
     role: &'static str,
     topic: String,
     policy: String,
@@ -49,7 +49,7 @@ fn check_cleanup_policy(
 }
 
 impl HeldTopics {
-    pub async fn read(cfg: &crate::config::KafkaConfig) -> HeldTopics {
+    pub(crate) async fn read(cfg: &crate::config::KafkaConfig) -> HeldTopics {
         let topics = [cfg.dlq_topic(), cfg.parking_topic()];
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let keys = ["max.message.bytes", "cleanup.policy"];
@@ -89,7 +89,10 @@ impl HeldTopics {
 
     /// A compacted DLQ or parking lot is refused (at start: the writer does
     /// not start).
-    pub fn refuse_compacted(&self, cfg: &crate::config::KafkaConfig) -> Result<(), CompactedTopic> {
+    pub(crate) fn refuse_compacted(
+        &self,
+        cfg: &crate::config::KafkaConfig,
+    ) -> Result<(), CompactedTopic> {
         for (role, topic) in [("DLQ", cfg.dlq_topic()), ("parking", cfg.parking_topic())] {
             let policy = self.cleanup_policies.get(&topic).map(String::as_str);
             check_cleanup_policy(role, &topic, policy)?;

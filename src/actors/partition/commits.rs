@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
-pub struct SoonCommits {
+pub(crate) struct SoonCommits {
     state: Mutex<State>,
     epoch: Instant,
 }
@@ -26,7 +26,7 @@ struct State {
 }
 
 impl SoonCommits {
-    pub fn new() -> Arc<SoonCommits> {
+    pub(crate) fn new() -> Arc<SoonCommits> {
         Arc::new(SoonCommits {
             state: Mutex::new(State {
                 pace: CommitPace::new(COMMIT_FLOOR),
@@ -39,7 +39,7 @@ impl SoonCommits {
     /// Commits `offset` with `metadata` for the partition now, or within the
     /// floor together with the others'. Called on a tokio runtime (a flush
     /// is a task).
-    pub fn ask(
+    pub(crate) fn ask(
         self: &Arc<Self>,
         consumer: &Arc<dyn PartitionIo>,
         topic: &str,
@@ -55,7 +55,7 @@ impl SoonCommits {
     }
 
     /// The partition's own commit went out (a drain): nothing of it waits.
-    pub fn forget(&self, topic: &str, partition: i32) {
+    pub(crate) fn forget(&self, topic: &str, partition: i32) {
         self.state().waiting.remove(&(topic.to_owned(), partition));
     }
 

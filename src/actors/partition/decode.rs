@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// Decodes records as the machine begins them: the configured input format
 /// (`core::input`) on main p, envelopes on DLQ p; bad input becomes
 /// `Work::Park` with its reason.
-pub struct Decoder {
+pub(crate) struct Decoder {
     /// For the test fault hook (`testing.crash_on_event_id`).
     #[cfg(feature = "test-hooks")]
     pipeline: Arc<Pipeline>,
@@ -155,7 +155,7 @@ impl Intake for Decoder {
 }
 
 impl Decoder {
-    pub fn new(pipeline: Arc<Pipeline>, partition: i32, topics: [&str; 2]) -> Decoder {
+    pub(crate) fn new(pipeline: Arc<Pipeline>, partition: i32, topics: [&str; 2]) -> Decoder {
         let cap = i64::try_from(pipeline.config.degraded.dlq_backoff_cap_ms()).unwrap_or(i64::MAX);
         let api = &pipeline.config.api;
         // Checked when the configuration was read.
@@ -185,7 +185,7 @@ impl Decoder {
     }
 
     /// Registry formats: where the gate leaves the schemas.
-    pub fn use_schemas(&mut self, known: super::schemas::Known) {
+    pub(crate) fn use_schemas(&mut self, known: super::schemas::Known) {
         self.schemas = Some(known);
     }
 
@@ -215,7 +215,7 @@ impl Decoder {
     }
 
     /// The topic of one side.
-    pub fn topic(&self, src: Src) -> &str {
+    pub(crate) fn topic(&self, src: Src) -> &str {
         &self.topics[src.index()]
     }
 

@@ -23,12 +23,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 mod known;
-pub use known::KnownMap;
+pub(super) use known::KnownMap;
 
 /// Schemas this partition's records named, shared with its decoder.
-pub type Known = Arc<Mutex<KnownMap>>;
+pub(super) type Known = Arc<Mutex<KnownMap>>;
 
-pub struct SchemaGate {
+pub(super) struct SchemaGate {
     registry: Arc<SchemaRegistry>,
     pub known: Known,
     /// How long a refusal is kept (`negative_cache_ttl`).
@@ -51,7 +51,7 @@ fn schema_id(r: &Record) -> Option<u32> {
 }
 
 impl SchemaGate {
-    pub fn new(registry: Arc<SchemaRegistry>, partition: i32) -> SchemaGate {
+    pub(super) fn new(registry: Arc<SchemaRegistry>, partition: i32) -> SchemaGate {
         SchemaGate {
             known: Arc::new(Mutex::new(KnownMap::new(registry.cache_max_bytes()))),
             negative_ttl: registry.negative_ttl(),
@@ -64,13 +64,13 @@ impl SchemaGate {
         }
     }
 
-    pub fn is_waiting(&self) -> bool {
+    pub(super) fn is_waiting(&self) -> bool {
         self.waiting.is_some()
     }
 
     /// Takes records in; returns those the machine may have now, and the id to
     /// fetch when a wait begins.
-    pub fn admit(&mut self, records: Vec<Record>) -> (Vec<Record>, Option<u32>) {
+    pub(super) fn admit(&mut self, records: Vec<Record>) -> (Vec<Record>, Option<u32>) {
         self.admit_with(records, None)
     }
 
@@ -110,7 +110,11 @@ impl SchemaGate {
     }
 
     /// The fetch for `id` ended: its schema (or why it can never be read) is known.
-    pub fn resolved(&mut self, id: u32, schema: Arc<Resolved>) -> (Vec<Record>, Option<u32>) {
+    pub(super) fn resolved(
+        &mut self,
+        id: u32,
+        schema: Arc<Resolved>,
+    ) -> (Vec<Record>, Option<u32>) {
         let expires = schema
             .is_refusal()
             .then(|| Instant::now() + self.negative_ttl);
@@ -130,7 +134,7 @@ impl SchemaGate {
     }
 
     /// Draining: the waiting records are dropped unbegun (never stored past).
-    pub fn close(&mut self) {
+    pub(super) fn close(&mut self) {
         self.closed = true;
         self.pending.clear();
         if self.waiting.take().is_some() {
@@ -140,7 +144,7 @@ impl SchemaGate {
 
     /// Fetches `id` off the actor, again after a back-off while the registry
     /// does not answer, until it answers or the actor is gone.
-    pub fn fetch(&self, id: u32, me: ActorRef<PartitionMsg>) {
+    pub(super) fn fetch(&self, id: u32, me: ActorRef<PartitionMsg>) {
         let registry = self.registry.clone();
         let partition = self.partition;
         tokio::spawn(async move {

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 /// State that outlives one incarnation of the actor (the consumer actor reads it
 /// to recover after a crash).
 #[derive(Debug)]
-pub struct PartitionShared {
+pub(crate) struct PartitionShared {
     /// Last stored watermark per side, -1 when none.
     pub stored: [AtomicI64; 2],
     /// The metadata stored with it (the offsets done above it,
@@ -39,12 +39,12 @@ impl Default for PartitionShared {
 
 impl PartitionShared {
     /// Gives back the records routed to the actor that it never took in.
-    pub fn release_buffered(&self, total: &Buffered) {
+    pub(crate) fn release_buffered(&self, total: &Buffered) {
         self.buffered.release_into(total);
     }
 
     /// Gives this partition's held events back to the readiness count.
-    pub fn release_held(&self, ready: &Readiness) {
+    pub(crate) fn release_held(&self, ready: &Readiness) {
         let n = self.held.swap(0, Ordering::SeqCst);
         ready.held.fetch_sub(n, Ordering::Relaxed);
     }
@@ -79,17 +79,17 @@ impl PartitionShared {
     }
 
     /// The last stored position of a side and the metadata stored with it.
-    pub fn stored_with_metadata(&self, src: Src) -> Option<(i64, String)> {
+    pub(crate) fn stored_with_metadata(&self, src: Src) -> Option<(i64, String)> {
         let meta = self.meta[src.index()].lock().ok()?.clone();
         Some((self.stored(src)?, meta))
     }
 
     /// Events this partition holds (begun, not finished).
-    pub fn held(&self) -> i64 {
+    pub(crate) fn held(&self) -> i64 {
         self.held.load(Ordering::Relaxed)
     }
 
-    pub fn stored(&self, src: Src) -> Option<i64> {
+    pub(crate) fn stored(&self, src: Src) -> Option<i64> {
         let v = self.stored[src.index()].load(Ordering::SeqCst);
         (v >= 0).then_some(v)
     }

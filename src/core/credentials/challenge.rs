@@ -18,7 +18,7 @@ pub enum Challenge {
 
 /// Reads a `WWW-Authenticate` value's `error` parameter (any scheme; the
 /// first `error` found).
-pub fn challenge(www_authenticate: Option<&[u8]>) -> Challenge {
+pub(crate) fn challenge(www_authenticate: Option<&[u8]>) -> Challenge {
     let Some(text) = www_authenticate.and_then(|v| std::str::from_utf8(v).ok()) else {
         return Challenge::Unknown;
     };

@@ -33,18 +33,18 @@
 //!
 //! Over any window `W`, 401s cause at most `W / N + 1` token requests.
 
-pub use super::challenge::{challenge, Challenge};
+pub(crate) use super::challenge::{challenge, Challenge};
 use std::time::{Duration, Instant};
 
 /// `api.oauth2.unauthorized_refresh_interval`'s default.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// A token is expiring in its last fifth, and at least in its last second
 /// (`exp` is in whole seconds).
 const EXPIRING: Duration = Duration::from_secs(1);
 
 /// The token source's state when a 401 comes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Case {
+pub(crate) struct Case {
     /// The refused request carried the cached token (not an older one, and a
     /// token is cached).
     pub used_cached: bool,
@@ -65,7 +65,7 @@ pub struct Case {
 
 /// What the refused call does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Another token is cached (or none, and one is fetched as for any call):
     /// send again with it.
     Resend,
@@ -81,7 +81,7 @@ pub enum Step {
 
 /// Why a 401 leaves the token as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kept {
+pub(crate) enum Kept {
     /// The challenge is about the request or the resource.
     NotTheToken,
     /// Within the quiet time of the last refresh a 401 caused.
@@ -93,7 +93,7 @@ pub enum Kept {
 }
 
 impl Kept {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Kept::NotTheToken => "not_the_token",
             Kept::Quiet => "quiet",
@@ -104,14 +104,14 @@ impl Kept {
 }
 
 /// The quiet time after a refresh a 401 caused at `now`; `jitter` in `[0, 1)`.
-pub fn quiet_until(now: Instant, interval: Duration, jitter: f64) -> Instant {
+pub(crate) fn quiet_until(now: Instant, interval: Duration, jitter: f64) -> Instant {
     let gap = interval.mul_f64(1.0 + 0.5 * jitter.clamp(0.0, 1.0));
     now.checked_add(gap).unwrap_or(now)
 }
 
 /// What a 401 to a call does, at `now`, with `interval` (N) and `jitter` in
 /// `[0, 1)` (for the quiet time of a refresh).
-pub fn step(c: &Case, now: Instant, interval: Duration, jitter: f64) -> Step {
+pub(crate) fn step(c: &Case, now: Instant, interval: Duration, jitter: f64) -> Step {
     if !c.used_cached {
         return Step::Resend;
     }

@@ -24,7 +24,7 @@ pub(super) struct Rec {
 pub(super) const RUN_MAX: u32 = 3;
 
 impl Rec {
-    pub fn main(offset: i64, key: Option<u8>) -> Rec {
+    pub(super) fn main(offset: i64, key: Option<u8>) -> Rec {
         Rec {
             src: Src::Main,
             offset,
@@ -37,7 +37,7 @@ impl Rec {
         }
     }
 
-    pub fn dlq(offset: i64, not_before_ms: i64) -> Rec {
+    pub(super) fn dlq(offset: i64, not_before_ms: i64) -> Rec {
         Rec {
             src: Src::Dlq,
             offset,
@@ -126,7 +126,7 @@ pub(super) struct T {
 }
 
 impl T {
-    pub fn new(s: Settings) -> T {
+    pub(super) fn new(s: Settings) -> T {
         T {
             m: PartitionMachine::new(s, Plain),
             base: Instant::now(),
@@ -141,7 +141,7 @@ impl T {
         }
     }
 
-    pub fn feed(&mut self, input: Input<Rec>) -> Vec<Effect<Rec>> {
+    pub(super) fn feed(&mut self, input: Input<Rec>) -> Vec<Effect<Rec>> {
         let now = self.now();
         self.m.handle(input, now)
     }
@@ -155,7 +155,7 @@ impl T {
     }
 
     /// The store timer fires: what is stored.
-    pub fn store_timer(&mut self) -> Vec<(Src, i64)> {
+    pub(super) fn store_timer(&mut self) -> Vec<(Src, i64)> {
         let fx = self.feed(Input::Timer(Timer::Store));
         stores(&fx)
     }
@@ -174,13 +174,13 @@ impl T {
     }
 
     /// API up and the DLQ known to be empty: `Normal`.
-    pub fn normal(&mut self) {
+    pub(super) fn normal(&mut self) {
         self.verdict(false);
         self.dlq_high(0);
         assert_eq!(self.m.mode(), Mode::Normal);
     }
 
-    pub fn done(&mut self, src: Src, offsets: &[i64]) -> Vec<Effect<Rec>> {
+    pub(super) fn done(&mut self, src: Src, offsets: &[i64]) -> Vec<Effect<Rec>> {
         let reports = offsets
             .iter()
             .map(|&offset| Report {

@@ -18,7 +18,7 @@ const KEYWORDS: [&str; 14] = [
 
 /// `Err`: a name the Avro library would not accept (and would panic on).
 /// Text that is not JSON is left to the library's own error.
-pub fn check(text: &str) -> Result<(), String> {
+pub(super) fn check(text: &str) -> Result<(), String> {
     match serde_json::from_str::<Value>(text) {
         Ok(v) => walk(&v),
         Err(_) => Ok(()),

@@ -16,7 +16,7 @@ pub(super) struct Limited {
 impl Limited {
     /// An empty buffer of at most `max` bytes, `hint` of them reserved (never
     /// more than `max`).
-    pub fn new(max: usize, hint: usize) -> Limited {
+    pub(super) fn new(max: usize, hint: usize) -> Limited {
         Limited {
             buf: Vec::with_capacity(hint.min(max)),
             max,
@@ -25,12 +25,12 @@ impl Limited {
     }
 
     /// The bytes it can still take.
-    pub fn room(&self) -> usize {
+    pub(super) fn room(&self) -> usize {
         self.max.saturating_sub(self.buf.len())
     }
 
     /// Appends `b` whole, or nothing when it would pass the limit.
-    pub fn put(&mut self, b: &[u8]) -> Result<(), Over> {
+    pub(super) fn put(&mut self, b: &[u8]) -> Result<(), Over> {
         if b.len() > self.room() {
             self.over = true;
             return Err(Over(self.max));

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 /// `negative_cache_ttl`, then asked again; under pressure it may go even
 /// while pinned (its record is then parked `unknown_schema`, parked all the
 /// same).
-pub struct KnownMap {
+pub(crate) struct KnownMap {
     entries: HashMap<u32, Entry>,
     /// Ids by when they were last named, oldest first.
     order: BTreeMap<u64, u32>,
@@ -51,25 +51,25 @@ impl KnownMap {
 
     /// The decoder's lookup as the machine begins a record naming `id`: its
     /// schema; that record no longer pins it.
-    pub fn get(&self, id: &u32) -> Option<&Arc<Resolved>> {
+    pub(crate) fn get(&self, id: &u32) -> Option<&Arc<Resolved>> {
         let e = self.entries.get(id)?;
         e.pins.set(e.pins.get().saturating_sub(1));
         Some(&e.schema)
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// Bytes the kept schemas weigh (`Resolved::weight`).
     #[cfg(test)]
-    pub fn weight(&self) -> usize {
+    pub(crate) fn weight(&self) -> usize {
         self.weight
     }
 

@@ -25,7 +25,7 @@ pub const MAX_SCALE: u64 = 999;
 /// The longest two's-complement unscaled value (its sign extension stripped)
 /// that can hold [`MAX_DIGITS`] digits: 10^1000 < 2^3322, and 416 bytes hold
 /// 3,327 bits of magnitude. A longer one has more than 1,000 digits.
-pub const MAX_UNSCALED_BYTES: usize = 416;
+pub(super) const MAX_UNSCALED_BYTES: usize = 416;
 
 /// Writes the decimal `unscaled` × 10^−`scale` (`unscaled`: big-endian two's
 /// complement, as Avro writes it) of a `kind` (`"decimal"`, `"big-decimal"`)
