@@ -1,0 +1,265 @@
+//! The group consumer's context: where the poll thread hands records and
+//! rebalances ([`PollSink`]), and the rebalance and commit callbacks that run
+//! inside `poll()` ([`CourierContext`], I6).
+
+use super::{client_log, poller, Record};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::ClientContext;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where the poll thread hands records and rebalances, in order (the consumer
+/// actor's mailbox: see `actors::consumer`). Each returns `false` when the
+/// receiver is gone.
+pub trait PollSink: Send + Sync {
+    fn records(&self, records: Vec<Record>) -> bool;
+    fn assigned(&self, partitions: Vec<i32>) -> bool;
+    /// Called from inside the revoke callback, which then waits on `ack`.
+    fn revoked(&self, partitions: Vec<i32>, ack: std::sync::mpsc::SyncSender<()>) -> bool;
+    /// An auto-commit request was answered (for the commit count); called on
+    /// the poll thread, so it must not block.
+    fn auto_committed(&self) {}
+    /// The client hit a fatal error (librdkafka: e.g. a static member fenced by
+    /// another with its `group.instance.id`): this consumer never fetches or
+    /// commits again; or the poll thread panicked (the client itself is fine:
+    /// the shutdown still commits). Called once, from the poll thread, which
+    /// then stops.
+    fn client_fatal(&self, reason: String);
+    /// librdkafka moved a partition's position after its fetch at `at` was
+    /// out of range (`dlq`: of the DLQ topic). Called from librdkafka's
+    /// threads, in no order with the records: must not block.
+    fn offset_reset(&self, dlq: bool, partition: i32, at: i64);
+}
+
+/// Rebalance callbacks run on the poll thread, inside `poll()`. On revoke they hand
+/// the partitions to the consumer actor and wait (bounded) for it to drain and store,
+/// then commit synchronously: the last moment the partitions are ours.
+pub struct CourierContext {
+    pub topic: String,
+    pub dlq_topic: String,
+    pub actor: Box<dyn PollSink>,
+    pub revoke_wait: Duration,
+    /// Set during shutdown: the actor is busy closing and must not be waited for.
+    pub closing: Arc<AtomicBool>,
+    /// Records polled but not yet handed to the actor. They live here, not in the
+    /// poll loop, so a rebalance callback can hand them over *before* it reports the
+    /// rebalance: a record of the old assignment must never reach a partition actor
+    /// of the new one (it would make its tracker start past unread offsets).
+    pub pending: Mutex<Vec<Record>>,
+    /// Records handed to the actors and not yet taken in by a partition actor,
+    /// and their bytes (shared with the actors, see `Pipeline::buffered`). The
+    /// poll thread stops fetching while it is over `pipeline.max_buffered` or
+    /// `pipeline.max_buffered_bytes`: actor mailboxes are unbounded, so this is
+    /// what keeps a large backlog out of memory.
+    pub buffered: Arc<poller::Buffered>,
+    /// When a failed auto-commit was last logged (ms since the epoch).
+    commit_warned_ms: AtomicI64,
+}
+
+impl CourierContext {
+    pub fn new(
+        topic: String,
+        dlq_topic: String,
+        actor: impl PollSink + 'static,
+        revoke_wait: Duration,
+        closing: Arc<AtomicBool>,
+        buffered: Arc<poller::Buffered>,
+    ) -> Self {
+        CourierContext {
+            topic,
+            dlq_topic,
+            actor: Box::new(actor),
+            revoke_wait,
+            closing,
+            pending: Mutex::new(Vec::new()),
+            buffered,
+            commit_warned_ms: AtomicI64::new(0),
+        }
+    }
+
+    /// Hands pending records to the actor; `false` when the actor is gone.
+    pub fn flush(&self) -> bool {
+        let records = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if p.is_empty() {
+                return true;
+            }
+            std::mem::take(&mut *p)
+        };
+        let bytes = records.iter().map(Record::size).sum();
+        self.buffered.add(records.len(), bytes);
+        self.actor.records(records)
+    }
+
+    /// Adds a polled record; returns the number pending.
+    pub fn push(&self, r: Record) -> usize {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.push(r);
+        p.len()
+    }
+
+    pub fn has_pending(&self) -> bool {
+        !self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+}
+
+impl ClientContext for CourierContext {
+    /// librdkafka's log lines (called from its threads: must not block). An
+    /// offset reset after a failed fetch is handed to the actor too: the
+    /// records between the position and the new one were deleted unread.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        client_log::emit(level, fac, message);
+        if let Some(r) = client_log::offset_reset(fac, message) {
+            let dlq = r.topic == self.dlq_topic;
+            if dlq || r.topic == self.topic {
+                self.actor.offset_reset(dlq, r.partition, r.at);
+            }
+        }
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        if reason.to_ascii_lowercase().contains("fenced") {
+            tracing::error!(%error, reason, "fenced: another process joined the group with this kafka.instance_id (give each instance its own, e.g. the pod name), or this one's commits arrived after its session had timed out");
+        } else {
+            tracing::warn!(%error, reason, "kafka client error");
+        }
+    }
+}
+
+impl CourierContext {
+    /// Commit failures repeat at every commit interval while their cause
+    /// lasts (the coordinator away): one line per 10 s says so.
+    fn commit_warning_due(&self) -> bool {
+        let now = crate::clock::now_ms();
+        let last = self.commit_warned_ms.load(Ordering::Relaxed);
+        now - last >= 10_000
+            && self
+                .commit_warned_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Partition indices of the main topic and the DLQ (pairs share an index).
+    fn partitions_of(&self, tpl: &rdkafka::TopicPartitionList) -> Vec<i32> {
+        let mut v: Vec<i32> = tpl
+            .elements()
+            .iter()
+            .filter(|e| e.topic() == self.topic || e.topic() == self.dlq_topic)
+            .map(|e| e.partition())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+impl ConsumerContext for CourierContext {
+    /// Reports auto-commits (librdkafka reports only those here: Courier's
+    /// explicit commits are asynchronous without a callback and are counted
+    /// where they are made); one with nothing to commit sends no request.
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        offsets: &rdkafka::TopicPartitionList,
+    ) {
+        match result {
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Ok(()) => {
+                self.actor.auto_committed();
+                // The request landed, but the broker may refuse partitions one
+                // by one (metadata too large, a partition not the group's):
+                // those positions did not move, and nothing else says so.
+                let refused: Vec<(String, i32, String)> = offsets
+                    .elements()
+                    .iter()
+                    .filter_map(|e| {
+                        e.error()
+                            .err()
+                            .map(|err| (e.topic().to_string(), e.partition(), err.to_string()))
+                    })
+                    .collect();
+                if let Some((topic, partition, error)) = refused.first() {
+                    if self.commit_warning_due() {
+                        tracing::warn!(
+                            %topic,
+                            partition,
+                            %error,
+                            refused = refused.len(),
+                            "offset commit refused for some partitions: work finished since their last commit that landed is delivered again if they move before one does"
+                        );
+                    }
+                }
+            }
+            Err(e) => {
+                self.actor.auto_committed();
+                if self.commit_warning_due() {
+                    tracing::warn!(error = %e, "offset commit failed: work finished since the last commit that landed is delivered again if the partition moves before one does");
+                }
+            }
+        }
+    }
+
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            self.flush();
+            let partitions = self.partitions_of(tpl);
+            tracing::info!(?partitions, "partitions revoked: draining");
+            if self.closing.load(Ordering::SeqCst) {
+                stuck_close_hook();
+            }
+            if !self.closing.load(Ordering::SeqCst) && !partitions.is_empty() {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                if self.actor.revoked(partitions.clone(), tx)
+                    && rx.recv_timeout(self.revoke_wait).is_err()
+                {
+                    tracing::warn!("revoke drain did not finish in time; in-flight events will be redelivered to the new owner");
+                }
+            }
+            match consumer.commit_consumer_state(CommitMode::Sync) {
+                Ok(()) => {}
+                // Nothing new was stored since the last commit.
+                Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, ?partitions, "commit on revoke failed: the new owners deliver again what finished since the last commit that landed")
+                }
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                self.flush();
+                let partitions = self.partitions_of(tpl);
+                tracing::info!(?partitions, "partitions assigned");
+                self.actor.assigned(partitions);
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::error!(error = %e, "rebalance error"),
+        }
+    }
+}
+
+/// Test fault hook (environment `COURIER_TEST_HOOK_STUCK_CLOSE=1`, only in
+/// a build with the cargo feature `test-hooks`): the revoke callback of the
+/// consumer's close never returns, as a librdkafka close that never ends
+/// (the shutdown of issue 42, finding 5, after a topic recreation). A
+/// fault a real broker cannot be made to produce on demand.
+#[cfg(feature = "test-hooks")]
+fn stuck_close_hook() {
+    if std::env::var_os("COURIER_TEST_HOOK_STUCK_CLOSE").is_some_and(|v| v == "1") {
+        tracing::warn!("test fault hook: the consumer's close never ends");
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn stuck_close_hook() {}
