@@ -5,7 +5,7 @@
 //! # Invariant I31: topics and pairs
 //!
 //! *Enforced in* this file, `rebalance.rs` (`assigned`), `lag.rs` (`lag_lookup`,
-//! `dlq_positions`) and `src/kafka/mod.rs` (`producer_config`). A missing main, DLQ or
+//! `dlq_positions`) and `src/kafka/client_config.rs` (`producer_config`). A missing main, DLQ or
 //! parking topic is refused at start, naming it; the producer never auto-creates topics
 //! (`allow.auto.create.topics=false`, set after `[kafka.properties]`). The partition
 //! counts of the main topic and the DLQ are compared at start and at every assignment
