@@ -21,7 +21,9 @@ mod verdict;
 use crate::actors::delivery_pool::{DeliveryMsg, PoolHandles};
 use crate::api_health::HealthVerdict;
 use crate::core::offsets::NextOffset;
-use crate::core::partition::{Commit, Effect, Input, Note, Now, PartitionMachine, Settings, Timer};
+use crate::core::partition::{
+    Commit, Effect, Input, Note, Now, Pace, PartitionMachine, Settings, SideStart, Timer,
+};
 use crate::delivery::token::{CompletionToken, Inbox};
 use crate::delivery::{Item, Job, Queued, Work};
 use crate::kafka::seams::{BrokerView, CommitAt, KafkaIoError, LogEnd, PartitionIo};
@@ -103,11 +105,11 @@ pub(crate) struct PartitionArgs {
     /// The brokers' `offset.metadata.max.bytes`.
     pub metadata_max_bytes: usize,
     /// Per side: the committed position was made for another log (see
-    /// `core::partition::Settings::read_from_start`).
+    /// `core::partition::SideStart::read_from_start`).
     pub read_from_start: [bool; 2],
     /// Per side: the log the committed position was made for, when the
     /// topic's id could not be read at assignment (see
-    /// `core::partition::Settings::verify`).
+    /// `core::partition::SideStart::verify`).
     pub verify: [Option<Arc<str>>; 2],
 }
 
@@ -157,21 +159,28 @@ impl Actor for PartitionActor {
             budget: a.pipeline.in_flight.clone(),
             min_pause: cfg.degraded.min_pause,
             drain_timeout: cfg.pipeline.drain_timeout,
-            start: a.start,
-            stored: Src::BOTH.map(|src| a.shared.stored(src).map(NextOffset::at)),
-            skip: a.skip.clone(),
-            logs: a.logs.clone(),
-            read_from_start: a.read_from_start,
-            verify: a.verify.clone(),
-            metadata_max_bytes: a.metadata_max_bytes,
-            commit_interval: cfg.kafka.auto_commit_interval,
-            // 0 (off): never due.
-            commit_after: match cfg.kafka.commit_after {
-                None => crate::core::partition::commit_after(cfg.pipeline.concurrency),
-                Some(0) => usize::MAX,
-                Some(n) => n,
+            sides: Src::BOTH.map(|src| {
+                let i = src.index();
+                SideStart {
+                    start: a.start[i],
+                    stored: a.shared.stored(src).map(NextOffset::at),
+                    skip: a.skip[i].clone(),
+                    log: a.logs[i].clone(),
+                    read_from_start: a.read_from_start[i],
+                    verify: a.verify[i].clone(),
+                }
+            }),
+            pace: Pace {
+                metadata_max_bytes: a.metadata_max_bytes,
+                interval: cfg.kafka.auto_commit_interval,
+                // 0 (off): never due.
+                after: match cfg.kafka.commit_after {
+                    None => crate::core::partition::commit_after(cfg.pipeline.concurrency),
+                    Some(0) => usize::MAX,
+                    Some(n) => n,
+                },
+                floor: crate::core::partition::COMMIT_FLOOR,
             },
-            commit_floor: crate::core::partition::COMMIT_FLOOR,
         };
         let gate = a
             .pipeline
