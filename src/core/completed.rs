@@ -38,7 +38,7 @@
 //! raw `rd_kafka_DescribeTopics`/`rd_kafka_TopicDescription_topic_id`); `decode` refuses
 //! another id, no id, or the id-less `c1` (one round of duplicates after the upgrade, never a
 //! wrong skip). When the id cannot be read at the assignment (`completed::assess` →
-//! `Settings::verify`), nothing the committed metadata names is skipped; if that metadata
+//! `SideStart::verify`), nothing the committed metadata names is skipped; if that metadata
 //! names a log, nothing is stored for the side until a lag check reads the id (the same:
 //! stores resume, naming it; another: the partition is read from its log's start); naming
 //! none, the position is taken as Kafka takes any committed offset. After a position reset
@@ -261,7 +261,7 @@ pub struct Assessment {
     /// The topic's id could not be read: the log the position was made for
     /// (the id its metadata names), to be checked against the topic's id
     /// before anything is stored for the side
-    /// (`core::partition::Settings::verify`). `None` when the id was read,
+    /// (`core::partition::SideStart::verify`). `None` when the id was read,
     /// or when the metadata names no log (nothing to check the position
     /// against: it is taken as it is, as Kafka takes any committed offset).
     pub verify: Option<String>,

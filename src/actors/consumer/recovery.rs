@@ -41,10 +41,10 @@ use std::time::Duration;
 pub(super) struct Committed {
     /// The offsets an earlier owner finished above the committed position.
     pub skip: [Option<Completed>; 2],
-    /// The position was made for another log (see `Settings::read_from_start`).
+    /// The position was made for another log (see `SideStart::read_from_start`).
     pub other_log: [bool; 2],
     /// The log the position was made for, to check once the topic's id is
-    /// read (see `Settings::verify`).
+    /// read (see `SideStart::verify`).
     pub verify: [Option<Arc<str>>; 2],
 }
 

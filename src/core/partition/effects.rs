@@ -19,7 +19,7 @@ pub enum Commit {
     No,
     /// Committed with this offset and metadata within the pace floor, in one
     /// request with the other partitions' (`core::commit_pace`,
-    /// `actors::partition::commits`): `Settings::commit_after` events finished since the
+    /// `actors::partition::commits`): `Pace::after` events finished since the
     /// side's last commit (commits follow progress: what a crash redelivers
     /// stays near that count), or a position auto-commit does not send — the
     /// one stored before with only its metadata changed, or the first of a
@@ -73,7 +73,7 @@ pub enum Effect<I> {
     /// Events finished (durable outcome).
     Finished(usize),
     /// Records completed without dispatch: the commit's metadata named them done
-    /// (`Settings::skip`).
+    /// (`SideStart::skip`).
     Skipped(usize),
     /// The FSM's mode: after a change, and once at the first evaluation.
     Mode { mode: Mode, change: Option<Change> },

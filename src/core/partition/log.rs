@@ -8,7 +8,7 @@
 //! points into the old log's offsets, and the new log is read from its start
 //! ([`Effect::ReadFromStart`]). Nothing is stored for the side while that
 //! seek is out or due, nor while a position bound to a log by the committed
-//! metadata waits for a lag check to confirm it ([`Settings::verify`]).
+//! metadata waits for a lag check to confirm it ([`SideStart::verify`]).
 //!
 //! # Invariant I18: positions moving back
 //!
@@ -41,7 +41,7 @@
 //! the next check) and stores nothing until the new log's first record begins the new
 //! incarnation (or the start lies at or above the old position: then what was begun is the
 //! new log's). WARN "the topic was deleted and recreated under its name". The same wait
-//! serves a committed position made for another log (`Settings::read_from_start`, I20).
+//! serves a committed position made for another log (`SideStart::read_from_start`, I20).
 //!
 //! *Tested by:* Partition unit tests (new incarnation delivered, old finishes first, first
 //! store committed, skip set dropped); the model-based proptest (resets to an offset already
@@ -65,7 +65,7 @@
 
 use super::{Effect, Note, Src, LOGS_AFTER_RESET};
 #[cfg(doc)]
-use super::{Input, Settings};
+use super::{Input, SideStart};
 use std::sync::Arc;
 
 /// What one side knows of its log.

@@ -109,7 +109,7 @@ fn commits_after_reading_a_replaced_log_again_name_it() {
 #[test]
 fn commits_name_a_log_first_read_after_the_assignment() {
     let mut t = T::new(Settings {
-        logs: [None, None],
+        sides: Default::default(),
         ..settings(OrderingMode::Unordered, 10, 100)
     });
     t.normal();
@@ -135,8 +135,13 @@ fn commits_name_a_log_first_read_after_the_assignment() {
 #[test]
 fn a_position_made_for_another_log_is_not_trusted_while_the_id_is_unknown() {
     let mut t = T::new(Settings {
-        logs: [None, None],
-        verify: [Some(LOG.into()), None],
+        sides: [
+            SideStart {
+                verify: Some(LOG.into()),
+                ..SideStart::default()
+            },
+            SideStart::default(),
+        ],
         ..settings(OrderingMode::Unordered, 10, 100)
     });
     t.normal();
@@ -157,8 +162,13 @@ fn a_position_made_for_another_log_is_not_trusted_while_the_id_is_unknown() {
 #[test]
 fn a_position_checked_against_the_log_read_later_is_stored() {
     let mut t = T::new(Settings {
-        logs: [None, None],
-        verify: [Some(LOG.into()), None],
+        sides: [
+            SideStart {
+                verify: Some(LOG.into()),
+                ..SideStart::default()
+            },
+            SideStart::default(),
+        ],
         ..settings(OrderingMode::Unordered, 10, 100)
     });
     t.normal();

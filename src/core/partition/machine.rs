@@ -13,7 +13,7 @@ use super::handover::{Handover, Request};
 use super::lanes::Lanes;
 use super::per_side::PerSide;
 use super::side::Side;
-use super::stores::{Pace, Storing};
+use super::stores::Storing;
 use super::turn::Turn;
 use super::{Effect, Input, Intake, Note, Now, Outcome, Positions, Report, Settings, Src, Timer};
 use crate::core::fsm::Mode;
@@ -43,12 +43,6 @@ impl<X: Intake> PartitionMachine<X> {
     /// A machine in `Paused` that has applied nothing yet: its first input should
     /// be [`Input::Verdict`], which applies the reading the FSM chooses.
     pub fn new(settings: Settings, intake: X) -> Self {
-        let pace = Pace {
-            interval: settings.commit_interval,
-            after: settings.commit_after,
-            floor: settings.commit_floor,
-            metadata_max_bytes: settings.metadata_max_bytes,
-        };
         PartitionMachine {
             intake,
             generation: settings.generation,
@@ -63,7 +57,7 @@ impl<X: Intake> PartitionMachine<X> {
             dlq: DlqDrain::new(settings.limit),
             degraded: Degraded::new(settings.min_pause),
             handover: Handover::new(settings.drain_timeout),
-            storing: Storing::new(pace),
+            storing: Storing::new(settings.pace),
             turn: Turn::default(),
         }
     }

@@ -74,8 +74,9 @@
 //!
 //! The interface: `records` ([`Intake`], [`Kind`], [`Begun`]), `inputs`
 //! ([`Input`], [`Report`], [`Timer`], [`Positions`]), `effects` ([`Effect`],
-//! [`Commit`], [`Note`]) and `settings` ([`Settings`] and the constants that
-//! pace the machine). Besides the parts' own tests, `tests`, `handover_tests`
+//! [`Commit`], [`Note`]) and `settings` ([`Settings`], with each side's
+//! [`SideStart`] and the commits' [`Pace`], and the constants that pace the
+//! machine). Besides the parts' own tests, `tests`, `handover_tests`
 //! and `log_tests` test the machine one behaviour at a time, and `model` is
 //! its model-based property test.
 
@@ -108,7 +109,8 @@ pub use inputs::{Input, Outcome, Positions, Report, Timer};
 pub use machine::PartitionMachine;
 pub use records::{Begun, Intake, Kind};
 pub use settings::{
-    commit_after, Settings, COMMIT_FLOOR, LOGS_AFTER_RESET, MAX_ERRORED, STORE_DELAY,
+    commit_after, Pace, Settings, SideStart, COMMIT_FLOOR, LOGS_AFTER_RESET, MAX_ERRORED,
+    STORE_DELAY,
 };
 
 #[cfg(test)]

@@ -350,16 +350,19 @@ impl Harness {
             budget: budget.clone(),
             min_pause: Duration::from_millis(s.min_pause_ms),
             drain_timeout: Duration::from_millis(2_000),
-            start: [None, None],
-            stored: [None, None],
-            skip: [skip, None],
-            logs: [Some(LOG.into()), Some(LOG.into())],
-            read_from_start: [false, false],
-            verify: [None, None],
-            metadata_max_bytes: DEFAULT_MAX_METADATA_BYTES,
-            commit_interval: Duration::from_millis(250),
-            commit_after: 3,
-            commit_floor: super::COMMIT_FLOOR,
+            sides: [
+                SideStart {
+                    skip,
+                    ..SideStart::on_log(LOG)
+                },
+                SideStart::on_log(LOG),
+            ],
+            pace: Pace {
+                metadata_max_bytes: DEFAULT_MAX_METADATA_BYTES,
+                interval: Duration::from_millis(250),
+                after: 3,
+                floor: super::COMMIT_FLOOR,
+            },
         };
         let mut h = Harness {
             m: PartitionMachine::new(settings, Plain),

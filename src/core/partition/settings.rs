@@ -1,7 +1,7 @@
 //! The machine's fixed parameters and the constants that pace it.
 
 #[cfg(doc)]
-use super::{Effect, Input};
+use super::{Effect, Input, Src};
 use crate::core::byte_budget::ByteBudget;
 use crate::core::completed::Completed;
 use crate::core::offsets::NextOffset;
@@ -41,43 +41,73 @@ pub struct Settings {
     pub min_pause: Duration,
     /// How long a drain waits for in-flight jobs.
     pub drain_timeout: Duration,
-    /// Known start positions (after a seek); otherwise learnt from the first record.
-    pub start: [Option<NextOffset>; 2],
+    /// Per side, indexed by [`Src::index`]: where it starts and what an
+    /// earlier owner left for it.
+    pub sides: [SideStart; 2],
+    /// How stores are committed and what their metadata may hold.
+    pub pace: Pace,
+}
+
+/// One side's start: its position, and what an earlier owner left for it
+/// (the stored position, the committed metadata and the log it names).
+/// [`Default`]: nothing known (the log's identity included).
+#[derive(Debug, Clone, Default)]
+pub struct SideStart {
+    /// Known start position (after a seek); otherwise learnt from the first record.
+    pub start: Option<NextOffset>,
     /// What an earlier incarnation stored for this partition.
-    pub stored: [Option<NextOffset>; 2],
-    /// Per side: the offsets the committed metadata names done (decoded by
+    pub stored: Option<NextOffset>,
+    /// The offsets the committed metadata names done (decoded by
     /// `core::completed`, made by an earlier owner). Records at these offsets
     /// are completed without dispatch.
-    pub skip: [Option<Completed>; 2],
-    /// Per side: the identity of the log read (the topic's id), which each
-    /// store's metadata carries (`core::completed`); `None` (not known): no
-    /// metadata is written.
-    pub logs: [Option<Arc<str>>; 2],
-    /// Per side: the committed position was made for another log (its
-    /// metadata names another topic id: an owner that missed the topic's
-    /// recreation committed it onto the new log). The side is read from its
-    /// log's start ([`Effect::ReadFromStart`], asked at the first
-    /// [`Input::Logs`]), and nothing is stored until it is.
-    pub read_from_start: [bool; 2],
-    /// Per side: the topic's id could not be read at the assignment, and
-    /// the committed position's metadata names the log it was made for
+    pub skip: Option<Completed>,
+    /// The identity of the log read (the topic's id), which each store's
+    /// metadata carries (`core::completed`); `None` (not known): no metadata
+    /// is written.
+    pub log: Option<Arc<str>>,
+    /// The committed position was made for another log (its metadata names
+    /// another topic id: an owner that missed the topic's recreation
+    /// committed it onto the new log). The side is read from its log's start
+    /// ([`Effect::ReadFromStart`], asked at the first [`Input::Logs`]), and
+    /// nothing is stored until it is.
+    pub read_from_start: bool,
+    /// The topic's id could not be read at the assignment, and the committed
+    /// position's metadata names the log it was made for
     /// (`core::completed::Assessment::verify`). Nothing is stored for the
     /// side until an [`Input::Logs`] reads the id: the same, and the side
-    /// stores with it; another, and the position was another log's: the
-    /// side is read from its log's start ([`Effect::ReadFromStart`]).
-    pub verify: [Option<Arc<str>>; 2],
+    /// stores with it; another, and the position was another log's: the side
+    /// is read from its log's start ([`Effect::ReadFromStart`]).
+    pub verify: Option<Arc<str>>,
+}
+
+impl SideStart {
+    /// A side that reads `log` (its topic's id), nothing else known: no
+    /// earlier owner's position or metadata.
+    pub fn on_log(log: impl Into<Arc<str>>) -> Self {
+        SideStart {
+            log: Some(log.into()),
+            ..SideStart::default()
+        }
+    }
+}
+
+/// How stores are committed and what their metadata may hold (the same for
+/// both sides).
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
     /// The broker's `offset.metadata.max.bytes`: the most a store's metadata
     /// may hold.
     pub metadata_max_bytes: usize,
     /// The least time between two commits of metadata alone (the position
     /// unchanged, see [`Effect::Store`]'s `commit`).
-    pub commit_interval: Duration,
+    pub interval: Duration,
     /// Events finished on a side since its last explicit commit that make the
-    /// next store a commit at once (see [`commit_after`]).
-    pub commit_after: usize,
+    /// next store a commit at once (see [`commit_after`]; at least 1: 0 is
+    /// taken as 1).
+    pub after: usize,
     /// The least time between two such commits of a side: a fast API does not
     /// turn into a commit per handful of events (see [`COMMIT_FLOOR`]).
-    pub commit_floor: Duration,
+    pub floor: Duration,
 }
 
 /// How many lag checks' topic ids ([`Input::Logs`]) a side waits for after a

@@ -10,8 +10,8 @@
 use super::gaps::Gaps;
 use super::log::LogWatch;
 use super::probe::Probe;
-use super::stores::{Pace, Stores};
-use super::{Effect, Note, Settings, Src};
+use super::stores::Stores;
+use super::{Effect, Note, Pace, Settings, Src};
 use crate::core::completed::{self, Completed};
 use crate::core::offsets::{NextOffset, OffsetTracker};
 use std::sync::Arc;
@@ -50,23 +50,19 @@ pub(super) struct Side {
 
 impl Side {
     pub(super) fn new(settings: &Settings, src: Src) -> Self {
-        let i = src.index();
+        let s = &settings.sides[src.index()];
         Side {
-            tracker: match settings.start[i] {
-                Some(s) => OffsetTracker::starting_at(settings.generation, s),
+            tracker: match s.start {
+                Some(at) => OffsetTracker::starting_at(settings.generation, at),
                 None => OffsetTracker::new(settings.generation),
             },
             shift: 0,
             base: i64::MIN,
             held: 0,
             reading: None,
-            skip: settings.skip[i].clone().filter(|c| !c.is_empty()),
-            stores: Stores::new(settings.stored[i]),
-            log: LogWatch::new(
-                settings.logs[i].clone(),
-                settings.verify[i].clone(),
-                settings.read_from_start[i],
-            ),
+            skip: s.skip.clone().filter(|c| !c.is_empty()),
+            stores: Stores::new(s.stored),
+            log: LogWatch::new(s.log.clone(), s.verify.clone(), s.read_from_start),
             gaps: Gaps::default(),
             probe: Probe::default(),
         }
@@ -323,7 +319,7 @@ mod tests {
     use super::*;
     use crate::core::byte_budget::ByteBudget;
     use crate::core::ordering::OrderingMode;
-    use crate::core::partition::Commit;
+    use crate::core::partition::{Commit, SideStart};
 
     const GEN: u64 = 3;
     const LOG: &str = "q6AUPnmAS0yMtYhZ7I9-Ag";
@@ -346,16 +342,8 @@ mod tests {
             budget: Arc::new(ByteBudget::new(u64::MAX)),
             min_pause: Duration::ZERO,
             drain_timeout: Duration::ZERO,
-            start: [None, None],
-            stored: [None, None],
-            skip: [None, None],
-            logs: [Some(LOG.into()), Some(LOG.into())],
-            read_from_start: [false, false],
-            verify: [None, None],
-            metadata_max_bytes: 4096,
-            commit_interval: PACE.interval,
-            commit_after: PACE.after,
-            commit_floor: PACE.floor,
+            sides: [SideStart::on_log(LOG), SideStart::on_log(LOG)],
+            pace: PACE,
         }
     }
 
@@ -411,8 +399,8 @@ mod tests {
     fn offsets_an_earlier_owner_named_done_are_skipped_until_its_end() {
         let meta = completed::encode(LOG, 10, 15, [10, 12], 4096);
         let mut s = settings();
-        s.start = [at(10), None];
-        s.skip = [completed::decode(LOG, 10, &meta), None];
+        s.sides[0].start = at(10);
+        s.sides[0].skip = completed::decode(LOG, 10, &meta);
         let mut side = main_side(s);
         let mut fx = Fx::new();
         let got: Vec<Begin> = (10..16).map(|o| begin(&mut side, o, &mut fx)).collect();
@@ -473,7 +461,7 @@ mod tests {
     #[test]
     fn nothing_is_stored_while_a_replaced_log_waits_to_be_read_again() {
         let mut s = settings();
-        s.read_from_start = [true, false];
+        s.sides[0].read_from_start = true;
         let mut side = main_side(s);
         let mut fx = Fx::new();
         begin(&mut side, 0, &mut fx);

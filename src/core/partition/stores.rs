@@ -2,9 +2,9 @@
 //! store timer with the rules both sides follow ([`Storing`]).
 //!
 //! A store is committed explicitly ([`Commit::Soon`]) when
-//! [`Settings::commit_after`] events finished since the side's last commit
-//! (at most once per `commit_floor`), when only its metadata changed (at most
-//! once per `commit_interval`), or when the next one must be (after a reset:
+//! [`Pace::after`] events finished since the side's last commit
+//! (at most once per [`Pace::floor`]), when only its metadata changed (at most
+//! once per [`Pace::interval`]), or when the next one must be (after a reset:
 //! librdkafka still holds the old log's committed position, and auto-commit
 //! sends a partition only when the stored position passes that one). A
 //! drain's answer commits at once ([`Commit::Now`]); while a drain waits for
@@ -66,25 +66,9 @@
 //! delivered again — seen failing with the skip disabled — and duplicates ≤ what had finished
 //! uncommitted + the concurrency).
 
-#[cfg(doc)]
-use super::Settings;
-use super::{Commit, Effect, Timer, STORE_DELAY};
+use super::{Commit, Effect, Pace, Timer, STORE_DELAY};
 use crate::core::offsets::NextOffset;
 use std::time::{Duration, Instant};
-
-/// How stores are committed and what their metadata may hold.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Pace {
-    /// The least time between two commits of metadata alone.
-    pub(super) interval: Duration,
-    /// Events finished since a side's last commit that make its next store a
-    /// commit at once (at least 1).
-    pub(super) after: usize,
-    /// The least time between two such commits of a side.
-    pub(super) floor: Duration,
-    /// The broker's `offset.metadata.max.bytes`.
-    pub(super) metadata_max_bytes: usize,
-}
 
 /// What one side stored, and when it last committed.
 pub(super) struct Stores {

@@ -105,16 +105,13 @@ pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize)
         budget: Arc::new(ByteBudget::new(u64::MAX)),
         min_pause: Duration::from_millis(1_000),
         drain_timeout: Duration::from_millis(10_000),
-        start: [None, None],
-        stored: [None, None],
-        skip: [None, None],
-        logs: [Some(LOG.into()), Some(LOG.into())],
-        read_from_start: [false, false],
-        verify: [None, None],
-        metadata_max_bytes: DEFAULT_MAX_METADATA_BYTES,
-        commit_interval: Duration::from_millis(250),
-        commit_after: usize::MAX,
-        commit_floor: super::COMMIT_FLOOR,
+        sides: [SideStart::on_log(LOG), SideStart::on_log(LOG)],
+        pace: Pace {
+            metadata_max_bytes: DEFAULT_MAX_METADATA_BYTES,
+            interval: Duration::from_millis(250),
+            after: usize::MAX,
+            floor: super::COMMIT_FLOOR,
+        },
     }
 }
 
@@ -326,7 +323,13 @@ fn offsets_the_metadata_names_done_are_skipped_and_no_other() {
     let metadata = crate::core::completed::encode(LOG, 10, 15, [10, 13], 4096);
     let skip = crate::core::completed::decode(LOG, 10, &metadata);
     let mut t = T::new(Settings {
-        skip: [skip, None],
+        sides: [
+            SideStart {
+                skip,
+                ..SideStart::on_log(LOG)
+            },
+            SideStart::on_log(LOG),
+        ],
         ..settings(OrderingMode::Unordered, 10, 100)
     });
     t.normal();
@@ -354,7 +357,13 @@ fn a_skip_set_ends_where_its_metadata_ends() {
     let metadata = crate::core::completed::encode(LOG, 0, 3, [0], 4096);
     let skip = crate::core::completed::decode(LOG, 0, &metadata);
     let mut t = T::new(Settings {
-        skip: [skip, None],
+        sides: [
+            SideStart {
+                skip,
+                ..SideStart::on_log(LOG)
+            },
+            SideStart::on_log(LOG),
+        ],
         ..settings(OrderingMode::Unordered, 10, 100)
     });
     t.normal();
@@ -792,10 +801,9 @@ pub(super) fn commit_kinds<I>(fx: &[Effect<I>]) -> Vec<(i64, Commit)> {
 }
 
 pub(super) fn progress(commit_after: usize) -> Settings {
-    Settings {
-        commit_after,
-        ..settings(OrderingMode::Unordered, 100, 1_000)
-    }
+    let mut s = settings(OrderingMode::Unordered, 100, 1_000);
+    s.pace.after = commit_after;
+    s
 }
 
 /// Commits follow progress: the `commit_after`-th event finished since the
@@ -993,7 +1001,13 @@ fn the_old_incarnation_finishes_before_the_new_log_is_stored() {
 fn the_skip_set_does_not_outlive_a_reset() {
     let metadata = crate::core::completed::encode(LOG, 10, 15, [10], 4096);
     let mut t = T::new(Settings {
-        skip: [crate::core::completed::decode(LOG, 10, &metadata), None],
+        sides: [
+            SideStart {
+                skip: crate::core::completed::decode(LOG, 10, &metadata),
+                ..SideStart::on_log(LOG)
+            },
+            SideStart::on_log(LOG),
+        ],
         ..settings(OrderingMode::Unordered, 10, 100)
     });
     t.normal();
@@ -1302,7 +1316,7 @@ fn an_offset_reset_while_running_names_the_records_deleted_unread() {
 #[test]
 fn a_position_made_for_another_log_is_read_from_the_start() {
     let mut s = settings(OrderingMode::Unordered, 10, 100);
-    s.read_from_start = [true, false];
+    s.sides[0].read_from_start = true;
     let mut t = T::new(s);
     t.normal();
     t.feed(main_recs(300..302, |_| None));
