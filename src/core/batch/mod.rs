@@ -335,6 +335,12 @@ mod tests {
         assert_ne!(a, idempotency_key(["xy"]));
         assert_eq!(a.len(), 38);
         assert!(a.starts_with("batch-"));
+        // The API stand-in derives the key on its own (courier-standins'
+        // `sink::batch`), pinned to the same vector.
+        assert_eq!(
+            idempotency_key(["ev-1", "ev-2"]),
+            "batch-69c7792cb44aabcaf76caa472c5d7cac"
+        );
     }
 
     #[test]
