@@ -66,7 +66,7 @@ pub mod ops;
 pub mod otel;
 pub(crate) mod redis_conn;
 pub mod runtime;
-pub mod schema_registry;
+pub(crate) mod schema_registry;
 pub mod status_page;
 pub(crate) mod store_tls;
 pub(crate) mod tls;

@@ -71,16 +71,16 @@
 use crate::config::schema_registry::{RegistryAuth, SchemaRegistryConfig};
 use crate::core::input::InputFormat;
 use crate::core::schema::registry::{self as decide, Asked, Failure, Resolution, SchemaAnswer};
-pub use crate::core::schema::Resolved;
+pub(crate) use crate::core::schema::Resolved;
 use crate::core::schema::{expected_kind, schema_kind, RegistryRefusal};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `courier_schema_registry_fetches_total{result}`: fetches by outcome
 /// (`ok`, `unknown`, `refused`, `unavailable`).
-pub const FETCHES: &str = "courier_schema_registry_fetches_total";
+pub(crate) const FETCHES: &str = "courier_schema_registry_fetches_total";
 /// `courier_schema_registry_waiting_partitions`: partitions waiting for a schema.
-pub const WAITING: &str = "courier_schema_registry_waiting_partitions";
+pub(crate) const WAITING: &str = "courier_schema_registry_waiting_partitions";
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum FetchError {

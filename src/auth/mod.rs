@@ -52,8 +52,8 @@
 //! `tests/signing.rs` (the Standard Webhooks reference library verifies every request
 //! through a secret rotation).
 
-pub mod oauth2;
-pub mod secret;
+pub(crate) mod oauth2;
+pub(crate) mod secret;
 
 use crate::config::{ApiConfig, ConfigError};
 use crate::core::credentials::unauthorized;

@@ -54,7 +54,7 @@ mod pipeline;
 mod redis;
 pub mod reference;
 mod retry;
-pub mod schema_registry;
+pub(crate) mod schema_registry;
 mod tracing;
 
 pub use crate::core::batch::BatchSpec;

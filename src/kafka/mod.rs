@@ -142,11 +142,11 @@
 //! member had to be expired first — the number to look at after a node failure.
 
 pub mod admin;
-pub mod client_log;
-pub mod detached;
+pub(crate) mod client_log;
+pub(crate) mod detached;
 pub mod identity;
-pub mod poller;
-pub mod seams;
+pub(crate) mod poller;
+pub(crate) mod seams;
 
 mod client_config;
 mod context;

@@ -169,7 +169,7 @@ impl Buffered {
     }
 }
 
-pub struct Poller {
+pub(crate) struct Poller {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -177,7 +177,7 @@ pub struct Poller {
 impl Poller {
     /// Polls until stopped, holding at most `max_records` records and
     /// `max_bytes` bytes that the actors have not taken in.
-    pub fn start(
+    pub(crate) fn start(
         consumer: Arc<KafkaConsumer>,
         max_records: usize,
         max_bytes: usize,
@@ -210,7 +210,7 @@ impl Poller {
     }
 
     /// Asks the thread to stop and waits for it (blocking: call off the runtime).
-    pub fn stop_and_join(&mut self) {
+    pub(crate) fn stop_and_join(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
@@ -315,7 +315,7 @@ fn poll_loop(
 
 /// What a caught panic says (its payload is a `&str` or a `String` when raised
 /// by `panic!`).
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = panic.downcast_ref::<String>() {
@@ -329,7 +329,7 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// per process) on reading a record with this key. Set at start from the
 /// config; only in a build with the cargo feature `test-hooks`.
 #[cfg(feature = "test-hooks")]
-pub static PANIC_ON_KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+pub(crate) static PANIC_ON_KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
 
 #[cfg(feature = "test-hooks")]
 fn panic_hook(r: &Record) {

@@ -38,8 +38,8 @@
 //! `build.rs` (`git rev-parse`, or `COURIER_GIT_COMMIT` set for the build; none
 //! without git).
 
-pub mod http;
-pub mod page;
+pub(crate) mod http;
+pub(crate) mod page;
 
 use crate::config::Config;
 use crate::core::breaker::{BreakerStateKind, Transition};

@@ -9,7 +9,7 @@ use std::time::Instant;
 /// [`Breaker::allow`]: super::Breaker::allow
 /// [`Breaker::advance`]: super::Breaker::advance
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
+pub(crate) enum BreakerState {
     Closed,
     Open { until: Instant },
     HalfOpen { admitted: u32, succeeded: u32 },

@@ -37,8 +37,7 @@ mod calendar;
 mod decimal;
 mod text;
 
-pub use calendar::civil_from_days;
-pub use decimal::{unscaled_digits, MAX_DIGITS, MAX_SCALE};
+pub(crate) use calendar::civil_from_days;
 
 use super::capped::{Limited, Over};
 use apache_avro::schema::{Name, Schema};

@@ -6,13 +6,13 @@
 //! usable); what comes out is JSON text, read from there on exactly as
 //! `input.format = "json"` reads a record.
 
-pub mod avro;
+pub(crate) mod avro;
 mod avro_names;
 mod capped;
 pub mod frame;
-pub mod json_schema;
-pub mod protobuf;
-pub mod registry;
+pub(crate) mod json_schema;
+pub(crate) mod protobuf;
+pub(crate) mod registry;
 
 pub use avro::{AvroSchema, DecimalMode, JsonOptions, TimestampMode};
 pub use json_schema::JsonSchema;
