@@ -57,7 +57,7 @@ mod retry;
 pub(crate) mod schema_registry;
 mod tracing;
 
-pub use crate::core::batch::BatchSpec;
+pub(crate) use crate::core::batch::BatchSpec;
 use api::is_loopback;
 pub use api::{ApiConfig, ApiTlsConfig, CaMode};
 pub use auth::{

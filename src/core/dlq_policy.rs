@@ -57,7 +57,7 @@ mod millis_as_humantime {
 }
 
 impl DlqRetry {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DlqRetry::Counter { .. } => "counter",
             DlqRetry::Deadline { .. } => "deadline",

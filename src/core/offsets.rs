@@ -44,14 +44,15 @@ pub struct NextOffset(i64);
 
 impl NextOffset {
     /// The position just after the finished offset `done`.
-    pub fn after(done: i64) -> Self {
+    #[cfg(test)]
+    pub(crate) fn after(done: i64) -> Self {
         NextOffset(done + 1)
     }
     /// The position *at* `offset` (that offset is the next one to read).
-    pub fn at(offset: i64) -> Self {
+    pub(crate) fn at(offset: i64) -> Self {
         NextOffset(offset)
     }
-    pub fn get(self) -> i64 {
+    pub(crate) fn get(self) -> i64 {
         self.0
     }
 }
@@ -63,7 +64,7 @@ impl fmt::Display for NextOffset {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TrackerError {
+pub(crate) enum TrackerError {
     #[error("offset {offset} begun out of order (expected at least {expected})")]
     OutOfOrder { offset: i64, expected: i64 },
     #[error("completion for offset {0} that is not in flight (never begun, or completed twice)")]

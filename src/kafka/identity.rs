@@ -25,9 +25,6 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::time::{Duration, Instant};
 
-/// Kafka's default `offset.metadata.max.bytes`.
-pub use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
-
 /// The ids of `topics` (as Kafka prints them), for those the broker
 /// describes without error. Blocking: call off the async runtime.
 pub fn topic_ids<C: ConsumerContext>(

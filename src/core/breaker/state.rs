@@ -24,7 +24,7 @@ pub enum BreakerStateKind {
 }
 
 impl BreakerStateKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             BreakerStateKind::Closed => "closed",
             BreakerStateKind::Open => "open",
@@ -32,7 +32,7 @@ impl BreakerStateKind {
         }
     }
     /// A gauge value: 0 closed, 1 half-open, 2 open (the usual encoding).
-    pub fn as_gauge(self) -> f64 {
+    pub(crate) fn as_gauge(self) -> f64 {
         match self {
             BreakerStateKind::Closed => 0.0,
             BreakerStateKind::HalfOpen => 1.0,
@@ -65,7 +65,7 @@ pub enum TransitionReason {
 }
 
 impl TransitionReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TransitionReason::FailureRate => "failure_rate",
             TransitionReason::ConsecutiveFailures => "consecutive_failures",

@@ -54,7 +54,7 @@ pub enum Timer {
 }
 
 #[derive(Debug)]
-pub enum Input<R> {
+pub(crate) enum Input<R> {
     /// Records routed to this partition, in offset order per side.
     Records(Vec<R>),
     /// Answers of dispatched jobs, in arrival order.

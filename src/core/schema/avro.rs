@@ -85,7 +85,7 @@ pub struct AvroSchema {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum AvroError {
+pub(crate) enum AvroError {
     #[error("the Avro schema does not parse: {0}")]
     Schema(String),
     #[error("the record does not decode with its Avro schema: {0}")]
@@ -108,7 +108,7 @@ pub enum AvroError {
 impl AvroSchema {
     /// Parses a schema (the registry's `schema` text) and the schemas it
     /// references (their texts, dependencies first).
-    pub fn parse(text: &str, references: &[String]) -> Result<AvroSchema, AvroError> {
+    pub(crate) fn parse(text: &str, references: &[String]) -> Result<AvroSchema, AvroError> {
         let (schema, schemata) = if references.is_empty() {
             (Schema::parse_str(text), Vec::new())
         } else {
@@ -130,7 +130,7 @@ impl AvroSchema {
     }
 
     /// The length of the texts it was parsed from.
-    pub fn text_len(&self) -> usize {
+    pub(crate) fn text_len(&self) -> usize {
         self.text_len
     }
 
@@ -142,7 +142,7 @@ impl AvroSchema {
     /// for items that take no bytes, against the room left in the output),
     /// decimals are held to their limits (`decimal`), and the output stops at
     /// `max_bytes` (`TooLarge`).
-    pub fn to_json(
+    pub(crate) fn to_json(
         &self,
         body: &[u8],
         opts: JsonOptions,

@@ -39,7 +39,7 @@ impl RegistryRefusal {
     ];
 
     /// The parking reason.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RegistryRefusal::UnknownSchema => "unknown_schema",
             RegistryRefusal::UnknownReference => "unknown_schema_reference",
