@@ -27,7 +27,7 @@ const GROUP: &str = "courier-demo";
 const AVRO_SCHEMA_ID: u32 = 1;
 
 /// One progress line every this often.
-pub const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 
 /// How long the story may take before the demo gives up (exit 1).
 const STORY_LIMIT: Duration = Duration::from_secs(90);

@@ -55,7 +55,7 @@ use std::sync::Arc;
 /// What is wrong with a TLS file, for the config field that names it.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {problem}", path.display())]
-pub struct TlsFileError {
+pub(crate) struct TlsFileError {
     /// The config field (`api.tls.ca_file`) or command-line option that names the file.
     pub field: String,
     pub path: PathBuf,
@@ -197,7 +197,7 @@ pub(crate) fn check_pair(
 /// The files of a TLS client, loaded and checked: extra or replacement roots,
 /// and a client identity (certificate chain and key) for mTLS.
 #[derive(Debug, Default)]
-pub struct ClientFiles {
+pub(crate) struct ClientFiles {
     pub roots: Vec<CertificateDer<'static>>,
     pub identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
 }
@@ -206,7 +206,7 @@ impl ClientFiles {
     /// Reads `<section>.ca_file`, `<section>.cert_file` and `<section>.key_file`
     /// (whichever are set; cert and key go together, which config validation
     /// checks). Errors name the field.
-    pub fn load(
+    pub(crate) fn load(
         section: &str,
         ca_file: Option<&Path>,
         cert_file: Option<&Path>,
@@ -230,7 +230,7 @@ impl ClientFiles {
 
     /// The identity as one PEM document (chain, then key), re-encoded from
     /// what was parsed, so only the sections that were checked are in it.
-    pub fn identity_pem(&self) -> Option<Vec<u8>> {
+    pub(crate) fn identity_pem(&self) -> Option<Vec<u8>> {
         let (certs, key) = self.identity.as_ref()?;
         let mut out = String::new();
         for c in certs {

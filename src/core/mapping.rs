@@ -372,7 +372,7 @@ pub(crate) struct Route {
 
 /// The routes, in order: the first whose glob matches the type wins.
 #[derive(Debug, Clone, Default)]
-pub struct Routes {
+pub(crate) struct Routes {
     routes: Vec<Route>,
 }
 

@@ -40,7 +40,7 @@ use std::fmt;
 /// Courier only uses the partition-list APIs, always with a `NextOffset`, and the
 /// conversion from a finished offset happens here and nowhere else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NextOffset(i64);
+pub(crate) struct NextOffset(i64);
 
 impl NextOffset {
     /// The position just after the finished offset `done`.

@@ -78,12 +78,12 @@ fn low_water(limit: usize) -> i64 {
 }
 
 impl Buffered {
-    pub fn add(&self, records: usize, bytes: usize) {
+    pub(crate) fn add(&self, records: usize, bytes: usize) {
         self.records.fetch_add(records as i64, Ordering::SeqCst);
         self.bytes.fetch_add(bytes as i64, Ordering::SeqCst);
     }
 
-    pub fn sub(&self, records: usize, bytes: usize) {
+    pub(crate) fn sub(&self, records: usize, bytes: usize) {
         self.records.fetch_sub(records as i64, Ordering::SeqCst);
         self.bytes.fetch_sub(bytes as i64, Ordering::SeqCst);
         self.wake();
@@ -91,7 +91,7 @@ impl Buffered {
 
     /// Nothing buffered (a new consumer: what the previous one handed over died
     /// with it and its partition actors).
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.records.store(0, Ordering::SeqCst);
         self.bytes.store(0, Ordering::SeqCst);
         self.wake();
@@ -99,7 +99,7 @@ impl Buffered {
 
     /// Wakes the poll thread if it waits and the buffer went below its low
     /// water marks (a lock only then).
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         if self.waiting.load(Ordering::SeqCst) && self.below_low_water() {
             let _room = self.room.lock().unwrap_or_else(|e| e.into_inner());
             self.freed.notify_all();
@@ -146,7 +146,7 @@ impl Buffered {
     }
 
     /// Records and bytes buffered now.
-    pub fn get(&self) -> (i64, i64) {
+    pub(crate) fn get(&self) -> (i64, i64) {
         (
             self.records.load(Ordering::SeqCst),
             self.bytes.load(Ordering::SeqCst),
@@ -155,7 +155,7 @@ impl Buffered {
 
     /// Gives back everything counted here (a partition actor's share, when it
     /// stops or crashes) from `total` as well.
-    pub fn release_into(&self, total: &Buffered) {
+    pub(crate) fn release_into(&self, total: &Buffered) {
         let records = self.records.swap(0, Ordering::SeqCst);
         let bytes = self.bytes.swap(0, Ordering::SeqCst);
         total.records.fetch_sub(records, Ordering::SeqCst);

@@ -22,7 +22,7 @@ const MIN_EVENTS: u64 = 20;
 
 /// One window's count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SplitReport {
+pub(crate) struct SplitReport {
     /// Events answered in the window (a request not split further).
     pub events: u64,
     /// Of them, events answered alone after their batch was split.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct BreakerConfig {
+pub(crate) struct BreakerConfig {
     /// Sliding time window of call outcomes that the failure rate is computed over.
     pub window: Duration,
     /// No verdict below this many calls in the window: two failures out of three

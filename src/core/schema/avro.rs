@@ -69,7 +69,7 @@ pub enum TimestampMode {
 
 /// How registry-framed records are written as JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct JsonOptions {
+pub(crate) struct JsonOptions {
     pub decimal: DecimalMode,
     pub timestamps: TimestampMode,
 }

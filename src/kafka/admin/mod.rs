@@ -29,9 +29,11 @@ mod topics;
 pub use offsets::{
     committed_offsets, committed_positions, end_offsets, snapshot, watermarks, CommittedPosition,
 };
-pub use read::{fetch_one, scan, FetchError, ReadRecord};
+pub use read::scan;
+pub(crate) use read::{fetch_one, ReadRecord};
 pub(crate) use topics::controller_detour;
-pub use topics::{ensure_topic, topic_setting, topic_settings};
+pub use topics::topic_setting;
+pub(crate) use topics::{ensure_topic, topic_settings};
 
 use crate::config::KafkaConfig;
 use rdkafka::config::ClientConfig;

@@ -115,7 +115,7 @@ fn read_record(m: &rdkafka::message::BorrowedMessage<'_>) -> ReadRecord {
 
 /// Why one record could not be read back.
 #[derive(Debug, thiserror::Error)]
-pub enum FetchError {
+pub(crate) enum FetchError {
     #[error("{topic}/{partition}@{offset} is gone: the partition now starts at offset {start} (retention or compaction removed it)")]
     Gone {
         topic: String,
@@ -136,7 +136,7 @@ pub enum FetchError {
 
 /// Reads the one record at `topic`/`partition`@`offset` (e.g. the origin of a
 /// DLQ envelope that carries a reference instead of its payload).
-pub fn fetch_one(
+pub(crate) fn fetch_one(
     cluster: &(impl Connection + ?Sized),
     topic: &str,
     partition: i32,

@@ -16,7 +16,7 @@ use std::time::Duration;
 /// topic defaults) unless it exists. For topics Courier itself owns, such as the
 /// replay log; a principal not allowed to create topics gets an error that says
 /// to create it.
-pub async fn ensure_topic(
+pub(crate) async fn ensure_topic(
     cluster: &(impl Connection + ?Sized),
     topic: &str,
     partitions: i32,
@@ -61,7 +61,7 @@ pub async fn topic_setting(
 
 /// Several settings of each topic in one DescribeConfigs: topic → key → value,
 /// as [`topic_setting`] reads one.
-pub async fn topic_settings(
+pub(crate) async fn topic_settings(
     cluster: &(impl Connection + ?Sized),
     topics: &[&str],
     keys: &[&str],
