@@ -56,7 +56,7 @@ pub(crate) fn clean_text(s: &str, max: usize) -> String {
 
 /// Header names. The `kafka_dlt-*` names follow Spring Kafka's dead-letter
 /// convention, which most Kafka tooling already knows.
-pub mod header {
+pub(crate) mod header {
     pub(crate) const ORIGINAL_TOPIC: &str = "kafka_dlt-original-topic";
     pub(crate) const ORIGINAL_PARTITION: &str = "kafka_dlt-original-partition";
     pub(crate) const ORIGINAL_OFFSET: &str = "kafka_dlt-original-offset";

@@ -20,10 +20,10 @@
 //! * `features.rs` (tests only) — `builtin_features` and `REQUIRED_FEATURES`:
 //!   what this build's librdkafka can do, and must.
 //!
-//! And the public modules: `admin` (admin and inspection helpers), `client_log`
-//! (librdkafka's log lines), `detached` (teardown off the caller's thread),
-//! `identity` (topic ids), `poller` (the poll thread), `seams` (the traits the
-//! actors reach Kafka through).
+//! And the modules: `admin` (admin and inspection helpers) and `identity` (topic
+//! ids), public; `client_log` (librdkafka's log lines), `detached` (teardown off
+//! the caller's thread), `poller` (the poll thread), `seams` (the traits the
+//! actors reach Kafka through), for the crate only.
 //!
 //! # Invariant I4: auto-store off
 //!

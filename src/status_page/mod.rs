@@ -305,7 +305,7 @@ impl StatusBoard {
 
     /// Registers the row of a partition actor incarnation (replacing a previous
     /// incarnation's).
-    pub fn partition(&self, partition: i32, generation: u64) -> Arc<PartitionRow> {
+    pub(crate) fn partition(&self, partition: i32, generation: u64) -> Arc<PartitionRow> {
         let row = Arc::new(PartitionRow::new(generation));
         lock(&self.partitions).insert(partition, row.clone());
         row
@@ -346,7 +346,7 @@ impl StatusBoard {
         lock(&self.window).sample(now_ms, &counts);
     }
 
-    pub fn snapshot(&self, now_ms: i64, ready: Probe, live: Probe) -> Snapshot {
+    pub(crate) fn snapshot(&self, now_ms: i64, ready: Probe, live: Probe) -> Snapshot {
         let partitions = lock(&self.partitions)
             .iter()
             .map(|(p, row)| row.snapshot(*p))

@@ -67,13 +67,6 @@ pub enum Unreadable {
 }
 
 impl Unreadable {
-    pub const ALL: [Unreadable; 4] = [
-        Unreadable::ReadFailed,
-        Unreadable::TooLarge,
-        Unreadable::NotJson,
-        Unreadable::NoResultsArray,
-    ];
-
     /// The label of `courier_batch_results_unreadable_total{reason}`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {

@@ -212,7 +212,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 4] = [
+    pub(crate) const ALL: [Refusal; 4] = [
         Refusal::TooLarge,
         Refusal::NotAuthorized,
         Refusal::UnknownTopic,

@@ -55,7 +55,7 @@ pub enum TransportFailure {
 }
 
 impl TransportFailure {
-    pub const ALL: [TransportFailure; 18] = [
+    pub(crate) const ALL: [TransportFailure; 18] = [
         TransportFailure::Dns,
         TransportFailure::ConnectRefused,
         TransportFailure::ConnectTimeout,

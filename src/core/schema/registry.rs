@@ -30,7 +30,8 @@ pub enum RegistryRefusal {
 }
 
 impl RegistryRefusal {
-    pub const ALL: [RegistryRefusal; 5] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [RegistryRefusal; 5] = [
         RegistryRefusal::UnknownSchema,
         RegistryRefusal::UnknownReference,
         RegistryRefusal::BadSchema,
