@@ -35,7 +35,7 @@
 //!   `http/1.1`); otherwise ALPN offers `http/1.1` only. Off by default because hyper-util
 //!   keeps one HTTP/2 connection per host, so the server's stream limit would cap the calls
 //!   in flight (`docs/BENCHMARKS.md`). `http2_prior_knowledge` stays for h2c on `http://`.
-//! - **The API stand-in** (`src/sink/tls.rs`) serves HTTPS with `--tls-cert/--tls-key`
+//! - **The API stand-in** (courier-standins' `sink::tls`) serves HTTPS with `--tls-cert/--tls-key`
 //!   (`--tls-client-ca` to require client certificates): a rustls server with ALPN, whose
 //!   handshakes run in their own tasks and reach `axum::serve` through a channel, whose
 //!   certificate can be swapped while it runs, and which counts failed handshakes (with the

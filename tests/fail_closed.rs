@@ -1,6 +1,6 @@
 //! Fail closed (issue 42): no answer from the API is read as more than it
 //! says. Against a real broker and the API stand-in's batch endpoint with
-//! its faults (`src/sink/faults.rs`), batches of 100 (`json_array`) with
+//! its faults (courier-standins' `sink::faults`), batches of 100 (`json_array`) with
 //! per-item results (`results = "/items"`, `result_status = "/status"`),
 //! each ending with the audit (lost 0, duplicates counted):
 //!
