@@ -3,13 +3,13 @@
 //! own pace and concurrency, and its answer sends the event back to the DLQ
 //! with one more retry, to the parking lot, or delivers it.
 
-use super::call::Made;
 use super::durable::DlqWrite;
 use super::enrich::SourceOfTruth;
 use super::http::{self, Api, TransportError};
 use super::pacer::DrainPacer;
 use super::report::Failure;
 use super::request::{Body, Source};
+use super::send::Made;
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
 use crate::config::DegradedConfig;

@@ -11,11 +11,13 @@
 //! 2. [`request`] — building ([`request::Builder`]): route, body (enriched, or
 //!    the event's data), forwarded headers, trace context; or why it cannot
 //!    be sent (parked, never retried).
-//! 3. [`call`] — sending ([`call::Sender`]): the pool's permits, the
-//!    breaker's gate, the request and rate slots, one request through the
-//!    [`http::Api`] seam — or into its route's batch ([`batch`]: forming in
-//!    `batch/form.rs`, sending in `batch/send.rs`), where the batch is the
-//!    call and waits at the gate itself.
+//! 3. [`call`] — an event's call ([`call::Sender`]): the pool's permits,
+//!    then a request of its own or a place in its route's batch ([`batch`]:
+//!    forming in `batch/form.rs`, sending in `batch/send.rs`). Either request
+//!    goes out the one way [`send`] has ([`send::Calls`]): admitted at the
+//!    breaker's gate while anyone waits for it, its request and rate slots
+//!    taken, sent through the [`http::Api`] seam, heard once by the breaker
+//!    and the adaptive limit.
 //! 4. [`hear`] — answering: `core::answer::read` reads each answer once, for
 //!    the breaker (one observation per call, on every path) and for the
 //!    event ([`hear::Ears`]).
@@ -76,6 +78,7 @@ pub mod ratelimit;
 mod report;
 mod request;
 mod run;
+mod send;
 mod systemic;
 #[cfg(test)]
 mod tests;
@@ -312,25 +315,19 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             pipeline.health.clone(),
             alarm,
         ));
-        let batcher = Arc::new(batch::Batcher::new(
-            api.clone(),
-            limits.clone(),
-            pipeline.clone(),
+        let calls = Arc::new(send::Calls::new(
+            api,
             ears.clone(),
+            limits,
+            pipeline.health.clone(),
         ));
+        let batcher = Arc::new(batch::Batcher::new(calls.clone(), pipeline.clone()));
         Ok(Deliverer {
             inline: batching && enricher.is_none(),
             #[cfg(test)]
             inline_tries: std::sync::atomic::AtomicU64::new(0),
             build: request::Builder::new(routes, batch, enricher, pipeline.clone()),
-            send: call::Sender::new(
-                api,
-                ears.clone(),
-                gate,
-                limits,
-                batcher,
-                pipeline.health.clone(),
-            ),
+            send: call::Sender::new(calls, gate, batcher),
             reports: report::Reports::new(pipeline.clone(), ears.clone()),
             writes: outcome::Writes::new(writer, pipeline.clone(), ears),
             drain: drain::Redelivery::new(d, source),

@@ -31,11 +31,12 @@
 
 use super::attempt::{Tries, Wait};
 use super::batch::Batcher;
-use super::call::{no_answer, Made, Sent};
+use super::call::no_answer;
 use super::durable::{self, DlqWrite};
 use super::http::{Answer, Api, Outgoing, TransportError};
 use super::report::Failure;
 use super::request::{Body, Source};
+use super::send::{Made, Sent};
 use super::token::CompletionToken;
 use super::{Deliverer, Item, Job, Work};
 use crate::metrics as m;
