@@ -109,8 +109,8 @@ pub use inputs::{Input, Outcome, Positions, Report, Timer};
 pub use machine::PartitionMachine;
 pub use records::{Begun, Intake, Kind};
 pub use settings::{
-    commit_after, Pace, Settings, SideStart, COMMIT_FLOOR, LOGS_AFTER_RESET, MAX_ERRORED,
-    STORE_DELAY,
+    commit_after, commit_after_setting, Pace, Settings, SideStart, COMMIT_FLOOR, LOGS_AFTER_RESET,
+    MAX_ERRORED, STORE_DELAY,
 };
 
 #[cfg(test)]
