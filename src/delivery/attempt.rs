@@ -1,4 +1,4 @@
-//! Stage 4, the attempt loop: an event's tries on the main path. Each try
+//! Stage 5, the attempt loop: an event's tries on the main path. Each try
 //! builds the request and makes the call; a failed one is reported, and
 //! `core::attempt` decides what comes next — this loop only carries it out
 //! (sleep and retry, go back to the gate, or write the durable outcome).

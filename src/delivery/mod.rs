@@ -27,7 +27,7 @@
 //! 6. [`report`] — failure reports ([`report::Reports`]): counted
 //!    (`courier_delivery_errors_total`), logged (first per reason, then one
 //!    per 10 s), told to the breaker.
-//! 7. [`outcome`] — durable writes ([`outcome::Writes`]): envelope, DLQ and
+//! 7. [`write`] — durable writes ([`write::Writes`]): envelope, DLQ and
 //!    parking-lot writes, retried until acknowledged by [`durable`] (a DLQ
 //!    that refuses for good parks; a parking lot that refuses stops the
 //!    process).
@@ -71,7 +71,6 @@ pub mod http;
 mod inline;
 pub mod limits;
 mod ordered;
-mod outcome;
 pub mod pacer;
 pub mod peers;
 pub mod ratelimit;
@@ -83,6 +82,7 @@ mod systemic;
 #[cfg(test)]
 mod tests;
 pub mod token;
+mod write;
 
 use crate::config::Config;
 use crate::core::backoff::InPlaceRetry;
@@ -167,7 +167,7 @@ pub enum Queued {
 
 /// One instance's delivery, composed of its stages' parts: building
 /// ([`request::Builder`]), sending ([`call::Sender`]), failure reports
-/// ([`report::Reports`]), durable writes ([`outcome::Writes`]) and the DLQ
+/// ([`report::Reports`]), durable writes ([`write::Writes`]) and the DLQ
 /// drain's limits ([`drain::Redelivery`]); the attempt loop, the job and the
 /// ordered run drive them. `A` sends the requests and `W` makes the DLQ and
 /// parking-lot writes: the real client and the DLQ writer actor in
@@ -177,7 +177,7 @@ pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriter
     build: request::Builder,
     send: call::Sender<A>,
     reports: report::Reports,
-    writes: outcome::Writes<W>,
+    writes: write::Writes<W>,
     drain: drain::Redelivery,
     policy: InPlaceRetry,
     /// First tries may be made without a task ([`inline`]): batching is
@@ -329,7 +329,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             build: request::Builder::new(routes, batch, enricher, pipeline.clone()),
             send: call::Sender::new(calls, gate, batcher),
             reports: report::Reports::new(pipeline.clone(), ears.clone()),
-            writes: outcome::Writes::new(writer, pipeline.clone(), ears),
+            writes: write::Writes::new(writer, pipeline.clone(), ears),
             drain: drain::Redelivery::new(d, source),
             policy: cfg.api.retry_policy(),
             pipeline,

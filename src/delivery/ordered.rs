@@ -1,4 +1,4 @@
-//! Stage 8, an ordered run (`ordered = true`; `core::ordering`'s runs): the
+//! Stage 9, an ordered run (`ordered = true`; `core::ordering`'s runs): the
 //! events of one lane dispatched together go out in offset order — in one
 //! batch of their route when they fit ([`Batcher::submit_run`]), else
 //! in consecutive requests, each sent after the answer to the one before.
