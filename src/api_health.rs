@@ -17,7 +17,7 @@
 //! events do not pass the gate, their batch does (`batch::send::admitted`), and a batch
 //! admitted into a half-open probe slot sends one event, the others batched again. Per-item
 //! results go to each event's attempt loop only: 429/503 items are one back-pressure sample
-//! for the adaptive limit (`Limits::after_call_with`); events refused inside a 2xx answer are
+//! for the adaptive limit (`Limits::after_call`); events refused inside a 2xx answer are
 //! not counted by the DLQ and parking flood guards (`Answer::per_item`).
 //!
 //! *Tested by* `api_health::every_admission_settles_its_slot` (any sequence of admissions,

@@ -22,7 +22,7 @@
 //! # Invariant I9: durable writes
 //!
 //!
-//! *Enforced in* `src/actors/dlq_writer.rs`, `src/delivery/outcome.rs` (`to_dlq`, `to_parking`),
+//! *Enforced in* `src/actors/dlq_writer.rs`, `src/delivery/write.rs` (`to_dlq`, `to_parking`),
 //! `src/delivery/durable.rs` (`write_durably`). Every accepted event can become durable: the writer sizes each envelope
 //! for its topic's `max.message.bytes` (`Envelope::fitted`: a payload reference when it would
 //! not fit); a write refused for good is never retried forever — a DLQ refusal parks the

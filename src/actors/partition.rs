@@ -191,12 +191,10 @@ impl Actor for PartitionActor {
             pace: Pace {
                 metadata_max_bytes: a.metadata_max_bytes,
                 interval: cfg.kafka.auto_commit_interval,
-                // 0 (off): never due.
-                after: match cfg.kafka.commit_after {
-                    None => crate::core::partition::commit_after(cfg.pipeline.concurrency),
-                    Some(0) => usize::MAX,
-                    Some(n) => n,
-                },
+                after: crate::core::partition::commit_after_setting(
+                    cfg.kafka.commit_after,
+                    cfg.pipeline.concurrency,
+                ),
                 floor: crate::core::partition::COMMIT_FLOOR,
             },
         };
@@ -262,7 +260,9 @@ impl Actor for PartitionActor {
                     let (now, fetch) = g.admit(records);
                     if let Some(id) = fetch {
                         g.fetch(id, myself.clone());
-                        s.set_main_reading(false);
+                    }
+                    if let Some(on) = g.wait_changed() {
+                        s.set_main_reading(on);
                     }
                     Input::Records(now)
                 }
@@ -272,10 +272,11 @@ impl Actor for PartitionActor {
                     return Ok(());
                 };
                 let (now, fetch) = g.resolved(id, schema);
-                match fetch {
-                    Some(id) => g.fetch(id, myself.clone()),
-                    None if g.machine_reading => s.set_main_reading(true),
-                    None => {}
+                if let Some(id) = fetch {
+                    g.fetch(id, myself.clone());
+                }
+                if let Some(on) = g.wait_changed() {
+                    s.set_main_reading(on);
                 }
                 Input::Records(now)
             }

@@ -96,7 +96,7 @@
 //! **What the limit holds** (`delivery::limits::LimitOn`). Without batching, the pool's
 //! permits: one per event in delivery, and an event is a request. With batching (`[api.batch]`
 //! on any route), requests: every main-path and drain call takes a *request slot* before its
-//! rate slot (`Limits::before_call_weighted`; a batch of 100 events is one call, one slot),
+//! rate slot (`Limits::before_call`; a batch of 100 events is one call, one slot),
 //! the slots are kept at the limit by the same `PermitGate`, and "in use" counts the slots
 //! held; the pool's permits stay fixed at `pipeline.concurrency` events (a limit of 8 on
 //! events would hold batches to 8 events). The request slot is released when the answer is

@@ -1,13 +1,13 @@
-//! Stage 4, the attempt loop: an event's tries on the main path. Each try
+//! Stage 5, the attempt loop: an event's tries on the main path. Each try
 //! builds the request and makes the call; a failed one is reported, and
 //! `core::attempt` decides what comes next — this loop only carries it out
 //! (sleep and retry, go back to the gate, or write the durable outcome).
 
-use super::call::Made;
 use super::durable::DlqWrite;
 use super::http::Api;
 use super::report::Failure;
 use super::request::{Body, Source};
+use super::send::Made;
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
 use crate::core::answer::Verdict;
@@ -79,6 +79,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                         failure.reason == FailureReason::Transport(TransportFailure::Timeout);
                     let hold = self
                         .send
+                        .calls
                         .limits
                         .back_pressure_hold(failure.status, timed_out)
                         .min(delay);
@@ -143,7 +144,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         &self,
         answer: Result<super::http::Answer, super::http::TransportError>,
     ) -> Option<Failure> {
-        match self.send.ears.read(&answer).event {
+        match self.send.calls.ears.read(&answer).event {
             Verdict::Delivered => None,
             Verdict::Failed { class, reason } => Some(Failure::of_answer(class, reason, answer)),
         }

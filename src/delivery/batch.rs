@@ -29,9 +29,8 @@ use group::{Entry, Group, GroupKey};
 
 pub(super) use waiter::{leave_out_stopped, Reply, Submission, Waiter};
 
-use super::hear::Ears;
 use super::http::{Api, Outgoing};
-use super::limits::Limits;
+use super::send::Calls;
 use crate::core::batch::{BatchSpec, SplitWindow};
 use crate::core::classify::FailureLog;
 use crate::runtime::Pipeline;
@@ -46,11 +45,9 @@ pub(super) const SHRINK_FOR: Duration = Duration::from_secs(60);
 
 /// The batches being formed, per group, and what sending them needs.
 pub(crate) struct Batcher<A> {
-    api: A,
-    limits: Arc<Limits>,
+    /// The one way a request goes out (a batch is one request).
+    calls: Arc<Calls<A>>,
     pipeline: Arc<Pipeline>,
-    /// What the breaker hears of each batch's call.
-    ears: Arc<Ears>,
     /// One log line per unreadable answer's reason every 10 s.
     unreadable_log: Mutex<FailureLog>,
     groups: Mutex<HashMap<GroupKey, Group>>,
@@ -62,17 +59,10 @@ pub(crate) struct Batcher<A> {
 }
 
 impl<A: Api + Clone> Batcher<A> {
-    pub(super) fn new(
-        api: A,
-        limits: Arc<Limits>,
-        pipeline: Arc<Pipeline>,
-        ears: Arc<Ears>,
-    ) -> Batcher<A> {
+    pub(super) fn new(calls: Arc<Calls<A>>, pipeline: Arc<Pipeline>) -> Batcher<A> {
         Batcher {
-            api,
-            limits,
+            calls,
             pipeline,
-            ears,
             unreadable_log: Mutex::new(FailureLog::new(super::report::FAILURE_LOG_EVERY)),
             groups: Mutex::new(HashMap::new()),
             submitted: std::sync::atomic::AtomicU64::new(0),
@@ -236,7 +226,7 @@ impl<A: Api + Clone> Batcher<A> {
             e.0.into_batch(&mut lost);
             for s in lost {
                 s.reply
-                    .send((Err(super::call::no_answer()), super::call::Sent::default()));
+                    .send((Err(super::call::no_answer()), super::send::Sent::default()));
             }
         }
     }

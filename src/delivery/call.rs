@@ -1,79 +1,41 @@
-//! Stage 3, the call: one API call for one event — alone (the breaker's
-//! gate, the request and rate slots, one request through the [`http::Api`]
-//! seam, heard once: [`super::hear`]), or into its route's batch, where the
-//! batch is the call: it waits at the gate, takes the slots and is heard
-//! once for every event in it ([`super::batch`]).
+//! Stage 3, the call: one API call for one event — a request of its own, or
+//! into its route's batch, where the batch is the request. Either way the
+//! request goes out the one way [`super::send`] has (admitted at the
+//! breaker's gate, its slots taken, sent, heard once).
 
 use super::batch::Batcher;
-use super::hear::Ears;
 use super::http::{self, Api, Outgoing, TransportError};
 use super::limits;
+use super::send::{Calls, Made, Request, Sent, Waiting};
 use super::token::CompletionToken;
-use crate::api_health::{Admission, ApiHealth};
 use crate::core::classify::TransportFailure;
 use bytes::Bytes;
+use std::future::Future;
 use std::sync::Arc;
-
-/// What an event learns of the call that carried it (alone or in a batch):
-/// its number (`ApiHealth::call_number`), which `core::systemic` judges
-/// systemic answers by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(in crate::delivery) struct Sent {
-    pub(in crate::delivery) seq: u64,
-}
-
-/// A call made for an event, and — a systemic answer to a call alone — the
-/// admission the event's hypothesis reports to
-/// ([`super::Deliverer::systemic_answer`]). Anything else was heard already.
-pub(super) struct Made {
-    pub(super) sent: Sent,
-    pub(super) pending: Option<Admission>,
-}
-
-impl Made {
-    /// A call whose answer was heard (or a batch's).
-    pub(super) fn heard(sent: Sent) -> Made {
-        Made {
-            sent,
-            pending: None,
-        }
-    }
-}
 
 /// Stage 3's parts: what a call passes through — the pool's permits, the
 /// breaker's gate, the request and rate slots, the HTTP client (or the
 /// route's batch) — and what hears its answer.
 pub(super) struct Sender<A> {
-    pub(super) api: A,
-    /// What the breaker hears of each call, and the one reading of an answer.
-    pub(super) ears: Arc<Ears>,
+    /// The one way a request goes out: admitted, sent, heard.
+    pub(super) calls: Arc<Calls<A>>,
     /// Every permit is taken through this gate (the dispatcher's, an event's
     /// again after its back-off), so none bypasses the limit's shrinking.
     gate: tokio::sync::Mutex<limits::PermitGate>,
-    /// The adaptive concurrency limit (and what feeds it) the permits follow,
-    /// or with batching the request slots.
-    pub(super) limits: Arc<limits::Limits>,
     /// Batches being formed (`[api.batch]`, the routes' batches).
     pub(super) batcher: Arc<Batcher<A>>,
-    health: Arc<ApiHealth>,
 }
 
 impl<A: Api> Sender<A> {
     pub(super) fn new(
-        api: A,
-        ears: Arc<Ears>,
+        calls: Arc<Calls<A>>,
         gate: limits::PermitGate,
-        limits: Arc<limits::Limits>,
         batcher: Arc<Batcher<A>>,
-        health: Arc<ApiHealth>,
     ) -> Sender<A> {
         Sender {
-            api,
-            ears,
+            calls,
             gate: tokio::sync::Mutex::new(gate),
-            limits,
             batcher,
-            health,
         }
     }
 
@@ -86,49 +48,9 @@ impl<A: Api> Sender<A> {
         self.gate.lock().await.acquire().await
     }
 
-    /// Waits until the breaker admits a call; `None`: the partition was
-    /// handed over first (the wait ends at once, before the breaker counts
-    /// an admission — a half-open probe — for a call that will not be made).
-    /// `suspect`: the event was refused systemic before (it waits behind the
-    /// others and takes at most a share of the half-open probes).
-    pub(super) async fn gate(&self, token: &CompletionToken, suspect: bool) -> Option<Admission> {
-        if token.cancelled() {
-            return None;
-        }
-        // The usual case, a closed breaker, without registering for the
-        // cancellation (a lock on the partition's notifier per event).
-        if let Some(admitted) = self.health.admit_now(suspect) {
-            return Some(admitted);
-        }
-        tokio::select! {
-            biased;
-            _ = token.until_cancelled() => None,
-            admitted = self.health.gate(suspect) => Some(admitted),
-        }
-    }
-
-    /// Waits for a request slot (with batching, the adaptive limit holds
-    /// requests: `limits::LimitOn::Requests`) and the API rate limit's slot
-    /// (`api.rate_limit_per_sec`), then counts the call for the concurrency
-    /// limit; `None`: the partition was handed over first, and no request is
-    /// made for it. A wait dropped here takes no slot (a batch taken from
-    /// Redis but not yet counted is lost to the group, which errs on the side
-    /// of fewer calls).
-    pub(super) async fn call_slot(&self, token: &CompletionToken) -> Option<limits::Call> {
-        if !self.limits.calls_wait() {
-            return Some(self.limits.before_call().await);
-        }
-        tokio::select! {
-            biased;
-            _ = token.until_cancelled() => None,
-            call = self.limits.before_call() => Some(call),
-        }
-    }
-
     /// One API call for one event (`redelivery`: the DLQ round): into its
-    /// route's batch (`[api.batch]`: the batch waits at the gate and is
-    /// heard), or alone after the gate and its call slot, heard here. With
-    /// the answer, the call made. `None`: handed over first (no answer for
+    /// route's batch (`[api.batch]`), or a request of its own. With the
+    /// answer, the call made. `None`: handed over first (no answer for
     /// it; an admission taken is freed).
     pub(super) async fn call(
         &self,
@@ -151,14 +73,29 @@ impl<A: Api> Sender<A> {
             };
             return Some((r, Made::heard(sent)));
         }
-        let admission = self.gate(token, suspect).await?;
-        let call = self.call_slot(token).await?;
-        let seq = self.health.call_number();
-        let r = self.api.send(out, id, body, redelivery).await;
-        self.limits.after_call(call, &r);
-        let pending = self.ears.hear(admission, &r, seq);
-        let sent = Sent { seq };
-        Some((r, Made { sent, pending }))
+        // A request of one event alone: the same way out as a batch's.
+        let (admission, call) = self.calls.admit(&mut Alone(token), suspect, 1).await?;
+        let request = Request {
+            out,
+            key: id,
+            body,
+            redelivery,
+            batch: None,
+        };
+        Some(self.calls.send(admission, call, request).await)
+    }
+}
+
+/// An event alone waits for its request until its partition is handed over.
+struct Alone<'a>(&'a CompletionToken);
+
+impl Waiting for Alone<'_> {
+    fn nobody(&mut self) -> bool {
+        self.0.cancelled()
+    }
+
+    fn stopping(&self) -> impl Future<Output = ()> + Send {
+        self.0.until_cancelled()
     }
 }
 

@@ -1,15 +1,15 @@
-//! Stage 7, the DLQ drain: a DLQ record's turn. The policy (and for deadline
+//! Stage 8, the DLQ drain: a DLQ record's turn. The policy (and for deadline
 //! policies the source of truth) decides; a round is one try at the drain's
 //! own pace and concurrency, and its answer sends the event back to the DLQ
 //! with one more retry, to the parking lot, or delivers it.
 
-use super::call::Made;
 use super::durable::DlqWrite;
 use super::enrich::SourceOfTruth;
 use super::http::{self, Api, TransportError};
 use super::pacer::DrainPacer;
 use super::report::Failure;
 use super::request::{Body, Source};
+use super::send::Made;
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
 use crate::config::DegradedConfig;
@@ -34,7 +34,7 @@ pub(super) enum Undecodable {
     RegistryUnavailable(String),
 }
 
-/// Stage 7's parts: the DLQ drain has its own, smaller limit and a rate (a
+/// Stage 8's parts: the DLQ drain has its own, smaller limit and a rate (a
 /// recovering API must not receive the whole backlog at once), and the
 /// source of truth deadline policies ask.
 pub(super) struct Redelivery {

@@ -24,6 +24,10 @@ pub(crate) struct Ears {
     limits: Arc<Limits>,
     health: Arc<ApiHealth>,
     alarm: BreakerAlarm,
+    /// Requests heard so far (`tests/one_path.rs` counts them against the
+    /// requests a fake API received).
+    #[cfg(test)]
+    pub(super) heard: std::sync::atomic::AtomicU64,
 }
 
 impl Ears {
@@ -38,6 +42,8 @@ impl Ears {
             limits,
             health,
             alarm,
+            #[cfg(test)]
+            heard: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -63,13 +69,15 @@ impl Ears {
 
     /// Hears call `seq` of an event alone. A systemic answer is left to the
     /// event's hypothesis (`core::systemic`): its admission comes back, for
-    /// [`super::Deliverer::systemic_answer`] to report.
+    /// [`super::Deliverer::systemic_answer`] to report. Called by
+    /// `send::Calls::send` alone.
     pub(super) fn hear(
         &self,
         admission: Admission,
         r: &Result<Answer, TransportError>,
         seq: u64,
     ) -> Option<Admission> {
+        self.count();
         match self.heard(r) {
             Heard::Systemic(_) => Some(admission),
             heard => {
@@ -81,15 +89,22 @@ impl Ears {
 
     /// Hears call `seq` of a batch: a systemic answer is judged at once (the
     /// batch keeps no hypothesis; each event weighs the answer against its
-    /// own without telling the breaker again).
+    /// own without telling the breaker again). Called by
+    /// `send::Calls::send` alone.
     pub(super) fn hear_batch(
         &self,
         admission: Admission,
         r: &Result<Answer, TransportError>,
         seq: u64,
     ) {
+        self.count();
         let heard = self.heard(r);
         self.report(admission, heard, seq);
+    }
+
+    fn count(&self) {
+        #[cfg(test)]
+        self.heard.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn report(&self, admission: Admission, heard: Heard, seq: u64) {

@@ -35,11 +35,11 @@
 
 use super::attempt::Tries;
 use super::batch::{Reply, Submission, Waiter};
-use super::call::Made;
 use super::durable::DlqWrite;
 use super::http::Api;
 use super::request::{Body, Source};
 use super::run::event_span;
+use super::send::Made;
 use super::{Deliverer, Job, Work};
 use std::future::Future;
 use std::sync::Arc;

@@ -185,15 +185,10 @@ impl Limits {
         self.rate.is_some() || self.requests.is_some()
     }
 
-    /// Waits for a request slot (if the limit is on requests) and the rate
-    /// limit (if any), then counts the call as in flight.
-    pub async fn before_call(&self) -> Call {
-        self.before_call_weighted(1).await
-    }
-
-    /// Like [`Limits::before_call`] for a call that takes `weight` of the rate
-    /// limit (a batch of n events with `api.rate_limit_unit = "events"`).
-    pub async fn before_call_weighted(&self, weight: usize) -> Call {
+    /// Waits for a request slot (if the limit is on requests) and `weight`
+    /// rate slots (if there is a rate limit: one, or a batch's n events with
+    /// `api.rate_limit_unit = "events"`), then counts the call as in flight.
+    pub async fn before_call(&self, weight: usize) -> Call {
         let slot = if self.requests.is_none() && self.rate.is_none() {
             None
         } else {
@@ -209,7 +204,7 @@ impl Limits {
         }
     }
 
-    /// The waits of [`Limits::before_call_weighted`]: the request slot (if
+    /// The waits of [`Limits::before_call`]: the request slot (if
     /// the limit is on requests), then `weight` rate slots (if any).
     async fn wait_for_slots(&self, weight: usize) -> Option<OwnedSemaphorePermit> {
         #[cfg(test)]
@@ -229,7 +224,7 @@ impl Limits {
         slot
     }
 
-    /// A call counted by [`Limits::before_call_weighted`] that was not made
+    /// A call counted by [`Limits::before_call`] that was not made
     /// after all (everyone it was for stopped waiting): no longer in flight,
     /// and nothing to learn from it.
     pub fn call_not_made(&self, call: Call) {
@@ -238,15 +233,10 @@ impl Limits {
     }
 
     /// Feeds the call's outcome to the limiter (and a 429's `Retry-After` to
-    /// the rate limiter, which pauses the whole group).
-    pub fn after_call(&self, call: Call, outcome: &Result<Answer, TransportError>) {
-        self.after_call_at(Instant::now(), call, outcome, false);
-    }
-
-    /// [`Limits::after_call`] for a batch whose answer refused some items
-    /// with 429 or 503 (`items_refused`): one back-pressure sample for the
-    /// answer, however many items it refused.
-    pub fn after_call_with(
+    /// the rate limiter, which pauses the whole group). `items_refused`: a
+    /// batch whose answer refused some items with 429 or 503 — one
+    /// back-pressure sample for the answer, however many items it refused.
+    pub fn after_call(
         &self,
         call: Call,
         outcome: &Result<Answer, TransportError>,

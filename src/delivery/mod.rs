@@ -11,11 +11,13 @@
 //! 2. [`request`] — building ([`request::Builder`]): route, body (enriched, or
 //!    the event's data), forwarded headers, trace context; or why it cannot
 //!    be sent (parked, never retried).
-//! 3. [`call`] — sending ([`call::Sender`]): the pool's permits, the
-//!    breaker's gate, the request and rate slots, one request through the
-//!    [`http::Api`] seam — or into its route's batch ([`batch`]: forming in
-//!    `batch/form.rs`, sending in `batch/send.rs`), where the batch is the
-//!    call and waits at the gate itself.
+//! 3. [`call`] — an event's call ([`call::Sender`]): the pool's permits,
+//!    then a request of its own or a place in its route's batch ([`batch`]:
+//!    forming in `batch/form.rs`, sending in `batch/send.rs`). Either request
+//!    goes out the one way [`send`] has ([`send::Calls`]): admitted at the
+//!    breaker's gate while anyone waits for it, its request and rate slots
+//!    taken, sent through the [`http::Api`] seam, heard once by the breaker
+//!    and the adaptive limit.
 //! 4. [`hear`] — answering: `core::answer::read` reads each answer once, for
 //!    the breaker (one observation per call, on every path) and for the
 //!    event ([`hear::Ears`]).
@@ -25,7 +27,7 @@
 //! 6. [`report`] — failure reports ([`report::Reports`]): counted
 //!    (`courier_delivery_errors_total`), logged (first per reason, then one
 //!    per 10 s), told to the breaker.
-//! 7. [`outcome`] — durable writes ([`outcome::Writes`]): envelope, DLQ and
+//! 7. [`write`] — durable writes ([`write::Writes`]): envelope, DLQ and
 //!    parking-lot writes, retried until acknowledged by [`durable`] (a DLQ
 //!    that refuses for good parks; a parking lot that refuses stops the
 //!    process).
@@ -69,17 +71,18 @@ pub mod http;
 mod inline;
 pub mod limits;
 mod ordered;
-mod outcome;
 pub mod pacer;
 pub mod peers;
 pub mod ratelimit;
 mod report;
 mod request;
 mod run;
+mod send;
 mod systemic;
 #[cfg(test)]
 mod tests;
 pub mod token;
+mod write;
 
 use crate::config::Config;
 use crate::core::backoff::InPlaceRetry;
@@ -164,7 +167,7 @@ pub enum Queued {
 
 /// One instance's delivery, composed of its stages' parts: building
 /// ([`request::Builder`]), sending ([`call::Sender`]), failure reports
-/// ([`report::Reports`]), durable writes ([`outcome::Writes`]) and the DLQ
+/// ([`report::Reports`]), durable writes ([`write::Writes`]) and the DLQ
 /// drain's limits ([`drain::Redelivery`]); the attempt loop, the job and the
 /// ordered run drive them. `A` sends the requests and `W` makes the DLQ and
 /// parking-lot writes: the real client and the DLQ writer actor in
@@ -174,7 +177,7 @@ pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriter
     build: request::Builder,
     send: call::Sender<A>,
     reports: report::Reports,
-    writes: outcome::Writes<W>,
+    writes: write::Writes<W>,
     drain: drain::Redelivery,
     policy: InPlaceRetry,
     /// First tries may be made without a task ([`inline`]): batching is
@@ -312,27 +315,21 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             pipeline.health.clone(),
             alarm,
         ));
-        let batcher = Arc::new(batch::Batcher::new(
-            api.clone(),
-            limits.clone(),
-            pipeline.clone(),
+        let calls = Arc::new(send::Calls::new(
+            api,
             ears.clone(),
+            limits,
+            pipeline.health.clone(),
         ));
+        let batcher = Arc::new(batch::Batcher::new(calls.clone(), pipeline.clone()));
         Ok(Deliverer {
             inline: batching && enricher.is_none(),
             #[cfg(test)]
             inline_tries: std::sync::atomic::AtomicU64::new(0),
             build: request::Builder::new(routes, batch, enricher, pipeline.clone()),
-            send: call::Sender::new(
-                api,
-                ears.clone(),
-                gate,
-                limits,
-                batcher,
-                pipeline.health.clone(),
-            ),
+            send: call::Sender::new(calls, gate, batcher),
             reports: report::Reports::new(pipeline.clone(), ears.clone()),
-            writes: outcome::Writes::new(writer, pipeline.clone(), ears),
+            writes: write::Writes::new(writer, pipeline.clone(), ears),
             drain: drain::Redelivery::new(d, source),
             policy: cfg.api.retry_policy(),
             pipeline,

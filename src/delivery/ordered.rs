@@ -1,4 +1,4 @@
-//! Stage 8, an ordered run (`ordered = true`; `core::ordering`'s runs): the
+//! Stage 9, an ordered run (`ordered = true`; `core::ordering`'s runs): the
 //! events of one lane dispatched together go out in offset order — in one
 //! batch of their route when they fit ([`Batcher::submit_run`]), else
 //! in consecutive requests, each sent after the answer to the one before.
@@ -31,11 +31,12 @@
 
 use super::attempt::{Tries, Wait};
 use super::batch::Batcher;
-use super::call::{no_answer, Made, Sent};
+use super::call::no_answer;
 use super::durable::{self, DlqWrite};
 use super::http::{Answer, Api, Outgoing, TransportError};
 use super::report::Failure;
 use super::request::{Body, Source};
+use super::send::{Made, Sent};
 use super::token::CompletionToken;
 use super::{Deliverer, Item, Job, Work};
 use crate::metrics as m;

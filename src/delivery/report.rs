@@ -1,4 +1,4 @@
-//! Stage 5, the failure report: what one failed try said ([`Failure`]), how it
+//! Stage 6, the failure report: what one failed try said ([`Failure`]), how it
 //! is counted and logged, and what the breaker hears of the calls.
 
 use super::enrich::EnrichError;

@@ -39,7 +39,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         job: Job,
         permit: OwnedSemaphorePermit,
         t: Tries,
-        failed: (Failure, Option<super::call::Made>),
+        failed: (Failure, Option<super::send::Made>),
     ) {
         let Job { item, token } = job;
         // Only deliveries are tried inline (a dropped token reports errored).

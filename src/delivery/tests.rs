@@ -8,6 +8,7 @@ mod batch_handover;
 mod batched;
 mod durable_writes;
 mod fakes;
+mod one_path;
 mod ordered;
 
 use super::peers::{BreakerAlarm, Refusal};

@@ -27,7 +27,7 @@
 //! breaker's gate (before the breaker admits it, so no half-open probe is spent on a call
 //! never made), on the DLQ drain the drain permit and the rate slot (`core::pacer` reserves
 //! nothing ahead: a cancelled waiter leaves no slot the others wait behind), and the group
-//! rate limit's slot (`api.rate_limit_per_sec`, `call::Sender::call_slot`; a wait dropped during
+//! rate limit's slot (`api.rate_limit_per_sec`, `send::Calls::admit`; a wait dropped during
 //! its Redis fetch loses that batch to the group: fewer calls, never more). A closed breaker
 //! admits without registering for the cancellation (`ApiHealth::admit_now`), so the common path
 //! takes no lock on the partition's notifier. The drain waits only for requests on the wire.

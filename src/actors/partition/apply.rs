@@ -59,13 +59,12 @@ impl PartitionState {
                 self.enqueue(Queued::Run(jobs));
             }
             Effect::SetReading { src, on } => {
-                if let Some(g) = self.gate.as_mut().filter(|_| src == Src::Main) {
-                    g.machine_reading = on;
-                    if on && g.is_waiting() {
-                        // Resumed when the schema is at hand.
-                        return None;
-                    }
-                }
+                let on = match self.gate.as_mut().filter(|_| src == Src::Main) {
+                    // Both wishes combined (`core::main_reading`): during a
+                    // schema wait a resume waits for its end.
+                    Some(g) => g.reading.machine(on)?,
+                    None => on,
+                };
                 let topic = self.machine.intake().topic(src);
                 let Some(io) = self.a.io.as_ref() else {
                     return None; // Stopped.
@@ -195,8 +194,8 @@ impl PartitionState {
         None
     }
 
-    /// Pauses or resumes main p for the schema gate (the machine's own wish is
-    /// `SchemaGate::machine_reading`, applied when the wait ends).
+    /// Pauses or resumes main p for the schema gate (`core::main_reading`
+    /// combines it with the machine's wish).
     pub(super) fn set_main_reading(&self, on: bool) {
         let topic = self.machine.intake().topic(Src::Main);
         let Some(io) = self.a.io.as_ref() else {

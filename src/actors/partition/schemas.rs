@@ -14,6 +14,7 @@
 //! machine parks the records naming it with its reason.
 
 use super::PartitionMsg;
+use crate::core::main_reading::MainReading;
 use crate::kafka::Record;
 use crate::schema_registry::{Resolved, SchemaRegistry};
 use ractor::ActorRef;
@@ -37,8 +38,9 @@ pub(super) struct SchemaGate {
     pending: VecDeque<Record>,
     /// The id being fetched.
     waiting: Option<u32>,
-    /// What the machine last asked of main p's reading (applied when the wait ends).
-    pub machine_reading: bool,
+    /// Whether main p is read: the machine's wish and this gate's wait
+    /// (`core::main_reading` decides what to apply).
+    pub(super) reading: MainReading,
     /// Draining: nothing waits any more (the next owner re-reads what did).
     closed: bool,
     partition: i32,
@@ -58,7 +60,7 @@ impl SchemaGate {
             registry,
             pending: VecDeque::new(),
             waiting: None,
-            machine_reading: true,
+            reading: MainReading::default(),
             closed: false,
             partition,
         }
@@ -66,6 +68,12 @@ impl SchemaGate {
 
     pub(super) fn is_waiting(&self) -> bool {
         self.waiting.is_some()
+    }
+
+    /// After records were taken in or a schema came: the pause or resume of
+    /// main p that whether a record waits now asks for, if any.
+    pub(super) fn wait_changed(&mut self) -> Option<bool> {
+        self.reading.schema_wait(self.is_waiting())
     }
 
     /// Takes records in; returns those the machine may have now, and the id to

@@ -111,7 +111,8 @@ pub(crate) use machine::PartitionMachine;
 pub(crate) use records::{Begun, Intake, Kind};
 pub use settings::commit_after;
 pub(crate) use settings::{
-    Pace, Settings, SideStart, COMMIT_FLOOR, LOGS_AFTER_RESET, MAX_ERRORED, STORE_DELAY,
+    commit_after_setting, Pace, Settings, SideStart, COMMIT_FLOOR, LOGS_AFTER_RESET, MAX_ERRORED,
+    STORE_DELAY,
 };
 
 #[cfg(test)]

@@ -134,3 +134,14 @@ pub(crate) const COMMIT_FLOOR: Duration = Duration::from_millis(10);
 pub fn commit_after(concurrency: usize) -> usize {
     (concurrency / 8).max(1)
 }
+
+/// `kafka.commit_after` as the machine takes it ([`Pace::after`]): unset,
+/// [`commit_after`] of the pool's `concurrency`; 0 (off), never due; else
+/// as configured.
+pub(crate) fn commit_after_setting(configured: Option<usize>, concurrency: usize) -> usize {
+    match configured {
+        None => commit_after(concurrency),
+        Some(0) => usize::MAX,
+        Some(n) => n,
+    }
+}

@@ -806,6 +806,17 @@ pub(super) fn progress(commit_after: usize) -> Settings {
     s
 }
 
+/// `kafka.commit_after`: unset, an eighth of the pool (at least 1); 0 turns
+/// commits by progress off (never due); else as configured.
+#[test]
+fn the_commit_after_setting() {
+    use super::commit_after_setting as after;
+    assert_eq!(after(None, 512), 64);
+    assert_eq!(after(None, 4), 1);
+    assert_eq!(after(Some(0), 512), usize::MAX);
+    assert_eq!(after(Some(7), 512), 7);
+}
+
 /// Commits follow progress: the `commit_after`-th event finished since the
 /// last commit commits at once (not after the store delay and auto-commit's
 /// interval); within the floor it waits for the floor, with a timer.

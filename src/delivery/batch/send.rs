@@ -9,9 +9,9 @@ use super::{leave_out_stopped, Batcher, GroupKey, Reply, Submission};
 use crate::api_health::Admission;
 use crate::config::RateLimitUnit;
 use crate::core::batch::{self, BatchSpec, ItemResult, NoResult, WholeAnswer};
-use crate::delivery::call::Sent;
 use crate::delivery::http::{Answer, Api, Outgoing, TransportError};
 use crate::delivery::limits::Call;
+use crate::delivery::send::{Made, Request, Sent, Waiting};
 use crate::delivery::token;
 use crate::metrics as m;
 use std::future::Future;
@@ -77,9 +77,7 @@ impl<A: Api + Clone> Batcher<A> {
             self.requeue(key, out, spec, rest);
         }
         let n = items.len();
-        let (answer, seq) = self.request(out, spec, &items, call).await;
-        self.ears.hear_batch(admission, &answer, seq);
-        let sent = Sent { seq };
+        let (answer, sent) = self.request(out, spec, &items, admission, call).await;
         let a = match answer {
             Err(t) => {
                 for s in items {
@@ -132,50 +130,21 @@ impl<A: Api + Clone> Batcher<A> {
             RateLimitUnit::Requests => 1,
             RateLimitUnit::Events => items.len(),
         };
-        let waits = async {
-            let admission = match self.pipeline.health.admit_now(suspect) {
-                Some(a) => a,
-                None => self.pipeline.health.gate(suspect).await,
-            };
-            (admission, self.limits.before_call_weighted(weight).await)
-        };
-        tokio::pin!(waits);
-        let (admission, call) = loop {
-            let handover = token::next_handover();
-            tokio::pin!(handover);
-            handover.as_mut().enable();
-            tokio::select! {
-                biased;
-                done = &mut waits => break done,
-                () = handover => {
-                    leave_out_stopped(items);
-                    if items.is_empty() {
-                        return None;
-                    }
-                }
-            }
-        };
-        leave_out_stopped(items);
-        if items.is_empty() {
-            self.limits.call_not_made(call);
-            return None; // The admission dropped: its slot is free.
-        }
-        Some((admission, call))
+        self.calls.admit(&mut Events(items), suspect, weight).await
     }
 
-    /// One request for `items`, counted as `call`, in the batch's format (a
-    /// batch of one too) with a key derived from their ids. With the call's
-    /// number.
+    /// One request for `items`, admitted and counted as `call`, in the
+    /// batch's format (a batch of one too) with a key derived from their
+    /// ids, sent and heard the one way ([`crate::delivery::send`]).
     async fn request(
         &self,
         out: &Outgoing,
         spec: &BatchSpec,
         items: &[Submission],
+        admission: Admission,
         call: Call,
-    ) -> (Result<Answer, TransportError>, u64) {
+    ) -> (Result<Answer, TransportError>, Sent) {
         let n = items.len();
-        let redelivery = items.iter().filter_map(|s| s.redelivery).max();
-        let seq = self.pipeline.health.call_number();
         let len: usize = items.iter().map(|s| s.body.len()).sum();
         let body = spec.format.encode(
             items.iter().map(|s| s.body.as_ref()),
@@ -187,12 +156,17 @@ impl<A: Api + Clone> Batcher<A> {
             read_answer: spec.results.is_some(),
             ..out.clone()
         };
-        let r = self.api.send(&batched, &key, body.into(), redelivery).await;
-        let items_refused = r.as_ref().is_ok_and(|a| self.items_back_pressure(spec, a));
-        self.limits.after_call_with(call, &r, items_refused);
+        let request = Request {
+            out: &batched,
+            key: &key,
+            body: body.into(),
+            redelivery: items.iter().filter_map(|s| s.redelivery).max(),
+            batch: Some(spec),
+        };
+        let (r, Made { sent, .. }) = self.calls.send(admission, call, request).await;
         metrics::counter!(m::BATCH_REQUESTS).increment(1);
         metrics::histogram!(m::BATCH_EVENTS).record(n as f64);
-        (r, seq)
+        (r, sent)
     }
 
     /// Each event's answer (`ids` in the batch's order) to a batch answered
@@ -253,7 +227,7 @@ impl<A: Api + Clone> Batcher<A> {
                     a.status
                 );
                 if !(200..300).contains(&status) {
-                    if let Some(d) = self.api.excerpt(element.as_bytes()) {
+                    if let Some(d) = self.calls.api.excerpt(element.as_bytes()) {
                         text.push_str(": ");
                         text.push_str(&d);
                     }
@@ -299,14 +273,25 @@ impl<A: Api + Clone> Batcher<A> {
             );
         }
     }
+}
 
-    /// Whether a 2xx batch answer's results refuse items with 429 or 503:
-    /// then one back-pressure signal for the adaptive limit (the API is up,
-    /// and wants fewer items at once), never the breaker's business.
-    fn items_back_pressure(&self, spec: &BatchSpec, a: &Answer) -> bool {
-        let (Some(r), Some(Ok(body))) = (&spec.results, &a.full) else {
-            return false;
-        };
-        (200..300).contains(&a.status) && batch::any_item_status(r, body, &[429, 503])
+/// A batch's events wait for its request until each one's partition is
+/// handed over (one registration per batch for every handover, `token::next_handover`).
+struct Events<'a>(&'a mut Vec<Submission>);
+
+impl Waiting for Events<'_> {
+    fn nobody(&mut self) -> bool {
+        leave_out_stopped(self.0);
+        self.0.is_empty()
+    }
+
+    async fn stopping(&self) {
+        let handover = token::next_handover();
+        tokio::pin!(handover);
+        // Registered before the look: no handover falls between them.
+        handover.as_mut().enable();
+        if !self.0.iter().any(|s| s.reply.stopped()) {
+            handover.await;
+        }
     }
 }

@@ -2,8 +2,8 @@
 //! takes its answer — its task, or (a first try made without a task) a
 //! closure — and how an event that stopped waiting is left out.
 
-use crate::delivery::call::Sent;
 use crate::delivery::http::{Answer, TransportError};
+use crate::delivery::send::Sent;
 use crate::delivery::token::Cancellation;
 use bytes::Bytes;
 use tokio::sync::oneshot;

@@ -139,12 +139,12 @@ async fn on_requests_calls_take_slots_and_the_pool_stays_fixed() {
     }
     let mut calls = Vec::new();
     for _ in 0..start {
-        calls.push(limits.before_call().await);
+        calls.push(limits.before_call(1).await);
     }
-    let ninth = tokio::time::timeout(Duration::from_millis(50), limits.before_call()).await;
+    let ninth = tokio::time::timeout(Duration::from_millis(50), limits.before_call(1)).await;
     assert!(ninth.is_err(), "no call above the limit on requests");
     limits.call_not_made(calls.pop().expect("a call"));
-    let ninth = tokio::time::timeout(Duration::from_secs(5), limits.before_call())
+    let ninth = tokio::time::timeout(Duration::from_secs(5), limits.before_call(1))
         .await
         .expect("a slot once one came back");
     calls.push(ninth);
@@ -165,7 +165,7 @@ async fn on_event_permits_calls_take_no_slot() {
     assert!(!limits.calls_wait());
     let mut calls = Vec::new();
     for _ in 0..64 {
-        let call = tokio::time::timeout(Duration::from_secs(5), limits.before_call())
+        let call = tokio::time::timeout(Duration::from_secs(5), limits.before_call(1))
             .await
             .expect("no wait before a call");
         calls.push(call);
@@ -210,12 +210,12 @@ async fn a_fixed_limit_on_requests_holds_requests_too() {
     let pool = Arc::new(Semaphore::new(20));
     let limits = Limits::new(2, 20, false, None, pool, LimitOn::Requests);
     assert_eq!(limits.current(), 2);
-    let first = limits.before_call().await;
-    let _second = limits.before_call().await;
-    let third = tokio::time::timeout(Duration::from_secs(1), limits.before_call()).await;
+    let first = limits.before_call(1).await;
+    let _second = limits.before_call(1).await;
+    let third = tokio::time::timeout(Duration::from_secs(1), limits.before_call(1)).await;
     assert!(third.is_err(), "no third request in flight");
     limits.call_not_made(first);
-    tokio::time::timeout(Duration::from_secs(1), limits.before_call())
+    tokio::time::timeout(Duration::from_secs(1), limits.before_call(1))
         .await
         .expect("a slot once one came back");
 }

@@ -55,12 +55,13 @@ fn own_batcher<A: http::Api + Clone>(
     api: &A,
     limits: &Arc<limits::Limits>,
 ) -> (Arc<batch::Batcher<A>>, Arc<crate::core::batch::BatchSpec>) {
-    let batcher = batch::Batcher::new(
+    let calls = crate::delivery::send::Calls::new(
         api.clone(),
+        d.send.calls.ears.clone(),
         limits.clone(),
-        d.pipeline.clone(),
-        d.send.ears.clone(),
+        d.pipeline.health.clone(),
     );
+    let batcher = batch::Batcher::new(Arc::new(calls), d.pipeline.clone());
     let spec = d.build.batch.clone().expect("[api.batch] is on");
     (Arc::new(batcher), spec)
 }

@@ -161,7 +161,7 @@ pub(super) const BATCH: &str = "\n[api.batch]\nmax_events = 10\nlinger = \"200ms
 /// retries and the slow path do), or as the pool's dispatcher starts them
 /// (`Deliverer::start`: with batching, the first try without a task).
 #[derive(Debug, Clone, Copy)]
-enum Start {
+pub(super) enum Start {
     Task,
     Dispatcher,
 }
@@ -169,7 +169,7 @@ enum Start {
 const STARTS: [Start; 2] = [Start::Task, Start::Dispatcher];
 
 /// `n` events `e-0..`, run at once through `d`; their outcomes by id.
-async fn run_all(
+pub(super) async fn run_all(
     d: &Arc<Deliverer<BatchApi, FakeDlq>>,
     n: usize,
     how: Start,
@@ -350,7 +350,7 @@ async fn with_batching_the_permits_fill_every_request() {
         "the 41st waits"
     );
     assert_eq!(
-        d.send.limits.current(),
+        d.send.calls.limits.current(),
         4,
         "requests in flight: pipeline.concurrency"
     );

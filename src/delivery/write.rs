@@ -1,4 +1,4 @@
-//! Stage 6, the durable outcomes: the envelope of a failed event and its writes
+//! Stage 7, durable writes: the envelope of a failed event and its writes
 //! to the DLQ and the parking lot (each retried until the broker acknowledges,
 //! `durable::write_durably`); a DLQ that refuses an event for good parks it, a
 //! parking lot that refuses it stops the process.
