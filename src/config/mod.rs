@@ -126,8 +126,9 @@ pub struct Config {
     pub tracing: TracingConfig,
     /// Fault hooks for tests (cargo feature `test-hooks` only). Inert unless set.
     pub testing: TestingConfig,
-    /// Deprecated keys this config used (see `legacy`), one line each: logged at
-    /// start and printed by `check-config`.
+    /// Deprecated keys this config used (see `legacy`) and settings whose
+    /// meaning changed, one line each: logged at start and printed by
+    /// `check-config`.
     #[serde(skip)]
     pub deprecations: Vec<String>,
 }
@@ -155,6 +156,31 @@ impl Config {
     }
 
     /// Checks what the types cannot: ranges, names, relations between fields.
+    /// With batching on, `pipeline.concurrency` counts requests in flight
+    /// (it counted events before issue 43): a value sized in events — at
+    /// least the largest batch and above the default 512 — is worth a word,
+    /// since it now allows that many requests of up to `max_events` each.
+    /// The config still works either way (the byte budget bounds the events).
+    fn batching_concurrency_notice(&self) -> Result<Option<String>, ConfigError> {
+        let batch = self.api.batch_spec()?;
+        let routes = self.api.routes()?;
+        if batch.is_none() && !routes.any_batched() {
+            return Ok(None);
+        }
+        let events = routes.max_batch_events(batch.as_deref());
+        let c = self.pipeline.concurrency;
+        if c <= PipelineConfig::default().concurrency || c < events {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "pipeline.concurrency = {c} counts requests in flight when batching is on \
+             (up to {c} requests of up to {events} events each, within \
+             pipeline.max_in_flight_bytes); it counted events before. If it was sized \
+             in events, set it to about {} (= {c} / {events})",
+            (c / events).max(1)
+        )))
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.kafka.validate()?;
         self.pipeline.validate()?;
@@ -364,6 +390,7 @@ impl Sources {
         })?;
         cfg.deprecations = self.deprecations;
         cfg.validate()?;
+        cfg.deprecations.extend(cfg.batching_concurrency_notice()?);
         Ok(cfg)
     }
 }
@@ -393,6 +420,29 @@ mod tests {
             "the shipped config uses deprecated keys: {:?}",
             c.deprecations
         );
+    }
+
+    /// A batching config whose `pipeline.concurrency` looks sized in events
+    /// (the meaning before issue 43) starts, with one line saying what it
+    /// means now; the default, an unbatched config and a count of requests
+    /// below the batch size say nothing.
+    #[test]
+    fn a_concurrency_sized_in_events_with_batching_is_noticed() {
+        let batched = "[api.batch]\nmax_events = 100\n";
+        let c = Config::from_toml(&format!("[pipeline]\nconcurrency = 51200\n{batched}"))
+            .expect("an old batching config still loads");
+        assert_eq!(c.deprecations.len(), 1, "{:?}", c.deprecations);
+        let d = &c.deprecations[0];
+        assert!(d.contains("counts requests in flight"), "{d}");
+        assert!(d.contains("about 512 (= 51200 / 100)"), "{d}");
+        for quiet in [
+            batched.to_string(),
+            format!("[pipeline]\nconcurrency = 64\n{batched}"),
+            "[pipeline]\nconcurrency = 51200\n".to_string(),
+        ] {
+            let c = Config::from_toml(&quiet).expect("loads");
+            assert!(c.deprecations.is_empty(), "{quiet}: {:?}", c.deprecations);
+        }
     }
 
     fn field_of(toml: &str) -> String {

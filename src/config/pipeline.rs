@@ -26,7 +26,9 @@ pub struct PipelineConfig {
     /// HTTP) at once. With batching (`[api.batch]` on any route): the limit of
     /// requests in flight; the events in delivery are then bounded by
     /// `max_in_flight_bytes`, `max_in_flight_per_partition` and
-    /// `concurrency × max_events`.
+    /// `concurrency × max_events` (a value above 512 and at least the batch
+    /// size — likely sized in events, the meaning before — is noticed at
+    /// start and by `check-config`).
     pub concurrency: usize,
     /// Which events wait for each other: `key` (one at a time per Kafka key),
     /// `partition` (one at a time per partition) or `unordered`.
