@@ -23,14 +23,18 @@ RUN apt-get update \
 #    every crate: most of the build time) is reused until Cargo.toml or Cargo.lock change.
 #    The workspace's tooling crates (crates/: testkit, drill) are never built here, but
 #    Cargo loads their manifests to resolve the workspace: manifests only, stubbed too.
+#    The stand-ins (crates/courier-standins: `courier sink`, `courier demo`) are a
+#    dependency of the binary: stubbed here like the others, their sources come in step 2.
 COPY Cargo.toml Cargo.lock ./
+COPY crates/courier-standins/Cargo.toml crates/courier-standins/
 COPY crates/courier-testkit/Cargo.toml crates/courier-testkit/
 COPY crates/courier-drill/Cargo.toml crates/courier-drill/
 COPY deploy/docker/stub-crate.sh /usr/local/bin/
 RUN stub-crate.sh \
     && cargo build --release --locked --bin courier \
-    && rm -rf src target/release/courier target/release/deps/courier-* \
-       target/release/deps/libcourier-* target/release/.fingerprint/courier-*
+    && rm -rf src crates/courier-standins/src target/release/courier \
+       target/release/deps/courier-* target/release/deps/libcourier-* \
+       target/release/deps/libcourier_standins-* target/release/.fingerprint/courier-*
 
 # 2. Courier itself. COPY keeps the files' modification times, which can be older than
 #    the stand-ins' build: touch them so Cargo never mistakes the stand-ins for the crate.
@@ -41,7 +45,8 @@ ENV COURIER_GIT_COMMIT=${COURIER_GIT_COMMIT}
 COPY build.rs ./
 COPY build ./build
 COPY src ./src
-RUN find src build build.rs -name '*.rs' -exec touch {} + \
+COPY crates/courier-standins/src ./crates/courier-standins/src
+RUN find src crates/courier-standins/src build build.rs -name '*.rs' -exec touch {} + \
     && cargo build --release --locked --bin courier
 
 # The image's default config: config/courier.toml with the listener on all interfaces.

@@ -12,9 +12,9 @@
 //! ```
 
 use clap::Parser;
-use courier::kafka::admin::create_topics;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::admin::create_topics;
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use courier_testkit::{CourierProcess, Launch};
 use std::time::{Duration, Instant};
 

@@ -147,7 +147,7 @@ async fn run(
         codec.as_str(),
         rand::random::<u32>()
     );
-    courier::kafka::admin::create_topics(brokers, &[(topic.as_str(), 1)]).await?;
+    courier_standins::admin::create_topics(brokers, &[(topic.as_str(), 1)]).await?;
     let kafka = KafkaConfig {
         brokers: brokers.into(),
         producer_compression: codec,

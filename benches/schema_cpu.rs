@@ -23,7 +23,7 @@ mod procs;
 
 use common::schema::{apicurio, register};
 use common::*;
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use courier_testkit::schema_registry::Registry;
 use rdkafka::producer::FutureRecord;
 use std::time::{Duration, Instant};
@@ -63,7 +63,7 @@ fn event(seq: usize, schema: &apache_avro::Schema, schema_id: u32) -> (Vec<u8>, 
 }
 
 async fn produce(s: &Services, topic: &str, values: &[Vec<u8>]) {
-    let producer = courier::loadgen::producer(&s.brokers).expect("a producer");
+    let producer = courier_standins::loadgen::producer(&s.brokers).expect("a producer");
     for chunk in values.chunks(5_000) {
         let mut acks = Vec::with_capacity(chunk.len());
         for (i, v) in chunk.iter().enumerate() {

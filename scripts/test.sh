@@ -89,8 +89,9 @@ fi
 source "${COURIER_STATE:-/tmp/courier-services}/services.env"
 
 cargo fmt --all -- --check
-# --workspace: the service (the root package) and the tooling in crates/ (the testkit,
-# the drill and its CI test, crates/courier-drill/tests/drills.rs).
+# --workspace: the service (the root package), its stand-ins (crates/courier-standins)
+# and the tooling in crates/ (the testkit, the drill and its CI test,
+# crates/courier-drill/tests/drills.rs).
 cargo clippy --workspace --all-targets --features test-hooks -- -D warnings
 # The binary the deploy checks run (`courier check-config`); cargo test reuses it.
 cargo build --bin courier --features test-hooks

@@ -7,12 +7,12 @@
 //! moment it is asked to start, so the lines before the first delivery measure
 //! how long Courier takes to get going (tests/demo.rs counts them).
 
-use crate::audit::{audit, AuditReport};
 use crate::config::Config;
 use crate::kafka::admin::{committed_offsets, end_offsets};
-use crate::loadgen::{self, Spec};
-use crate::sink::{Behaviour, FailRule, SinkHandle};
 use anyhow::Context;
+use courier_standins::audit::{audit, AuditReport};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, FailRule, SinkHandle};
 use rdkafka::config::ClientConfig;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
@@ -27,7 +27,7 @@ const GROUP: &str = "courier-demo";
 const AVRO_SCHEMA_ID: u32 = 1;
 
 /// One progress line every this often.
-pub const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 
 /// How long the story may take before the demo gives up (exit 1).
 const STORY_LIMIT: Duration = Duration::from_secs(90);
@@ -345,4 +345,54 @@ fn demo_config(brokers: &str) -> Config {
 
 fn ms(n: u64) -> std::time::Duration {
     std::time::Duration::from_millis(n)
+}
+
+/// The demo's events, made by the load generator, are what Courier reads: the
+/// generator lives in courier-standins, which cannot use Courier's decoders.
+#[cfg(test)]
+mod tests {
+    use crate::core::event::{decode, DecodeOptions};
+    use bytes::Bytes;
+    use courier_standins::loadgen::{event_avro, event_json, Poison, AVRO_SCHEMA};
+
+    #[test]
+    fn an_avro_event_decodes_to_the_json_event() {
+        use crate::core::schema::{frame, AvroSchema, JsonOptions};
+        let framed = event_avro("a-1", "t", "key-1", 7, 512, 42).unwrap();
+        let f = frame::parse(&framed).unwrap();
+        assert_eq!(f.schema_id, 42);
+        let schema = AvroSchema::parse(AVRO_SCHEMA, &[]).unwrap();
+        let json = schema
+            .to_json(f.body, JsonOptions::default(), usize::MAX)
+            .unwrap();
+        let got: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        let mut want: serde_json::Value =
+            serde_json::from_slice(&event_json("a-1", "t", "key-1", 7, 512)).unwrap();
+        // The same event; only the padding's length differs.
+        want["data"]["pad"] = got["data"]["pad"].clone();
+        assert_eq!(got, want);
+        assert!((500..=524).contains(&framed.len()), "{}", framed.len());
+    }
+
+    #[test]
+    fn generated_events_decode_and_poison_does_not() {
+        let o = DecodeOptions {
+            max_event_bytes: 4096,
+            ..Default::default()
+        };
+        let e = event_json("a-1", "t", "key-1", 1, 512);
+        assert!((500..530).contains(&e.len()), "{}", e.len());
+        let ev = decode(Some(&Bytes::from(e)), &o).unwrap();
+        assert_eq!(ev.id, "a-1");
+        for (p, reason) in [
+            (Poison::InvalidUtf8, "invalid_utf8"),
+            (Poison::MalformedJson, "malformed_json"),
+            (Poison::MissingAttribute, "missing_attribute"),
+            (Poison::TooLarge(5000), "too_large"),
+            (Poison::WrongType, "wrong_type"),
+        ] {
+            let err = decode(Some(&Bytes::from(p.bytes(7))), &o).unwrap_err();
+            assert_eq!(err.reason(), reason);
+        }
+    }
 }

@@ -70,7 +70,7 @@ impl<T> Clone for Handle<T> {
 
 impl<T: Clone> Handle<T> {
     /// The current incarnation; `None` before the peer was first started.
-    pub fn current(&self) -> Option<T> {
+    pub(crate) fn current(&self) -> Option<T> {
         self.slot.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

@@ -38,22 +38,21 @@
 //!   partition, delivery pool, DLQ writer, health), `app` (starts and stops one
 //!   instance: `courier run`).
 //!
-//! * **The stand-ins the `courier` binary ships** (2, 4, 5, 9): `sink` (the API
-//!   stand-in, `courier sink`), `audit` (the no-loss audit), `loadgen` (synthetic
-//!   CloudEvents), `demo` (`courier demo`: the pipeline against a mock cluster and
-//!   the sink, ending in the audit). Courier's own path never uses them; they stay
-//!   in this crate because the `courier` binary's `demo` and `sink` commands do,
-//!   and the tests and drills use them through it.
+//! * **The demo** (9): `demo` (`courier demo`: the pipeline against a mock
+//!   cluster and the API stand-in, ending in the no-loss audit). Courier's own
+//!   path never uses it.
 //!
-//! Outside this crate: `src/main.rs` (the `courier` binary: commands, exit codes),
-//! and the workspace's tooling, which `cargo build --release` never compiles —
-//! `crates/courier-testkit` (runs Courier processes, free ports, Prometheus text;
-//! a dev-dependency) and `crates/courier-drill` (the chaos drills, docs/DRILLS.md).
+//! Outside this crate: `src/main.rs` (the `courier` binary: commands, exit codes);
+//! `crates/courier-standins` (the API stand-in, the load generator, the audit and
+//! test-only Kafka helpers: a dependency, for `courier sink` and `courier demo`,
+//! and what the tests, benches and drills use); and the workspace's tooling, which
+//! `cargo build --release` never compiles — `crates/courier-testkit` (runs Courier
+//! processes, free ports, Prometheus text; a dev-dependency) and
+//! `crates/courier-drill` (the chaos drills, docs/DRILLS.md).
 
 pub(crate) mod actors;
 pub(crate) mod api_health;
 pub mod app;
-pub mod audit;
 pub mod auth;
 pub(crate) mod clock;
 pub mod config;
@@ -62,14 +61,12 @@ pub mod delivery;
 pub mod demo;
 pub(crate) mod handle;
 pub mod kafka;
-pub mod loadgen;
 pub mod metrics;
 pub mod ops;
 pub mod otel;
 pub(crate) mod redis_conn;
 pub mod runtime;
-pub mod schema_registry;
-pub mod sink;
+pub(crate) mod schema_registry;
 pub mod status_page;
 pub(crate) mod store_tls;
 pub(crate) mod tls;

@@ -89,22 +89,24 @@ fn main() -> ExitCode {
             tls_client_ca,
         } => {
             init_logging(LogFormat::Human, "info");
-            let b = courier::sink::Behaviour {
+            let b = courier_standins::sink::Behaviour {
                 latency_ms,
                 fail_rate,
                 ..Default::default()
             };
             let tls = match (tls_cert, tls_key) {
-                (Some(cert), Some(key)) => {
-                    courier::sink::SinkTls::from_files(&cert, &key, tls_client_ca.as_deref())
-                        .map(Some)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", e.field))
-                }
+                (Some(cert), Some(key)) => courier_standins::sink::SinkTls::from_files(
+                    &cert,
+                    &key,
+                    tls_client_ca.as_deref(),
+                )
+                .map(Some)
+                .map_err(anyhow::Error::from),
                 _ => Ok(None),
             };
             tls.and_then(|tls| {
                 runtime().and_then(|rt| {
-                    rt.block_on(courier::sink::run_standalone(listen, b, tls))
+                    rt.block_on(courier_standins::sink::run_standalone(listen, b, tls))
                         .map(|_| 0)
                 })
             })

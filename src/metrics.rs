@@ -146,7 +146,7 @@ pub(crate) fn register_known_series() {
 }
 
 /// Registers help texts (they appear as `# HELP` lines on `/metrics`).
-pub fn describe() {
+pub(crate) fn describe() {
     for (name, help) in ALL {
         if name.ends_with("_total") {
             metrics::describe_counter!(*name, *help);
@@ -177,7 +177,10 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    pub fn new(stuck_after: std::time::Duration, wedged_after: std::time::Duration) -> Readiness {
+    pub(crate) fn new(
+        stuck_after: std::time::Duration,
+        wedged_after: std::time::Duration,
+    ) -> Readiness {
         Readiness {
             assigned: AtomicBool::new(false),
             held: AtomicI64::new(0),
@@ -188,11 +191,11 @@ impl Readiness {
         }
     }
 
-    pub fn begun(&self, n: usize) {
+    pub(crate) fn begun(&self, n: usize) {
         self.held.fetch_add(n as i64, Ordering::Relaxed);
     }
 
-    pub fn finished(&self) {
+    pub(crate) fn finished(&self) {
         self.held.fetch_sub(1, Ordering::Relaxed);
         self.last_progress_ms
             .store(crate::clock::now_ms(), Ordering::Relaxed);
@@ -208,14 +211,14 @@ impl Readiness {
     }
 
     /// `Err(reason)` when not ready (`/readyz`).
-    pub fn check(&self, now_ms: i64) -> Result<(), &'static str> {
+    pub(crate) fn check(&self, now_ms: i64) -> Result<(), &'static str> {
         self.progress(now_ms)
             .ready(self.stuck_after_ms)
             .map_err(|e| e.as_str())
     }
 
     /// `Err(reason)` when wedged (`/healthz`): see `core::liveness`.
-    pub fn live(&self, now_ms: i64) -> Result<(), String> {
+    pub(crate) fn live(&self, now_ms: i64) -> Result<(), String> {
         self.progress(now_ms)
             .live(self.wedged_after_ms)
             .map_err(|w| {
@@ -235,7 +238,7 @@ struct HttpState {
 
 /// Serves `/metrics`, `/healthz`, `/readyz`, and `/status` (`/status.json`) from
 /// `status`, until the task is dropped.
-pub async fn serve(
+pub(crate) async fn serve(
     listen: SocketAddr,
     handle: Option<PrometheusHandle>,
     ready: Arc<Readiness>,

@@ -28,7 +28,7 @@ pub(crate) const TARGET: &str = "courier::otel";
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
 /// Whether OTLP export is on (set once at start).
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 

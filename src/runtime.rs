@@ -111,7 +111,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// `status` is the board of this instance (its id is the instance's).
-    pub fn new(config: Config, status: Arc<StatusBoard>) -> Pipeline {
+    pub(crate) fn new(config: Config, status: Arc<StatusBoard>) -> Pipeline {
         let budget = RestartBudget::new(config.supervision.max_restarts, config.supervision.window);
         let registry = config.input.format.uses_registry().then(|| {
             // A corrupted length inside an Avro record must not allocate more
@@ -149,7 +149,7 @@ impl Pipeline {
     /// adds the count to `courier_events_deleted_unread_total{topic,partition}`.
     /// Returns the count (0: nothing new was lost). For an assignment, an
     /// offset reset, main, DLQ or parking topic alike.
-    pub fn deleted_unread(
+    pub(crate) fn deleted_unread(
         &self,
         topic: &str,
         partition: i32,
@@ -215,7 +215,7 @@ impl Pipeline {
 impl Pipeline {
     /// Something the supervisor cannot repair: the process should end non-zero
     /// (the orchestrator restarts it). The first reason wins.
-    pub fn fatal(&self, reason: String) {
+    pub(crate) fn fatal(&self, reason: String) {
         tracing::error!(%reason, "giving up");
         self.fatal.send_if_modified(|r| {
             if r.is_none() {
@@ -281,7 +281,7 @@ pub(crate) async fn fatal_on_panic<F: std::future::Future>(
 }
 
 /// This process's instance id: `<HOSTNAME>-<pid>` (the pod name in Kubernetes).
-pub fn instance_id() -> String {
+pub(crate) fn instance_id() -> String {
     format!(
         "{}-{}",
         std::env::var("HOSTNAME").unwrap_or_else(|_| "courier".into()),

@@ -71,19 +71,19 @@
 use crate::config::schema_registry::{RegistryAuth, SchemaRegistryConfig};
 use crate::core::input::InputFormat;
 use crate::core::schema::registry::{self as decide, Asked, Failure, Resolution, SchemaAnswer};
-pub use crate::core::schema::Resolved;
+pub(crate) use crate::core::schema::Resolved;
 use crate::core::schema::{expected_kind, schema_kind, RegistryRefusal};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `courier_schema_registry_fetches_total{result}`: fetches by outcome
 /// (`ok`, `unknown`, `refused`, `unavailable`).
-pub const FETCHES: &str = "courier_schema_registry_fetches_total";
+pub(crate) const FETCHES: &str = "courier_schema_registry_fetches_total";
 /// `courier_schema_registry_waiting_partitions`: partitions waiting for a schema.
-pub const WAITING: &str = "courier_schema_registry_waiting_partitions";
+pub(crate) const WAITING: &str = "courier_schema_registry_waiting_partitions";
 
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum FetchError {
+pub(crate) enum FetchError {
     /// Systemic: the registry did not answer usefully.
     #[error("schema registry unavailable: {0}")]
     Unavailable(String),
@@ -134,7 +134,7 @@ impl SchemaRegistry {
     /// Never fails: a client that cannot be built (a CA file that went away
     /// since the config was checked) makes every fetch `Unavailable`, said in
     /// the log, and the partitions wait. Schemas are compiled for `format`.
-    pub fn new(cfg: &SchemaRegistryConfig, format: InputFormat) -> SchemaRegistry {
+    pub(crate) fn new(cfg: &SchemaRegistryConfig, format: InputFormat) -> SchemaRegistry {
         let auth = cfg.auth().unwrap_or_else(|e| {
             tracing::error!(error = %e, "schema registry credentials");
             RegistryAuth::None
@@ -163,12 +163,12 @@ impl SchemaRegistry {
 
     /// The bytes of schemas kept (`cache_max_bytes`): the cache's, and each
     /// partition's (`actors::partition::schemas`).
-    pub fn cache_max_bytes(&self) -> usize {
+    pub(crate) fn cache_max_bytes(&self) -> usize {
         self.max_answer_bytes
     }
 
     /// How long an answer that parks records is kept (`negative_cache_ttl`).
-    pub fn negative_ttl(&self) -> Duration {
+    pub(crate) fn negative_ttl(&self) -> Duration {
         self.negative_ttl
     }
 
@@ -177,7 +177,7 @@ impl SchemaRegistry {
     /// `Ok(None)`: unframed (decoding then parks it with the main path's
     /// reason); `Ok(Some)`: the registry's answer, a refusal too (parked with
     /// its reason); `Err`: the registry cannot be asked now.
-    pub async fn schema_of(&self, value: &[u8]) -> Result<Option<Arc<Resolved>>, String> {
+    pub(crate) async fn schema_of(&self, value: &[u8]) -> Result<Option<Arc<Resolved>>, String> {
         let Some(id) = crate::core::schema::schema_id(value) else {
             return Ok(None);
         };
@@ -189,7 +189,7 @@ impl SchemaRegistry {
 
     /// The schema with this id, or the answer that parks its records: cached,
     /// or fetched once for every waiter.
-    pub async fn get(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
+    pub(crate) async fn get(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
         self.cache
             .try_get_with(id, self.fetch(id))
             .await

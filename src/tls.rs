@@ -35,7 +35,7 @@
 //!   `http/1.1`); otherwise ALPN offers `http/1.1` only. Off by default because hyper-util
 //!   keeps one HTTP/2 connection per host, so the server's stream limit would cap the calls
 //!   in flight (`docs/BENCHMARKS.md`). `http2_prior_knowledge` stays for h2c on `http://`.
-//! - **The API stand-in** (`src/sink/tls.rs`) serves HTTPS with `--tls-cert/--tls-key`
+//! - **The API stand-in** (courier-standins' `sink::tls`) serves HTTPS with `--tls-cert/--tls-key`
 //!   (`--tls-client-ca` to require client certificates): a rustls server with ALPN, whose
 //!   handshakes run in their own tasks and reach `axum::serve` through a channel, whose
 //!   certificate can be swapped while it runs, and which counts failed handshakes (with the
@@ -55,7 +55,7 @@ use std::sync::Arc;
 /// What is wrong with a TLS file, for the config field that names it.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {problem}", path.display())]
-pub struct TlsFileError {
+pub(crate) struct TlsFileError {
     /// The config field (`api.tls.ca_file`) or command-line option that names the file.
     pub field: String,
     pub path: PathBuf,
@@ -197,7 +197,7 @@ pub(crate) fn check_pair(
 /// The files of a TLS client, loaded and checked: extra or replacement roots,
 /// and a client identity (certificate chain and key) for mTLS.
 #[derive(Debug, Default)]
-pub struct ClientFiles {
+pub(crate) struct ClientFiles {
     pub roots: Vec<CertificateDer<'static>>,
     pub identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
 }
@@ -206,7 +206,7 @@ impl ClientFiles {
     /// Reads `<section>.ca_file`, `<section>.cert_file` and `<section>.key_file`
     /// (whichever are set; cert and key go together, which config validation
     /// checks). Errors name the field.
-    pub fn load(
+    pub(crate) fn load(
         section: &str,
         ca_file: Option<&Path>,
         cert_file: Option<&Path>,
@@ -230,7 +230,7 @@ impl ClientFiles {
 
     /// The identity as one PEM document (chain, then key), re-encoded from
     /// what was parsed, so only the sections that were checked are in it.
-    pub fn identity_pem(&self) -> Option<Vec<u8>> {
+    pub(crate) fn identity_pem(&self) -> Option<Vec<u8>> {
         let (certs, key) = self.identity.as_ref()?;
         let mut out = String::new();
         for c in certs {

@@ -8,8 +8,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,7 +89,7 @@ mod certs;
 use courier::config::ApiConfig;
 use courier::core::classify::TransportFailure;
 use courier::delivery::http::ApiClient;
-use courier::sink::SinkTls;
+use courier_standins::sink::SinkTls;
 
 /// One POST with Courier's client to `url`; the reason and detail of its failure.
 async fn fail_with(url: &str, tune: impl FnOnce(&mut ApiConfig)) -> (TransportFailure, String) {

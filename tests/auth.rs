@@ -17,8 +17,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use courier_testkit::hydra::{AuthMethod, Hydra, OAuthClient};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

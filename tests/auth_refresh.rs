@@ -19,9 +19,9 @@
 mod common;
 
 use common::*;
-use courier::audit::Produced;
-use courier::loadgen;
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::audit::Produced;
+use courier_standins::loadgen;
+use courier_standins::sink::{Behaviour, SinkHandle};
 use courier_testkit::hydra::{AuthMethod, Hydra, OAuthClient};
 use rdkafka::producer::FutureRecord;
 use std::path::{Path, PathBuf};

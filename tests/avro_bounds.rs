@@ -18,8 +18,8 @@ mod common;
 
 use common::schema::*;
 use common::*;
-use courier::audit::Produced;
-use courier::sink::Behaviour;
+use courier_standins::audit::Produced;
+use courier_standins::sink::Behaviour;
 use courier_testkit::schema_registry::{produce, Written};
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Batch delivery (issue 25) against a real broker and the API stand-in's
-//! batch endpoint (`/batch`, `src/sink/batch.rs`), each ending with the audit:
+//! batch endpoint (`/batch`, courier-standins' `sink::batch`), each ending with the audit:
 //! every produced event reached the API or sits in the DLQ or the parking lot
 //! with a reason; lost 0; duplicates counted.
 //!
@@ -22,8 +22,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, FailRule, SinkHandle};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 

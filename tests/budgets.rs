@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
+use courier_standins::loadgen::{self, Spec};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

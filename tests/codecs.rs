@@ -11,9 +11,9 @@
 mod common;
 
 use common::*;
-use courier::audit::Produced;
-use courier::loadgen::{event_id, event_json, key_of, Poison};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::audit::Produced;
+use courier_standins::loadgen::{event_id, event_json, key_of, Poison};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -9,10 +9,10 @@
 mod common;
 
 use common::*;
-use courier::audit::{AuditReport, Produced};
 use courier::kafka::admin::{committed_offsets, end_offsets, CommittedPosition};
-use courier::loadgen::{self, Spec};
-use courier::sink::{Audit, SinkHandle};
+use courier_standins::audit::{AuditReport, Produced};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Audit, SinkHandle};
 use std::time::{Duration, Instant};
 
 /// `kafka.auto_commit_interval` in these tests.

@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
-use courier::audit::Produced;
-use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier_standins::audit::Produced;
+use courier_standins::sink::{Behaviour, FailRule, SinkHandle};
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 use std::collections::HashMap;
@@ -108,7 +108,7 @@ deadline = "200ms"
         );
     let mut c = Courier::start(&n.topic, &s, &toml);
 
-    let producer = courier::loadgen::producer(&s.brokers).unwrap();
+    let producer = courier_standins::loadgen::producer(&s.brokers).unwrap();
     let mut produced = Produced::default();
     let send = |id: &'static str, key: &'static str, ty: &'static str, v: i64| {
         let payload = event(id, ty, v);
@@ -126,13 +126,13 @@ deadline = "200ms"
         }
     };
     // Filler traffic, so the failures are a small share of the calls.
-    let filler = courier::loadgen::Spec {
+    let filler = courier_standins::loadgen::Spec {
         count: 300,
         keys: 300,
         id_prefix: "fill".into(),
         ..Default::default()
     };
-    let f = courier::loadgen::produce_with(&producer, &n.topic, &filler, 0)
+    let f = courier_standins::loadgen::produce_with(&producer, &n.topic, &filler, 0)
         .await
         .unwrap();
     produced.ids.extend(f.ids);

@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, FailRule, SinkHandle};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use courier::core::envelope::Envelope;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, FailRule, SinkHandle};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -132,7 +132,7 @@ async fn failing_events_reach_the_dlq_and_offsets_wait_for_the_ack() {
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("dlq", &rep);
     assert_eq!(rep.in_dlq, failing.len());
-    let records = courier::kafka::admin::read_all(&s.brokers, &n.dlq).unwrap();
+    let records = courier_standins::admin::read_all(&s.brokers, &n.dlq).unwrap();
     assert_eq!(
         records.len(),
         failing.len(),
@@ -383,10 +383,10 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
             .map_err(|(e, _)| e)
             .unwrap();
     }
-    courier::kafka::admin::delete_records(&s.brokers, &n.topic, 0, 70)
+    courier_standins::admin::delete_records(&s.brokers, &n.topic, 0, 70)
         .await
         .unwrap();
-    courier::kafka::admin::delete_records(&s.brokers, &n.dlq, 0, d + 3)
+    courier_standins::admin::delete_records(&s.brokers, &n.dlq, 0, d + 3)
         .await
         .unwrap();
 
@@ -458,7 +458,7 @@ async fn events_deleted_unread_are_counted_exactly_at_assignment() {
             .map_err(|(e, _)| e)
             .unwrap();
     }
-    courier::kafka::admin::delete_records(&s.brokers, &n.parking, 0, 2)
+    courier_standins::admin::delete_records(&s.brokers, &n.parking, 0, 2)
         .await
         .unwrap();
     let cfg = log_dir().join(format!("{}-cli.toml", n.topic));
@@ -522,7 +522,7 @@ async fn events_deleted_unread_while_running_are_counted_exactly() {
         .await
         .unwrap();
     assert_eq!(second.offsets.first(), Some(&(0, 60)));
-    courier::kafka::admin::delete_records(&s.brokers, &n.topic, 0, 90)
+    courier_standins::admin::delete_records(&s.brokers, &n.topic, 0, 90)
         .await
         .unwrap();
     api.set_behaviour(Behaviour::default());
@@ -607,7 +607,7 @@ async fn a_transaction_marker_at_the_dlq_end_is_not_unread() {
     // A DLQ retention shorter than the policy's horizon (FAST: the default 5
     // rounds, back-off 300 ms doubling up to 2 s: an envelope waits up to 2 s)
     // is warned about at start.
-    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("retention.ms", "1500")])
+    courier_standins::admin::alter_topic_config(&s.brokers, &n.dlq, &[("retention.ms", "1500")])
         .await
         .unwrap();
     // The broker applies a config change a moment after acknowledging it.
@@ -683,7 +683,7 @@ async fn a_missing_dlq_or_parking_topic_is_refused_at_start() {
             t.push((n.dlq.as_str(), 1));
             n.parking.clone()
         };
-        courier::kafka::admin::create_topics(&s.brokers, &t)
+        courier_standins::admin::create_topics(&s.brokers, &t)
             .await
             .unwrap();
         let mut c = Courier::start(&n.topic, &s, &base_toml(&n, "http://127.0.0.1:9/"));
@@ -712,9 +712,13 @@ async fn a_compacted_dlq_or_parking_topic_is_refused_at_start() {
         let n = Names::new("compacted", 1);
         n.create(&s, true).await;
         let topic = if role == "DLQ" { &n.dlq } else { &n.parking };
-        courier::kafka::admin::alter_topic_config(&s.brokers, topic, &[("cleanup.policy", policy)])
-            .await
-            .expect("compact it");
+        courier_standins::admin::alter_topic_config(
+            &s.brokers,
+            topic,
+            &[("cleanup.policy", policy)],
+        )
+        .await
+        .expect("compact it");
         let mut c = Courier::start(&n.topic, &s, &base_toml(&n, "http://127.0.0.1:9/"));
         let code = c.wait_exit(Duration::from_secs(60)).await;
         assert!(matches!(code, Some(c) if c != 0), "{role}: exit {code:?}");
@@ -750,7 +754,7 @@ async fn partitions_added_while_running_are_refused() {
     let toml = base_toml(&n, &api.url());
     let mut c = Courier::start(&n.topic, &s, &toml);
     n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
-    courier::kafka::admin::add_partitions(&s.brokers, &n.topic, 3)
+    courier_standins::admin::add_partitions(&s.brokers, &n.topic, 3)
         .await
         .unwrap();
     let code = c.wait_exit(Duration::from_secs(90)).await;
@@ -784,8 +788,8 @@ async fn partitions_added_while_running_are_refused() {
 /// counts). Before, all forty-one were parked. Ends with the audit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
-    use courier::audit::Produced;
-    use courier::loadgen::event_json;
+    use courier_standins::audit::Produced;
+    use courier_standins::loadgen::event_json;
     use rdkafka::producer::{FutureProducer, FutureRecord};
     const EVENTS: usize = 41;
     const KEYLESS: usize = 20;
@@ -800,9 +804,13 @@ async fn a_record_refused_with_an_invalid_one_in_its_batch_is_written_alone() {
     .await;
     // Compacted while running (a Courier that starts refuses it:
     // `a_compacted_dlq_or_parking_topic_is_refused_at_start`).
-    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("cleanup.policy", "compact")])
-        .await
-        .expect("compact the DLQ");
+    courier_standins::admin::alter_topic_config(
+        &s.brokers,
+        &n.dlq,
+        &[("cleanup.policy", "compact")],
+    )
+    .await
+    .expect("compact the DLQ");
     wait_topic_setting(&s, &n.dlq, "cleanup.policy", "compact").await;
     let producer: FutureProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &s.brokers)
@@ -948,7 +956,7 @@ async fn batch_over_the_dlq_limit(lowered_while_running: bool) {
     assert_no_loss("batchsize", &rep);
     assert_eq!(rep.parked, 0, "{:?}", rep.parked_by_reason);
     assert_eq!(rep.in_dlq, EVENTS);
-    let sizes: Vec<usize> = courier::kafka::admin::read_all(&s.brokers, &n.dlq)
+    let sizes: Vec<usize> = courier_standins::admin::read_all(&s.brokers, &n.dlq)
         .unwrap()
         .iter()
         .map(|r| r.payload.as_ref().map_or(0, Vec::len))
@@ -970,9 +978,13 @@ async fn batch_over_the_dlq_limit(lowered_while_running: bool) {
 
 /// The DLQ's `max.message.bytes` set to 4,000, and applied.
 async fn dlq_of_4000_bytes(s: &Services, n: &Names) {
-    courier::kafka::admin::alter_topic_config(&s.brokers, &n.dlq, &[("max.message.bytes", "4000")])
-        .await
-        .expect("a small DLQ");
+    courier_standins::admin::alter_topic_config(
+        &s.brokers,
+        &n.dlq,
+        &[("max.message.bytes", "4000")],
+    )
+    .await
+    .expect("a small DLQ");
     wait_topic_setting(s, &n.dlq, "max.message.bytes", "4000").await;
 }
 
@@ -1028,7 +1040,7 @@ async fn an_envelope_over_a_limit_lowered_while_running_goes_to_the_dlq_as_a_ref
         dlq.iter().all(|e| e.omitted.is_some()),
         "each a reference to its origin record"
     );
-    let sizes: Vec<usize> = courier::kafka::admin::read_all(&s.brokers, &n.dlq)
+    let sizes: Vec<usize> = courier_standins::admin::read_all(&s.brokers, &n.dlq)
         .unwrap()
         .iter()
         .map(|r| r.payload.as_ref().map_or(0, Vec::len))
@@ -1050,7 +1062,7 @@ async fn an_envelope_over_a_limit_lowered_while_running_goes_to_the_dlq_as_a_ref
 /// cleaner outage, but the broker caps it at the replica count.)
 async fn dlq_accepts_writes(s: &Services, n: &Names, accept: bool) {
     let limit = if accept { "9223372036854775807" } else { "0" };
-    courier::kafka::admin::alter_topic_config(
+    courier_standins::admin::alter_topic_config(
         &s.brokers,
         &n.dlq,
         &[("message.timestamp.before.max.ms", limit)],

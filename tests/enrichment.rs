@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use courier::core::envelope::Envelope;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use std::time::Duration;
 
 /// Restarts PostgreSQL even when the test fails half-way.
@@ -102,7 +102,7 @@ async fn enrichment_from_postgres_and_db_outage_is_transient() {
         rep.in_dlq, 200,
         "enrichment failures are transient: retried, then DLQ"
     );
-    for r in courier::kafka::admin::read_all(&s.brokers, &n.dlq).unwrap() {
+    for r in courier_standins::admin::read_all(&s.brokers, &n.dlq).unwrap() {
         let env = Envelope::from_bytes(r.payload.as_deref().unwrap()).unwrap();
         assert_eq!(env.last_error.class, "transient");
         assert!(

@@ -1,6 +1,6 @@
 //! Fail closed (issue 42): no answer from the API is read as more than it
 //! says. Against a real broker and the API stand-in's batch endpoint with
-//! its faults (`src/sink/faults.rs`), batches of 100 (`json_array`) with
+//! its faults (courier-standins' `sink::faults`), batches of 100 (`json_array`) with
 //! per-item results (`results = "/items"`, `result_status = "/status"`),
 //! each ending with the audit (lost 0, duplicates counted):
 //!
@@ -19,9 +19,9 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::faults::BatchFaults;
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::faults::BatchFaults;
+use courier_standins::sink::{Behaviour, SinkHandle};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -96,7 +96,7 @@ async fn run(
     api: &SinkHandle,
     sp: &Spec,
     extra: &str,
-) -> (Courier, courier::audit::Produced) {
+) -> (Courier, courier_standins::audit::Produced) {
     let produced = loadgen::produce(&s.brokers, &n.topic, sp)
         .await
         .expect("produce");
@@ -319,7 +319,7 @@ async fn a_route_whose_batches_end_alone_says_so() {
     let c = Courier::start("fc-singles", &s, &toml);
     // Events keep coming (a wave every second) until the route's window
     // (10 s) ends with its verdict on `/status`.
-    let mut produced = courier::audit::Produced::default();
+    let mut produced = courier_standins::audit::Produced::default();
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let mut wave = 0;
     let row = loop {

@@ -10,8 +10,8 @@
 mod common;
 
 use common::*;
-use courier::audit::Produced;
-use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier_standins::audit::Produced;
+use courier_standins::sink::{Behaviour, FailRule, SinkHandle};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -152,7 +152,7 @@ async fn binary_mode_cloudevents_from_kafka_headers_are_delivered() {
             10 => Out {
                 partition: None,
                 key: Some(format!("key-{}", i % 20)),
-                value: Some(courier::loadgen::event_json(
+                value: Some(courier_standins::loadgen::event_json(
                     &format!("structured-{i}"),
                     "t",
                     "k",
@@ -182,7 +182,7 @@ async fn binary_mode_cloudevents_from_kafka_headers_are_delivered() {
             ),
         });
     }
-    let producer = courier::loadgen::producer(&s.brokers).unwrap();
+    let producer = courier_standins::loadgen::producer(&s.brokers).unwrap();
     let (produced, _) = produce(&producer, &n.topic, &out).await;
     let mut c = Courier::start(&n.topic, &s, &config(&n, &api.url(), ""));
     finish("binary", &s, &n, &mut c, &api, &produced).await;
@@ -289,7 +289,7 @@ async fn plain_json_read_with_pointers_is_delivered_and_enriched_by_its_entity_k
         "a fallback id is the DLQ'd one"
     );
     let api = api_failing_three_times(&retried).await;
-    let producer = courier::loadgen::producer(&s.brokers).unwrap();
+    let producer = courier_standins::loadgen::producer(&s.brokers).unwrap();
     let (produced, at) = produce(&producer, &n.topic, &out).await;
     let mut next = [0i64; 2];
     for (p, o) in at {
@@ -370,23 +370,23 @@ async fn a_header_name_that_is_not_utf8_stops_nothing() {
     n.create(&s, true).await;
     let hostile = "hdr-hostile".to_string();
     let api = api_failing_three_times(&hostile).await;
-    let spec = |prefix: &str| courier::loadgen::Spec {
+    let spec = |prefix: &str| courier_standins::loadgen::Spec {
         count: 500,
         keys: 50,
         id_prefix: prefix.into(),
         ..Default::default()
     };
-    let mut produced = courier::loadgen::produce(&s.brokers, &n.topic, &spec("hdr-a"))
+    let mut produced = courier_standins::loadgen::produce(&s.brokers, &n.topic, &spec("hdr-a"))
         .await
         .unwrap();
     // The hostile record goes to partition 1, where the next offset is its.
     let at = courier::kafka::admin::end_offsets(&s.brokers, &n.topic, 3).unwrap()[1];
-    let value = courier::loadgen::event_json(&hostile, "profile.updated", "k", 0, 300);
+    let value = courier_standins::loadgen::event_json(&hostile, "profile.updated", "k", 0, 300);
     kcat_with_headers(&s, &n.topic, 1, &[b"\xff=x", b"tenant=\xfe\xfd"], &value);
     produced.ids.push(hostile.clone());
     produced.offsets.push((1, at));
-    let producer = courier::loadgen::producer(&s.brokers).unwrap();
-    let rest = courier::loadgen::produce_with(&producer, &n.topic, &spec("hdr-b"), 0)
+    let producer = courier_standins::loadgen::producer(&s.brokers).unwrap();
+    let rest = courier_standins::loadgen::produce_with(&producer, &n.topic, &spec("hdr-b"), 0)
         .await
         .unwrap();
     produced.ids.extend(rest.ids);
@@ -445,7 +445,7 @@ async fn a_header_name_that_is_not_utf8_stops_nothing() {
     // `courier dlq inspect`'s reader takes such a name in the topic's own
     // headers too (it read them with rdkafka's panicking accessor).
     kcat_with_headers(&s, &n.parking, 0, &[b"\xff=y"], b"not an envelope");
-    let read = courier::kafka::admin::read_all(&s.brokers, &n.parking).expect("read back");
+    let read = courier_standins::admin::read_all(&s.brokers, &n.parking).expect("read back");
     assert!(read
         .iter()
         .any(|r| r.headers.get("\u{fffd}").map(String::as_str) == Some("y")));

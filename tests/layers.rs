@@ -16,7 +16,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["core"],
     &["clock", "handle", "tls", "store_tls"],
-    &["config", "sink"],
+    &["config"],
     &[
         "api_health",
         "status_page",
@@ -25,8 +25,8 @@ const LAYERS: &[&[&str]] = &[
         "redis_conn",
         "schema_registry",
     ],
-    &["metrics", "ops", "audit"],
-    &["runtime", "loadgen", "auth"],
+    &["metrics", "ops"],
+    &["runtime", "auth"],
     &["delivery"],
     &["actors"],
     &["app"],
@@ -156,6 +156,18 @@ fn tooling_crates_are_dev_dependencies_only() {
     let testkit = std::fs::read_to_string(root.join("crates/courier-testkit/Cargo.toml"))
         .expect("crates/courier-testkit/Cargo.toml");
     assert!(!section_deps(&testkit, "dependencies").contains(&"courier"));
+    // The stand-ins are a normal dependency of Courier (`courier sink`, `courier
+    // demo`): they cannot depend on it.
+    assert!(section_deps(&manifest, "dependencies").contains(&"courier-standins"));
+    let standins = std::fs::read_to_string(root.join("crates/courier-standins/Cargo.toml"))
+        .expect("crates/courier-standins/Cargo.toml");
+    assert!(!section_deps(&standins, "dependencies").contains(&"courier"));
+    for moved in ["sink", "audit.rs", "loadgen.rs"] {
+        assert!(
+            !root.join("src").join(moved).exists(),
+            "src/{moved} is in courier-standins"
+        );
+    }
     assert!(!root.join("src/testkit").exists() && !root.join("src/bin/courier-drill").exists());
 }
 

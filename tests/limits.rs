@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Audit, Behaviour, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Audit, Behaviour, SinkHandle};
 use std::time::Duration;
 
 /// One test of this file at a time. They share one Redis, which
@@ -694,7 +694,7 @@ impl Drop for RedisBack<'_> {
 /// Every whole second at the API stays within `rate + burst` (+ 5 % for the
 /// second boundaries), and the limit binds: the busiest second is at least half
 /// the rate (else the bound would hold vacuously).
-fn assert_per_second_within(audit: &courier::sink::Audit, rate: u64, burst: u64) {
+fn assert_per_second_within(audit: &courier_standins::sink::Audit, rate: u64, burst: u64) {
     let bound = (rate + burst) as f64 * 1.05;
     for (second, &count) in audit.per_second.iter().enumerate() {
         assert!(

@@ -23,9 +23,9 @@
 mod common;
 
 use common::*;
-use courier::audit::Produced;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier_standins::audit::Produced;
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, FailRule, SinkHandle};
 use courier_testkit::ChildGuard;
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;

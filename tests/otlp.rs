@@ -9,8 +9,8 @@
 mod common;
 
 use common::*;
-use courier::audit::Produced;
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::audit::Produced;
+use courier_standins::sink::{Behaviour, SinkHandle};
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 use std::collections::HashMap;
@@ -98,7 +98,7 @@ async fn delivery_spans_are_children_of_the_events_trace_and_reach_a_collector()
 
     let n = Names::new("otlp", 1);
     n.create(&s, true).await;
-    let p = courier::loadgen::producer(&s.brokers).expect("producer");
+    let p = courier_standins::loadgen::producer(&s.brokers).expect("producer");
     let mut produced = Produced::default();
     for i in 0..5 {
         let id = format!("otlp-{i}");

@@ -8,8 +8,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, FailRule, SinkHandle};
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 use std::collections::HashMap;

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Poison, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::loadgen::{self, Poison, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -118,7 +118,7 @@ async fn poison_is_parked_with_its_reason_and_the_rest_flows() {
         );
     }
     // The parking-lot records carry the reason in headers too.
-    let parked = courier::kafka::admin::read_all(&s.brokers, &n.parking).unwrap();
+    let parked = courier_standins::admin::read_all(&s.brokers, &n.parking).unwrap();
     assert_eq!(parked.len(), 100);
     for r in &parked {
         assert!(r.headers.contains_key("courier-reason"), "{:?}", r.headers);

@@ -7,9 +7,9 @@
 mod common;
 
 use common::*;
-use courier::audit::Produced;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, FailRule, SinkHandle};
+use courier_standins::audit::Produced;
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, FailRule, SinkHandle};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -90,7 +90,7 @@ async fn recreate(s: &Services, topic: &str, partitions: i32) {
     // The broker may still be removing the old log: ask again until it takes.
     let until = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        match courier::kafka::admin::create_topics(&s.brokers, &[(topic, partitions)]).await {
+        match courier_standins::admin::create_topics(&s.brokers, &[(topic, partitions)]).await {
             Ok(()) => break,
             Err(e) if std::time::Instant::now() < until => {
                 eprintln!("create {topic} again: {e}; asking again");

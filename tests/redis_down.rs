@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
+use courier_standins::loadgen::{self, Spec};
 use std::time::{Duration, Instant};
 
 /// Restarts Redis even when the test fails half-way.

@@ -9,8 +9,8 @@ mod common;
 
 use common::schema::*;
 use common::*;
-use courier::audit::Produced;
-use courier::sink::Behaviour;
+use courier_standins::audit::Produced;
+use courier_standins::sink::Behaviour;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -14,8 +14,8 @@ mod common;
 
 use common::schema::*;
 use common::*;
-use courier::audit::Produced;
-use courier::sink::{Behaviour, FailRule};
+use courier_standins::audit::Produced;
+use courier_standins::sink::{Behaviour, FailRule};
 use courier_testkit::schema_registry::{produce, Registry};
 use std::collections::HashMap;
 use std::time::Duration;

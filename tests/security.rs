@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use courier_testkit::ChildGuard;
 use std::process::Command;
 use std::time::Duration;

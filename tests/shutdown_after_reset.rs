@@ -9,9 +9,9 @@
 mod common;
 
 use common::*;
-use courier::audit::Produced;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::audit::Produced;
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -80,7 +80,7 @@ async fn recreate(s: &Services, topic: &str, partitions: i32) {
     .await;
     let until = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        match courier::kafka::admin::create_topics(&s.brokers, &[(topic, partitions)]).await {
+        match courier_standins::admin::create_topics(&s.brokers, &[(topic, partitions)]).await {
             Ok(()) => break,
             Err(e) if std::time::Instant::now() < until => {
                 eprintln!("create {topic} again: {e}; asking again");
@@ -228,7 +228,7 @@ async fn deleted_past_the_position(tag: &str, env: &[(&str, &str)]) {
         .await
         .unwrap();
     assert_eq!(second.offsets.first(), Some(&(0, 60)));
-    courier::kafka::admin::delete_records(&s.brokers, &n.topic, 0, 90)
+    courier_standins::admin::delete_records(&s.brokers, &n.topic, 0, 90)
         .await
         .unwrap();
     api.set_behaviour(Behaviour::default());

@@ -13,8 +13,8 @@ mod common;
 
 use base64::Engine as _;
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::Audit;
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::Audit;
 use courier_testkit::webhooks::Receiver;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -73,8 +73,8 @@ async fn signatures_verify_with_the_reference_library_through_a_rotation() {
         ),
     );
     let mut c = Courier::start("signing", &s, &toml);
-    let mut produced = courier::audit::Produced::default();
-    let mut more = |p: courier::audit::Produced| {
+    let mut produced = courier_standins::audit::Produced::default();
+    let mut more = |p: courier_standins::audit::Produced| {
         produced.ids.extend(p.ids);
         produced.offsets.extend(p.offsets);
     };
@@ -155,8 +155,8 @@ async fn signatures_verify_with_the_reference_library_through_a_rotation() {
             .collect(),
         ..Audit::default()
     };
-    let rep =
-        courier::audit::audit(&s.brokers, &n.dlq, &n.parking, &produced, &api).expect("audit");
+    let rep = courier_standins::audit::audit(&s.brokers, &n.dlq, &n.parking, &produced, &api)
+        .expect("audit");
     assert_no_loss("signing", &rep);
     assert_eq!(
         rep.parked + rep.in_dlq,

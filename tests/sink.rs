@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use courier::sink::{Audit, Behaviour, FailRule, SinkHandle};
+use courier_standins::sink::{Audit, Behaviour, FailRule, SinkHandle};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -462,7 +462,7 @@ async fn healthz_and_shutdown() {
 mod batch {
     use super::*;
     use courier::core::batch::{idempotency_key, item_results, BatchFormat, ResultsSpec};
-    use courier::loadgen::event_json;
+    use courier_standins::loadgen::event_json;
 
     /// How Courier reads the stand-in's per-item results.
     fn results_spec(by_id: bool) -> ResultsSpec {
@@ -825,7 +825,7 @@ mod batch {
         let sink = start(Behaviour::default()).await;
         let client = reqwest::Client::new();
         let ev = |seq: usize, key: &str| {
-            let id = courier::loadgen::event_id("ev", seq);
+            let id = courier_standins::loadgen::event_id("ev", seq);
             let body = event_json(&id, "t", key, seq, 200);
             (id, body)
         };
@@ -894,7 +894,7 @@ mod batch {
     /// `/audit/delivered` adds it all up.
     #[tokio::test]
     async fn a_keyless_json_array_is_booked_per_item() {
-        use courier::sink::DeliveredCount;
+        use courier_standins::sink::DeliveredCount;
         let sink = start(Behaviour::default()).await;
         let client = reqwest::Client::new();
         let send = |ids: &'static [&'static str]| {

@@ -8,8 +8,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
 use courier::status_page::Snapshot;
+use courier_standins::loadgen::{self, Spec};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -21,8 +21,8 @@
 mod common;
 
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use courier_testkit::ChildGuard;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -13,8 +13,8 @@ mod common;
 
 use certs::{Ca, Validity, LOOPBACK};
 use common::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle, SinkTls};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle, SinkTls};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -47,7 +47,12 @@ async fn https_sink(tls: &SinkTls) -> SinkHandle {
     .expect("HTTPS stand-in")
 }
 
-async fn produce(s: &Services, n: &Names, count: usize, prefix: &str) -> courier::audit::Produced {
+async fn produce(
+    s: &Services,
+    n: &Names,
+    count: usize,
+    prefix: &str,
+) -> courier_standins::audit::Produced {
     let spec = Spec {
         count,
         keys: count,

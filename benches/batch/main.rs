@@ -973,7 +973,7 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
     );
     let t = Instant::now();
     let (dlq, parking) = (format!("{topic}.dlq"), format!("{topic}.parking"));
-    courier::kafka::admin::create_topics(
+    courier_standins::admin::create_topics(
         &opts.brokers,
         &[
             (topic.as_str(), opts.partitions),
@@ -982,14 +982,14 @@ async fn run(opts: Opts) -> anyhow::Result<()> {
         ],
     )
     .await?;
-    let spec = courier::loadgen::Spec {
+    let spec = courier_standins::loadgen::Spec {
         count: opts.events,
         keys: opts.keys,
         id_prefix: format!("{topic}-ev"),
         event_bytes: opts.event_bytes,
         ..Default::default()
     };
-    let produced = courier::loadgen::produce(&opts.brokers, &topic, &spec).await?;
+    let produced = courier_standins::loadgen::produce(&opts.brokers, &topic, &spec).await?;
     let valid = produced.ids.len();
     drop(produced);
     let (b, tp, p) = (opts.brokers.clone(), topic.clone(), opts.partitions);

@@ -22,10 +22,15 @@ impl Requests {
     pub(crate) fn new(prefix: &str, n: usize, keys: usize, event_bytes: usize) -> Requests {
         let bodies = (0..n.max(1))
             .map(|i| {
-                let id = courier::loadgen::event_id(prefix, i);
-                let key = courier::loadgen::key_of(i, keys);
-                let body =
-                    courier::loadgen::event_json(&id, "profile.updated", &key, i, event_bytes);
+                let id = courier_standins::loadgen::event_id(prefix, i);
+                let key = courier_standins::loadgen::key_of(i, keys);
+                let body = courier_standins::loadgen::event_json(
+                    &id,
+                    "profile.updated",
+                    &key,
+                    i,
+                    event_bytes,
+                );
                 (id, Bytes::from(body))
             })
             .collect();

@@ -74,8 +74,9 @@ drain_rate_per_sec = {rate}
 
 fn envelope(s: &DrainSetup<'_>, i: usize, now_ms: i64) -> (String, Envelope) {
     let id = format!("{}-d{i}", s.topic);
-    let key = courier::loadgen::key_of(i, 1000);
-    let payload = courier::loadgen::event_json(&id, "profile.updated", &key, i, s.event_bytes);
+    let key = courier_standins::loadgen::key_of(i, 1000);
+    let payload =
+        courier_standins::loadgen::event_json(&id, "profile.updated", &key, i, s.event_bytes);
     let env = Envelope {
         version: ENVELOPE_VERSION_PAYLOAD,
         omitted: None,
@@ -109,7 +110,7 @@ fn envelope(s: &DrainSetup<'_>, i: usize, now_ms: i64) -> (String, Envelope) {
 pub(crate) async fn run(s: &DrainSetup<'_>, sink: &mut Sink) -> anyhow::Result<DrainResult> {
     let n = ((s.rate * s.secs as f64).round() as usize).max(100);
     let dlq = format!("{}.dlq", s.topic);
-    courier::kafka::admin::create_topics(
+    courier_standins::admin::create_topics(
         s.brokers,
         &[
             (s.topic, s.partitions),
@@ -118,7 +119,7 @@ pub(crate) async fn run(s: &DrainSetup<'_>, sink: &mut Sink) -> anyhow::Result<D
         ],
     )
     .await?;
-    let producer = courier::loadgen::producer(s.brokers)?;
+    let producer = courier_standins::loadgen::producer(s.brokers)?;
     let now = courier::runtime::now_ms();
     let mut ids = Vec::with_capacity(n);
     let mut pending = Vec::with_capacity(n);

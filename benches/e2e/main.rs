@@ -498,7 +498,7 @@ impl Bench {
 
         // Preload.
         let t = Instant::now();
-        courier::kafka::admin::create_topics(
+        courier_standins::admin::create_topics(
             &o.brokers,
             &[
                 (topic.as_str(), o.partitions),
@@ -507,14 +507,14 @@ impl Bench {
             ],
         )
         .await?;
-        let spec = courier::loadgen::Spec {
+        let spec = courier_standins::loadgen::Spec {
             count: r.events,
             keys: o.keys,
             id_prefix: format!("{topic}-ev"),
             event_bytes: o.event_bytes,
             ..Default::default()
         };
-        let produced = courier::loadgen::produce(&o.brokers, &topic, &spec).await?;
+        let produced = courier_standins::loadgen::produce(&o.brokers, &topic, &spec).await?;
         let valid = produced.ids.len() as u64;
         drop(produced);
         let (b, tp, p) = (o.brokers.clone(), topic.clone(), o.partitions);

@@ -63,7 +63,7 @@ impl Sink {
 
     /// Sets the latency and clears the books (they grow with every request),
     /// with room for `expect` events: books that grow mid-run stall every
-    /// request while they do (`courier::sink`, `POST /reset`).
+    /// request while they do (`courier_standins::sink`, `POST /reset`).
     pub(crate) async fn prepare(&mut self, latency_ms: u64, expect: usize) -> anyhow::Result<()> {
         if let Some(st) = self.guard.exited() {
             anyhow::bail!("the sink exited (code {st:?})");
@@ -86,7 +86,7 @@ impl Sink {
     /// (`GET /audit/delivered`: no per-id maps, cheap to poll). Used by the
     /// batch benchmark only.
     #[allow(dead_code)]
-    pub(crate) async fn delivered(&self) -> anyhow::Result<courier::sink::DeliveredCount> {
+    pub(crate) async fn delivered(&self) -> anyhow::Result<courier_standins::sink::DeliveredCount> {
         let body = self
             .http
             .get(format!("{}/audit/delivered", self.base))
@@ -101,7 +101,7 @@ impl Sink {
     /// The stand-in's books since the last `prepare`. Used by the e2e
     /// benchmark only.
     #[allow(dead_code)]
-    pub(crate) async fn audit(&self) -> anyhow::Result<courier::sink::Audit> {
+    pub(crate) async fn audit(&self) -> anyhow::Result<courier_standins::sink::Audit> {
         let body = self
             .http
             .get(format!("{}/audit", self.base))

@@ -57,7 +57,7 @@ pub(crate) use decode::Decoder;
 use observe::Gauges;
 pub(crate) use shared::PartitionShared;
 
-pub enum PartitionMsg {
+pub(crate) enum PartitionMsg {
     Records(Vec<Record>),
     /// Completion tokens left outcomes in the inbox (see `delivery::token::Inbox`).
     Completed,

@@ -52,8 +52,8 @@
 //! `tests/signing.rs` (the Standard Webhooks reference library verifies every request
 //! through a secret rotation).
 
-pub mod oauth2;
-pub mod secret;
+pub(crate) mod oauth2;
+pub(crate) mod secret;
 
 use crate::config::{ApiConfig, ConfigError};
 use crate::core::credentials::unauthorized;
@@ -66,7 +66,7 @@ use std::sync::Arc;
 /// Why a request has no credential to send: systemic (the group pauses at
 /// the breaker; never an event's fault, never parked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AuthFailure {
+pub(crate) enum AuthFailure {
     /// The token endpoint could not be asked, or gave no usable answer.
     Unavailable,
     /// The token endpoint refused the client's credentials (a 4xx).
@@ -74,7 +74,7 @@ pub enum AuthFailure {
 }
 
 impl AuthFailure {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             AuthFailure::Unavailable => "auth_token_unavailable",
             AuthFailure::Refused => "auth_token_refused",
@@ -134,7 +134,7 @@ impl Auth {
     /// The credentials `[api]` configures, read now (an error names the field).
     /// Secret files are watched on the current Tokio runtime; `board` shows
     /// the OAuth2 token's state on `/status`.
-    pub fn from_config(
+    pub(crate) fn from_config(
         cfg: &ApiConfig,
         board: Option<Arc<StatusBoard>>,
     ) -> Result<Auth, ConfigError> {
@@ -187,7 +187,7 @@ impl Auth {
     }
 
     /// The `Authorization` value for the next request (`None`: none is sent).
-    pub async fn authorization(&self) -> Result<Option<HeaderValue>, AuthFailure> {
+    pub(crate) async fn authorization(&self) -> Result<Option<HeaderValue>, AuthFailure> {
         match &self.bearer {
             None => Ok(None),
             Some(Bearer::Static(w)) => Ok(Some((*w.get()).clone())),
@@ -200,7 +200,7 @@ impl Auth {
     /// same request once more with (a token file that changed, another OAuth2
     /// token), or `None` (the 401 stands). An OAuth2 token is refreshed at
     /// most once per `api.oauth2.unauthorized_refresh_interval` for 401s.
-    pub async fn unauthorized(
+    pub(crate) async fn unauthorized(
         &self,
         used: &HeaderValue,
         www_authenticate: Option<&HeaderValue>,
@@ -222,7 +222,7 @@ impl Auth {
 
     /// A request that carried `used` was answered 2xx (the OAuth2 token is
     /// accepted: a 401 to another route does not drop it while it is young).
-    pub fn accepted(&self, used: &HeaderValue) {
+    pub(crate) fn accepted(&self, used: &HeaderValue) {
         if let Some(Bearer::OAuth2(t)) = &self.bearer {
             t.accepted(used);
         }
@@ -231,7 +231,7 @@ impl Auth {
     /// The Standard Webhooks headers for a request of event `id` with `body`
     /// (`None`: no signing configured): `webhook-id`, `webhook-timestamp`,
     /// `webhook-signature` (one `v1,` signature per configured secret).
-    pub fn signature(&self, id: &str, body: &[u8]) -> Option<[(&'static str, String); 3]> {
+    pub(crate) fn signature(&self, id: &str, body: &[u8]) -> Option<[(&'static str, String); 3]> {
         let keys = self.signing.as_ref()?.get();
         let ts = crate::clock::now_ms().div_euclid(1000);
         let sig = webhook_signature::signature(&keys, id, ts, body);
@@ -246,7 +246,7 @@ impl Auth {
     /// the last ones they replaced (a request sent just before a rotation may
     /// be answered, and echoed, after it) — the static token, the OAuth2
     /// tokens, the signing secrets.
-    pub fn current_secrets(&self) -> Vec<String> {
+    pub(crate) fn current_secrets(&self) -> Vec<String> {
         let mut out = Vec::new();
         match &self.bearer {
             Some(Bearer::Static(w)) => out.extend(w.texts()),

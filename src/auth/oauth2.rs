@@ -36,11 +36,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long a call waits for the next fetch once the last one failed.
-pub const FAILING_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const FAILING_WAIT: Duration = Duration::from_secs(1);
 /// The most of a token endpoint's answer read.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
-pub struct TokenSource {
+pub(crate) struct TokenSource {
     url: TokenUrl,
     client_id: ClientId,
     secret: Arc<Watched<String>>,
@@ -111,7 +111,7 @@ enum ExchangeError {
 }
 
 impl TokenSource {
-    pub fn new(
+    pub(crate) fn new(
         cfg: &OAuth2Config,
         secret: Arc<Watched<String>>,
         request_timeout: Duration,
@@ -181,7 +181,7 @@ impl TokenSource {
     /// The `Authorization` value to send now: the cached token, or one fetched
     /// for this call (waiting at most `api.request_timeout`, joining a fetch
     /// already in flight).
-    pub async fn bearer(self: &Arc<Self>) -> Result<HeaderValue, AuthFailure> {
+    pub(crate) async fn bearer(self: &Arc<Self>) -> Result<HeaderValue, AuthFailure> {
         let deadline = Instant::now() + self.wait;
         loop {
             let (step, generation, header, last) = {
@@ -234,7 +234,7 @@ impl TokenSource {
     /// the token to send that call again with (a different one), or `None`
     /// (the 401 stands). Never drops the cached token; see
     /// `core::credentials::unauthorized` for when a refresh is started.
-    pub async fn unauthorized(
+    pub(crate) async fn unauthorized(
         self: &Arc<Self>,
         used: &HeaderValue,
         challenge: Challenge,
@@ -293,7 +293,7 @@ impl TokenSource {
 
     /// A call that carried `used` was answered 2xx: the token is accepted (a
     /// 401 to another call does not drop it while it is young).
-    pub fn accepted(&self, used: &HeaderValue) {
+    pub(crate) fn accepted(&self, used: &HeaderValue) {
         let mut s = self.lock();
         if let Some(t) = s.token.as_mut() {
             if !t.accepted && t.header == used {
@@ -479,7 +479,7 @@ impl TokenSource {
 
     /// The cached token's text and the last ones it replaced (for redaction
     /// from answers' bodies only).
-    pub fn tokens_to_redact(&self) -> Vec<String> {
+    pub(crate) fn tokens_to_redact(&self) -> Vec<String> {
         let s = self.lock();
         s.token
             .iter()
@@ -490,7 +490,7 @@ impl TokenSource {
     }
 
     /// The token's state for `/status` (never the token).
-    pub fn snapshot(&self) -> CredentialSnapshot {
+    pub(crate) fn snapshot(&self) -> CredentialSnapshot {
         let s = self.lock();
         CredentialSnapshot {
             kind: "oauth2".into(),

@@ -14,13 +14,13 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 /// How often a secret file is looked at.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Parses a secret's text into what the requests use; the error must not hold
 /// the text.
-pub type Parse<T> = fn(&str) -> Result<T, String>;
+pub(crate) type Parse<T> = fn(&str) -> Result<T, String>;
 
-pub struct Watched<T> {
+pub(crate) struct Watched<T> {
     field: &'static str,
     /// `None`: an environment variable (never re-read).
     path: Option<PathBuf>,
@@ -30,7 +30,7 @@ pub struct Watched<T> {
 
 /// How many replaced values stay in the redaction set (an API may echo a
 /// request sent with one just before the rotation).
-pub const KEPT_FOR_REDACTION: usize = 2;
+pub(crate) const KEPT_FOR_REDACTION: usize = 2;
 
 struct Current<T> {
     text: String,
@@ -45,7 +45,10 @@ impl<T: Send + Sync + 'static> Watched<T> {
     /// Reads the secret now (start-up: an error stops Courier, naming the
     /// field). A file's watcher runs on the current Tokio runtime until the
     /// secret is dropped.
-    pub fn start(spec: &SecretSpec, parse: Parse<T>) -> Result<Arc<Watched<T>>, ConfigError> {
+    pub(crate) fn start(
+        spec: &SecretSpec,
+        parse: Parse<T>,
+    ) -> Result<Arc<Watched<T>>, ConfigError> {
         let text = spec.read()?;
         let value = parse(&text).map_err(|e| crate::config::invalid(spec.field(), e))?;
         let path = match spec {
@@ -70,7 +73,11 @@ impl<T: Send + Sync + 'static> Watched<T> {
     }
 
     /// A fixed value (tests, and a token given in code).
-    pub fn fixed(field: &'static str, text: &str, parse: Parse<T>) -> Result<Watched<T>, String> {
+    pub(crate) fn fixed(
+        field: &'static str,
+        text: &str,
+        parse: Parse<T>,
+    ) -> Result<Watched<T>, String> {
         Ok(Watched {
             field,
             path: None,
@@ -85,7 +92,7 @@ impl<T: Send + Sync + 'static> Watched<T> {
     }
 
     /// The current value.
-    pub fn get(&self) -> Arc<T> {
+    pub(crate) fn get(&self) -> Arc<T> {
         self.state
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -95,7 +102,7 @@ impl<T: Send + Sync + 'static> Watched<T> {
 
     /// The current text and the last [`KEPT_FOR_REDACTION`] it replaced, newest
     /// first (for redaction from answers' bodies).
-    pub fn texts(&self) -> Vec<String> {
+    pub(crate) fn texts(&self) -> Vec<String> {
         let s = self.state.read().unwrap_or_else(|e| e.into_inner());
         std::iter::once(&s.text)
             .chain(&s.previous)
@@ -105,7 +112,7 @@ impl<T: Send + Sync + 'static> Watched<T> {
 
     /// Reads the file now; `true` when its value changed (an environment
     /// variable never does).
-    pub async fn reload(&self) -> bool {
+    pub(crate) async fn reload(&self) -> bool {
         let Some(path) = &self.path else {
             return false;
         };

@@ -176,7 +176,7 @@ pub enum CaMode {
 
 impl ApiTlsConfig {
     /// The files, read and checked (errors name the field).
-    pub fn load(&self) -> Result<crate::tls::ClientFiles, ConfigError> {
+    pub(crate) fn load(&self) -> Result<crate::tls::ClientFiles, ConfigError> {
         crate::tls::ClientFiles::load(
             "api.tls",
             self.ca_file.as_deref(),
@@ -188,7 +188,8 @@ impl ApiTlsConfig {
 }
 
 impl CaMode {
-    pub fn as_str(self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CaMode::Replace => "replace",
             CaMode::Add => "add",
@@ -246,7 +247,7 @@ impl ApiConfig {
     }
 
     /// The routes, parsed (`[[api.routes]]`).
-    pub fn routes(&self) -> Result<Routes, ConfigError> {
+    pub(crate) fn routes(&self) -> Result<Routes, ConfigError> {
         let mut out = Vec::with_capacity(self.routes.len());
         for (i, r) in self.routes.iter().enumerate() {
             let field = |f: &str| format!("api.routes[{i}].{f}");
@@ -295,7 +296,9 @@ impl ApiConfig {
     }
 
     /// Batching of the events no route matches (`[api.batch]`).
-    pub fn batch_spec(&self) -> Result<Option<std::sync::Arc<super::BatchSpec>>, ConfigError> {
+    pub(crate) fn batch_spec(
+        &self,
+    ) -> Result<Option<std::sync::Arc<super::BatchSpec>>, ConfigError> {
         Ok(self.batch.spec("api.batch")?.map(std::sync::Arc::new))
     }
 

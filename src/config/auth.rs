@@ -103,7 +103,7 @@ pub enum SigningScheme {
 
 /// Where one secret comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSpec {
+pub(crate) enum SecretSpec {
     /// An environment variable, read once at start.
     Env { field: &'static str, name: String },
     /// A file, re-read when it changes (a Kubernetes Secret volume).
@@ -112,7 +112,7 @@ pub enum SecretSpec {
 
 impl SecretSpec {
     /// The config field that names the source.
-    pub fn field(&self) -> &'static str {
+    pub(crate) fn field(&self) -> &'static str {
         match self {
             SecretSpec::Env { field, .. } | SecretSpec::File { field, .. } => field,
         }
@@ -120,7 +120,7 @@ impl SecretSpec {
 
     /// The value now: the variable, or the file's content without the
     /// whitespace around it. Errors name the field and the source, never a value.
-    pub fn read(&self) -> Result<String, ConfigError> {
+    pub(crate) fn read(&self) -> Result<String, ConfigError> {
         match self {
             SecretSpec::Env { field, name } => match std::env::var(name) {
                 Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
@@ -142,7 +142,7 @@ pub(super) const MAX_SECRET_FILE_BYTES: usize = 64 * 1024;
 /// A secret file's content, trimmed (Kubernetes Secrets often end in a newline),
 /// read up to [`MAX_SECRET_FILE_BYTES`] (a larger file is refused). A file that
 /// every user may read is warned about, once per path (never its content).
-pub fn read_secret_file(path: &Path) -> Result<String, String> {
+pub(crate) fn read_secret_file(path: &Path) -> Result<String, String> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     if let Ok(meta) = file.metadata() {
@@ -223,7 +223,7 @@ fn one_of(
 
 impl super::ApiConfig {
     /// The static bearer token's source (`api.token_env` or `api.token_file`).
-    pub fn token_spec(&self) -> Result<Option<SecretSpec>, ConfigError> {
+    pub(crate) fn token_spec(&self) -> Result<Option<SecretSpec>, ConfigError> {
         one_of(
             "api.token_env",
             &self.token_env,
@@ -324,7 +324,7 @@ impl super::ApiConfig {
 
 impl OAuth2Config {
     /// The client secret's source; `None`: a public client (no secret).
-    pub fn secret_spec(&self) -> Result<Option<SecretSpec>, ConfigError> {
+    pub(crate) fn secret_spec(&self) -> Result<Option<SecretSpec>, ConfigError> {
         one_of(
             "api.oauth2.client_secret_env",
             &self.client_secret_env,
@@ -408,7 +408,7 @@ impl OAuth2Config {
 
 impl SigningConfig {
     /// The signing secret's source.
-    pub fn spec(&self) -> Result<Option<SecretSpec>, ConfigError> {
+    pub(crate) fn spec(&self) -> Result<Option<SecretSpec>, ConfigError> {
         one_of(
             "api.signing.secret_env",
             &self.secret_env,

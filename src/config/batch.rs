@@ -101,7 +101,7 @@ fn pointer_ok(p: &str) -> bool {
 
 impl BatchConfig {
     /// This section with a route's fields over it.
-    pub fn with(&self, o: &BatchOverride) -> BatchConfig {
+    pub(crate) fn with(&self, o: &BatchOverride) -> BatchConfig {
         BatchConfig {
             max_events: o.max_events.unwrap_or(self.max_events),
             max_bytes: o.max_bytes.unwrap_or(self.max_bytes),
@@ -121,7 +121,7 @@ impl BatchConfig {
 
     /// The spec, checked; `None`: no batching (`max_events = 1`). `field` names
     /// the section in errors (`api.batch`, `api.routes[2].batch`).
-    pub fn spec(&self, field: &str) -> Result<Option<BatchSpec>, ConfigError> {
+    pub(crate) fn spec(&self, field: &str) -> Result<Option<BatchSpec>, ConfigError> {
         let f = |name: &str| format!("{field}.{name}");
         if self.max_events == 0 {
             return Err(invalid(

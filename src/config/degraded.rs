@@ -79,7 +79,7 @@ impl Default for DegradedConfig {
 }
 
 impl DegradedConfig {
-    pub fn breaker(&self) -> crate::core::breaker::BreakerConfig {
+    pub(crate) fn breaker(&self) -> crate::core::breaker::BreakerConfig {
         crate::core::breaker::BreakerConfig {
             window: self.breaker_window,
             min_calls: self.breaker_min_calls,

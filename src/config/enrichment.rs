@@ -201,7 +201,7 @@ fn pg_host_is_local(url: &reqwest::Url) -> bool {
 
 /// libpq's `sslmode` values (`allow` is not offered: it starts in plain text).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SslMode {
+pub(crate) enum SslMode {
     /// Plain text.
     Disable,
     /// TLS if the server offers it, plain text otherwise; certificate not
@@ -227,7 +227,7 @@ impl SslMode {
         })
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SslMode::Disable => "disable",
             SslMode::Prefer => "prefer",

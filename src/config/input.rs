@@ -54,7 +54,7 @@ impl Default for InputConfig {
 
 impl InputConfig {
     /// How `json` records are read.
-    pub fn json(&self) -> JsonInput {
+    pub(crate) fn json(&self) -> JsonInput {
         JsonInput {
             id: self.id.clone(),
             id_fallback: self.id_fallback,
@@ -65,7 +65,7 @@ impl InputConfig {
     }
 
     /// How registry-framed records are written as JSON.
-    pub fn json_options(&self) -> JsonOptions {
+    pub(crate) fn json_options(&self) -> JsonOptions {
         JsonOptions {
             decimal: self.decimal,
             timestamps: self.timestamps,

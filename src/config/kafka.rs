@@ -175,7 +175,7 @@ pub(crate) const INSTANCE_ID_ENV: [&str; 2] = ["POD_NAME", "HOSTNAME"];
 
 impl KafkaConfig {
     /// The static member id (`group.instance.id`), `None` for dynamic membership.
-    pub fn instance_id(&self) -> Option<String> {
+    pub(crate) fn instance_id(&self) -> Option<String> {
         self.instance_id_from(|name| std::env::var(name).ok())
     }
 

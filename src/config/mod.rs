@@ -54,26 +54,26 @@ mod pipeline;
 mod redis;
 pub mod reference;
 mod retry;
-pub mod schema_registry;
+pub(crate) mod schema_registry;
 mod tracing;
 
-pub use crate::core::batch::BatchSpec;
+pub(crate) use crate::core::batch::BatchSpec;
 use api::is_loopback;
-pub use api::{ApiConfig, ApiTlsConfig, CaMode};
-pub use auth::{
-    read_secret_file, AuthStyle, OAuth2Config, SecretSpec, SigningConfig, SigningScheme,
-};
-pub use batch::{BatchConfig, BatchFormatName, BatchOverride, RateLimitUnit};
+pub(crate) use api::CaMode;
+pub use api::{ApiConfig, ApiTlsConfig};
+pub(crate) use auth::{read_secret_file, AuthStyle, OAuth2Config, SecretSpec, SigningConfig};
+pub(crate) use batch::{BatchConfig, BatchOverride, RateLimitUnit};
 pub(crate) use degraded::millis;
-pub use degraded::DegradedConfig;
-pub use enrichment::{EnrichmentConfig, OnMissing, SslMode};
-pub use input::InputConfig;
+pub(crate) use degraded::DegradedConfig;
+pub(crate) use enrichment::{EnrichmentConfig, OnMissing, SslMode};
+pub(crate) use input::InputConfig;
 pub use kafka::{Compression, KafkaConfig};
-pub use ops::{LogConfig, LogFormat, MetricsConfig, SupervisionConfig, TestingConfig};
-pub use pipeline::{Oversize, PipelineConfig};
-pub use redis::RedisConfig;
-pub use retry::RetryConfig;
-pub use tracing::TracingConfig;
+pub use ops::LogFormat;
+pub(crate) use ops::{LogConfig, MetricsConfig, SupervisionConfig, TestingConfig};
+pub(crate) use pipeline::{Oversize, PipelineConfig};
+pub(crate) use redis::RedisConfig;
+pub(crate) use retry::RetryConfig;
+pub(crate) use tracing::TracingConfig;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::Dict;
@@ -148,7 +148,8 @@ impl Config {
     }
 
     /// Parses a TOML string (no environment): for tests and `check-config`.
-    pub fn from_toml(s: &str) -> Result<Config, ConfigError> {
+    #[cfg(test)]
+    pub(crate) fn from_toml(s: &str) -> Result<Config, ConfigError> {
         let mut sources = Sources::default();
         sources.add(Toml::string(s))?;
         sources.finish()
@@ -288,14 +289,6 @@ impl Config {
     /// source-of-truth query.
     pub(crate) fn uses_postgres(&self) -> bool {
         self.enrichment.enabled || !self.retry.source_query.is_empty()
-    }
-
-    /// The SASL password, read from the environment variable the config names.
-    pub fn kafka_sasl_password(&self) -> Result<Option<String>, ConfigError> {
-        secret(
-            "kafka.sasl_password_env",
-            self.kafka.sasl_password_env.as_deref(),
-        )
     }
 
     /// The Redis password, read from the environment variable the config names.

@@ -47,7 +47,7 @@ impl Default for RedisConfig {
 
 impl RedisConfig {
     /// `rediss://` (or `valkeys://`): TLS, the host name verified.
-    pub fn tls(&self) -> bool {
+    pub(crate) fn tls(&self) -> bool {
         self.scheme()
             .is_some_and(|s| s.starts_with("rediss") || s.starts_with("valkeys"))
     }

@@ -18,7 +18,7 @@ use super::Config;
 use serde_json::Value;
 
 /// A struct or enum of the configuration, as its source declares it.
-pub struct TypeDoc {
+pub(crate) struct TypeDoc {
     pub name: &'static str,
     pub doc: &'static str,
     pub is_enum: bool,
@@ -33,7 +33,7 @@ pub struct TypeDoc {
 }
 
 /// One field of a struct (or of an enum's variant).
-pub struct FieldDoc {
+pub(crate) struct FieldDoc {
     pub ident: &'static str,
     pub rename: &'static str,
     /// The Rust type as written, without spaces: `Option<Vec<String>>`.
@@ -47,7 +47,7 @@ pub struct FieldDoc {
 }
 
 /// One variant of an enum.
-pub struct VariantDoc {
+pub(crate) struct VariantDoc {
     pub ident: &'static str,
     pub rename: &'static str,
     pub doc: &'static str,
@@ -57,7 +57,7 @@ pub struct VariantDoc {
 include!(concat!(env!("OUT_DIR"), "/config_docs.rs"));
 
 /// The type named `name` (the first of that name: config types first).
-pub fn type_doc(name: &str) -> Option<&'static TypeDoc> {
+pub(crate) fn type_doc(name: &str) -> Option<&'static TypeDoc> {
     TYPES.iter().find(|t| t.name == name)
 }
 
@@ -110,7 +110,7 @@ fn serde_name(ident: &str, rename: &str, rename_all: &str) -> String {
 }
 
 /// A field's key in the file.
-pub fn key_of(f: &FieldDoc) -> String {
+pub(crate) fn key_of(f: &FieldDoc) -> String {
     serde_name(f.ident, f.rename, "")
 }
 
@@ -123,7 +123,7 @@ fn variant_names(t: &TypeDoc) -> Vec<(String, &'static VariantDoc)> {
 }
 
 /// What a field holds, for the reader: `duration`, `list of string`, …
-pub fn describe(ty: &str, with: &str) -> String {
+pub(crate) fn describe(ty: &str, with: &str) -> String {
     let (head, args) = split_type(ty);
     match (head, args.as_slice()) {
         ("Option" | "Box", [t]) => describe(t, with),
@@ -169,7 +169,7 @@ fn toml(v: &Value) -> String {
 
 /// One documented field: where it is, what it holds, its default, its meaning.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// `kafka.brokers`; a list's entries are `api.routes[]`.
     pub path: String,
     pub ty: String,
@@ -180,7 +180,7 @@ pub struct Entry {
 
 /// A `[section]` (or `[[list]]`) and its fields.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Section {
+pub(crate) struct Section {
     pub path: String,
     pub doc: String,
     pub entries: Vec<Entry>,
@@ -225,7 +225,7 @@ fn typed_default(f: &FieldDoc) -> String {
 
 /// Every section reachable from `Config`, in declaration order, each before its
 /// subsections.
-pub fn sections() -> Vec<Section> {
+pub(crate) fn sections() -> Vec<Section> {
     let defaults = serde_json::to_value(Config::default()).unwrap_or(Value::Null);
     let mut out = Vec::new();
     if let Some(config) = type_doc("Config") {

@@ -64,7 +64,7 @@ impl Default for SchemaRegistryConfig {
 
 /// How requests to the registry authenticate (secrets read from the environment).
 #[derive(Clone, PartialEq, Eq)]
-pub enum RegistryAuth {
+pub(crate) enum RegistryAuth {
     None,
     Basic { username: String, password: String },
     Bearer(String),
@@ -152,7 +152,7 @@ impl SchemaRegistryConfig {
     }
 
     /// The credentials, read from the environment.
-    pub fn auth(&self) -> Result<RegistryAuth, ConfigError> {
+    pub(crate) fn auth(&self) -> Result<RegistryAuth, ConfigError> {
         match (&self.username, &self.password_env, &self.token_env) {
             (None, None, None) => Ok(RegistryAuth::None),
             (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => Err(invalid(

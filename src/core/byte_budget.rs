@@ -38,7 +38,7 @@ impl std::fmt::Debug for ByteBudget {
 
 impl ByteBudget {
     /// A budget of `limit` bytes (at least 1).
-    pub fn new(limit: u64) -> ByteBudget {
+    pub(crate) fn new(limit: u64) -> ByteBudget {
         ByteBudget {
             limit: limit.max(1),
             used: AtomicU64::new(0),
@@ -47,22 +47,22 @@ impl ByteBudget {
         }
     }
 
-    pub fn limit(&self) -> u64 {
+    pub(crate) fn limit(&self) -> u64 {
         self.limit
     }
 
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::SeqCst)
     }
 
     /// The budget is used up: nothing more is taken in until some is given back.
-    pub fn exhausted(&self) -> bool {
+    pub(crate) fn exhausted(&self) -> bool {
         self.used() >= self.limit
     }
 
     /// Takes `n` bytes if the budget is not used up; `false` (nothing taken)
     /// otherwise.
-    pub fn try_take(&self, n: u64) -> bool {
+    pub(crate) fn try_take(&self, n: u64) -> bool {
         self.used
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
                 (used < self.limit).then(|| used.saturating_add(n))
@@ -71,7 +71,7 @@ impl ByteBudget {
     }
 
     /// Gives `n` bytes back; wakes the waiting machines if that leaves room.
-    pub fn give_back(&self, n: u64) {
+    pub(crate) fn give_back(&self, n: u64) {
         if n == 0 {
             return;
         }
@@ -90,7 +90,7 @@ impl ByteBudget {
     /// Registers `waker`, to be called once the budget has room; at once if it
     /// has room already (a give-back may have come between the refusal and this
     /// call: no wake-up is lost).
-    pub fn wait(&self, waker: Waker) {
+    pub(crate) fn wait(&self, waker: Waker) {
         {
             let mut w = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
             w.push(waker);

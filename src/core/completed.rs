@@ -78,10 +78,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
 mod crash;
-pub use crash::{after_crash, Crashed, Recovery, Reread};
+pub(crate) use crash::{after_crash, Crashed};
 
 /// Kafka's default `offset.metadata.max.bytes`.
-pub const DEFAULT_MAX_METADATA_BYTES: usize = 4096;
+pub(crate) const DEFAULT_MAX_METADATA_BYTES: usize = 4096;
 
 const PREFIX: &str = "c2:";
 
@@ -103,7 +103,7 @@ fn valid_log(log: &str) -> bool {
 /// position is always bound to its log: one committed onto another log is
 /// known as such), empty when not even that fits or the log has no usable
 /// identity.
-pub fn encode(
+pub(crate) fn encode(
     log: &str,
     watermark: i64,
     begun_end: i64,
@@ -194,7 +194,7 @@ impl Completed {
     }
 
     /// The offsets up to which it says anything (the end of its last range).
-    pub fn end(&self) -> Option<i64> {
+    pub(crate) fn end(&self) -> Option<i64> {
         self.ranges.last().map(|&(_, e)| e)
     }
 
@@ -251,7 +251,7 @@ pub fn made_for(metadata: &str) -> Option<&str> {
 /// What a new owner makes of a side's committed position and its metadata
 /// at the assignment ([`assess`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Assessment {
+pub(crate) struct Assessment {
     /// The offsets an earlier owner finished above the position: skipped.
     pub skip: Option<Completed>,
     /// The position was made for another log (its metadata names another
@@ -269,7 +269,7 @@ pub struct Assessment {
 
 /// Judges a committed position `at` with its `metadata`, given the topic's
 /// id now (`now`; `None`: it could not be read).
-pub fn assess(at: i64, metadata: &str, now: Option<&str>) -> Assessment {
+pub(crate) fn assess(at: i64, metadata: &str, now: Option<&str>) -> Assessment {
     let Some(now) = now else {
         // Nothing it names can be tied to a log: skip nothing, and check
         // the position once the id is read.

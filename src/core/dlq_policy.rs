@@ -19,11 +19,11 @@
 use serde::{Deserialize, Serialize};
 
 /// Reasons, also the `reason` label values of `dlq_dropped` / the parking lot.
-pub mod reason {
-    pub const MAX_RETRIES: &str = "max_retries";
-    pub const EXPIRED: &str = "expired";
-    pub const STALE: &str = "stale";
-    pub const QUERY_FAILED: &str = "query_failed";
+pub(crate) mod reason {
+    pub(crate) const MAX_RETRIES: &str = "max_retries";
+    pub(crate) const EXPIRED: &str = "expired";
+    pub(crate) const STALE: &str = "stale";
+    pub(crate) const QUERY_FAILED: &str = "query_failed";
 }
 
 /// Config: `{ kind = "counter", max_retries = 5 }` or
@@ -57,7 +57,7 @@ mod millis_as_humantime {
 }
 
 impl DlqRetry {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DlqRetry::Counter { .. } => "counter",
             DlqRetry::Deadline { .. } => "deadline",
@@ -67,19 +67,22 @@ impl DlqRetry {
 
 /// The source of truth's answer about a DLQ event (deadline policy only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SourceCheck {
+pub(crate) enum SourceCheck {
     /// Still current: deliver.
     Match,
     /// Superseded or gone: delivering it would overwrite newer state.
     Mismatch,
-    /// The source itself says the event is past its validity.
+    /// The source itself says the event is past its validity. The policy
+    /// decides on it (parked `expired`), but the drain's query answers with
+    /// versions only (`compare_versions`), so nothing constructs it yet.
+    #[allow(dead_code)]
     Expired,
     /// The source could not be asked (timeout, connection, error).
     QueryFailed,
 }
 
 impl SourceCheck {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SourceCheck::Match => "match",
             SourceCheck::Mismatch => "mismatch",
@@ -102,7 +105,7 @@ impl SourceCheck {
 ///   this check exists to prevent.
 /// - Event without a version, row present → `Match`: nothing proves it stale, and
 ///   at-least-once prefers a delivery (absorbed by the idempotency key) to a drop.
-pub fn compare_versions(event_version: Option<i64>, current: Option<i64>) -> SourceCheck {
+pub(crate) fn compare_versions(event_version: Option<i64>, current: Option<i64>) -> SourceCheck {
     match (event_version, current) {
         (_, None) => SourceCheck::Mismatch,
         (None, Some(_)) => SourceCheck::Match,
@@ -112,7 +115,7 @@ pub fn compare_versions(event_version: Option<i64>, current: Option<i64>) -> Sou
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DlqDecision {
+pub(crate) enum DlqDecision {
     /// Its `not_before` has not come: the drain waits `wait_ms` (> 0).
     NotYet { wait_ms: i64 },
     /// Deliver it to the API now.
@@ -135,7 +138,7 @@ fn deadline_at(first_dlq_at_ms: i64, deadline_ms: u64) -> i64 {
 /// call it with the *incremented* `dlq_retries` (and the next `not_before` as
 /// `now_ms`) to park the event at once instead of writing it back only to drop it
 /// one backoff later.
-pub fn exhausted(
+pub(crate) fn exhausted(
     policy: DlqRetry,
     dlq_retries: u32,
     first_dlq_at_ms: i64,
@@ -154,7 +157,7 @@ pub fn exhausted(
 /// Whether [`decide`] needs a [`SourceCheck`]: only the deadline policy asks the
 /// source, and only while the deadline has not passed (an expired event is dropped
 /// without a query, so a source outage costs no extra load on expired backlog).
-pub fn needs_source_check(policy: DlqRetry, first_dlq_at_ms: i64, now_ms: i64) -> bool {
+pub(crate) fn needs_source_check(policy: DlqRetry, first_dlq_at_ms: i64, now_ms: i64) -> bool {
     match policy {
         DlqRetry::Counter { .. } => false,
         DlqRetry::Deadline { deadline_ms } => now_ms < deadline_at(first_dlq_at_ms, deadline_ms),
@@ -169,7 +172,7 @@ pub fn needs_source_check(policy: DlqRetry, first_dlq_at_ms: i64, now_ms: i64) -
 /// counter policy and once the deadline has passed; a missing check where one is
 /// needed is treated as a failed query (kept, not dropped: absence of an answer is
 /// not evidence that the event is stale).
-pub fn decide(
+pub(crate) fn decide(
     policy: DlqRetry,
     dlq_retries: u32,
     first_dlq_at_ms: i64,
@@ -206,7 +209,7 @@ pub fn decide(
 /// `now + min(base * 2^(retries - 1), cap)`. Round 1 waits `base`, each further
 /// round doubles, up to `cap`; 0 is treated as 1. Saturating throughout, so absurd
 /// configs give a far-future time, never an overflow.
-pub fn next_not_before(
+pub(crate) fn next_not_before(
     now_ms: i64,
     dlq_retries_after_increment: u32,
     base_ms: u64,
@@ -227,7 +230,7 @@ pub fn next_not_before(
 /// `0..max_retries` (round `max_retries` is dropped when due); the deadline
 /// policy writes rounds while the deadline has not passed, each waiting one
 /// back-off (the last one written just before the deadline).
-pub fn horizon_ms(policy: DlqRetry, base_ms: u64, cap_ms: u64) -> u64 {
+pub(crate) fn horizon_ms(policy: DlqRetry, base_ms: u64, cap_ms: u64) -> u64 {
     let wait = |round: u32| {
         let now = 0i64;
         u64::try_from(next_not_before(now, round, base_ms, cap_ms)).unwrap_or(u64::MAX)

@@ -56,7 +56,7 @@ pub(crate) fn clean_text(s: &str, max: usize) -> String {
 
 /// Header names. The `kafka_dlt-*` names follow Spring Kafka's dead-letter
 /// convention, which most Kafka tooling already knows.
-pub mod header {
+pub(crate) mod header {
     pub(crate) const ORIGINAL_TOPIC: &str = "kafka_dlt-original-topic";
     pub(crate) const ORIGINAL_PARTITION: &str = "kafka_dlt-original-partition";
     pub(crate) const ORIGINAL_OFFSET: &str = "kafka_dlt-original-offset";
@@ -100,7 +100,7 @@ pub struct ErrorInfo {
 
 impl ErrorInfo {
     /// The one way Courier builds a `last_error`.
-    pub fn new(
+    pub(crate) fn new(
         class: ErrorClass,
         reason: FailureReason,
         status: Option<u16>,
@@ -294,7 +294,7 @@ impl Envelope {
     /// record written while `degraded.dlq_backoff_cap` was longer (or forged years
     /// ahead) waits no longer than this Courier's cap, and is neither parked for
     /// it nor left blocking its DLQ partition.
-    pub fn wait_capped(mut self, now_ms: i64, cap_ms: i64) -> Envelope {
+    pub(crate) fn wait_capped(mut self, now_ms: i64, cap_ms: i64) -> Envelope {
         self.not_before_ms = self.not_before_ms.min(now_ms.saturating_add(cap_ms.max(0)));
         self
     }
@@ -337,7 +337,7 @@ impl Envelope {
     /// [`crate::core::event::MAX_ID_BYTES`]; anything else is cleaned and cut
     /// there) — at [`MAX_TEXT_BYTES`], control characters replaced, as the
     /// headers are. [`Envelope::largest_for`] assumes these bounds.
-    pub fn capped(mut self) -> Envelope {
+    pub(crate) fn capped(mut self) -> Envelope {
         if let Some(t) = &mut self.event_type {
             if t.len() > MAX_TEXT_BYTES || t.chars().any(char::is_control) {
                 *t = clean_text(t, MAX_TEXT_BYTES);
@@ -397,7 +397,7 @@ impl Envelope {
 
     /// The envelope for one more DLQ round: `dlq_retries + 1`, new error and
     /// `not_before`; everything that identifies the event is kept.
-    pub fn retried(&self, error: ErrorInfo, not_before_ms: i64) -> Envelope {
+    pub(crate) fn retried(&self, error: ErrorInfo, not_before_ms: i64) -> Envelope {
         Envelope {
             dlq_retries: self.dlq_retries.saturating_add(1),
             last_error: error,

@@ -57,7 +57,7 @@
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
+pub(crate) enum Mode {
     Normal,
     Paused,
     DrainDlq,
@@ -65,7 +65,7 @@ pub enum Mode {
 
 impl Mode {
     /// Label for metrics and logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::Normal => "normal",
             Mode::Paused => "paused",
@@ -114,7 +114,7 @@ pub(crate) fn reading(mode: Mode) -> Reading {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Change {
+pub(crate) struct Change {
     pub from: Mode,
     pub to: Mode,
 }

@@ -44,7 +44,7 @@ pub enum InputFormat {
 
 impl InputFormat {
     /// Whether records are framed by a schema registry.
-    pub fn uses_registry(self) -> bool {
+    pub(crate) fn uses_registry(self) -> bool {
         matches!(
             self,
             InputFormat::Avro | InputFormat::Protobuf | InputFormat::JsonSchema
@@ -52,12 +52,12 @@ impl InputFormat {
     }
 
     /// Whether the event is a plain JSON object read with `input.id`/`type`/`key`.
-    pub fn is_plain_json(self) -> bool {
+    pub(crate) fn is_plain_json(self) -> bool {
         self == InputFormat::Json || self.uses_registry()
     }
 
     /// The name in config.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             InputFormat::CloudEvents => "cloudevents",
             InputFormat::Json => "json",
@@ -102,7 +102,7 @@ pub enum BodyType {
 }
 
 impl BodyType {
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             BodyType::CloudEventsJson => "application/cloudevents+json",
             BodyType::Json => "application/json",
@@ -111,7 +111,7 @@ impl BodyType {
 }
 
 /// One Kafka record header: its name and value (a value may be absent).
-pub type Header = (HeaderName, Option<Bytes>);
+pub(crate) type Header = (HeaderName, Option<Bytes>);
 
 /// A Kafka header's name as the bytes the record carries. The protocol says
 /// UTF-8, but neither the broker nor librdkafka checks: a producer can send any
@@ -125,7 +125,7 @@ pub type Header = (HeaderName, Option<Bytes>);
 pub struct HeaderName(Box<[u8]>);
 
 impl HeaderName {
-    pub fn new(bytes: &[u8]) -> HeaderName {
+    pub(crate) fn new(bytes: &[u8]) -> HeaderName {
         HeaderName(bytes.into())
     }
 
@@ -134,7 +134,7 @@ impl HeaderName {
     }
 
     /// The name as text; `None` when it is not UTF-8.
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         std::str::from_utf8(&self.0).ok()
     }
 
@@ -146,13 +146,13 @@ impl HeaderName {
     }
 
     /// The rest of the name after `prefix`, when it starts with it and the rest is text.
-    pub fn strip_prefix(&self, prefix: &str) -> Option<&str> {
+    pub(crate) fn strip_prefix(&self, prefix: &str) -> Option<&str> {
         let rest = self.0.strip_prefix(prefix.as_bytes())?;
         std::str::from_utf8(rest).ok()
     }
 
     /// Bytes the name holds on the heap (for a record's memory charge).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 

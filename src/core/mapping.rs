@@ -61,7 +61,7 @@ use serde::{Deserialize, Serialize};
 
 /// What an event's attribute a placeholder names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placeholder {
+pub(crate) enum Placeholder {
     Type,
     Subject,
     Id,
@@ -69,14 +69,14 @@ pub enum Placeholder {
 }
 
 impl Placeholder {
-    pub const ALL: [Placeholder; 4] = [
+    pub(crate) const ALL: [Placeholder; 4] = [
         Placeholder::Type,
         Placeholder::Subject,
         Placeholder::Id,
         Placeholder::Key,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Placeholder::Type => "type",
             Placeholder::Subject => "subject",
@@ -98,7 +98,7 @@ enum Part {
 
 /// A string with placeholders.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Template {
+pub(crate) struct Template {
     parts: Vec<Part>,
     /// For a URL template: where its path starts (the end of
     /// `scheme://authority`, which holds no placeholder, so the same byte in
@@ -108,7 +108,7 @@ pub struct Template {
 
 /// What a placeholder value would have made of a path segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SegmentProblem {
+pub(crate) enum SegmentProblem {
     /// Empty (`//`, or a trailing `/`).
     Empty,
     /// `.` (`%2e` counts as a dot).
@@ -118,7 +118,7 @@ pub enum SegmentProblem {
 }
 
 impl SegmentProblem {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SegmentProblem::Empty => "empty",
             SegmentProblem::Dot => "`.`",
@@ -130,7 +130,7 @@ impl SegmentProblem {
 /// An event whose attribute would change the path its route's URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("placeholder {{{}}} makes a path segment {}: the event cannot choose the API's path", .placeholder.as_str(), .problem.as_str())]
-pub struct PathRefused {
+pub(crate) struct PathRefused {
     pub placeholder: Placeholder,
     pub problem: SegmentProblem,
 }
@@ -151,7 +151,7 @@ fn segment_problem(seg: &str) -> Option<SegmentProblem> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MappingError {
+pub(crate) enum MappingError {
     #[error("unknown placeholder `{{{0}}}` (known: {{type}}, {{subject}}, {{id}}, {{key}})")]
     UnknownPlaceholder(String),
     #[error("a `{{` without its `}}`, or a `}}` without its `{{`")]
@@ -165,7 +165,7 @@ pub enum MappingError {
 }
 
 impl Template {
-    pub fn parse(s: &str) -> Result<Template, MappingError> {
+    pub(crate) fn parse(s: &str) -> Result<Template, MappingError> {
         let mut parts = Vec::new();
         let mut rest = s;
         while let Some(open) = rest.find(['{', '}']) {
@@ -196,7 +196,7 @@ impl Template {
     }
 
     /// A URL template: placeholders only after `scheme://host[:port]`.
-    pub fn parse_url(s: &str) -> Result<Template, MappingError> {
+    pub(crate) fn parse_url(s: &str) -> Result<Template, MappingError> {
         let t = Template::parse(s)?;
         let authority_end = s
             .find("://")
@@ -212,12 +212,13 @@ impl Template {
         })
     }
 
-    pub fn has_placeholders(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_placeholders(&self) -> bool {
         self.parts.iter().any(|p| matches!(p, Part::Slot(_)))
     }
 
     /// Renders with `attrs`; `encode` percent-encodes the inserted values.
-    pub fn render(&self, attrs: &Attributes<'_>, encode: bool) -> String {
+    pub(crate) fn render(&self, attrs: &Attributes<'_>, encode: bool) -> String {
         self.render_spans(attrs, encode).0
     }
 
@@ -251,7 +252,7 @@ impl Template {
     /// refused when one makes a path segment empty, `.` or `..` (see the
     /// module's documentation). Placeholders in the query are not checked:
     /// they cannot change the path.
-    pub fn render_url(&self, attrs: &Attributes<'_>) -> Result<String, PathRefused> {
+    pub(crate) fn render_url(&self, attrs: &Attributes<'_>) -> Result<String, PathRefused> {
         let (out, spans) = self.render_spans(attrs, true);
         let Some(path_start) = self.path_start else {
             return Ok(out);
@@ -295,7 +296,7 @@ pub(crate) fn percent_encode(v: &str, out: &mut String) {
 
 /// The attributes placeholders are filled from (absent ones are empty).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Attributes<'a> {
+pub(crate) struct Attributes<'a> {
     pub event_type: &'a str,
     pub subject: &'a str,
     pub id: &'a str,
@@ -346,15 +347,7 @@ pub enum Method {
     Patch,
 }
 
-impl Method {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Post => "POST",
-            Method::Put => "PUT",
-            Method::Patch => "PATCH",
-        }
-    }
-}
+impl Method {}
 
 /// `body` of a route: the whole event (today's) or its data only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -367,7 +360,7 @@ pub enum BodyMode {
 
 /// One parsed route.
 #[derive(Debug, Clone)]
-pub struct Route {
+pub(crate) struct Route {
     pub types: String,
     pub url: Template,
     pub method: Method,
@@ -379,31 +372,30 @@ pub struct Route {
 
 /// The routes, in order: the first whose glob matches the type wins.
 #[derive(Debug, Clone, Default)]
-pub struct Routes {
+pub(crate) struct Routes {
     routes: Vec<Route>,
 }
 
 impl Routes {
-    pub fn new(routes: Vec<Route>) -> Result<Routes, MappingError> {
+    pub(crate) fn new(routes: Vec<Route>) -> Result<Routes, MappingError> {
         if let Some(r) = routes.iter().find(|r| r.types.is_empty()) {
             return Err(MappingError::EmptyGlob(r.types.clone()));
         }
         Ok(Routes { routes })
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.routes.is_empty()
-    }
-
     /// Whether any route batches its events.
-    pub fn any_batched(&self) -> bool {
+    pub(crate) fn any_batched(&self) -> bool {
         self.routes.iter().any(|r| r.batch.is_some())
     }
 
     /// The most events one request may carry, over the routes and
     /// `default` (the batching of events no route matches): 1 without
     /// batching.
-    pub fn max_batch_events(&self, default: Option<&crate::core::batch::BatchSpec>) -> usize {
+    pub(crate) fn max_batch_events(
+        &self,
+        default: Option<&crate::core::batch::BatchSpec>,
+    ) -> usize {
         self.routes
             .iter()
             .filter_map(|r| r.batch.as_deref())
@@ -414,7 +406,7 @@ impl Routes {
             .max(1)
     }
 
-    pub fn find(&self, event_type: &str) -> Option<&Route> {
+    pub(crate) fn find(&self, event_type: &str) -> Option<&Route> {
         self.routes
             .iter()
             .find(|r| glob_match(&r.types, event_type))
@@ -422,7 +414,7 @@ impl Routes {
 
     /// Whether any route, or `default` (the batching of events no route
     /// matches), sends ordered runs (`ordered = true`).
-    pub fn any_ordered(&self, default: Option<&crate::core::batch::BatchSpec>) -> bool {
+    pub(crate) fn any_ordered(&self, default: Option<&crate::core::batch::BatchSpec>) -> bool {
         default.is_some_and(|b| b.ordered)
             || self
                 .routes
@@ -433,7 +425,7 @@ impl Routes {
     /// The run group of an event of `event_type` (`core::ordering`): its
     /// route's — or, matching none, `default`'s — batching when it is
     /// `ordered`; runs hold at most its `max_events`, and at most `cap`.
-    pub fn run_group(
+    pub(crate) fn run_group(
         &self,
         event_type: &str,
         default: Option<&crate::core::batch::BatchSpec>,

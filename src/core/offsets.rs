@@ -40,18 +40,19 @@ use std::fmt;
 /// Courier only uses the partition-list APIs, always with a `NextOffset`, and the
 /// conversion from a finished offset happens here and nowhere else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NextOffset(i64);
+pub(crate) struct NextOffset(i64);
 
 impl NextOffset {
     /// The position just after the finished offset `done`.
-    pub fn after(done: i64) -> Self {
+    #[cfg(test)]
+    pub(crate) fn after(done: i64) -> Self {
         NextOffset(done + 1)
     }
     /// The position *at* `offset` (that offset is the next one to read).
-    pub fn at(offset: i64) -> Self {
+    pub(crate) fn at(offset: i64) -> Self {
         NextOffset(offset)
     }
-    pub fn get(self) -> i64 {
+    pub(crate) fn get(self) -> i64 {
         self.0
     }
 }
@@ -63,7 +64,7 @@ impl fmt::Display for NextOffset {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TrackerError {
+pub(crate) enum TrackerError {
     #[error("offset {offset} begun out of order (expected at least {expected})")]
     OutOfOrder { offset: i64, expected: i64 },
     #[error("completion for offset {0} that is not in flight (never begun, or completed twice)")]
@@ -82,7 +83,7 @@ pub enum TrackerError {
 /// `BTreeSet`'s, whose insert, remove and iteration showed as ~1.6 % of the CPU
 /// per event at L = 0, C = 512 (docs/BENCHMARKS.md, run 12).
 #[derive(Debug, Clone)]
-pub struct OffsetTracker {
+pub(crate) struct OffsetTracker {
     generation: u64,
     in_flight: VecDeque<i64>,
     /// Highest begun offset + 1, or the known start position.
@@ -91,7 +92,7 @@ pub struct OffsetTracker {
 
 impl OffsetTracker {
     /// A tracker that learns its start from the first begun offset.
-    pub fn new(generation: u64) -> Self {
+    pub(crate) fn new(generation: u64) -> Self {
         OffsetTracker {
             generation,
             in_flight: VecDeque::new(),
@@ -100,7 +101,7 @@ impl OffsetTracker {
     }
 
     /// A tracker whose position is known (e.g. after a seek to a stored offset).
-    pub fn starting_at(generation: u64, start: NextOffset) -> Self {
+    pub(crate) fn starting_at(generation: u64, start: NextOffset) -> Self {
         OffsetTracker {
             generation,
             in_flight: VecDeque::new(),
@@ -108,12 +109,8 @@ impl OffsetTracker {
         }
     }
 
-    pub fn generation(&self) -> u64 {
-        self.generation
-    }
-
     /// Records that work for `offset` has started.
-    pub fn begin(&mut self, offset: i64) -> Result<(), TrackerError> {
+    pub(crate) fn begin(&mut self, offset: i64) -> Result<(), TrackerError> {
         if let Some(expected) = self.next_expected {
             if offset < expected {
                 return Err(TrackerError::OutOfOrder { offset, expected });
@@ -128,7 +125,7 @@ impl OffsetTracker {
     }
 
     /// Records that `offset` is done (its outcome is durable).
-    pub fn complete(&mut self, generation: u64, offset: i64) -> Result<(), TrackerError> {
+    pub(crate) fn complete(&mut self, generation: u64, offset: i64) -> Result<(), TrackerError> {
         if generation != self.generation {
             return Err(TrackerError::StaleGeneration {
                 got: generation,
@@ -147,7 +144,7 @@ impl OffsetTracker {
     /// The position that may be stored/committed: the lowest unfinished offset, or
     /// just past the highest begun offset when nothing is unfinished. `None` before
     /// anything was seen.
-    pub fn watermark(&self) -> Option<NextOffset> {
+    pub(crate) fn watermark(&self) -> Option<NextOffset> {
         match self.in_flight.front() {
             Some(&lowest) => Some(NextOffset::at(lowest)),
             None => self.next_expected.map(NextOffset::at),
@@ -157,7 +154,7 @@ impl OffsetTracker {
     /// Nothing is in flight and nothing at or above `next` was begun: the
     /// offsets below `next` hold nothing to deliver (e.g. only transaction
     /// markers), so the watermark moves up to `next`. Returns whether it moved.
-    pub fn pass_to(&mut self, next: NextOffset) -> bool {
+    pub(crate) fn pass_to(&mut self, next: NextOffset) -> bool {
         let moves = self.in_flight.is_empty() && self.next_expected.is_some_and(|n| n < next.get());
         if moves {
             self.next_expected = Some(next.get());
@@ -166,29 +163,25 @@ impl OffsetTracker {
     }
 
     /// Highest begun offset, if any.
-    pub fn highest_begun(&self) -> Option<i64> {
+    pub(crate) fn highest_begun(&self) -> Option<i64> {
         self.next_expected.map(|n| n - 1)
     }
 
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
 
     /// The begun, unfinished offsets, ascending.
-    pub fn in_flight_offsets(&self) -> impl Iterator<Item = i64> + '_ {
+    pub(crate) fn in_flight_offsets(&self) -> impl Iterator<Item = i64> + '_ {
         self.in_flight.iter().copied()
     }
 
     /// Gives back the room a burst grew the unfinished offsets to, once none
     /// is left (see `PartitionMachine::trim`).
-    pub fn trim(&mut self, keep: usize) {
+    pub(crate) fn trim(&mut self, keep: usize) {
         if self.in_flight.is_empty() && self.in_flight.capacity() > keep {
             self.in_flight = VecDeque::new();
         }
-    }
-
-    pub fn is_in_flight(&self, offset: i64) -> bool {
-        self.in_flight.binary_search(&offset).is_ok()
     }
 }
 

@@ -30,7 +30,7 @@ pub enum OrderingMode {
 /// Events that may share a run: those of one ordered route (`id`), at most
 /// `max` per run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunGroup {
+pub(crate) struct RunGroup {
     pub id: u32,
     pub max: u32,
 }

@@ -152,18 +152,18 @@ pub struct Assignment {
 }
 
 impl Assignment {
-    pub fn set_total(&self, total: usize) {
+    pub(crate) fn set_total(&self, total: usize) {
         self.total
             .store(u32::try_from(total).unwrap_or(u32::MAX), Relaxed);
     }
 
-    pub fn set_assigned(&self, assigned: usize) {
+    pub(crate) fn set_assigned(&self, assigned: usize) {
         self.assigned
             .store(u32::try_from(assigned).unwrap_or(u32::MAX), Relaxed);
     }
 
     /// `(assigned, total)`; total 0 until the consumer has started.
-    pub fn get(&self) -> (u32, u32) {
+    pub(crate) fn get(&self) -> (u32, u32) {
         (self.assigned.load(Relaxed), self.total.load(Relaxed))
     }
 }

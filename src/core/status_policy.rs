@@ -44,16 +44,7 @@ pub enum StatusAction {
 }
 
 impl StatusAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StatusAction::Ok => "ok",
-            StatusAction::Transient => "transient",
-            StatusAction::Permanent => "permanent",
-            StatusAction::Systemic => "systemic",
-        }
-    }
-
-    pub fn verdict(self) -> StatusVerdict {
+    pub(crate) fn verdict(self) -> StatusVerdict {
         match self {
             StatusAction::Ok => StatusVerdict::Delivered,
             StatusAction::Transient => StatusVerdict::Failed(FailureClass::Transient),

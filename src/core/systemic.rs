@@ -96,7 +96,7 @@ pub enum Judgement {
 /// `seq`: the refused call's number; `last_success`: the highest number of a
 /// delivered call; `half_open_from`: while the breaker is half-open, the last
 /// number sent before the period began.
-pub fn judge(seq: u64, last_success: u64, half_open_from: Option<u64>) -> Judgement {
+pub(crate) fn judge(seq: u64, last_success: u64, half_open_from: Option<u64>) -> Judgement {
     if last_success > seq {
         Judgement::Refuted
     } else if half_open_from.is_some_and(|from| seq <= from) {
@@ -108,7 +108,7 @@ pub fn judge(seq: u64, last_success: u64, half_open_from: Option<u64>) -> Judgem
 
 /// What to do with an event after a systemic answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SystemicStep {
+pub(crate) enum SystemicStep {
     /// Nothing refutes the hypothesis yet: wait at the breaker's gate; nothing
     /// is used up.
     Wait,
@@ -121,7 +121,7 @@ pub enum SystemicStep {
 
 /// One event's systemic answers (kept by its delivery, across its tries).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EventHypothesis {
+pub(crate) struct EventHypothesis {
     /// The number of the first call of this event that got a systemic answer.
     first: Option<u64>,
     /// Systemic answers since the hypothesis was refuted.
@@ -132,7 +132,7 @@ impl EventHypothesis {
     /// A systemic answer to this event's call `seq` arrived; `last_success` is
     /// the highest number of a delivered call; `budget` (at least 1) how many
     /// refuted answers the event may get.
-    pub fn answered(&mut self, seq: u64, last_success: u64, budget: u32) -> SystemicStep {
+    pub(crate) fn answered(&mut self, seq: u64, last_success: u64, budget: u32) -> SystemicStep {
         let first = *self.first.get_or_insert(seq);
         if last_success <= first {
             return SystemicStep::Wait;
@@ -151,12 +151,13 @@ impl EventHypothesis {
 
     /// Whether the event was refused systemic before (a *suspect* at the
     /// breaker's gate: `core::breaker::GateQueue`).
-    pub fn suspect(&self) -> bool {
+    pub(crate) fn suspect(&self) -> bool {
         self.first.is_some()
     }
 
     /// Whether the event's refusal has been refuted (its answers count).
-    pub fn refuted(&self, last_success: u64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn refuted(&self, last_success: u64) -> bool {
         self.first.is_some_and(|f| last_success > f)
     }
 }

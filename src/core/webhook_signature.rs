@@ -7,15 +7,15 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
 /// The prefix of a Standard Webhooks secret.
-pub const SECRET_PREFIX: &str = "whsec_";
+pub(crate) const SECRET_PREFIX: &str = "whsec_";
 
 /// The shortest key accepted (the specification asks for 24 to 64 bytes).
-pub const MIN_KEY_BYTES: usize = 24;
-pub const MAX_KEY_BYTES: usize = 64;
+pub(crate) const MIN_KEY_BYTES: usize = 24;
+pub(crate) const MAX_KEY_BYTES: usize = 64;
 
 /// Why a signing secret is refused. Never holds the secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SecretError {
+pub(crate) enum SecretError {
     #[error("holds no secret")]
     Empty,
     #[error("secret {0} does not start with whsec_")]
@@ -29,7 +29,7 @@ pub enum SecretError {
 /// The keys of a signing secret value: one or more `whsec_…` secrets separated
 /// by whitespace (two during a rotation: every request is signed with each).
 /// Errors number the secrets from 1.
-pub fn parse_secrets(value: &str) -> Result<Vec<Vec<u8>>, SecretError> {
+pub(crate) fn parse_secrets(value: &str) -> Result<Vec<Vec<u8>>, SecretError> {
     let mut keys = Vec::new();
     for (i, s) in value.split_whitespace().enumerate() {
         let n = i + 1;
@@ -50,7 +50,7 @@ pub fn parse_secrets(value: &str) -> Result<Vec<Vec<u8>>, SecretError> {
 
 /// The `webhook-signature` header value: `v1,<sig>` for each key, in order,
 /// separated by one space.
-pub fn signature(keys: &[Vec<u8>], id: &str, timestamp: i64, body: &[u8]) -> String {
+pub(crate) fn signature(keys: &[Vec<u8>], id: &str, timestamp: i64, body: &[u8]) -> String {
     let prefix = format!("{id}.{timestamp}.");
     let mut out = String::with_capacity(keys.len() * 48);
     for (i, key) in keys.iter().enumerate() {

@@ -8,7 +8,7 @@ use rdkafka::config::ClientConfig;
 /// Consumer configuration. `enable.auto.offset.store=false` is what makes auto
 /// commit safe: librdkafka only ever commits offsets Courier stored, and Courier
 /// only stores watermarks (see `core::offsets`).
-pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
+pub(crate) fn consumer_config(k: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &k.brokers)
         .set("group.id", &k.group_id)
@@ -83,7 +83,7 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
 /// lz4, gzip and snappy batches librdkafka decompresses whole, whatever their
 /// size: no setting bounds those. A `receive.message.max.bytes` set in
 /// `[kafka.properties]` wins.
-pub fn cap_decompression(
+pub(crate) fn cap_decompression(
     mut c: ClientConfig,
     k: &KafkaConfig,
     max_buffered_bytes: usize,
@@ -128,7 +128,7 @@ fn set_secrets(c: &mut ClientConfig, k: &KafkaConfig) {
 /// `[kafka.properties]` (TLS, SASL, …) and the SASL password from the environment,
 /// as [`consumer_config`] passes them. The operator commands' admin clients and
 /// readers start from it (`kafka::admin`).
-pub fn client_base(k: &KafkaConfig) -> ClientConfig {
+pub(crate) fn client_base(k: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &k.brokers);
     with_user_settings(c, k)

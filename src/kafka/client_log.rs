@@ -11,7 +11,7 @@ use rdkafka::config::RDKafkaLogLevel;
 /// failed and the position was moved (to the log start, with Courier's
 /// `auto.offset.reset=earliest`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OffsetReset<'a> {
+pub(crate) struct OffsetReset<'a> {
     pub topic: &'a str,
     pub partition: i32,
     pub at: i64,
@@ -21,7 +21,7 @@ pub struct OffsetReset<'a> {
 /// (2.x): `<topic> [<partition>]: offset reset (at offset <n> (leader epoch
 /// <e>), broker <b>) to <where>: <reason>: <error>`. `None` for any other
 /// line, and for a reset at a logical offset (no fetch position yet).
-pub fn offset_reset<'a>(fac: &str, message: &'a str) -> Option<OffsetReset<'a>> {
+pub(crate) fn offset_reset<'a>(fac: &str, message: &'a str) -> Option<OffsetReset<'a>> {
     if fac != "OFFSET" {
         return None;
     }
@@ -40,7 +40,7 @@ pub fn offset_reset<'a>(fac: &str, message: &'a str) -> Option<OffsetReset<'a>> 
 
 /// The line as a tracing event at librdkafka's level (what rdkafka's default
 /// `ClientContext::log` does through the `log` crate).
-pub fn emit(level: RDKafkaLogLevel, fac: &str, message: &str) {
+pub(crate) fn emit(level: RDKafkaLogLevel, fac: &str, message: &str) {
     match level {
         RDKafkaLogLevel::Emerg
         | RDKafkaLogLevel::Alert

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// Where the poll thread hands records and rebalances, in order (the consumer
 /// actor's mailbox: see `actors::consumer`). Each returns `false` when the
 /// receiver is gone.
-pub trait PollSink: Send + Sync {
+pub(crate) trait PollSink: Send + Sync {
     fn records(&self, records: Vec<Record>) -> bool;
     fn assigned(&self, partitions: Vec<i32>) -> bool;
     /// Called from inside the revoke callback, which then waits on `ack`.
@@ -36,7 +36,7 @@ pub trait PollSink: Send + Sync {
 /// Rebalance callbacks run on the poll thread, inside `poll()`. On revoke they hand
 /// the partitions to the consumer actor and wait (bounded) for it to drain and store,
 /// then commit synchronously: the last moment the partitions are ours.
-pub struct CourierContext {
+pub(crate) struct CourierContext {
     pub topic: String,
     pub dlq_topic: String,
     pub actor: Box<dyn PollSink>,
@@ -59,7 +59,7 @@ pub struct CourierContext {
 }
 
 impl CourierContext {
-    pub fn new(
+    pub(crate) fn new(
         topic: String,
         dlq_topic: String,
         actor: impl PollSink + 'static,
@@ -80,7 +80,7 @@ impl CourierContext {
     }
 
     /// Hands pending records to the actor; `false` when the actor is gone.
-    pub fn flush(&self) -> bool {
+    pub(crate) fn flush(&self) -> bool {
         let records = {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             if p.is_empty() {
@@ -94,13 +94,13 @@ impl CourierContext {
     }
 
     /// Adds a polled record; returns the number pending.
-    pub fn push(&self, r: Record) -> usize {
+    pub(crate) fn push(&self, r: Record) -> usize {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         p.push(r);
         p.len()
     }
 
-    pub fn has_pending(&self) -> bool {
+    pub(crate) fn has_pending(&self) -> bool {
         !self
             .pending
             .lock()

@@ -19,16 +19,16 @@
 use std::ops::Deref;
 
 /// `T`, dropped on a new thread (or in place if no thread can be started).
-pub struct Detached<T: Send + 'static>(Option<T>);
+pub(crate) struct Detached<T: Send + 'static>(Option<T>);
 
 impl<T: Send + 'static> Detached<T> {
-    pub fn new(inner: T) -> Detached<T> {
+    pub(crate) fn new(inner: T) -> Detached<T> {
         Detached(Some(inner))
     }
 
     /// The handle itself, to be torn down by the caller (on a thread of
     /// its own).
-    pub fn into_inner(mut self) -> T {
+    pub(crate) fn into_inner(mut self) -> T {
         self.0
             .take()
             .unwrap_or_else(|| unreachable!("taken in drop"))

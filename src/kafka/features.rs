@@ -1,11 +1,12 @@
-//! What this build's librdkafka was built with, and what a deployment needs of it.
+//! What this build's librdkafka was built with, and what a deployment needs of
+//! it: a unit test of the build (the module is compiled for tests only).
 
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaResult;
 
 /// What this build's librdkafka can do (`builtin.features`: codecs, TLS, SASL
 /// mechanisms, `http`/`oidc` for OAUTHBEARER token fetching).
-pub fn builtin_features() -> KafkaResult<Vec<String>> {
+fn builtin_features() -> KafkaResult<Vec<String>> {
     let features = ClientConfig::new()
         .create_native_config()?
         .get("builtin.features")?;
@@ -14,7 +15,7 @@ pub fn builtin_features() -> KafkaResult<Vec<String>> {
 
 /// What a deployment may need of librdkafka: every codec a producer may have
 /// written with, TLS, the SASL mechanisms Courier documents, OIDC.
-pub const REQUIRED_FEATURES: [&str; 10] = [
+const REQUIRED_FEATURES: [&str; 10] = [
     "gzip",
     "snappy",
     "lz4",

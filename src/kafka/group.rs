@@ -11,7 +11,7 @@ use std::time::Duration;
 /// unsubscribing does: then the other members take the partitions at once
 /// instead of after `session.timeout.ms`. Call it after the final commit, with
 /// no other thread polling. Returns whether the member left in time.
-pub fn leave_group(c: &KafkaConsumer, within: Duration) -> bool {
+pub(crate) fn leave_group(c: &KafkaConsumer, within: Duration) -> bool {
     c.unsubscribe();
     let until = std::time::Instant::now() + within;
     while std::time::Instant::now() < until {

@@ -64,7 +64,7 @@ unsafe fn read_header_list(
 /// Adds a header whose name is given as bytes (rdkafka's `OwnedHeaders::insert`
 /// takes a `&str`): replay writes a name that is not UTF-8 back exactly as the
 /// origin record had it.
-pub fn insert_header_bytes(
+pub(crate) fn insert_header_bytes(
     headers: rdkafka::message::OwnedHeaders,
     name: &[u8],
     value: Option<&[u8]>,

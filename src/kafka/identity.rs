@@ -25,9 +25,6 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::time::{Duration, Instant};
 
-/// Kafka's default `offset.metadata.max.bytes`.
-pub use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
-
 /// The ids of `topics` (as Kafka prints them), for those the broker
 /// describes without error. Blocking: call off the async runtime.
 pub fn topic_ids<C: ConsumerContext>(
@@ -131,7 +128,7 @@ pub fn topic_ids<C: ConsumerContext>(
 
 /// The smallest `offset.metadata.max.bytes` among the brokers (a partition's
 /// coordinator may be any of them); `None` when it cannot be read.
-pub async fn metadata_max_bytes(base: &ClientConfig, timeout: Duration) -> Option<usize> {
+pub(crate) async fn metadata_max_bytes(base: &ClientConfig, timeout: Duration) -> Option<usize> {
     let admin: AdminClient<DefaultClientContext> = base.create().ok()?;
     let ids: Vec<i32> = {
         let md = admin.inner().fetch_metadata(None, timeout).ok()?;
@@ -155,7 +152,7 @@ pub async fn metadata_max_bytes(base: &ClientConfig, timeout: Duration) -> Optio
 /// read with `read_committed` (the settings of `base`), no record there is
 /// handed over and the read position reaches `to`. `false` when a record is
 /// found, or when it cannot tell within `timeout`. Blocking.
-pub fn nothing_to_deliver<C: ClientContext + ConsumerContext>(
+pub(crate) fn nothing_to_deliver<C: ClientContext + ConsumerContext>(
     reader: &BaseConsumer<C>,
     topic: &str,
     partition: i32,

@@ -8,7 +8,7 @@
 //!
 //! * `record.rs` — [`Record`], one message as it travels from the poll thread to
 //!   a partition actor, and what it costs against the byte budgets
-//!   ([`RECORD_OVERHEAD`], [`HEADER_OVERHEAD`]).
+//!   (`RECORD_OVERHEAD`, `HEADER_OVERHEAD`).
 //! * `headers.rs` — headers as bytes through librdkafka's own accessors:
 //!   [`record_headers`] (read) and [`insert_header_bytes`] (write, for replay).
 //! * `client_config.rs` — the client settings: [`consumer_config`],
@@ -17,13 +17,13 @@
 //!   and commit callbacks, librdkafka's logs and errors), and [`PollSink`], where
 //!   it and the poll thread hand records and rebalances.
 //! * `group.rs` — [`leave_group`]: a static member's LeaveGroup on shutdown.
-//! * `features.rs` — [`builtin_features`] and [`REQUIRED_FEATURES`]: what
-//!   this build's librdkafka can do, and must.
+//! * `features.rs` (tests only) — `builtin_features` and `REQUIRED_FEATURES`:
+//!   what this build's librdkafka can do, and must.
 //!
-//! And the public modules: `admin` (admin and inspection helpers), `client_log`
-//! (librdkafka's log lines), `detached` (teardown off the caller's thread),
-//! `identity` (topic ids), `poller` (the poll thread), `seams` (the traits the
-//! actors reach Kafka through).
+//! And the modules: `admin` (admin and inspection helpers) and `identity` (topic
+//! ids), public; `client_log` (librdkafka's log lines), `detached` (teardown off
+//! the caller's thread), `poller` (the poll thread), `seams` (the traits the
+//! actors reach Kafka through), for the crate only.
 //!
 //! # Invariant I4: auto-store off
 //!
@@ -142,28 +142,31 @@
 //! member had to be expired first — the number to look at after a node failure.
 
 pub mod admin;
-pub mod client_log;
-pub mod detached;
+pub(crate) mod client_log;
+pub(crate) mod detached;
 pub mod identity;
-pub mod poller;
-pub mod seams;
+pub(crate) mod poller;
+pub(crate) mod seams;
 
 mod client_config;
 mod context;
+#[cfg(test)]
 mod features;
 mod group;
 mod headers;
 mod record;
 
-pub use client_config::{cap_decompression, client_base, consumer_config, producer_config};
-pub use context::{CourierContext, PollSink};
-pub use features::{builtin_features, REQUIRED_FEATURES};
-pub use group::leave_group;
-pub use headers::{insert_header_bytes, record_headers};
-pub use record::{Record, HEADER_OVERHEAD, RECORD_OVERHEAD};
+pub use client_config::producer_config;
+
+pub(crate) use client_config::{cap_decompression, client_base, consumer_config};
+pub(crate) use context::{CourierContext, PollSink};
+pub(crate) use group::leave_group;
+pub(crate) use headers::insert_header_bytes;
+pub use headers::record_headers;
+pub(crate) use record::Record;
 
 use rdkafka::consumer::BaseConsumer;
 
 /// The group consumer. Its teardown (close, destroy) runs on a thread of its
 /// own, whoever drops the last handle ([`detached::Detached`]).
-pub type KafkaConsumer = detached::Detached<BaseConsumer<CourierContext>>;
+pub(crate) type KafkaConsumer = detached::Detached<BaseConsumer<CourierContext>>;

@@ -78,12 +78,12 @@ fn low_water(limit: usize) -> i64 {
 }
 
 impl Buffered {
-    pub fn add(&self, records: usize, bytes: usize) {
+    pub(crate) fn add(&self, records: usize, bytes: usize) {
         self.records.fetch_add(records as i64, Ordering::SeqCst);
         self.bytes.fetch_add(bytes as i64, Ordering::SeqCst);
     }
 
-    pub fn sub(&self, records: usize, bytes: usize) {
+    pub(crate) fn sub(&self, records: usize, bytes: usize) {
         self.records.fetch_sub(records as i64, Ordering::SeqCst);
         self.bytes.fetch_sub(bytes as i64, Ordering::SeqCst);
         self.wake();
@@ -91,7 +91,7 @@ impl Buffered {
 
     /// Nothing buffered (a new consumer: what the previous one handed over died
     /// with it and its partition actors).
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.records.store(0, Ordering::SeqCst);
         self.bytes.store(0, Ordering::SeqCst);
         self.wake();
@@ -99,7 +99,7 @@ impl Buffered {
 
     /// Wakes the poll thread if it waits and the buffer went below its low
     /// water marks (a lock only then).
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         if self.waiting.load(Ordering::SeqCst) && self.below_low_water() {
             let _room = self.room.lock().unwrap_or_else(|e| e.into_inner());
             self.freed.notify_all();
@@ -146,7 +146,7 @@ impl Buffered {
     }
 
     /// Records and bytes buffered now.
-    pub fn get(&self) -> (i64, i64) {
+    pub(crate) fn get(&self) -> (i64, i64) {
         (
             self.records.load(Ordering::SeqCst),
             self.bytes.load(Ordering::SeqCst),
@@ -155,7 +155,7 @@ impl Buffered {
 
     /// Gives back everything counted here (a partition actor's share, when it
     /// stops or crashes) from `total` as well.
-    pub fn release_into(&self, total: &Buffered) {
+    pub(crate) fn release_into(&self, total: &Buffered) {
         let records = self.records.swap(0, Ordering::SeqCst);
         let bytes = self.bytes.swap(0, Ordering::SeqCst);
         total.records.fetch_sub(records, Ordering::SeqCst);
@@ -169,7 +169,7 @@ impl Buffered {
     }
 }
 
-pub struct Poller {
+pub(crate) struct Poller {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -177,7 +177,7 @@ pub struct Poller {
 impl Poller {
     /// Polls until stopped, holding at most `max_records` records and
     /// `max_bytes` bytes that the actors have not taken in.
-    pub fn start(
+    pub(crate) fn start(
         consumer: Arc<KafkaConsumer>,
         max_records: usize,
         max_bytes: usize,
@@ -210,7 +210,7 @@ impl Poller {
     }
 
     /// Asks the thread to stop and waits for it (blocking: call off the runtime).
-    pub fn stop_and_join(&mut self) {
+    pub(crate) fn stop_and_join(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
@@ -315,7 +315,7 @@ fn poll_loop(
 
 /// What a caught panic says (its payload is a `&str` or a `String` when raised
 /// by `panic!`).
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = panic.downcast_ref::<String>() {
@@ -329,7 +329,7 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// per process) on reading a record with this key. Set at start from the
 /// config; only in a build with the cargo feature `test-hooks`.
 #[cfg(feature = "test-hooks")]
-pub static PANIC_ON_KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+pub(crate) static PANIC_ON_KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
 
 #[cfg(feature = "test-hooks")]
 fn panic_hook(r: &Record) {

@@ -3,7 +3,7 @@
 
 /// One message, owned, as it travels from the poll thread to a partition actor.
 #[derive(Debug, Clone)]
-pub struct Record {
+pub(crate) struct Record {
     pub partition: i32,
     pub offset: i64,
     /// From the DLQ topic (partition p of the DLQ pairs with partition p of the main topic).
@@ -20,7 +20,7 @@ pub struct Record {
 /// its strings, the held-events map and ordering lane entries, the delivery
 /// queue entry, the completion token). Measured: with 512-byte events the heap
 /// held ~2.5–3 KB per event begun (docs/BENCHMARKS.md, "Memory and partitions").
-pub const RECORD_OVERHEAD: usize = 2048;
+pub(crate) const RECORD_OVERHEAD: usize = 2048;
 
 /// What each header costs besides its name and value bytes: its slot in the
 /// record's header slice (`size_of::<Header>()`: 48 bytes, the name's box and
@@ -30,13 +30,13 @@ pub const RECORD_OVERHEAD: usize = 2048;
 /// from the types and the allocator's size classes, not from a profile: a
 /// record of 350,000 one-byte headers (~1 MB on the wire) holds ~22 MB, which
 /// this charges (the names' and values' bytes on top of 64 per header).
-pub const HEADER_OVERHEAD: usize = std::mem::size_of::<crate::core::input::Header>() + 2 * 8;
+pub(crate) const HEADER_OVERHEAD: usize = std::mem::size_of::<crate::core::input::Header>() + 2 * 8;
 
 impl Record {
     /// The bytes it holds (value, key, header names and values, plus
     /// [`HEADER_OVERHEAD`] per header and [`RECORD_OVERHEAD`]): what it costs
     /// against the byte budgets.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         let headers = self.headers.as_deref().map_or(0, |h| {
             h.iter()
                 .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len()) + HEADER_OVERHEAD)

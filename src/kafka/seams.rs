@@ -26,7 +26,7 @@ use std::time::Duration;
 
 /// A Kafka call that failed.
 #[derive(Debug, thiserror::Error)]
-pub enum KafkaIoError {
+pub(crate) enum KafkaIoError {
     #[error(transparent)]
     Kafka(#[from] KafkaError),
     /// Refused before reaching librdkafka (a fake's refusal, in tests).
@@ -36,7 +36,7 @@ pub enum KafkaIoError {
 
 /// One position to commit, with its metadata (`core::completed`).
 #[derive(Debug, Clone, Copy)]
-pub struct CommitAt<'a> {
+pub(crate) struct CommitAt<'a> {
     pub topic: &'a str,
     pub partition: i32,
     pub offset: i64,
@@ -44,7 +44,7 @@ pub struct CommitAt<'a> {
 }
 
 /// The group consumer's hand on the partitions it owns.
-pub trait PartitionIo: Send + Sync + 'static {
+pub(crate) trait PartitionIo: Send + Sync + 'static {
     /// Stops fetching the partition.
     fn pause(&self, topic: &str, partition: i32) -> Result<(), KafkaIoError>;
     /// Fetches the partition again.
@@ -75,7 +75,7 @@ pub trait PartitionIo: Send + Sync + 'static {
 
 /// Which end of a log [`BrokerView::offsets`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogEnd {
+pub(crate) enum LogEnd {
     /// The log start (the first offset still there).
     Start,
     /// The end offset (the next offset to be written).
@@ -84,7 +84,7 @@ pub enum LogEnd {
 
 /// A group's committed position of one partition, with its metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Committed {
+pub(crate) struct Committed {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
@@ -92,7 +92,7 @@ pub struct Committed {
 }
 
 /// What the brokers say, asked outside the group. Every call is blocking.
-pub trait BrokerView: Send + Sync + 'static {
+pub(crate) trait BrokerView: Send + Sync + 'static {
     /// The topic's partition count; `None` when the topic does not exist
     /// (or has no partitions in the metadata).
     fn partition_count(&self, topic: &str) -> Result<Option<usize>, KafkaIoError>;
@@ -195,7 +195,7 @@ impl<C: ConsumerContext + 'static> PartitionIo for Detached<BaseConsumer<C>> {
 /// `ListOffsets` waits behind a long-poll `Fetch` (up to
 /// `fetch.wait.max.ms`), which made the first lag check after an
 /// assignment take ~12 s (docs/BENCHMARKS.md).
-pub struct Broker {
+pub(crate) struct Broker {
     client: Detached<BaseConsumer>,
     readers: ClientConfig,
 }
@@ -204,7 +204,7 @@ impl Broker {
     /// `settings`: the group consumer's; the client and its readers take them
     /// without auto-commit and without the static member id (they never join
     /// the group: they must not claim this process's member id).
-    pub fn new(mut settings: ClientConfig) -> Result<Broker, KafkaError> {
+    pub(crate) fn new(mut settings: ClientConfig) -> Result<Broker, KafkaError> {
         settings.set("enable.auto.commit", "false");
         settings.remove("group.instance.id");
         Ok(Broker {

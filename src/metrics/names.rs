@@ -65,7 +65,7 @@ pub(crate) const BATCH_RESULTS_UNREADABLE: &str = "courier_batch_results_unreada
 pub(crate) const BATCH_SPLIT_SINGLES_RATIO: &str = "courier_batch_split_singles_ratio";
 pub(crate) const ORDERED_RESENT: &str = "courier_ordered_resent_total";
 // Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
-pub const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
+pub(crate) const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).

@@ -155,7 +155,7 @@ pub struct Deleted {
 /// the group's committed position when it has one (the DLQ, which Courier
 /// consumes), else the start of the topic (the parking lot, which nothing
 /// consumes), less the offsets the replay log names replayed. Pure.
-pub fn deleted_unread(
+pub(crate) fn deleted_unread(
     starts: &BTreeMap<i32, i64>,
     committed: &BTreeMap<i32, i64>,
     replayed: &std::collections::HashSet<String>,
@@ -196,7 +196,8 @@ pub(crate) fn age_bucket(age_ms: i64) -> &'static str {
 }
 
 /// Summarises raw record values (`None` = tombstone) read from one topic.
-pub fn summarize<'a>(
+#[cfg(test)]
+pub(crate) fn summarize<'a>(
     topic: &str,
     values: impl IntoIterator<Item = Option<&'a [u8]>>,
     now_ms: i64,

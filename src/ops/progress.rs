@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a plain progress line is written when stderr is not a terminal.
-pub const PLAIN_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const PLAIN_EVERY: Duration = Duration::from_secs(2);
 
 /// What one phase has done so far.
 #[derive(Debug, Default)]
@@ -56,7 +56,13 @@ pub struct Progress {
 }
 
 /// The plain line: `replay: read 4000/10000, matched 4000, written 3500, 1000/s, about 7s left`.
-pub fn line(what: &str, s: Seen, total: Option<u64>, follow: Follow, elapsed: Duration) -> String {
+pub(crate) fn line(
+    what: &str,
+    s: Seen,
+    total: Option<u64>,
+    follow: Follow,
+    elapsed: Duration,
+) -> String {
     let of = |n: u64, f: Follow| match total.filter(|_| f == follow) {
         Some(t) => format!("{n}/{t}"),
         None => n.to_string(),
@@ -155,11 +161,6 @@ impl Progress {
         }
     }
 
-    /// What was done.
-    pub fn seen(&self) -> Seen {
-        seen(&self.counts)
-    }
-
     /// Stops showing progress; the last state as a plain line, unless the run
     /// was too short to show any.
     pub fn finish(mut self) -> Seen {
@@ -218,7 +219,7 @@ impl Stop {
         self.0.load(Ordering::Relaxed)
     }
 
-    pub fn ask(&self) {
+    pub(crate) fn ask(&self) {
         self.0.store(true, Ordering::Relaxed);
     }
 

@@ -42,7 +42,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn matches(&self, e: &Envelope) -> bool {
+    pub(crate) fn matches(&self, e: &Envelope) -> bool {
         let any = |list: &[String], v: Option<&str>| {
             list.is_empty() || v.is_some_and(|v| list.iter().any(|x| x == v))
         };
@@ -136,7 +136,8 @@ impl Plan {
 }
 
 /// Decides what a run over these records would replay (pure).
-pub fn plan(records: &[ReadRecord], filter: &Filter, already: &HashSet<String>) -> Plan {
+#[cfg(test)]
+pub(crate) fn plan(records: &[ReadRecord], filter: &Filter, already: &HashSet<String>) -> Plan {
     let mut p = Plan::default();
     for r in records {
         p.count(decide(r, filter, already));

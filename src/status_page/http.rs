@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 /// What the listener knows at the moment of a request: the time and the
 /// results of `/readyz` and `/healthz`.
-pub struct Probes {
+pub(crate) struct Probes {
     pub now_ms: i64,
     pub ready: Probe,
     pub live: Probe,
@@ -31,7 +31,7 @@ impl StatusState {
     }
 }
 
-pub fn routes(board: Arc<StatusBoard>, probes: ProbeFn) -> Router {
+pub(crate) fn routes(board: Arc<StatusBoard>, probes: ProbeFn) -> Router {
     Router::new()
         .route("/status", get(html))
         .route("/status.json", get(json))

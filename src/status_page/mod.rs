@@ -38,8 +38,8 @@
 //! `build.rs` (`git rev-parse`, or `COURIER_GIT_COMMIT` set for the build; none
 //! without git).
 
-pub mod http;
-pub mod page;
+pub(crate) mod http;
+pub(crate) mod page;
 
 use crate::config::Config;
 use crate::core::breaker::{BreakerStateKind, Transition};
@@ -66,14 +66,14 @@ pub(crate) fn build_commit() -> Option<&'static str> {
 
 /// What does not change while the process runs.
 #[derive(Debug, Clone)]
-pub struct BoardInfo {
+pub(crate) struct BoardInfo {
     pub instance: String,
     pub group: String,
     pub topics: Topics,
 }
 
 impl BoardInfo {
-    pub fn new(config: &Config, instance: String) -> BoardInfo {
+    pub(crate) fn new(config: &Config, instance: String) -> BoardInfo {
         BoardInfo {
             instance,
             group: config.kafka.group_id.clone(),
@@ -208,7 +208,7 @@ impl Default for ErrorTally {
 }
 
 impl ErrorTally {
-    pub fn record(&self, class: &'static str, reason: &str) {
+    pub(crate) fn record(&self, class: &'static str, reason: &str) {
         for slot in &self.slots {
             let (c, r) = slot.key.get_or_init(|| (class, reason.into()));
             if *c == class && **r == *reason {
@@ -220,7 +220,7 @@ impl ErrorTally {
     }
 
     /// The cumulative counts.
-    pub fn counts(&self) -> BTreeMap<ErrorKey, u64> {
+    pub(crate) fn counts(&self) -> BTreeMap<ErrorKey, u64> {
         let mut m: BTreeMap<ErrorKey, u64> = self
             .slots
             .iter()
@@ -263,7 +263,7 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl StatusBoard {
-    pub fn new(info: BoardInfo, now_ms: i64) -> StatusBoard {
+    pub(crate) fn new(info: BoardInfo, now_ms: i64) -> StatusBoard {
         StatusBoard {
             info,
             started_ms: now_ms,
@@ -287,7 +287,7 @@ impl StatusBoard {
 
     /// A batched route's last window of splits (`core::batch::SplitWindow`):
     /// `route` names it without credentials or query.
-    pub fn batch_splits(&self, r: crate::core::batch::SplitReport, route: &str) {
+    pub(crate) fn batch_splits(&self, r: crate::core::batch::SplitReport, route: &str) {
         lock(&self.batch_splits).insert(
             route.to_string(),
             BatchSplitSnapshot {
@@ -299,13 +299,13 @@ impl StatusBoard {
         );
     }
 
-    pub fn instance(&self) -> &str {
+    pub(crate) fn instance(&self) -> &str {
         &self.info.instance
     }
 
     /// Registers the row of a partition actor incarnation (replacing a previous
     /// incarnation's).
-    pub fn partition(&self, partition: i32, generation: u64) -> Arc<PartitionRow> {
+    pub(crate) fn partition(&self, partition: i32, generation: u64) -> Arc<PartitionRow> {
         let row = Arc::new(PartitionRow::new(generation));
         lock(&self.partitions).insert(partition, row.clone());
         row
@@ -336,7 +336,7 @@ impl StatusBoard {
 
     /// The API credential's state (`auth`): what kind, until when the token is
     /// valid, the last refresh and the last failure's reason — never a secret.
-    pub fn publish_credential(&self, c: CredentialSnapshot) {
+    pub(crate) fn publish_credential(&self, c: CredentialSnapshot) {
         *lock(&self.credential) = Some(c);
     }
 
@@ -346,7 +346,7 @@ impl StatusBoard {
         lock(&self.window).sample(now_ms, &counts);
     }
 
-    pub fn snapshot(&self, now_ms: i64, ready: Probe, live: Probe) -> Snapshot {
+    pub(crate) fn snapshot(&self, now_ms: i64, ready: Probe, live: Probe) -> Snapshot {
         let partitions = lock(&self.partitions)
             .iter()
             .map(|(p, row)| row.snapshot(*p))
@@ -467,7 +467,7 @@ pub struct Probe {
 }
 
 impl Probe {
-    pub fn of<E: ToString>(r: Result<(), E>) -> Probe {
+    pub(crate) fn of<E: ToString>(r: Result<(), E>) -> Probe {
         match r {
             Ok(()) => Probe {
                 ok: true,

@@ -14,7 +14,7 @@ use std::fmt::Write;
 pub(crate) const REFRESH_SECONDS: u32 = 5;
 
 /// Escapes text for HTML element content and double-quoted attribute values.
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -30,7 +30,7 @@ pub fn esc(s: &str) -> String {
 }
 
 /// `1h 02m 03s`, `4m 05s`, `6s`.
-pub fn duration(secs: u64) -> String {
+pub(crate) fn duration(secs: u64) -> String {
     let (d, h, m, s) = (secs / 86_400, secs / 3_600 % 24, secs / 60 % 60, secs % 60);
     match (d, h, m) {
         (0, 0, 0) => format!("{s}s"),
@@ -155,7 +155,7 @@ fn credential_rows(o: &mut String, c: &super::CredentialSnapshot, now: i64) {
     }
 }
 
-pub fn render(s: &Snapshot) -> String {
+pub(crate) fn render(s: &Snapshot) -> String {
     let now = s.now_ms;
     let mut o = String::with_capacity(8 * 1024);
     let _ = write!(

@@ -6,9 +6,10 @@
 pub(crate) mod schema;
 pub(crate) mod tenant;
 
-use courier::audit::{audit, AuditReport, Produced};
-use courier::kafka::admin::{committed_positions, create_topics, end_offsets, CommittedPosition};
-use courier::sink::{Behaviour, SinkHandle};
+use courier::kafka::admin::{committed_positions, end_offsets, CommittedPosition};
+use courier_standins::admin::create_topics;
+use courier_standins::audit::{audit, AuditReport, Produced};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use courier_testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
 use std::path::PathBuf;
 use std::process::Command;
@@ -446,7 +447,7 @@ pub(crate) fn topic_size(s: &Services, topic: &str) -> i64 {
 
 /// Envelopes in a topic (DLQ or parking lot).
 pub(crate) fn envelopes(s: &Services, topic: &str) -> Vec<courier::core::envelope::Envelope> {
-    courier::kafka::admin::read_all(&s.brokers, topic)
+    courier_standins::admin::read_all(&s.brokers, topic)
         .unwrap_or_default()
         .into_iter()
         .filter_map(|r| courier::core::envelope::Envelope::from_bytes(r.payload.as_deref()?).ok())

@@ -5,8 +5,8 @@
 //! registering a schema, and the check of the delivered bodies.
 
 use super::{base_toml, envelopes, Names, Services};
-use courier::audit::Produced;
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::audit::Produced;
+use courier_standins::sink::{Behaviour, SinkHandle};
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 use std::collections::HashMap;
@@ -91,7 +91,7 @@ pub(crate) async fn write_raw(
     values: &[Vec<u8>],
     produced: &mut Produced,
 ) {
-    let producer = courier::loadgen::producer(&s.brokers).unwrap();
+    let producer = courier_standins::loadgen::producer(&s.brokers).unwrap();
     for v in values {
         let rec: FutureRecord<'_, (), Vec<u8>> = FutureRecord::to(&n.topic).payload(v).partition(0);
         let d = producer
@@ -137,7 +137,7 @@ pub(crate) async fn write_to(
     records: &[(Option<String>, Vec<u8>)],
     produced: &mut Produced,
 ) {
-    let producer = courier::loadgen::producer(&s.brokers).unwrap();
+    let producer = courier_standins::loadgen::producer(&s.brokers).unwrap();
     for (id, v) in records {
         let rec: FutureRecord<'_, str, Vec<u8>> = FutureRecord::to(&n.topic)
             .payload(v)
@@ -204,7 +204,7 @@ pub(crate) async fn run_to_the_end(
     toml: &str,
     produced: &Produced,
     name: &str,
-) -> courier::audit::AuditReport {
+) -> courier_standins::audit::AuditReport {
     let mut c = super::Courier::start(&n.topic, s, toml);
     n.wait_committed_to_end(s, Duration::from_secs(90)).await;
     super::wait_until(Duration::from_secs(60), "every event is delivered", || {

@@ -2,8 +2,8 @@
 //! `benches/tenant_403.rs` (the throughput with and without the refused tenant).
 
 use super::*;
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use std::time::Duration;
 
 /// One run of issue 23's item 4 at default settings: `others` events delivered,
@@ -14,7 +14,7 @@ pub(crate) async fn tenant_403_run(
     tag: &str,
     others: usize,
     refused: usize,
-) -> (courier::audit::AuditReport, f64) {
+) -> (courier_standins::audit::AuditReport, f64) {
     let s = services();
     let n = Names::new(tag, 2);
     n.create(&s, true).await;
@@ -43,7 +43,7 @@ pub(crate) async fn tenant_403_run(
                 .map(|id| {
                     (
                         id.clone(),
-                        courier::sink::FailRule {
+                        courier_standins::sink::FailRule {
                             status: 403,
                             times: None,
                             retry_after_s: None,

@@ -3,10 +3,11 @@
 //! generator in the background and a monitor scraping every instance's `/metrics`.
 
 use anyhow::{bail, Context as _};
-use courier::audit::Produced;
-use courier::kafka::admin::{committed_offsets, create_topics, end_offsets};
-use courier::loadgen::{self, Spec};
-use courier::sink::{Behaviour, SinkHandle};
+use courier::kafka::admin::{committed_offsets, end_offsets};
+use courier_standins::admin::create_topics;
+use courier_standins::audit::Produced;
+use courier_standins::loadgen::{self, Spec};
+use courier_standins::sink::{Behaviour, SinkHandle};
 use courier_testkit::{CourierProcess, Launch, DEFAULT_RUST_LOG};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -25,9 +25,9 @@ use crate::cluster::{delete_records, recreate_topic, Cluster, Load};
 use crate::opts::Opts;
 use crate::report::Check;
 use anyhow::{bail, Context as _};
-use courier::audit::{AuditReport, Produced};
 use courier::kafka::admin::{committed_offsets, end_offsets};
-use courier::sink::FailRule;
+use courier_standins::audit::{AuditReport, Produced};
+use courier_standins::sink::FailRule;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -138,7 +138,7 @@ pub async fn run(
 
 /// Event ids found in `topic`'s envelopes (the DLQ or the parking lot).
 fn envelope_ids(brokers: &str, topic: &str) -> anyhow::Result<HashSet<String>> {
-    let recs = tokio::task::block_in_place(|| courier::kafka::admin::read_all(brokers, topic))?;
+    let recs = tokio::task::block_in_place(|| courier_standins::admin::read_all(brokers, topic))?;
     Ok(recs
         .iter()
         .filter_map(|r| r.payload.as_deref())
@@ -168,14 +168,17 @@ async fn produce_specials(
     match raw_headers {
         None => {
             use rdkafka::producer::FutureRecord;
-            let producer =
-                courier::loadgen::producer_with_timeout(&c.svc.brokers, Duration::from_secs(60))?;
+            let producer = courier_standins::loadgen::producer_with_timeout(
+                &c.svc.brokers,
+                Duration::from_secs(60),
+            )?;
             for (i, id) in ids.iter().enumerate() {
                 let key = match key {
                     Key::One(k) => k.to_string(),
                     Key::PerEvent(p) => format!("{p}-{i}"),
                 };
-                let body = courier::loadgen::event_json(id, "tenant.updated", &key, i, 300);
+                let body =
+                    courier_standins::loadgen::event_json(id, "tenant.updated", &key, i, 300);
                 let (partition, offset) = producer
                     .send(
                         FutureRecord::to(topic).key(&key).payload(&body),
@@ -209,7 +212,13 @@ async fn produce_specials(
             }
             let mut input = Vec::new();
             for (i, id) in ids.iter().enumerate() {
-                input.extend(courier::loadgen::event_json(id, "header.odd", key, i, 300));
+                input.extend(courier_standins::loadgen::event_json(
+                    id,
+                    "header.odd",
+                    key,
+                    i,
+                    300,
+                ));
                 input.push(b'\n');
             }
             cmd.stdin(std::process::Stdio::piped())
@@ -454,7 +463,7 @@ async fn recreate(
     // The first events of the new topic must reach the API.
     let first = o.rate as usize * 2;
     let want: Vec<String> = (boundary..boundary + first)
-        .map(|seq| courier::loadgen::event_id(&format!("drill-{}", c.scenario()), seq))
+        .map(|seq| courier_standins::loadgen::event_id(&format!("drill-{}", c.scenario()), seq))
         .collect();
     let t0 = Instant::now();
     let deadline = o.pick(60.0, 120.0);

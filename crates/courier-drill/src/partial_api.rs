@@ -10,7 +10,7 @@
 use crate::cluster::Cluster;
 use crate::opts::Opts;
 use crate::report::Check;
-use courier::sink::faults::{BatchFaults, ItemMix};
+use courier_standins::sink::faults::{BatchFaults, ItemMix};
 use std::time::Duration;
 
 /// The instances' config: the stand-in's batch endpoint, batches of 50 with

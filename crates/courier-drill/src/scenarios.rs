@@ -228,7 +228,7 @@ async fn run_inner(
     }
     let api_audit = c.sink.audit();
     let audit = tokio::task::block_in_place(|| {
-        courier::audit::audit(
+        courier_standins::audit::audit(
             &svc.brokers,
             &c.names.dlq,
             &c.names.parking,
@@ -343,7 +343,7 @@ async fn sleep(d: Duration) {
 async fn outage_begins(
     c: &Cluster,
     what: &str,
-    change: impl FnOnce(&mut courier::sink::Behaviour),
+    change: impl FnOnce(&mut courier_standins::sink::Behaviour),
 ) -> (i64, Check) {
     let dlq0 = c.dlq_size();
     c.sink.update_behaviour(change);
@@ -426,7 +426,7 @@ async fn api_flap(c: &mut Cluster, o: &Opts) -> anyhow::Result<Vec<Check>> {
     sleep(o.pick(3.0, 15.0)).await;
     // Partial failure: a fifth of the calls refused.
     eprintln!("[drill] 20 % of calls answered 503");
-    c.sink.set_behaviour(courier::sink::Behaviour {
+    c.sink.set_behaviour(courier_standins::sink::Behaviour {
         fail_rate: 0.2,
         ..c.baseline()
     });

@@ -38,7 +38,7 @@ pub(super) struct DlqRead {
 
 /// What one lag check found.
 #[derive(Debug, Default)]
-pub struct LagAnswer {
+pub(crate) struct LagAnswer {
     /// Per partition pair.
     positions: Vec<(i32, Positions)>,
     /// The topics' ids (main, DLQ) now (`None`: not read): a changed id is a

@@ -60,7 +60,7 @@ use std::sync::Arc;
 pub(crate) use lag::LagAnswer;
 use recovery::Committed;
 
-pub enum ConsumerMsg {
+pub(crate) enum ConsumerMsg {
     Records(Vec<Record>),
     Assigned(Vec<i32>),
     /// Sent from inside the revoke callback, which waits on `ack`.

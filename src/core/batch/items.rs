@@ -22,7 +22,7 @@ use std::ops::Range;
 /// An item's body as a batch of `format` holds it, or `None` if it cannot be
 /// batched (not JSON: it is sent alone, as itself). `known_json`: the body is
 /// a JSON text already (a decoded event, or Courier's rendering of one).
-pub fn batch_item<'a>(
+pub(crate) fn batch_item<'a>(
     format: &BatchFormat,
     body: &'a [u8],
     known_json: bool,
@@ -95,7 +95,7 @@ fn line_break_at(b: &[u8]) -> Option<(usize, &'static [u8])> {
 /// The items `ids` (in order) cut into consecutive runs in which no id is
 /// repeated: the requests they go in when results are matched by id. One
 /// run, `0..n`, when every id differs (the usual case).
-pub fn unique_id_runs(ids: &[&str]) -> Vec<Range<usize>> {
+pub(crate) fn unique_id_runs(ids: &[&str]) -> Vec<Range<usize>> {
     let mut runs = Vec::new();
     let mut seen: HashSet<&str> = HashSet::with_capacity(ids.len());
     let mut start = 0;

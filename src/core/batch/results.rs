@@ -67,15 +67,8 @@ pub enum Unreadable {
 }
 
 impl Unreadable {
-    pub const ALL: [Unreadable; 4] = [
-        Unreadable::ReadFailed,
-        Unreadable::TooLarge,
-        Unreadable::NotJson,
-        Unreadable::NoResultsArray,
-    ];
-
     /// The label of `courier_batch_results_unreadable_total{reason}`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Unreadable::ReadFailed => "read_failed",
             Unreadable::TooLarge => "too_large",
@@ -103,7 +96,7 @@ pub enum NoResult {
 impl NoResult {
     /// The failure reason an item without a result carries
     /// (`courier_delivery_errors_total{reason}`, `last_error.reason`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             NoResult::Unreadable(Unreadable::ReadFailed) => "no_result_read_failed",
             NoResult::Unreadable(Unreadable::TooLarge) => "no_result_too_large",
@@ -117,7 +110,7 @@ impl NoResult {
     }
 
     /// What `last_error.message` says of it.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             NoResult::Unreadable(Unreadable::ReadFailed) => {
                 "the answer's body could not be read to its end"
@@ -223,7 +216,7 @@ pub fn item_results<'a>(
 /// Whether a batch answer's `body` lists any result with one of `statuses`
 /// (e.g. 429 and 503: back-pressure for the adaptive limit). Unreadable:
 /// no.
-pub fn any_item_status(spec: &ResultsSpec, body: &[u8], statuses: &[u16]) -> bool {
+pub(crate) fn any_item_status(spec: &ResultsSpec, body: &[u8], statuses: &[u16]) -> bool {
     let Ok(text) = std::str::from_utf8(body) else {
         return false;
     };
@@ -287,7 +280,7 @@ enum StrOrNum<'a> {
 
 /// The raw JSON at `pointer` (RFC 6901) in `raw`, found without building a
 /// tree: each step reads one object member or array element.
-pub fn at<'a>(raw: &'a RawValue, pointer: &str) -> Option<&'a RawValue> {
+pub(crate) fn at<'a>(raw: &'a RawValue, pointer: &str) -> Option<&'a RawValue> {
     if pointer.is_empty() {
         return Some(raw);
     }

@@ -11,18 +11,18 @@
 use std::time::{Duration, Instant};
 
 /// The window the share is measured over.
-pub const SPLIT_WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const SPLIT_WINDOW: Duration = Duration::from_secs(10);
 /// At most one warning per route this often.
-pub const SPLIT_WARN_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const SPLIT_WARN_EVERY: Duration = Duration::from_secs(60);
 /// Above this share of events ending alone after a split, the route is
 /// reported.
-pub const SPLIT_SINGLES_WARN: f64 = 0.5;
+pub(crate) const SPLIT_SINGLES_WARN: f64 = 0.5;
 /// No verdict on fewer events than this in a window.
 const MIN_EVENTS: u64 = 20;
 
 /// One window's count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SplitReport {
+pub(crate) struct SplitReport {
     /// Events answered in the window (a request not split further).
     pub events: u64,
     /// Of them, events answered alone after their batch was split.
@@ -31,7 +31,7 @@ pub struct SplitReport {
 
 impl SplitReport {
     /// The share of events that ended alone after a split.
-    pub fn share(&self) -> f64 {
+    pub(crate) fn share(&self) -> f64 {
         if self.events == 0 {
             0.0
         } else {
@@ -40,14 +40,14 @@ impl SplitReport {
     }
 
     /// Whether the window says the route's batches mostly end as singles.
-    pub fn mostly_singles(&self) -> bool {
+    pub(crate) fn mostly_singles(&self) -> bool {
         self.events >= MIN_EVENTS && self.share() > SPLIT_SINGLES_WARN
     }
 }
 
 /// The counts of the current window.
 #[derive(Debug, Clone)]
-pub struct SplitWindow {
+pub(crate) struct SplitWindow {
     started: Instant,
     now: SplitReport,
     warned: Option<Instant>,
@@ -55,13 +55,13 @@ pub struct SplitWindow {
 
 /// A window's end: its report, and whether a warning is due now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SplitEnd {
+pub(crate) struct SplitEnd {
     pub report: SplitReport,
     pub warn: bool,
 }
 
 impl SplitWindow {
-    pub fn new(now: Instant) -> SplitWindow {
+    pub(crate) fn new(now: Instant) -> SplitWindow {
         SplitWindow {
             started: now,
             now: SplitReport::default(),
@@ -72,7 +72,12 @@ impl SplitWindow {
     /// A request of `n` events was answered for them at `now` (not split
     /// further); `after_split`: it is a part of a batch refused as a whole.
     /// When the window is over, its report (and a new window begins).
-    pub fn answered(&mut self, n: usize, after_split: bool, now: Instant) -> Option<SplitEnd> {
+    pub(crate) fn answered(
+        &mut self,
+        n: usize,
+        after_split: bool,
+        now: Instant,
+    ) -> Option<SplitEnd> {
         let ended = (now.saturating_duration_since(self.started) >= SPLIT_WINDOW).then(|| {
             let report = self.now;
             let warn = report.mostly_singles()

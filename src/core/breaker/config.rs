@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct BreakerConfig {
+pub(crate) struct BreakerConfig {
     /// Sliding time window of call outcomes that the failure rate is computed over.
     pub window: Duration,
     /// No verdict below this many calls in the window: two failures out of three
@@ -37,7 +37,7 @@ impl Default for BreakerConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum BreakerConfigError {
+pub(crate) enum BreakerConfigError {
     #[error("breaker window must be positive")]
     ZeroWindow,
     #[error("breaker min_calls must be at least 1")]
@@ -51,7 +51,7 @@ pub enum BreakerConfigError {
 impl BreakerConfig {
     /// Checks the config at load time. A rate of 0 would open on successes alone,
     /// zero probes would leave `HalfOpen` forever.
-    pub fn validate(&self) -> Result<(), BreakerConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), BreakerConfigError> {
         if self.window.is_zero() {
             return Err(BreakerConfigError::ZeroWindow);
         }

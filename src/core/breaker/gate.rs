@@ -16,7 +16,7 @@ use super::{Breaker, BreakerState};
 /// tests the API with events that were not refused, when there are any.
 /// While the breaker is closed every waiter is admitted at once.
 #[derive(Debug, Default, Clone)]
-pub struct GateQueue {
+pub(crate) struct GateQueue {
     next: u64,
     /// Ticket → whether its holder is a suspect.
     waiting: std::collections::BTreeMap<u64, bool>,
@@ -25,22 +25,23 @@ pub struct GateQueue {
 impl GateQueue {
     /// A ticket behind every waiter; `suspect`: the event was refused
     /// systemic before.
-    pub fn join(&mut self, suspect: bool) -> u64 {
+    pub(crate) fn join(&mut self, suspect: bool) -> u64 {
         self.next += 1;
         self.waiting.insert(self.next, suspect);
         self.next
     }
 
     /// The waiter leaves (admitted, or its wait was cancelled).
-    pub fn leave(&mut self, ticket: u64) {
+    pub(crate) fn leave(&mut self, ticket: u64) {
         self.waiting.remove(&ticket);
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.waiting.len()
     }
 
@@ -54,7 +55,7 @@ impl GateQueue {
     /// Whether `ticket` may take a probe slot now: it is the longest waiting
     /// fresh event, or, while no fresh event waits, the longest waiting
     /// suspect.
-    pub fn is_head(&self, ticket: u64) -> bool {
+    pub(crate) fn is_head(&self, ticket: u64) -> bool {
         match self.waiting.get(&ticket) {
             Some(false) => self.first_of(false) == Some(ticket),
             Some(true) => self.first_of(false).is_none() && self.first_of(true) == Some(ticket),
@@ -66,7 +67,7 @@ impl GateQueue {
     /// half-open, only the head, while probe slots are free (a suspect: while
     /// [`Breaker::allow_suspect`] says so); it then leaves the queue. `false`:
     /// keep waiting.
-    pub fn admit(&mut self, ticket: u64, breaker: &mut Breaker, now: Instant) -> bool {
+    pub(crate) fn admit(&mut self, ticket: u64, breaker: &mut Breaker, now: Instant) -> bool {
         breaker.advance(now);
         let suspect = self.waiting.get(&ticket).copied().unwrap_or(false);
         let ok = match breaker.raw_state() {
@@ -86,7 +87,12 @@ impl GateQueue {
     /// Asks to admit a newcomer that would not wait (the fast path): closed,
     /// yes; half-open only while nobody it must queue behind waits (a fresh
     /// event: no fresh waiter; a suspect: nobody).
-    pub fn admit_newcomer(&self, suspect: bool, breaker: &mut Breaker, now: Instant) -> bool {
+    pub(crate) fn admit_newcomer(
+        &self,
+        suspect: bool,
+        breaker: &mut Breaker,
+        now: Instant,
+    ) -> bool {
         breaker.advance(now);
         match breaker.raw_state() {
             BreakerState::Closed => breaker.allow(now),

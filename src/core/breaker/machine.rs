@@ -9,10 +9,10 @@ use super::{BreakerConfig, BreakerState, BreakerStateKind, Transition, Transitio
 
 /// The shortest a cautious half-open period's probes wait for their answers
 /// before their slots are freed (`open_for` when longer).
-pub const MIN_PROBE_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const MIN_PROBE_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     pub(super) cfg: BreakerConfig,
     pub(super) state: BreakerState,
     pub(super) window: Window,
@@ -53,7 +53,7 @@ impl Breaker {
     /// A closed breaker. The config is used as given (call
     /// [`BreakerConfig::validate`] at load time); degenerate values do not panic:
     /// zero probes are treated as one.
-    pub fn new(cfg: BreakerConfig) -> Self {
+    pub(crate) fn new(cfg: BreakerConfig) -> Self {
         Breaker {
             window: Window::new(cfg.window),
             cfg,
@@ -70,12 +70,8 @@ impl Breaker {
         }
     }
 
-    pub fn config(&self) -> &BreakerConfig {
-        &self.cfg
-    }
-
     /// The stored state (see [`BreakerState`] for the lazy Open → HalfOpen step).
-    pub fn raw_state(&self) -> BreakerState {
+    pub(crate) fn raw_state(&self) -> BreakerState {
         self.state
     }
 
@@ -85,7 +81,7 @@ impl Breaker {
 
     /// The state as of `now`, for metrics: an `Open` whose interval has elapsed is
     /// reported as `HalfOpen`.
-    pub fn state(&self, now: Instant) -> BreakerStateKind {
+    pub(crate) fn state(&self, now: Instant) -> BreakerStateKind {
         match self.state {
             BreakerState::Closed => BreakerStateKind::Closed,
             BreakerState::Open { until } if now < until => BreakerStateKind::Open,
@@ -95,13 +91,14 @@ impl Breaker {
 
     /// True while `Open` and the open interval has not elapsed: the breaker's input
     /// to `api_unavailable`. False in `HalfOpen` (see the module docs for why).
-    pub fn is_open(&self, now: Instant) -> bool {
+    pub(crate) fn is_open(&self, now: Instant) -> bool {
         self.state(now) == BreakerStateKind::Open
     }
 
     /// Whether [`Breaker::allow`] would admit a call at `now`, without taking a
-    /// probe slot.
-    pub fn admits_traffic(&self, now: Instant) -> bool {
+    /// probe slot: the tests' check of `allow` (no dispatcher asks it).
+    #[cfg(test)]
+    pub(crate) fn admits_traffic(&self, now: Instant) -> bool {
         match self.state {
             BreakerState::Closed => true,
             BreakerState::Open { until } => now >= until,
@@ -114,7 +111,7 @@ impl Breaker {
     /// Applies the time-driven transition (Open → HalfOpen once `open_for` has
     /// elapsed) and reports it. [`Breaker::allow`] does this itself; call it
     /// directly to log or count the transition when it happens.
-    pub fn advance(&mut self, now: Instant) -> Option<Transition> {
+    pub(crate) fn advance(&mut self, now: Instant) -> Option<Transition> {
         match self.state {
             BreakerState::Open { until } if now >= until => {
                 self.state = BreakerState::HalfOpen {
@@ -173,12 +170,12 @@ impl Breaker {
 
     /// Whether calls are admitted one probe slot each now (half-open, and not
     /// in a suspected period's optimism, which admits every fresh call).
-    pub fn probing(&self) -> bool {
+    pub(crate) fn probing(&self) -> bool {
         matches!(self.state, BreakerState::HalfOpen { .. }) && !self.optimistic
     }
 
     /// The epoch an admission made now belongs to (see [`Breaker::release`]).
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         self.epoch
     }
 
@@ -187,7 +184,7 @@ impl Breaker {
     /// for the next waiter, if it was admitted in this `epoch` and its slot
     /// is still waiting for an answer. Says nothing about the API. `suspect`:
     /// it was admitted as a suspect ([`Breaker::allow_suspect`]).
-    pub fn release(&mut self, epoch: u64, suspect: bool) {
+    pub(crate) fn release(&mut self, epoch: u64, suspect: bool) {
         if epoch != self.epoch {
             return;
         }
@@ -214,7 +211,7 @@ impl Breaker {
     /// Asks to make one call at `now`. Closed: yes. Open: no, until the interval has
     /// elapsed; then HalfOpen. HalfOpen: yes for the first `half_open_probes` calls
     /// of the period, then no until the probes have settled the state.
-    pub fn allow(&mut self, now: Instant) -> bool {
+    pub(crate) fn allow(&mut self, now: Instant) -> bool {
         self.advance(now);
         let probes = self.probes();
         match &mut self.state {
@@ -243,7 +240,7 @@ impl Breaker {
 
     /// Records the outcome of a call that finished at `now`; returns the transition
     /// if the outcome changed the state.
-    pub fn record(&mut self, now: Instant, success: bool) -> Option<Transition> {
+    pub(crate) fn record(&mut self, now: Instant, success: bool) -> Option<Transition> {
         let probes = self.probes();
         match &mut self.state {
             BreakerState::Closed => {
@@ -321,7 +318,7 @@ impl Breaker {
     /// already open breaker extends it (never shortens it) and reports nothing, so a
     /// systemic condition that persists keeps the breaker open without flooding the
     /// log with transitions.
-    pub fn trip(&mut self, now: Instant, reason: &'static str) -> Option<Transition> {
+    pub(crate) fn trip(&mut self, now: Instant, reason: &'static str) -> Option<Transition> {
         let from = self.state(now);
         match self.state {
             BreakerState::Open { until } if now < until => {

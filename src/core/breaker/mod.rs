@@ -28,8 +28,8 @@
 //! - [`Breaker::allow`] gates each call. In `HalfOpen` it admits exactly
 //!   `half_open_probes` calls; the rest are refused and should wait (not fail, not go
 //!   to the DLQ) until the probes have settled the state.
-//! - [`Breaker::admits_traffic`] answers "would `allow` say yes now?" without taking a
-//!   probe slot, for a dispatcher that wants to hold work back instead of asking.
+//! - `Breaker::admits_traffic` (tests only) answers "would `allow` say yes now?"
+//!   without taking a probe slot.
 //!
 //! # Outcomes are not tied to permits
 //!
@@ -60,10 +60,10 @@ mod state;
 mod systemic;
 mod window;
 
-pub use config::{BreakerConfig, BreakerConfigError};
-pub use gate::GateQueue;
-pub use machine::{Breaker, MIN_PROBE_WAIT};
-pub use state::{BreakerState, BreakerStateKind, Transition, TransitionReason};
+pub(crate) use config::BreakerConfig;
+pub(crate) use gate::GateQueue;
+pub(crate) use machine::Breaker;
+pub(crate) use state::{BreakerState, BreakerStateKind, Transition, TransitionReason};
 
 #[cfg(test)]
 mod tests;

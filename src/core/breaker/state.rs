@@ -9,7 +9,7 @@ use std::time::Instant;
 /// [`Breaker::allow`]: super::Breaker::allow
 /// [`Breaker::advance`]: super::Breaker::advance
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
+pub(crate) enum BreakerState {
     Closed,
     Open { until: Instant },
     HalfOpen { admitted: u32, succeeded: u32 },
@@ -24,7 +24,7 @@ pub enum BreakerStateKind {
 }
 
 impl BreakerStateKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             BreakerStateKind::Closed => "closed",
             BreakerStateKind::Open => "open",
@@ -32,7 +32,7 @@ impl BreakerStateKind {
         }
     }
     /// A gauge value: 0 closed, 1 half-open, 2 open (the usual encoding).
-    pub fn as_gauge(self) -> f64 {
+    pub(crate) fn as_gauge(self) -> f64 {
         match self {
             BreakerStateKind::Closed => 0.0,
             BreakerStateKind::HalfOpen => 1.0,
@@ -65,7 +65,7 @@ pub enum TransitionReason {
 }
 
 impl TransitionReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TransitionReason::FailureRate => "failure_rate",
             TransitionReason::ConsecutiveFailures => "consecutive_failures",

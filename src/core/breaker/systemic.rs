@@ -54,7 +54,7 @@ impl Breaker {
     /// ignored. Open: extended, as [`Breaker::trip`].
     ///
     /// [`GateQueue`]: super::GateQueue
-    pub fn systemic(
+    pub(crate) fn systemic(
         &mut self,
         now: Instant,
         reason: &'static str,
@@ -116,7 +116,7 @@ impl Breaker {
     /// slot was used: closed if a probe was delivered, else open (`reason` in
     /// a suspected period, `probe_failed` after an open interval). Closed or
     /// open: as [`Breaker::systemic`].
-    pub fn systemic_repeat(
+    pub(crate) fn systemic_repeat(
         &mut self,
         now: Instant,
         reason: &'static str,
@@ -194,7 +194,7 @@ impl Breaker {
     /// is kept for an event that was not refused, so the period tests the API
     /// rather than the suspects — unless the period is `open_for` old (no such
     /// event came: the suspects alone may end it).
-    pub fn allow_suspect(&mut self, now: Instant) -> bool {
+    pub(crate) fn allow_suspect(&mut self, now: Instant) -> bool {
         self.advance(now);
         if let BreakerState::HalfOpen { .. } = self.state {
             let lapsed = self

@@ -5,7 +5,7 @@
 /// An operator sees what failed on its first occurrence without a line per
 /// event. Pure: time is an input.
 #[derive(Debug)]
-pub struct FailureLog {
+pub(crate) struct FailureLog {
     every: std::time::Duration,
     pub(super) seen: std::collections::HashMap<String, Seen>,
 }
@@ -18,7 +18,7 @@ pub(super) struct Seen {
 
 /// A failure to log now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogNow {
+pub(crate) struct LogNow {
     /// The first failure with this reason since the process started.
     pub first: bool,
     /// Failures with this reason not logged since the previous line.
@@ -26,7 +26,7 @@ pub struct LogNow {
 }
 
 impl FailureLog {
-    pub fn new(every: std::time::Duration) -> FailureLog {
+    pub(crate) fn new(every: std::time::Duration) -> FailureLog {
         FailureLog {
             every,
             seen: std::collections::HashMap::new(),
@@ -34,7 +34,7 @@ impl FailureLog {
     }
 
     /// Counts one failure with `reason` at `now`; `Some` if it is to be logged.
-    pub fn observe(&mut self, reason: &str, now: std::time::Instant) -> Option<LogNow> {
+    pub(crate) fn observe(&mut self, reason: &str, now: std::time::Instant) -> Option<LogNow> {
         match self.seen.get_mut(reason) {
             None => {
                 self.seen.insert(

@@ -85,24 +85,24 @@
 mod failure_log;
 mod transport;
 
-pub use failure_log::{FailureLog, LogNow};
+pub(crate) use failure_log::FailureLog;
 pub use transport::TransportFailure;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StatusVerdict {
+pub(crate) enum StatusVerdict {
     Delivered,
     Failed(FailureClass),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FailureClass {
+pub(crate) enum FailureClass {
     Transient,
     Permanent,
     Systemic,
 }
 
 impl FailureClass {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FailureClass::Transient => "transient",
             FailureClass::Permanent => "permanent",
@@ -110,7 +110,8 @@ impl FailureClass {
         }
     }
     /// Whether an in-place retry can help.
-    pub fn is_retryable(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_retryable(self) -> bool {
         !matches!(self, FailureClass::Permanent)
     }
 }
@@ -120,7 +121,7 @@ impl FailureClass {
 /// `poison` (bad input, parked before any call) and `dropped` (a DLQ event its
 /// retry policy gave up on, or one that cannot be redelivered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorClass {
+pub(crate) enum ErrorClass {
     Transient,
     Permanent,
     Systemic,
@@ -129,7 +130,8 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
-    pub const ALL: [ErrorClass; 5] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [ErrorClass; 5] = [
         ErrorClass::Transient,
         ErrorClass::Permanent,
         ErrorClass::Systemic,
@@ -137,7 +139,7 @@ impl ErrorClass {
         ErrorClass::Dropped,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Transient => "transient",
             ErrorClass::Permanent => "permanent",
@@ -210,7 +212,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 4] = [
+    pub(crate) const ALL: [Refusal; 4] = [
         Refusal::TooLarge,
         Refusal::NotAuthorized,
         Refusal::UnknownTopic,
@@ -218,7 +220,7 @@ impl Refusal {
     ];
 
     /// The label of `courier_produce_refused_total{reason}`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Refusal::TooLarge => "too_large",
             Refusal::NotAuthorized => "not_authorized",
@@ -243,7 +245,7 @@ fn http_reason(status: u16) -> &'static str {
 }
 
 impl FailureReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FailureReason::Http(s) => http_reason(s),
             FailureReason::Transport(t) => t.as_str(),
@@ -267,7 +269,7 @@ impl FailureReason {
 
     /// Whether the failed call reached the API (a request that could not be
     /// built here, or a failure before any call, did not).
-    pub fn reached_the_api(self) -> bool {
+    pub(crate) fn reached_the_api(self) -> bool {
         match self {
             FailureReason::Http(_) => true,
             FailureReason::Transport(t) => t.reached_the_api(),
@@ -277,7 +279,7 @@ impl FailureReason {
 
     /// The reason a systemic failure trips the breaker with (a bounded set of
     /// label values on `courier_breaker_transitions_total`).
-    pub fn breaker_reason(self) -> &'static str {
+    pub(crate) fn breaker_reason(self) -> &'static str {
         match self {
             // 401/403 by default; any 4xx/5xx `[api.status]` makes systemic.
             FailureReason::Http(400..=599) => self.as_str(),
@@ -310,7 +312,7 @@ pub enum CallOutcome {
 /// What a failed call says about the API (not the event): a permanent failure
 /// is the event's, so the API is up; a systemic one trips the breaker with its
 /// reason.
-pub fn outcome_of(class: FailureClass, reason: FailureReason) -> CallOutcome {
+pub(crate) fn outcome_of(class: FailureClass, reason: FailureReason) -> CallOutcome {
     match class {
         FailureClass::Permanent => CallOutcome::Up,
         FailureClass::Systemic => CallOutcome::Systemic(reason.breaker_reason()),
@@ -322,7 +324,7 @@ pub fn outcome_of(class: FailureClass, reason: FailureReason) -> CallOutcome {
 /// whatever the answer says of each event in it (per-item results are the
 /// events' business: a 2xx batch answer proves the API up).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Heard {
+pub(crate) enum Heard {
     /// Delivered (2xx, 409, any status the policy calls delivered): up, and
     /// it refutes systemic answers to calls sent before it.
     Delivered,
@@ -340,7 +342,7 @@ pub enum Heard {
 /// What the breaker hears of an answer with `status`, which the status
 /// policy judged `verdict`. `back_pressure`: the adaptive limit deals with
 /// this status (`delivery::limits::Limits::absorbs`).
-pub fn heard_status(status: u16, verdict: StatusVerdict, back_pressure: bool) -> Heard {
+pub(crate) fn heard_status(status: u16, verdict: StatusVerdict, back_pressure: bool) -> Heard {
     if back_pressure {
         return Heard::Nothing;
     }
@@ -354,7 +356,7 @@ pub fn heard_status(status: u16, verdict: StatusVerdict, back_pressure: bool) ->
 }
 
 /// What the breaker hears of a call that got no answer.
-pub fn heard_transport(kind: TransportFailure) -> Heard {
+pub(crate) fn heard_transport(kind: TransportFailure) -> Heard {
     let reason = FailureReason::Transport(kind);
     match kind.class() {
         _ if !kind.reached_the_api() => Heard::Nothing,
@@ -363,7 +365,7 @@ pub fn heard_transport(kind: TransportFailure) -> Heard {
     }
 }
 
-pub fn classify_status(status: u16) -> StatusVerdict {
+pub(crate) fn classify_status(status: u16) -> StatusVerdict {
     use FailureClass::*;
     match status {
         200..=299 | 409 => StatusVerdict::Delivered,
@@ -376,7 +378,7 @@ pub fn classify_status(status: u16) -> StatusVerdict {
 
 /// What to do about a failing answer, for the log line; `None` when the
 /// status says it all.
-pub fn status_hint(status: u16) -> Option<&'static str> {
+pub(crate) fn status_hint(status: u16) -> Option<&'static str> {
     match status {
         401 => Some(
             "the API refused the credentials: check the token in the variable api.token_env names",

@@ -55,7 +55,7 @@ pub enum TransportFailure {
 }
 
 impl TransportFailure {
-    pub const ALL: [TransportFailure; 18] = [
+    pub(crate) const ALL: [TransportFailure; 18] = [
         TransportFailure::Dns,
         TransportFailure::ConnectRefused,
         TransportFailure::ConnectTimeout,
@@ -76,7 +76,7 @@ impl TransportFailure {
         TransportFailure::AuthTokenRefused,
     ];
 
-    pub fn class(self) -> FailureClass {
+    pub(crate) fn class(self) -> FailureClass {
         if self.is_tls() || self.is_auth() {
             FailureClass::Systemic
         } else if self == TransportFailure::Request {
@@ -88,20 +88,20 @@ impl TransportFailure {
 
     /// Whether the API was reached at all: a request that failed to build here
     /// says nothing about the API, so the breaker does not hear of it.
-    pub fn reached_the_api(self) -> bool {
+    pub(crate) fn reached_the_api(self) -> bool {
         self != TransportFailure::Request
     }
 
     /// No credential to send (`auth_token_*`): never the event's fault, so
     /// never counted against it (`core::systemic`'s hypothesis is not kept).
-    pub fn is_auth(self) -> bool {
+    pub(crate) fn is_auth(self) -> bool {
         matches!(
             self,
             TransportFailure::AuthTokenUnavailable | TransportFailure::AuthTokenRefused
         )
     }
 
-    pub fn is_tls(self) -> bool {
+    pub(crate) fn is_tls(self) -> bool {
         use TransportFailure::*;
         matches!(
             self,
@@ -140,7 +140,7 @@ impl TransportFailure {
     }
 
     /// What failed and what to do, for the log line.
-    pub fn hint(self) -> &'static str {
+    pub(crate) fn hint(self) -> &'static str {
         use TransportFailure::*;
         match self {
             Dns => "the API's host name does not resolve: check api.url and the DNS",

@@ -14,7 +14,7 @@ use super::{decode, Completed};
 
 /// What the consumer knows of one side of a crashed partition actor.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Crashed<'a> {
+pub(crate) struct Crashed<'a> {
     /// The last position the actor stored and the metadata stored with it.
     pub stored: Option<(i64, &'a str)>,
     /// The topic's id (read at the assignment): metadata is trusted only
@@ -28,14 +28,14 @@ pub struct Crashed<'a> {
 /// Read the side again from `from`: seek there, and drop records above
 /// `fence` (polled before the seek) until one at or below it arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reread {
+pub(crate) struct Reread {
     pub from: i64,
     pub fence: i64,
 }
 
 /// The decision for one side ([`after_crash`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Recovery {
+pub(crate) struct Recovery {
     /// The offsets the crashed actor finished above its stored position:
     /// the re-read skips them.
     pub skip: Option<Completed>,
@@ -50,7 +50,7 @@ pub struct Recovery {
 /// Decides how one side of a crashed partition actor is recovered. Not the
 /// metadata read at the assignment (stale: the crashed incarnation finished
 /// and stored more since) but the crashed incarnation's last.
-pub fn after_crash(side: Crashed<'_>) -> Recovery {
+pub(crate) fn after_crash(side: Crashed<'_>) -> Recovery {
     let skip = match (side.stored, side.log) {
         (Some((at, metadata)), Some(log)) => decode(log, at, metadata),
         _ => None,

@@ -5,7 +5,7 @@
 
 /// What a 401's `WWW-Authenticate` says (RFC 6750 §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Challenge {
+pub(crate) enum Challenge {
     /// `error="invalid_token"`: the token is expired, revoked or malformed.
     InvalidToken,
     /// `error="invalid_request"` or `"insufficient_scope"`: about the request

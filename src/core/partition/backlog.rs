@@ -56,16 +56,19 @@ impl<R> Backlog<R> {
     }
 
     /// Records waiting on one side.
+    #[cfg(test)]
     pub(super) fn len(&self, src: Src) -> usize {
         self.waiting[src].len()
     }
 
     /// Records waiting on both sides.
+    #[cfg(test)]
     pub(super) fn total(&self) -> usize {
         self.waiting.iter().map(VecDeque::len).sum()
     }
 
     /// Bytes waiting on both sides.
+    #[cfg(test)]
     pub(super) fn total_bytes(&self) -> usize {
         self.bytes.iter().sum()
     }

@@ -66,6 +66,7 @@ impl Share {
     }
 
     /// Bytes of the events held.
+    #[cfg(test)]
     pub(super) fn held(&self) -> u64 {
         self.held
     }

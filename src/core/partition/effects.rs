@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// Whether a store is committed before the next auto-commit, and when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Commit {
+pub(crate) enum Commit {
     /// Stored only: the next auto-commit sends it.
     No,
     /// Committed with this offset and metadata within the pace floor, in one
@@ -32,7 +32,7 @@ pub enum Commit {
 }
 
 #[derive(Debug, PartialEq)]
-pub enum Effect<I> {
+pub(crate) enum Effect<I> {
     /// Hand this job to the delivery side; its token reports back as a [`Report`].
     Dispatch { src: Src, offset: i64, item: Arc<I> },
     /// Hand these jobs (two or more, one lane's run, in offset order) to the
@@ -102,7 +102,7 @@ pub enum Effect<I> {
 
 /// Things the log should say.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Note {
+pub(crate) enum Note {
     /// The side's read position moved back without a seek of Courier's: the
     /// record at `to` starts a new incarnation of the log (see the module's
     /// documentation). `from`: the position the side expected next.

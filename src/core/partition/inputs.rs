@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 /// What the consumer's lag check found for one partition pair.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Positions {
+pub(crate) struct Positions {
     /// End offset of main p (None: not known).
     pub main_high: Option<i64>,
     /// End offset of DLQ p.
@@ -39,7 +39,7 @@ pub struct Report {
 /// A timer the machine asked for ([`Effect::Schedule`]); it comes back as
 /// [`Input::Timer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Timer {
+pub(crate) enum Timer {
     /// Re-evaluate the FSM (a dwell ended or a DLQ record became due).
     Wake,
     /// Store the watermarks that advanced since the last store.
@@ -54,7 +54,7 @@ pub enum Timer {
 }
 
 #[derive(Debug)]
-pub enum Input<R> {
+pub(crate) enum Input<R> {
     /// Records routed to this partition, in offset order per side.
     Records(Vec<R>),
     /// Answers of dispatched jobs, in arrival order.

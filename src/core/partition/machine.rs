@@ -17,6 +17,7 @@ use super::stores::Storing;
 use super::turn::Turn;
 use super::{Effect, Input, Intake, Note, Now, Outcome, Positions, Report, Settings, Src, Timer};
 use crate::core::fsm::Mode;
+#[cfg(test)]
 use crate::core::offsets::NextOffset;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use std::time::Duration;
 /// The partition pair's decisions (see the module `core::partition`), made
 /// by its parts. A machine that ends (its actor stopped or crashed) gives
 /// back what it holds of the in-flight budget (its share drops with it).
-pub struct PartitionMachine<X: Intake> {
+pub(crate) struct PartitionMachine<X: Intake> {
     intake: X,
     /// The assignment generation; reports of another one are ignored.
     generation: u64,
@@ -42,7 +43,7 @@ pub struct PartitionMachine<X: Intake> {
 impl<X: Intake> PartitionMachine<X> {
     /// A machine in `Paused` that has applied nothing yet: its first input should
     /// be [`Input::Verdict`], which applies the reading the FSM chooses.
-    pub fn new(settings: Settings, intake: X) -> Self {
+    pub(crate) fn new(settings: Settings, intake: X) -> Self {
         PartitionMachine {
             intake,
             generation: settings.generation,
@@ -62,60 +63,63 @@ impl<X: Intake> PartitionMachine<X> {
         }
     }
 
-    pub fn intake(&self) -> &X {
+    pub(crate) fn intake(&self) -> &X {
         &self.intake
     }
 
-    pub fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    pub fn mode(&self) -> Mode {
+    #[cfg(test)]
+    pub(crate) fn mode(&self) -> Mode {
         self.degraded.mode()
     }
 
     /// Jobs dispatched and not answered.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.lanes.in_flight()
     }
 
     /// Events begun and not finished on one side.
-    pub fn held(&self, src: Src) -> usize {
+    #[cfg(test)]
+    pub(crate) fn held(&self, src: Src) -> usize {
         self.sides[src].held()
     }
 
     /// Records waiting in the backlogs (both sides).
-    pub fn backlog(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn backlog(&self) -> usize {
         self.backlog.total()
     }
 
     /// Records waiting in one side's backlog.
-    pub fn waiting(&self, src: Src) -> usize {
+    #[cfg(test)]
+    pub(crate) fn waiting(&self, src: Src) -> usize {
         self.backlog.len(src)
     }
 
     /// Bytes of the records waiting in the backlogs (both sides).
-    pub fn backlog_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn backlog_bytes(&self) -> usize {
         self.backlog.total_bytes()
     }
 
     /// Bytes this machine holds of the in-flight budget.
-    pub fn held_bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> u64 {
         self.share.held()
     }
 
     /// The last stored position of one side (as far as the machine knows).
-    pub fn stored(&self, src: Src) -> Option<NextOffset> {
+    #[cfg(test)]
+    pub(crate) fn stored(&self, src: Src) -> Option<NextOffset> {
         self.sides[src].stored()
     }
 
     /// A drain was requested (answered or not): nothing is begun or dispatched.
-    pub fn draining(&self) -> bool {
+    pub(crate) fn draining(&self) -> bool {
         self.handover.draining()
     }
 
     /// Takes one input; returns what to do, in order.
-    pub fn handle(&mut self, input: Input<X::Raw>, now: Now) -> Vec<Effect<X::Item>> {
+    pub(crate) fn handle(&mut self, input: Input<X::Raw>, now: Now) -> Vec<Effect<X::Item>> {
         self.turn.clock = Some(now.mono);
         match input {
             Input::Records(records) => self.on_records(records, now),

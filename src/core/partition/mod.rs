@@ -80,7 +80,8 @@
 //! and `log_tests` test the machine one behaviour at a time, and `model` is
 //! its model-based property test.
 
-pub use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
+#[cfg(test)]
+use crate::core::completed::DEFAULT_MAX_METADATA_BYTES;
 #[cfg(doc)]
 use crate::core::offsets::OffsetTracker;
 use std::time::Instant;
@@ -104,13 +105,14 @@ mod side;
 mod stores;
 mod turn;
 
-pub use effects::{Commit, Effect, Note};
-pub use inputs::{Input, Outcome, Positions, Report, Timer};
-pub use machine::PartitionMachine;
-pub use records::{Begun, Intake, Kind};
-pub use settings::{
-    commit_after, commit_after_setting, Pace, Settings, SideStart, COMMIT_FLOOR, LOGS_AFTER_RESET,
-    MAX_ERRORED, STORE_DELAY,
+pub(crate) use effects::{Commit, Effect, Note};
+pub(crate) use inputs::{Input, Outcome, Positions, Report, Timer};
+pub(crate) use machine::PartitionMachine;
+pub(crate) use records::{Begun, Intake, Kind};
+pub use settings::commit_after;
+pub(crate) use settings::{
+    commit_after_setting, Pace, Settings, SideStart, COMMIT_FLOOR, LOGS_AFTER_RESET, MAX_ERRORED,
+    STORE_DELAY,
 };
 
 #[cfg(test)]
@@ -138,9 +140,9 @@ pub enum Src {
 }
 
 impl Src {
-    pub const BOTH: [Src; 2] = [Src::Main, Src::Dlq];
+    pub(crate) const BOTH: [Src; 2] = [Src::Main, Src::Dlq];
 
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
@@ -148,7 +150,7 @@ impl Src {
 /// The time of an input: monotonic for the FSM's dwell and wake-ups, wall clock
 /// for the DLQ's `not_before`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Now {
+pub(crate) struct Now {
     pub mono: Instant,
     pub wall_ms: i64,
 }

@@ -8,7 +8,7 @@ use crate::core::ordering::RunGroup;
 
 /// How a begun record is scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// An event to deliver: waits behind its ordering lane (`core::ordering`).
     Ordered,
     /// No ordering promise (bad input on its way to the parking lot): dispatched
@@ -21,14 +21,14 @@ pub enum Kind {
 
 /// A record once begun: the job's payload and how it is scheduled.
 #[derive(Debug)]
-pub struct Begun<I> {
+pub(crate) struct Begun<I> {
     pub item: I,
     pub kind: Kind,
 }
 
 /// What the machine needs to know about records and jobs. The actor's
 /// implementation decodes (CloudEvents, DLQ envelopes) in [`Intake::begin`].
-pub trait Intake {
+pub(crate) trait Intake {
     /// A record as polled (it may wait in the backlog, undecoded).
     type Raw;
     /// What a dispatch hands to the delivery side.

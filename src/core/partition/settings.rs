@@ -11,17 +11,17 @@ use std::time::Duration;
 
 /// A job that errored this many times (its task vanished without an outcome) is
 /// parked with reason `internal_error` instead of being retried forever.
-pub const MAX_ERRORED: u32 = 20;
+pub(crate) const MAX_ERRORED: u32 = 20;
 
 /// How long an advanced watermark may wait before it is stored. Storing costs a
 /// librdkafka call (and a lock) per store; per completion that showed in the
 /// profile. Auto-commit runs every `auto_commit_interval_ms` anyway, and a later
 /// store only ever means re-reading a little more after a crash.
-pub const STORE_DELAY: Duration = Duration::from_millis(10);
+pub(crate) const STORE_DELAY: Duration = Duration::from_millis(10);
 
 /// The machine's fixed parameters.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// The assignment generation; reports of another one are ignored.
     pub generation: u64,
     pub ordering: OrderingMode,
@@ -52,7 +52,7 @@ pub struct Settings {
 /// (the stored position, the committed metadata and the log it names).
 /// [`Default`]: nothing known (the log's identity included).
 #[derive(Debug, Clone, Default)]
-pub struct SideStart {
+pub(crate) struct SideStart {
     /// Known start position (after a seek); otherwise learnt from the first record.
     pub start: Option<NextOffset>,
     /// What an earlier incarnation stored for this partition.
@@ -83,7 +83,8 @@ pub struct SideStart {
 impl SideStart {
     /// A side that reads `log` (its topic's id), nothing else known: no
     /// earlier owner's position or metadata.
-    pub fn on_log(log: impl Into<Arc<str>>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn on_log(log: impl Into<Arc<str>>) -> Self {
         SideStart {
             log: Some(log.into()),
             ..SideStart::default()
@@ -94,7 +95,7 @@ impl SideStart {
 /// How stores are committed and what their metadata may hold (the same for
 /// both sides).
 #[derive(Debug, Clone, Copy)]
-pub struct Pace {
+pub(crate) struct Pace {
     /// The broker's `offset.metadata.max.bytes`: the most a store's metadata
     /// may hold.
     pub metadata_max_bytes: usize,
@@ -118,11 +119,11 @@ pub struct Pace {
 /// after those records were fetched. Until then the side's commits carry no
 /// metadata (nothing to skip for a next owner, no log to check the position
 /// against: about two lag checks' worth).
-pub const LOGS_AFTER_RESET: u8 = 2;
+pub(crate) const LOGS_AFTER_RESET: u8 = 2;
 
 /// The least time between two progress commits of one side: at most 100
 /// commits a second per partition side, however fast the API answers.
-pub const COMMIT_FLOOR: Duration = Duration::from_millis(10);
+pub(crate) const COMMIT_FLOOR: Duration = Duration::from_millis(10);
 
 /// How many events finished since a partition side's last commit make it
 /// commit at once, for a pool of `concurrency` permits: an eighth of them (at
@@ -137,7 +138,7 @@ pub fn commit_after(concurrency: usize) -> usize {
 /// `kafka.commit_after` as the machine takes it ([`Pace::after`]): unset,
 /// [`commit_after`] of the pool's `concurrency`; 0 (off), never due; else
 /// as configured.
-pub fn commit_after_setting(configured: Option<usize>, concurrency: usize) -> usize {
+pub(crate) fn commit_after_setting(configured: Option<usize>, concurrency: usize) -> usize {
     match configured {
         None => commit_after(concurrency),
         Some(0) => usize::MAX,

@@ -37,8 +37,7 @@ mod calendar;
 mod decimal;
 mod text;
 
-pub use calendar::civil_from_days;
-pub use decimal::{unscaled_digits, MAX_DIGITS, MAX_SCALE};
+pub(crate) use calendar::civil_from_days;
 
 use super::capped::{Limited, Over};
 use apache_avro::schema::{Name, Schema};
@@ -70,7 +69,7 @@ pub enum TimestampMode {
 
 /// How registry-framed records are written as JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct JsonOptions {
+pub(crate) struct JsonOptions {
     pub decimal: DecimalMode,
     pub timestamps: TimestampMode,
 }
@@ -86,7 +85,7 @@ pub struct AvroSchema {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum AvroError {
+pub(crate) enum AvroError {
     #[error("the Avro schema does not parse: {0}")]
     Schema(String),
     #[error("the record does not decode with its Avro schema: {0}")]
@@ -109,7 +108,7 @@ pub enum AvroError {
 impl AvroSchema {
     /// Parses a schema (the registry's `schema` text) and the schemas it
     /// references (their texts, dependencies first).
-    pub fn parse(text: &str, references: &[String]) -> Result<AvroSchema, AvroError> {
+    pub(crate) fn parse(text: &str, references: &[String]) -> Result<AvroSchema, AvroError> {
         let (schema, schemata) = if references.is_empty() {
             (Schema::parse_str(text), Vec::new())
         } else {
@@ -131,7 +130,7 @@ impl AvroSchema {
     }
 
     /// The length of the texts it was parsed from.
-    pub fn text_len(&self) -> usize {
+    pub(crate) fn text_len(&self) -> usize {
         self.text_len
     }
 
@@ -143,7 +142,7 @@ impl AvroSchema {
     /// for items that take no bytes, against the room left in the output),
     /// decimals are held to their limits (`decimal`), and the output stops at
     /// `max_bytes` (`TooLarge`).
-    pub fn to_json(
+    pub(crate) fn to_json(
         &self,
         body: &[u8],
         opts: JsonOptions,

@@ -6,24 +6,24 @@
 //! message of the file.
 
 /// The magic byte of the wire format.
-pub const MAGIC: u8 = 0;
+pub(crate) const MAGIC: u8 = 0;
 
 /// Bytes before the encoded record: the magic byte and the schema id.
-pub const HEADER_BYTES: usize = 5;
+pub(crate) const HEADER_BYTES: usize = 5;
 
 /// The most message indexes accepted (a message nested this deep is absurd;
 /// a corrupted count must not allocate).
-pub const MAX_INDEXES: usize = 64;
+pub(crate) const MAX_INDEXES: usize = 64;
 
 /// A framed record: its schema id and what follows the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Framed<'a> {
+pub(crate) struct Framed<'a> {
     pub schema_id: u32,
     pub body: &'a [u8],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     #[error("the record is {0} bytes: too short for the 5-byte Schema Registry header (magic byte 0, schema id)")]
     TooShort(usize),
     #[error("the record does not start with the Schema Registry magic byte 0 (it starts with 0x{0:02x})")]
@@ -35,7 +35,7 @@ pub enum FrameError {
 }
 
 /// Splits a record into its schema id and body.
-pub fn parse(value: &[u8]) -> Result<Framed<'_>, FrameError> {
+pub(crate) fn parse(value: &[u8]) -> Result<Framed<'_>, FrameError> {
     match value {
         [MAGIC, a, b, c, d, body @ ..] => Ok(Framed {
             schema_id: u32::from_be_bytes([*a, *b, *c, *d]),
@@ -70,7 +70,7 @@ fn zigzag(v: u64) -> i64 {
 
 /// The Protobuf message-index list at the start of a body, and the message
 /// bytes after it. An empty list (the single byte `0`) is `[0]`.
-pub fn message_indexes(body: &[u8]) -> Result<(Vec<i64>, &[u8]), FrameError> {
+pub(crate) fn message_indexes(body: &[u8]) -> Result<(Vec<i64>, &[u8]), FrameError> {
     let (count, mut rest) = varint(body).ok_or(FrameError::BadIndexes)?;
     let count = zigzag(count);
     if count == 0 {

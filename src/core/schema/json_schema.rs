@@ -42,7 +42,7 @@ impl std::fmt::Debug for JsonSchema {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum JsonSchemaError {
+pub(crate) enum JsonSchemaError {
     #[error("the JSON Schema does not compile: {0}")]
     Schema(String),
     /// The record's violations, each where it is and what failed.
@@ -71,7 +71,10 @@ impl jsonschema::Retrieve for References {
 impl JsonSchema {
     /// Compiles a schema (the registry's `schema` text) with the schemas it
     /// references (`references`: by the name a `$ref` uses).
-    pub fn compile(text: &str, references: &[Referenced]) -> Result<JsonSchema, JsonSchemaError> {
+    pub(crate) fn compile(
+        text: &str,
+        references: &[Referenced],
+    ) -> Result<JsonSchema, JsonSchemaError> {
         let bad = |e: String| JsonSchemaError::Schema(e);
         let schema: serde_json::Value =
             serde_json::from_str(text).map_err(|e| bad(format!("it is not JSON: {e}")))?;
@@ -93,13 +96,13 @@ impl JsonSchema {
     }
 
     /// The length of the texts it was compiled from.
-    pub fn text_len(&self) -> usize {
+    pub(crate) fn text_len(&self) -> usize {
         self.text_len
     }
 
     /// Checks a record's JSON value against the schema; the violations named
     /// by where they are (a JSON pointer into the record) and what failed.
-    pub fn check(&self, value: &serde_json::Value) -> Result<(), JsonSchemaError> {
+    pub(crate) fn check(&self, value: &serde_json::Value) -> Result<(), JsonSchemaError> {
         let mut errors = self.validator.iter_errors(value);
         let mut named = Vec::new();
         let mut more = 0usize;

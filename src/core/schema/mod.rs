@@ -6,18 +6,18 @@
 //! usable); what comes out is JSON text, read from there on exactly as
 //! `input.format = "json"` reads a record.
 
-pub mod avro;
+pub(crate) mod avro;
 mod avro_names;
 mod capped;
 pub mod frame;
-pub mod json_schema;
-pub mod protobuf;
-pub mod registry;
+pub(crate) mod json_schema;
+pub(crate) mod protobuf;
+pub(crate) mod registry;
 
-pub use avro::{AvroSchema, DecimalMode, JsonOptions, TimestampMode};
-pub use json_schema::JsonSchema;
-pub use protobuf::ProtoSchema;
-pub use registry::RegistryRefusal;
+pub(crate) use avro::{AvroSchema, DecimalMode, JsonOptions, TimestampMode};
+pub(crate) use json_schema::JsonSchema;
+pub(crate) use protobuf::ProtoSchema;
+pub(crate) use registry::RegistryRefusal;
 
 use super::event::{self, DecodeError, DecodeOptions};
 use super::input::{decode_json_from, Decoded, InputFormat, JsonInput, RecordIn};
@@ -45,18 +45,18 @@ pub enum Resolved {
 /// referenced by (a Protobuf import path, a JSON Schema `$ref`; Avro uses the
 /// names inside the texts) and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Referenced {
+pub(crate) struct Referenced {
     pub name: String,
     pub schema: String,
 }
 
 /// The registry's `schemaType` (absent: Avro), upper-cased.
-pub fn schema_kind(schema_type: Option<&str>) -> String {
+pub(crate) fn schema_kind(schema_type: Option<&str>) -> String {
     schema_type.unwrap_or("AVRO").to_ascii_uppercase()
 }
 
 /// The `schemaType` `format` reads.
-pub fn expected_kind(format: InputFormat) -> Option<&'static str> {
+pub(crate) fn expected_kind(format: InputFormat) -> Option<&'static str> {
     match format {
         InputFormat::Avro => Some("AVRO"),
         InputFormat::Protobuf => Some("PROTOBUF"),
@@ -69,7 +69,7 @@ impl Resolved {
     /// What the registry's answer for an id is to `format`: its schema
     /// (`text`, of `kind`, with the `references` it names, dependencies
     /// first) parsed or compiled, or the kind `format` does not read.
-    pub fn compile(
+    pub(crate) fn compile(
         format: InputFormat,
         kind: &str,
         text: &str,
@@ -106,7 +106,7 @@ impl Resolved {
 
     /// Bytes a cache charges for it: the parsed or compiled form is a few
     /// times its texts; the texts' length stands for it.
-    pub fn weight(&self) -> usize {
+    pub(crate) fn weight(&self) -> usize {
         let n = match self {
             Resolved::Avro(s) => s.text_len().saturating_mul(4),
             Resolved::Protobuf(s) => s.text_len().saturating_mul(8),
@@ -121,13 +121,13 @@ impl Resolved {
     /// An answer that parks the records naming the id: kept a bounded time
     /// only (`input.schema_registry.negative_cache_ttl`), then asked again.
     /// A schema that does not compile is the registry's schema, kept like one.
-    pub fn is_refusal(&self) -> bool {
+    pub(crate) fn is_refusal(&self) -> bool {
         matches!(self, Resolved::Unknown | Resolved::Refused(..))
     }
 }
 
 /// Why a registry-framed record is parked: the reason and the message.
-pub type Parked = (&'static str, String);
+pub(crate) type Parked = (&'static str, String);
 
 /// Decodes one registry-framed record of `format`: its header, its body with
 /// the schema `lookup` gives for its id (`None`: not fetched, parked
@@ -160,7 +160,7 @@ pub(crate) fn decode_framed<'s>(
 /// `input.format = "json"` reads a record, and what `courier dlq inspect`
 /// shows. Avro and Protobuf decoded to JSON (at most `max_bytes`),
 /// JSON Schema records checked and kept as written.
-pub fn framed_json<'s>(
+pub(crate) fn framed_json<'s>(
     value: &[u8],
     format: InputFormat,
     lookup: impl FnOnce(u32) -> Option<&'s Resolved>,
@@ -235,13 +235,13 @@ fn parse_json(body: &[u8]) -> Result<serde_json::Value, DecodeError> {
 }
 
 /// The schema id a record's value names, when it is framed.
-pub fn schema_id(value: &[u8]) -> Option<u32> {
+pub(crate) fn schema_id(value: &[u8]) -> Option<u32> {
     frame::parse(value).ok().map(|f| f.schema_id)
 }
 
 /// Why a registry-framed record cannot be read, by parking reason.
 #[derive(Debug, thiserror::Error)]
-pub enum SchemaError {
+pub(crate) enum SchemaError {
     #[error(transparent)]
     NotFramed(#[from] frame::FrameError),
     #[error("schema id {0} is not known to the schema registry")]
@@ -281,7 +281,7 @@ pub enum SchemaError {
 
 impl SchemaError {
     /// The parking reason.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             SchemaError::NotFramed(_) => "not_registry_framed",
             SchemaError::UnknownSchema(_) => "unknown_schema",

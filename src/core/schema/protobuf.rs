@@ -59,7 +59,7 @@ pub struct ProtoSchema {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ProtoError {
+pub(crate) enum ProtoError {
     #[error("the Protobuf schema does not compile: {0}")]
     Schema(String),
     #[error(transparent)]
@@ -78,7 +78,10 @@ impl ProtoSchema {
     /// Compiles a schema (the registry's `schema` text: `.proto` source or a
     /// base64 `FileDescriptorProto`) and the files it imports (`references`:
     /// by import path, each `.proto` source or base64 descriptor too).
-    pub fn compile(text: &str, references: &[Referenced]) -> Result<ProtoSchema, ProtoError> {
+    pub(crate) fn compile(
+        text: &str,
+        references: &[Referenced],
+    ) -> Result<ProtoSchema, ProtoError> {
         let mut files = HashMap::new();
         for r in references {
             files.insert(r.name.clone(), file(&r.name, &r.schema)?);
@@ -104,14 +107,14 @@ impl ProtoSchema {
     }
 
     /// The length of the texts it was compiled from.
-    pub fn text_len(&self) -> usize {
+    pub(crate) fn text_len(&self) -> usize {
         self.text_len
     }
 
     /// The message type a message-index list names: `[0]` the file's first
     /// message, `[1, 0]` the first message nested in its second (map entries
     /// count, as they are nested types of the descriptor).
-    pub fn message(&self, indexes: &[i64]) -> Result<MessageDescriptor, ProtoError> {
+    pub(crate) fn message(&self, indexes: &[i64]) -> Result<MessageDescriptor, ProtoError> {
         let none = || ProtoError::NoSuchMessage(indexes.to_vec());
         let file = self.pool.get_file_by_name(&self.root).ok_or_else(none)?;
         let (first, rest) = indexes.split_first().ok_or_else(none)?;
@@ -126,7 +129,7 @@ impl ProtoSchema {
 
     /// Decodes one record body (after the 5-byte header: the message-index
     /// list, then the message) to JSON text of at most `max_bytes`.
-    pub fn to_json(&self, body: &[u8], max_bytes: usize) -> Result<Vec<u8>, ProtoError> {
+    pub(crate) fn to_json(&self, body: &[u8], max_bytes: usize) -> Result<Vec<u8>, ProtoError> {
         let (indexes, bytes) = frame::message_indexes(body)?;
         let desc = self.message(&indexes)?;
         let message =

@@ -30,7 +30,8 @@ pub enum RegistryRefusal {
 }
 
 impl RegistryRefusal {
-    pub const ALL: [RegistryRefusal; 5] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [RegistryRefusal; 5] = [
         RegistryRefusal::UnknownSchema,
         RegistryRefusal::UnknownReference,
         RegistryRefusal::BadSchema,
@@ -39,7 +40,7 @@ impl RegistryRefusal {
     ];
 
     /// The parking reason.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RegistryRefusal::UnknownSchema => "unknown_schema",
             RegistryRefusal::UnknownReference => "unknown_schema_reference",
@@ -52,7 +53,7 @@ impl RegistryRefusal {
 
 /// Why a schema cannot be had: for now, or for good.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The registry did not answer usefully: wait and ask again.
     #[error("schema registry unavailable: {0}")]
     Wait(String),
@@ -63,7 +64,7 @@ pub enum Failure {
 
 /// What was asked: the id a record names, or a reference of its schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Asked {
+pub(crate) enum Asked {
     Id(u32),
     Reference { subject: String, version: i64 },
 }
@@ -80,7 +81,7 @@ impl std::fmt::Display for Asked {
 }
 
 /// What an answer's HTTP status means; `Ok(())`: a 2xx, read its body.
-pub fn status(status: u16, asked: &Asked) -> Result<(), Failure> {
+pub(crate) fn status(status: u16, asked: &Asked) -> Result<(), Failure> {
     let refused = |r: RegistryRefusal, what: String| Err(Failure::Refused(r, what));
     match status {
         200..=299 => Ok(()),
@@ -108,7 +109,7 @@ pub fn status(status: u16, asked: &Asked) -> Result<(), Failure> {
 
 /// A registry's answer for an id or a subject version.
 #[derive(Debug, Clone, serde::Deserialize)]
-pub struct SchemaAnswer {
+pub(crate) struct SchemaAnswer {
     pub schema: String,
     #[serde(rename = "schemaType")]
     pub schema_type: Option<String>,
@@ -118,7 +119,7 @@ pub struct SchemaAnswer {
 
 /// A reference a schema names.
 #[derive(Debug, Clone, serde::Deserialize)]
-pub struct Reference {
+pub(crate) struct Reference {
     /// What the referencing schema calls it (a Protobuf import path, a JSON
     /// Schema `$ref`, an Avro type name).
     #[serde(default)]
@@ -130,7 +131,7 @@ pub struct Reference {
 /// A 2xx answer's body: the schema answer, or what it means that it is not
 /// one. A body that is not JSON at all (an HTML page from a proxy) is not the
 /// registry speaking: waited out. JSON that is not a schema answer is.
-pub fn answer(body: &[u8], asked: &Asked) -> Result<SchemaAnswer, Failure> {
+pub(crate) fn answer(body: &[u8], asked: &Asked) -> Result<SchemaAnswer, Failure> {
     if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
         return Err(Failure::Wait(format!(
             "an answer that is not JSON for {asked}"
@@ -145,7 +146,7 @@ pub fn answer(body: &[u8], asked: &Asked) -> Result<SchemaAnswer, Failure> {
 }
 
 /// An answer larger than the byte budget (`cache_max_bytes`).
-pub fn too_large(asked: &Asked, max_bytes: usize) -> Failure {
+pub(crate) fn too_large(asked: &Asked, max_bytes: usize) -> Failure {
     Failure::Refused(
         RegistryRefusal::TooLarge,
         format!("the answer for {asked} is larger than input.schema_registry.cache_max_bytes ({max_bytes} bytes)"),
@@ -153,15 +154,15 @@ pub fn too_large(asked: &Asked, max_bytes: usize) -> Failure {
 }
 
 /// The deepest chain of references followed.
-pub const MAX_REFERENCE_DEPTH: usize = 16;
+pub(crate) const MAX_REFERENCE_DEPTH: usize = 16;
 /// The most distinct references one schema may name, transitively.
-pub const MAX_REFERENCES: usize = 1000;
+pub(crate) const MAX_REFERENCES: usize = 1000;
 
 /// A subject as one URL path segment: percent-encoded but for RFC 3986's
 /// unreserved characters. `.` and `..` cannot be a segment at all (URL
 /// parsers remove them, encoded or not: `%2E%2E` is `..` too), nor can an
 /// empty subject: such a reference leads nowhere.
-pub fn subject_segment(subject: &str, version: i64) -> Result<String, Failure> {
+pub(crate) fn subject_segment(subject: &str, version: i64) -> Result<String, Failure> {
     if matches!(subject, "" | "." | "..") {
         return Err(Failure::Refused(
             RegistryRefusal::UnknownReference,
@@ -202,7 +203,7 @@ struct Frame {
 /// [`Resolution::need`] what to fetch, gives each answer to
 /// [`Resolution::fetched`], and takes [`Resolution::finish`] once nothing is
 /// needed.
-pub struct Resolution {
+pub(crate) struct Resolution {
     stack: Vec<Frame>,
     seen: HashMap<Key, State>,
     out: Vec<Referenced>,
@@ -213,7 +214,7 @@ pub struct Resolution {
 impl Resolution {
     /// For a schema whose text is `root_bytes` long, naming `refs`, within
     /// `max_bytes` of texts in all.
-    pub fn new(root_bytes: usize, refs: Vec<Reference>, max_bytes: usize) -> Resolution {
+    pub(crate) fn new(root_bytes: usize, refs: Vec<Reference>, max_bytes: usize) -> Resolution {
         Resolution {
             stack: vec![Frame {
                 key: None,
@@ -229,7 +230,7 @@ impl Resolution {
 
     /// The next reference to fetch, with its subject as a URL path segment;
     /// `Ok(None)`: every reference is resolved.
-    pub fn need(&mut self) -> Result<Option<(Asked, String)>, Failure> {
+    pub(crate) fn need(&mut self) -> Result<Option<(Asked, String)>, Failure> {
         loop {
             let depth = self.stack.len();
             let Some(top) = self.stack.last() else {
@@ -278,7 +279,7 @@ impl Resolution {
     }
 
     /// The answer for what [`Self::need`] asked last.
-    pub fn fetched(&mut self, asked: &Asked, answer: SchemaAnswer) -> Result<(), Failure> {
+    pub(crate) fn fetched(&mut self, asked: &Asked, answer: SchemaAnswer) -> Result<(), Failure> {
         let Asked::Reference { subject, version } = asked else {
             return Ok(());
         };
@@ -336,7 +337,7 @@ impl Resolution {
     }
 
     /// The referenced schemas by name, dependencies first.
-    pub fn finish(self) -> Vec<Referenced> {
+    pub(crate) fn finish(self) -> Vec<Referenced> {
         self.out
     }
 }

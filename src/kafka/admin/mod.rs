@@ -1,6 +1,9 @@
-//! Admin and inspection helpers used by the demo, the tests, the drills and the
-//! operator commands: create topics, read end offsets and committed offsets, and
-//! read a whole topic (e.g. the DLQ or the parking lot) as it stands now.
+//! Admin and inspection helpers of the service, the demo and the operator
+//! commands: create a topic Courier owns, read topic settings, end offsets and
+//! committed offsets, and stream a whole topic (e.g. the DLQ or the parking
+//! lot) as it stands now. What only tests, benches and drills need (create test
+//! topics, alter configs, delete records, add partitions, read a topic into
+//! memory) is in courier-standins' `admin`.
 //!
 //! Each helper takes a [`Connection`]: a broker list (plaintext, `bootstrap.servers`
 //! only: the tests, the drills, the demo) or the whole [`KafkaConfig`] (TLS and
@@ -12,12 +15,11 @@
 //! * `mod.rs` — [`AdminError`] and [`Connection`] (what a helper connects with).
 //! * `reader.rs` — the readers' consumer, whose context remembers an
 //!   authentication failure so an error can say why.
-//! * `topics.rs` — topics: [`create_topics`], [`ensure_topic`], their configs
-//!   ([`topic_setting`], [`topic_settings`], [`alter_topic_config`]),
-//!   [`delete_records`], [`add_partitions`], and the controller detour.
+//! * `topics.rs` — topics: [`ensure_topic`], their configs ([`topic_setting`],
+//!   [`topic_settings`]), and the controller detour.
 //! * `offsets.rs` — where partitions stand: [`end_offsets`], [`watermarks`],
 //!   [`snapshot`], [`committed_offsets`] and [`committed_positions`].
-//! * `read.rs` — records read back: [`scan`], [`read_all`], [`fetch_one`].
+//! * `read.rs` — records read back: [`scan`], [`fetch_one`].
 
 mod offsets;
 mod read;
@@ -27,12 +29,11 @@ mod topics;
 pub use offsets::{
     committed_offsets, committed_positions, end_offsets, snapshot, watermarks, CommittedPosition,
 };
-pub use read::{fetch_one, read_all, scan, FetchError, ReadRecord};
+pub use read::scan;
+pub(crate) use read::{fetch_one, ReadRecord};
 pub(crate) use topics::controller_detour;
-pub use topics::{
-    add_partitions, alter_topic_config, create_topics, delete_records, ensure_topic, topic_setting,
-    topic_settings,
-};
+pub use topics::topic_setting;
+pub(crate) use topics::{ensure_topic, topic_settings};
 
 use crate::config::KafkaConfig;
 use rdkafka::config::ClientConfig;

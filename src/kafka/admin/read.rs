@@ -1,5 +1,5 @@
-//! Reading records back: a whole topic as it stands now (streamed by [`scan`]
-//! or collected by [`read_all`]), or one record ([`fetch_one`]).
+//! Reading records back: a whole topic as it stands now, streamed by [`scan`],
+//! or one record ([`fetch_one`]).
 
 use super::offsets::snapshot_with;
 use super::reader::{failure, reader};
@@ -18,21 +18,6 @@ pub struct ReadRecord {
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
     pub headers: BTreeMap<String, String>,
-}
-
-/// Reads every record of `topic` up to its current end offsets (a snapshot),
-/// into memory: for the tests, the audit and small topics. The operator commands
-/// stream with [`scan`] instead.
-pub fn read_all(
-    cluster: &(impl Connection + ?Sized),
-    topic: &str,
-) -> Result<Vec<ReadRecord>, AdminError> {
-    let mut out = Vec::new();
-    scan(cluster, topic, |r| {
-        out.push(r);
-        std::ops::ControlFlow::Continue(())
-    })?;
-    Ok(out)
 }
 
 /// How long a scan may go without receiving a record it still expects before it
@@ -130,7 +115,7 @@ fn read_record(m: &rdkafka::message::BorrowedMessage<'_>) -> ReadRecord {
 
 /// Why one record could not be read back.
 #[derive(Debug, thiserror::Error)]
-pub enum FetchError {
+pub(crate) enum FetchError {
     #[error("{topic}/{partition}@{offset} is gone: the partition now starts at offset {start} (retention or compaction removed it)")]
     Gone {
         topic: String,
@@ -151,7 +136,7 @@ pub enum FetchError {
 
 /// Reads the one record at `topic`/`partition`@`offset` (e.g. the origin of a
 /// DLQ envelope that carries a reference instead of its payload).
-pub fn fetch_one(
+pub(crate) fn fetch_one(
     cluster: &(impl Connection + ?Sized),
     topic: &str,
     partition: i32,

@@ -1,81 +1,22 @@
-//! Topics: create them, read and set their configs, delete records, add
-//! partitions; and the detour around a controller the cluster does not have.
+//! Topics: create one Courier owns, read their configs; and the detour around
+//! a controller the cluster does not have. (Creating topics for a test, changing
+//! their configs, deleting records, adding partitions: courier-standins' `admin`.)
 
-use super::reader::{failure, reader};
 use super::{AdminError, Connection};
 use rdkafka::admin::{
     AdminClient, AdminOptions, NewTopic, OwnedResourceSpecifier, ResourceSpecifier,
     TopicReplication,
 };
 use rdkafka::client::{ClientContext, DefaultClientContext};
-use rdkafka::consumer::Consumer;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
-/// Creates topics (replication 1) and waits until their metadata is visible.
-pub async fn create_topics(
-    cluster: &(impl Connection + ?Sized),
-    topics: &[(&str, i32)],
-) -> Result<(), AdminError> {
-    let base = cluster.client_config();
-    let admin: AdminClient<DefaultClientContext> = base.create()?;
-    let new: Vec<NewTopic> = topics
-        .iter()
-        .map(|(n, p)| NewTopic::new(n, *p, TopicReplication::Fixed(1)))
-        .collect();
-    let results = admin
-        .create_topics(
-            &new,
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await?;
-    for r in results {
-        if let Err((name, code)) = r {
-            if code != rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists {
-                return Err(AdminError::Create(name, code.to_string()));
-            }
-        }
-    }
-    let names: Vec<(String, usize)> = topics
-        .iter()
-        .map(|(n, p)| (n.to_string(), *p as usize))
-        .collect();
-    tokio::task::spawn_blocking(move || {
-        let c = reader(&base)?;
-        let until = Instant::now() + Duration::from_secs(30);
-        for (name, n) in names {
-            loop {
-                let md = c
-                    .fetch_metadata(Some(&name), Duration::from_secs(5))
-                    .map_err(|e| failure(&c, e))?;
-                let ok = md.topics().iter().any(|t| {
-                    t.name() == name
-                        && t.error().is_none()
-                        && t.partitions().len() == n
-                        && t.partitions().iter().all(|p| p.leader() >= 0)
-                });
-                if ok {
-                    break;
-                }
-                if Instant::now() > until {
-                    return Err(AdminError::Timeout(format!("metadata of {name}")));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        Ok(())
-    })
-    .await
-    .map_err(|e| AdminError::Timeout(e.to_string()))?
-}
+use std::time::Duration;
 
 /// Creates `topic` with the cluster's default replication factor (and its other
 /// topic defaults) unless it exists. For topics Courier itself owns, such as the
 /// replay log; a principal not allowed to create topics gets an error that says
 /// to create it.
-pub async fn ensure_topic(
+pub(crate) async fn ensure_topic(
     cluster: &(impl Connection + ?Sized),
     topic: &str,
     partitions: i32,
@@ -120,7 +61,7 @@ pub async fn topic_setting(
 
 /// Several settings of each topic in one DescribeConfigs: topic → key → value,
 /// as [`topic_setting`] reads one.
-pub async fn topic_settings(
+pub(crate) async fn topic_settings(
     cluster: &(impl Connection + ?Sized),
     topics: &[&str],
     keys: &[&str],
@@ -191,78 +132,6 @@ pub(crate) fn controller_detour<C: ClientContext>(
         return None;
     }
     brokers.first().copied()
-}
-
-/// Sets topic configs (IncrementalAlterConfigs is not in rdkafka 0.39:
-/// AlterConfigs, which resets the topic's other overrides). For tests and drills.
-pub async fn alter_topic_config(
-    cluster: &(impl Connection + ?Sized),
-    topic: &str,
-    settings: &[(&str, &str)],
-) -> Result<(), AdminError> {
-    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
-    let mut alter = rdkafka::admin::AlterConfig::new(ResourceSpecifier::Topic(topic));
-    for (k, v) in settings {
-        alter = alter.set(k, v);
-    }
-    let results = admin
-        .alter_configs(
-            [&alter],
-            &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
-        )
-        .await?;
-    for r in results {
-        if let Err((_, code)) = r {
-            return Err(AdminError::Create(topic.to_string(), code.to_string()));
-        }
-    }
-    Ok(())
-}
-
-/// Deletes the records of `topic`/`partition` below `before` (DeleteRecords,
-/// what `kafka-delete-records.sh` does): the log then starts at `before`.
-/// For tests and drills.
-pub async fn delete_records(
-    cluster: &(impl Connection + ?Sized),
-    topic: &str,
-    partition: i32,
-    before: i64,
-) -> Result<(), AdminError> {
-    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Offset(before))?;
-    let answer = admin
-        .delete_records(
-            &tpl,
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await?;
-    for e in answer.elements() {
-        e.error()?;
-    }
-    Ok(())
-}
-
-/// Grows `topic` to `total` partitions (CreatePartitions). For tests and drills.
-pub async fn add_partitions(
-    cluster: &(impl Connection + ?Sized),
-    topic: &str,
-    total: usize,
-) -> Result<(), AdminError> {
-    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
-    let new = rdkafka::admin::NewPartitions::new(topic, total);
-    let results = admin
-        .create_partitions(
-            [&new],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await?;
-    for r in results {
-        if let Err((name, code)) = r {
-            return Err(AdminError::Create(name, code.to_string()));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

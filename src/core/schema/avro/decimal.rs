@@ -16,11 +16,11 @@ use super::{AvroError, DecimalMode};
 use crate::core::schema::capped::Limited;
 
 /// The most digits a decimal is written with.
-pub const MAX_DIGITS: usize = 1000;
+pub(crate) const MAX_DIGITS: usize = 1000;
 
 /// The largest scale, either sign: a scale of ±1,000 writes at least 1,001
 /// digits for any value but zero.
-pub const MAX_SCALE: u64 = 999;
+pub(crate) const MAX_SCALE: u64 = 999;
 
 /// The longest two's-complement unscaled value (its sign extension stripped)
 /// that can hold [`MAX_DIGITS`] digits: 10^1000 < 2^3322, and 416 bytes hold
@@ -79,7 +79,7 @@ fn minimal(mut bytes: &[u8]) -> &[u8] {
 /// when negative. Repeated division by 10^9 of 32-bit limbs: quadratic in the
 /// length, so [`write`] calls it only on values of at most
 /// [`MAX_UNSCALED_BYTES`] bytes (at most 104 limbs, 112 divisions of them).
-pub fn unscaled_digits(bytes: &[u8]) -> String {
+pub(crate) fn unscaled_digits(bytes: &[u8]) -> String {
     let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
     // The magnitude: two's complement negated when negative.
     let mut mag: Vec<u8> = bytes.to_vec();

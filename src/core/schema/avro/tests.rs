@@ -2,6 +2,7 @@
 //! own encoder from the same schema.
 
 use super::calendar::{push_date, push_timestamp};
+use super::decimal::unscaled_digits;
 use super::text::push_float;
 use super::*;
 use apache_avro::types::Value as V;

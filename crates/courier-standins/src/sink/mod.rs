@@ -84,5 +84,12 @@ use deliver::{
     Delivered, REDELIVERY,
 };
 
+/// The wall clock in Unix milliseconds (0 before 1970).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Header that must carry the event id on every delivery.
 const IDEMPOTENCY_KEY: &str = "idempotency-key";

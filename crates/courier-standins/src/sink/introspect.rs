@@ -64,7 +64,7 @@ pub(super) fn loopback_only(url: &str) -> Result<reqwest::Url, String> {
 impl Introspector {
     /// Whether `token` is valid now.
     pub(super) async fn accepts(&self, url: &str, token: &str) -> bool {
-        let now = crate::clock::now_ms() / 1000;
+        let now = super::now_ms() / 1000;
         let cached = self
             .seen
             .lock()

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
@@ -21,8 +23,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-
-use crate::tls::{certs_from_pem, key_from_pem, provider, TlsFileError};
 
 /// The stand-in's TLS identity, as PEM: its certificate chain (leaf first) and
 /// key, and, to require client certificates, the CAs that may sign them.
@@ -47,13 +47,10 @@ impl SinkTls {
         cert: &Path,
         key: &Path,
         client_ca: Option<&Path>,
-    ) -> Result<SinkTls, TlsFileError> {
+    ) -> Result<SinkTls, SinkTlsError> {
         let read = |field: &str, p: &Path| {
-            std::fs::read(p).map_err(|e| TlsFileError {
-                field: field.into(),
-                path: p.to_path_buf(),
-                problem: format!("cannot be read: {e}"),
-            })
+            std::fs::read(p)
+                .map_err(|e| SinkTlsError(format!("{field} {}: cannot be read: {e}", p.display())))
         };
         Ok(SinkTls {
             cert_pem: read("--tls-cert", cert)?,
@@ -72,6 +69,28 @@ impl SinkTlsError {
     pub(super) fn not_tls() -> SinkTlsError {
         SinkTlsError("this stand-in serves plain HTTP; start it with start_tls".into())
     }
+}
+
+// The stand-in reads its PEM files with rustls' own parser, not Courier's
+// (`courier::tls`, with its operator-facing diagnoses): it must not depend on
+// the service it stands in for, and a test server needs no more than this.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// Every certificate of a PEM text (at least one).
+fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("is not valid PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("holds no `BEGIN CERTIFICATE` section".into());
+    }
+    Ok(certs)
+}
+
+fn key_from_pem(pem: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| format!("is not a PEM private key: {e}"))
 }
 
 fn certified(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<CertifiedKey>, SinkTlsError> {
@@ -119,7 +138,7 @@ pub(super) struct HandshakeStats {
 impl HandshakeStats {
     fn failed(&self) {
         self.failures.fetch_add(1, Relaxed);
-        let now = crate::clock::now_ms();
+        let now = super::now_ms();
         let _ = self
             .first_failure_unix_ms
             .compare_exchange(0, now, Relaxed, Relaxed);
