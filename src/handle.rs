@@ -56,7 +56,7 @@ use std::sync::{Arc, RwLock};
 
 /// A peer's current incarnation (an `ActorRef`, a queue's sender). Cheap to
 /// clone; every clone follows the same [`Binding`].
-pub struct Handle<T> {
+pub(crate) struct Handle<T> {
     slot: Arc<RwLock<Option<T>>>,
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum EnrichError {
+pub(crate) enum EnrichError {
     #[error("database unavailable: {0}")]
     Unavailable(String),
     #[error("database query failed: {0}")]
@@ -38,7 +38,7 @@ pub enum EnrichSetupError {
     Handshake { mode: &'static str, reason: String },
 }
 
-pub struct Enricher {
+pub(crate) struct Enricher {
     pool: Pool,
     query: String,
     cache: Cache<String, Option<Arc<Value>>>,
@@ -93,7 +93,10 @@ fn json_bytes(v: &Value) -> u64 {
 /// A small connection pool to PostgreSQL (also used by the source-of-truth
 /// check), with TLS as the URL's `sslmode` asks (`config::SslMode`): no TLS
 /// for `disable`; rustls otherwise, the certificate checked as libpq would.
-pub fn pg_pool(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Pool, EnrichSetupError> {
+pub(crate) fn pg_pool(
+    cfg: &EnrichmentConfig,
+    password: Option<String>,
+) -> Result<Pool, EnrichSetupError> {
     let mode = cfg.ssl_mode()?;
     let mut pg: tokio_postgres::Config = cfg
         .url_for_driver()
@@ -140,7 +143,7 @@ pub fn pg_pool(cfg: &EnrichmentConfig, password: Option<String>) -> Result<Pool,
 /// the start with the reason instead of failing every lookup. A database that
 /// is merely unreachable does not stop it: its lookups are transient failures
 /// (retried, then the DLQ) until it is back.
-pub async fn check_at_start(
+pub(crate) async fn check_at_start(
     cfg: &EnrichmentConfig,
     password: Option<String>,
 ) -> Result<(), EnrichSetupError> {
@@ -192,7 +195,7 @@ fn is_tls_failure(e: &tokio_postgres::Error) -> bool {
 }
 
 impl Enricher {
-    pub fn new(
+    pub(crate) fn new(
         cfg: &EnrichmentConfig,
         password: Option<String>,
     ) -> Result<Enricher, EnrichSetupError> {
@@ -209,7 +212,7 @@ impl Enricher {
     }
 
     /// The enrichment document for `key`, `None` when the row does not exist.
-    pub async fn lookup(&self, key: &str) -> Result<Option<Arc<Value>>, EnrichError> {
+    pub(crate) async fn lookup(&self, key: &str) -> Result<Option<Arc<Value>>, EnrichError> {
         self.cache_bytes.set(self.cache.weighted_size() as f64);
         if let Some(hit) = self.cache.get(key).await {
             metrics::counter!(crate::metrics::ENRICH_CACHE, "result" => "hit").increment(1);
@@ -237,14 +240,14 @@ impl Enricher {
 
 /// The source of truth for `deadline` retry policies: the entity's current
 /// version, by key.
-pub struct SourceOfTruth {
+pub(crate) struct SourceOfTruth {
     pool: Pool,
     query: String,
     timeout: Duration,
 }
 
 impl SourceOfTruth {
-    pub fn new(pool: Pool, query: String, timeout: Duration) -> SourceOfTruth {
+    pub(crate) fn new(pool: Pool, query: String, timeout: Duration) -> SourceOfTruth {
         SourceOfTruth {
             pool,
             query,
@@ -253,7 +256,7 @@ impl SourceOfTruth {
     }
 
     /// `Ok(None)`: no row for the key.
-    pub async fn current_version(&self, key: &str) -> Result<Option<i64>, EnrichError> {
+    pub(crate) async fn current_version(&self, key: &str) -> Result<Option<i64>, EnrichError> {
         match lookup_row(&self.pool, &self.query, key, self.timeout).await? {
             None => Ok(None),
             Some(row) => row

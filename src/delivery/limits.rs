@@ -31,7 +31,7 @@ const MAX_BACK_PRESSURE_HOLD: Duration = Duration::from_secs(1);
 
 /// What the adaptive concurrency limit holds at the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitOn {
+pub(crate) enum LimitOn {
     /// The pool's permits, one per event in delivery (no batching).
     EventPermits,
     /// Requests in flight, one slot per call however many events it carries
@@ -40,7 +40,7 @@ pub enum LimitOn {
 }
 
 /// The concurrency limit and what feeds it.
-pub struct Limits {
+pub(crate) struct Limits {
     /// `None`: fixed at `pipeline.concurrency`.
     adaptive: Option<Mutex<Aimd>>,
     epoch: Instant,
@@ -109,7 +109,7 @@ struct RequestSlots {
 
 /// A call in flight, with its request slot (if the limit is on requests);
 /// hand it back to [`Limits::after_call`] or [`Limits::call_not_made`].
-pub struct Call {
+pub(crate) struct Call {
     started: Instant,
     slot: Option<OwnedSemaphorePermit>,
 }
@@ -119,7 +119,7 @@ impl Limits {
     /// pool's permits, `events` of them (`max` without batching);
     /// [`Limits::gate`] keeps them at the limit when it is on
     /// [`LimitOn::EventPermits`], at `events` when it is on requests.
-    pub fn new(
+    pub(crate) fn new(
         max: usize,
         events: usize,
         adaptive: bool,
@@ -175,20 +175,20 @@ impl Limits {
     }
 
     /// The current limit on calls in flight.
-    pub fn current(&self) -> usize {
+    pub(crate) fn current(&self) -> usize {
         *self.limit.borrow()
     }
 
     /// Whether a call may wait before it is made: for a rate slot
     /// (`api.rate_limit_per_sec`) or a request slot ([`LimitOn::Requests`]).
-    pub fn calls_wait(&self) -> bool {
+    pub(crate) fn calls_wait(&self) -> bool {
         self.rate.is_some() || self.requests.is_some()
     }
 
     /// Waits for a request slot (if the limit is on requests) and `weight`
     /// rate slots (if there is a rate limit: one, or a batch's n events with
     /// `api.rate_limit_unit = "events"`), then counts the call as in flight.
-    pub async fn before_call(&self, weight: usize) -> Call {
+    pub(crate) async fn before_call(&self, weight: usize) -> Call {
         let slot = if self.requests.is_none() && self.rate.is_none() {
             None
         } else {
@@ -227,7 +227,7 @@ impl Limits {
     /// A call counted by [`Limits::before_call`] that was not made
     /// after all (everyone it was for stopped waiting): no longer in flight,
     /// and nothing to learn from it.
-    pub fn call_not_made(&self, call: Call) {
+    pub(crate) fn call_not_made(&self, call: Call) {
         drop(call);
         self.calls.in_flight.fetch_sub(1, Relaxed);
     }
@@ -236,7 +236,7 @@ impl Limits {
     /// the rate limiter, which pauses the whole group). `items_refused`: a
     /// batch whose answer refused some items with 429 or 503 — one
     /// back-pressure sample for the answer, however many items it refused.
-    pub fn after_call(
+    pub(crate) fn after_call(
         &self,
         call: Call,
         outcome: &Result<Answer, TransportError>,
@@ -313,7 +313,7 @@ impl Limits {
     /// once: a 429 per permit per few milliseconds (tests/limits.rs saw ~8 %
     /// of its requests answered 429). Zero without the adaptive limit or
     /// after another failure.
-    pub fn back_pressure_hold(&self, status: Option<u16>, timed_out: bool) -> Duration {
+    pub(crate) fn back_pressure_hold(&self, status: Option<u16>, timed_out: bool) -> Duration {
         let back_pressure = matches!(status, Some(429 | 503)) || timed_out;
         match &self.adaptive {
             Some(aimd) if back_pressure => aimd
@@ -330,14 +330,14 @@ impl Limits {
     /// limit deals with, and so not news for the breaker: a 429 says the API is
     /// up and wants fewer calls (with a fixed concurrency, a 429 still counts
     /// as a failed call, as before).
-    pub fn absorbs(&self, status: u16) -> bool {
+    pub(crate) fn absorbs(&self, status: u16) -> bool {
         status == 429 && self.adaptive.is_some()
     }
 
     /// The gate the pool's dispatcher takes permits through: at the limit
     /// ([`LimitOn::EventPermits`]), or fixed at `capacity` when the limit is
     /// on requests.
-    pub fn gate(&self, permits: Arc<Semaphore>, capacity: usize) -> PermitGate {
+    pub(crate) fn gate(&self, permits: Arc<Semaphore>, capacity: usize) -> PermitGate {
         let limit = self
             .requests
             .as_ref()
@@ -361,4 +361,4 @@ mod gate;
 #[cfg(test)]
 mod tests;
 
-pub use gate::PermitGate;
+pub(crate) use gate::PermitGate;

@@ -65,14 +65,14 @@ mod batch;
 mod call;
 mod drain;
 mod durable;
-pub mod enrich;
+pub(crate) mod enrich;
 mod hear;
 pub mod http;
 mod inline;
-pub mod limits;
+pub(crate) mod limits;
 mod ordered;
-pub mod pacer;
-pub mod peers;
+pub(crate) mod pacer;
+pub(crate) mod peers;
 pub mod ratelimit;
 mod report;
 mod request;
@@ -81,7 +81,7 @@ mod send;
 mod systemic;
 #[cfg(test)]
 mod tests;
-pub mod token;
+pub(crate) mod token;
 mod write;
 
 use crate::config::Config;
@@ -104,7 +104,7 @@ use tokio::sync::Semaphore;
 
 /// What to do with a consumed message, decided before any work is scheduled.
 #[derive(Debug)]
-pub enum Work {
+pub(crate) enum Work {
     Deliver(Event),
     /// Bad input: straight to the parking lot with this reason.
     Park {
@@ -118,7 +118,7 @@ pub enum Work {
 /// A consumed message and the work it needs. Shared (`Arc`) between the partition
 /// actor, which keeps it until the outcome is durable, and the task doing the work.
 #[derive(Debug)]
-pub struct Item {
+pub(crate) struct Item {
     pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
@@ -140,11 +140,11 @@ pub struct Item {
 impl Item {
     /// The key events are ordered and enriched by: the one read from the body,
     /// or else the record's.
-    pub fn entity_key(&self) -> Option<&[u8]> {
+    pub(crate) fn entity_key(&self) -> Option<&[u8]> {
         self.entity_key.as_deref().or(self.key.as_deref())
     }
 
-    pub fn event_id(&self) -> Option<&str> {
+    pub(crate) fn event_id(&self) -> Option<&str> {
         match &self.work {
             Work::Deliver(e) => Some(&e.id),
             Work::FromDlq(env) => env.event_id.as_deref(),
@@ -153,14 +153,14 @@ impl Item {
     }
 }
 
-pub struct Job {
+pub(crate) struct Job {
     pub item: Arc<Item>,
     pub token: CompletionToken,
 }
 
 /// What the delivery pool's queue carries: one delivery, or a lane's run
 /// (`core::ordering`, `ordered = true`) delivered in this order ([`ordered`]).
-pub enum Queued {
+pub(crate) enum Queued {
     One(Job),
     Run(Vec<Job>),
 }
@@ -221,7 +221,7 @@ impl HotMetrics {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum DelivererError {
+pub(crate) enum DelivererError {
     #[error(transparent)]
     Client(#[from] http::ClientError),
     #[error(transparent)]

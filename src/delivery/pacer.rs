@@ -8,14 +8,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub struct DrainPacer {
+pub(crate) struct DrainPacer {
     pacer: Mutex<Pacer>,
     /// What the pacer's times count from.
     epoch: Instant,
 }
 
 impl DrainPacer {
-    pub fn new(interval: Duration) -> DrainPacer {
+    pub(crate) fn new(interval: Duration) -> DrainPacer {
         DrainPacer {
             pacer: Mutex::new(Pacer::new(interval)),
             epoch: Instant::now(),
@@ -24,7 +24,7 @@ impl DrainPacer {
 
     /// Waits for a slot; `false`: the partition was handed over first (no slot
     /// taken, nothing left behind for the others to wait behind).
-    pub async fn slot(&self, token: &CompletionToken) -> bool {
+    pub(crate) async fn slot(&self, token: &CompletionToken) -> bool {
         loop {
             if token.cancelled() {
                 return false;

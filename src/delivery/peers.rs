@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 /// The peers a [`super::Deliverer`] sends to, following their re-spawns.
 #[derive(Clone)]
-pub struct Peers {
+pub(crate) struct Peers {
     pub dlq_writer: Handle<ActorRef<DlqWriterMsg>>,
     /// Rung when the local breaker opens (the health actor acts at once).
     pub breaker_alarm: BreakerAlarm,
@@ -22,26 +22,21 @@ pub struct Peers {
 /// at its next tick). Built by the supervisor on the actor's handle; a call on
 /// the rare transition to open, so a boxed closure costs nothing that matters.
 #[derive(Clone)]
-pub struct BreakerAlarm(Arc<dyn Fn() + Send + Sync>);
+pub(crate) struct BreakerAlarm(Arc<dyn Fn() + Send + Sync>);
 
 impl BreakerAlarm {
-    pub fn new(ring: impl Fn() + Send + Sync + 'static) -> BreakerAlarm {
+    pub(crate) fn new(ring: impl Fn() + Send + Sync + 'static) -> BreakerAlarm {
         BreakerAlarm(Arc::new(ring))
     }
 
-    /// An alarm nobody hears (tests of the delivery shell).
-    pub fn silent() -> BreakerAlarm {
-        BreakerAlarm::new(|| {})
-    }
-
-    pub fn ring(&self) {
+    pub(crate) fn ring(&self) {
         (self.0)()
     }
 }
 
 /// One record for the DLQ or the parking lot.
 #[derive(Debug, Clone)]
-pub struct DlqRecord {
+pub(crate) struct DlqRecord {
     pub topic: String,
     /// Explicit for the DLQ: a failed event from main partition p goes to DLQ
     /// partition p. `None` (parking lot): the producer's partitioner decides.
@@ -52,11 +47,11 @@ pub struct DlqRecord {
 
 /// How the broker or the producer refuses a write for good: the one type,
 /// defined with the other reasons in `core::classify`.
-pub use crate::core::classify::Refusal;
+pub(crate) use crate::core::classify::Refusal;
 
 /// Why a write was not acknowledged.
 #[derive(Debug, Clone)]
-pub enum WriteError {
+pub(crate) enum WriteError {
     /// May succeed if tried again (broker down, timeout, leader moving).
     Retry(String),
     /// Will not succeed as it is.
@@ -72,7 +67,7 @@ impl std::fmt::Display for WriteError {
     }
 }
 
-pub enum DlqWriterMsg {
+pub(crate) enum DlqWriterMsg {
     /// Reply: `Ok(offset)` once acknowledged by the broker.
     Write(Box<DlqRecord>, RpcReplyPort<Result<i64, WriteError>>),
 }

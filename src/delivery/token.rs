@@ -59,7 +59,7 @@ use std::sync::{Arc, Mutex};
 
 /// How an event finished. Every variant means "its outcome is durable".
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Finished {
+pub(crate) enum Finished {
     /// The API answered 2xx or 409.
     Delivered,
     /// The envelope is acknowledged in the DLQ.
@@ -71,7 +71,7 @@ pub enum Finished {
 /// One outcome on its way to the partition actor. `outcome: None`: the work
 /// vanished (errored).
 #[derive(Debug)]
-pub struct Completion {
+pub(crate) struct Completion {
     pub generation: u64,
     pub src: Src,
     pub offset: i64,
@@ -80,7 +80,7 @@ pub struct Completion {
 
 impl Completion {
     /// What the partition machine needs to know of it.
-    pub fn report(self) -> Report {
+    pub(crate) fn report(self) -> Report {
         Report {
             generation: self.generation,
             src: self.src,
@@ -94,7 +94,7 @@ impl Completion {
 }
 
 /// Wakes the owner of an [`Inbox`] (the partition actor: `PartitionMsg::Completed`).
-pub trait Wake: Send + Sync {
+pub(crate) trait Wake: Send + Sync {
     fn wake(&self);
 }
 
@@ -106,7 +106,7 @@ pub trait Wake: Send + Sync {
 /// No wake-up is lost: whenever the inbox is not empty, the push that made it
 /// non-empty sent a message that has not yet been handled (handling takes the
 /// whole inbox, and the next push into the empty inbox sends again).
-pub struct Inbox {
+pub(crate) struct Inbox {
     owner: Box<dyn Wake>,
     queue: Mutex<Vec<Completion>>,
     /// The partition is being handed over (a drain began) or its actor ended:
@@ -121,7 +121,7 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    pub fn new(owner: impl Wake + 'static) -> Inbox {
+    pub(crate) fn new(owner: impl Wake + 'static) -> Inbox {
         Inbox {
             owner: Box::new(owner),
             queue: Mutex::new(Vec::new()),
@@ -134,14 +134,14 @@ impl Inbox {
     /// Abandons the work not yet on the wire: queued jobs, in-place retries and
     /// DLQ drain slots end without an outcome (errored) before they take a
     /// permit or make another request.
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
         self.cancel_wake.notify_waiters();
         HANDOVERS.notify_waiters();
     }
 
     /// The handover is over: later outcomes are counted as revoked work.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.cancel();
         self.closed.store(true, Ordering::SeqCst);
     }
@@ -168,7 +168,7 @@ impl Inbox {
     }
 
     /// Everything that arrived since the last take, in arrival order.
-    pub fn take(&self) -> Vec<Completion> {
+    pub(crate) fn take(&self) -> Vec<Completion> {
         std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -180,7 +180,7 @@ static HANDOVERS: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 /// Resolves at the next cancellation of any partition after it was enabled
 /// (`Notified::enable`), or polled first.
-pub fn next_handover() -> tokio::sync::futures::Notified<'static> {
+pub(crate) fn next_handover() -> tokio::sync::futures::Notified<'static> {
     HANDOVERS.notified()
 }
 
@@ -188,17 +188,17 @@ pub fn next_handover() -> tokio::sync::futures::Notified<'static> {
 /// path that have no token at hand (a DLQ or parking-lot write between its
 /// tries: `delivery::write_durably`).
 #[derive(Clone)]
-pub struct Cancellation {
+pub(crate) struct Cancellation {
     inbox: Arc<Inbox>,
 }
 
 impl Cancellation {
-    pub fn cancelled(&self) -> bool {
+    pub(crate) fn cancelled(&self) -> bool {
         self.inbox.is_cancelled()
     }
 
     /// Resolves once the partition is cancelled (at once if it already is).
-    pub async fn until_cancelled(&self) {
+    pub(crate) async fn until_cancelled(&self) {
         self.inbox.until_cancelled().await
     }
 }
@@ -220,7 +220,7 @@ impl Inbox {
     }
 }
 
-pub struct CompletionToken {
+pub(crate) struct CompletionToken {
     inbox: Arc<Inbox>,
     generation: u64,
     src: Src,
@@ -229,7 +229,7 @@ pub struct CompletionToken {
 }
 
 impl CompletionToken {
-    pub fn new(inbox: Arc<Inbox>, generation: u64, src: Src, offset: i64) -> Self {
+    pub(crate) fn new(inbox: Arc<Inbox>, generation: u64, src: Src, offset: i64) -> Self {
         CompletionToken {
             inbox,
             generation,
@@ -239,12 +239,14 @@ impl CompletionToken {
         }
     }
 
-    pub fn offset(&self) -> i64 {
+    /// The offset it reports for (the consumer actor's tests).
+    #[cfg(test)]
+    pub(crate) fn offset(&self) -> i64 {
         self.offset
     }
 
     /// The partition's cancellation, apart from the token.
-    pub fn cancellation(&self) -> Cancellation {
+    pub(crate) fn cancellation(&self) -> Cancellation {
         Cancellation {
             inbox: self.inbox.clone(),
         }
@@ -253,18 +255,18 @@ impl CompletionToken {
     /// The partition is being handed over or its actor ended: the work must not
     /// take a permit or make another request (dropping the token reports it
     /// errored; the next owner delivers the event).
-    pub fn cancelled(&self) -> bool {
+    pub(crate) fn cancelled(&self) -> bool {
         self.inbox.is_cancelled()
     }
 
     /// Resolves once the partition is cancelled (at once if it already is): what
     /// a wait for a permit, a drain slot or the breaker's gate races against.
-    pub async fn until_cancelled(&self) {
+    pub(crate) async fn until_cancelled(&self) {
         self.inbox.until_cancelled().await
     }
 
     /// Reports the durable outcome.
-    pub fn finish(mut self, outcome: Finished) {
+    pub(crate) fn finish(mut self, outcome: Finished) {
         self.reported = true;
         self.report(Some(outcome));
     }

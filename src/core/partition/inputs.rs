@@ -20,7 +20,7 @@ pub(crate) struct Positions {
 
 /// How a dispatched job ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Its outcome is durable (delivered, or acknowledged in the DLQ or parking lot).
     Done,
     /// The work vanished without an outcome: dispatch it again.
@@ -29,7 +29,7 @@ pub enum Outcome {
 
 /// One job's answer, as its completion token reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Report {
+pub(crate) struct Report {
     pub generation: u64,
     pub src: Src,
     pub offset: i64,

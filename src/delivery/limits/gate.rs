@@ -7,7 +7,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 /// limit grows, and taken out of circulation (free ones at once, held ones as
 /// they come back) when it shrinks. Only the pool's dispatcher acquires
 /// through it.
-pub struct PermitGate {
+pub(crate) struct PermitGate {
     permits: Arc<Semaphore>,
     /// Permits in circulation (free + held).
     capacity: usize,
@@ -30,7 +30,7 @@ impl PermitGate {
     }
 
     /// A permit within the current limit; `None` if the semaphore was closed.
-    pub async fn acquire(&mut self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) async fn acquire(&mut self) -> Option<OwnedSemaphorePermit> {
         loop {
             let target = (*self.limit.borrow_and_update()).max(1);
             if target > self.capacity {
