@@ -280,9 +280,7 @@ impl Actor for PartitionActor {
                 }
                 Input::Records(now)
             }
-            PartitionMsg::Completed => {
-                Input::Reports(s.inbox.take().into_iter().map(|c| c.report()).collect())
-            }
+            PartitionMsg::Completed => Input::Reports(s.inbox.take()),
             PartitionMsg::Handover(reply) => {
                 s.draining = Some(reply);
                 if let Some(g) = s.gate.as_mut() {

@@ -12,9 +12,10 @@ mod one_path;
 mod ordered;
 
 use super::peers::{BreakerAlarm, Refusal};
-use super::token::{Completion, CompletionToken, Finished, Inbox, Wake};
+use super::token::{CompletionToken, Finished, Inbox, Wake};
 use super::*;
 use crate::core::classify::{FailureReason, TransportFailure};
+use crate::core::partition::Report;
 use crate::core::partition::Src;
 use fakes::{FakeApi, FakeDlq, Reply, WriteReply};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -121,7 +122,7 @@ fn job_in(id: &str, offset: i64, inbox: &Arc<Inbox>) -> Job {
 
 /// Runs `job` to its end (a generous deadline: a hang fails the test) and
 /// returns the one completion it left.
-async fn finish(d: Arc<Deliverer<FakeApi, FakeDlq>>, job: Job, inbox: &Inbox) -> Completion {
+async fn finish(d: Arc<Deliverer<FakeApi, FakeDlq>>, job: Job, inbox: &Inbox) -> Report {
     tokio::time::timeout(Duration::from_secs(30), d.run(job, None))
         .await
         .expect("the delivery ends");
@@ -132,7 +133,7 @@ async fn finish(d: Arc<Deliverer<FakeApi, FakeDlq>>, job: Job, inbox: &Inbox) ->
 
 /// Polls `cond` until it holds (deadline 30 s).
 /// One event through a deliverer with the quick policy, to its completion.
-async fn one_event(api: &FakeApi, dlq: &FakeDlq) -> Completion {
+async fn one_event(api: &FakeApi, dlq: &FakeDlq) -> Report {
     let (d, _) = deliverer(QUICK, api, dlq);
     let (job, inbox) = job();
     finish(d, job, &inbox).await
@@ -155,7 +156,7 @@ async fn transient_answers_are_retried_in_place_then_delivered() {
     ]);
     let dlq = FakeDlq::default();
     let done = one_event(&api, &dlq).await;
-    assert_eq!(done.outcome, Some(Finished::Delivered));
+    assert_eq!(done.finished, Some(Finished::Delivered));
     assert_eq!(api.calls(), 3);
     assert!(dlq.asked().is_empty(), "nothing written: {:?}", dlq.asked());
 }
@@ -192,7 +193,7 @@ async fn a_back_off_gives_the_permit_back_for_the_next_event() {
     assert_eq!(api.called(), ["e-1", "e-2", "e-1", "e-1"]);
     let done = inbox.take();
     assert_eq!(done.len(), 2);
-    assert!(done.iter().all(|c| c.outcome == Some(Finished::Delivered)));
+    assert!(done.iter().all(|c| c.finished == Some(Finished::Delivered)));
 }
 
 #[tokio::test]
@@ -201,7 +202,7 @@ async fn transient_until_the_tries_are_used_up_goes_to_the_dlq() {
     let dlq = FakeDlq::default();
     let done = one_event(&api, &dlq).await;
     assert_eq!(
-        done.outcome,
+        done.finished,
         Some(Finished::DeadLettered {
             reason: "http_503".into()
         })
@@ -221,7 +222,7 @@ async fn a_permanent_answer_parks_at_once() {
     let dlq = FakeDlq::default();
     let done = one_event(&api, &dlq).await;
     assert_eq!(
-        done.outcome,
+        done.finished,
         Some(Finished::Parked {
             reason: "http_422".into()
         })
@@ -247,7 +248,7 @@ async fn a_systemic_outage_waits_at_the_gate_without_spending_tries() {
     let (d, rang) = deliverer(QUICK, &api, &dlq);
     let (job, inbox) = job();
     let done = finish(d, job, &inbox).await;
-    assert_eq!(done.outcome, Some(Finished::Delivered));
+    assert_eq!(done.finished, Some(Finished::Delivered));
     assert_eq!(api.calls(), 5, "more calls than api.max_attempts");
     assert!(rang.load(Ordering::SeqCst) >= 1, "the breaker opened");
     assert!(dlq.asked().is_empty(), "nothing written: {:?}", dlq.asked());
@@ -283,7 +284,10 @@ async fn a_handover_ends_the_wait_at_the_gate() {
     assert_eq!(api.calls(), calls, "no call after the handover");
     let done = inbox.take();
     assert_eq!(done.len(), 1);
-    assert_eq!(done[0].outcome, None, "errored: the next owner delivers it");
+    assert_eq!(
+        done[0].finished, None,
+        "errored: the next owner delivers it"
+    );
     assert!(dlq.asked().is_empty());
 }
 
@@ -310,7 +314,10 @@ async fn a_systemic_answer_after_the_handover_still_reaches_the_breaker() {
     assert_eq!(api.calls(), 1, "no call after the handover");
     let done = inbox.take();
     assert_eq!(done.len(), 1);
-    assert_eq!(done[0].outcome, None, "errored: the next owner delivers it");
+    assert_eq!(
+        done[0].finished, None,
+        "errored: the next owner delivers it"
+    );
     assert_ne!(
         d.pipeline.health.breaker_state(Instant::now()),
         crate::core::breaker::BreakerStateKind::Closed,
@@ -338,7 +345,7 @@ async fn a_handover_ends_the_back_off_between_tries() {
         .expect("the back-off is cut short")
         .expect("no panic");
     assert_eq!(api.calls(), 1);
-    assert_eq!(inbox.take()[0].outcome, None);
+    assert_eq!(inbox.take()[0].finished, None);
     assert!(dlq.asked().is_empty());
 }
 

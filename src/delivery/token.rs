@@ -1,5 +1,5 @@
 //! Completion tokens: every dispatched event carries one, and it reports exactly
-//! one outcome back to the partition actor that owns the event's offset.
+//! one outcome back (a [`Report`]) to the partition actor that owns the event's offset.
 //!
 //! A token dropped without an explicit outcome (a panicking task, a task lost with
 //! a crashed actor, a shutdown) reports *errored*, never *done*: the partition
@@ -53,45 +53,10 @@
 //! cancelled waiter's slot goes to the next one at 100 ms, 200 ms with the old reserving
 //! pacer); `core::pacer` proptest (a refusal takes nothing; slots an interval apart).
 
-use crate::core::partition::{Outcome, Report, Src};
+pub(crate) use crate::core::partition::Finished;
+use crate::core::partition::{Report, Src};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// How an event finished. Every variant means "its outcome is durable".
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Finished {
-    /// The API answered 2xx or 409.
-    Delivered,
-    /// The envelope is acknowledged in the DLQ.
-    DeadLettered { reason: String },
-    /// The envelope is acknowledged in the parking lot.
-    Parked { reason: String },
-}
-
-/// One outcome on its way to the partition actor. `outcome: None`: the work
-/// vanished (errored).
-#[derive(Debug)]
-pub(crate) struct Completion {
-    pub generation: u64,
-    pub src: Src,
-    pub offset: i64,
-    pub outcome: Option<Finished>,
-}
-
-impl Completion {
-    /// What the partition machine needs to know of it.
-    pub(crate) fn report(self) -> Report {
-        Report {
-            generation: self.generation,
-            src: self.src,
-            offset: self.offset,
-            outcome: match self.outcome {
-                Some(_) => Outcome::Done,
-                None => Outcome::Errored,
-            },
-        }
-    }
-}
 
 /// Wakes the owner of an [`Inbox`] (the partition actor: `PartitionMsg::Completed`).
 pub(crate) trait Wake: Send + Sync {
@@ -108,7 +73,7 @@ pub(crate) trait Wake: Send + Sync {
 /// whole inbox, and the next push into the empty inbox sends again).
 pub(crate) struct Inbox {
     owner: Box<dyn Wake>,
-    queue: Mutex<Vec<Completion>>,
+    queue: Mutex<Vec<Report>>,
     /// The partition is being handed over (a drain began) or its actor ended:
     /// work not yet on the wire is abandoned (see [`CompletionToken::cancelled`]).
     cancelled: AtomicBool,
@@ -149,8 +114,8 @@ impl Inbox {
     /// Adds a completion and wakes the owner if the inbox was empty. If the owner
     /// is gone (revoked, crashed), nobody takes it: the offset was not stored, so
     /// the event is redelivered.
-    fn put(&self, c: Completion) {
-        if c.outcome.is_some() && self.closed.load(Ordering::SeqCst) {
+    fn put(&self, c: Report) {
+        if c.finished.is_some() && self.closed.load(Ordering::SeqCst) {
             // A request made (or answered) after the partition was handed
             // over: zombie work, which cancellation exists to prevent.
             metrics::counter!(crate::metrics::REVOKED_WORK).increment(1);
@@ -161,14 +126,14 @@ impl Inbox {
     }
 
     /// Adds a completion; true when the queue was empty.
-    fn push(queue: &Mutex<Vec<Completion>>, c: Completion) -> bool {
+    fn push(queue: &Mutex<Vec<Report>>, c: Report) -> bool {
         let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
         q.push(c);
         q.len() == 1
     }
 
     /// Everything that arrived since the last take, in arrival order.
-    pub(crate) fn take(&self) -> Vec<Completion> {
+    pub(crate) fn take(&self) -> Vec<Report> {
         std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -271,12 +236,12 @@ impl CompletionToken {
         self.report(Some(outcome));
     }
 
-    fn report(&self, outcome: Option<Finished>) {
-        let c = Completion {
+    fn report(&self, finished: Option<Finished>) {
+        let c = Report {
             generation: self.generation,
             src: self.src,
             offset: self.offset,
-            outcome,
+            finished,
         };
         self.inbox.put(c);
     }
@@ -294,12 +259,12 @@ impl Drop for CompletionToken {
 mod tests {
     use super::*;
 
-    fn c(offset: i64) -> Completion {
-        Completion {
+    fn c(offset: i64) -> Report {
+        Report {
             generation: 1,
             src: Src::Main,
             offset,
-            outcome: Some(Finished::Delivered),
+            finished: Some(Finished::Delivered),
         }
     }
 

@@ -30,7 +30,7 @@ pub(crate) trait PollSink: Send + Sync {
     /// librdkafka moved a partition's position after its fetch at `at` was
     /// out of range (`dlq`: of the DLQ topic). Called from librdkafka's
     /// threads, in no order with the records: must not block.
-    fn offset_reset(&self, dlq: bool, partition: i32, at: i64);
+    fn offset_reset(&self, src: crate::core::partition::Src, partition: i32, at: i64);
 }
 
 /// Rebalance callbacks run on the poll thread, inside `poll()`. On revoke they hand
@@ -116,9 +116,14 @@ impl ClientContext for CourierContext {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
         client_log::emit(level, fac, message);
         if let Some(r) = client_log::offset_reset(fac, message) {
-            let dlq = r.topic == self.dlq_topic;
-            if dlq || r.topic == self.topic {
-                self.actor.offset_reset(dlq, r.partition, r.at);
+            use crate::core::partition::Src;
+            let src = if r.topic == self.dlq_topic {
+                Some(Src::Dlq)
+            } else {
+                (r.topic == self.topic).then_some(Src::Main)
+            };
+            if let Some(src) = src {
+                self.actor.offset_reset(src, r.partition, r.at);
             }
         }
     }

@@ -36,6 +36,7 @@
 //! the same id; seen failing before: still running 60 s after the fence).
 
 use super::{KafkaConsumer, Record};
+use crate::core::partition::Src;
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -264,7 +265,11 @@ fn poll_loop(
                 let record = Record {
                     partition: m.partition(),
                     offset: m.offset(),
-                    dlq: m.topic() == dlq_topic,
+                    src: if m.topic() == dlq_topic {
+                        Src::Dlq
+                    } else {
+                        Src::Main
+                    },
                     key: m.key().map(<[u8]>::to_vec),
                     payload: m.payload().map(bytes::Bytes::copy_from_slice),
                     timestamp_ms: m.timestamp().to_millis(),

@@ -6,8 +6,9 @@
 pub(crate) struct Record {
     pub partition: i32,
     pub offset: i64,
-    /// From the DLQ topic (partition p of the DLQ pairs with partition p of the main topic).
-    pub dlq: bool,
+    /// The side it was read from: the main topic, or the DLQ topic (partition p
+    /// of the DLQ pairs with partition p of the main topic).
+    pub src: crate::core::partition::Src,
     pub key: Option<Vec<u8>>,
     pub payload: Option<bytes::Bytes>,
     pub timestamp_ms: Option<i64>,
@@ -72,7 +73,7 @@ mod tests {
         let r = Record {
             partition: 0,
             offset: 0,
-            dlq: false,
+            src: crate::core::partition::Src::Main,
             key: None,
             payload: Some(bytes::Bytes::from(vec![0u8; 1024])),
             timestamp_ms: None,

@@ -208,7 +208,7 @@ pub async fn prepare(
 
 /// What a run did.
 #[derive(Debug, Default, Serialize)]
-pub struct Outcome {
+pub struct Replayed {
     pub replayed: usize,
     /// Envelopes whose payload was read back from the origin topic.
     pub payload_fetched: usize,
@@ -260,7 +260,7 @@ pub async fn execute(
     rate_per_sec: f64,
     counts: Arc<Counts>,
     stop: Stop,
-) -> Result<Outcome, ReplayError> {
+) -> Result<Replayed, ReplayError> {
     if !rate_per_sec.is_finite() || rate_per_sec <= 0.0 {
         return Err(ReplayError::Rate(rate_per_sec));
     }
@@ -294,7 +294,7 @@ pub async fn execute(
         })
     });
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate_per_sec));
-    let mut out = Outcome::default();
+    let mut out = Replayed::default();
     while let Some((c, payload)) = rx.recv().await {
         if stop.asked() {
             out.interrupted = true;

@@ -77,7 +77,7 @@ pub(crate) enum ConsumerMsg {
     /// librdkafka moved a partition's position after a fetch at `at` was out
     /// of range (`kafka::client_log`).
     OffsetReset {
-        dlq: bool,
+        src: Src,
         partition: i32,
         at: i64,
     },
@@ -110,8 +110,8 @@ impl PollSink for ActorRef<ConsumerMsg> {
     fn client_fatal(&self, reason: String) {
         let _ = self.send_message(ConsumerMsg::ClientFatal(reason));
     }
-    fn offset_reset(&self, dlq: bool, partition: i32, at: i64) {
-        let _ = self.send_message(ConsumerMsg::OffsetReset { dlq, partition, at });
+    fn offset_reset(&self, src: Src, partition: i32, at: i64) {
+        let _ = self.send_message(ConsumerMsg::OffsetReset { src, partition, at });
     }
 }
 
@@ -249,9 +249,8 @@ impl ConsumerState {
             }
             ConsumerMsg::LagTick => self.check_lag(myself, false),
             ConsumerMsg::Lag(answer) => self.lag_answered(myself, answer),
-            ConsumerMsg::OffsetReset { dlq, partition, at } => {
+            ConsumerMsg::OffsetReset { src, partition, at } => {
                 if let Some(part) = self.parts.get(&partition) {
-                    let src = if dlq { Src::Dlq } else { Src::Main };
                     let _ = part
                         .actor
                         .send_message(PartitionMsg::OffsetReset { src, at });

@@ -3,7 +3,7 @@
 //! position that were already polled are dropped until the first record of
 //! the new read position arrives.
 
-use super::{ConsumerState, PartitionMsg, Src};
+use super::{ConsumerState, PartitionMsg};
 use crate::kafka::Record;
 use std::collections::HashMap;
 
@@ -20,7 +20,7 @@ impl ConsumerState {
                 dropped_bytes += r.size();
                 continue;
             };
-            let side = if r.dlq { Src::Dlq } else { Src::Main } as usize;
+            let side = r.src.index();
             if let Some(f) = part.fence[side] {
                 if r.offset > f {
                     // Polled before the seek: the re-read brings it again.

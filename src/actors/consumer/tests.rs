@@ -10,6 +10,7 @@ use crate::actors::delivery_pool::PoolHandles;
 use crate::actors::fakes::{FakeBroker, FakeIo, IoCall};
 use crate::config::Config;
 use crate::core::completed;
+use crate::core::partition::Src;
 use crate::delivery::token::Finished;
 use crate::delivery::{Job, Queued};
 use crate::handle::Binding;
@@ -136,8 +137,8 @@ impl World {
 
     /// Records of partition 0 from the poll thread (which counts them
     /// buffered before it hands them over).
-    fn records(&self, dlq: bool, offsets: impl IntoIterator<Item = i64>) {
-        let records: Vec<Record> = offsets.into_iter().map(|o| record(dlq, o)).collect();
+    fn records(&self, src: Src, offsets: impl IntoIterator<Item = i64>) {
+        let records: Vec<Record> = offsets.into_iter().map(|o| record(src, o)).collect();
         let bytes = records.iter().map(Record::size).sum();
         self.pipeline.buffered.add(records.len(), bytes);
         self.send(ConsumerMsg::Records(records));
@@ -188,12 +189,12 @@ impl World {
 }
 
 /// A CloudEvent of partition 0 at `offset`.
-fn record(dlq: bool, offset: i64) -> Record {
+fn record(src: Src, offset: i64) -> Record {
     let body = format!(r#"{{"specversion":"1.0","id":"e-{offset}","source":"s","type":"t"}}"#);
     Record {
         partition: 0,
         offset,
-        dlq,
+        src,
         // A key of its own: no ordering lane holds it behind another.
         key: Some(format!("k-{offset}").into_bytes()),
         payload: Some(bytes::Bytes::from(body)),
@@ -239,7 +240,7 @@ fn named_done(at: i64, metadata: &str) -> Vec<i64> {
 async fn a_revoke_with_events_in_flight_stores_only_what_finished() {
     let mut w = World::new(|_, _, _| {}).await;
     w.assign().await;
-    w.records(false, 0..6);
+    w.records(Src::Main, 0..6);
     let mut jobs = w.jobs(6).await;
     finish(&mut jobs, &[0, 1, 3, 5]);
     until("the watermark 2 is stored", || {
@@ -273,7 +274,7 @@ async fn a_revoke_with_events_in_flight_stores_only_what_finished() {
     assert!(stores.iter().all(|s| s.0 <= 4), "stored past 4: {stores:?}");
 
     // Not the consumer's partition any more: nothing is dispatched.
-    w.records(false, 6..8);
+    w.records(Src::Main, 6..8);
     assert_eq!(w.more_jobs().await, Vec::<i64>::new());
     assert_eq!(
         w.pipeline.buffered.get().0,
@@ -291,7 +292,7 @@ async fn a_revoke_with_events_in_flight_stores_only_what_finished() {
 async fn a_crashed_partition_is_read_again_skipping_what_its_metadata_names_done() {
     let mut w = World::new(|_, _, _| {}).await;
     w.assign().await;
-    w.records(false, 0..10);
+    w.records(Src::Main, 0..10);
     let mut jobs = w.jobs(10).await;
     finish(&mut jobs, &[0, 1, 2, 4, 6]);
     until("the watermark 3 is stored", || {
@@ -310,8 +311,8 @@ async fn a_crashed_partition_is_read_again_skipping_what_its_metadata_names_done
     // The crashed incarnation's jobs are gone with it.
     drop(jobs);
     // Polled before the seek: above the fence, dropped. Then the re-read.
-    w.records(false, [10]);
-    w.records(false, 3..10);
+    w.records(Src::Main, [10]);
+    w.records(Src::Main, 3..10);
     // Held (in flight) while the test looks for more.
     let again = w.jobs(5).await;
     assert_eq!(
@@ -338,7 +339,7 @@ async fn lag_at_idle_behind_transaction_markers_is_no_lag() {
     w.io.set_position(&w.dlq, 0, 2);
     w.assign().await;
 
-    w.records(false, 0..3);
+    w.records(Src::Main, 0..3);
     let mut jobs = w.jobs(3).await;
     finish(&mut jobs, &[0, 1, 2]);
     until("the watermark 3 is stored", || {

@@ -52,7 +52,7 @@ impl Intake for Decoder {
     type Item = Item;
 
     fn position(r: &Record) -> (Src, i64) {
-        (if r.dlq { Src::Dlq } else { Src::Main }, r.offset)
+        (r.src, r.offset)
     }
 
     fn begin(&mut self, src: Src, r: Record) -> Begun<Item> {

@@ -81,7 +81,7 @@ pub(super) fn log(partition: i32, note: Note) {
         // Logged by the actor once it knows why (`PartitionState::position_reset`).
         // Logged and counted by the actor (`Pipeline::deleted_unread`).
         Note::PositionReset { .. } | Note::DeletedUnread { .. } => {}
-        Note::RefusedCompletion { src, error } => {
+        Note::RefusedReport { src, error } => {
             tracing::error!(partition, ?src, error = %error, "impossible completion refused")
         }
         Note::ParkingErrored { src, offset, times } => tracing::error!(

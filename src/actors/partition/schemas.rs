@@ -15,6 +15,7 @@
 
 use super::PartitionMsg;
 use crate::core::main_reading::MainReading;
+use crate::core::partition::Src;
 use crate::kafka::Record;
 use crate::schema_registry::{Resolved, SchemaRegistry};
 use ractor::ActorRef;
@@ -93,7 +94,8 @@ impl SchemaGate {
             return (records, None);
         }
         // DLQ records are envelopes: they never wait here.
-        let (mut out, main): (Vec<Record>, Vec<Record>) = records.into_iter().partition(|r| r.dlq);
+        let (mut out, main): (Vec<Record>, Vec<Record>) =
+            records.into_iter().partition(|r| r.src == Src::Dlq);
         self.pending.extend(main);
         if self.waiting.is_some() {
             return (out, None);

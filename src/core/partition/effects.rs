@@ -135,7 +135,7 @@ pub(crate) enum Note {
         done: Option<Completed>,
     },
     /// A completion the tracker refused (a bug upstream).
-    RefusedCompletion { src: Src, error: TrackerError },
+    RefusedReport { src: Src, error: TrackerError },
     /// A job errored [`MAX_ERRORED`] times or more: it is parked instead.
     ParkingErrored { src: Src, offset: i64, times: u32 },
     /// The drain's deadline passed with jobs still in flight.

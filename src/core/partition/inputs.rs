@@ -18,22 +18,28 @@ pub(crate) struct Positions {
     pub dlq_start: i64,
 }
 
-/// How a dispatched job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Its outcome is durable (delivered, or acknowledged in the DLQ or parking lot).
-    Done,
-    /// The work vanished without an outcome: dispatch it again.
-    Errored,
+/// How an event finished: its outcome is durable — delivered, or its
+/// envelope acknowledged in the DLQ or the parking lot (the reason is the
+/// failure's, `courier_*_total{reason}`'s).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Finished {
+    /// The API answered 2xx or 409.
+    Delivered,
+    /// The envelope is acknowledged in the DLQ.
+    DeadLettered { reason: String },
+    /// The envelope is acknowledged in the parking lot.
+    Parked { reason: String },
 }
 
-/// One job's answer, as its completion token reported it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A job's report to its partition, as its completion token gives it:
+/// finished, or (`finished: None`) errored — the work vanished without an
+/// outcome, and the event is dispatched again.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Report {
     pub generation: u64,
     pub src: Src,
     pub offset: i64,
-    pub outcome: Outcome,
+    pub finished: Option<Finished>,
 }
 
 /// A timer the machine asked for ([`Effect::Schedule`]); it comes back as

@@ -15,7 +15,7 @@ use super::per_side::PerSide;
 use super::side::Side;
 use super::stores::Storing;
 use super::turn::Turn;
-use super::{Effect, Input, Intake, Note, Now, Outcome, Positions, Report, Settings, Src, Timer};
+use super::{Effect, Input, Intake, Note, Now, Positions, Report, Settings, Src, Timer};
 use crate::core::fsm::Mode;
 #[cfg(test)]
 use crate::core::offsets::NextOffset;
@@ -240,7 +240,7 @@ impl<X: Intake> PartitionMachine<X> {
         self.lanes.answered();
         let draining = self.draining();
         let fx = &mut self.turn.fx;
-        if r.outcome == Outcome::Errored {
+        if r.finished.is_none() {
             self.lanes.errored(r.src, r.offset, draining, fx);
             return false;
         }

@@ -106,7 +106,7 @@ mod stores;
 mod turn;
 
 pub(crate) use effects::{Commit, Effect, Note};
-pub(crate) use inputs::{Input, Outcome, Positions, Report, Timer};
+pub(crate) use inputs::{Finished, Input, Positions, Report, Timer};
 pub(crate) use machine::PartitionMachine;
 pub(crate) use records::{Begun, Intake, Kind};
 pub use settings::commit_after;

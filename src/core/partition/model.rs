@@ -658,7 +658,7 @@ impl Harness {
                 prop_assert!(n <= self.held);
                 self.held -= n;
             }
-            Effect::Note(Note::RefusedCompletion { src, error }) => {
+            Effect::Note(Note::RefusedReport { src, error }) => {
                 prop_assert!(false, "{:?}: a real completion was refused: {}", src, error);
             }
             Effect::Note(Note::PositionReset { src, from, to, .. }) => {
@@ -885,16 +885,16 @@ impl Harness {
         self.feed(Input::Records(batch))
     }
 
-    fn answer(&mut self, idx: usize, outcome: Outcome) -> Result<(), TestCaseError> {
+    fn answer(&mut self, idx: usize, finished: Option<Finished>) -> Result<(), TestCaseError> {
         let (src, offset) = self.in_flight.remove(idx);
-        if outcome == Outcome::Done {
+        if finished.is_some() {
             prop_assert!(self.done[src.index()].insert(self.slots[&(src, offset)]));
         }
         let report = Report {
             generation: GEN,
             src,
             offset,
-            outcome,
+            finished,
         };
         self.feed(Input::Reports(vec![report]))
     }
@@ -908,7 +908,7 @@ impl Harness {
                     generation: GEN,
                     src,
                     offset,
-                    outcome: Outcome::Done,
+                    finished: Some(Finished::Delivered),
                 }
             })
             .collect();
@@ -966,12 +966,8 @@ impl Harness {
             Action::ProbeAnswers => self.answer_probes(),
             Action::FeedDlq { n } => self.send(Src::Dlq, n, false),
             Action::Answer { pick, errored } if !self.in_flight.is_empty() => {
-                let outcome = if errored {
-                    Outcome::Errored
-                } else {
-                    Outcome::Done
-                };
-                self.answer(pick % self.in_flight.len(), outcome)
+                let finished = (!errored).then_some(Finished::Delivered);
+                self.answer(pick % self.in_flight.len(), finished)
             }
             Action::Answer { .. } => Ok(()),
             Action::AnswerAll => self.answer_all(),
@@ -981,7 +977,7 @@ impl Harness {
                     let Some(idx) = self.in_flight.iter().position(|j| *j == job) else {
                         break; // Not dispatched again (paused, or drained).
                     };
-                    self.answer(idx, Outcome::Errored)?;
+                    self.answer(idx, None)?;
                     let redispatch = Timer::Redispatch {
                         src: job.0,
                         offset: job.1,
@@ -999,11 +995,7 @@ impl Harness {
                     generation: GEN - 1,
                     src: Src::Main,
                     offset: 100 + offset,
-                    outcome: if errored {
-                        Outcome::Errored
-                    } else {
-                        Outcome::Done
-                    },
+                    finished: (!errored).then_some(Finished::Delivered),
                 };
                 self.feed(Input::Reports(vec![report]))
             }

@@ -155,7 +155,7 @@ impl Side {
         if let Err(error) = self.tracker.begin(slot) {
             // Cannot happen (the slot is above every one begun); refused, not
             // absorbed: the watermark cannot pass a record never begun.
-            fx.push(Effect::Note(Note::RefusedCompletion { src, error }));
+            fx.push(Effect::Note(Note::RefusedReport { src, error }));
             return Begin::Refused;
         }
         if let Some(skip) = &self.skip {
@@ -167,7 +167,7 @@ impl Side {
                 // Done by an earlier owner (its commit's metadata says so):
                 // completed here, never dispatched.
                 if let Err(error) = self.tracker.complete(generation, slot) {
-                    fx.push(Effect::Note(Note::RefusedCompletion { src, error }));
+                    fx.push(Effect::Note(Note::RefusedReport { src, error }));
                 }
                 return Begin::Skipped;
             }
@@ -187,7 +187,7 @@ impl Side {
         match self.tracker.complete(generation, slot) {
             Ok(()) => true,
             Err(error) => {
-                fx.push(Effect::Note(Note::RefusedCompletion { src, error }));
+                fx.push(Effect::Note(Note::RefusedReport { src, error }));
                 false
             }
         }

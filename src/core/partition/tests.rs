@@ -184,7 +184,7 @@ impl T {
                 generation: GEN,
                 src,
                 offset,
-                outcome: Outcome::Done,
+                finished: Some(Finished::Delivered),
             })
             .collect();
         self.feed(Input::Reports(reports))
@@ -195,7 +195,7 @@ impl T {
             generation: GEN,
             src,
             offset,
-            outcome: Outcome::Errored,
+            finished: None,
         };
         self.feed(Input::Reports(vec![r]))
     }

@@ -41,9 +41,9 @@ async fn an_event_handed_over_before_its_batch_leaves_is_not_sent() {
         vec![vec!["e-0".to_string()]],
         "only e-0 was sent"
     );
-    assert_eq!(stays.take()[0].outcome, Some(Finished::Delivered));
+    assert_eq!(stays.take()[0].finished, Some(Finished::Delivered));
     assert!(
-        leaves.take().iter().all(|c| c.outcome.is_none()),
+        leaves.take().iter().all(|c| c.finished.is_none()),
         "handed over: no outcome"
     );
 }
@@ -113,7 +113,7 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
 }
 
 /// The one completion `inbox` receives next (deadline 30 s).
-async fn next_completion(inbox: &Inbox) -> super::Completion {
+async fn next_completion(inbox: &Inbox) -> super::Report {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut got = inbox.take();
@@ -145,11 +145,11 @@ async fn an_inline_first_try_handed_over_while_its_batch_forms_reports_errored_a
     assert_eq!(d.inline_tries.load(Ordering::SeqCst), 2);
     until("both wait in the batch", || d.send.batcher.submitted() == 2).await;
     leaves.cancel();
-    assert_eq!(next_completion(&leaves).await.outcome, None, "errored");
+    assert_eq!(next_completion(&leaves).await.finished, None, "errored");
     assert!(stays.take().is_empty(), "e-0 still waits in its batch");
     // e-1 was taken after e-0: e-0 is in the forming batch now.
     stays.cancel();
-    assert_eq!(next_completion(&stays).await.outcome, None, "errored");
+    assert_eq!(next_completion(&stays).await.finished, None, "errored");
     assert_eq!(
         d.send.batcher.ended(),
         0,
@@ -201,11 +201,11 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
     })
     .await;
     second.cancel();
-    assert_eq!(next_completion(&second).await.outcome, None, "errored");
+    assert_eq!(next_completion(&second).await.finished, None, "errored");
     assert!(first.take().is_empty(), "e-0's request still on the wire");
     api.release();
     assert_eq!(
-        next_completion(&first).await.outcome,
+        next_completion(&first).await.finished,
         Some(Finished::Delivered)
     );
     until("both batches ended", || batcher.ended() == 2).await;

@@ -196,7 +196,7 @@ pub(super) async fn run_all(
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         for c in inbox.take() {
-            let dup = done.insert(format!("e-{}", c.offset), c.outcome);
+            let dup = done.insert(format!("e-{}", c.offset), c.finished);
             assert!(dup.is_none(), "one outcome per event");
         }
         if done.len() == n {

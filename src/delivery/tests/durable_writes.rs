@@ -14,7 +14,7 @@ async fn a_dlq_that_refuses_for_good_parks_the_event() {
     let reason = FailureReason::DlqRefused(Refusal::TooLarge)
         .as_str()
         .to_string();
-    assert_eq!(done.outcome, Some(Finished::Parked { reason }));
+    assert_eq!(done.finished, Some(Finished::Parked { reason }));
     assert!(dlq.written("events.dlq").is_empty());
     let parked = dlq.written("events.parking");
     assert_eq!(parked.len(), 1);
@@ -34,7 +34,7 @@ async fn an_unacknowledged_dlq_write_is_retried_until_acknowledged() {
     let dlq = FakeDlq::answering("events.dlq", &script);
     let done = one_event(&api, &dlq).await;
     assert_eq!(
-        done.outcome,
+        done.finished,
         Some(Finished::DeadLettered {
             reason: "http_503".into()
         })
@@ -59,7 +59,7 @@ async fn a_handover_abandons_a_dlq_write_being_retried() {
         .await
         .expect("the write is abandoned")
         .expect("no panic");
-    assert_eq!(inbox.take()[0].outcome, None);
+    assert_eq!(inbox.take()[0].finished, None);
     assert!(dlq.written("events.dlq").is_empty());
     assert!(dlq.written("events.parking").is_empty());
     assert!(dlq

@@ -24,7 +24,7 @@ async fn run(api: &BatchApi, dlq: &FakeDlq, n: usize) -> Vec<Option<Finished>> {
     let mut done = inbox.take();
     assert_eq!(done.len(), n, "one completion per event");
     done.sort_by_key(|c| c.offset);
-    done.into_iter().map(|c| c.outcome).collect()
+    done.into_iter().map(|c| c.finished).collect()
 }
 
 /// The ids in the order of their last acceptance: what an API that applies
