@@ -94,7 +94,7 @@ pub async fn start(
         let listener =
             std::net::TcpListener::bind(addr).map_err(|e| StartError::Listen(addr, e))?;
         drop(listener);
-        let (r, board, p) = (ready.clone(), pipeline.status.clone(), pipeline.clone());
+        let (r, board, p) = (ready.clone(), pipeline.board.clone(), pipeline.clone());
         Some(tokio::spawn(async move {
             let serve = crate::metrics::serve(addr, prometheus, r, board);
             if let Some(Err(e)) = fatal_on_panic(p, "the metrics listener", serve).await {

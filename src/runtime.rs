@@ -100,7 +100,7 @@ pub struct Pipeline {
     pub instance: String,
     pub health: std::sync::Arc<ApiHealth>,
     /// What `/status` shows; each actor publishes its own part.
-    pub status: Arc<StatusBoard>,
+    pub board: Arc<StatusBoard>,
     budget: Mutex<RestartBudget>,
     fatal: tokio::sync::watch::Sender<Option<String>>,
     /// Deleted-unread ranges reported so far (each lost offset counted once).
@@ -110,8 +110,8 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// `status` is the board of this instance (its id is the instance's).
-    pub(crate) fn new(config: Config, status: Arc<StatusBoard>) -> Pipeline {
+    /// `board` is the status board of this instance (its id is the instance's).
+    pub(crate) fn new(config: Config, board: Arc<StatusBoard>) -> Pipeline {
         let budget = RestartBudget::new(config.supervision.max_restarts, config.supervision.window);
         let registry = config.input.format.uses_registry().then(|| {
             // A corrupted length inside an Avro record must not allocate more
@@ -127,8 +127,8 @@ impl Pipeline {
         Pipeline {
             dlq_topic: config.kafka.dlq_topic(),
             parking_topic: config.kafka.parking_topic(),
-            instance: status.instance().to_string(),
-            status,
+            instance: board.instance().to_string(),
+            board,
             health: std::sync::Arc::new(ApiHealth::new(&config.degraded)),
             buffered: Arc::new(Buffered::default()),
             in_flight: Arc::new(ByteBudget::new(config.pipeline.max_in_flight_bytes as u64)),

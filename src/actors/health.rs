@@ -147,7 +147,7 @@ impl Actor for HealthActor {
         };
         let before = health.verdict();
         let breaker = health.breaker_state(now);
-        s.pipeline.status.publish_health(
+        s.pipeline.board.publish_health(
             HealthReport {
                 breaker,
                 breaker_last: health.last_transition(),

@@ -217,7 +217,7 @@ impl Actor for PartitionActor {
             _verdicts: verdicts,
             gauges: Gauges::new(
                 a.partition,
-                a.pipeline.status.partition(a.partition, a.generation),
+                a.pipeline.board.partition(a.partition, a.generation),
             ),
             a,
         };
@@ -242,7 +242,7 @@ impl Actor for PartitionActor {
         s.a.shared.release_buffered(&s.a.pipeline.buffered);
         s.gauges.clear();
         s.a.pipeline
-            .status
+            .board
             .remove_partition(s.a.partition, s.a.generation);
         Ok(())
     }

@@ -275,7 +275,7 @@ impl<A: Api + Clone> Batcher<A> {
         let route = route_label(key.url.as_deref(), &self.pipeline.config.api.url);
         metrics::gauge!(crate::metrics::BATCH_SPLIT_SINGLES_RATIO, "route" => route.clone())
             .set(r.share());
-        self.pipeline.status.batch_splits(r, &route);
+        self.pipeline.board.batch_splits(r, &route);
         if end.warn {
             tracing::warn!(
                 route,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// What hearing a call needs: the status policy, whether the adaptive limit
 /// answers back-pressure, the breaker, and the health actor's alarm.
 pub(crate) struct Ears {
-    status: StatusPolicy,
+    policy: StatusPolicy,
     limits: Arc<Limits>,
     health: Arc<ApiHealth>,
     alarm: BreakerAlarm,
@@ -32,13 +32,13 @@ pub(crate) struct Ears {
 
 impl Ears {
     pub(super) fn new(
-        status: StatusPolicy,
+        policy: StatusPolicy,
         limits: Arc<Limits>,
         health: Arc<ApiHealth>,
         alarm: BreakerAlarm,
     ) -> Ears {
         Ears {
-            status,
+            policy,
             limits,
             health,
             alarm,
@@ -59,7 +59,7 @@ impl Ears {
             Err(t) => Said::Nothing(t.kind),
         };
         let back_pressure = r.as_ref().is_ok_and(|a| self.limits.absorbs(a.status));
-        answer::read(&self.status, back_pressure, said)
+        answer::read(&self.policy, back_pressure, said)
     }
 
     /// What the breaker hears of a call answered `r`.

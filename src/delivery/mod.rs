@@ -233,7 +233,7 @@ pub(crate) enum DelivererError {
 impl Deliverer {
     pub(crate) fn new(pipeline: Arc<Pipeline>, peers: Peers) -> Result<Deliverer, DelivererError> {
         let cfg: &Config = &pipeline.config;
-        let auth = crate::auth::Auth::from_config(&cfg.api, Some(pipeline.status.clone()))?;
+        let auth = crate::auth::Auth::from_config(&cfg.api, Some(pipeline.board.clone()))?;
         let api = ApiClient::new(&cfg.api, Arc::new(auth), cfg.pipeline.concurrency)?;
         let password = || {
             cfg.enrichment

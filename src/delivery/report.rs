@@ -148,7 +148,7 @@ impl Reports {
         let reason = f.reason.as_str();
         metrics::counter!(m::DELIVERY_ERRORS, "class" => f.class.as_str(), "reason" => reason)
             .increment(1);
-        self.pipeline.status.errors.record(f.class.as_str(), reason);
+        self.pipeline.board.errors.record(f.class.as_str(), reason);
         let log = self
             .failure_log
             .lock()
