@@ -121,6 +121,12 @@ struct Opts {
     /// Keep the backlog's topics.
     #[arg(long)]
     keep_topic: bool,
+    /// Batched Courier with its default in-flight limits
+    /// (`pipeline.max_in_flight_per_partition`, `max_in_flight_bytes`):
+    /// only `[api.batch]` and `pipeline.concurrency` set, as a user who turns
+    /// batching on has it (issue 43's "L = 50 ÷ L = 0 with default settings").
+    #[arg(long)]
+    courier_defaults: bool,
     /// Internal: run as the bare consumer of this topic (a child of the bench).
     #[arg(long, hide = true)]
     bare_topic: Option<String>,
@@ -379,11 +385,15 @@ impl Bench {
                     "\n[api.batch]\nmax_events = {}\nlinger = \"{}ms\"\nordered = {ordered}\n",
                     o.batch, o.linger_ms
                 ),
-                format!(
-                    "max_in_flight_per_partition = {}\nmax_in_flight_bytes = {}\n",
-                    self.per_partition(),
-                    256 * 1024 * 1024
-                ),
+                if o.courier_defaults {
+                    String::new()
+                } else {
+                    format!(
+                        "max_in_flight_per_partition = {}\nmax_in_flight_bytes = {}\n",
+                        self.per_partition(),
+                        256 * 1024 * 1024
+                    )
+                },
             )
         } else {
             (self.sink.url(), o.concurrency, String::new(), String::new())
