@@ -89,6 +89,14 @@ fn job() -> (Job, Arc<Inbox>) {
 
 /// Event `id` at `offset` of partition 2, its outcome to `inbox`.
 fn job_in(id: &str, offset: i64, inbox: &Arc<Inbox>) -> Job {
+    Job {
+        item: Arc::new(item_in(id, offset)),
+        token: CompletionToken::new(inbox.clone(), 1, Src::Main, offset),
+    }
+}
+
+/// The consumed record of event `id` at `offset` of partition 2, to deliver.
+fn item_in(id: &str, offset: i64) -> Item {
     let raw = Bytes::from(format!(
         r#"{{"specversion":"1.0","id":"{id}","source":"s","type":"t"}}"#
     ));
@@ -101,7 +109,7 @@ fn job_in(id: &str, offset: i64, inbox: &Arc<Inbox>) -> Job {
         entity_version: None,
         raw: raw.clone(),
     };
-    let item = Item {
+    Item {
         topic: "events".into(),
         partition: 2,
         offset,
@@ -112,11 +120,6 @@ fn job_in(id: &str, offset: i64, inbox: &Arc<Inbox>) -> Job {
         headers: None,
         body_type: BodyType::CloudEventsJson,
         work: Work::Deliver(ev),
-    };
-    let token = CompletionToken::new(inbox.clone(), 1, Src::Main, offset);
-    Job {
-        item: Arc::new(item),
-        token,
     }
 }
 

@@ -16,42 +16,21 @@ fn heard<A: http::Api>(d: &Deliverer<A, FakeDlq>) -> u64 {
 
 /// A DLQ record of event `id` whose turn has come, its outcome to `inbox`.
 fn from_dlq<A: http::Api>(d: &Deliverer<A, FakeDlq>, id: &str, inbox: &Arc<Inbox>) -> Job {
-    // The event as it was first consumed (its token, dropped, reports to
-    // an inbox nobody reads).
-    let job = job_in(id, 40, &Arc::new(Inbox::new(Nobody)));
     let error = ErrorInfo::new(
         ErrorClass::Transient,
         FailureReason::Transport(TransportFailure::Timeout),
         None,
         "a test's first failure",
     );
-    let mut env = d.writes.envelope(&job.item, error);
+    let mut env = d.writes.envelope(&item_in(id, 40), error);
     env.not_before_ms = 0;
     let item = Item {
         work: Work::FromDlq(Box::new(env)),
-        ..clone_item(&job.item)
+        ..item_in(id, 40)
     };
     Job {
         item: Arc::new(item),
         token: CompletionToken::new(inbox.clone(), 1, Src::Dlq, 40),
-    }
-}
-
-fn clone_item(i: &Item) -> Item {
-    Item {
-        topic: i.topic.clone(),
-        partition: i.partition,
-        offset: i.offset,
-        timestamp_ms: i.timestamp_ms,
-        key: i.key.clone(),
-        entity_key: i.entity_key.clone(),
-        payload: i.payload.clone(),
-        headers: i.headers.clone(),
-        body_type: i.body_type,
-        work: Work::Park {
-            reason: FailureReason::UnreadableEnvelope,
-            message: String::new(),
-        },
     }
 }
 
