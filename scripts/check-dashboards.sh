@@ -64,7 +64,7 @@ expect_refusal "dashboard: panel without a unit" 'panel-units-rule' "$dashcheck"
 expect_refusal "dashboard: rate over a fixed window" 'target-rate-interval-rule' "$dashcheck" "$work/bad/fixed-window/fixed-window.json"
 expect_refusal "dashboard: overlapping panels" 'overlaps panel' "$dashcheck" "$work/bad/overlap/overlap.json"
 # An outage on three instances must page once: aggregating per instance pages three times.
-sed -i 's/sum by (group, main_topic) (courier_api_unavailable{group!=""}) > 0$/sum by (group, main_topic, instance) (courier_api_unavailable{group!=""}) > 0/' "$work/alerts.yml"
-grep -q 'main_topic, instance) (courier_api_unavailable' "$work/alerts.yml" || { echo "check-dashboards: self-test could not rewrite CourierApiUnavailable"; exit 1; }
+sed -i 's/sum by (group, main_topic, destination) (courier_api_unavailable{group!=""}) > 0$/sum by (group, main_topic, destination, instance) (courier_api_unavailable{group!=""}) > 0/' "$work/alerts.yml"
+grep -q 'destination, instance) (courier_api_unavailable' "$work/alerts.yml" || { echo "check-dashboards: self-test could not rewrite CourierApiUnavailable"; exit 1; }
 expect_refusal "alerts: one page per instance" 'instance="c:9464"' "$PROMTOOL" test rules "$work/alerts_test.yml"
 echo "check-dashboards: ok"

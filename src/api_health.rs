@@ -49,6 +49,13 @@ pub struct HealthVerdict {
 
 pub(crate) use crate::core::classify::CallOutcome;
 
+/// One destination (`core::destination`): its name and its health — its own
+/// breaker, gate and verdict.
+pub struct Destination {
+    pub name: String,
+    pub health: Arc<ApiHealth>,
+}
+
 /// Per-second counter for the flood guard.
 #[derive(Debug, Default)]
 struct RateCounter {

@@ -72,10 +72,11 @@
 //! 10 ms per partition (one `store_offsets` per advance showed in the profile); a later
 //! store only ever means re-reading a little more after a crash.
 
-use crate::api_health::ApiHealth;
+use crate::api_health::{ApiHealth, Destination};
 pub use crate::clock::now_ms;
 use crate::config::Config;
 use crate::core::byte_budget::ByteBudget;
+use crate::core::destination::DestinationId;
 use crate::core::ratelimit::Assignment;
 use crate::core::restart::{BudgetExhausted, RestartBudget};
 use crate::kafka::poller::Buffered;
@@ -98,7 +99,9 @@ pub struct Pipeline {
     pub assignment: Arc<Assignment>,
     /// Identifies this instance in logs and in the Redis marker's value.
     pub instance: String,
-    pub health: std::sync::Arc<ApiHealth>,
+    /// Each destination's name and health (`core::destination`), indexed by
+    /// its `DestinationId`: the default one (`api.url`'s) first.
+    pub destinations: Vec<Destination>,
     /// What `/status` shows; each actor publishes its own part.
     pub board: Arc<StatusBoard>,
     budget: Mutex<RestartBudget>,
@@ -129,7 +132,16 @@ impl Pipeline {
             parking_topic: config.kafka.parking_topic(),
             instance: board.instance().to_string(),
             board,
-            health: std::sync::Arc::new(ApiHealth::new(&config.degraded)),
+            destinations: config
+                .api
+                .destinations()
+                .names()
+                .iter()
+                .map(|name| Destination {
+                    name: name.clone(),
+                    health: Arc::new(ApiHealth::new(&config.degraded)),
+                })
+                .collect(),
             buffered: Arc::new(Buffered::default()),
             in_flight: Arc::new(ByteBudget::new(config.pipeline.max_in_flight_bytes as u64)),
             assignment: Arc::default(),
@@ -139,6 +151,16 @@ impl Pipeline {
             deleted: Mutex::default(),
             registry,
         }
+    }
+
+    /// The health of destination `id` (the default one's for an id the
+    /// configuration does not have, which no route gives).
+    pub(crate) fn health(&self, id: DestinationId) -> &Arc<ApiHealth> {
+        let d = self
+            .destinations
+            .get(id.index())
+            .unwrap_or(&self.destinations[0]);
+        &d.health
     }
 
     /// Deleted-unread accounting, the one place it is logged and counted: the

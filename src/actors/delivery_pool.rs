@@ -8,6 +8,7 @@
 //! redeliveries come as messages; they do not use the API permits and start at
 //! once (the drain has its own limit and pace).
 
+use crate::core::destination::DestinationId;
 use crate::delivery::peers::Peers;
 use crate::delivery::{Deliverer, Job, Queued};
 use crate::handle::{Binding, Handle};
@@ -41,8 +42,9 @@ pub(crate) struct PoolHandles {
 }
 
 pub(crate) struct DeliveryState {
-    deliverer: Arc<Deliverer>,
-    _dispatcher: AbortOnDrop,
+    /// One per destination, indexed by its id (`core::destination`).
+    deliverers: Vec<Arc<Deliverer>>,
+    _dispatchers: Vec<AbortOnDrop>,
 }
 
 /// Ends the dispatcher with the pool, however the pool ends (a panicking actor's
@@ -68,18 +70,47 @@ impl Actor for DeliveryPool {
         a: DeliveryArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let pipeline = a.pipeline.clone();
-        let deliverer = Arc::new(Deliverer::new(a.pipeline, a.peers)?);
+        let deliverers: Vec<Arc<Deliverer>> = Deliverer::all(a.pipeline, a.peers)?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         let (queue, jobs) = mpsc::unbounded_channel();
-        // Nothing else watches the dispatcher: its panic would leave every
-        // queued delivery waiting forever, so it is fatal.
-        let (p, d) = (pipeline, deliverer.clone());
-        let dispatcher = AbortOnDrop(tokio::spawn(async move {
-            crate::runtime::fatal_on_panic(p, "the delivery dispatcher", dispatch(d, jobs)).await;
-        }));
+        // Nothing else watches the dispatchers: a panic would leave every
+        // queued delivery waiting forever, so it is fatal. One dispatcher per
+        // destination, each taking its own destination's permits, so a
+        // destination whose calls wait at its breaker's gate holds no other
+        // destination's deliveries; with more than one, a router hands each
+        // delivery to its destination's dispatcher.
+        let mut dispatchers = Vec::with_capacity(deliverers.len() + 1);
+        let spawn =
+            |name: &'static str,
+             f: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>| {
+                let p = pipeline.clone();
+                AbortOnDrop(tokio::spawn(async move {
+                    crate::runtime::fatal_on_panic(p, name, f).await;
+                }))
+            };
+        if let [only] = &deliverers[..] {
+            dispatchers.push(spawn(
+                "the delivery dispatcher",
+                Box::pin(dispatch(only.clone(), jobs)),
+            ));
+        } else {
+            let mut queues = Vec::with_capacity(deliverers.len());
+            for d in &deliverers {
+                let (tx, rx) = mpsc::unbounded_channel();
+                queues.push(tx);
+                dispatchers.push(spawn(
+                    "a destination's delivery dispatcher",
+                    Box::pin(dispatch(d.clone(), rx)),
+                ));
+            }
+            dispatchers.push(spawn("the delivery router", Box::pin(route(queues, jobs))));
+        }
         a.queue.bind(queue);
         Ok(DeliveryState {
-            deliverer,
-            _dispatcher: dispatcher,
+            deliverers,
+            _dispatchers: dispatchers,
         })
     }
 
@@ -92,10 +123,35 @@ impl Actor for DeliveryPool {
         match msg {
             // Parking-lot writes and DLQ redeliveries (deliveries go to the queue).
             DeliveryMsg::Run(job) => {
-                tokio::spawn(state.deliverer.clone().run(job, None));
+                let d = &state.deliverers;
+                let deliverer = d.get(job.item.destination.index()).unwrap_or(&d[0]);
+                tokio::spawn(deliverer.clone().run(job, None));
             }
         }
         Ok(())
+    }
+}
+
+/// Hands each queued delivery to its destination's dispatcher, in order (a
+/// run's events share their route, so their destination).
+async fn route(
+    queues: Vec<mpsc::UnboundedSender<Queued>>,
+    mut jobs: mpsc::UnboundedReceiver<Queued>,
+) {
+    while let Some(queued) = jobs.recv().await {
+        let dest = match &queued {
+            Queued::One(job) => job.item.destination,
+            Queued::Run(run) => run
+                .first()
+                .map_or(DestinationId::DEFAULT, |j| j.item.destination),
+        };
+        let Some(queue) = queues.get(dest.index()).or(queues.first()) else {
+            return;
+        };
+        // A dispatcher ends only with the pool (which ends this router too).
+        if queue.send(queued).is_err() {
+            return;
+        }
     }
 }
 

@@ -38,7 +38,7 @@ mod shared;
 mod verdict;
 
 use crate::actors::delivery_pool::PoolHandles;
-use crate::api_health::HealthVerdict;
+use crate::core::destination::DestSet;
 use crate::core::offsets::NextOffset;
 #[cfg(doc)]
 use crate::core::partition::Effect;
@@ -64,8 +64,11 @@ pub(crate) enum PartitionMsg {
     /// Stop dispatching, wait (bounded) for in-flight work, reply with the stored
     /// main watermark. Used on revoke and shutdown.
     Handover(RpcReplyPort<Option<i64>>),
-    /// The health verdict changed (watched by [`verdict::Watch`]).
-    Health(HealthVerdict),
+    /// A destination's verdict changed (watched by [`verdict::Watch`]).
+    Health {
+        id: crate::core::destination::DestinationId,
+        unavailable: bool,
+    },
     /// The consumer's periodic lag check.
     Positions(Positions),
     /// A timer the machine asked for.
@@ -143,8 +146,10 @@ pub(crate) struct PartitionState {
     gauges: Gauges,
     /// Registry formats: records wait here for their schemas.
     gate: Option<schemas::SchemaGate>,
-    /// Hands the health verdict's changes to this actor.
+    /// Hands the destinations' verdict changes to this actor.
     _verdicts: verdict::Watch,
+    /// What the machine's verdict is made of.
+    verdicts: verdict::Verdicts,
 }
 
 pub(crate) struct PartitionActor;
@@ -207,14 +212,17 @@ impl Actor for PartitionActor {
         if let Some(g) = &gate {
             decoder.use_schemas(g.known.clone());
         }
-        let (verdict, verdicts) = verdict::Watch::start(a.pipeline.health.watch(), myself.clone());
+        let (down, watch) = verdict::Watch::start(&a.pipeline, myself.clone());
+        let mut verdicts = verdict::Verdicts::new(down, a.pipeline.destinations.len());
+        let first = verdicts.changed(DestSet::default()).unwrap_or_default();
         let mut s = PartitionState {
             machine: PartitionMachine::new(settings, decoder),
             draining: None,
             queue: None,
             inbox: Arc::new(Inbox::new(myself.clone())),
             gate,
-            _verdicts: verdicts,
+            _verdicts: watch,
+            verdicts,
             gauges: Gauges::new(
                 a.partition,
                 a.pipeline.board.partition(a.partition, a.generation),
@@ -226,7 +234,8 @@ impl Actor for PartitionActor {
         s.run(
             &myself,
             Input::Verdict {
-                api_unavailable: verdict.api_unavailable,
+                api_unavailable: first.paused,
+                drain_held: first.drain_held,
             },
         );
         Ok(s)
@@ -292,9 +301,16 @@ impl Actor for PartitionActor {
                 s.inbox.cancel();
                 Input::Handover
             }
-            PartitionMsg::Health(v) => Input::Verdict {
-                api_unavailable: v.api_unavailable,
-            },
+            PartitionMsg::Health { id, unavailable } => {
+                s.verdicts.set(id, unavailable);
+                match s.verdicts.changed(s.machine.intake().seen()) {
+                    Some(v) => Input::Verdict {
+                        api_unavailable: v.paused,
+                        drain_held: v.drain_held,
+                    },
+                    None => return Ok(()),
+                }
+            }
             PartitionMsg::Positions(p) => Input::Positions(p),
             PartitionMsg::Logs(logs) => Input::Logs(logs),
             PartitionMsg::OffsetReset { src, at } => Input::OffsetReset { src, at },
@@ -303,6 +319,17 @@ impl Actor for PartitionActor {
             PartitionMsg::Probed { src, from, to } => Input::Probed { src, from, to },
         };
         s.run(&myself, input);
+        // An event for a destination the partition had not sent to before
+        // changes what its verdict rests on.
+        if let Some(v) = s.verdicts.changed(s.machine.intake().seen()) {
+            s.run(
+                &myself,
+                Input::Verdict {
+                    api_unavailable: v.paused,
+                    drain_held: v.drain_held,
+                },
+            );
+        }
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 
 use super::{invalid, ConfigError};
 use crate::core::backoff::InPlaceRetry;
+use crate::core::destination::{self, DestinationId, Destinations};
 use crate::core::mapping::{BodyMode, Method, Route, Routes, Template};
 use crate::core::status_policy::{StatusAction, StatusPolicy};
 use serde::{Deserialize, Serialize};
@@ -112,6 +113,13 @@ pub struct RouteConfig {
     /// Batching for this route: any `[api.batch]` field, over the section.
     #[serde(default)]
     pub batch: Option<super::BatchOverride>,
+    /// Where this route sends: a name several routes may share (A-Z, a-z,
+    /// 0-9, `.`, `_`, `-`), or, unset, the origin of its URL
+    /// (`https://host:port`). Each destination has its own circuit breaker,
+    /// Redis marker, adaptive limit and rate limit: one API's outage holds
+    /// only its own events, and the partition keeps delivering the others'.
+    #[serde(default)]
+    pub destination: Option<String>,
 }
 
 /// Headers Courier sets itself or that belong to one connection: never taken
@@ -246,8 +254,36 @@ impl ApiConfig {
         StatusPolicy::new(&self.status).map_err(|e| invalid("api.status", e.to_string()))
     }
 
+    /// The destinations (`core::destination`): `api.url`'s origin first, then
+    /// each route's, in order; with each route's.
+    fn destination_plan(&self) -> Result<(Destinations, Vec<DestinationId>), ConfigError> {
+        let mut all = Destinations::new(destination::origin(&self.url));
+        let mut ids = Vec::with_capacity(self.routes.len());
+        for (i, r) in self.routes.iter().enumerate() {
+            let field = format!("api.routes[{i}].destination");
+            let name = match &r.destination {
+                Some(n) => {
+                    destination::check_name(n).map_err(|e| invalid(&field, e.to_string()))?;
+                    n.clone()
+                }
+                None => destination::origin(&r.url),
+            };
+            ids.push(all.add(&name).map_err(|e| invalid(&field, e.to_string()))?);
+        }
+        Ok((all, ids))
+    }
+
+    /// The destinations, by name (index = `DestinationId`). A configuration
+    /// that failed validation has only the default one.
+    pub(crate) fn destinations(&self) -> Destinations {
+        self.destination_plan()
+            .map(|(d, _)| d)
+            .unwrap_or_else(|_| Destinations::new(destination::origin(&self.url)))
+    }
+
     /// The routes, parsed (`[[api.routes]]`).
     pub(crate) fn routes(&self) -> Result<Routes, ConfigError> {
+        let (destinations, ids) = self.destination_plan()?;
         let mut out = Vec::with_capacity(self.routes.len());
         for (i, r) in self.routes.iter().enumerate() {
             let field = |f: &str| format!("api.routes[{i}].{f}");
@@ -274,9 +310,10 @@ impl ApiConfig {
                 headers,
                 body: r.body,
                 batch: batch.map(std::sync::Arc::new),
+                destination: ids[i],
             });
         }
-        Routes::new(out).map_err(|e| invalid("api.routes", e.to_string()))
+        Routes::new(out, destinations).map_err(|e| invalid("api.routes", e.to_string()))
     }
 
     /// Checks what depends on the input format: `body = "data"` needs CloudEvents.
@@ -631,6 +668,8 @@ headers = { "X-Type" = "{type}" }
             ("[api]\nforward_headers = [\"Idempotency-Key\"]", "api.forward_headers (Idempotency-Key)"),
             ("[api]\nforward_headers = [\"transfer-encoding\"]", "api.forward_headers (transfer-encoding)"),
             ("[api]\nforward_headers = [\"bad header\"]", "api.forward_headers (bad header)"),
+            ("[[api.routes]]\ntype = \"a\"\nurl = \"http://127.0.0.1/x\"\ndestination = \"crm eu\"", "api.routes[0].destination"),
+            ("[[api.routes]]\ntype = \"a\"\nurl = \"http://127.0.0.1/x\"\ndestination = \"\"", "api.routes[0].destination"),
         ] {
             assert_eq!(field_of(toml), field, "{toml}");
         }
@@ -639,6 +678,43 @@ headers = { "X-Type" = "{type}" }
             "[[api.routes]]\ntype = \"a\"\nurl = \"http://127.0.0.1/x\"\nmethod = \"DELETE\""
         )
         .is_err());
+    }
+
+    #[test]
+    fn routes_send_to_destinations_by_name_or_origin() {
+        let c = crate::config::Config::from_toml(
+            r#"
+[api]
+url = "http://127.0.0.1:9000/events"
+[[api.routes]]
+type = "a.*"
+url = "http://127.0.0.1:9001/a/{type}"
+[[api.routes]]
+type = "b.*"
+url = "http://127.0.0.1:9002/b"
+destination = "crm"
+[[api.routes]]
+type = "c.*"
+url = "http://127.0.0.1:9003/c"
+destination = "crm"
+[[api.routes]]
+type = "d.*"
+url = "http://127.0.0.1:9000/d"
+"#,
+        )
+        .expect("valid");
+        let names = c.api.destinations();
+        assert_eq!(
+            names.names(),
+            ["http://127.0.0.1:9000", "http://127.0.0.1:9001", "crm"],
+            "api.url's origin first; a named destination shared; a route to api.url's origin is its destination"
+        );
+        let r = c.api.routes().expect("parsed");
+        let id = |t: &str| r.destination(t).index();
+        assert_eq!(
+            [id("a.x"), id("b.x"), id("c.x"), id("d.x"), id("z")],
+            [1, 2, 2, 0, 0]
+        );
     }
 
     #[test]

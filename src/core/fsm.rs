@@ -28,7 +28,10 @@
 //!   publishes `api_unavailable = marker_alive || breaker_open` on a `tokio::sync::watch`
 //!   channel (`ApiHealth::watch`), which each partition actor watches
 //!   (`actors::partition::verdict`; no relay through the consumer). Redis unreachable:
-//!   the verdict is the breaker alone.
+//!   the verdict is the breaker alone. With several destinations (`core::destination`)
+//!   each has its own breaker, marker and verdict; the FSM's `api_unavailable` is "every
+//!   destination of the partition is down", and while any one is down `dlq_has_unread`
+//!   is taken as false (the DLQ waits, main p is read).
 //! - **FSM**: each partition machine owns main p and DLQ p (range assignment + equal partition
 //!   counts, checked at start). `PartitionFsm::update(api_unavailable, dlq_has_unread)`
 //!   decides; the machine applies pause/resume to both topics explicitly on every

@@ -358,6 +358,8 @@ pub enum BodyMode {
     Data,
 }
 
+use crate::core::destination::{DestinationId, Destinations};
+
 /// One parsed route.
 #[derive(Debug, Clone)]
 pub(crate) struct Route {
@@ -368,20 +370,42 @@ pub(crate) struct Route {
     pub body: BodyMode,
     /// How this route's events are batched (`None`: one request each).
     pub batch: Option<std::sync::Arc<crate::core::batch::BatchSpec>>,
+    /// Where it sends (`core::destination`).
+    pub destination: DestinationId,
 }
 
-/// The routes, in order: the first whose glob matches the type wins.
-#[derive(Debug, Clone, Default)]
+/// The routes, in order: the first whose glob matches the type wins; and the
+/// destinations they send to.
+#[derive(Debug, Clone)]
 pub(crate) struct Routes {
     routes: Vec<Route>,
+    destinations: Destinations,
 }
 
 impl Routes {
-    pub(crate) fn new(routes: Vec<Route>) -> Result<Routes, MappingError> {
+    pub(crate) fn new(
+        routes: Vec<Route>,
+        destinations: Destinations,
+    ) -> Result<Routes, MappingError> {
         if let Some(r) = routes.iter().find(|r| r.types.is_empty()) {
             return Err(MappingError::EmptyGlob(r.types.clone()));
         }
-        Ok(Routes { routes })
+        Ok(Routes {
+            routes,
+            destinations,
+        })
+    }
+
+    /// The destinations, by name.
+    pub(crate) fn destinations(&self) -> &Destinations {
+        &self.destinations
+    }
+
+    /// Where an event of `event_type` goes: its route's destination, or the
+    /// default one when no route matches.
+    pub(crate) fn destination(&self, event_type: &str) -> DestinationId {
+        self.find(event_type)
+            .map_or(DestinationId::DEFAULT, |r| r.destination)
     }
 
     /// Whether any route batches its events.
@@ -529,17 +553,30 @@ mod tests {
             method: Method::Post,
             headers: Vec::new(),
             body: BodyMode::Event,
+            destination: DestinationId(u8::from(url.contains("/2"))),
         };
-        let r = Routes::new(vec![
-            route("order.created", "http://a/1"),
-            route("order.*", "http://a/2"),
-        ])
+        let mut d = Destinations::new("http://a".into());
+        d.add("two").unwrap();
+        let r = Routes::new(
+            vec![
+                route("order.created", "http://a/1"),
+                route("order.*", "http://a/2"),
+            ],
+            d.clone(),
+        )
         .unwrap();
+        assert_eq!(r.destination("order.paid"), DestinationId(1));
+        assert_eq!(r.destination("order.created"), DestinationId::DEFAULT);
+        assert_eq!(
+            r.destination("user.created"),
+            DestinationId::DEFAULT,
+            "no route: api.url's"
+        );
         let url = |t: &str| r.find(t).map(|r| r.url.render(&attrs(), true));
         assert_eq!(url("order.created").as_deref(), Some("http://a/1"));
         assert_eq!(url("order.paid").as_deref(), Some("http://a/2"));
         assert_eq!(url("user.created"), None);
-        assert!(Routes::new(vec![route("", "http://a/1")]).is_err());
+        assert!(Routes::new(vec![route("", "http://a/1")], d).is_err());
     }
 
     #[test]

@@ -21,6 +21,8 @@
 //!   `delivery`): `input` (record formats → [`event::Event`]), `event` (CloudEvents
 //!   decoding and validation), `envelope` (the DLQ / parking-lot envelope and its
 //!   headers), `mapping` (an event's request: route, URL, method, headers, body),
+//!   `destination` (where a route sends, and a partition's verdict from its
+//!   destinations'),
 //!   `trace` (W3C trace context), `text` (record-chosen text made safe for logs and
 //!   errors).
 //!
@@ -60,6 +62,7 @@ pub mod completed;
 pub(crate) mod concurrency;
 pub(crate) mod credentials;
 pub(crate) mod deleted;
+pub(crate) mod destination;
 pub(crate) mod dlq_policy;
 pub mod envelope;
 pub mod event;

@@ -193,7 +193,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         };
         let breaker = Breaker {
             systemic_outage: failure.class == FailureClass::Transient
-                && self.pipeline.health.systemic_outage(),
+                && self.send.calls.ears.health().systemic_outage(),
         };
         let at = Progress {
             tries: t.count,

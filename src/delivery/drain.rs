@@ -23,6 +23,7 @@ use crate::core::schema;
 use crate::metrics as m;
 use crate::runtime::now_ms;
 use bytes::Bytes;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
@@ -40,11 +41,11 @@ pub(super) enum Undecodable {
 pub(super) struct Redelivery {
     permits: Semaphore,
     pacer: DrainPacer,
-    source: Option<SourceOfTruth>,
+    source: Option<Arc<SourceOfTruth>>,
 }
 
 impl Redelivery {
-    pub(super) fn new(d: &DegradedConfig, source: Option<SourceOfTruth>) -> Redelivery {
+    pub(super) fn new(d: &DegradedConfig, source: Option<Arc<SourceOfTruth>>) -> Redelivery {
         Redelivery {
             permits: Semaphore::new(d.drain_concurrency),
             pacer: DrainPacer::new(Duration::from_secs_f64(1.0 / d.drain_rate_per_sec)),

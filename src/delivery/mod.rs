@@ -87,6 +87,7 @@ mod write;
 use crate::config::Config;
 use crate::core::backoff::InPlaceRetry;
 use crate::core::classify::FailureReason;
+use crate::core::destination::DestinationId;
 use crate::core::envelope::Envelope;
 use crate::core::event::Event;
 use crate::core::input::{BodyType, Header};
@@ -134,6 +135,9 @@ pub(crate) struct Item {
     pub headers: Option<Box<[Header]>>,
     /// What the body posted to the API is (`Content-Type`).
     pub body_type: BodyType,
+    /// Where it is delivered (`core::destination`; its route's, chosen when
+    /// it was decoded). The parking lot's work ignores it.
+    pub destination: DestinationId,
     pub work: Work,
 }
 
@@ -165,7 +169,9 @@ pub(crate) enum Queued {
     Run(Vec<Job>),
 }
 
-/// One instance's delivery, composed of its stages' parts: building
+/// One destination's delivery (`core::destination`: each has its own
+/// breaker, limits and permits; `Deliverer::all` builds one per destination),
+/// composed of its stages' parts: building
 /// ([`request::Builder`]), sending ([`call::Sender`]), failure reports
 /// ([`report::Reports`]), durable writes ([`write::Writes`]) and the DLQ
 /// drain's limits ([`drain::Redelivery`]); the attempt loop, the job and the
@@ -231,7 +237,14 @@ pub(crate) enum DelivererError {
 }
 
 impl Deliverer {
-    pub(crate) fn new(pipeline: Arc<Pipeline>, peers: Peers) -> Result<Deliverer, DelivererError> {
+    /// One deliverer per destination (`core::destination`), indexed by its
+    /// id: each with its own breaker (the pipeline's), limits, rate limit
+    /// and queue; the HTTP client, the credentials (one token fetch per
+    /// process, I33), the enrichment and the source of truth are shared.
+    pub(crate) fn all(
+        pipeline: Arc<Pipeline>,
+        peers: Peers,
+    ) -> Result<Vec<Deliverer>, DelivererError> {
         let cfg: &Config = &pipeline.config;
         let auth = crate::auth::Auth::from_config(&cfg.api, Some(pipeline.board.clone()))?;
         let api = ApiClient::new(&cfg.api, Arc::new(auth), cfg.pipeline.concurrency)?;
@@ -242,27 +255,32 @@ impl Deliverer {
                 .and_then(|n| std::env::var(n).ok())
         };
         let enricher = if cfg.enrichment.enabled {
-            Some(Enricher::new(&cfg.enrichment, password())?)
+            Some(Arc::new(Enricher::new(&cfg.enrichment, password())?))
         } else {
             None
         };
         let source = if cfg.retry.source_query.is_empty() {
             None
         } else {
-            Some(SourceOfTruth::new(
+            Some(Arc::new(SourceOfTruth::new(
                 enrich::pg_pool(&cfg.enrichment, password())?,
                 cfg.retry.source_query.clone(),
                 cfg.enrichment.query_timeout,
-            ))
+            )))
         };
-        Deliverer::with_parts(
-            pipeline.clone(),
-            api,
-            peers.dlq_writer,
-            peers.breaker_alarm,
-            enricher,
-            source,
-        )
+        (0..pipeline.destinations.len())
+            .map(|i| {
+                Deliverer::with_parts(
+                    pipeline.clone(),
+                    api.clone(),
+                    peers.dlq_writer.clone(),
+                    peers.breaker_alarm.clone(),
+                    enricher.clone(),
+                    source.clone(),
+                    DestinationId(i as u8),
+                )
+            })
+            .collect()
     }
 }
 
@@ -274,10 +292,12 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         api: A,
         writer: W,
         alarm: BreakerAlarm,
-        enricher: Option<Enricher>,
-        source: Option<SourceOfTruth>,
+        enricher: Option<Arc<Enricher>>,
+        source: Option<Arc<SourceOfTruth>>,
+        dest: DestinationId,
     ) -> Result<Deliverer<A, W>, DelivererError> {
         let cfg: &Config = &pipeline.config;
+        let health = pipeline.health(dest).clone();
         let d = &cfg.degraded;
         let routes = cfg.api.routes()?;
         let batch = cfg.api.batch_spec()?;
@@ -299,7 +319,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             cfg.pipeline.concurrency,
             events,
             cfg.api.adaptive_concurrency,
-            ratelimit::RateLimiter::from_config(&pipeline),
+            ratelimit::RateLimiter::from_config(&pipeline, dest),
             permits.clone(),
             if batching {
                 limits::LimitOn::Requests
@@ -312,15 +332,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let ears = Arc::new(hear::Ears::new(
             status,
             limits.clone(),
-            pipeline.health.clone(),
+            health.clone(),
             alarm,
         ));
-        let calls = Arc::new(send::Calls::new(
-            api,
-            ears.clone(),
-            limits,
-            pipeline.health.clone(),
-        ));
+        let calls = Arc::new(send::Calls::new(api, ears.clone(), limits, health));
         let batcher = Arc::new(batch::Batcher::new(calls.clone(), pipeline.clone()));
         Ok(Deliverer {
             inline: batching && enricher.is_none(),

@@ -180,8 +180,12 @@ impl RateLimiter {
     }
 
     /// The limiter `api.rate_limit_per_sec` asks for (`None` when 0), sharing
-    /// the group's Redis (`[redis]`); keys `{<prefix>:<group>}:rate:*`.
-    pub fn from_config(p: &crate::runtime::Pipeline) -> Option<Arc<RateLimiter>> {
+    /// the group's Redis (`[redis]`); keys `{<prefix>:<group>}:rate:*` for the
+    /// default destination, `{<prefix>:<group>:<destination>}:rate:*` for another.
+    pub(crate) fn from_config(
+        p: &crate::runtime::Pipeline,
+        dest: crate::core::destination::DestinationId,
+    ) -> Option<Arc<RateLimiter>> {
         let api = &p.config.api;
         if api.rate_limit_per_sec == 0 {
             return None;
@@ -199,7 +203,15 @@ impl RateLimiter {
                 None
             }
         };
-        let prefix = format!("{}:{}", p.config.redis.key_prefix, p.config.kafka.group_id);
+        let group = format!("{}:{}", p.config.redis.key_prefix, p.config.kafka.group_id);
+        // Each destination has its own rate: the default one keeps the keys
+        // it always had, another adds its name (`{<prefix>:<group>:<name>}`).
+        let prefix = match p.destinations.get(dest.index()) {
+            Some(d) if dest != crate::core::destination::DestinationId::DEFAULT => {
+                format!("{group}:{}", d.name)
+            }
+            _ => group,
+        };
         let mut limiter = RateLimiter::new(
             u64::from(api.rate_limit_per_sec),
             u64::from(api.rate_limit_burst),

@@ -191,7 +191,7 @@ impl Reports {
     /// too many per second trip the breaker (`park_flood`).
     pub(super) fn parked_after(&self, f: &Failure) {
         if matches!(f.reason, FailureReason::Http(_)) && !f.per_item {
-            if let Some(t) = self.pipeline.health.parked_by_api() {
+            if let Some(t) = self.ears.health().parked_by_api() {
                 self.on_transition(t);
             }
         }

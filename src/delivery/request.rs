@@ -61,7 +61,7 @@ pub(super) struct Builder {
     pub(super) batch: Option<Arc<BatchSpec>>,
     /// `api.forward_headers`.
     forward_headers: Vec<String>,
-    enricher: Option<Enricher>,
+    enricher: Option<Arc<Enricher>>,
     pipeline: Arc<Pipeline>,
 }
 
@@ -69,7 +69,7 @@ impl Builder {
     pub(super) fn new(
         routes: Routes,
         batch: Option<Arc<BatchSpec>>,
-        enricher: Option<Enricher>,
+        enricher: Option<Arc<Enricher>>,
         pipeline: Arc<Pipeline>,
     ) -> Builder {
         Builder {

@@ -76,8 +76,16 @@ fn deliverer_with<A: http::Api>(
     let alarm = BreakerAlarm::new(move || {
         r.fetch_add(1, Ordering::SeqCst);
     });
-    let d = Deliverer::with_parts(pipeline, api.clone(), dlq.clone(), alarm, None, None)
-        .expect("a deliverer over fakes");
+    let d = Deliverer::with_parts(
+        pipeline,
+        api.clone(),
+        dlq.clone(),
+        alarm,
+        None,
+        None,
+        crate::core::destination::DestinationId::DEFAULT,
+    )
+    .expect("a deliverer over fakes");
     (Arc::new(d), rang)
 }
 
@@ -118,6 +126,7 @@ fn item_in(id: &str, offset: i64) -> Item {
         entity_key: None,
         payload: Some(raw),
         headers: None,
+        destination: crate::core::destination::DestinationId::DEFAULT,
         body_type: BodyType::CloudEventsJson,
         work: Work::Deliver(ev),
     }
@@ -275,7 +284,10 @@ async fn a_handover_ends_the_wait_at_the_gate() {
     let (job, inbox) = job();
     let run = tokio::spawn(d.clone().run(job, None));
     until("the event at the gate", || {
-        d.pipeline.health.waiting_at_gate() == 1
+        d.pipeline
+            .health(crate::core::destination::DestinationId::DEFAULT)
+            .waiting_at_gate()
+            == 1
     })
     .await;
     let calls = api.calls();
@@ -322,7 +334,9 @@ async fn a_systemic_answer_after_the_handover_still_reaches_the_breaker() {
         "errored: the next owner delivers it"
     );
     assert_ne!(
-        d.pipeline.health.breaker_state(Instant::now()),
+        d.pipeline
+            .health(crate::core::destination::DestinationId::DEFAULT)
+            .breaker_state(Instant::now()),
         crate::core::breaker::BreakerStateKind::Closed,
         "the 401 made the breaker suspect the API"
     );

@@ -93,7 +93,7 @@ impl<W: DlqWrite> Writes<W> {
         // Flood guard: many events going to the DLQ at once is systemic —
         // unless each was refused on its own by an API that answered 2xx.
         if !per_item {
-            if let Some(t) = self.pipeline.health.dlq_written() {
+            if let Some(t) = self.ears.health().dlq_written() {
                 self.ears.on_transition(t);
             }
         }

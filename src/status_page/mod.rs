@@ -245,7 +245,9 @@ pub struct StatusBoard {
     info: BoardInfo,
     started_ms: i64,
     partitions: Mutex<BTreeMap<i32, Arc<PartitionRow>>>,
-    health: Mutex<HealthView>,
+    /// Each destination's view, in the order first published (the default
+    /// destination's first: the health actor evaluates it first).
+    health: Mutex<Vec<(String, HealthView)>>,
     pub errors: ErrorTally,
     window: Mutex<ErrorWindow>,
     credential: Mutex<Option<CredentialSnapshot>>,
@@ -268,12 +270,7 @@ impl StatusBoard {
             info,
             started_ms: now_ms,
             partitions: Mutex::new(BTreeMap::new()),
-            health: Mutex::new(HealthView {
-                report: None,
-                at_ms: now_ms,
-                marker: MarkerState::Unknown,
-                marker_last: None,
-            }),
+            health: Mutex::new(Vec::new()),
             errors: ErrorTally::default(),
             window: Mutex::new(ErrorWindow::new(
                 millis(ERROR_WINDOW),
@@ -322,9 +319,25 @@ impl StatusBoard {
         }
     }
 
-    /// The health actor's evaluation at `now_ms`.
-    pub(crate) fn publish_health(&self, r: HealthReport, now_ms: i64) {
-        let mut h = lock(&self.health);
+    /// The health actor's evaluation of `destination` at `now_ms`.
+    pub(crate) fn publish_health(&self, destination: &str, r: HealthReport, now_ms: i64) {
+        let mut all = lock(&self.health);
+        let i = match all.iter().position(|(n, _)| n == destination) {
+            Some(i) => i,
+            None => {
+                all.push((
+                    destination.to_string(),
+                    HealthView {
+                        report: None,
+                        at_ms: now_ms,
+                        marker: MarkerState::Unknown,
+                        marker_last: None,
+                    },
+                ));
+                all.len() - 1
+            }
+        };
+        let h = &mut all[i].1;
         let seen = MarkerState::seen(r.redis_ok, r.marker);
         if let Some(c) = marker_change(h.marker, seen, r.set_here) {
             h.marker_last = Some((c, now_ms));
@@ -358,30 +371,24 @@ impl StatusBoard {
             let (rows, span) = w.recent(now_ms, &counts);
             (rows, span, w.window_ms())
         };
-        let h = *lock(&self.health);
-        let breaker = match h.report {
-            Some(r) => StateSnapshot {
-                state: r.breaker.as_str().into(),
-                last: r.breaker_last.map(|(t, at_ms)| TransitionSnapshot {
-                    from: t.from.as_str().into(),
-                    to: t.to.as_str().into(),
-                    reason: t.reason.as_str().into(),
-                    at_ms,
-                }),
-            },
-            None => StateSnapshot {
-                state: "unknown".into(),
-                last: None,
-            },
+        let views = lock(&self.health).clone();
+        let unknown = HealthView {
+            report: None,
+            at_ms: now_ms,
+            marker: MarkerState::Unknown,
+            marker_last: None,
         };
-        let marker = StateSnapshot {
-            state: h.marker.as_str().into(),
-            last: h.marker_last.map(|(c, at_ms)| TransitionSnapshot {
-                from: c.from.as_str().into(),
-                to: c.to.as_str().into(),
-                reason: c.reason.as_str().into(),
-                at_ms,
-            }),
+        let health = health_snapshot(views.first().map_or(&unknown, |(_, h)| h));
+        let destinations = if views.len() > 1 {
+            views
+                .iter()
+                .map(|(name, h)| DestinationSnapshot {
+                    name: name.clone(),
+                    health: health_snapshot(h),
+                })
+                .collect()
+        } else {
+            Vec::new()
         };
         let mut by_reason: Vec<ErrorRow> = rows
             .into_iter()
@@ -404,16 +411,8 @@ impl StatusBoard {
             uptime_s: u64::try_from((now_ms - self.started_ms) / 1000).unwrap_or(0),
             ready,
             live,
-            health: HealthSnapshot {
-                api_unavailable: h.report.is_some_and(|r| r.api_unavailable),
-                source: h
-                    .report
-                    .map_or("unknown", |r| HealthSource::of(r.redis_ok).as_str())
-                    .into(),
-                evaluated_at_ms: h.report.map(|_| h.at_ms),
-                breaker,
-                marker,
-            },
+            health,
+            destinations,
             credential: lock(&self.credential).clone(),
             batch_splits: lock(&self.batch_splits).values().cloned().collect(),
             partitions,
@@ -423,6 +422,51 @@ impl StatusBoard {
                 by_reason,
             },
         }
+    }
+}
+
+/// One destination's health on the page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationSnapshot {
+    pub name: String,
+    pub health: HealthSnapshot,
+}
+
+/// What the page shows of one destination's last evaluation.
+fn health_snapshot(h: &HealthView) -> HealthSnapshot {
+    let breaker = match h.report {
+        Some(r) => StateSnapshot {
+            state: r.breaker.as_str().into(),
+            last: r.breaker_last.map(|(t, at_ms)| TransitionSnapshot {
+                from: t.from.as_str().into(),
+                to: t.to.as_str().into(),
+                reason: t.reason.as_str().into(),
+                at_ms,
+            }),
+        },
+        None => StateSnapshot {
+            state: "unknown".into(),
+            last: None,
+        },
+    };
+    let marker = StateSnapshot {
+        state: h.marker.as_str().into(),
+        last: h.marker_last.map(|(c, at_ms)| TransitionSnapshot {
+            from: c.from.as_str().into(),
+            to: c.to.as_str().into(),
+            reason: c.reason.as_str().into(),
+            at_ms,
+        }),
+    };
+    HealthSnapshot {
+        api_unavailable: h.report.is_some_and(|r| r.api_unavailable),
+        source: h
+            .report
+            .map_or("unknown", |r| HealthSource::of(r.redis_ok).as_str())
+            .into(),
+        evaluated_at_ms: h.report.map(|_| h.at_ms),
+        breaker,
+        marker,
     }
 }
 
@@ -441,7 +485,11 @@ pub struct Snapshot {
     pub ready: Probe,
     /// `/healthz`.
     pub live: Probe,
+    /// The default destination's health (the only one's, with one).
     pub health: HealthSnapshot,
+    /// With more than one destination (`core::destination`): each one's.
+    #[serde(default)]
+    pub destinations: Vec<DestinationSnapshot>,
     /// The API credential (`None`: no bearer token configured).
     #[serde(default)]
     pub credential: Option<CredentialSnapshot>,
@@ -642,6 +690,7 @@ mod tests {
             api_unavailable: true,
         };
         b.publish_health(
+            "http://api",
             HealthReport {
                 marker: false,
                 set_here: false,
@@ -649,9 +698,10 @@ mod tests {
             },
             1_800,
         );
-        b.publish_health(report, 2_000);
+        b.publish_health("http://api", report, 2_000);
         // The next evaluation renews nothing: the transition stays the one seen.
         b.publish_health(
+            "http://api",
             HealthReport {
                 set_here: false,
                 ..report
@@ -683,6 +733,7 @@ mod tests {
         );
         assert_eq!(s.live.reason.as_deref(), Some("wedged"));
         b.publish_health(
+            "http://api",
             HealthReport {
                 redis_ok: false,
                 marker: false,

@@ -215,6 +215,30 @@ pub(crate) fn render(s: &Snapshot) -> String {
     );
     state_rows(&mut o, "circuit breaker", "breaker", &s.health.breaker, now);
     state_rows(&mut o, "Redis marker", "marker", &s.health.marker, now);
+    // With more than one destination: each one's verdict, breaker and marker.
+    for (i, d) in s.destinations.iter().enumerate() {
+        let _ = write!(
+            o,
+            "<tr><th>destination</th><td id=\"destination-{i}\" data-api-unavailable=\"{}\"><b>{}</b>: {}</td></tr>",
+            d.health.api_unavailable,
+            esc(&d.name),
+            if d.health.api_unavailable { "unavailable: its events are held" } else { "available" }
+        );
+        state_rows(
+            &mut o,
+            "· circuit breaker",
+            &format!("breaker-{i}"),
+            &d.health.breaker,
+            now,
+        );
+        state_rows(
+            &mut o,
+            "· Redis marker",
+            &format!("marker-{i}"),
+            &d.health.marker,
+            now,
+        );
+    }
     if let Some(at) = s.health.evaluated_at_ms {
         let _ = write!(
             o,

@@ -373,7 +373,10 @@ async fn the_verdict_reaches_the_partition_on_its_watch_channel() {
         marker: false,
         redis_ok: true,
     };
-    assert!(w.pipeline.health.publish(down));
+    assert!(w
+        .pipeline
+        .health(crate::core::destination::DestinationId::DEFAULT)
+        .publish(down));
     until("main p is paused while the API is unavailable", || {
         w.io.reading(&w.main, 0) == Some(false)
     })

@@ -2,6 +2,7 @@
 
 use super::Src;
 use crate::core::classify::FailureReason;
+use crate::core::destination::{DestSet, DestinationId};
 use crate::core::envelope::Envelope;
 use crate::core::event::DecodeOptions;
 use crate::core::input::{decode_record, BodyType, InputFormat, JsonInput, RecordIn};
@@ -39,6 +40,11 @@ pub(crate) struct Decoder {
     /// the batching of events no route matches, and the longest run
     /// (`pipeline.concurrency`: a run takes a permit per event).
     runs: Option<Runs>,
+    /// With more than one destination: the routes that choose each event's
+    /// (`core::destination`); with one, every event goes to it.
+    destinations: Option<crate::core::mapping::Routes>,
+    /// The destinations of the events begun so far.
+    seen: DestSet,
 }
 
 struct Runs {
@@ -104,6 +110,18 @@ impl Intake for Decoder {
             },
             Work::Park { .. } => Kind::Immediate,
         };
+        let destination = match (&self.destinations, &work) {
+            (Some(routes), Work::Deliver(ev)) => routes.destination(&ev.event_type),
+            (Some(routes), Work::FromDlq(env)) => env
+                .event_type
+                .as_deref()
+                .map_or(DestinationId::DEFAULT, |t| routes.destination(t)),
+            _ => DestinationId::DEFAULT,
+        };
+        // Bad input goes to the parking lot, no destination's.
+        if !matches!(work, Work::Park { .. }) {
+            self.seen.insert(destination);
+        }
         let item = Item {
             topic: self.topics[src.index()].clone(),
             partition: self.partition,
@@ -114,6 +132,7 @@ impl Intake for Decoder {
             payload: r.payload,
             headers: r.headers,
             body_type,
+            destination,
             work,
         };
         Begun { item, kind }
@@ -121,6 +140,10 @@ impl Intake for Decoder {
 
     fn key(item: &Item) -> Option<&[u8]> {
         item.entity_key()
+    }
+
+    fn destination(item: &Item) -> DestinationId {
+        item.destination
     }
 
     fn run_group(&self, item: &Item) -> Option<RunGroup> {
@@ -146,6 +169,7 @@ impl Intake for Decoder {
             payload: old.payload.clone(),
             headers: old.headers.clone(),
             body_type: old.body_type,
+            destination: old.destination,
             work: Work::Park {
                 reason: FailureReason::InternalError,
                 message: format!("delivery work vanished {times} times without an outcome"),
@@ -167,8 +191,11 @@ impl Decoder {
             }),
             _ => None,
         };
+        let destinations = api.routes().ok().filter(|r| r.destinations().len() > 1);
         Decoder {
             runs,
+            destinations,
+            seen: DestSet::default(),
             max_wait_ms: cap.saturating_mul(2).saturating_add(60_000),
             backoff_cap_ms: cap,
             options: pipeline.config.pipeline.decode_options(),
@@ -182,6 +209,11 @@ impl Decoder {
             pipeline,
             partition,
         }
+    }
+
+    /// The destinations of the events begun so far (`core::destination`).
+    pub(crate) fn seen(&self) -> DestSet {
+        self.seen
     }
 
     /// Registry formats: where the gate leaves the schemas.

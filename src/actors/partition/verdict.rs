@@ -1,40 +1,91 @@
-//! The health verdict reaches the partition actor on its watch channel
-//! (`ApiHealth::watch`), straight from the health actor: no relay through the
-//! consumer actor. A task of the actor's own turns each change into a
-//! [`PartitionMsg::Health`] in its mailbox, in order with everything else;
-//! it ends with the actor ([`Watch`] aborts it when dropped).
+//! The destinations' verdicts reach the partition actor on their watch
+//! channels (`ApiHealth::watch`, one per destination), straight from the
+//! health actor: no relay through the consumer actor. A task of the actor's
+//! own per destination turns each change into a [`PartitionMsg::Health`] in
+//! its mailbox, in order with everything else; they end with the actor
+//! ([`Watch`] aborts them when dropped). [`Verdicts`] keeps which are down
+//! and which the partition's events went to, and makes the machine's verdict
+//! of them (`core::destination::partition_verdict`).
 
 use super::PartitionMsg;
-use crate::api_health::HealthVerdict;
+use crate::core::destination::{partition_verdict, DestSet, DestinationId, PartitionVerdict};
+use crate::runtime::Pipeline;
 use ractor::ActorRef;
-use tokio::sync::watch;
 
-/// The task watching the verdict for one actor incarnation.
-pub(super) struct Watch(tokio::task::JoinHandle<()>);
+/// The tasks watching the destinations' verdicts for one actor incarnation.
+pub(super) struct Watch(Vec<tokio::task::JoinHandle<()>>);
 
 impl Watch {
-    /// The verdict now (what the actor starts from), and the task that hands
-    /// over every later change.
-    pub(super) fn start(
-        mut verdicts: watch::Receiver<HealthVerdict>,
-        me: ActorRef<PartitionMsg>,
-    ) -> (HealthVerdict, Watch) {
-        let now = *verdicts.borrow_and_update();
-        let task = tokio::spawn(async move {
-            // Ends when the health side is gone or the actor is.
-            while verdicts.changed().await.is_ok() {
-                let v = *verdicts.borrow_and_update();
-                if me.send_message(PartitionMsg::Health(v)).is_err() {
-                    return;
-                }
+    /// The destinations down now (what the actor starts from), and the tasks
+    /// that hand over every later change.
+    pub(super) fn start(pipeline: &Pipeline, me: ActorRef<PartitionMsg>) -> (DestSet, Watch) {
+        let mut down = DestSet::default();
+        let mut tasks = Vec::with_capacity(pipeline.destinations.len());
+        for (i, d) in pipeline.destinations.iter().enumerate() {
+            let id = DestinationId(i as u8);
+            let mut verdicts = d.health.watch();
+            if verdicts.borrow_and_update().api_unavailable {
+                down.insert(id);
             }
-        });
-        (now, Watch(task))
+            let me = me.clone();
+            tasks.push(tokio::spawn(async move {
+                // Ends when the health side is gone or the actor is.
+                while verdicts.changed().await.is_ok() {
+                    let unavailable = verdicts.borrow_and_update().api_unavailable;
+                    if me
+                        .send_message(PartitionMsg::Health { id, unavailable })
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }));
+        }
+        (down, Watch(tasks))
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        self.0.abort();
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Which destinations are down, which the partition's events went to, and
+/// the verdict last given to the machine.
+pub(super) struct Verdicts {
+    down: DestSet,
+    all: DestSet,
+    given: Option<PartitionVerdict>,
+}
+
+impl Verdicts {
+    pub(super) fn new(down: DestSet, destinations: usize) -> Verdicts {
+        Verdicts {
+            down,
+            all: DestSet::first(destinations),
+            given: None,
+        }
+    }
+
+    /// A destination's verdict changed.
+    pub(super) fn set(&mut self, id: DestinationId, unavailable: bool) {
+        if unavailable {
+            self.down.insert(id);
+        } else {
+            self.down.remove(id);
+        }
+    }
+
+    /// The machine's verdict given the destinations the partition's events
+    /// went to (`seen`), when it is not the one given last.
+    pub(super) fn changed(&mut self, seen: DestSet) -> Option<PartitionVerdict> {
+        let v = partition_verdict(self.down, seen, self.all);
+        (self.given != Some(v)).then(|| {
+            self.given = Some(v);
+            v
+        })
     }
 }

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 /// The mode and what it rests on.
 pub(super) struct Degraded {
     fsm: PartitionFsm,
-    /// The last health verdict.
+    /// The last health verdict: every destination down.
     api_unavailable: bool,
+    /// Some destination down: the DLQ is not drained (`core::destination`).
+    drain_held: bool,
     /// The earliest [`Timer::Wake`] pending.
     wake_at: Option<Instant>,
 }
@@ -22,6 +24,7 @@ impl Degraded {
         Degraded {
             fsm: PartitionFsm::new(min_pause),
             api_unavailable: false,
+            drain_held: false,
             wake_at: None,
         }
     }
@@ -41,8 +44,9 @@ impl Degraded {
     }
 
     /// A new health verdict (applied at the next [`Degraded::update`]).
-    pub(super) fn verdict(&mut self, api_unavailable: bool) {
+    pub(super) fn verdict(&mut self, api_unavailable: bool, drain_held: bool) {
         self.api_unavailable = api_unavailable;
+        self.drain_held = drain_held || api_unavailable;
     }
 
     /// The [`Timer::Wake`] came.
@@ -54,6 +58,9 @@ impl Degraded {
     /// [`Effect::Mode`] to report: after a change, or at the `first`
     /// evaluation (so a partition that starts paused shows).
     pub(super) fn update<I>(&mut self, now: Now, unread: bool, first: bool) -> Option<Effect<I>> {
+        // While some destination is down the DLQ waits (its head may be that
+        // destination's, and main p would wait behind it): main p is read.
+        let unread = unread && !self.drain_held;
         let change = self.fsm.update(now.mono, self.api_unavailable, unread);
         (change.is_some() || first).then(|| Effect::Mode {
             mode: self.fsm.mode(),
@@ -125,10 +132,24 @@ mod tests {
             })
         );
         assert!(d.update::<()>(at(base, 1), false, false).is_none());
-        d.verdict(true);
+        d.verdict(true, true);
         assert!(d.update::<()>(at(base, 2), false, false).is_some());
         assert!(d.paused());
         assert!(!d.reading().main && !d.reading().dlq);
+    }
+
+    #[test]
+    fn a_held_drain_reads_main_p_and_drains_once_released() {
+        let base = Instant::now();
+        let mut d = Degraded::new(Duration::ZERO);
+        d.update::<()>(at(base, 0), false, true);
+        d.verdict(false, true);
+        d.update::<()>(at(base, 1), true, false);
+        assert_eq!(d.mode(), Mode::Normal, "another destination is down");
+        assert!(d.reading().main && !d.reading().dlq);
+        d.verdict(false, false);
+        d.update::<()>(at(base, 2), true, false);
+        assert_eq!(d.mode(), Mode::DrainDlq);
     }
 
     #[test]
@@ -136,9 +157,9 @@ mod tests {
         let base = Instant::now();
         let mut d = Degraded::new(Duration::from_millis(1_000));
         d.update::<()>(at(base, 0), false, true);
-        d.verdict(true);
+        d.verdict(true, true);
         d.update::<()>(at(base, 0), false, false);
-        d.verdict(false);
+        d.verdict(false, false);
         assert!(
             d.update::<()>(at(base, 10), false, false).is_none(),
             "dwelling"

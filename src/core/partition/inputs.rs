@@ -65,9 +65,14 @@ pub(crate) enum Input<R> {
     Records(Vec<R>),
     /// Answers of dispatched jobs, in arrival order.
     Reports(Vec<Report>),
-    /// The health verdict (also the first input: it applies the initial reading).
+    /// The health verdict (also the first input: it applies the initial
+    /// reading), as `core::destination::partition_verdict` makes it of the
+    /// destinations': every destination of the partition is unavailable
+    /// (`api_unavailable`: paused), or some destination is (`drain_held`: the
+    /// DLQ waits; with one destination both are the same).
     Verdict {
         api_unavailable: bool,
+        drain_held: bool,
     },
     /// The consumer's lag check.
     Positions(Positions),

@@ -69,7 +69,11 @@ struct Held<I> {
 /// The held events, keyed by side and slot, and their dispatch.
 pub(super) struct Lanes<X: Intake> {
     held: HashMap<(Src, i64), Held<X::Item>, SlotHash>,
-    lanes: Scheduler,
+    /// The ordering lanes of each destination (`core::destination`), by its
+    /// id: a key's events to one API do not wait behind its events to
+    /// another (order holds per key and destination).
+    lanes: Vec<Scheduler>,
+    ordering: OrderingMode,
     /// Jobs dispatched and not answered.
     dispatched: usize,
     /// Jobs whose turn came while the mode was `Paused`: dispatched when it ends.
@@ -82,11 +86,22 @@ impl<X: Intake> Lanes<X> {
     pub(super) fn new(ordering: OrderingMode) -> Self {
         Lanes {
             held: HashMap::default(),
-            lanes: Scheduler::new(ordering),
+            lanes: vec![Scheduler::new(ordering)],
+            ordering,
             dispatched: 0,
             ready: BTreeSet::new(),
             ready_runs: Vec::new(),
         }
+    }
+
+    /// The lanes of `item`'s destination.
+    fn lanes_of(&mut self, item: &X::Item) -> &mut Scheduler {
+        let i = X::destination(item).index();
+        if i >= self.lanes.len() {
+            let ordering = self.ordering;
+            self.lanes.resize_with(i + 1, || Scheduler::new(ordering));
+        }
+        &mut self.lanes[i]
     }
 
     /// Jobs dispatched and not answered.
@@ -108,7 +123,7 @@ impl<X: Intake> Lanes<X> {
         bytes: u64,
     ) -> bool {
         let turn = match kind {
-            Kind::Ordered => self.lanes.admit(X::key(&item), slot, run),
+            Kind::Ordered => self.lanes_of(&item).admit(X::key(&item), slot, run),
             Kind::Immediate => true,
             Kind::Queued { .. } => false,
         };
@@ -140,7 +155,7 @@ impl<X: Intake> Lanes<X> {
     ) -> Option<u64> {
         let held = self.held.remove(&(src, slot))?;
         if held.in_lane {
-            match self.lanes.finish(X::key(&held.item), slot) {
+            match self.lanes_of(&held.item).finish(X::key(&held.item), slot) {
                 _ if draining => {}
                 release => self.release(Src::Main, release, paused, fx),
             }
@@ -192,7 +207,8 @@ impl<X: Intake> Lanes<X> {
         match self.held.get(&(src, slot)) {
             None => {}
             Some(h) if h.in_lane => {
-                let release = self.lanes.again(X::key(&h.item), slot);
+                let item = h.item.clone();
+                let release = self.lanes_of(&item).again(X::key(&item), slot);
                 self.release(src, release, paused, fx);
             }
             Some(_) => self.dispatch(src, slot, paused, fx),
@@ -272,7 +288,7 @@ impl<X: Intake> Lanes<X> {
     pub(super) fn trim(&mut self, keep: usize) {
         if self.held.is_empty() && self.held.capacity() > keep {
             self.held = HashMap::default();
-            self.lanes.trim();
+            self.lanes.iter_mut().for_each(Scheduler::trim);
         }
     }
 }
@@ -348,6 +364,63 @@ mod tests {
         assert_eq!(l.finish(Src::Main, 0, false, false, &mut fx), Some(10));
         assert_eq!(dispatched(&fx), vec![1], "the key's next event goes out");
         assert_eq!(l.finish(Src::Main, 0, false, false, &mut fx), None);
+    }
+
+    /// Items are (key, destination).
+    struct ByDestination;
+
+    impl Intake for ByDestination {
+        type Raw = (u8, u8);
+        type Item = (u8, u8);
+
+        fn position(_raw: &(u8, u8)) -> (Src, i64) {
+            (Src::Main, 0)
+        }
+
+        fn begin(&mut self, _src: Src, raw: (u8, u8)) -> super::super::Begun<(u8, u8)> {
+            super::super::Begun {
+                item: raw,
+                kind: Kind::Ordered,
+            }
+        }
+
+        fn key(item: &(u8, u8)) -> Option<&[u8]> {
+            Some(std::slice::from_ref(&item.0))
+        }
+
+        fn destination(item: &(u8, u8)) -> crate::core::destination::DestinationId {
+            crate::core::destination::DestinationId(item.1)
+        }
+
+        fn size(_raw: &(u8, u8)) -> usize {
+            1
+        }
+
+        fn park_internal(item: &(u8, u8), _times: u32) -> (u8, u8) {
+            *item
+        }
+    }
+
+    #[test]
+    fn a_key_waits_only_behind_its_events_to_the_same_destination() {
+        for ordering in [OrderingMode::Key, OrderingMode::Partition] {
+            let mut l: Lanes<ByDestination> = Lanes::new(ordering);
+            assert!(l.hold(Src::Main, 0, (1, 0), Kind::Ordered, None, 1));
+            assert!(
+                l.hold(Src::Main, 1, (1, 3), Kind::Ordered, None, 1),
+                "{ordering:?}: same key, another destination"
+            );
+            assert!(
+                !l.hold(Src::Main, 2, (1, 3), Kind::Ordered, None, 1),
+                "{ordering:?}: same key and destination"
+            );
+            let mut fx = Vec::new();
+            l.finish(Src::Main, 1, false, false, &mut fx);
+            assert!(
+                matches!(fx[..], [Effect::Dispatch { offset: 2, .. }]),
+                "{ordering:?}: its destination's lane goes on"
+            );
+        }
     }
 
     #[test]

@@ -124,8 +124,11 @@ impl<X: Intake> PartitionMachine<X> {
         match input {
             Input::Records(records) => self.on_records(records, now),
             Input::Reports(reports) => self.on_reports(reports, now),
-            Input::Verdict { api_unavailable } => {
-                self.degraded.verdict(api_unavailable);
+            Input::Verdict {
+                api_unavailable,
+                drain_held,
+            } => {
+                self.degraded.verdict(api_unavailable, drain_held);
                 self.evaluate(now);
             }
             Input::Positions(p) => self.on_positions(p, now),

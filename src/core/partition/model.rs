@@ -401,7 +401,10 @@ impl Harness {
             fail_store: false,
             fail_reading: false,
         };
-        h.feed(Input::Verdict { api_unavailable })?;
+        h.feed(Input::Verdict {
+            api_unavailable,
+            drain_held: api_unavailable,
+        })?;
         Ok(h)
     }
 
@@ -1001,7 +1004,10 @@ impl Harness {
             }
             Action::Verdict { api_unavailable } => {
                 self.api_unavailable = api_unavailable;
-                self.feed(Input::Verdict { api_unavailable })
+                self.feed(Input::Verdict {
+                    api_unavailable,
+                    drain_held: api_unavailable,
+                })
             }
             Action::Positions { stale } => self.positions(stale),
             Action::Advance { ms } => self.advance_to(self.ms + ms),
@@ -1073,6 +1079,7 @@ impl Harness {
             self.api_unavailable = false;
             self.feed(Input::Verdict {
                 api_unavailable: false,
+                drain_held: false,
             })?;
             self.positions(false)?;
         }

@@ -4,6 +4,7 @@
 #[cfg(doc)]
 use super::Effect;
 use super::Src;
+use crate::core::destination::DestinationId;
 use crate::core::ordering::RunGroup;
 
 /// How a begun record is scheduled.
@@ -40,6 +41,11 @@ pub(crate) trait Intake {
     fn begin(&mut self, src: Src, raw: Self::Raw) -> Begun<Self::Item>;
     /// The item's ordering key.
     fn key(item: &Self::Item) -> Option<&[u8]>;
+    /// Where the item is delivered (`core::destination`): each destination
+    /// has its own ordering lanes.
+    fn destination(_item: &Self::Item) -> DestinationId {
+        DestinationId::DEFAULT
+    }
     /// The run group of an [`Kind::Ordered`] item whose route sends runs
     /// (`ordered = true`, `core::ordering`): waiting events of its lane and
     /// group may be dispatched together ([`Effect::DispatchRun`]).

@@ -158,7 +158,10 @@ impl T {
     }
 
     fn verdict(&mut self, api_unavailable: bool) -> Vec<Effect<Rec>> {
-        self.feed(Input::Verdict { api_unavailable })
+        self.feed(Input::Verdict {
+            api_unavailable,
+            drain_held: api_unavailable,
+        })
     }
 
     /// A lag check: DLQ p ends at `dlq_high`, nothing of it was read.

@@ -59,7 +59,9 @@ fn own_batcher<A: http::Api + Clone>(
         api.clone(),
         d.send.calls.ears.clone(),
         limits.clone(),
-        d.pipeline.health.clone(),
+        d.pipeline
+            .health(crate::core::destination::DestinationId::DEFAULT)
+            .clone(),
     );
     let batcher = batch::Batcher::new(Arc::new(calls), d.pipeline.clone());
     let spec = d.build.batch.clone().expect("[api.batch] is on");
