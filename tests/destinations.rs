@@ -151,9 +151,151 @@ async fn one_apis_outage_does_not_stop_the_other() {
     c.terminate(Duration::from_secs(20)).await;
 }
 
+/// The events that reached the API directly (not through the DLQ) before an
+/// earlier event of their key (`keys` keys, `key_of`) that went through the
+/// DLQ: `order` is the API's acceptances in order, `through_dlq` the ids with
+/// an envelope in the DLQ. Ids are the load generator's (`dest-<seq>`).
+fn overtaken_through_dlq(
+    order: &[String],
+    through_dlq: &std::collections::HashSet<String>,
+    keys: usize,
+) -> Vec<String> {
+    let seq = |id: &str| id.rsplit('-').next().and_then(|s| s.parse::<usize>().ok());
+    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, id) in order.iter().enumerate() {
+        first.entry(id.as_str()).or_insert(i);
+    }
+    let mut out = Vec::new();
+    for (id, &at) in &first {
+        let Some(s) = seq(id) else { continue };
+        if through_dlq.contains(*id) {
+            continue;
+        }
+        for d in through_dlq {
+            let Some(ds) = seq(d) else { continue };
+            let before = first.get(d.as_str()).is_none_or(|&dat| dat > at);
+            if ds % keys == s % keys && ds < s && before {
+                out.push(format!("{id} before {d}"));
+            }
+        }
+    }
+    out
+}
+
 /// A URL's origin, as Courier names a destination no route names.
 fn origin(url: &str) -> String {
     let rest = url.find("://").map_or(0, |i| i + 3);
     let end = url[rest..].find('/').map_or(url.len(), |i| rest + i);
     url[..end].to_ascii_lowercase()
+}
+
+/// The second API is down longer than `degraded.destination_hold`: its events
+/// go to the DLQ (`destination_unavailable`, counted per destination), those
+/// of their keys follow them, and once it is back the DLQ drain delivers them.
+/// No event of a key reaches the second API directly before an earlier event
+/// of that key that went through the DLQ (the follow rule); first arrivals
+/// keep per-key order. The first API's rate holds during the outage; nothing
+/// of it goes to the DLQ; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_outage_diverts_to_the_dlq_in_order() {
+    let s = services();
+    let n = Names::new("dest-divert", 4);
+    n.create(&s, true).await;
+    let first = sink().await;
+    let second = sink().await;
+    let degraded = FAST
+        .replace("drain_concurrency = 4", "drain_concurrency = 1")
+        .replace("drain_rate_per_sec = 20.0", "drain_rate_per_sec = 100.0")
+        + "\ndestination_hold = \"2s\"\n";
+    let toml = toml_with(&n, &first.url(), &degraded)
+        + &format!(
+            "\n[[api.routes]]\ntype = \"b.*\"\nurl = \"{}\"\ndestination = \"second\"\n",
+            second.url()
+        );
+    let mut c = Courier::start("dest-divert", &s, &toml);
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing = tokio::spawn(produce_mixed(
+        s.brokers.clone(),
+        n.topic.clone(),
+        3,
+        10,
+        stop.clone(),
+    ));
+    wait_until(Duration::from_secs(60), "both APIs receive events", || {
+        first.delivered_count() >= 60 && second.delivered_count() >= 60
+    })
+    .await;
+    let (t0, c0) = (Instant::now(), first.delivered_count());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = (first.delivered_count() - c0) as f64 / t0.elapsed().as_secs_f64();
+
+    second.update_behaviour(|b| b.down_status = Some(503));
+    let (t1, c1) = (Instant::now(), first.delivered_count());
+    wait_until(
+        Duration::from_secs(30),
+        "the second destination's events are diverted",
+        || {
+            envelopes(&s, &n.dlq)
+                .iter()
+                .any(|e| e.last_error.reason == "destination_unavailable")
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let during = (first.delivered_count() - c1) as f64 / t1.elapsed().as_secs_f64();
+    let diverted = c
+        .metric("courier_destination_diverted_total{destination=\"second\"")
+        .await;
+    second.update_behaviour(|b| b.down_status = None);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let produced = producing.await.expect("producer");
+    wait_until(
+        Duration::from_secs(180),
+        "every event reached its API",
+        || {
+            let (a, b) = (first.audit(), second.audit());
+            produced
+                .ids
+                .iter()
+                .all(|id| a.delivered.contains_key(id) || b.delivered.contains_key(id))
+        },
+    )
+    .await;
+    let rep = n.audit_all(&s, &produced, &[&first, &second]);
+    assert_no_loss("dest-divert", &rep);
+    println!(
+        "first API: {before:.1} events/s before, {during:.1} during; {diverted} events of the second diverted"
+    );
+    assert!(diverted > 0.0, "events were diverted");
+    assert!(
+        during >= 0.9 * before,
+        "the first API got {during:.1} events/s during the second's outage, {before:.1} before"
+    );
+    let in_dlq = envelopes(&s, &n.dlq);
+    assert!(in_dlq
+        .iter()
+        .all(|e| e.event_type.as_deref() == Some("b.thing")));
+    let (a, b) = (first.audit(), second.audit());
+    assert!(
+        b.per_second_redelivery.iter().sum::<u64>() > 0,
+        "the drain redelivered"
+    );
+    let through_dlq: std::collections::HashSet<String> =
+        in_dlq.iter().filter_map(|e| e.event_id.clone()).collect();
+    let overtaken = overtaken_through_dlq(&b.order, &through_dlq, 10);
+    assert!(
+        overtaken.is_empty(),
+        "events reached the second API before an earlier event of their key that went through the DLQ: {:?}",
+        &overtaken[..overtaken.len().min(10)]
+    );
+    for (name, audit) in [("first", &a), ("second", &b)] {
+        assert!(audit.order_checked > 0, "{name}: order checked");
+        assert_eq!(
+            audit.order_violations, 0,
+            "{name}: per-key order: {:?}",
+            audit.order_violation_examples
+        );
+    }
+    c.terminate(Duration::from_secs(20)).await;
 }

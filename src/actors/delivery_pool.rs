@@ -22,6 +22,9 @@ pub(crate) enum DeliveryMsg {
     /// A job that does not take an API permit: a parking-lot write or a DLQ
     /// redelivery. Deliveries go to `PoolHandles::queue` instead.
     Run(Job),
+    /// An event the partition diverts to the DLQ without a try
+    /// (`core::partition::outage`), and why.
+    Divert(Job, crate::core::destination::Diverted),
 }
 
 pub(crate) struct DeliveryPool;
@@ -126,6 +129,11 @@ impl Actor for DeliveryPool {
                 let d = &state.deliverers;
                 let deliverer = d.get(job.item.destination.index()).unwrap_or(&d[0]);
                 tokio::spawn(deliverer.clone().run(job, None));
+            }
+            DeliveryMsg::Divert(job, why) => {
+                let d = &state.deliverers;
+                let deliverer = d.get(job.item.destination.index()).unwrap_or(&d[0]);
+                tokio::spawn(deliverer.clone().divert(job, why));
             }
         }
         Ok(())

@@ -148,8 +148,8 @@ pub(crate) struct PartitionState {
     gate: Option<schemas::SchemaGate>,
     /// Hands the destinations' verdict changes to this actor.
     _verdicts: verdict::Watch,
-    /// What the machine's verdict is made of.
-    verdicts: verdict::Verdicts,
+    /// The destinations down now.
+    down: DestSet,
 }
 
 pub(crate) struct PartitionActor;
@@ -181,6 +181,8 @@ impl Actor for PartitionActor {
             backlog_bytes_cap: cfg.pipeline.max_buffered_bytes / 2,
             budget: a.pipeline.in_flight.clone(),
             min_pause: cfg.degraded.min_pause,
+            destinations: a.pipeline.destinations.len(),
+            destination_hold: cfg.degraded.destination_hold,
             drain_timeout: cfg.pipeline.drain_timeout,
             sides: Src::BOTH.map(|src| {
                 let i = src.index();
@@ -213,8 +215,6 @@ impl Actor for PartitionActor {
             decoder.use_schemas(g.known.clone());
         }
         let (down, watch) = verdict::Watch::start(&a.pipeline, myself.clone());
-        let mut verdicts = verdict::Verdicts::new(down, a.pipeline.destinations.len());
-        let first = verdicts.changed(DestSet::default()).unwrap_or_default();
         let mut s = PartitionState {
             machine: PartitionMachine::new(settings, decoder),
             draining: None,
@@ -222,7 +222,7 @@ impl Actor for PartitionActor {
             inbox: Arc::new(Inbox::new(myself.clone())),
             gate,
             _verdicts: watch,
-            verdicts,
+            down,
             gauges: Gauges::new(
                 a.partition,
                 a.pipeline.board.partition(a.partition, a.generation),
@@ -231,13 +231,7 @@ impl Actor for PartitionActor {
         };
         // Pauses do not survive rebalances reliably: the first evaluation applies
         // the FSM's reading to both topics explicitly.
-        s.run(
-            &myself,
-            Input::Verdict {
-                api_unavailable: first.paused,
-                drain_held: first.drain_held,
-            },
-        );
+        s.run(&myself, Input::Verdict { down });
         Ok(s)
     }
 
@@ -302,14 +296,12 @@ impl Actor for PartitionActor {
                 Input::Handover
             }
             PartitionMsg::Health { id, unavailable } => {
-                s.verdicts.set(id, unavailable);
-                match s.verdicts.changed(s.machine.intake().seen()) {
-                    Some(v) => Input::Verdict {
-                        api_unavailable: v.paused,
-                        drain_held: v.drain_held,
-                    },
-                    None => return Ok(()),
+                if unavailable {
+                    s.down.insert(id);
+                } else {
+                    s.down.remove(id);
                 }
+                Input::Verdict { down: s.down }
             }
             PartitionMsg::Positions(p) => Input::Positions(p),
             PartitionMsg::Logs(logs) => Input::Logs(logs),
@@ -319,17 +311,6 @@ impl Actor for PartitionActor {
             PartitionMsg::Probed { src, from, to } => Input::Probed { src, from, to },
         };
         s.run(&myself, input);
-        // An event for a destination the partition had not sent to before
-        // changes what its verdict rests on.
-        if let Some(v) = s.verdicts.changed(s.machine.intake().seen()) {
-            s.run(
-                &myself,
-                Input::Verdict {
-                    api_unavailable: v.paused,
-                    drain_held: v.drain_held,
-                },
-            );
-        }
         Ok(())
     }
 }

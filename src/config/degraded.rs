@@ -33,6 +33,15 @@ pub struct DegradedConfig {
     /// A partition stays paused at least this long (anti-flapping).
     #[serde(with = "humantime_serde")]
     pub min_pause: Duration,
+    /// With several destinations (`[[api.routes]] destination`): how long a
+    /// destination that is down holds its events (not sent, the partition
+    /// going on with the others') before they go to the DLQ with reason
+    /// `destination_unavailable`, followed by every later event to it until
+    /// the DLQ is drained (order per key holds). Also diverted earlier when
+    /// it holds half of `pipeline.max_in_flight_per_partition`. With one
+    /// destination the partition pauses instead, and this is not used.
+    #[serde(with = "humantime_serde")]
+    pub destination_hold: Duration,
     /// DLQ drain: events in delivery at once (process-wide) and events per second.
     pub drain_concurrency: usize,
     /// DLQ redeliveries per second.
@@ -67,6 +76,7 @@ impl Default for DegradedConfig {
             breaker_half_open_probes: 3,
             breaker_consecutive_failures: 10,
             min_pause: Duration::from_secs(1),
+            destination_hold: Duration::from_secs(30),
             drain_concurrency: 16,
             drain_rate_per_sec: 50.0,
             dlq_backoff_base: Duration::from_secs(1),

@@ -125,7 +125,6 @@ impl DestSet {
         self.0 &= !(1u64 << (id.0 % 64));
     }
 
-    #[cfg(test)]
     pub(crate) fn contains(self, id: DestinationId) -> bool {
         self.0 & (1u64 << (id.0 % 64)) != 0
     }
@@ -141,6 +140,17 @@ impl DestSet {
     pub(crate) fn intersects(self, other: DestSet) -> bool {
         self.0 & other.0 != 0
     }
+}
+
+/// Why an event goes to the DLQ without a try (`core::partition::outage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Diverted {
+    /// Its destination has been down longer than `degraded.destination_hold`
+    /// (or holds its share of the partition): `destination_unavailable`.
+    Unavailable,
+    /// An earlier event of its key to the same destination is in the DLQ:
+    /// `key_in_dlq` (order per key and destination).
+    BehindDlq,
 }
 
 /// What a partition makes of its destinations' verdicts.

@@ -24,6 +24,8 @@ pub(crate) struct Ears {
     limits: Arc<Limits>,
     health: Arc<ApiHealth>,
     alarm: BreakerAlarm,
+    /// The destination's name (`core::destination`).
+    destination: Arc<str>,
     /// Requests heard so far (`tests/one_path.rs` counts them against the
     /// requests a fake API received).
     #[cfg(test)]
@@ -36,12 +38,14 @@ impl Ears {
         limits: Arc<Limits>,
         health: Arc<ApiHealth>,
         alarm: BreakerAlarm,
+        destination: Arc<str>,
     ) -> Ears {
         Ears {
             policy,
             limits,
             health,
             alarm,
+            destination,
             #[cfg(test)]
             heard: std::sync::atomic::AtomicU64::new(0),
         }
@@ -124,9 +128,15 @@ impl Ears {
         &self.health
     }
 
+    /// The destination's name.
+    pub(super) fn destination(&self) -> &str {
+        &self.destination
+    }
+
     pub(super) fn on_transition(&self, t: Transition) {
-        metrics::counter!(m::BREAKER_TRANSITIONS, "to" => t.to.as_str(), "reason" => t.reason.as_str()).increment(1);
+        metrics::counter!(m::BREAKER_TRANSITIONS, "to" => t.to.as_str(), "reason" => t.reason.as_str(), "destination" => self.destination.to_string()).increment(1);
         tracing::warn!(
+            destination = %self.destination,
             from = t.from.as_str(),
             to = t.to.as_str(),
             reason = t.reason.as_str(),

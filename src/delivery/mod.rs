@@ -334,6 +334,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             limits.clone(),
             health.clone(),
             alarm,
+            pipeline
+                .destinations
+                .get(dest.index())
+                .map_or(Arc::from("default"), |d| Arc::from(d.name.as_str())),
         ));
         let calls = Arc::new(send::Calls::new(api, ears.clone(), limits, health));
         let batcher = Arc::new(batch::Batcher::new(calls.clone(), pipeline.clone()));

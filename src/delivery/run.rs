@@ -9,7 +9,8 @@ use super::http::Api;
 use super::report::Failure;
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item, Job, Work};
-use crate::core::classify::ErrorClass;
+use crate::core::classify::{ErrorClass, FailureReason};
+use crate::core::destination::Diverted;
 use crate::core::envelope::ErrorInfo;
 use crate::core::trace;
 use std::sync::Arc;
@@ -27,6 +28,37 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             .await
             .flatten()
         {
+            token.finish(outcome);
+        }
+    }
+
+    /// Writes the job's event to the DLQ without a try, for `why`
+    /// (`core::partition::outage`): its destination has been down longer
+    /// than `degraded.destination_hold` (or holds its share of the
+    /// partition), reason `destination_unavailable`; or an earlier event of
+    /// its key to this destination is in the DLQ, reason `key_in_dlq`. The
+    /// flood guard does not count it (no API answered).
+    pub(crate) async fn divert(self: Arc<Self>, job: Job, why: Diverted) {
+        let Job { item, token } = job;
+        if token.cancelled() {
+            return;
+        }
+        let dest = self.send.calls.ears.destination();
+        let (reason, message) = match why {
+            Diverted::Unavailable => (
+                FailureReason::DestinationUnavailable,
+                format!("destination {dest} unavailable longer than degraded.destination_hold (or holding its share of the partition)"),
+            ),
+            Diverted::BehindDlq => (
+                FailureReason::KeyInDlq,
+                format!("an earlier event of its key to destination {dest} is in the DLQ"),
+            ),
+        };
+        let info = ErrorInfo::new(ErrorClass::Transient, reason, None, &message);
+        metrics::counter!(crate::metrics::DIVERTED, "destination" => dest.to_string(), "reason" => reason.as_str()).increment(1);
+        let work =
+            Box::pin(self.writes.dead_letter(&item, info, true)).instrument(event_span(&item));
+        if let Some(outcome) = durable::in_scope(token.cancellation(), work).await {
             token.finish(outcome);
         }
     }

@@ -66,6 +66,8 @@ pub(crate) const BATCH_SPLIT_SINGLES_RATIO: &str = "courier_batch_split_singles_
 pub(crate) const ORDERED_RESENT: &str = "courier_ordered_resent_total";
 // Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
 pub(crate) const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
+// Destinations (`core::destination`, `core::partition::outage`).
+pub(crate) const DIVERTED: &str = "courier_destination_diverted_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -286,6 +288,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         ORDERED_RESENT,
         "Events of an ordered run (ordered = true) sent again, although answered, because an earlier event of the run is tried again: duplicates the API drops by event id.",
+    ),
+    (
+        DIVERTED,
+        "Events written to the DLQ without a try, by destination and reason: destination_unavailable (their destination, the API a route sends to, was down longer than degraded.destination_hold, or held half of pipeline.max_in_flight_per_partition, while the partition went on with other destinations) or key_in_dlq (with several destinations: an earlier event of the key to that destination is in the DLQ, and order per key holds). Redelivered by the DLQ drain once every destination is back.",
     ),
     (
         DELETED_UNREAD,

@@ -43,6 +43,20 @@ impl PartitionState {
                     CompletionToken::new(self.inbox.clone(), self.a.generation, src, offset);
                 self.send(Job { item, token });
             }
+            Effect::Divert {
+                src,
+                offset,
+                item,
+                why,
+            } => {
+                let token =
+                    CompletionToken::new(self.inbox.clone(), self.a.generation, src, offset);
+                // Dropped when the pool is gone: the token reports errored,
+                // and the machine diverts it again after a back-off.
+                if let Some(pool) = self.a.delivery.pool.current() {
+                    let _ = pool.send_message(DeliveryMsg::Divert(Job { item, token }, why));
+                }
+            }
             Effect::DispatchRun { src, run } => {
                 let jobs = run
                     .into_iter()

@@ -2,7 +2,7 @@
 
 use super::Src;
 use crate::core::classify::FailureReason;
-use crate::core::destination::{DestSet, DestinationId};
+use crate::core::destination::DestinationId;
 use crate::core::envelope::Envelope;
 use crate::core::event::DecodeOptions;
 use crate::core::input::{decode_record, BodyType, InputFormat, JsonInput, RecordIn};
@@ -43,8 +43,6 @@ pub(crate) struct Decoder {
     /// With more than one destination: the routes that choose each event's
     /// (`core::destination`); with one, every event goes to it.
     destinations: Option<crate::core::mapping::Routes>,
-    /// The destinations of the events begun so far.
-    seen: DestSet,
 }
 
 struct Runs {
@@ -118,10 +116,6 @@ impl Intake for Decoder {
                 .map_or(DestinationId::DEFAULT, |t| routes.destination(t)),
             _ => DestinationId::DEFAULT,
         };
-        // Bad input goes to the parking lot, no destination's.
-        if !matches!(work, Work::Park { .. }) {
-            self.seen.insert(destination);
-        }
         let item = Item {
             topic: self.topics[src.index()].clone(),
             partition: self.partition,
@@ -195,7 +189,6 @@ impl Decoder {
         Decoder {
             runs,
             destinations,
-            seen: DestSet::default(),
             max_wait_ms: cap.saturating_mul(2).saturating_add(60_000),
             backoff_cap_ms: cap,
             options: pipeline.config.pipeline.decode_options(),
@@ -209,11 +202,6 @@ impl Decoder {
             pipeline,
             partition,
         }
-    }
-
-    /// The destinations of the events begun so far (`core::destination`).
-    pub(crate) fn seen(&self) -> DestSet {
-        self.seen
     }
 
     /// Registry formats: where the gate leaves the schemas.

@@ -3,12 +3,12 @@
 //! health actor: no relay through the consumer actor. A task of the actor's
 //! own per destination turns each change into a [`PartitionMsg::Health`] in
 //! its mailbox, in order with everything else; they end with the actor
-//! ([`Watch`] aborts them when dropped). [`Verdicts`] keeps which are down
-//! and which the partition's events went to, and makes the machine's verdict
-//! of them (`core::destination::partition_verdict`).
+//! ([`Watch`] aborts them when dropped). The actor keeps which are down and
+//! gives the set to the machine, which makes the partition's verdict of it
+//! (`core::destination::partition_verdict`, `core::partition::outage`).
 
 use super::PartitionMsg;
-use crate::core::destination::{partition_verdict, DestSet, DestinationId, PartitionVerdict};
+use crate::core::destination::{DestSet, DestinationId};
 use crate::runtime::Pipeline;
 use ractor::ActorRef;
 
@@ -50,42 +50,5 @@ impl Drop for Watch {
         for t in &self.0 {
             t.abort();
         }
-    }
-}
-
-/// Which destinations are down, which the partition's events went to, and
-/// the verdict last given to the machine.
-pub(super) struct Verdicts {
-    down: DestSet,
-    all: DestSet,
-    given: Option<PartitionVerdict>,
-}
-
-impl Verdicts {
-    pub(super) fn new(down: DestSet, destinations: usize) -> Verdicts {
-        Verdicts {
-            down,
-            all: DestSet::first(destinations),
-            given: None,
-        }
-    }
-
-    /// A destination's verdict changed.
-    pub(super) fn set(&mut self, id: DestinationId, unavailable: bool) {
-        if unavailable {
-            self.down.insert(id);
-        } else {
-            self.down.remove(id);
-        }
-    }
-
-    /// The machine's verdict given the destinations the partition's events
-    /// went to (`seen`), when it is not the one given last.
-    pub(super) fn changed(&mut self, seen: DestSet) -> Option<PartitionVerdict> {
-        let v = partition_verdict(self.down, seen, self.all);
-        (self.given != Some(v)).then(|| {
-            self.given = Some(v);
-            v
-        })
     }
 }

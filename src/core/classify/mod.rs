@@ -194,6 +194,12 @@ pub enum FailureReason {
     /// The event's batch answer holds no result it can rely on (transient:
     /// sent again).
     NoResult(crate::core::batch::NoResult),
+    /// Its destination was down longer than `degraded.destination_hold`:
+    /// diverted to the DLQ without a try (`core::partition::outage`).
+    DestinationUnavailable,
+    /// An earlier event of its key to the same destination is in the DLQ:
+    /// it follows it there, without a try (`core::partition::outage`).
+    KeyInDlq,
 }
 
 /// A write the broker or the producer will never accept as it is (the DLQ
@@ -264,6 +270,8 @@ impl FailureReason {
             FailureReason::SchemaRegistryUnavailable => "schema_registry_unavailable",
             FailureReason::InternalError => "internal_error",
             FailureReason::NoResult(n) => n.as_str(),
+            FailureReason::DestinationUnavailable => "destination_unavailable",
+            FailureReason::KeyInDlq => "key_in_dlq",
         }
     }
 

@@ -7,6 +7,7 @@ use super::{Src, Timer};
 #[cfg(doc)]
 use crate::core::byte_budget::ByteBudget;
 use crate::core::completed::Completed;
+use crate::core::destination::Diverted;
 use crate::core::fsm::{Change, Mode};
 use crate::core::offsets::{NextOffset, TrackerError};
 use std::sync::Arc;
@@ -35,6 +36,14 @@ pub(crate) enum Commit {
 pub(crate) enum Effect<I> {
     /// Hand this job to the delivery side; its token reports back as a [`Report`].
     Dispatch { src: Src, offset: i64, item: Arc<I> },
+    /// Write this event to the DLQ without a try, for `why` (`outage`); its
+    /// token reports back as a [`Report`] like a dispatched job's.
+    Divert {
+        src: Src,
+        offset: i64,
+        item: Arc<I>,
+        why: Diverted,
+    },
     /// Hand these jobs (two or more, one lane's run, in offset order) to the
     /// delivery side together: it sends them in this order. Each job's token
     /// reports back on its own.

@@ -4,6 +4,7 @@
 use super::Src;
 #[cfg(doc)]
 use super::{Effect, Intake, Note, STORE_DELAY};
+use crate::core::destination::{DestSet, DestinationId};
 use crate::core::offsets::NextOffset;
 use std::sync::Arc;
 
@@ -57,6 +58,12 @@ pub(crate) enum Timer {
     /// The in-flight byte budget has room again (the waker of
     /// [`Effect::AwaitBudget`]).
     Budget,
+    /// A down destination's `degraded.destination_hold` is over (for its
+    /// outage numbered `epoch`): diverted if still down (`outage`).
+    Hold {
+        destination: DestinationId,
+        epoch: u32,
+    },
 }
 
 #[derive(Debug)]
@@ -65,14 +72,13 @@ pub(crate) enum Input<R> {
     Records(Vec<R>),
     /// Answers of dispatched jobs, in arrival order.
     Reports(Vec<Report>),
-    /// The health verdict (also the first input: it applies the initial
-    /// reading), as `core::destination::partition_verdict` makes it of the
-    /// destinations': every destination of the partition is unavailable
-    /// (`api_unavailable`: paused), or some destination is (`drain_held`: the
-    /// DLQ waits; with one destination both are the same).
+    /// The destinations now unavailable (also the first input: it applies
+    /// the initial reading). The machine makes the partition's verdict of
+    /// them (`core::destination::partition_verdict`: paused when every
+    /// destination of its events is down) and holds out or diverts a down
+    /// destination's events (`outage`).
     Verdict {
-        api_unavailable: bool,
-        drain_held: bool,
+        down: DestSet,
     },
     /// The consumer's lag check.
     Positions(Positions),

@@ -38,8 +38,10 @@
 //! on their own;
 //! `tests/pipeline.rs::key_mode_keeps_per_key_order`, `tests/degraded.rs`.
 
+use super::outage::{Outage, Route};
 use super::{Effect, Intake, Kind, Note, Src, Timer, MAX_ERRORED};
 use crate::core::backoff::persistent_delay;
+use crate::core::destination::{DestSet, DestinationId, PartitionVerdict};
 use crate::core::ordering::{OrderingMode, Release, RunGroup, Scheduler};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -64,6 +66,8 @@ struct Held<I> {
     /// work became meanwhile (a parked errored job included).
     in_lane: bool,
     errored: u32,
+    /// Dispatched as a divert to the DLQ (`outage`).
+    diverted: bool,
 }
 
 /// The held events, keyed by side and slot, and their dispatch.
@@ -80,11 +84,18 @@ pub(super) struct Lanes<X: Intake> {
     ready: BTreeSet<(Src, i64)>,
     /// Runs whose turn came while the mode was `Paused`.
     ready_runs: Vec<(Src, Vec<i64>)>,
+    /// Destinations down while the partition is not paused (`outage`).
+    outage: Outage,
+    /// An event of a destination the partition had not sent to before was
+    /// begun: its verdict may have changed.
+    seen_changed: bool,
 }
 
 impl<X: Intake> Lanes<X> {
-    pub(super) fn new(ordering: OrderingMode) -> Self {
+    pub(super) fn new(ordering: OrderingMode, outage: Outage) -> Self {
         Lanes {
+            outage,
+            seen_changed: false,
             held: HashMap::default(),
             lanes: vec![Scheduler::new(ordering)],
             ordering,
@@ -127,11 +138,15 @@ impl<X: Intake> Lanes<X> {
             Kind::Immediate => true,
             Kind::Queued { .. } => false,
         };
+        if kind == Kind::Ordered {
+            self.seen_changed |= self.outage.begin(X::destination(&item));
+        }
         let held = Held {
             item: Arc::new(item),
             bytes,
             in_lane: kind == Kind::Ordered,
             errored: 0,
+            diverted: false,
         };
         self.held.insert((src, slot), held);
         turn
@@ -155,6 +170,8 @@ impl<X: Intake> Lanes<X> {
     ) -> Option<u64> {
         let held = self.held.remove(&(src, slot))?;
         if held.in_lane {
+            self.outage
+                .finish(X::destination(&held.item), held.diverted);
             match self.lanes_of(&held.item).finish(X::key(&held.item), slot) {
                 _ if draining => {}
                 release => self.release(Src::Main, release, paused, fx),
@@ -233,20 +250,40 @@ impl<X: Intake> Lanes<X> {
         paused: bool,
         fx: &mut Vec<Effect<X::Item>>,
     ) {
-        let Some(held) = self.held.get(&(src, slot)) else {
+        let Some(held) = self.held.get_mut(&(src, slot)) else {
             return;
         };
         if paused {
             self.ready.insert((src, slot));
             return;
         }
-        self.dispatched += 1;
+        let d = X::destination(&held.item);
+        // Bad input goes to the parking lot, no destination's.
+        let route = if held.in_lane || src == Src::Dlq {
+            self.outage.route(d, X::key(&held.item), src)
+        } else {
+            Route::Send
+        };
         let item = held.item.clone();
-        fx.push(Effect::Dispatch {
-            src,
-            offset: slot,
-            item,
-        });
+        match route {
+            Route::HoldOut => return self.outage.hold_out(d, src, vec![slot]),
+            Route::Divert(why) => {
+                held.diverted = true;
+                self.outage.diverted(d);
+                fx.push(Effect::Divert {
+                    src,
+                    offset: slot,
+                    item,
+                    why,
+                });
+            }
+            Route::Send => fx.push(Effect::Dispatch {
+                src,
+                offset: slot,
+                item,
+            }),
+        }
+        self.dispatched += 1;
     }
 
     /// Dispatches a lane's run together (or keeps it for the end of `Paused`).
@@ -260,6 +297,24 @@ impl<X: Intake> Lanes<X> {
         if paused {
             self.ready_runs.push((src, slots));
             return;
+        }
+        let first = slots.first().and_then(|s| self.held.get(&(src, *s)));
+        let Some(route) = first.map(|h| {
+            let d = X::destination(&h.item);
+            (d, self.outage.route(d, X::key(&h.item), src))
+        }) else {
+            return;
+        };
+        match route {
+            (_, Route::Send) => {}
+            (d, Route::HoldOut) => return self.outage.hold_out(d, src, slots),
+            // Each on its own to the DLQ.
+            (_, Route::Divert(_)) => {
+                for slot in slots {
+                    self.dispatch(src, slot, false, fx);
+                }
+                return;
+            }
         }
         let mut run: Vec<(i64, Arc<X::Item>)> = slots
             .into_iter()
@@ -280,6 +335,84 @@ impl<X: Intake> Lanes<X> {
         }
         for (src, run) in std::mem::take(&mut self.ready_runs) {
             self.dispatch_run(src, run, false, fx);
+        }
+    }
+
+    /// The partition's verdict from its destinations' (`core::destination`).
+    pub(super) fn verdict(&self) -> PartitionVerdict {
+        self.outage.verdict()
+    }
+
+    /// Whether the partition's first event of a destination was begun since
+    /// the last call (its verdict may have changed).
+    pub(super) fn take_seen_changed(&mut self) -> bool {
+        std::mem::take(&mut self.seen_changed)
+    }
+
+    /// The destinations now down: those that came back dispatch what they
+    /// held out (or divert it, when they are diverted). Returns the
+    /// partition's verdict.
+    pub(super) fn set_down(
+        &mut self,
+        down: DestSet,
+        paused: bool,
+        fx: &mut Vec<Effect<X::Item>>,
+    ) -> PartitionVerdict {
+        let changed = self.outage.set_down(down, fx);
+        for d in changed.back {
+            self.release_out(d, paused, fx);
+        }
+        changed.verdict
+    }
+
+    /// A destination's hold timer: diverted from now on if its outage goes on.
+    pub(super) fn hold_over(
+        &mut self,
+        d: DestinationId,
+        epoch: u32,
+        paused: bool,
+        fx: &mut Vec<Effect<X::Item>>,
+    ) {
+        if self.outage.hold_over(d, epoch) {
+            self.release_out(d, paused, fx);
+        }
+    }
+
+    /// Down destinations holding their share of the partition's events are
+    /// diverted from now on.
+    pub(super) fn check_shares(&mut self, paused: bool, fx: &mut Vec<Effect<X::Item>>) {
+        for d in self.outage.over_share() {
+            self.release_out(d, paused, fx);
+        }
+    }
+
+    /// The event at `slot` was dead-lettered: its key's later events to its
+    /// destination follow it (`outage`).
+    pub(super) fn dead_lettered(&mut self, src: Src, slot: i64) {
+        if let Some(h) = self.held.get(&(src, slot)).filter(|h| h.in_lane) {
+            self.outage
+                .dead_lettered(X::destination(&h.item), X::key(&h.item));
+        }
+    }
+
+    /// A destination that is up is still diverted: the DLQ is drained first.
+    pub(super) fn awaits_drain(&self) -> bool {
+        self.outage.awaits_drain()
+    }
+
+    /// A lag check came (see `outage`).
+    pub(super) fn lag_checked(&mut self, dlq_drained: bool) {
+        self.outage.lag_checked(dlq_drained);
+    }
+
+    /// What `d` held out goes where its route says now: sent, or diverted.
+    fn release_out(&mut self, d: DestinationId, paused: bool, fx: &mut Vec<Effect<X::Item>>) {
+        let (out, runs) = self.outage.take_out(d);
+        for (src, slot) in out {
+            self.dispatch(src, slot, paused, fx);
+        }
+        for (src, run) in runs {
+            self.dispatch_run(src, run, paused, fx);
         }
     }
 
@@ -330,6 +463,10 @@ mod tests {
 
     type Fx = Vec<Effect<(u8, bool)>>;
 
+    fn test_outage() -> Outage {
+        Outage::new(1, Duration::from_secs(30), 1_000, OrderingMode::Key)
+    }
+
     fn dispatched(fx: &Fx) -> Vec<i64> {
         fx.iter()
             .filter_map(|e| match e {
@@ -340,7 +477,7 @@ mod tests {
     }
 
     fn key_lanes() -> Lanes<Keyed> {
-        Lanes::new(OrderingMode::Key)
+        Lanes::new(OrderingMode::Key, test_outage())
     }
 
     #[test]
@@ -404,7 +541,7 @@ mod tests {
     #[test]
     fn a_key_waits_only_behind_its_events_to_the_same_destination() {
         for ordering in [OrderingMode::Key, OrderingMode::Partition] {
-            let mut l: Lanes<ByDestination> = Lanes::new(ordering);
+            let mut l: Lanes<ByDestination> = Lanes::new(ordering, test_outage());
             assert!(l.hold(Src::Main, 0, (1, 0), Kind::Ordered, None, 1));
             assert!(
                 l.hold(Src::Main, 1, (1, 3), Kind::Ordered, None, 1),

@@ -11,11 +11,12 @@ use super::degraded::Degraded;
 use super::dlq_drain::DlqDrain;
 use super::handover::{Handover, Request};
 use super::lanes::Lanes;
+use super::outage::Outage;
 use super::per_side::PerSide;
 use super::side::Side;
 use super::stores::Storing;
 use super::turn::Turn;
-use super::{Effect, Input, Intake, Note, Now, Positions, Report, Settings, Src, Timer};
+use super::{Effect, Finished, Input, Intake, Note, Now, Positions, Report, Settings, Src, Timer};
 use crate::core::fsm::Mode;
 #[cfg(test)]
 use crate::core::offsets::NextOffset;
@@ -54,7 +55,15 @@ impl<X: Intake> PartitionMachine<X> {
                 settings.backlog_bytes_cap,
             ),
             share: Share::new(settings.budget.clone()),
-            lanes: Lanes::new(settings.ordering),
+            lanes: Lanes::new(
+                settings.ordering,
+                Outage::new(
+                    settings.destinations,
+                    settings.destination_hold,
+                    settings.limit,
+                    settings.ordering,
+                ),
+            ),
             dlq: DlqDrain::new(settings.limit),
             degraded: Degraded::new(settings.min_pause),
             handover: Handover::new(settings.drain_timeout),
@@ -124,11 +133,10 @@ impl<X: Intake> PartitionMachine<X> {
         match input {
             Input::Records(records) => self.on_records(records, now),
             Input::Reports(reports) => self.on_reports(reports, now),
-            Input::Verdict {
-                api_unavailable,
-                drain_held,
-            } => {
-                self.degraded.verdict(api_unavailable, drain_held);
+            Input::Verdict { down } => {
+                let paused = self.degraded.paused();
+                let v = self.lanes.set_down(down, paused, &mut self.turn.fx);
+                self.degraded.verdict(v.paused, v.drain_held);
                 self.evaluate(now);
             }
             Input::Positions(p) => self.on_positions(p, now),
@@ -162,6 +170,13 @@ impl<X: Intake> PartitionMachine<X> {
                     let paused = self.degraded.paused();
                     self.lanes
                         .redispatch(src, offset, paused, &mut self.turn.fx);
+                }
+            }
+            Input::Timer(Timer::Hold { destination, epoch }) => {
+                if !self.draining() {
+                    let paused = self.degraded.paused();
+                    self.lanes
+                        .hold_over(destination, epoch, paused, &mut self.turn.fx);
                 }
             }
             Input::Timer(Timer::DrainTimeout) => {
@@ -250,6 +265,11 @@ impl<X: Intake> PartitionMachine<X> {
         if !self.sides[r.src].complete(r.src, r.generation, r.offset, fx) {
             return false;
         }
+        // Before its lane releases the next: a key's event in the DLQ holds
+        // its later events to the same destination (`outage`).
+        if r.src == Src::Main && matches!(r.finished, Some(Finished::DeadLettered { .. })) {
+            self.lanes.dead_lettered(r.src, r.offset);
+        }
         let paused = self.degraded.paused();
         if let Some(bytes) = self.lanes.finish(r.src, r.offset, draining, paused, fx) {
             self.sides[r.src].finished();
@@ -279,6 +299,11 @@ impl<X: Intake> PartitionMachine<X> {
         };
         let dlq = (p.dlq_high - next).max(0);
         self.turn.fx.push(Effect::Lag { dlq, main });
+        let waiting = self.backlog.is_waiting(Src::Dlq);
+        let after_begun = self.sides[Src::Dlq].next_offset();
+        let drained = !self.dlq.has_unread(now.wall_ms, waiting, after_begun)
+            && self.sides[Src::Dlq].held() == 0;
+        self.lanes.lag_checked(drained);
         self.evaluate(now);
     }
 
@@ -304,10 +329,15 @@ impl<X: Intake> PartitionMachine<X> {
     /// Runs the FSM and applies its reading; dispatches due DLQ records while
     /// draining; schedules the next wake-up.
     fn evaluate(&mut self, now: Now) {
+        if self.lanes.take_seen_changed() {
+            let v = self.lanes.verdict();
+            self.degraded.verdict(v.paused, v.drain_held);
+        }
         let first = !self.sides[Src::Main].reading_known();
         let waiting = self.backlog.is_waiting(Src::Dlq);
         let after_begun = self.sides[Src::Dlq].next_offset();
-        let unread = self.dlq.has_unread(now.wall_ms, waiting, after_begun);
+        let unread =
+            self.dlq.has_unread(now.wall_ms, waiting, after_begun) || self.lanes.awaits_drain();
         let mode = self.degraded.update(now, unread, first);
         self.turn.push(mode);
         let reading = self.degraded.reading();
@@ -320,6 +350,7 @@ impl<X: Intake> PartitionMachine<X> {
         let fx = &mut self.turn.fx;
         if !paused && !draining {
             self.lanes.release_ready(fx);
+            self.lanes.check_shares(false, fx);
         }
         // Drain: dispatch due records in order, at most `limit` jobs at a time.
         let next_due = if self.degraded.mode() == Mode::DrainDlq && !draining {

@@ -58,6 +58,8 @@
 //! * `lanes` — the events held, their ordering lanes (`core::ordering`),
 //!   dispatches and runs, the jobs that wait out `Paused`, errored jobs'
 //!   back-off and parking;
+//! * `outage` — the destinations down while the partition is not paused:
+//!   their events held out, then diverted to the DLQ (I38);
 //! * `dlq_drain` — the DLQ records waiting to be redelivered, in order and
 //!   paced by their `not_before`, and whether DLQ p has something to drain;
 //! * `degraded` — degraded mode: the health verdict, the FSM (`core::fsm`)
@@ -97,6 +99,7 @@ mod inputs;
 mod lanes;
 mod log;
 mod machine;
+mod outage;
 mod per_side;
 mod probe;
 mod records;
@@ -122,6 +125,8 @@ mod log_tests;
 #[cfg(test)]
 mod model;
 #[cfg(test)]
+mod outage_tests;
+#[cfg(test)]
 mod tests;
 
 /// What the machine's tests (`use super::*`) build and check with.
@@ -131,6 +136,17 @@ use {
     crate::core::offsets::NextOffset, crate::core::ordering::OrderingMode, lanes::REDISPATCH_BASE,
     std::sync::Arc, std::time::Duration,
 };
+
+/// The tests' one destination down (`true`) or up: the verdict a single
+/// API's breaker gives.
+#[cfg(test)]
+pub(crate) fn down_if(down: bool) -> crate::core::destination::DestSet {
+    let mut s = crate::core::destination::DestSet::default();
+    if down {
+        s.insert(crate::core::destination::DestinationId::DEFAULT);
+    }
+    s
+}
 
 /// Which topic of the pair an offset belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

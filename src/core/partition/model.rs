@@ -349,6 +349,8 @@ impl Harness {
             backlog_bytes_cap: s.backlog_bytes_cap,
             budget: budget.clone(),
             min_pause: Duration::from_millis(s.min_pause_ms),
+            destinations: 1,
+            destination_hold: Duration::from_secs(30),
             drain_timeout: Duration::from_millis(2_000),
             sides: [
                 SideStart {
@@ -402,8 +404,7 @@ impl Harness {
             fail_reading: false,
         };
         h.feed(Input::Verdict {
-            api_unavailable,
-            drain_held: api_unavailable,
+            down: down_if(api_unavailable),
         })?;
         Ok(h)
     }
@@ -445,6 +446,10 @@ impl Harness {
                 }
                 self.slots.insert((src, offset), id);
                 self.on_dispatch(src, offset, id)?;
+            }
+            // One destination: the partition pauses, nothing is diverted.
+            Effect::Divert { offset, .. } => {
+                prop_assert!(false, "diverted {} with one destination", offset);
             }
             Effect::DispatchRun { src, run } => {
                 prop_assert_eq!(src, Src::Main, "a run of DLQ records");
@@ -1005,8 +1010,7 @@ impl Harness {
             Action::Verdict { api_unavailable } => {
                 self.api_unavailable = api_unavailable;
                 self.feed(Input::Verdict {
-                    api_unavailable,
-                    drain_held: api_unavailable,
+                    down: down_if(api_unavailable),
                 })
             }
             Action::Positions { stale } => self.positions(stale),
@@ -1078,8 +1082,7 @@ impl Harness {
         if !self.drain_requested {
             self.api_unavailable = false;
             self.feed(Input::Verdict {
-                api_unavailable: false,
-                drain_held: false,
+                down: down_if(false),
             })?;
             self.positions(false)?;
         }

@@ -39,6 +39,11 @@ pub(crate) struct Settings {
     pub budget: Arc<ByteBudget>,
     /// Minimum dwell in `Paused` (see `core::fsm`).
     pub min_pause: Duration,
+    /// How many destinations there are (`core::destination`, at least 1).
+    pub destinations: usize,
+    /// How long a down destination's events are held out before they are
+    /// diverted to the DLQ (`degraded.destination_hold`, `outage`).
+    pub destination_hold: Duration,
     /// How long a drain waits for in-flight jobs.
     pub drain_timeout: Duration,
     /// Per side, indexed by [`Src::index`]: where it starts and what an

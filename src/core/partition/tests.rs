@@ -18,6 +18,8 @@ pub(super) struct Rec {
     pub inc: u32,
     /// Its run group (`core::ordering`: runs of at most [`RUN_MAX`]).
     pub run: Option<u8>,
+    /// Its destination (`core::destination`).
+    pub dest: u8,
 }
 
 /// The longest run of the tests' run groups.
@@ -34,6 +36,7 @@ impl Rec {
             size: 100,
             inc: 0,
             run: None,
+            dest: 0,
         }
     }
 
@@ -47,6 +50,7 @@ impl Rec {
             size: 100,
             inc: 0,
             run: None,
+            dest: 0,
         }
     }
 }
@@ -68,6 +72,10 @@ impl Intake for Plain {
 
     fn key(item: &Rec) -> Option<&[u8]> {
         item.key.as_ref().map(std::slice::from_ref)
+    }
+
+    fn destination(item: &Rec) -> crate::core::destination::DestinationId {
+        crate::core::destination::DestinationId(item.dest)
     }
 
     fn size(raw: &Rec) -> usize {
@@ -104,6 +112,8 @@ pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize)
         backlog_bytes_cap: usize::MAX,
         budget: Arc::new(ByteBudget::new(u64::MAX)),
         min_pause: Duration::from_millis(1_000),
+        destinations: 1,
+        destination_hold: Duration::from_secs(30),
         drain_timeout: Duration::from_millis(10_000),
         sides: [SideStart::on_log(LOG), SideStart::on_log(LOG)],
         pace: Pace {
@@ -138,6 +148,11 @@ impl T {
         }
     }
 
+    pub(super) fn feed_at(&mut self, ms: u64, input: Input<Rec>) -> Vec<Effect<Rec>> {
+        self.ms = ms;
+        self.feed(input)
+    }
+
     pub(super) fn feed(&mut self, input: Input<Rec>) -> Vec<Effect<Rec>> {
         let now = self.now();
         self.m.handle(input, now)
@@ -159,13 +174,12 @@ impl T {
 
     fn verdict(&mut self, api_unavailable: bool) -> Vec<Effect<Rec>> {
         self.feed(Input::Verdict {
-            api_unavailable,
-            drain_held: api_unavailable,
+            down: down_if(api_unavailable),
         })
     }
 
     /// A lag check: DLQ p ends at `dlq_high`, nothing of it was read.
-    fn dlq_high(&mut self, dlq_high: i64) -> Vec<Effect<Rec>> {
+    pub(super) fn dlq_high(&mut self, dlq_high: i64) -> Vec<Effect<Rec>> {
         self.feed(Input::Positions(Positions {
             main_high: None,
             dlq_high,
