@@ -181,7 +181,11 @@ impl Actor for PartitionActor {
             backlog_bytes_cap: cfg.pipeline.max_buffered_bytes / 2,
             budget: a.pipeline.in_flight.clone(),
             min_pause: cfg.degraded.min_pause,
-            destinations: a.pipeline.destinations.len(),
+            // Checked when the configuration was read.
+            destinations: cfg
+                .api
+                .routes()
+                .map_or(DestSet::first(1), |r| r.reachable()),
             destination_hold: cfg.degraded.destination_hold,
             drain_timeout: cfg.pipeline.drain_timeout,
             sides: Src::BOTH.map(|src| {

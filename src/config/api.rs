@@ -715,6 +715,16 @@ url = "http://127.0.0.1:9000/d"
             [id("a.x"), id("b.x"), id("c.x"), id("d.x"), id("z")],
             [1, 2, 2, 0, 0]
         );
+        assert_eq!(r.reachable(), crate::core::destination::DestSet::first(3));
+        // A route that takes every type leaves api.url's destination unreachable.
+        let c = crate::config::Config::from_toml(
+            "[api]\nurl = \"http://127.0.0.1:9000/e\"\n[[api.routes]]\ntype = \"*\"\nurl = \"http://127.0.0.1:9001/x\"\n",
+        )
+        .expect("valid");
+        let r = c.api.routes().expect("parsed");
+        let mut only = crate::core::destination::DestSet::default();
+        only.insert(r.destination("any"));
+        assert_eq!((r.reachable(), r.destination("any").index()), (only, 1));
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! (`api_health`, `delivery`, `actors::delivery_pool`), so one API's outage
 //! is that API's alone.
 //!
-//! A partition is paused only when every destination its events went to is
-//! unavailable ([`partition_verdict`]); while some destination is unavailable
+//! A partition is paused only when every destination its events can go to
+//! is unavailable ([`partition_verdict`]); while some destination is unavailable
 //! and another is not, the partition keeps reading and its DLQ waits (the
 //! drain would send the unavailable destination's envelopes while main p
 //! waits behind them). With one destination both are the verdict itself:
@@ -164,18 +164,15 @@ pub(crate) struct PartitionVerdict {
     pub(crate) drain_held: bool,
 }
 
-/// The partition's verdict from the destinations now `unavailable`, those its
-/// events went to so far (`seen`) and every one there is (`all`). Before its
-/// first event a partition goes by all of them.
-pub(crate) fn partition_verdict(
-    unavailable: DestSet,
-    seen: DestSet,
-    all: DestSet,
-) -> PartitionVerdict {
-    let by = if seen.is_empty() { all } else { seen };
+/// The partition's verdict from the destinations now `unavailable` and
+/// those its events can go to (`reachable`, `core::mapping::Routes::reachable`:
+/// the routes' and, unless a route takes every type, the default one).
+/// Static, not learnt from the events read: a paused partition reads nothing
+/// more, and would never learn that it has other destinations.
+pub(crate) fn partition_verdict(unavailable: DestSet, reachable: DestSet) -> PartitionVerdict {
     PartitionVerdict {
-        paused: !by.is_empty() && by.is_subset(unavailable),
-        drain_held: unavailable.intersects(all),
+        paused: !reachable.is_empty() && reachable.is_subset(unavailable),
+        drain_held: unavailable.intersects(reachable),
     }
 }
 
@@ -220,25 +217,23 @@ mod tests {
     #[test]
     fn one_destination_is_the_verdict_itself() {
         let all = set(&[0]);
-        for seen in [set(&[]), set(&[0])] {
-            assert_eq!(
-                partition_verdict(set(&[0]), seen, all),
-                PartitionVerdict {
-                    paused: true,
-                    drain_held: true
-                }
-            );
-            assert_eq!(
-                partition_verdict(set(&[]), seen, all),
-                PartitionVerdict::default()
-            );
-        }
+        assert_eq!(
+            partition_verdict(set(&[0]), all),
+            PartitionVerdict {
+                paused: true,
+                drain_held: true
+            }
+        );
+        assert_eq!(
+            partition_verdict(set(&[]), all),
+            PartitionVerdict::default()
+        );
     }
 
     #[test]
-    fn a_partition_pauses_only_when_every_destination_it_uses_is_down() {
+    fn a_partition_pauses_only_when_every_destination_is_down() {
         let all = set(&[0, 1, 2]);
-        let v = partition_verdict(set(&[1]), set(&[0, 1]), all);
+        let v = partition_verdict(set(&[1]), all);
         assert_eq!(
             v,
             PartitionVerdict {
@@ -246,28 +241,28 @@ mod tests {
                 drain_held: true
             }
         );
-        let v = partition_verdict(set(&[1]), set(&[1]), all);
-        assert!(v.paused, "its only destination is down");
-        let v = partition_verdict(set(&[1]), set(&[]), all);
-        assert!(!v.paused, "before its first event: by all of them");
-        assert!(partition_verdict(set(&[0, 1, 2]), set(&[]), all).paused);
+        assert!(partition_verdict(set(&[0, 1, 2]), all).paused);
+        let v = partition_verdict(set(&[0]), set(&[1, 2]));
+        assert_eq!(
+            v,
+            PartitionVerdict::default(),
+            "an unreachable destination counts for nothing"
+        );
     }
 
     proptest! {
-        /// Paused means every destination it goes by is down; and with
-        /// nothing down, nothing is held.
+        /// Paused means every reachable destination is down; and with none
+        /// of them down, nothing is held.
         #[test]
-        fn the_verdict_follows_its_definition(down in 0u64..8, seen in 0u64..8) {
-            let all = DestSet::first(3);
-            let (down, seen) = (DestSet(down), DestSet(seen));
-            let v = partition_verdict(down, seen, all);
-            let by = if seen.is_empty() { all } else { seen };
+        fn the_verdict_follows_its_definition(down in 0u64..8, reachable in 1u64..8) {
+            let (down, reachable) = (DestSet(down), DestSet(reachable));
+            let v = partition_verdict(down, reachable);
             for i in 0..3u8 {
-                if by.contains(DestinationId(i)) && !down.contains(DestinationId(i)) {
+                if reachable.contains(DestinationId(i)) && !down.contains(DestinationId(i)) {
                     prop_assert!(!v.paused);
                 }
             }
-            prop_assert_eq!(v.drain_held, !down.is_empty());
+            prop_assert_eq!(v.drain_held, down.intersects(reachable));
             if v.paused { prop_assert!(v.drain_held); }
         }
     }

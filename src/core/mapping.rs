@@ -401,6 +401,19 @@ impl Routes {
         &self.destinations
     }
 
+    /// The destinations events can go to: the routes', and the default one
+    /// unless a route takes every type (`*`).
+    pub(crate) fn reachable(&self) -> crate::core::destination::DestSet {
+        let mut s = crate::core::destination::DestSet::default();
+        for r in &self.routes {
+            s.insert(r.destination);
+        }
+        if !self.routes.iter().any(|r| r.types == "*") {
+            s.insert(DestinationId::DEFAULT);
+        }
+        s
+    }
+
     /// Where an event of `event_type` goes: its route's destination, or the
     /// default one when no route matches.
     pub(crate) fn destination(&self, event_type: &str) -> DestinationId {

@@ -86,16 +86,12 @@ pub(super) struct Lanes<X: Intake> {
     ready_runs: Vec<(Src, Vec<i64>)>,
     /// Destinations down while the partition is not paused (`outage`).
     outage: Outage,
-    /// An event of a destination the partition had not sent to before was
-    /// begun: its verdict may have changed.
-    seen_changed: bool,
 }
 
 impl<X: Intake> Lanes<X> {
     pub(super) fn new(ordering: OrderingMode, outage: Outage) -> Self {
         Lanes {
             outage,
-            seen_changed: false,
             held: HashMap::default(),
             lanes: vec![Scheduler::new(ordering)],
             ordering,
@@ -139,7 +135,7 @@ impl<X: Intake> Lanes<X> {
             Kind::Queued { .. } => false,
         };
         if kind == Kind::Ordered {
-            self.seen_changed |= self.outage.begin(X::destination(&item));
+            self.outage.begin(X::destination(&item));
         }
         let held = Held {
             item: Arc::new(item),
@@ -338,17 +334,6 @@ impl<X: Intake> Lanes<X> {
         }
     }
 
-    /// The partition's verdict from its destinations' (`core::destination`).
-    pub(super) fn verdict(&self) -> PartitionVerdict {
-        self.outage.verdict()
-    }
-
-    /// Whether the partition's first event of a destination was begun since
-    /// the last call (its verdict may have changed).
-    pub(super) fn take_seen_changed(&mut self) -> bool {
-        std::mem::take(&mut self.seen_changed)
-    }
-
     /// The destinations now down: those that came back dispatch what they
     /// held out (or divert it, when they are diverted). Returns the
     /// partition's verdict.
@@ -464,7 +449,12 @@ mod tests {
     type Fx = Vec<Effect<(u8, bool)>>;
 
     fn test_outage() -> Outage {
-        Outage::new(1, Duration::from_secs(30), 1_000, OrderingMode::Key)
+        Outage::new(
+            crate::core::destination::DestSet::first(1),
+            Duration::from_secs(30),
+            1_000,
+            OrderingMode::Key,
+        )
     }
 
     fn dispatched(fx: &Fx) -> Vec<i64> {

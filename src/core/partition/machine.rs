@@ -329,10 +329,6 @@ impl<X: Intake> PartitionMachine<X> {
     /// Runs the FSM and applies its reading; dispatches due DLQ records while
     /// draining; schedules the next wake-up.
     fn evaluate(&mut self, now: Now) {
-        if self.lanes.take_seen_changed() {
-            let v = self.lanes.verdict();
-            self.degraded.verdict(v.paused, v.drain_held);
-        }
         let first = !self.sides[Src::Main].reading_known();
         let waiting = self.backlog.is_waiting(Src::Dlq);
         let after_begun = self.sides[Src::Dlq].next_offset();

@@ -349,7 +349,7 @@ impl Harness {
             backlog_bytes_cap: s.backlog_bytes_cap,
             budget: budget.clone(),
             min_pause: Duration::from_millis(s.min_pause_ms),
-            destinations: 1,
+            destinations: crate::core::destination::DestSet::first(1),
             destination_hold: Duration::from_secs(30),
             drain_timeout: Duration::from_millis(2_000),
             sides: [

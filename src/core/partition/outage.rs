@@ -90,7 +90,7 @@ impl PerDestination {
 /// and what is held out or diverted of each.
 pub(super) struct Outage {
     down: DestSet,
-    seen: DestSet,
+    /// The destinations the partition's events can go to.
     all: DestSet,
     diverting: DestSet,
     hold: Duration,
@@ -109,10 +109,10 @@ pub(super) struct Changed {
 }
 
 impl Outage {
-    /// `destinations`: how many there are; `hold`: `degraded.destination_hold`;
-    /// `limit`: `max_in_flight_per_partition`.
+    /// `reachable`: the destinations events can go to; `hold`:
+    /// `degraded.destination_hold`; `limit`: `max_in_flight_per_partition`.
     pub(super) fn new(
-        destinations: usize,
+        reachable: DestSet,
         hold: Duration,
         limit: usize,
         ordering: OrderingMode,
@@ -120,8 +120,7 @@ impl Outage {
         Outage {
             ordering,
             down: DestSet::default(),
-            seen: DestSet::default(),
-            all: DestSet::first(destinations.max(1)),
+            all: reachable,
             diverting: DestSet::default(),
             hold,
             share: (limit / 2).max(1),
@@ -139,7 +138,7 @@ impl Outage {
 
     /// The partition's verdict now.
     pub(super) fn verdict(&self) -> PartitionVerdict {
-        partition_verdict(self.down, self.seen, self.all)
+        partition_verdict(self.down, self.all)
     }
 
     /// The destinations now down. A destination that went down starts its
@@ -175,13 +174,9 @@ impl Outage {
         }
     }
 
-    /// An event of `d` is begun. Returns whether the partition's verdict
-    /// may have changed (its first event of `d`).
-    pub(super) fn begin(&mut self, d: DestinationId) -> bool {
-        let new = !self.seen.contains(d);
-        self.seen.insert(d);
+    /// An event of `d` is begun.
+    pub(super) fn begin(&mut self, d: DestinationId) {
         self.of(d).begun += 1;
-        new
     }
 
     /// An event of `d` finished; `diverted`: its divert.
@@ -199,7 +194,7 @@ impl Outage {
     /// the DLQ until the DLQ is drained (with one, the partition drains the
     /// DLQ before it reads on, as degraded mode always did).
     pub(super) fn dead_lettered(&mut self, d: DestinationId, key: Option<&[u8]>) {
-        if self.all == DestSet::first(1) {
+        if self.all == DestSet::first(1) || self.all.is_empty() {
             return;
         }
         let ordering = self.ordering;
@@ -343,7 +338,12 @@ mod tests {
     }
 
     fn outage() -> Outage {
-        Outage::new(2, Duration::from_secs(30), 10, OrderingMode::Key)
+        Outage::new(
+            DestSet::first(2),
+            Duration::from_secs(30),
+            10,
+            OrderingMode::Key,
+        )
     }
 
     #[test]
@@ -469,27 +469,47 @@ mod tests {
         o.lag_checked(true);
         o.lag_checked(true);
         assert_eq!(o.route(X, k, Src::Main), Route::Send);
-        let mut single = Outage::new(1, Duration::from_secs(30), 10, OrderingMode::Key);
+        let mut single = Outage::new(
+            DestSet::first(1),
+            Duration::from_secs(30),
+            10,
+            OrderingMode::Key,
+        );
         single.dead_lettered(DestinationId::DEFAULT, k);
         assert_eq!(
             single.route(DestinationId::DEFAULT, k, Src::Main),
             Route::Send,
             "one destination: as before"
         );
-        let mut p = Outage::new(2, Duration::from_secs(30), 10, OrderingMode::Partition);
+        let mut p = Outage::new(
+            DestSet::first(2),
+            Duration::from_secs(30),
+            10,
+            OrderingMode::Partition,
+        );
         p.dead_lettered(X, None);
         assert_eq!(
             p.route(X, None, Src::Main),
             Route::Divert(Diverted::BehindDlq)
         );
-        let mut u = Outage::new(2, Duration::from_secs(30), 10, OrderingMode::Unordered);
+        let mut u = Outage::new(
+            DestSet::first(2),
+            Duration::from_secs(30),
+            10,
+            OrderingMode::Unordered,
+        );
         u.dead_lettered(X, k);
         assert_eq!(u.route(X, k, Src::Main), Route::Send, "no order promise");
     }
 
     #[test]
     fn one_destination_pauses_instead() {
-        let mut o = Outage::new(1, Duration::from_secs(30), 10, OrderingMode::Key);
+        let mut o = Outage::new(
+            DestSet::first(1),
+            Duration::from_secs(30),
+            10,
+            OrderingMode::Key,
+        );
         let mut fx: Vec<Effect<()>> = Vec::new();
         o.begin(DestinationId::DEFAULT);
         let c = o.set_down(down(&[0]), &mut fx);

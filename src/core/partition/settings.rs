@@ -4,6 +4,7 @@
 use super::{Effect, Input, Src};
 use crate::core::byte_budget::ByteBudget;
 use crate::core::completed::Completed;
+use crate::core::destination::DestSet;
 use crate::core::offsets::NextOffset;
 use crate::core::ordering::OrderingMode;
 use std::sync::Arc;
@@ -39,8 +40,9 @@ pub(crate) struct Settings {
     pub budget: Arc<ByteBudget>,
     /// Minimum dwell in `Paused` (see `core::fsm`).
     pub min_pause: Duration,
-    /// How many destinations there are (`core::destination`, at least 1).
-    pub destinations: usize,
+    /// The destinations the partition's events can go to
+    /// (`core::destination`, `core::mapping::Routes::reachable`).
+    pub destinations: DestSet,
     /// How long a down destination's events are held out before they are
     /// diverted to the DLQ (`degraded.destination_hold`, `outage`).
     pub destination_hold: Duration,

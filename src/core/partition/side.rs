@@ -341,7 +341,7 @@ mod tests {
             backlog_bytes_cap: usize::MAX,
             budget: Arc::new(ByteBudget::new(u64::MAX)),
             min_pause: Duration::ZERO,
-            destinations: 1,
+            destinations: crate::core::destination::DestSet::first(1),
             destination_hold: Duration::from_secs(30),
             drain_timeout: Duration::ZERO,
             sides: [SideStart::on_log(LOG), SideStart::on_log(LOG)],

@@ -112,7 +112,7 @@ pub(super) fn settings(ordering: OrderingMode, limit: usize, backlog_cap: usize)
         backlog_bytes_cap: usize::MAX,
         budget: Arc::new(ByteBudget::new(u64::MAX)),
         min_pause: Duration::from_millis(1_000),
-        destinations: 1,
+        destinations: crate::core::destination::DestSet::first(1),
         destination_hold: Duration::from_secs(30),
         drain_timeout: Duration::from_millis(10_000),
         sides: [SideStart::on_log(LOG), SideStart::on_log(LOG)],
