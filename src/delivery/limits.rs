@@ -119,6 +119,7 @@ impl Limits {
     /// pool's permits, `events` of them (`max` without batching);
     /// [`Limits::gate`] keeps them at the limit when it is on
     /// [`LimitOn::EventPermits`], at `events` when it is on requests.
+    /// `destination`: whose limit it is (the gauge's label).
     pub(crate) fn new(
         max: usize,
         events: usize,
@@ -126,6 +127,7 @@ impl Limits {
         rate: Option<Arc<RateLimiter>>,
         pool: Arc<Semaphore>,
         on: LimitOn,
+        destination: &str,
     ) -> Limits {
         let adaptive = adaptive.then(|| Mutex::new(Aimd::new(AimdConfig::new(max))));
         let start = adaptive
@@ -147,7 +149,8 @@ impl Limits {
             }
             LimitOn::EventPermits => (pool, None),
         };
-        let gauge = metrics::gauge!(m::API_CONCURRENCY_LIMIT);
+        let gauge =
+            metrics::gauge!(m::API_CONCURRENCY_LIMIT, "destination" => destination.to_string());
         gauge.set(start as f64);
         if rate.is_none() {
             // No rate limit: the series exist at 0 (dashboards, `increase()`).

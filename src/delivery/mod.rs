@@ -215,11 +215,12 @@ struct HotMetrics {
 }
 
 impl HotMetrics {
-    fn new() -> HotMetrics {
+    /// `destination`: the deliverer's (`courier_delivered_total`'s label).
+    fn new(destination: &str) -> HotMetrics {
         HotMetrics {
             in_flight: metrics::gauge!(m::IN_FLIGHT),
             attempts: metrics::counter!(m::DELIVERY_ATTEMPTS),
-            delivered: metrics::counter!(m::DELIVERED),
+            delivered: metrics::counter!(m::DELIVERED, "destination" => destination.to_string()),
             latency: metrics::histogram!(m::DELIVERY_LATENCY),
             age: metrics::histogram!(m::EVENT_AGE),
         }
@@ -298,6 +299,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     ) -> Result<Deliverer<A, W>, DelivererError> {
         let cfg: &Config = &pipeline.config;
         let health = pipeline.health(dest).clone();
+        let name: Arc<str> = pipeline
+            .destinations
+            .get(dest.index())
+            .map_or(Arc::from("default"), |d| Arc::from(d.name.as_str()));
         let d = &cfg.degraded;
         let routes = cfg.api.routes()?;
         let batch = cfg.api.batch_spec()?;
@@ -326,6 +331,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             } else {
                 limits::LimitOn::EventPermits
             },
+            &name,
         ));
         let gate = limits.gate(permits.clone(), events);
         let status = cfg.api.status_policy()?;
@@ -334,10 +340,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             limits.clone(),
             health.clone(),
             alarm,
-            pipeline
-                .destinations
-                .get(dest.index())
-                .map_or(Arc::from("default"), |d| Arc::from(d.name.as_str())),
+            name.clone(),
         ));
         let calls = Arc::new(send::Calls::new(api, ears.clone(), limits, health));
         let batcher = Arc::new(batch::Batcher::new(calls.clone(), pipeline.clone()));
@@ -352,7 +355,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             drain: drain::Redelivery::new(d, source),
             policy: cfg.api.retry_policy(),
             pipeline,
-            hot: HotMetrics::new(),
+            hot: HotMetrics::new(&name),
         })
     }
 

@@ -146,7 +146,7 @@ impl Reports {
     /// since someone must act, the others at INFO.
     pub(super) fn report(&self, f: &Failure) {
         let reason = f.reason.as_str();
-        metrics::counter!(m::DELIVERY_ERRORS, "class" => f.class.as_str(), "reason" => reason)
+        metrics::counter!(m::DELIVERY_ERRORS, "class" => f.class.as_str(), "reason" => reason, "destination" => self.ears.destination().to_string())
             .increment(1);
         self.pipeline.board.errors.record(f.class.as_str(), reason);
         let log = self

@@ -78,9 +78,9 @@ pub(crate) async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             let total = source_records(&cfg.kafka, &topic).await?;
             let progress = Progress::start("inspect", Some(total), Follow::Read);
             let (counts, stop2) = (progress.counts.clone(), stop.clone());
+            let mut s = inspect::Summarizer::new(&t, now, samples).with_routes(&cfg.api);
             // Streamed: the summary keeps counts and samples, not the records.
             let s = tokio::task::spawn_blocking(move || {
-                let mut s = inspect::Summarizer::new(&t, now, samples);
                 courier::kafka::admin::scan(&k, &t, |r| {
                     s.add(r.payload.as_deref());
                     counts.read.fetch_add(1, Ordering::Relaxed);

@@ -26,6 +26,10 @@ pub struct Summary {
     pub payload_omitted: usize,
     pub by_reason: BTreeMap<String, usize>,
     pub(crate) by_type: BTreeMap<String, usize>,
+    /// By destination (`[[api.routes]]`: the API the event goes to, by its
+    /// type), when the configuration is given ([`Summarizer::with_routes`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) by_destination: BTreeMap<String, usize>,
     pub(crate) by_age: BTreeMap<String, usize>,
     pub(crate) oldest_ms: Option<i64>,
     pub(crate) newest_ms: Option<i64>,
@@ -215,6 +219,7 @@ pub struct Summarizer {
     s: Summary,
     now_ms: i64,
     max_samples: usize,
+    routes: Option<crate::core::mapping::Routes>,
 }
 
 impl Summarizer {
@@ -226,7 +231,15 @@ impl Summarizer {
             },
             now_ms,
             max_samples,
+            routes: None,
         }
+    }
+
+    /// Counts the envelopes by destination too: the one `api`'s routes send
+    /// their event type to (a configuration that does not parse adds nothing).
+    pub fn with_routes(mut self, api: &crate::config::ApiConfig) -> Summarizer {
+        self.routes = api.routes().ok();
+        self
     }
 
     pub fn finish(self) -> Summary {
@@ -251,6 +264,12 @@ impl Summarizer {
             .event_type
             .clone()
             .unwrap_or_else(|| "(undecodable)".into());
+        if let Some(routes) = &self.routes {
+            let d = routes.destination(&ty);
+            let name = routes.destinations().names().get(d.index());
+            let name = name.map_or("?", String::as_str).to_string();
+            *s.by_destination.entry(name).or_default() += 1;
+        }
         *s.by_type.entry(ty).or_default() += 1;
         let at = env.first_dlq_at_ms;
         *s.by_age
@@ -302,8 +321,12 @@ impl fmt::Display for Table<'_> {
         for (title, map) in [
             ("reason", &s.by_reason),
             ("event type", &s.by_type),
+            ("destination", &s.by_destination),
             ("age", &s.by_age),
         ] {
+            if map.is_empty() && title == "destination" {
+                continue;
+            }
             writeln!(f, "\nby {title}:")?;
             for (k, n) in map {
                 writeln!(f, "  {k:<32} {n:>8}")?;
@@ -395,6 +418,30 @@ mod tests {
             ],
             "0: 4..10 less 5 (replayed); 1: nothing deleted; 2: 0..5 less 1 and 3"
         );
+    }
+
+    #[test]
+    fn summary_counts_by_destination_with_the_routes() {
+        let cfg = crate::config::Config::from_toml(
+            "[api]\nurl = \"http://127.0.0.1:9000/e\"\n[[api.routes]]\ntype = \"b.*\"\nurl = \"http://127.0.0.1:9001/b\"\ndestination = \"search\"\n",
+        )
+        .expect("valid");
+        let mut a = sample();
+        a.event_type = Some("b.indexed".into());
+        let mut b = sample();
+        b.event_type = Some("a.created".into());
+        let (ab, bb) = (a.to_bytes(), b.to_bytes());
+        let mut s = Summarizer::new("t.dlq", 0, 0).with_routes(&cfg.api);
+        for v in [&ab, &ab, &bb] {
+            s.add(Some(v));
+        }
+        let s = s.finish();
+        assert_eq!(s.by_destination["search"], 2);
+        assert_eq!(s.by_destination["http://127.0.0.1:9000"], 1);
+        let table = Table(&s, 0).to_string();
+        assert!(table.contains("by destination:"), "{table}");
+        let without = summarize("t.dlq", [Some(&ab[..])], 0, 0);
+        assert!(without.by_destination.is_empty());
     }
 
     #[test]

@@ -43,7 +43,15 @@ async fn the_gate_follows_the_limit_down_and_up() {
 #[tokio::test]
 async fn permits_held_between_tries_count_as_the_limit_in_use() {
     let pool = Arc::new(Semaphore::new(64));
-    let limits = Limits::new(64, 64, true, None, pool.clone(), LimitOn::EventPermits);
+    let limits = Limits::new(
+        64,
+        64,
+        true,
+        None,
+        pool.clone(),
+        LimitOn::EventPermits,
+        "test",
+    );
     let mut gate = limits.gate(pool, 64);
     let start = limits.current();
     // Every permit is held: one event calls, the others wait out a back-off.
@@ -81,7 +89,15 @@ async fn permits_held_between_tries_count_as_the_limit_in_use() {
 #[tokio::test]
 async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
     let pool = Arc::new(Semaphore::new(64));
-    let limits = Limits::new(64, 64, true, None, pool.clone(), LimitOn::EventPermits);
+    let limits = Limits::new(
+        64,
+        64,
+        true,
+        None,
+        pool.clone(),
+        LimitOn::EventPermits,
+        "test",
+    );
     let mut gate = limits.gate(pool, 64);
     let start = limits.current();
     let mut held = Vec::new();
@@ -125,7 +141,7 @@ async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
 #[tokio::test]
 async fn on_requests_calls_take_slots_and_the_pool_stays_fixed() {
     let pool = Arc::new(Semaphore::new(64));
-    let limits = Limits::new(64, 64, true, None, pool.clone(), LimitOn::Requests);
+    let limits = Limits::new(64, 64, true, None, pool.clone(), LimitOn::Requests, "test");
     let start = limits.current();
     assert!(start < 64, "slow start begins below the bound: {start}");
     let mut gate = limits.gate(pool.clone(), 64);
@@ -161,7 +177,7 @@ async fn on_requests_calls_take_slots_and_the_pool_stays_fixed() {
 #[tokio::test]
 async fn on_event_permits_calls_take_no_slot() {
     let pool = Arc::new(Semaphore::new(64));
-    let limits = Limits::new(64, 64, true, None, pool, LimitOn::EventPermits);
+    let limits = Limits::new(64, 64, true, None, pool, LimitOn::EventPermits, "test");
     assert!(!limits.calls_wait());
     let mut calls = Vec::new();
     for _ in 0..64 {
@@ -208,7 +224,7 @@ fn samples_of_outcomes() {
 #[tokio::test(start_paused = true)]
 async fn a_fixed_limit_on_requests_holds_requests_too() {
     let pool = Arc::new(Semaphore::new(20));
-    let limits = Limits::new(2, 20, false, None, pool, LimitOn::Requests);
+    let limits = Limits::new(2, 20, false, None, pool, LimitOn::Requests, "test");
     assert_eq!(limits.current(), 2);
     let first = limits.before_call(1).await;
     let _second = limits.before_call(1).await;

@@ -90,6 +90,7 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
         Some(Arc::new(rate)),
         Arc::new(tokio::sync::Semaphore::new(8)),
         limits::LimitOn::Requests,
+        "test",
     ));
     let (batcher, spec) = own_batcher(&d, &api, &limits);
     let out = Outgoing::default();
@@ -177,6 +178,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
         None,
         Arc::new(tokio::sync::Semaphore::new(8)),
         limits::LimitOn::Requests,
+        "test",
     ));
     let (batcher, spec) = own_batcher(&d, &api, &limits);
     let out = Outgoing::default();
