@@ -292,6 +292,9 @@ pub struct Cluster {
     pub cfg: ClusterCfg,
     pub names: Names,
     pub sink: SinkHandle,
+    /// Further API stand-ins, other destinations' (`destination-outage`): the
+    /// audit counts an event delivered when any stand-in received it.
+    pub extra_sinks: Vec<SinkHandle>,
     pub instances: Vec<Instance>,
     pub toml: String,
     /// Instance slots that reach Kafka through the proxy (partition-one).
@@ -311,6 +314,26 @@ pub struct Cluster {
 impl Cluster {
     pub fn baseline(&self) -> Behaviour {
         baseline(self.cfg.api_latency_ms)
+    }
+
+    /// What the stand-ins received, merged: [`Cluster::sink`]'s books with the
+    /// deliveries of every other stand-in added (an event reached the API when
+    /// any of them received it; received by two, it counts as a duplicate).
+    pub fn api_audit(&self) -> courier_standins::sink::Audit {
+        let mut api = self.sink.audit();
+        for sink in &self.extra_sinks {
+            for (id, n) in sink.audit().delivered {
+                *api.delivered.entry(id).or_default() += n;
+            }
+        }
+        api
+    }
+
+    /// Every stand-in back to the baseline behaviour (the end of a scenario's faults).
+    pub fn heal_sinks(&self) {
+        for sink in std::iter::once(&self.sink).chain(&self.extra_sinks) {
+            sink.set_behaviour(self.baseline());
+        }
     }
 
     /// The scenario's name (the load's id prefix is `drill-<name>`).
@@ -345,6 +368,7 @@ impl Cluster {
             cfg,
             names,
             sink,
+            extra_sinks: Vec::new(),
             instances: Vec::new(),
             toml,
             proxied_slots: Vec::new(),
@@ -503,12 +527,37 @@ impl Cluster {
 
     /// Waits until every live instance reports `courier_api_unavailable == want`.
     pub async fn wait_all_unavailable(&self, want: bool, timeout: Duration) -> Option<Duration> {
-        let t0 = Instant::now();
         let v = if want { 1.0 } else { 0.0 };
+        self.wait_all(timeout, |s| s.api_unavailable == v).await
+    }
+
+    /// Waits until every live instance reports
+    /// `courier_api_unavailable{destination="<destination>"} == want` (a
+    /// series it does not have yet is not an answer).
+    pub async fn wait_destination_unavailable(
+        &self,
+        destination: &str,
+        want: bool,
+        timeout: Duration,
+    ) -> Option<Duration> {
+        let v = if want { 1.0 } else { 0.0 };
+        self.wait_all(timeout, |s| {
+            s.unavailable_by_destination.get(destination) == Some(&v)
+        })
+        .await
+    }
+
+    /// Waits until every live instance answers a scrape and `cond` holds for each.
+    async fn wait_all(
+        &self,
+        timeout: Duration,
+        cond: impl Fn(&Scrape) -> bool,
+    ) -> Option<Duration> {
+        let t0 = Instant::now();
         while t0.elapsed() < timeout {
             let s = self.scrape_all().await;
             if s.len() == self.instances.iter().filter(|i| i.is_live()).count()
-                && s.iter().all(|s| s.api_unavailable == v)
+                && s.iter().all(&cond)
             {
                 return Some(t0.elapsed());
             }
@@ -609,6 +658,9 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.monitor.abort();
         self.sink.shutdown();
+        for s in &self.extra_sinks {
+            s.shutdown();
+        }
     }
 }
 
@@ -653,6 +705,8 @@ async fn monitor(registry: Registry, observed: Arc<Mutex<Observed>>) {
 }
 
 /// The load: `count` events at `rate` per second, in chunks, in the background.
+/// Its events are of the load generator's default type, or of several types
+/// (`Load::start`'s `event_types`), one per chunk (see [`type_of_chunk`]).
 pub struct Load {
     pub poison: Arc<AtomicBool>,
     ctl: Arc<LoadCtl>,
@@ -675,15 +729,27 @@ struct LoadCtl {
 }
 
 impl Load {
-    pub fn start(brokers: &str, topic: &str, id_prefix: &str, count: usize, rate: u64) -> Load {
+    /// `event_types` empty: every event of the load generator's default type.
+    pub fn start(
+        brokers: &str,
+        topic: &str,
+        id_prefix: &str,
+        count: usize,
+        rate: u64,
+        event_types: &[&str],
+    ) -> Load {
         let poison = Arc::new(AtomicBool::new(false));
         let ctl = Arc::new(LoadCtl::default());
+        let shape = Shape {
+            id_prefix: id_prefix.to_string(),
+            count,
+            rate: rate.max(1),
+            event_types: event_types.iter().map(|t| t.to_string()).collect(),
+        };
         let task = tokio::spawn(produce_load(
             brokers.to_string(),
             topic.to_string(),
-            id_prefix.to_string(),
-            count,
-            rate.max(1),
+            shape,
             poison.clone(),
             ctl.clone(),
         ));
@@ -734,15 +800,51 @@ const LOAD_ATTEMPTS: u32 = 5;
 /// Every `POISON_EVERY`-th record is bad input while the poison flag is up (5 %).
 pub const POISON_EVERY: usize = 20;
 
-async fn produce_load(
-    brokers: String,
-    topic: String,
+/// Events of the load per key before the keys repeat (`Spec::keys`).
+const LOAD_KEYS: usize = 2_000;
+
+/// Which of `types` types the `chunk_no`-th chunk of a load has: the sum of
+/// `chunk_no`'s digits in base `types` (with two types, the Thue–Morse
+/// sequence). Every `types` consecutive chunks from a multiple of `types` hold
+/// one chunk of each type, so each type has its share of the rate at any
+/// moment; and a key does not keep one type forever. Plain alternation would
+/// do that: the keys repeat every 2,000 events, an even number of chunks at
+/// the default rates, so a key would fall in a chunk of the same type round
+/// after round.
+fn type_of_chunk(chunk_no: usize, types: usize) -> usize {
+    if types < 2 {
+        return 0;
+    }
+    let (mut sum, mut n) = (0, chunk_no);
+    while n > 0 {
+        sum += n % types;
+        n /= types;
+    }
+    sum % types
+}
+
+/// What a load produces (`Load::start`'s arguments).
+struct Shape {
     id_prefix: String,
     count: usize,
     rate: u64,
+    /// Empty: the load generator's default type.
+    event_types: Vec<String>,
+}
+
+async fn produce_load(
+    brokers: String,
+    topic: String,
+    shape: Shape,
     poison: Arc<AtomicBool>,
     ctl: Arc<LoadCtl>,
 ) -> anyhow::Result<Produced> {
+    let Shape {
+        id_prefix,
+        count,
+        rate,
+        event_types,
+    } = shape;
     let mut producer = loadgen::producer_with_timeout(&brokers, LOAD_MESSAGE_TIMEOUT)?;
     // Chunks are a multiple of POISON_EVERY so that poison is exactly 1 in 20.
     let chunk = ((rate as usize / 10).div_ceil(POISON_EVERY) * POISON_EVERY).max(POISON_EVERY);
@@ -764,11 +866,15 @@ async fn produce_load(
         let n = chunk.min(count - sent);
         let mut spec = Spec {
             count: n,
-            keys: 2_000,
+            keys: LOAD_KEYS,
             id_prefix: id_prefix.clone(),
             poison_every: poison.load(Ordering::Relaxed).then_some(POISON_EVERY),
             ..Spec::default()
         };
+        if !event_types.is_empty() {
+            let t = type_of_chunk(sent / chunk, event_types.len());
+            spec.event_type = event_types[t].clone();
+        }
         // A chunk holds only a few bad records: rotate the kinds from chunk to chunk
         // so that every kind of bad input occurs.
         let kinds = spec.poison_kinds.len();
@@ -883,4 +989,31 @@ pub async fn delete_records(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two types: half the chunks each, one of each in every aligned pair, and
+    /// at the CI rate (chunks of 40, 2,000 keys: 50 chunks a round) every key
+    /// gets both types within a few rounds.
+    #[test]
+    fn chunk_types_share_the_rate_and_the_keys() {
+        let pairs_balanced = (0..1000)
+            .step_by(2)
+            .all(|c| type_of_chunk(c, 2) + type_of_chunk(c + 1, 2) == 1);
+        assert!(pairs_balanced);
+        let (chunk, rounds) = (40, 6);
+        let per_round = LOAD_KEYS / chunk;
+        for first in 0..per_round {
+            let seen: std::collections::BTreeSet<usize> = (0..rounds)
+                .map(|r| type_of_chunk(first + r * per_round, 2))
+                .collect();
+            assert_eq!(seen.len(), 2, "the keys of chunk {first} of a round");
+        }
+        assert_eq!(type_of_chunk(7, 1), 0);
+        let three: Vec<usize> = (0..9).map(|c| type_of_chunk(c, 3)).collect();
+        assert_eq!(three, [0, 1, 2, 1, 2, 0, 2, 0, 1]);
+    }
 }

@@ -11,6 +11,7 @@
 //! 2 for bad options.
 
 mod cluster;
+mod destination_outage;
 mod digest;
 mod hostile;
 mod metrics;
@@ -35,7 +36,8 @@ use std::time::{Duration, Instant};
 struct Args {
     /// A scenario name, a comma-separated list, or `all` (in order):
     /// api-outage, api-flap, api-401, redis, kafka-restart, kill-instances,
-    /// partition-one, rolling-restart, poison-storm, crash-cost, hostile
+    /// partition-one, rolling-restart, poison-storm, crash-cost, partial-api,
+    /// destination-outage, hostile
     /// (its parts alone: hostile-403, hostile-header, hostile-recreate,
     /// hostile-deleted).
     #[arg(long, default_value = "all")]

@@ -88,9 +88,17 @@ fn secs(v: Option<f64>) -> String {
 
 pub fn table(r: &DrillReport) -> String {
     let mut out = String::new();
+    // The name column as wide as the longest name (`destination-outage`).
+    let w = r
+        .scenarios
+        .iter()
+        .map(|s| s.scenario.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(16);
     let _ = writeln!(
         out,
-        "{:<16} {:>4} {:>8} {:>9} {:>6} {:>7} {:>5} {:>6} {:>6} {:>7} {:>7} {:>7}",
+        "{:<w$} {:>4} {:>8} {:>9} {:>6} {:>7} {:>5} {:>6} {:>6} {:>7} {:>7} {:>7}",
         "scenario",
         "ok",
         "produced",
@@ -107,7 +115,7 @@ pub fn table(r: &DrillReport) -> String {
     for s in &r.scenarios {
         let _ = writeln!(
             out,
-            "{:<16} {:>4} {:>8} {:>9} {:>6} {:>7} {:>5} {:>6} {:>6.2} {:>7} {:>7} {:>7}",
+            "{:<w$} {:>4} {:>8} {:>9} {:>6} {:>7} {:>5} {:>6} {:>6.2} {:>7} {:>7} {:>7}",
             s.scenario,
             if s.ok { "yes" } else { "NO" },
             s.produced,
@@ -124,7 +132,7 @@ pub fn table(r: &DrillReport) -> String {
         if s.deleted_unread > 0 || s.deleted_unread_reported.is_some() {
             let _ = writeln!(
                 out,
-                "{:<16}   deleted unread: {} (Courier reported {})",
+                "{:<w$}   deleted unread: {} (Courier reported {})",
                 "",
                 s.deleted_unread,
                 s.deleted_unread_reported
@@ -138,20 +146,20 @@ pub fn table(r: &DrillReport) -> String {
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
-            let _ = writeln!(out, "{:<16}   parked: {}", "", reasons.join(" "));
+            let _ = writeln!(out, "{:<w$}   parked: {}", "", reasons.join(" "));
         }
         for c in s.checks.iter().filter(|c| !c.ok) {
-            let _ = writeln!(out, "{:<16}   FAILED {}: {}", "", c.name, c.detail);
+            let _ = writeln!(out, "{:<w$}   FAILED {}: {}", "", c.name, c.detail);
         }
         for (name, code) in &s.unexpected_exits {
             let _ = writeln!(
                 out,
-                "{:<16}   instance {name} exited on its own (code {code:?})",
+                "{:<w$}   instance {name} exited on its own (code {code:?})",
                 ""
             );
         }
         if let Some(e) = &s.error {
-            let _ = writeln!(out, "{:<16}   ERROR: {e}", "");
+            let _ = writeln!(out, "{:<w$}   ERROR: {e}", "");
         }
     }
     let _ = writeln!(

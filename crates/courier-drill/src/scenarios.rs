@@ -25,6 +25,7 @@ pub const ALL: &[&str] = &[
     "poison-storm",
     "crash-cost",
     "partial-api",
+    "destination-outage",
     "hostile",
 ];
 
@@ -53,6 +54,7 @@ fn load_duration(name: &str, o: &Opts) -> Duration {
             "poison-storm" => o.pick(10.0, 60.0),
             "crash-cost" => o.pick(6.0, 15.0),
             "partial-api" => crate::partial_api::duration(o),
+            "destination-outage" => crate::destination_outage::duration(o),
             _ => Duration::ZERO,
         }
 }
@@ -63,8 +65,8 @@ fn flap_cycle(o: &Opts) -> Duration {
 
 /// What a scenario broke and must heal whatever happens.
 #[derive(Default)]
-struct Faults {
-    redis_down: bool,
+pub(crate) struct Faults {
+    pub(crate) redis_down: bool,
     kafka_down: bool,
     toxiproxy: Option<Toxiproxy>,
 }
@@ -153,6 +155,7 @@ async fn run_inner(
         }
         "crash-cost" => c.static_ids = true,
         "partial-api" => c.toml = crate::partial_api::toml(&c.toml, &c.sink.url()),
+        "destination-outage" => crate::destination_outage::prepare(&mut c, o).await?,
         _ => {}
     }
     c.start_all().await?;
@@ -165,12 +168,17 @@ async fn run_inner(
     let count = o
         .events
         .unwrap_or((o.rate as f64 * load_duration(name, o).as_secs_f64()) as usize);
+    let event_types: &[&str] = match name {
+        "destination-outage" => &crate::destination_outage::TYPES,
+        _ => &[],
+    };
     let load = Load::start(
         &svc.brokers,
         &c.names.topic,
         &format!("drill-{name}"),
         count,
         o.rate,
+        event_types,
     );
     eprintln!("[drill] producing {count} events at {}/s", o.rate);
 
@@ -188,6 +196,7 @@ async fn run_inner(
         "poison-storm" => poison_storm(o, &load).await,
         "crash-cost" => crash_cost(&mut c, o).await,
         "partial-api" => crate::partial_api::run(&mut c, o).await,
+        "destination-outage" => crate::destination_outage::run(&c, o, f).await,
         n if n.starts_with("hostile") => {
             let r = crate::hostile::run(name, &mut c, o, &load, &mut book).await;
             // Whatever happened, the load ends (its count is only a ceiling).
@@ -200,7 +209,7 @@ async fn run_inner(
         "[drill] faults done after {:.0}s; healing",
         t_faults.elapsed().as_secs_f64()
     );
-    c.sink.set_behaviour(c.baseline());
+    c.heal_sinks();
     f.heal(svc).await?;
     let script_err = match script {
         Ok(checks) => {
@@ -226,7 +235,7 @@ async fn run_inner(
             rep.settle_s = o.settle_timeout.as_secs_f64();
         }
     }
-    let api_audit = c.sink.audit();
+    let api_audit = c.api_audit();
     let audit = tokio::task::block_in_place(|| {
         courier_standins::audit::audit(
             &svc.brokers,
@@ -251,6 +260,10 @@ async fn run_inner(
         rep.deleted_unread = acc.deleted_unread;
         rep.deleted_unread_reported = Some(reported);
         audit.lost = acc.lost;
+    }
+    if name == "destination-outage" {
+        rep.checks
+            .extend(crate::destination_outage::after(&c, &audit));
     }
     println!("[{name}] audit:\n{audit}");
     if rep.deleted_unread_reported.is_some() {

@@ -61,6 +61,7 @@ fn short_drill_sequence_loses_nothing() {
             "poison-storm",
             "crash-cost",
             "partial-api",
+            "destination-outage",
             "hostile"
         ],
         "every scenario ran, in order"
