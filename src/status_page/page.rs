@@ -175,15 +175,40 @@ pub(crate) fn render(s: &Snapshot) -> String {
             .map(|c| format!(" (<span id=\"commit\">{}</span>)", esc(c)))
             .unwrap_or_default(),
     );
-    let (cls, text) = if s.health.api_unavailable {
-        ("s-paused", "API unavailable: partitions paused")
+    // With several destinations: paused only when every one is down; one
+    // down holds its own events.
+    let down: Vec<&str> = s
+        .destinations
+        .iter()
+        .filter(|d| d.health.api_unavailable)
+        .map(|d| d.name.as_str())
+        .collect();
+    let some_down;
+    let (cls, text) = if s.destinations.is_empty() {
+        if s.health.api_unavailable {
+            ("s-paused", "API unavailable: partitions paused")
+        } else {
+            ("s-normal", "API available")
+        }
+    } else if down.len() == s.destinations.len() {
+        (
+            "s-paused",
+            "every destination unavailable: partitions paused",
+        )
+    } else if !down.is_empty() {
+        some_down = format!(
+            "unavailable: {} (its events held; the others flow)",
+            down.join(", ")
+        );
+        ("s-half_open", some_down.as_str())
     } else {
-        ("s-normal", "API available")
+        ("s-normal", "every destination available")
     };
     let _ = write!(
         o,
-        "<p id=\"verdict\" class=\"{cls}\" data-api-unavailable=\"{}\">{text}</p>",
-        s.health.api_unavailable
+        "<p id=\"verdict\" class=\"{cls}\" data-api-unavailable=\"{}\">{}</p>",
+        s.health.api_unavailable,
+        esc(text)
     );
 
     o.push_str("<h2>Instance</h2><table>");
@@ -391,6 +416,35 @@ mod tests {
         }
         assert!(!html.contains("<script"), "no script on the page");
         assert!(!html.contains("pod-<1>"), "text is escaped");
+    }
+
+    #[test]
+    fn each_destination_shows_its_verdict_breaker_and_marker() {
+        let mut s = snapshot();
+        let mut up = s.health.clone();
+        up.api_unavailable = false;
+        up.breaker.state = "closed".into();
+        s.destinations = vec![
+            super::super::DestinationSnapshot {
+                name: "http://crm<1>".into(),
+                health: up,
+            },
+            super::super::DestinationSnapshot {
+                name: "search".into(),
+                health: s.health.clone(),
+            },
+        ];
+        let html = render(&s);
+        for needle in [
+            "unavailable: search (its events held; the others flow)",
+            "id=\"destination-0\" data-api-unavailable=\"false\"><b>http://crm&lt;1&gt;</b>: available",
+            "id=\"destination-1\" data-api-unavailable=\"true\"><b>search</b>: unavailable",
+            "id=\"breaker-0-state\" class=\"badge s-closed\"",
+            "id=\"breaker-1-state\" class=\"badge s-open\"",
+            "id=\"marker-1-state\"",
+        ] {
+            assert!(html.contains(needle), "missing {needle:?} in\n{html}");
+        }
     }
 
     #[test]
