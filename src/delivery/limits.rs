@@ -154,7 +154,8 @@ impl Limits {
         gauge.set(start as f64);
         if rate.is_none() {
             // No rate limit: the series exist at 0 (dashboards, `increase()`).
-            metrics::gauge!(m::API_RATE_LIMIT, "scope" => "group").set(0.0);
+            metrics::gauge!(m::API_RATE_LIMIT, "scope" => "group", "destination" => destination.to_string())
+                .set(0.0);
         }
         for result in ["granted", "denied"] {
             for source in ["redis", "local_fallback"] {

@@ -105,6 +105,19 @@ impl RateLimiter {
         key_prefix: &str,
         member: &str,
     ) -> RateLimiter {
+        RateLimiter::labelled(rate, burst, redis, key_prefix, member, None)
+    }
+
+    /// [`RateLimiter::new`] whose gauges carry `destination`'s name
+    /// (`core::destination`; `None`: no such label).
+    pub(crate) fn labelled(
+        rate: u64,
+        burst: u64,
+        redis: Option<Client>,
+        key_prefix: &str,
+        member: &str,
+        destination: Option<&str>,
+    ) -> RateLimiter {
         let burst = if burst == 0 {
             (rate / 50).max(1)
         } else {
@@ -113,8 +126,14 @@ impl RateLimiter {
         let batch = (rate / 100).clamp(1, burst);
         let gcra = Gcra::new(rate as f64, burst);
         let now = Instant::now();
-        metrics::gauge!(m::API_RATE_LIMIT, "scope" => "group").set(rate as f64);
-        let fallback_gauge = metrics::gauge!(m::API_RATE_LIMIT, "scope" => "local_fallback");
+        let gauge = |scope: &'static str| match destination {
+            Some(d) => {
+                metrics::gauge!(m::API_RATE_LIMIT, "scope" => scope, "destination" => d.to_string())
+            }
+            None => metrics::gauge!(m::API_RATE_LIMIT, "scope" => scope),
+        };
+        gauge("group").set(rate as f64);
+        let fallback_gauge = gauge("local_fallback");
         fallback_gauge.set(0.0);
         let (share, share_burst) = fallback_share(rate, burst, ShareBasis::Live(1));
         RateLimiter {
@@ -212,12 +231,14 @@ impl RateLimiter {
             }
             _ => group,
         };
-        let mut limiter = RateLimiter::new(
+        let name = p.destinations.get(dest.index()).map(|d| d.name.as_str());
+        let mut limiter = RateLimiter::labelled(
             u64::from(api.rate_limit_per_sec),
             u64::from(api.rate_limit_burst),
             redis,
             &prefix,
             &p.instance,
+            name,
         );
         limiter.shared.connect_wait = p.config.redis.connect_timeout;
         Some(Arc::new(limiter.with_assignment(p.assignment.clone())))
