@@ -68,6 +68,7 @@ pub(crate) const ORDERED_RESENT: &str = "courier_ordered_resent_total";
 pub(crate) const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 // Destinations (`core::destination`, `core::partition::outage`).
 pub(crate) const DIVERTED: &str = "courier_destination_diverted_total";
+pub(crate) const HELD_OUT: &str = "courier_destination_held_out";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
@@ -292,6 +293,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         DIVERTED,
         "Events written to the DLQ without a try, by destination and reason: destination_unavailable (their destination, the API a route sends to, was down longer than degraded.destination_hold, or held half of pipeline.max_in_flight_per_partition, while the partition went on with other destinations) or key_in_dlq (with several destinations: an earlier event of the key to that destination is in the DLQ, and order per key holds). Redelivered by the DLQ drain once every destination is back.",
+    ),
+    (
+        HELD_OUT,
+        "Events of a destination that is down held in a partition (by partition and destination), not sent, while the partition goes on with its other destinations: sent when the destination is back, or diverted to the DLQ after degraded.destination_hold.",
     ),
     (
         DELETED_UNREAD,

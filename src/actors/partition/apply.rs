@@ -33,6 +33,12 @@ impl PartitionState {
             self.a.shared.held(),
             self.machine.in_flight(),
         );
+        let (gauges, partition) = (&mut self.gauges, self.a.partition);
+        let names = &self.a.pipeline.destinations;
+        self.machine.each_held_out(|d, n| {
+            let name = names.get(d.index()).map_or("?", |d| d.name.as_str());
+            gauges.held_out(partition, d.index(), name, n);
+        });
     }
 
     fn apply(&mut self, myself: &ActorRef<PartitionMsg>, e: Effect<Item>) -> Option<Input<Record>> {

@@ -17,6 +17,8 @@ pub(super) struct Gauges {
     mode: [(Mode, metrics::Gauge); 3],
     /// This incarnation's row on the status board (removed in `post_stop`).
     pub(super) row: Arc<PartitionRow>,
+    /// Per destination that held events out: the count shown and its gauge.
+    held_out: Vec<Option<(usize, metrics::Gauge)>>,
 }
 
 impl Gauges {
@@ -34,6 +36,27 @@ impl Gauges {
             lag: g(m::CONSUMER_LAG),
             mode: [mode(Mode::Normal), mode(Mode::Paused), mode(Mode::DrainDlq)],
             row,
+            held_out: Vec::new(),
+        }
+    }
+
+    /// Destination `d` (named `name`) holds `n` events out in `partition`
+    /// (`courier_destination_held_out`): set when it changed.
+    pub(super) fn held_out(&mut self, partition: i32, d: usize, name: &str, n: usize) {
+        if self.held_out.len() <= d {
+            self.held_out.resize_with(d + 1, || None);
+        }
+        match &mut self.held_out[d] {
+            Some((shown, _)) if *shown == n => {}
+            Some((shown, g)) => {
+                *shown = n;
+                g.set(n as f64);
+            }
+            slot @ None => {
+                let g = metrics::gauge!(m::HELD_OUT, "partition" => partition.to_string(), "destination" => name.to_string());
+                g.set(n as f64);
+                *slot = Some((n, g));
+            }
         }
     }
 
@@ -72,6 +95,9 @@ impl Gauges {
         self.paused.set(0.0);
         self.dlq_lag.set(0.0);
         self.lag.set(0.0);
+        for (_, g) in self.held_out.iter().flatten() {
+            g.set(0.0);
+        }
     }
 }
 

@@ -385,6 +385,11 @@ impl<X: Intake> Lanes<X> {
         self.outage.awaits_drain()
     }
 
+    /// Each destination's events held out now (see `outage`).
+    pub(super) fn each_held_out(&self, f: impl FnMut(DestinationId, usize)) {
+        self.outage.each_held_out(f);
+    }
+
     /// A lag check came (see `outage`).
     pub(super) fn lag_checked(&mut self, dlq_drained: bool) {
         self.outage.lag_checked(dlq_drained);

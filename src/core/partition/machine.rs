@@ -76,6 +76,15 @@ impl<X: Intake> PartitionMachine<X> {
         &self.intake
     }
 
+    /// Each destination's events held out now: their destination is down
+    /// while the partition is not paused (`outage`).
+    pub(crate) fn each_held_out(
+        &self,
+        f: impl FnMut(crate::core::destination::DestinationId, usize),
+    ) {
+        self.lanes.each_held_out(f);
+    }
+
     #[cfg(test)]
     pub(crate) fn mode(&self) -> Mode {
         self.degraded.mode()

@@ -316,6 +316,15 @@ impl Outage {
         }
     }
 
+    /// Each destination's events held out now (run members each), for every
+    /// destination that ever held some out.
+    pub(super) fn each_held_out(&self, mut f: impl FnMut(DestinationId, usize)) {
+        for (i, p) in self.per.iter().enumerate() {
+            let n = p.out.len() + p.runs.iter().map(|(_, r)| r.len()).sum::<usize>();
+            f(DestinationId(i as u8), n);
+        }
+    }
+
     /// Diverted destinations (the status and tests).
     #[cfg(test)]
     pub(super) fn diverting(&self) -> DestSet {
@@ -371,6 +380,9 @@ mod tests {
         );
         o.hold_out(X, Src::Main, vec![4]);
         o.hold_out(X, Src::Main, vec![6, 7]);
+        let mut held = Vec::new();
+        o.each_held_out(|d, n| held.push((d, n)));
+        assert_eq!(held, vec![(DestinationId::DEFAULT, 0), (X, 3)]);
         let c = o.set_down(down(&[]), &mut fx);
         assert_eq!(c.back, vec![X]);
         assert_eq!(
