@@ -153,14 +153,17 @@ impl Pipeline {
         }
     }
 
-    /// The health of destination `id` (the default one's for an id the
-    /// configuration does not have, which no route gives).
-    pub(crate) fn health(&self, id: DestinationId) -> &Arc<ApiHealth> {
-        let d = self
-            .destinations
+    /// Destination `id` (the default one for an id the configuration does
+    /// not have, which no route gives).
+    pub(crate) fn destination(&self, id: DestinationId) -> &Destination {
+        self.destinations
             .get(id.index())
-            .unwrap_or(&self.destinations[0]);
-        &d.health
+            .unwrap_or(&self.destinations[0])
+    }
+
+    /// The health of destination `id` (see [`Pipeline::destination`]).
+    pub(crate) fn health(&self, id: DestinationId) -> &Arc<ApiHealth> {
+        &self.destination(id).health
     }
 
     /// Deleted-unread accounting, the one place it is logged and counted: the

@@ -113,18 +113,7 @@ async fn one_apis_outage_does_not_stop_the_other() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::SeqCst);
     let produced = producing.await.expect("producer");
-    wait_until(
-        Duration::from_secs(120),
-        "every event reached its API",
-        || {
-            let (a, b) = (first.audit(), second.audit());
-            produced
-                .ids
-                .iter()
-                .all(|id| a.delivered.contains_key(id) || b.delivered.contains_key(id))
-        },
-    )
-    .await;
+    wait_all_reached(Duration::from_secs(120), &produced, &[&first, &second]).await;
     let rep = n.audit_all(&s, &produced, &[&first, &second]);
     assert_no_loss("dest-outage", &rep);
     println!(
@@ -185,13 +174,6 @@ fn overtaken_through_dlq(
         }
     }
     out
-}
-
-/// A URL's origin, as Courier names a destination no route names.
-fn origin(url: &str) -> String {
-    let rest = url.find("://").map_or(0, |i| i + 3);
-    let end = url[rest..].find('/').map_or(url.len(), |i| rest + i);
-    url[..end].to_ascii_lowercase()
 }
 
 /// The second API is down longer than `degraded.destination_hold`: its events
@@ -255,18 +237,7 @@ async fn a_long_outage_diverts_to_the_dlq_in_order() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::SeqCst);
     let produced = producing.await.expect("producer");
-    wait_until(
-        Duration::from_secs(180),
-        "every event reached its API",
-        || {
-            let (a, b) = (first.audit(), second.audit());
-            produced
-                .ids
-                .iter()
-                .all(|id| a.delivered.contains_key(id) || b.delivered.contains_key(id))
-        },
-    )
-    .await;
+    wait_all_reached(Duration::from_secs(180), &produced, &[&first, &second]).await;
     let rep = n.audit_all(&s, &produced, &[&first, &second]);
     assert_no_loss("dest-divert", &rep);
     println!(

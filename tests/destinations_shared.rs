@@ -126,27 +126,9 @@ async fn instances_share_each_destinations_marker_and_fall_back_to_their_breaker
 
     second.update_behaviour(|b| b.down_status = None);
     drop(back);
-    wait_until(
-        Duration::from_secs(180),
-        "every event reached its API",
-        || {
-            let (x, y) = (first.audit(), second.audit());
-            produced
-                .ids
-                .iter()
-                .all(|id| x.delivered.contains_key(id) || y.delivered.contains_key(id))
-        },
-    )
-    .await;
+    wait_all_reached(Duration::from_secs(180), &produced, &[&first, &second]).await;
     let rep = n.audit_all(&s, &produced, &[&first, &second]);
     assert_no_loss("dest-shared", &rep);
     a.terminate(Duration::from_secs(20)).await;
     b.terminate(Duration::from_secs(20)).await;
-}
-
-/// A URL's origin, as Courier names a destination no route names.
-fn origin(url: &str) -> String {
-    let rest = url.find("://").map_or(0, |i| i + 3);
-    let end = url[rest..].find('/').map_or(url.len(), |i| rest + i);
-    url[..end].to_ascii_lowercase()
 }

@@ -126,17 +126,24 @@ impl Actor for DeliveryPool {
         match msg {
             // Parking-lot writes and DLQ redeliveries (deliveries go to the queue).
             DeliveryMsg::Run(job) => {
-                let d = &state.deliverers;
-                let deliverer = d.get(job.item.destination.index()).unwrap_or(&d[0]);
-                tokio::spawn(deliverer.clone().run(job, None));
+                let deliverer = state.deliverer(&job).clone();
+                tokio::spawn(deliverer.run(job, None));
             }
             DeliveryMsg::Divert(job, why) => {
-                let d = &state.deliverers;
-                let deliverer = d.get(job.item.destination.index()).unwrap_or(&d[0]);
-                tokio::spawn(deliverer.clone().divert(job, why));
+                let deliverer = state.deliverer(&job).clone();
+                tokio::spawn(deliverer.divert(job, why));
             }
         }
         Ok(())
+    }
+}
+
+impl DeliveryState {
+    /// The deliverer of the job's destination (the default one's for an id
+    /// the configuration does not have, which no route gives).
+    fn deliverer(&self, job: &Job) -> &Arc<Deliverer> {
+        let d = &self.deliverers;
+        d.get(job.item.destination.index()).unwrap_or(&d[0])
     }
 }
 

@@ -299,10 +299,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     ) -> Result<Deliverer<A, W>, DelivererError> {
         let cfg: &Config = &pipeline.config;
         let health = pipeline.health(dest).clone();
-        let name: Arc<str> = pipeline
-            .destinations
-            .get(dest.index())
-            .map_or(Arc::from("default"), |d| Arc::from(d.name.as_str()));
+        let name: Arc<str> = Arc::from(pipeline.destination(dest).name.as_str());
         let d = &cfg.degraded;
         let routes = cfg.api.routes()?;
         let batch = cfg.api.batch_spec()?;

@@ -225,20 +225,19 @@ impl RateLimiter {
         let group = format!("{}:{}", p.config.redis.key_prefix, p.config.kafka.group_id);
         // Each destination has its own rate: the default one keeps the keys
         // it always had, another adds its name (`{<prefix>:<group>:<name>}`).
-        let prefix = match p.destinations.get(dest.index()) {
-            Some(d) if dest != crate::core::destination::DestinationId::DEFAULT => {
-                format!("{group}:{}", d.name)
-            }
-            _ => group,
+        let name = p.destination(dest).name.as_str();
+        let prefix = if dest == crate::core::destination::DestinationId::DEFAULT {
+            group
+        } else {
+            format!("{group}:{name}")
         };
-        let name = p.destinations.get(dest.index()).map(|d| d.name.as_str());
         let mut limiter = RateLimiter::labelled(
             u64::from(api.rate_limit_per_sec),
             u64::from(api.rate_limit_burst),
             redis,
             &prefix,
             &p.instance,
-            name,
+            Some(name),
         );
         limiter.shared.connect_wait = p.config.redis.connect_timeout;
         Some(Arc::new(limiter.with_assignment(p.assignment.clone())))

@@ -423,6 +423,31 @@ shutdown_grace = "5s"
     )
 }
 
+/// Waits until every produced event reached one of the stand-ins `sinks`
+/// (several APIs behind routes, or one API behind several instances).
+pub(crate) async fn wait_all_reached(
+    timeout: Duration,
+    produced: &Produced,
+    sinks: &[&SinkHandle],
+) {
+    wait_until(timeout, "every event reached an API", || {
+        let audits: Vec<_> = sinks.iter().map(|s| s.audit()).collect();
+        produced
+            .ids
+            .iter()
+            .all(|id| audits.iter().any(|a| a.delivered.contains_key(id)))
+    })
+    .await;
+}
+
+/// A URL's origin, as Courier names a destination no route names
+/// (`[[api.routes]]` without `destination`).
+pub(crate) fn origin(url: &str) -> String {
+    let rest = url.find("://").map_or(0, |i| i + 3);
+    let end = url[rest..].find('/').map_or(url.len(), |i| rest + i);
+    url[..end].to_ascii_lowercase()
+}
+
 /// Prints the audit and asserts nothing was lost.
 pub(crate) fn assert_no_loss(name: &str, rep: &AuditReport) {
     println!("[{name}] audit:\n{rep}");

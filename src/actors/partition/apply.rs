@@ -34,10 +34,9 @@ impl PartitionState {
             self.machine.in_flight(),
         );
         let (gauges, partition) = (&mut self.gauges, self.a.partition);
-        let names = &self.a.pipeline.destinations;
+        let pipeline = &self.a.pipeline;
         self.machine.each_held_out(|d, n| {
-            let name = names.get(d.index()).map_or("?", |d| d.name.as_str());
-            gauges.held_out(partition, d.index(), name, n);
+            gauges.held_out(partition, d.index(), &pipeline.destination(d).name, n);
         });
     }
 
