@@ -133,6 +133,11 @@ impl DestSet {
         self.0 == 0
     }
 
+    /// How many destinations it holds.
+    pub(crate) fn len(self) -> u32 {
+        self.0.count_ones()
+    }
+
     pub(crate) fn is_subset(self, of: DestSet) -> bool {
         self.0 & !of.0 == 0
     }

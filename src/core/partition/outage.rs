@@ -190,11 +190,11 @@ impl Outage {
     }
 
     /// An event of `d` with `key` was dead-lettered (or diverted): with more
-    /// than one destination, its key's later events to `d` follow it into
+    /// than one reachable destination, its key's later events to `d` follow it into
     /// the DLQ until the DLQ is drained (with one, the partition drains the
     /// DLQ before it reads on, as degraded mode always did).
     pub(super) fn dead_lettered(&mut self, d: DestinationId, key: Option<&[u8]>) {
-        if self.all == DestSet::first(1) || self.all.is_empty() {
+        if self.all.len() <= 1 {
             return;
         }
         let ordering = self.ordering;
@@ -492,6 +492,15 @@ mod tests {
             single.route(DestinationId::DEFAULT, k, Src::Main),
             Route::Send,
             "one destination: as before"
+        );
+        let mut only_x = DestSet::default();
+        only_x.insert(X);
+        let mut single = Outage::new(only_x, Duration::from_secs(30), 10, OrderingMode::Key);
+        single.dead_lettered(X, k);
+        assert_eq!(
+            single.route(X, k, Src::Main),
+            Route::Send,
+            "one reachable destination (a route takes every type): as before"
         );
         let mut p = Outage::new(
             DestSet::first(2),
