@@ -81,8 +81,10 @@ struct PerDestination {
 }
 
 impl PerDestination {
+    /// Per dispatch: no hashing of the key while no key follows (the usual
+    /// case, and always with one destination).
     fn follows(&self, key: Option<&[u8]>) -> bool {
-        self.whole || key.is_some_and(|k| self.keys.contains(k))
+        self.whole || (!self.keys.is_empty() && key.is_some_and(|k| self.keys.contains(k)))
     }
 }
 
