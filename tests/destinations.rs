@@ -178,11 +178,13 @@ fn overtaken_through_dlq(
 
 /// The second API is down longer than `degraded.destination_hold`: its events
 /// go to the DLQ (`destination_unavailable`, counted per destination), those
-/// of their keys follow them, and once it is back the DLQ drain delivers them.
-/// No event of a key reaches the second API directly before an earlier event
-/// of that key that went through the DLQ (the follow rule); first arrivals
-/// keep per-key order. The first API's rate holds during the outage; nothing
-/// of it goes to the DLQ; nothing is lost.
+/// of their keys follow them, and once it is back the DLQ drain delivers them
+/// (at 50/s) while main p is read (`drain_alongside`). No event of a key
+/// reaches the second API directly before an earlier event of that key that
+/// went through the DLQ (the follow rule); first arrivals keep per-key order.
+/// The first API's rate holds during the outage and during the drain
+/// (before `drain_alongside` main p waited for the drain: the first API
+/// got nothing meanwhile); nothing of it goes to the DLQ; nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_outage_diverts_to_the_dlq_in_order() {
     let s = services();
@@ -192,7 +194,7 @@ async fn a_long_outage_diverts_to_the_dlq_in_order() {
     let second = sink().await;
     let degraded = FAST
         .replace("drain_concurrency = 4", "drain_concurrency = 1")
-        .replace("drain_rate_per_sec = 20.0", "drain_rate_per_sec = 100.0")
+        .replace("drain_rate_per_sec = 20.0", "drain_rate_per_sec = 50.0")
         + "\ndestination_hold = \"2s\"\n";
     let toml = toml_with(&n, &first.url(), &degraded)
         + &format!(
@@ -234,19 +236,41 @@ async fn a_long_outage_diverts_to_the_dlq_in_order() {
         .metric("courier_destination_diverted_total{destination=\"second\"")
         .await;
     second.update_behaviour(|b| b.down_status = None);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Back: the drain redelivers the second's envelopes while the first
+    // keeps its rate.
+    let redelivered = |s: &SinkHandle| s.audit().per_second_redelivery.iter().sum::<u64>();
+    let (t2, c2, r2) = (
+        Instant::now(),
+        first.delivered_count(),
+        redelivered(&second),
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let r6 = redelivered(&second);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let draining = (first.delivered_count() - c2) as f64 / t2.elapsed().as_secs_f64();
+    let (early, late) = (r6 - r2, redelivered(&second) - r6);
     stop.store(true, Ordering::SeqCst);
     let produced = producing.await.expect("producer");
     wait_all_reached(Duration::from_secs(180), &produced, &[&first, &second]).await;
     let rep = n.audit_all(&s, &produced, &[&first, &second]);
     assert_no_loss("dest-divert", &rep);
     println!(
-        "first API: {before:.1} events/s before, {during:.1} during; {diverted} events of the second diverted"
+        "first API: {before:.1} events/s before, {during:.1} during, {draining:.1} during the drain; \
+         {diverted} events of the second diverted; redelivered in the drain window: {early} in 6 s, \
+         {late} in the last 2 s"
     );
     assert!(diverted > 0.0, "events were diverted");
     assert!(
         during >= 0.9 * before,
         "the first API got {during:.1} events/s during the second's outage, {before:.1} before"
+    );
+    assert!(
+        early > 0 && late > 0,
+        "the drain went on through the window: {early} then {late} redelivered"
+    );
+    assert!(
+        draining >= 0.9 * before,
+        "the first API got {draining:.1} events/s while the second's envelopes drained, {before:.1} before"
     );
     let in_dlq = envelopes(&s, &n.dlq);
     assert!(in_dlq

@@ -36,10 +36,12 @@ pub struct DegradedConfig {
     /// With several destinations (`[[api.routes]] destination`): how long a
     /// destination that is down holds its events (not sent, the partition
     /// going on with the others') before they go to the DLQ with reason
-    /// `destination_unavailable`, followed by every later event to it until
-    /// the DLQ is drained (order per key holds). Also diverted earlier when
-    /// it holds half of `pipeline.max_in_flight_per_partition`. With one
-    /// destination the partition pauses instead, and this is not used.
+    /// `destination_unavailable`; later events of their keys to it wait
+    /// until those are redelivered (drained alongside the main topic once
+    /// it is back), or follow them into the DLQ (order per key holds).
+    /// Also diverted earlier when it holds half of
+    /// `pipeline.max_in_flight_per_partition`. With one destination the
+    /// partition pauses instead, and this is not used.
     #[serde(with = "humantime_serde")]
     pub destination_hold: Duration,
     /// DLQ drain: events in delivery at once (process-wide) and events per second.

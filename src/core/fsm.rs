@@ -1,10 +1,17 @@
 //! The per-partition FSM of degraded mode: which of main p and DLQ p is read.
 //!
-//! | api_unavailable | dlq_has_unread | mode     | main p  | DLQ p   |
-//! |-----------------|----------------|----------|---------|---------|
-//! | true            | any            | Paused   | paused  | paused  |
-//! | false           | true           | DrainDlq | paused  | reading |
-//! | false           | false          | Normal   | reading | paused  |
+//! | api_unavailable | dlq_has_unread | alongside | mode           | main p  | DLQ p   |
+//! |-----------------|----------------|-----------|----------------|---------|---------|
+//! | true            | any            | any       | Paused         | paused  | paused  |
+//! | false           | true           | false     | DrainDlq       | paused  | reading |
+//! | false           | true           | true      | DrainAlongside | reading | reading |
+//! | false           | false          | any       | Normal         | reading | paused  |
+//!
+//! `alongside` (`core::partition::outage`): the partition's events go to
+//! several destinations and every record of DLQ p is one this partition
+//! machine wrote and follows by key, so main p is read while the DLQ drains:
+//! a key's events wait only behind its own envelopes (I38). With one
+//! destination it is always false: the DLQ is drained before main p reads on.
 //!
 //! [`decide`] is the table; [`PartitionFsm`] adds one rule on top of it, a minimum
 //! dwell in `Paused` (see there). The partition actor applies the difference between
@@ -33,7 +40,7 @@
 //!   destination of the partition is down", and while any one is down `dlq_has_unread`
 //!   is taken as false (the DLQ waits, main p is read).
 //! - **FSM**: each partition machine owns main p and DLQ p (range assignment + equal partition
-//!   counts, checked at start). `PartitionFsm::update(api_unavailable, dlq_has_unread)`
+//!   counts, checked at start). `PartitionFsm::update(api_unavailable, dlq_has_unread, alongside)`
 //!   decides; the machine applies pause/resume to both topics explicitly on every
 //!   assignment. While the mode is `paused` nothing is dispatched (records still in the
 //!   mailbox or the backlog, a key's next event, an errored job's retry wait in the
@@ -64,15 +71,27 @@ pub(crate) enum Mode {
     Normal,
     Paused,
     DrainDlq,
+    /// The DLQ drains while main p is read (several destinations, I38).
+    DrainAlongside,
 }
 
 impl Mode {
+    /// Every mode, in the order of the dashboard's value mapping (0 normal,
+    /// 1 paused, 2 drain_dlq, 3 drain_alongside).
+    pub(crate) const ALL: [Mode; 4] = [
+        Mode::Normal,
+        Mode::Paused,
+        Mode::DrainDlq,
+        Mode::DrainAlongside,
+    ];
+
     /// Label for metrics and logs.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Mode::Normal => "normal",
             Mode::Paused => "paused",
             Mode::DrainDlq => "drain_dlq",
+            Mode::DrainAlongside => "drain_alongside",
         }
     }
 }
@@ -80,10 +99,13 @@ impl Mode {
 /// The table. `api_unavailable` wins over everything: nothing is sent to an API that
 /// is down, not even the DLQ backlog. With the API up, the DLQ is drained before the
 /// main topic resumes, so events that already waited are not overtaken by new ones
-/// indefinitely.
-pub(crate) fn decide(api_unavailable: bool, dlq_has_unread: bool) -> Mode {
+/// indefinitely — unless `alongside` (see the module): then a key's events wait
+/// behind its own envelopes only, and main p is read during the drain.
+pub(crate) fn decide(api_unavailable: bool, dlq_has_unread: bool, alongside: bool) -> Mode {
     if api_unavailable {
         Mode::Paused
+    } else if dlq_has_unread && alongside {
+        Mode::DrainAlongside
     } else if dlq_has_unread {
         Mode::DrainDlq
     } else {
@@ -98,7 +120,7 @@ pub(crate) struct Reading {
     pub dlq: bool,
 }
 
-/// The reading a mode implies: never both at once.
+/// The reading a mode implies: both at once only while draining alongside.
 pub(crate) fn reading(mode: Mode) -> Reading {
     match mode {
         Mode::Normal => Reading {
@@ -111,6 +133,10 @@ pub(crate) fn reading(mode: Mode) -> Reading {
         },
         Mode::DrainDlq => Reading {
             main: false,
+            dlq: true,
+        },
+        Mode::DrainAlongside => Reading {
+            main: true,
             dlq: true,
         },
     }
@@ -172,8 +198,9 @@ impl PartitionFsm {
         now: Instant,
         api_unavailable: bool,
         dlq_has_unread: bool,
+        alongside: bool,
     ) -> Option<Change> {
-        let target = decide(api_unavailable, dlq_has_unread);
+        let target = decide(api_unavailable, dlq_has_unread, alongside);
         if target == self.mode {
             return None;
         }
@@ -222,10 +249,13 @@ mod tests {
 
     #[test]
     fn the_table() {
-        assert_eq!(decide(true, true), Mode::Paused);
-        assert_eq!(decide(true, false), Mode::Paused);
-        assert_eq!(decide(false, true), Mode::DrainDlq);
-        assert_eq!(decide(false, false), Mode::Normal);
+        assert_eq!(decide(true, true, false), Mode::Paused);
+        assert_eq!(decide(true, false, false), Mode::Paused);
+        assert_eq!(decide(false, true, false), Mode::DrainDlq);
+        assert_eq!(decide(false, false, false), Mode::Normal);
+        assert_eq!(decide(true, true, true), Mode::Paused);
+        assert_eq!(decide(false, true, true), Mode::DrainAlongside);
+        assert_eq!(decide(false, false, true), Mode::Normal);
     }
 
     #[test]
@@ -251,6 +281,13 @@ mod tests {
                 dlq: true
             }
         );
+        assert_eq!(
+            reading(Mode::DrainAlongside),
+            Reading {
+                main: true,
+                dlq: true
+            }
+        );
     }
 
     #[test]
@@ -258,6 +295,7 @@ mod tests {
         assert_eq!(Mode::Normal.as_str(), "normal");
         assert_eq!(Mode::Paused.as_str(), "paused");
         assert_eq!(Mode::DrainDlq.as_str(), "drain_dlq");
+        assert_eq!(Mode::DrainAlongside.as_str(), "drain_alongside");
     }
 
     #[test]
@@ -269,39 +307,43 @@ mod tests {
         assert_eq!(f.last_change(), None);
         assert_eq!(f.dwell_until(t0), None);
         assert_eq!(
-            f.update(t0, false, true),
+            f.update(t0, false, true, false),
             Some(Change {
                 from: Mode::Paused,
                 to: Mode::DrainDlq
             })
         );
         assert_eq!(f.last_change(), Some(t0));
-        assert_eq!(f.update(t0, false, true), None, "same inputs, no change");
+        assert_eq!(
+            f.update(t0, false, true, false),
+            None,
+            "same inputs, no change"
+        );
     }
 
     #[test]
     fn entering_paused_is_immediate_leaving_waits_for_the_dwell() {
         let t0 = Instant::now();
         let mut f = PartitionFsm::new(DWELL);
-        f.update(t0, false, false);
+        f.update(t0, false, false, false);
         assert_eq!(f.mode(), Mode::Normal);
         // Entering Paused: at once, even right after the last change.
         assert_eq!(
-            f.update(t0, true, false),
+            f.update(t0, true, false, false),
             Some(Change {
                 from: Mode::Normal,
                 to: Mode::Paused
             })
         );
         let t1 = t0 + ms(100);
-        assert_eq!(f.update(t0, true, true), None);
+        assert_eq!(f.update(t0, true, true, false), None);
         // The API is back: held for the dwell.
-        assert_eq!(f.update(t1, false, false), None);
+        assert_eq!(f.update(t1, false, false, false), None);
         assert_eq!(f.dwell_until(t1), Some(t0 + DWELL));
-        assert_eq!(f.update(t0 + ms(1_999), false, true), None);
+        assert_eq!(f.update(t0 + ms(1_999), false, true, false), None);
         assert_eq!(f.mode(), Mode::Paused);
         assert_eq!(
-            f.update(t0 + DWELL, false, true),
+            f.update(t0 + DWELL, false, true, false),
             Some(Change {
                 from: Mode::Paused,
                 to: Mode::DrainDlq
@@ -314,16 +356,16 @@ mod tests {
     fn normal_and_drain_switch_without_dwell() {
         let t0 = Instant::now();
         let mut f = PartitionFsm::new(DWELL);
-        f.update(t0, false, true);
+        f.update(t0, false, true, false);
         assert_eq!(
-            f.update(t0 + ms(1), false, false),
+            f.update(t0 + ms(1), false, false, false),
             Some(Change {
                 from: Mode::DrainDlq,
                 to: Mode::Normal
             })
         );
         assert_eq!(
-            f.update(t0 + ms(2), false, true),
+            f.update(t0 + ms(2), false, true, false),
             Some(Change {
                 from: Mode::Normal,
                 to: Mode::DrainDlq
@@ -336,15 +378,15 @@ mod tests {
         let base = Instant::now();
         let t0 = base + Duration::from_secs(10);
         let mut f = PartitionFsm::new(DWELL);
-        f.update(t0, false, false);
-        f.update(t0, true, false);
+        f.update(t0, false, false, false);
+        f.update(t0, true, false, false);
         for i in 1..20 {
-            assert_eq!(f.update(t0 + ms(i * 50), i % 2 == 0, false), None);
+            assert_eq!(f.update(t0 + ms(i * 50), i % 2 == 0, false, false), None);
         }
         assert_eq!(f.mode(), Mode::Paused);
         // A clock that goes backwards counts as no time passed.
-        assert_eq!(f.update(base, false, false), None);
-        assert!(f.update(t0 + DWELL, false, false).is_some());
+        assert_eq!(f.update(base, false, false, false), None);
+        assert!(f.update(t0 + DWELL, false, false, false).is_some());
     }
 
     #[test]
@@ -355,8 +397,8 @@ mod tests {
             .into_iter()
             .enumerate()
         {
-            f.update(t0 + ms(i as u64), a, d);
-            assert_eq!(f.mode(), decide(a, d));
+            f.update(t0 + ms(i as u64), a, d, false);
+            assert_eq!(f.mode(), decide(a, d, false));
         }
     }
 
@@ -366,28 +408,28 @@ mod tests {
         /// for by a change of the inputs (no oscillation of its own).
         #[test]
         fn safe_and_no_more_changes_than_input_flips(
-            steps in proptest::collection::vec((0u64..1_500, any::<bool>(), any::<bool>()), 1..200),
+            steps in proptest::collection::vec((0u64..1_500, any::<bool>(), any::<bool>(), any::<bool>()), 1..200),
         ) {
             let t0 = Instant::now();
             let mut now = t0;
             let mut f = PartitionFsm::new(DWELL);
-            let mut prev_input = (true, false); // what the initial Paused stands for
+            let mut prev_input = (true, false, false); // what the initial Paused stands for
             let mut prev_target = Mode::Paused;
             let (mut input_flips, mut target_flips, mut changes) = (0u32, 0u32, 0u32);
-            for (dt, api_down, dlq) in steps {
+            for (dt, api_down, dlq, alongside) in steps {
                 now += ms(dt);
-                if (api_down, dlq) != prev_input {
+                if (api_down, dlq, alongside) != prev_input {
                     input_flips += 1;
-                    prev_input = (api_down, dlq);
+                    prev_input = (api_down, dlq, alongside);
                 }
-                let target = decide(api_down, dlq);
+                let target = decide(api_down, dlq, alongside);
                 if target != prev_target {
                     target_flips += 1;
                     prev_target = target;
                 }
                 let before = f.mode();
                 let entered_paused_at = f.last_change();
-                let change = f.update(now, api_down, dlq);
+                let change = f.update(now, api_down, dlq, alongside);
                 if let Some(c) = change {
                     changes += 1;
                     prop_assert_eq!(c.from, before);

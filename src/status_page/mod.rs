@@ -120,7 +120,7 @@ pub struct PartitionRow {
     dispatched: AtomicI64,
 }
 
-const MODES: [Mode; 3] = [Mode::Normal, Mode::Paused, Mode::DrainDlq];
+const MODES: [Mode; 4] = Mode::ALL;
 
 fn known(v: &AtomicI64) -> Option<i64> {
     let v = v.load(Ordering::Relaxed);
@@ -167,7 +167,7 @@ impl PartitionRow {
     }
 
     fn snapshot(&self, partition: i32) -> PartitionSnapshot {
-        let mode = MODES[usize::from(self.mode.load(Ordering::Relaxed)).min(2)];
+        let mode = MODES[usize::from(self.mode.load(Ordering::Relaxed)).min(MODES.len() - 1)];
         PartitionSnapshot {
             partition,
             mode: mode.as_str().into(),

@@ -140,6 +140,15 @@ impl Intake for Decoder {
         item.destination
     }
 
+    fn origin(item: &Item) -> Option<i64> {
+        match &item.work {
+            // DLQ p is paired with main p: an envelope of another
+            // partition is not one this partition wrote.
+            Work::FromDlq(env) if env.origin.partition == item.partition => Some(env.origin.offset),
+            _ => None,
+        }
+    }
+
     fn run_group(&self, item: &Item) -> Option<RunGroup> {
         let (Some(runs), Work::Deliver(ev)) = (&self.runs, &item.work) else {
             return None;

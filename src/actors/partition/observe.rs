@@ -14,7 +14,7 @@ pub(super) struct Gauges {
     pub(super) paused: metrics::Gauge,
     dlq_lag: metrics::Gauge,
     lag: metrics::Gauge,
-    mode: [(Mode, metrics::Gauge); 3],
+    mode: [(Mode, metrics::Gauge); 4],
     /// This incarnation's row on the status board (removed in `post_stop`).
     pub(super) row: Arc<PartitionRow>,
     /// Per destination that held events out: the count shown and its gauge.
@@ -34,7 +34,7 @@ impl Gauges {
             paused: g(m::PARTITION_PAUSED),
             dlq_lag: g(m::DLQ_LAG),
             lag: g(m::CONSUMER_LAG),
-            mode: [mode(Mode::Normal), mode(Mode::Paused), mode(Mode::DrainDlq)],
+            mode: Mode::ALL.map(mode),
             row,
             held_out: Vec::new(),
         }

@@ -54,14 +54,23 @@ impl Degraded {
         self.wake_at = None;
     }
 
-    /// Runs the FSM on whether DLQ p has `unread` records. Returns the
-    /// [`Effect::Mode`] to report: after a change, or at the `first`
-    /// evaluation (so a partition that starts paused shows).
-    pub(super) fn update<I>(&mut self, now: Now, unread: bool, first: bool) -> Option<Effect<I>> {
+    /// Runs the FSM on whether DLQ p has `unread` records and may drain
+    /// `alongside` main p. Returns the [`Effect::Mode`] to report: after a
+    /// change, or at the `first` evaluation (so a partition that starts
+    /// paused shows).
+    pub(super) fn update<I>(
+        &mut self,
+        now: Now,
+        unread: bool,
+        alongside: bool,
+        first: bool,
+    ) -> Option<Effect<I>> {
         // While some destination is down the DLQ waits (its head may be that
         // destination's, and main p would wait behind it): main p is read.
         let unread = unread && !self.drain_held;
-        let change = self.fsm.update(now.mono, self.api_unavailable, unread);
+        let change = self
+            .fsm
+            .update(now.mono, self.api_unavailable, unread, alongside);
         (change.is_some() || first).then(|| Effect::Mode {
             mode: self.fsm.mode(),
             change,
@@ -119,7 +128,7 @@ mod tests {
     fn the_first_evaluation_shows_the_mode_and_later_only_changes() {
         let base = Instant::now();
         let mut d = Degraded::new(Duration::from_secs(1));
-        let fx: Fx = d.update(at(base, 0), false, true);
+        let fx: Fx = d.update(at(base, 0), false, false, true);
         let change = Some(Change {
             from: Mode::Paused,
             to: Mode::Normal,
@@ -131,9 +140,9 @@ mod tests {
                 change
             })
         );
-        assert!(d.update::<()>(at(base, 1), false, false).is_none());
+        assert!(d.update::<()>(at(base, 1), false, false, false).is_none());
         d.verdict(true, true);
-        assert!(d.update::<()>(at(base, 2), false, false).is_some());
+        assert!(d.update::<()>(at(base, 2), false, false, false).is_some());
         assert!(d.paused());
         assert!(!d.reading().main && !d.reading().dlq);
     }
@@ -142,13 +151,13 @@ mod tests {
     fn a_held_drain_reads_main_p_and_drains_once_released() {
         let base = Instant::now();
         let mut d = Degraded::new(Duration::ZERO);
-        d.update::<()>(at(base, 0), false, true);
+        d.update::<()>(at(base, 0), false, false, true);
         d.verdict(false, true);
-        d.update::<()>(at(base, 1), true, false);
+        d.update::<()>(at(base, 1), true, false, false);
         assert_eq!(d.mode(), Mode::Normal, "another destination is down");
         assert!(d.reading().main && !d.reading().dlq);
         d.verdict(false, false);
-        d.update::<()>(at(base, 2), true, false);
+        d.update::<()>(at(base, 2), true, false, false);
         assert_eq!(d.mode(), Mode::DrainDlq);
     }
 
@@ -156,12 +165,12 @@ mod tests {
     fn a_dwell_in_paused_wakes_once_when_it_ends() {
         let base = Instant::now();
         let mut d = Degraded::new(Duration::from_millis(1_000));
-        d.update::<()>(at(base, 0), false, true);
+        d.update::<()>(at(base, 0), false, false, true);
         d.verdict(true, true);
-        d.update::<()>(at(base, 0), false, false);
+        d.update::<()>(at(base, 0), false, false, false);
         d.verdict(false, false);
         assert!(
-            d.update::<()>(at(base, 10), false, false).is_none(),
+            d.update::<()>(at(base, 10), false, false, false).is_none(),
             "dwelling"
         );
         assert_eq!(
@@ -181,7 +190,7 @@ mod tests {
     fn a_dlq_head_not_due_wakes_at_its_time_and_an_earlier_one_replaces_it() {
         let base = Instant::now();
         let mut d = Degraded::new(Duration::ZERO);
-        d.update::<()>(at(base, 0), false, true);
+        d.update::<()>(at(base, 0), false, false, true);
         assert_eq!(wake_after(d.wake(at(base, 0), None)), None);
         let after = wake_after(d.wake(at(base, 0), Some(500)));
         assert_eq!(after, Some(Duration::from_millis(501)));

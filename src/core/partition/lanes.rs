@@ -80,6 +80,8 @@ pub(super) struct Lanes<X: Intake> {
     ordering: OrderingMode,
     /// Jobs dispatched and not answered.
     dispatched: usize,
+    /// Of them, DLQ records (the drain's, `DrainAlongside`).
+    dispatched_dlq: usize,
     /// Jobs whose turn came while the mode was `Paused`: dispatched when it ends.
     ready: BTreeSet<(Src, i64)>,
     /// Runs whose turn came while the mode was `Paused`.
@@ -96,6 +98,7 @@ impl<X: Intake> Lanes<X> {
             lanes: vec![Scheduler::new(ordering)],
             ordering,
             dispatched: 0,
+            dispatched_dlq: 0,
             ready: BTreeSet::new(),
             ready_runs: Vec::new(),
         }
@@ -114,6 +117,11 @@ impl<X: Intake> Lanes<X> {
     /// Jobs dispatched and not answered.
     pub(super) fn in_flight(&self) -> usize {
         self.dispatched
+    }
+
+    /// DLQ records dispatched and not answered.
+    pub(super) fn in_flight_dlq(&self) -> usize {
+        self.dispatched_dlq
     }
 
     /// Holds a begun event at `slot`. Returns whether its turn has come (to
@@ -148,9 +156,12 @@ impl<X: Intake> Lanes<X> {
         turn
     }
 
-    /// A job answered (done or errored).
-    pub(super) fn answered(&mut self) {
+    /// A job of `src` answered (done or errored).
+    pub(super) fn answered(&mut self, src: Src) {
         self.dispatched = self.dispatched.saturating_sub(1);
+        if src == Src::Dlq {
+            self.dispatched_dlq = self.dispatched_dlq.saturating_sub(1);
+        }
     }
 
     /// The event at `slot` is done: no longer held; its lane goes on with
@@ -280,6 +291,9 @@ impl<X: Intake> Lanes<X> {
             }),
         }
         self.dispatched += 1;
+        if src == Src::Dlq {
+            self.dispatched_dlq += 1;
+        }
     }
 
     /// Dispatches a lane's run together (or keeps it for the end of `Paused`).
@@ -317,6 +331,9 @@ impl<X: Intake> Lanes<X> {
             .filter_map(|slot| self.held.get(&(src, slot)).map(|h| (slot, h.item.clone())))
             .collect();
         self.dispatched += run.len();
+        if src == Src::Dlq {
+            self.dispatched_dlq += run.len();
+        }
         if run.len() > 1 {
             fx.push(Effect::DispatchRun { src, run });
         } else if let Some((offset, item)) = run.pop() {
@@ -364,25 +381,48 @@ impl<X: Intake> Lanes<X> {
     }
 
     /// Down destinations holding their share of the partition's events are
-    /// diverted from now on.
+    /// diverted from now on; up ones holding their share, with events held
+    /// behind their envelopes, send those on into the DLQ.
     pub(super) fn check_shares(&mut self, paused: bool, fx: &mut Vec<Effect<X::Item>>) {
         for d in self.outage.over_share() {
             self.release_out(d, paused, fx);
         }
-    }
-
-    /// The event at `slot` was dead-lettered: its key's later events to its
-    /// destination follow it (`outage`).
-    pub(super) fn dead_lettered(&mut self, src: Src, slot: i64) {
-        if let Some(h) = self.held.get(&(src, slot)).filter(|h| h.in_lane) {
-            self.outage
-                .dead_lettered(X::destination(&h.item), X::key(&h.item));
+        for d in self.outage.behind_over_share() {
+            self.release_out(d, paused, fx);
         }
     }
 
-    /// A destination that is up is still diverted: the DLQ is drained first.
+    /// The main event at `slot` (`offset`) was dead-lettered: its key's
+    /// later events to its destination wait behind it (`outage`).
+    pub(super) fn dead_lettered(&mut self, slot: i64, offset: i64) {
+        if let Some(h) = self.held.get(&(Src::Main, slot)).filter(|h| h.in_lane) {
+            self.outage
+                .dead_lettered(X::destination(&h.item), X::key(&h.item), offset);
+        }
+    }
+
+    /// The DLQ record at `slot` is done and out of the DLQ (redelivered,
+    /// or parked): the events its envelope held back go, if nothing else
+    /// holds them (`outage`).
+    pub(super) fn redelivered(&mut self, slot: i64, paused: bool, fx: &mut Vec<Effect<X::Item>>) {
+        let origin = self
+            .held
+            .get(&(Src::Dlq, slot))
+            .and_then(|h| X::origin(&h.item));
+        if let Some(d) = origin.and_then(|o| self.outage.redelivered(o)) {
+            self.release_out(d, paused, fx);
+        }
+    }
+
+    /// A destination that is up has events waiting behind the DLQ: it is
+    /// drained (`outage`).
     pub(super) fn awaits_drain(&self) -> bool {
         self.outage.awaits_drain()
+    }
+
+    /// The DLQ drains while main p is read (`outage`).
+    pub(super) fn alongside(&self) -> bool {
+        self.outage.alongside()
     }
 
     /// Each destination's events held out now (see `outage`).
@@ -390,9 +430,17 @@ impl<X: Intake> Lanes<X> {
         self.outage.each_held_out(f);
     }
 
-    /// A lag check came (see `outage`).
-    pub(super) fn lag_checked(&mut self, dlq_drained: bool) {
-        self.outage.lag_checked(dlq_drained);
+    /// A lag check came (see `outage`): what waited behind a drained DLQ
+    /// goes.
+    pub(super) fn lag_checked(
+        &mut self,
+        dlq_drained: bool,
+        paused: bool,
+        fx: &mut Vec<Effect<X::Item>>,
+    ) {
+        for d in self.outage.lag_checked(dlq_drained) {
+            self.release_out(d, paused, fx);
+        }
     }
 
     /// What `d` held out goes where its route says now: sent, or diverted.
@@ -492,7 +540,7 @@ mod tests {
         l.dispatch(Src::Main, 2, false, &mut fx);
         assert_eq!((dispatched(&fx), l.in_flight()), (vec![0, 2], 2));
         fx.clear();
-        l.answered();
+        l.answered(Src::Main);
         assert_eq!(l.finish(Src::Main, 0, false, false, &mut fx), Some(10));
         assert_eq!(dispatched(&fx), vec![1], "the key's next event goes out");
         assert_eq!(l.finish(Src::Main, 0, false, false, &mut fx), None);

@@ -264,7 +264,7 @@ impl<X: Intake> PartitionMachine<X> {
         if r.generation != self.generation {
             return false; // A late report from an older incarnation: fenced off.
         }
-        self.lanes.answered();
+        self.lanes.answered(r.src);
         let draining = self.draining();
         let fx = &mut self.turn.fx;
         if r.finished.is_none() {
@@ -275,11 +275,20 @@ impl<X: Intake> PartitionMachine<X> {
             return false;
         }
         // Before its lane releases the next: a key's event in the DLQ holds
-        // its later events to the same destination (`outage`).
-        if r.src == Src::Main && matches!(r.finished, Some(Finished::DeadLettered { .. })) {
-            self.lanes.dead_lettered(r.src, r.offset);
-        }
+        // its later events to the same destination, until it is out of the
+        // DLQ again (`outage`).
         let paused = self.degraded.paused();
+        let dead = matches!(r.finished, Some(Finished::DeadLettered { .. }));
+        match r.src {
+            Src::Main if dead => {
+                let offset = self.sides[Src::Main].offset(r.offset);
+                self.lanes.dead_lettered(r.offset, offset);
+            }
+            Src::Main => {}
+            // Written to the DLQ again: its envelope still holds them.
+            Src::Dlq if dead => {}
+            Src::Dlq => self.lanes.redelivered(r.offset, paused, fx),
+        }
         if let Some(bytes) = self.lanes.finish(r.src, r.offset, draining, paused, fx) {
             self.sides[r.src].finished();
             self.turn.finished += 1;
@@ -312,7 +321,8 @@ impl<X: Intake> PartitionMachine<X> {
         let after_begun = self.sides[Src::Dlq].next_offset();
         let drained = !self.dlq.has_unread(now.wall_ms, waiting, after_begun)
             && self.sides[Src::Dlq].held() == 0;
-        self.lanes.lag_checked(drained);
+        let paused = self.degraded.paused();
+        self.lanes.lag_checked(drained, paused, &mut self.turn.fx);
         self.evaluate(now);
     }
 
@@ -343,7 +353,8 @@ impl<X: Intake> PartitionMachine<X> {
         let after_begun = self.sides[Src::Dlq].next_offset();
         let unread =
             self.dlq.has_unread(now.wall_ms, waiting, after_begun) || self.lanes.awaits_drain();
-        let mode = self.degraded.update(now, unread, first);
+        let alongside = self.lanes.alongside();
+        let mode = self.degraded.update(now, unread, alongside, first);
         self.turn.push(mode);
         let reading = self.degraded.reading();
         let full = self.backlog.pauses(self.sides[Src::Dlq].held());
@@ -357,9 +368,15 @@ impl<X: Intake> PartitionMachine<X> {
             self.lanes.release_ready(fx);
             self.lanes.check_shares(false, fx);
         }
-        // Drain: dispatch due records in order, at most `limit` jobs at a time.
-        let next_due = if self.degraded.mode() == Mode::DrainDlq && !draining {
-            let (due, next) = self.dlq.take_due(now.wall_ms, self.lanes.in_flight());
+        // Drain: dispatch due records in order, at most `limit` jobs at a
+        // time (alongside main p: `limit` DLQ records).
+        let in_flight = match self.degraded.mode() {
+            Mode::DrainDlq if !draining => Some(self.lanes.in_flight()),
+            Mode::DrainAlongside if !draining => Some(self.lanes.in_flight_dlq()),
+            _ => None,
+        };
+        let next_due = if let Some(in_flight) = in_flight {
+            let (due, next) = self.dlq.take_due(now.wall_ms, in_flight);
             for slot in due {
                 self.lanes.dispatch(Src::Dlq, slot, paused, fx);
             }

@@ -19,18 +19,32 @@
 //!   later go to the DLQ ([`Route::Divert`], reason `destination_unavailable`,
 //!   no try used), so a long outage does not fill the partition's room and
 //!   stall the others. A key's next X event is released only once the one
-//!   before it is in the DLQ, and a diverting destination's events go on
-//!   into the DLQ after X is back, until the DLQ is drained (two lag checks
-//!   after the last divert finished, nothing of DLQ p unread or held; main p
-//!   waits meanwhile: [`Outage::awaits_drain`]): order per key and
-//!   destination holds;
+//!   before it is in the DLQ;
+//! - with several destinations, an event of X in the DLQ (diverted, or its
+//!   tries spent) holds its key's later X events (every later one in
+//!   `partition` ordering): whose turn comes while X is up waits, held out,
+//!   until that envelope is redelivered ([`Outage::redelivered`]: the
+//!   envelopes this machine wrote are followed by the main offset they were
+//!   written for, `Intake::origin`), or follows it into the DLQ
+//!   ([`Diverted::BehindDlq`]) once X holds its share or is down. Order per
+//!   key and destination holds;
+//! - back, X's envelopes are drained *alongside* main p (`core::fsm`'s
+//!   `DrainAlongside`, [`Outage::alongside`]): the other destinations, and
+//!   X's keys with nothing in the DLQ, keep flowing. Only when DLQ p holds
+//!   records the machine did not write and follow (an earlier owner's, or
+//!   after an overflow of what it follows) does main p wait for the drain,
+//!   as degraded mode always did, until the DLQ is drained (two lag checks
+//!   after the last write, nothing of DLQ p unread or held:
+//!   [`Outage::lag_checked`]), which frees everything;
 //! - with one destination (or when every destination of the partition is
 //!   down) the partition pauses instead, as degraded mode always did:
 //!   nothing is held out, nothing diverted.
 //!
-//! *Tested by* the unit tests below, the machine's tests
-//! (`tests::a_down_destination_is_held_out_then_diverted`) and
-//! `tests/destinations.rs`.
+//! *Tested by* the unit tests below, the machine's tests (`outage_tests`,
+//! with the interleavings proptest: no event sent while an earlier one of
+//! its key and destination has an envelope in the DLQ) and
+//! `tests/destinations.rs` (the first API's rate during the outage and the
+//! drain).
 
 use super::{Effect, Src, Timer};
 use crate::core::destination::Diverted;
@@ -38,18 +52,32 @@ use crate::core::destination::{
     partition_verdict, DestSet, DestinationId, PartitionVerdict, MAX_DESTINATIONS,
 };
 use crate::core::ordering::OrderingMode;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 /// A lane's run: its side and slots, in order.
 type Run = (Src, Vec<i64>);
+
+/// The most envelopes a machine follows one by one (`Outage::envelopes`);
+/// past it, its followers wait for the DLQ to be drained as a whole.
+const MAX_TRACKED: usize = 100_000;
+
+/// What an envelope in the DLQ holds back of its destination's events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Follow {
+    /// Its key's later events (`key` ordering).
+    Key(Vec<u8>),
+    /// Every later event (`partition` ordering).
+    Whole,
+}
 
 /// Where an event whose turn came goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Route {
     /// Dispatched to its destination.
     Send,
-    /// Kept until its destination is back (or diverted).
+    /// Kept until its destination is back (or diverted), or, its
+    /// destination up, until its key's envelopes are redelivered.
     HoldOut,
     /// To the DLQ, for this reason.
     Divert(Diverted),
@@ -73,18 +101,57 @@ struct PerDestination {
     /// breaker lets it look up for a moment) keeps the one it has, so its
     /// outage is timed from when it first went down.
     timing: bool,
-    /// Keys with an event in the DLQ (dead-lettered, or diverted): their
-    /// later events follow it there until the DLQ is drained.
-    keys: HashSet<Vec<u8>>,
-    /// `partition` ordering: an event in the DLQ holds every later one.
-    whole: bool,
+    /// Keys with events in the DLQ (dead-lettered, or diverted), and how
+    /// many: their later events wait behind them (or follow them there)
+    /// until they are redelivered, or the DLQ is drained.
+    keys: HashMap<Vec<u8>, u32>,
+    /// `partition` ordering: its events in the DLQ, each holding every
+    /// later one.
+    whole: u32,
 }
 
 impl PerDestination {
     /// Per dispatch: no hashing of the key while no key follows (the usual
     /// case, and always with one destination).
     fn follows(&self, key: Option<&[u8]>) -> bool {
-        self.whole || (!self.keys.is_empty() && key.is_some_and(|k| self.keys.contains(k)))
+        self.whole > 0 || (!self.keys.is_empty() && key.is_some_and(|k| self.keys.contains_key(k)))
+    }
+
+    /// Some event of it waits behind the DLQ.
+    fn followed(&self) -> bool {
+        self.whole > 0 || !self.keys.is_empty()
+    }
+
+    /// Its events held out now (run members each).
+    fn held(&self) -> usize {
+        self.out.len() + self.runs.iter().map(|(_, r)| r.len()).sum::<usize>()
+    }
+
+    /// One of its envelopes was redelivered: true when what it held back
+    /// is free now.
+    fn redelivered(&mut self, f: Follow) -> bool {
+        match f {
+            Follow::Whole => {
+                self.whole = self.whole.saturating_sub(1);
+                self.whole == 0
+            }
+            Follow::Key(k) => match self.keys.get_mut(&k) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    self.keys.remove(&k);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    fn settle(&mut self) {
+        self.keys.clear();
+        self.whole = 0;
     }
 }
 
@@ -101,6 +168,15 @@ pub(super) struct Outage {
     /// What order a key's events keep (none: nothing follows).
     ordering: OrderingMode,
     per: Vec<PerDestination>,
+    /// The envelopes this machine wrote and follows, by the main offset
+    /// they were written for (`Intake::origin`), not redelivered yet.
+    envelopes: HashMap<i64, (DestinationId, Follow)>,
+    /// DLQ p was seen drained since the assignment: every record of it is
+    /// one this machine wrote.
+    dlq_known: bool,
+    /// `envelopes` names every envelope followed (no overflow, no offset
+    /// written for twice since the last settle).
+    precise: bool,
 }
 
 /// What a verdict changes: the partition's verdict, and the destinations
@@ -127,7 +203,18 @@ impl Outage {
             hold,
             share: (limit / 2).max(1),
             per: Vec::new(),
+            envelopes: HashMap::new(),
+            dlq_known: false,
+            precise: true,
         }
+    }
+
+    /// The DLQ drains while main p is read (`core::fsm`'s
+    /// `DrainAlongside`): several destinations, every record of DLQ p one
+    /// this machine wrote, each followed by its offset, so a key's events
+    /// wait only behind its own envelopes.
+    pub(super) fn alongside(&self) -> bool {
+        self.all.len() > 1 && self.dlq_known && self.precise
     }
 
     fn of(&mut self, d: DestinationId) -> &mut PerDestination {
@@ -191,36 +278,61 @@ impl Outage {
         }
     }
 
-    /// An event of `d` with `key` was dead-lettered (or diverted): with more
-    /// than one reachable destination, its key's later events to `d` follow it into
-    /// the DLQ until the DLQ is drained (with one, the partition drains the
-    /// DLQ before it reads on, as degraded mode always did).
-    pub(super) fn dead_lettered(&mut self, d: DestinationId, key: Option<&[u8]>) {
+    /// The event of `d` with `key` at main `offset` was dead-lettered (or
+    /// diverted): with more than one reachable destination, its key's later
+    /// events to `d` wait behind it until it is redelivered
+    /// ([`Outage::redelivered`]) or the DLQ is drained (with one, the
+    /// partition drains the DLQ before it reads on, as degraded mode always
+    /// did).
+    pub(super) fn dead_lettered(&mut self, d: DestinationId, key: Option<&[u8]>, offset: i64) {
         if self.all.len() <= 1 {
             return;
         }
-        let ordering = self.ordering;
-        let p = self.of(d);
-        match (ordering, key) {
-            (OrderingMode::Key, Some(k)) => {
-                p.keys.insert(k.to_vec());
-            }
-            (OrderingMode::Partition, _) => p.whole = true,
+        let follow = match (self.ordering, key) {
+            (OrderingMode::Key, Some(k)) => Follow::Key(k.to_vec()),
+            (OrderingMode::Partition, _) => Follow::Whole,
             // No order promise: nothing follows.
             (OrderingMode::Key, None) | (OrderingMode::Unordered, _) => return,
+        };
+        let p = self.of(d);
+        match &follow {
+            Follow::Key(k) => *p.keys.entry(k.clone()).or_default() += 1,
+            Follow::Whole => p.whole += 1,
         }
         p.checks = 0;
+        if self.precise {
+            let again = self.envelopes.insert(offset, (d, follow)).is_some();
+            if again || self.envelopes.len() > MAX_TRACKED {
+                // Its followers wait for the DLQ to be drained as a whole.
+                self.precise = false;
+                self.envelopes = HashMap::new();
+            }
+        }
+    }
+
+    /// A DLQ record written for main `offset` was redelivered (or parked):
+    /// returns its destination when events it held back may go now.
+    pub(super) fn redelivered(&mut self, offset: i64) -> Option<DestinationId> {
+        let (d, follow) = self.envelopes.remove(&offset)?;
+        let p = self.of(d);
+        (p.redelivered(follow) && p.held() > 0).then_some(d)
     }
 
     /// Where an event of `d` with `key` from `src` whose turn came goes (with
-    /// the partition not paused).
+    /// the partition not paused). `d` down: held out, or to the DLQ once
+    /// diverted or behind its key's envelope. `d` up: an event behind its
+    /// key's envelopes waits for them (held out), or follows them into the
+    /// DLQ once `d` holds its share of the partition.
     pub(super) fn route(&self, d: DestinationId, key: Option<&[u8]>, src: Src) -> Route {
-        let follows = self.per.get(d.index()).is_some_and(|p| p.follows(key));
-        if src == Src::Main && self.diverting.contains(d) {
+        let down = self.down.contains(d);
+        let p = self.per.get(d.index());
+        let follows = src == Src::Main && p.is_some_and(|p| p.follows(key));
+        let full = p.is_some_and(|p| p.begun >= self.share);
+        if src == Src::Main && down && self.diverting.contains(d) {
             Route::Divert(Diverted::Unavailable)
-        } else if src == Src::Main && follows {
+        } else if follows && (down || full) {
             Route::Divert(Diverted::BehindDlq)
-        } else if self.down.contains(d) {
+        } else if down || follows {
             Route::HoldOut
         } else {
             Route::Send
@@ -263,17 +375,28 @@ impl Outage {
         self.down.contains(d) && self.start_diverting(d)
     }
 
-    /// A destination that is up is still diverted: its envelopes wait in the
-    /// DLQ. The partition drains it (main p waits) until it is not: read on
-    /// from main p, its next events would be diverted again, and their
-    /// envelopes would keep it diverted for as long as they come.
+    /// A destination that is up has envelopes in the DLQ that its events
+    /// wait behind: the DLQ is drained (alongside main p, or, not
+    /// [`Outage::alongside`], with main p waiting, as degraded mode always
+    /// did).
     pub(super) fn awaits_drain(&self) -> bool {
         (0..self.per.len()).any(|i| {
             let d = DestinationId(i as u8);
-            let p = &self.per[i];
-            let held = self.diverting.contains(d) || p.whole || !p.keys.is_empty();
-            held && !self.down.contains(d)
+            let waits = self.diverting.contains(d) || self.per[i].followed();
+            waits && !self.down.contains(d)
         })
+    }
+
+    /// Destinations that are up, hold events out behind their envelopes
+    /// and hold their share of the partition: those go on into the DLQ.
+    pub(super) fn behind_over_share(&self) -> Vec<DestinationId> {
+        (0..self.per.len())
+            .map(|i| DestinationId(i as u8))
+            .filter(|&d| {
+                let p = &self.per[d.index()];
+                !self.down.contains(d) && p.followed() && p.begun >= self.share && p.held() > 0
+            })
+            .collect()
     }
 
     /// The down destinations that hold their share of the partition's
@@ -302,28 +425,42 @@ impl Outage {
 
     /// A lag check came; `dlq_drained`: DLQ p has nothing unread or held. A
     /// destination that is up, with no divert in flight, two lag checks
-    /// after its last divert finished (the first may have been asked
-    /// before the write), with the DLQ drained, is no longer diverted.
-    pub(super) fn lag_checked(&mut self, dlq_drained: bool) {
+    /// after its last event reached the DLQ (the first may have been asked
+    /// before the write), with the DLQ drained, is no longer diverted and
+    /// nothing of it waits behind the DLQ any more (what the envelopes
+    /// followed one by one did not free: after an overflow, or envelopes
+    /// written by an earlier owner). Returns those that hold events out.
+    pub(super) fn lag_checked(&mut self, dlq_drained: bool) -> Vec<DestinationId> {
+        self.dlq_known |= dlq_drained;
+        let mut freed = Vec::new();
         for i in 0..self.per.len() {
             let d = DestinationId(i as u8);
             let p = &mut self.per[i];
             p.checks = p.checks.saturating_add(1);
             let settled = p.diverts == 0 && p.checks >= 2;
-            if !self.down.contains(d) && settled && dlq_drained {
+            let waits = self.diverting.contains(d) || p.followed();
+            if waits && !self.down.contains(d) && settled && dlq_drained {
                 self.diverting.remove(d);
-                p.keys.clear();
-                p.whole = false;
+                p.settle();
+                if p.held() > 0 {
+                    freed.push(d);
+                }
+                if !self.envelopes.is_empty() {
+                    self.envelopes.retain(|_, (e, _)| *e != d);
+                }
             }
         }
+        if !self.precise && self.per.iter().all(|p| !p.followed()) {
+            self.precise = true;
+        }
+        freed
     }
 
     /// Each destination's events held out now (run members each), for every
     /// destination that ever held some out.
     pub(super) fn each_held_out(&self, mut f: impl FnMut(DestinationId, usize)) {
         for (i, p) in self.per.iter().enumerate() {
-            let n = p.out.len() + p.runs.iter().map(|(_, r)| r.len()).sum::<usize>();
-            f(DestinationId(i as u8), n);
+            f(DestinationId(i as u8), p.held());
         }
     }
 
@@ -399,7 +536,7 @@ mod tests {
     }
 
     #[test]
-    fn a_long_outage_diverts_until_the_dlq_is_drained() {
+    fn a_long_outage_diverts_and_a_flap_does_not_restart_the_hold() {
         let mut o = outage();
         let mut fx: Vec<Effect<()>> = Vec::new();
         o.begin(DestinationId::DEFAULT);
@@ -421,34 +558,35 @@ mod tests {
         o.diverted(X);
         o.set_down(down(&[]), &mut fx);
         assert_eq!(
-            o.route(X, None, Src::Main),
-            Route::Divert(Diverted::Unavailable),
-            "back, but its envelopes wait in the DLQ"
+            o.route(X, Some(&b"fresh"[..]), Src::Main),
+            Route::Send,
+            "back: a key with nothing in the DLQ goes"
         );
-        assert!(o.awaits_drain());
-        o.lag_checked(true);
-        o.lag_checked(true);
+        assert_eq!(o.route(X, None, Src::Dlq), Route::Send, "the drain goes");
+        assert!(o.awaits_drain(), "still diverted until the DLQ is drained");
+        o.set_down(down(&[1]), &mut fx);
         assert_eq!(
             o.route(X, None, Src::Main),
             Route::Divert(Diverted::Unavailable),
-            "a divert still in flight"
+            "down again within the outage: diverted at once"
         );
+        o.set_down(down(&[]), &mut fx);
+        o.lag_checked(true);
+        o.lag_checked(true);
+        assert!(o.awaits_drain(), "a divert still in flight");
         o.finish(X, true);
         o.lag_checked(true);
-        assert_eq!(
-            o.route(X, None, Src::Main),
-            Route::Divert(Diverted::Unavailable),
-            "one lag check may predate the write"
-        );
+        assert!(o.awaits_drain(), "one lag check may predate the write");
         o.lag_checked(false);
+        assert!(o.awaits_drain(), "DLQ not drained");
+        o.lag_checked(true);
+        assert!(!o.awaits_drain());
+        o.set_down(down(&[1]), &mut fx);
         assert_eq!(
             o.route(X, None, Src::Main),
-            Route::Divert(Diverted::Unavailable),
-            "DLQ not drained"
+            Route::HoldOut,
+            "a new outage is held out first"
         );
-        o.lag_checked(true);
-        assert_eq!(o.route(X, None, Src::Main), Route::Send);
-        assert!(!o.awaits_drain());
     }
 
     #[test]
@@ -468,11 +606,12 @@ mod tests {
     }
 
     #[test]
-    fn a_key_with_an_event_in_the_dlq_follows_it_until_drained() {
+    fn a_key_with_an_event_in_the_dlq_waits_until_it_is_redelivered() {
         let mut o = outage();
         let k = Some(&b"k"[..]);
-        o.dead_lettered(X, k);
-        assert_eq!(o.route(X, k, Src::Main), Route::Divert(Diverted::BehindDlq));
+        o.dead_lettered(X, k, 7);
+        o.dead_lettered(X, k, 9);
+        assert_eq!(o.route(X, k, Src::Main), Route::HoldOut, "behind 7 and 9");
         assert_eq!(o.route(X, Some(&b"other"[..]), Src::Main), Route::Send);
         assert_eq!(
             o.route(DestinationId::DEFAULT, k, Src::Main),
@@ -480,16 +619,26 @@ mod tests {
             "another destination"
         );
         assert!(o.awaits_drain());
-        o.lag_checked(true);
-        o.lag_checked(true);
+        o.hold_out(X, Src::Main, vec![10]);
+        assert_eq!(o.redelivered(7), None, "9 still holds it");
+        assert_eq!(o.redelivered(3), None, "not an envelope it follows");
+        assert_eq!(o.redelivered(9), Some(X), "free: what it held goes");
         assert_eq!(o.route(X, k, Src::Main), Route::Send);
+        assert!(!o.awaits_drain());
+        // Holding its share of the partition, the key follows into the DLQ.
+        o.dead_lettered(X, k, 11);
+        for _ in 0..5 {
+            o.begin(X);
+        }
+        assert_eq!(o.route(X, k, Src::Main), Route::Divert(Diverted::BehindDlq));
+        assert_eq!(o.behind_over_share(), vec![X], "what it held goes on too");
         let mut single = Outage::new(
             DestSet::first(1),
             Duration::from_secs(30),
             10,
             OrderingMode::Key,
         );
-        single.dead_lettered(DestinationId::DEFAULT, k);
+        single.dead_lettered(DestinationId::DEFAULT, k, 1);
         assert_eq!(
             single.route(DestinationId::DEFAULT, k, Src::Main),
             Route::Send,
@@ -498,7 +647,7 @@ mod tests {
         let mut only_x = DestSet::default();
         only_x.insert(X);
         let mut single = Outage::new(only_x, Duration::from_secs(30), 10, OrderingMode::Key);
-        single.dead_lettered(X, k);
+        single.dead_lettered(X, k, 1);
         assert_eq!(
             single.route(X, k, Src::Main),
             Route::Send,
@@ -510,19 +659,49 @@ mod tests {
             10,
             OrderingMode::Partition,
         );
-        p.dead_lettered(X, None);
-        assert_eq!(
-            p.route(X, None, Src::Main),
-            Route::Divert(Diverted::BehindDlq)
-        );
+        p.dead_lettered(X, None, 1);
+        assert_eq!(p.route(X, None, Src::Main), Route::HoldOut);
+        p.redelivered(1);
+        assert_eq!(p.route(X, None, Src::Main), Route::Send);
         let mut u = Outage::new(
             DestSet::first(2),
             Duration::from_secs(30),
             10,
             OrderingMode::Unordered,
         );
-        u.dead_lettered(X, k);
+        u.dead_lettered(X, k, 1);
         assert_eq!(u.route(X, k, Src::Main), Route::Send, "no order promise");
+    }
+
+    #[test]
+    fn the_dlq_drains_alongside_once_it_holds_only_envelopes_followed() {
+        let mut o = outage();
+        let k = Some(&b"k"[..]);
+        assert!(!o.alongside(), "DLQ p may hold an earlier owner's records");
+        assert!(o.lag_checked(false).is_empty());
+        assert!(!o.alongside());
+        o.lag_checked(true);
+        assert!(o.alongside());
+        // One offset written for twice (a log reset): no longer followed
+        // one by one; the DLQ is drained as a whole, main p waiting.
+        o.dead_lettered(X, k, 4);
+        o.dead_lettered(X, Some(&b"j"[..]), 4);
+        assert!(!o.alongside());
+        assert_eq!(o.redelivered(4), None, "not followed one by one any more");
+        o.hold_out(X, Src::Main, vec![5]);
+        o.lag_checked(true);
+        assert_eq!(o.lag_checked(true), vec![X], "drained: what it held goes");
+        assert_eq!(o.route(X, k, Src::Main), Route::Send);
+        assert!(o.alongside());
+        let single = Outage::new(
+            DestSet::first(1),
+            Duration::from_secs(30),
+            10,
+            OrderingMode::Key,
+        );
+        let mut single = single;
+        single.lag_checked(true);
+        assert!(!single.alongside(), "one destination: main p waits");
     }
 
     #[test]

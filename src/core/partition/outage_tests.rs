@@ -22,6 +22,24 @@ fn two_destinations(limit: usize) -> T {
     t
 }
 
+/// DLQ record `offset`: the envelope of main `origin` (key `key`, to X).
+fn envelope(offset: i64, origin: i64, key: u8) -> Rec {
+    Rec {
+        key: Some(key),
+        dest: 1,
+        origin: Some(origin),
+        ..Rec::dlq(offset, 0)
+    }
+}
+
+fn dlq_of(fx: &[Effect<Rec>]) -> Vec<i64> {
+    dispatched(fx)
+        .into_iter()
+        .filter(|(src, _)| *src == Src::Dlq)
+        .map(|(_, o)| o)
+        .collect()
+}
+
 fn down(x: bool) -> Input<Rec> {
     let mut down = DestSet::default();
     if x {
@@ -40,7 +58,11 @@ fn diverted<I>(fx: &[Effect<I>]) -> Vec<i64> {
 }
 
 fn main_of(fx: &[Effect<Rec>]) -> Vec<i64> {
-    dispatched(fx).into_iter().map(|(_, o)| o).collect()
+    dispatched(fx)
+        .into_iter()
+        .filter(|(src, _)| *src == Src::Main)
+        .map(|(_, o)| o)
+        .collect()
 }
 
 fn dead_lettered(t: &mut T, offsets: &[i64]) -> Vec<Effect<Rec>> {
@@ -105,30 +127,44 @@ fn a_down_destination_is_held_out_then_diverted() {
     assert_eq!(diverted(&fx), vec![5]);
     dead_lettered(&mut t, &[4, 5]);
 
-    // X is back, but its envelopes wait in the DLQ: the partition drains it
-    // (main p waits), and X's events begun meanwhile follow them.
+    // X is back: its envelopes (of 2, 4, 5) are drained while main p is
+    // read. A key with nothing in the DLQ goes at once; key 1 waits for
+    // its envelopes.
     t.feed(down(false));
-    assert_eq!(t.m.mode(), Mode::DrainDlq);
-    let fx = t.feed(Input::Records(vec![rec(6, 3, 1)]));
-    assert_eq!(diverted(&fx), vec![6]);
-    dead_lettered(&mut t, &[6]);
-    // Two lag checks after the last divert, the DLQ drained: X is sent to again.
-    t.dlq_high(0);
+    assert_eq!(t.m.mode(), Mode::DrainAlongside);
+    let fx = t.feed(Input::Records(vec![rec(6, 3, 1), rec(7, 1, 1)]));
+    assert_eq!((main_of(&fx), diverted(&fx)), (vec![6], vec![]));
+    let fx = t.feed(Input::Records(vec![
+        envelope(0, 2, 1),
+        envelope(1, 4, 2),
+        envelope(2, 5, 1),
+    ]));
+    assert_eq!(dlq_of(&fx), vec![0, 1, 2], "the drain redelivers them");
+    let fx = t.done(Src::Dlq, &[0, 1]);
+    assert!(main_of(&fx).is_empty(), "5 is still in the DLQ");
+    let fx = t.done(Src::Dlq, &[2]);
+    assert_eq!(
+        main_of(&fx),
+        vec![7],
+        "key 1's envelopes are out of the DLQ"
+    );
+    t.done(Src::Main, &[6, 7]);
+    let stored = t.store_timer();
+    assert!(
+        stored.contains(&(Src::Main, 8)),
+        "every offset finished: {stored:?}"
+    );
+    assert!(stored.contains(&(Src::Dlq, 3)), "{stored:?}");
+    // Two lag checks after the last divert, the DLQ drained: X is no longer
+    // diverted, and nothing waits behind the DLQ.
+    t.dlq_high(3);
     assert_eq!(
         t.m.mode(),
-        Mode::DrainDlq,
-        "one lag check may predate the last write"
+        Mode::DrainAlongside,
+        "one lag check may predate a write"
     );
-    t.dlq_high(0);
+    t.dlq_high(3);
     assert_eq!(t.m.mode(), Mode::Normal);
-    let fx = t.feed(Input::Records(vec![rec(7, 3, 1)]));
-    assert_eq!((main_of(&fx), diverted(&fx)), (vec![7], vec![]));
-    t.done(Src::Main, &[7]);
-    assert_eq!(
-        t.store_timer(),
-        vec![(Src::Main, 8)],
-        "every offset finished"
-    );
 }
 
 #[test]
@@ -202,30 +238,39 @@ fn a_key_dead_lettered_holds_its_later_events_to_that_destination() {
     ]));
     assert_eq!(main_of(&fx), vec![0, 2, 3]);
     // Its tries spent, 0 goes to the DLQ (X is up): 1, the same key's next
-    // event to X, follows it there; other keys and destinations go on.
+    // event to X, waits behind it; other keys and destinations go on, and
+    // the DLQ drains alongside.
     let fx = dead_lettered(&mut t, &[0]);
-    assert_eq!((main_of(&fx), diverted(&fx)), (vec![], vec![1]));
-    let divert_why = fx.iter().find_map(|e| match e {
-        Effect::Divert { why, .. } => Some(*why),
-        _ => None,
-    });
-    assert_eq!(
-        divert_why,
-        Some(crate::core::destination::Diverted::BehindDlq)
-    );
+    assert_eq!((main_of(&fx), diverted(&fx)), (vec![], vec![]));
+    assert_eq!(t.m.mode(), Mode::DrainAlongside);
     let fx = t.feed(Input::Records(vec![rec(4, 3, 1), rec(5, 4, 0)]));
     assert_eq!(main_of(&fx), vec![4, 5]);
+    let fx = t.feed(Input::Records(vec![envelope(0, 0, 1)]));
+    assert_eq!(dlq_of(&fx), vec![0]);
+    let fx = t.done(Src::Dlq, &[0]);
+    assert_eq!(main_of(&fx), vec![1], "redelivered: the key goes on");
+}
+
+#[test]
+fn with_one_destination_the_dlq_drains_before_main_p_reads_on() {
+    let mut t = T::new(settings(OrderingMode::Key, 100, 100));
+    t.normal();
+    t.feed(Input::Records(vec![rec(0, 1, 0), rec(1, 1, 0)]));
+    dead_lettered(&mut t, &[0]);
+    t.dlq_high(1);
+    assert_eq!(t.m.mode(), Mode::DrainDlq, "as degraded mode always did");
 }
 
 mod interleavings {
     //! Random interleavings of records (two destinations, a few keys),
-    //! verdicts, answers (delivered or dead-lettered), hold timers and lag
-    //! checks. Checked after every input: nothing is sent to a destination
-    //! while it is down, nothing goes out at all while both are; one event
-    //! per key and destination out at a time; a key's event is never sent
-    //! between an earlier event of its key and destination reaching the DLQ
-    //! and the next lag check; and, once both are up and everything is
-    //! answered, every record is done (nothing is held out for ever).
+    //! verdicts, answers (delivered or dead-lettered, main and DLQ), reads
+    //! of DLQ p, hold timers and lag checks. Checked after every input:
+    //! nothing is sent to a destination while it is down, nothing goes out
+    //! at all while both are; one event per key and destination out at a
+    //! time; a key's event is never sent while an earlier event of its key
+    //! and destination has an envelope in the DLQ (written, not yet
+    //! redelivered); and, once both are up and everything is answered,
+    //! every record of both sides is done (nothing held for ever).
 
     use super::*;
     use proptest::prelude::*;
@@ -237,6 +282,7 @@ mod interleavings {
         Feed(Vec<(u8, u8)>),
         Down(bool, bool),
         Answer { pick: usize, dead: bool },
+        ReadDlq(usize),
         HoldTimers,
         LagCheck,
     }
@@ -246,6 +292,7 @@ mod interleavings {
             4 => prop::collection::vec((0u8..3, 0u8..2), 1..4).prop_map(Step::Feed),
             2 => (prop::bool::weighted(0.4), prop::bool::weighted(0.2)).prop_map(|(x, d)| Step::Down(x, d)),
             5 => (any::<usize>(), prop::bool::weighted(0.2)).prop_map(|(pick, dead)| Step::Answer { pick, dead }),
+            2 => (1usize..4).prop_map(Step::ReadDlq),
             1 => Just(Step::HoldTimers),
             2 => Just(Step::LagCheck),
         ]
@@ -254,14 +301,18 @@ mod interleavings {
     struct World {
         t: T,
         next: i64,
-        /// Offset → (key, destination).
+        /// Main offset → (key, destination).
         recs: BTreeMap<i64, (u8, u8)>,
-        /// Out (sent or diverted), not answered: offset → diverted.
-        out: BTreeMap<i64, bool>,
-        done: BTreeSet<i64>,
+        /// DLQ p: each envelope's main offset, in order.
+        dlq: Vec<i64>,
+        /// DLQ records fed to the machine so far.
+        dlq_read: usize,
+        /// Out (sent or diverted), not answered: (side, offset) → diverted.
+        out: BTreeMap<(Src, i64), bool>,
+        done: BTreeSet<(Src, i64)>,
         down: DestSet,
-        /// (key, destination) that reached the DLQ since the last lag check.
-        in_dlq: BTreeSet<(u8, u8)>,
+        /// Envelopes in the DLQ not redelivered, per (key, destination).
+        in_dlq: BTreeMap<(u8, u8), usize>,
         /// Hold timers asked for: (destination, epoch).
         timers: Vec<(DestinationId, u32)>,
         /// A wake-up asked for (the end of a dwell in `Paused`).
@@ -278,21 +329,31 @@ mod interleavings {
                 t,
                 next: 0,
                 recs: BTreeMap::new(),
+                dlq: Vec::new(),
+                dlq_read: 0,
                 out: BTreeMap::new(),
                 done: BTreeSet::new(),
                 down: DestSet::default(),
-                in_dlq: BTreeSet::new(),
+                in_dlq: BTreeMap::new(),
                 timers: Vec::new(),
                 wake: false,
+            }
+        }
+
+        /// (key, destination) of a record of either side.
+        fn of(&self, src: Src, offset: i64) -> (u8, u8) {
+            match src {
+                Src::Main => self.recs[&offset],
+                Src::Dlq => self.recs[&self.dlq[offset as usize]],
             }
         }
 
         fn feed(&mut self, input: Input<Rec>) -> Result<(), TestCaseError> {
             let fx = self.t.feed(input);
             for e in fx {
-                let (offset, diverted) = match e {
-                    Effect::Dispatch { offset, .. } => (offset, false),
-                    Effect::Divert { offset, .. } => (offset, true),
+                let (src, offset, diverted) = match e {
+                    Effect::Dispatch { src, offset, .. } => (src, offset, false),
+                    Effect::Divert { src, offset, .. } => (src, offset, true),
                     Effect::DispatchRun { .. } => {
                         prop_assert!(false, "no runs here");
                         unreachable!()
@@ -312,67 +373,122 @@ mod interleavings {
                     }
                     _ => continue,
                 };
-                let (key, dest) = self.recs[&offset];
+                let (key, dest) = self.of(src, offset);
                 let d = DestinationId(dest);
-                prop_assert!(!self.out.contains_key(&offset), "{} out twice", offset);
-                prop_assert!(!self.done.contains(&offset), "{} out after done", offset);
+                prop_assert!(
+                    !self.out.contains_key(&(src, offset)),
+                    "{:?} {} out twice",
+                    src,
+                    offset
+                );
+                prop_assert!(
+                    !self.done.contains(&(src, offset)),
+                    "{:?} {} out after done",
+                    src,
+                    offset
+                );
                 prop_assert!(
                     self.down != DestSet::first(2),
-                    "{} out while every destination is down",
+                    "{:?} {} out while every destination is down",
+                    src,
+                    offset
+                );
+                prop_assert!(
+                    src == Src::Main || !diverted,
+                    "DLQ record {} diverted",
                     offset
                 );
                 if !diverted {
                     prop_assert!(
                         !self.down.contains(d),
-                        "{} sent to a destination that is down",
+                        "{:?} {} sent to a destination that is down",
+                        src,
                         offset
                     );
+                }
+                if src == Src::Main && !diverted {
                     prop_assert!(
-                        !self.in_dlq.contains(&(key, dest)),
+                        self.in_dlq.get(&(key, dest)).copied().unwrap_or(0) == 0,
                         "{} sent while an earlier event of its key is in the DLQ",
                         offset
                     );
                 }
-                for &o in self.out.keys() {
-                    prop_assert!(
-                        self.recs[&o] != (key, dest),
-                        "{} out beside {} of its lane",
-                        offset,
-                        o
-                    );
-                }
-                for (&o, &kd) in &self.recs {
-                    if o < offset && kd == (key, dest) {
+                if src == Src::Main {
+                    for &(s, o) in self.out.keys() {
                         prop_assert!(
-                            self.done.contains(&o),
-                            "{} out before {} of its lane",
+                            s != Src::Main || self.recs[&o] != (key, dest),
+                            "{} out beside {} of its lane",
                             offset,
                             o
                         );
                     }
+                    for (&o, &kd) in &self.recs {
+                        if o < offset && kd == (key, dest) {
+                            prop_assert!(
+                                self.done.contains(&(Src::Main, o)),
+                                "{} out before {} of its lane",
+                                offset,
+                                o
+                            );
+                        }
+                    }
                 }
-                self.out.insert(offset, diverted);
+                self.out.insert((src, offset), diverted);
             }
             Ok(())
         }
 
-        fn answer(&mut self, offset: i64, dead: bool) -> Result<(), TestCaseError> {
-            let Some(diverted) = self.out.remove(&offset) else {
+        fn answer(&mut self, src: Src, offset: i64, dead: bool) -> Result<(), TestCaseError> {
+            let Some(diverted) = self.out.remove(&(src, offset)) else {
                 return Ok(());
             };
+            let kd = self.of(src, offset);
+            let origin = match src {
+                Src::Main => offset,
+                Src::Dlq => self.dlq[offset as usize],
+            };
             let finished = if diverted || dead {
-                self.in_dlq.insert(self.recs[&offset]);
+                // A new envelope (a DLQ record's again, with its origin).
+                self.dlq.push(origin);
+                if src == Src::Main {
+                    *self.in_dlq.entry(kd).or_default() += 1;
+                }
                 Finished::DeadLettered { reason: "x".into() }
             } else {
+                if src == Src::Dlq {
+                    let n = self.in_dlq.entry(kd).or_default();
+                    *n = n.saturating_sub(1);
+                }
                 Finished::Delivered
             };
-            self.done.insert(offset);
+            self.done.insert((src, offset));
             self.feed(Input::Reports(vec![Report {
                 generation: GEN,
-                src: Src::Main,
+                src,
                 offset,
                 finished: Some(finished),
             }]))
+        }
+
+        fn read_dlq(&mut self, n: usize) -> Result<(), TestCaseError> {
+            let end = (self.dlq_read + n).min(self.dlq.len());
+            let recs: Vec<Rec> = (self.dlq_read..end)
+                .map(|i| {
+                    let origin = self.dlq[i];
+                    let (key, dest) = self.recs[&origin];
+                    Rec {
+                        key: Some(key),
+                        dest,
+                        origin: Some(origin),
+                        ..Rec::dlq(i as i64, 0)
+                    }
+                })
+                .collect();
+            self.dlq_read = end;
+            if recs.is_empty() {
+                return Ok(());
+            }
+            self.feed(Input::Records(recs))
         }
 
         fn run(&mut self, s: Step) -> Result<(), TestCaseError> {
@@ -398,11 +514,12 @@ mod interleavings {
                     self.feed(Input::Verdict { down })
                 }
                 Step::Answer { pick, dead } => {
-                    let Some(&o) = self.out.keys().nth(pick % self.out.len().max(1)) else {
+                    let Some(&(src, o)) = self.out.keys().nth(pick % self.out.len().max(1)) else {
                         return Ok(());
                     };
-                    self.answer(o, dead)
+                    self.answer(src, o, dead)
                 }
+                Step::ReadDlq(n) => self.read_dlq(n),
                 Step::HoldTimers => {
                     self.t.ms += 30_000;
                     if std::mem::take(&mut self.wake) {
@@ -413,14 +530,11 @@ mod interleavings {
                     }
                     Ok(())
                 }
-                Step::LagCheck => {
-                    self.in_dlq.clear();
-                    self.feed(Input::Positions(Positions {
-                        main_high: None,
-                        dlq_high: 0,
-                        dlq_start: 0,
-                    }))
-                }
+                Step::LagCheck => self.feed(Input::Positions(Positions {
+                    main_high: None,
+                    dlq_high: self.dlq.len() as i64,
+                    dlq_start: 0,
+                })),
             }
         }
     }
@@ -433,22 +547,26 @@ mod interleavings {
             for s in steps {
                 w.run(s)?;
             }
-            // Both up; everything answered (delivered), timers and lag checks
-            // come: every record is done.
+            // Both up; everything answered (delivered), DLQ p read, timers
+            // and lag checks come: every record of both sides is done.
             w.run(Step::Down(false, false))?;
-            for _ in 0..200 {
+            for _ in 0..400 {
                 if w.out.is_empty() {
+                    w.run(Step::ReadDlq(100))?;
                     w.run(Step::LagCheck)?;
                     w.run(Step::HoldTimers)?;
                     if w.out.is_empty() {
                         break;
                     }
                 }
-                let o = *w.out.keys().next().expect("one out");
-                w.answer(o, false)?;
+                let (src, o) = *w.out.keys().next().expect("one out");
+                w.answer(src, o, false)?;
             }
-            let undone: Vec<i64> = (0..w.next).filter(|o| !w.done.contains(o)).collect();
+            let undone: Vec<i64> = (0..w.next).filter(|o| !w.done.contains(&(Src::Main, *o))).collect();
             prop_assert!(undone.is_empty(), "never done: {:?}", undone);
+            let dlq_undone: Vec<usize> =
+                (0..w.dlq.len()).filter(|&o| !w.done.contains(&(Src::Dlq, o as i64))).collect();
+            prop_assert!(dlq_undone.is_empty(), "DLQ records never done: {:?}", dlq_undone);
         }
     }
 }

@@ -46,6 +46,12 @@ pub(crate) trait Intake {
     fn destination(_item: &Self::Item) -> DestinationId {
         DestinationId::DEFAULT
     }
+    /// For a DLQ record's item: the main offset of this partition its
+    /// envelope was written for (`core::partition::outage` follows its own
+    /// envelopes by it). `None` for main records.
+    fn origin(_item: &Self::Item) -> Option<i64> {
+        None
+    }
     /// The run group of an [`Kind::Ordered`] item whose route sends runs
     /// (`ordered = true`, `core::ordering`): waiting events of its lane and
     /// group may be dispatched together ([`Effect::DispatchRun`]).

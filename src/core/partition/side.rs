@@ -69,7 +69,7 @@ impl Side {
     }
 
     /// The offset of a slot of the current incarnation.
-    fn offset(&self, slot: i64) -> i64 {
+    pub(super) fn offset(&self, slot: i64) -> i64 {
         slot - self.shift
     }
 

@@ -20,6 +20,8 @@ pub(super) struct Rec {
     pub run: Option<u8>,
     /// Its destination (`core::destination`).
     pub dest: u8,
+    /// A DLQ record's: the main offset its envelope was written for.
+    pub origin: Option<i64>,
 }
 
 /// The longest run of the tests' run groups.
@@ -37,6 +39,7 @@ impl Rec {
             inc: 0,
             run: None,
             dest: 0,
+            origin: None,
         }
     }
 
@@ -51,6 +54,7 @@ impl Rec {
             inc: 0,
             run: None,
             dest: 0,
+            origin: None,
         }
     }
 }
@@ -76,6 +80,10 @@ impl Intake for Plain {
 
     fn destination(item: &Rec) -> crate::core::destination::DestinationId {
         crate::core::destination::DestinationId(item.dest)
+    }
+
+    fn origin(item: &Rec) -> Option<i64> {
+        item.origin
     }
 
     fn size(raw: &Rec) -> usize {
