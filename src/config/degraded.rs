@@ -40,7 +40,8 @@ pub struct DegradedConfig {
     /// until those are redelivered (drained alongside the main topic once
     /// it is back), or follow them into the DLQ (order per key holds).
     /// Also diverted earlier when it holds half of
-    /// `pipeline.max_in_flight_per_partition`. With one destination the
+    /// `pipeline.max_in_flight_per_partition` events of a partition, or half
+    /// of `pipeline.max_in_flight_bytes`. With one destination the
     /// partition pauses instead, and this is not used.
     #[serde(with = "humantime_serde")]
     pub destination_hold: Duration,

@@ -11,7 +11,14 @@
 //!
 //! No I/O and no clock: an atomic counter and a list of callbacks. What a waker
 //! does (the actor sends itself a message) is up to whoever registers it.
+//!
+//! With several destinations (`core::destination`) the budget also counts the
+//! bytes each destination's events hold ([`ByteBudget::hold_for`]), so that a
+//! destination that is down holds at most its share of it
+//! (`core::partition::outage`); the counts are kept by the machines and given
+//! back when they finish or are dropped.
 
+use crate::core::destination::{DestinationId, MAX_DESTINATIONS};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -24,6 +31,8 @@ pub struct ByteBudget {
     /// Registered wakers (and their count, read without the lock on the hot path).
     waiting: AtomicUsize,
     wakers: Mutex<Vec<Waker>>,
+    /// Bytes held by each destination's events (several destinations only).
+    by_destination: [AtomicU64; MAX_DESTINATIONS],
 }
 
 impl std::fmt::Debug for ByteBudget {
@@ -44,7 +53,32 @@ impl ByteBudget {
             used: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             wakers: Mutex::new(Vec::new()),
+            by_destination: std::array::from_fn(|_| AtomicU64::new(0)),
         }
+    }
+
+    /// `n` more bytes are held by destination `d`'s events (bytes already
+    /// taken with [`ByteBudget::try_take`]: this only counts them).
+    pub(crate) fn hold_for(&self, d: DestinationId, n: u64) {
+        if let Some(held) = self.by_destination.get(d.index()) {
+            held.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// `n` bytes of destination `d`'s events are no longer held.
+    pub(crate) fn release_for(&self, d: DestinationId, n: u64) {
+        if let Some(held) = self.by_destination.get(d.index()) {
+            let _ = held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                Some(h.saturating_sub(n))
+            });
+        }
+    }
+
+    /// The bytes destination `d`'s events hold, process-wide.
+    pub(crate) fn held_for(&self, d: DestinationId) -> u64 {
+        self.by_destination
+            .get(d.index())
+            .map_or(0, |held| held.load(Ordering::Relaxed))
     }
 
     pub(crate) fn limit(&self) -> u64 {

@@ -143,7 +143,7 @@ impl<X: Intake> Lanes<X> {
             Kind::Queued { .. } => false,
         };
         if kind == Kind::Ordered {
-            self.outage.begin(X::destination(&item));
+            self.outage.begin(X::destination(&item), bytes);
         }
         let held = Held {
             item: Arc::new(item),
@@ -178,7 +178,7 @@ impl<X: Intake> Lanes<X> {
         let held = self.held.remove(&(src, slot))?;
         if held.in_lane {
             self.outage
-                .finish(X::destination(&held.item), held.diverted);
+                .finish(X::destination(&held.item), held.diverted, held.bytes);
             match self.lanes_of(&held.item).finish(X::key(&held.item), slot) {
                 _ if draining => {}
                 release => self.release(Src::Main, release, paused, fx),
@@ -507,6 +507,7 @@ mod tests {
             Duration::from_secs(30),
             1_000,
             OrderingMode::Key,
+            Arc::new(crate::core::byte_budget::ByteBudget::new(u64::MAX)),
         )
     }
 

@@ -62,6 +62,7 @@ impl<X: Intake> PartitionMachine<X> {
                     settings.destination_hold,
                     settings.limit,
                     settings.ordering,
+                    settings.budget.clone(),
                 ),
             ),
             dlq: DlqDrain::new(settings.limit),

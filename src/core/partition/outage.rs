@@ -13,8 +13,10 @@
 //! - an X event whose turn comes is **held out**: kept, not dispatched (the
 //!   other destinations' events keep going out); X coming back dispatches
 //!   them, in the order their lanes released them;
-//! - once the outage outlasts `degraded.destination_hold`, or X holds half of
-//!   `max_in_flight_per_partition` events of the partition, X is
+//! - once the outage outlasts `degraded.destination_hold`, or X holds its
+//!   share (half of `max_in_flight_per_partition` events of the partition,
+//!   or half of the in-flight byte budget with its events in every
+//!   partition: `ByteBudget::held_for`), X is
 //!   **diverted**: its held-out events and every X event whose turn comes
 //!   later go to the DLQ ([`Route::Divert`], reason `destination_unavailable`,
 //!   no try used), so a long outage does not fill the partition's room and
@@ -47,12 +49,14 @@
 //! drain).
 
 use super::{Effect, Src, Timer};
+use crate::core::byte_budget::ByteBudget;
 use crate::core::destination::Diverted;
 use crate::core::destination::{
     partition_verdict, DestSet, DestinationId, PartitionVerdict, MAX_DESTINATIONS,
 };
 use crate::core::ordering::OrderingMode;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A lane's run: its side and slots, in order.
@@ -91,6 +95,8 @@ struct PerDestination {
     runs: Vec<(Src, Vec<i64>)>,
     /// Its events begun and not finished.
     begun: usize,
+    /// Their bytes (counted in the budget's, with several destinations).
+    bytes: u64,
     /// Diverts dispatched and not finished.
     diverts: usize,
     /// Lag checks since the last divert finished.
@@ -165,6 +171,9 @@ pub(super) struct Outage {
     hold: Duration,
     /// Events of a down destination at which it is diverted.
     share: usize,
+    /// The process-wide in-flight budget: a destination holding half of it
+    /// (its events in every partition) is diverted too.
+    budget: Arc<ByteBudget>,
     /// What order a key's events keep (none: nothing follows).
     ordering: OrderingMode,
     per: Vec<PerDestination>,
@@ -188,14 +197,17 @@ pub(super) struct Changed {
 
 impl Outage {
     /// `reachable`: the destinations events can go to; `hold`:
-    /// `degraded.destination_hold`; `limit`: `max_in_flight_per_partition`.
+    /// `degraded.destination_hold`; `limit`: `max_in_flight_per_partition`;
+    /// `budget`: the in-flight byte budget.
     pub(super) fn new(
         reachable: DestSet,
         hold: Duration,
         limit: usize,
         ordering: OrderingMode,
+        budget: Arc<ByteBudget>,
     ) -> Outage {
         Outage {
+            budget,
             ordering,
             down: DestSet::default(),
             all: reachable,
@@ -263,15 +275,29 @@ impl Outage {
         }
     }
 
-    /// An event of `d` is begun.
-    pub(super) fn begin(&mut self, d: DestinationId) {
-        self.of(d).begun += 1;
+    /// An event of `d` holding `bytes` is begun.
+    pub(super) fn begin(&mut self, d: DestinationId, bytes: u64) {
+        let several = self.all.len() > 1;
+        self.of(d);
+        let p = &mut self.per[d.index()];
+        p.begun += 1;
+        if several {
+            p.bytes += bytes;
+            self.budget.hold_for(d, bytes);
+        }
     }
 
-    /// An event of `d` finished; `diverted`: its divert.
-    pub(super) fn finish(&mut self, d: DestinationId, diverted: bool) {
-        let p = self.of(d);
+    /// An event of `d` holding `bytes` finished; `diverted`: its divert.
+    pub(super) fn finish(&mut self, d: DestinationId, diverted: bool, bytes: u64) {
+        let several = self.all.len() > 1;
+        self.of(d);
+        let p = &mut self.per[d.index()];
         p.begun = p.begun.saturating_sub(1);
+        if several {
+            let bytes = bytes.min(p.bytes);
+            p.bytes -= bytes;
+            self.budget.release_for(d, bytes);
+        }
         if diverted {
             p.diverts = p.diverts.saturating_sub(1);
             p.checks = 0;
@@ -327,7 +353,7 @@ impl Outage {
         let down = self.down.contains(d);
         let p = self.per.get(d.index());
         let follows = src == Src::Main && p.is_some_and(|p| p.follows(key));
-        let full = p.is_some_and(|p| p.begun >= self.share);
+        let full = self.full(d);
         if src == Src::Main && down && self.diverting.contains(d) {
             Route::Divert(Diverted::Unavailable)
         } else if follows && (down || full) {
@@ -387,14 +413,24 @@ impl Outage {
         })
     }
 
+    /// `d` holds its share: half of `max_in_flight_per_partition` events
+    /// of the partition, or half of the in-flight byte budget with its
+    /// events in every partition.
+    fn full(&self, d: DestinationId) -> bool {
+        self.per
+            .get(d.index())
+            .is_some_and(|p| p.begun >= self.share)
+            || self.budget.held_for(d) >= (self.budget.limit() / 2).max(1)
+    }
+
     /// Destinations that are up, hold events out behind their envelopes
-    /// and hold their share of the partition: those go on into the DLQ.
+    /// and hold their share: those go on into the DLQ.
     pub(super) fn behind_over_share(&self) -> Vec<DestinationId> {
         (0..self.per.len())
             .map(|i| DestinationId(i as u8))
             .filter(|&d| {
                 let p = &self.per[d.index()];
-                !self.down.contains(d) && p.followed() && p.begun >= self.share && p.held() > 0
+                !self.down.contains(d) && p.followed() && p.held() > 0 && self.full(d)
             })
             .collect()
     }
@@ -405,7 +441,7 @@ impl Outage {
         let mut over = Vec::new();
         for i in 0..self.per.len() {
             let d = DestinationId(i as u8);
-            if self.down.contains(d) && self.per[i].begun >= self.share && self.start_diverting(d) {
+            if self.down.contains(d) && self.full(d) && self.start_diverting(d) {
                 over.push(d);
             }
         }
@@ -471,11 +507,25 @@ impl Outage {
     }
 }
 
+/// A machine that ends (its actor stopped or crashed) no longer holds its
+/// destinations' bytes (as its `budget::Share` gives back the budget's).
+impl Drop for Outage {
+    fn drop(&mut self) {
+        for (i, p) in self.per.iter().enumerate() {
+            self.budget.release_for(DestinationId(i as u8), p.bytes);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const X: DestinationId = DestinationId(1);
+
+    fn unlimited() -> Arc<ByteBudget> {
+        Arc::new(ByteBudget::new(u64::MAX))
+    }
 
     fn down(ids: &[u8]) -> DestSet {
         let mut s = DestSet::default();
@@ -491,6 +541,7 @@ mod tests {
             Duration::from_secs(30),
             10,
             OrderingMode::Key,
+            unlimited(),
         )
     }
 
@@ -498,8 +549,8 @@ mod tests {
     fn a_down_destination_is_held_out_and_released_when_back() {
         let mut o = outage();
         let mut fx: Vec<Effect<()>> = Vec::new();
-        o.begin(DestinationId::DEFAULT);
-        o.begin(X);
+        o.begin(DestinationId::DEFAULT, 10);
+        o.begin(X, 10);
         let c = o.set_down(down(&[1]), &mut fx);
         assert!(!c.verdict.paused && c.verdict.drain_held);
         assert!(matches!(
@@ -539,7 +590,7 @@ mod tests {
     fn a_long_outage_diverts_and_a_flap_does_not_restart_the_hold() {
         let mut o = outage();
         let mut fx: Vec<Effect<()>> = Vec::new();
-        o.begin(DestinationId::DEFAULT);
+        o.begin(DestinationId::DEFAULT, 10);
         o.set_down(down(&[1]), &mut fx);
         o.set_down(down(&[]), &mut fx);
         o.set_down(down(&[1]), &mut fx);
@@ -554,7 +605,7 @@ mod tests {
             Route::HoldOut,
             "the DLQ's own records wait"
         );
-        o.begin(X);
+        o.begin(X, 10);
         o.diverted(X);
         o.set_down(down(&[]), &mut fx);
         assert_eq!(
@@ -574,7 +625,7 @@ mod tests {
         o.lag_checked(true);
         o.lag_checked(true);
         assert!(o.awaits_drain(), "a divert still in flight");
-        o.finish(X, true);
+        o.finish(X, true, 10);
         o.lag_checked(true);
         assert!(o.awaits_drain(), "one lag check may predate the write");
         o.lag_checked(false);
@@ -593,13 +644,13 @@ mod tests {
     fn a_destination_holding_its_share_is_diverted() {
         let mut o = outage();
         let mut fx: Vec<Effect<()>> = Vec::new();
-        o.begin(DestinationId::DEFAULT);
+        o.begin(DestinationId::DEFAULT, 10);
         o.set_down(down(&[1]), &mut fx);
         for _ in 0..4 {
-            o.begin(X);
+            o.begin(X, 10);
         }
         assert!(o.over_share().is_empty());
-        o.begin(X);
+        o.begin(X, 10);
         assert_eq!(o.over_share(), vec![X]);
         assert!(o.over_share().is_empty(), "once");
         assert!(o.diverting().contains(X));
@@ -628,7 +679,7 @@ mod tests {
         // Holding its share of the partition, the key follows into the DLQ.
         o.dead_lettered(X, k, 11);
         for _ in 0..5 {
-            o.begin(X);
+            o.begin(X, 10);
         }
         assert_eq!(o.route(X, k, Src::Main), Route::Divert(Diverted::BehindDlq));
         assert_eq!(o.behind_over_share(), vec![X], "what it held goes on too");
@@ -637,6 +688,7 @@ mod tests {
             Duration::from_secs(30),
             10,
             OrderingMode::Key,
+            unlimited(),
         );
         single.dead_lettered(DestinationId::DEFAULT, k, 1);
         assert_eq!(
@@ -646,7 +698,13 @@ mod tests {
         );
         let mut only_x = DestSet::default();
         only_x.insert(X);
-        let mut single = Outage::new(only_x, Duration::from_secs(30), 10, OrderingMode::Key);
+        let mut single = Outage::new(
+            only_x,
+            Duration::from_secs(30),
+            10,
+            OrderingMode::Key,
+            unlimited(),
+        );
         single.dead_lettered(X, k, 1);
         assert_eq!(
             single.route(X, k, Src::Main),
@@ -658,6 +716,7 @@ mod tests {
             Duration::from_secs(30),
             10,
             OrderingMode::Partition,
+            unlimited(),
         );
         p.dead_lettered(X, None, 1);
         assert_eq!(p.route(X, None, Src::Main), Route::HoldOut);
@@ -668,6 +727,7 @@ mod tests {
             Duration::from_secs(30),
             10,
             OrderingMode::Unordered,
+            unlimited(),
         );
         u.dead_lettered(X, k, 1);
         assert_eq!(u.route(X, k, Src::Main), Route::Send, "no order promise");
@@ -698,10 +758,61 @@ mod tests {
             Duration::from_secs(30),
             10,
             OrderingMode::Key,
+            unlimited(),
         );
         let mut single = single;
         single.lag_checked(true);
         assert!(!single.alongside(), "one destination: main p waits");
+    }
+
+    #[test]
+    fn a_destination_holding_half_the_byte_budget_is_diverted_everywhere() {
+        // Two partitions' machines share a budget of 1,000 bytes; X holds
+        // 200 bytes in each, under half of the events of either.
+        let budget = Arc::new(ByteBudget::new(1_000));
+        let new = || {
+            Outage::new(
+                DestSet::first(2),
+                Duration::from_secs(30),
+                100,
+                OrderingMode::Key,
+                budget.clone(),
+            )
+        };
+        let (mut a, mut b) = (new(), new());
+        let mut fx: Vec<Effect<()>> = Vec::new();
+        for o in [&mut a, &mut b] {
+            o.begin(DestinationId::DEFAULT, 10);
+            o.set_down(down(&[1]), &mut fx);
+            o.begin(X, 200);
+        }
+        assert!(a.over_share().is_empty() && b.over_share().is_empty());
+        assert_eq!(budget.held_for(X), 400);
+        a.begin(X, 100);
+        assert_eq!(a.over_share(), vec![X], "half of the budget: 500 bytes");
+        assert_eq!(b.over_share(), vec![X], "counted in every partition");
+        a.finish(X, false, 100);
+        assert_eq!(budget.held_for(X), 400);
+        drop(b);
+        assert_eq!(
+            budget.held_for(X),
+            200,
+            "a dropped machine gives its count back"
+        );
+        let single = Outage::new(
+            DestSet::first(1),
+            Duration::from_secs(30),
+            100,
+            OrderingMode::Key,
+            budget.clone(),
+        );
+        let mut single = single;
+        single.begin(DestinationId::DEFAULT, 400);
+        assert_eq!(
+            budget.held_for(DestinationId::DEFAULT),
+            10,
+            "one destination: not counted"
+        );
     }
 
     #[test]
@@ -711,13 +822,14 @@ mod tests {
             Duration::from_secs(30),
             10,
             OrderingMode::Key,
+            unlimited(),
         );
         let mut fx: Vec<Effect<()>> = Vec::new();
-        o.begin(DestinationId::DEFAULT);
+        o.begin(DestinationId::DEFAULT, 10);
         let c = o.set_down(down(&[0]), &mut fx);
         assert!(c.verdict.paused);
         for _ in 0..10 {
-            o.begin(DestinationId::DEFAULT);
+            o.begin(DestinationId::DEFAULT, 10);
         }
         assert!(
             !o.hold_over(DestinationId::DEFAULT, 1),

@@ -202,6 +202,22 @@ fn a_destination_holding_half_the_partition_is_diverted() {
 }
 
 #[test]
+fn a_destination_holding_half_the_byte_budget_is_diverted() {
+    let mut s = settings(OrderingMode::Key, 100, 100);
+    s.destinations = DestSet::first(2);
+    s.budget = Arc::new(ByteBudget::new(1_000));
+    let mut t = T::new(s);
+    t.normal();
+    t.feed(down(true));
+    // Records of 100 bytes: four held out (400 bytes); the fifth reaches
+    // half of the budget, far below half of the partition's 100 events.
+    let fx = t.feed(Input::Records((1..5).map(|o| rec(o, o as u8, 1)).collect()));
+    assert!(diverted(&fx).is_empty());
+    let fx = t.feed(Input::Records(vec![rec(5, 5, 1)]));
+    assert_eq!(diverted(&fx), vec![1, 2, 3, 4, 5]);
+}
+
+#[test]
 fn every_destination_down_pauses_and_holds_nothing_out() {
     // A route takes every type to X: api.url's destination is unreachable.
     let mut s = settings(OrderingMode::Key, 100, 100);
