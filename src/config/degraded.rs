@@ -45,7 +45,9 @@ pub struct DegradedConfig {
     /// partition pauses instead, and this is not used.
     #[serde(with = "humantime_serde")]
     pub destination_hold: Duration,
-    /// DLQ drain: events in delivery at once (process-wide) and events per second.
+    /// DLQ drain: events in delivery at once (process-wide); a key's
+    /// envelopes go one at a time, in order (a partition's, with `partition`
+    /// ordering).
     pub drain_concurrency: usize,
     /// DLQ redeliveries per second.
     pub drain_rate_per_sec: f64,

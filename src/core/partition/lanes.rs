@@ -17,7 +17,9 @@
 //! its run is still out (`Scheduler::again`), with the others that vanished, in order.
 //! Delivery keeps a run's order at the API (I34). Nothing is dispatched while the mode is `paused`: jobs
 //! whose turn comes then wait in the partition. Due DLQ records at the head of the queue keep
-//! main p paused (`drain_dlq`). DLQ p is paused while the partition holds
+//! main p paused (`drain_dlq`); the drain sends them in order through drain lanes of their
+//! own (per key and destination, as the ordering mode says), so a key's envelopes go one at
+//! a time, and one waiting in its drain lane counts as unread. DLQ p is paused while the partition holds
 //! `max_in_flight_per_partition` DLQ records, or while DLQ records wait for the in-flight
 //! byte budget. A record is begun only while that process-wide budget is not used up (passed
 //! by at most one record); a waiting machine is woken by the budget, and a dropped machine
@@ -65,6 +67,9 @@ struct Held<I> {
     /// Admitted to an ordering lane: its completion frees the lane, whatever its
     /// work became meanwhile (a parked errored job included).
     in_lane: bool,
+    /// A DLQ record admitted to its drain lane (see [`Lanes::dispatch_due`]):
+    /// its completion frees it.
+    in_drain_lane: bool,
     errored: u32,
     /// Dispatched as a divert to the DLQ (`outage`).
     diverted: bool,
@@ -88,6 +93,15 @@ pub(super) struct Lanes<X: Intake> {
     ready_runs: Vec<(Src, Vec<i64>)>,
     /// Destinations down while the partition is not paused (`outage`).
     outage: Outage,
+    /// The DLQ drain's lanes, per destination: a key's DLQ records are
+    /// redelivered one at a time, in order.
+    drain_lanes: Vec<Scheduler>,
+    /// DLQ records due and not dispatched: waiting in a drain lane, or
+    /// their turn come (`drain_ready`).
+    drain_waiting: usize,
+    /// DLQ records whose drain lane freed: dispatched by the drain's next
+    /// pass ([`Lanes::dispatch_ready_drain`]), only while it drains.
+    drain_ready: Vec<i64>,
 }
 
 impl<X: Intake> Lanes<X> {
@@ -101,6 +115,53 @@ impl<X: Intake> Lanes<X> {
             dispatched_dlq: 0,
             ready: BTreeSet::new(),
             ready_runs: Vec::new(),
+            drain_lanes: Vec::new(),
+            drain_waiting: 0,
+            drain_ready: Vec::new(),
+        }
+    }
+
+    /// The drain lanes of `item`'s destination.
+    fn drain_lanes_of(&mut self, item: &X::Item) -> &mut Scheduler {
+        let i = X::destination(item).index();
+        if i >= self.drain_lanes.len() {
+            let ordering = self.ordering;
+            self.drain_lanes
+                .resize_with(i + 1, || Scheduler::new(ordering));
+        }
+        &mut self.drain_lanes[i]
+    }
+
+    /// A due DLQ record (the drain takes them in offset order): dispatched
+    /// when its drain lane is free, else when the record before it of its
+    /// key and destination finished. With `drain_concurrency` > 1 two
+    /// envelopes of one key would otherwise race to the API.
+    pub(super) fn dispatch_due(&mut self, slot: i64, paused: bool, fx: &mut Vec<Effect<X::Item>>) {
+        let Some(held) = self.held.get_mut(&(Src::Dlq, slot)) else {
+            return;
+        };
+        held.in_drain_lane = true;
+        let item = held.item.clone();
+        if self.drain_lanes_of(&item).admit(X::key(&item), slot, None) {
+            self.dispatch(Src::Dlq, slot, paused, fx);
+        } else {
+            self.drain_waiting += 1;
+        }
+    }
+
+    /// DLQ records due and not dispatched yet (see `drain_waiting`).
+    pub(super) fn drain_waiting(&self) -> usize {
+        self.drain_waiting
+    }
+
+    /// The drain's pass: the DLQ records whose drain lane freed go out.
+    pub(super) fn dispatch_ready_drain(&mut self, paused: bool, fx: &mut Vec<Effect<X::Item>>) {
+        let mut ready = std::mem::take(&mut self.drain_ready);
+        // In offset order (lanes freed by one batch of answers in any).
+        ready.sort_unstable();
+        for slot in ready {
+            self.drain_waiting = self.drain_waiting.saturating_sub(1);
+            self.dispatch(Src::Dlq, slot, paused, fx);
         }
     }
 
@@ -149,6 +210,7 @@ impl<X: Intake> Lanes<X> {
             item: Arc::new(item),
             bytes,
             in_lane: kind == Kind::Ordered,
+            in_drain_lane: false,
             errored: 0,
             diverted: false,
         };
@@ -182,6 +244,14 @@ impl<X: Intake> Lanes<X> {
             match self.lanes_of(&held.item).finish(X::key(&held.item), slot) {
                 _ if draining => {}
                 release => self.release(Src::Main, release, paused, fx),
+            }
+        } else if held.in_drain_lane {
+            match self
+                .drain_lanes_of(&held.item)
+                .finish(X::key(&held.item), slot)
+            {
+                Release::One(next) => self.drain_ready.push(next),
+                Release::Nothing | Release::Run(_) => {}
             }
         }
         Some(held.bytes)

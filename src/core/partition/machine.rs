@@ -352,8 +352,10 @@ impl<X: Intake> PartitionMachine<X> {
         let first = !self.sides[Src::Main].reading_known();
         let waiting = self.backlog.is_waiting(Src::Dlq);
         let after_begun = self.sides[Src::Dlq].next_offset();
-        let unread =
-            self.dlq.has_unread(now.wall_ms, waiting, after_begun) || self.lanes.awaits_drain();
+        // Due records waiting in a drain lane are unread too.
+        let unread = self.dlq.has_unread(now.wall_ms, waiting, after_begun)
+            || self.lanes.drain_waiting() > 0
+            || self.lanes.awaits_drain();
         let alongside = self.lanes.alongside();
         let mode = self.degraded.update(now, unread, alongside, first);
         self.turn.push(mode);
@@ -377,9 +379,10 @@ impl<X: Intake> PartitionMachine<X> {
             _ => None,
         };
         let next_due = if let Some(in_flight) = in_flight {
+            self.lanes.dispatch_ready_drain(paused, fx);
             let (due, next) = self.dlq.take_due(now.wall_ms, in_flight);
             for slot in due {
-                self.lanes.dispatch(Src::Dlq, slot, paused, fx);
+                self.lanes.dispatch_due(slot, paused, fx);
             }
             next
         } else {

@@ -203,14 +203,16 @@ fn dlq_log() -> impl Strategy<Value = Vec<Rec>> {
         -2_000i64..3_000,
         prop::bool::weighted(0.05),
         size(),
+        prop::option::weighted(0.7, 0u8..3),
     );
     prop::collection::vec(rec, 0..25).prop_map(|v| {
         let mut offset = 9;
         v.into_iter()
-            .map(|(gap, due_in, unreadable, size)| {
+            .map(|(gap, due_in, unreadable, size, key)| {
                 offset += gap;
                 let mut r = Rec::dlq(offset, WALL0 + due_in);
                 r.size = size;
+                r.key = key;
                 if unreadable {
                     r.kind = Kind::Immediate;
                 }
@@ -286,6 +288,9 @@ struct Harness {
     /// Records sent, the model's "taken in".
     taken: [BTreeMap<Id, Rec>; 2],
     done: [BTreeSet<Id>; 2],
+    /// Of them, those answered in the input being fed (the machine takes
+    /// a batch's answers one by one).
+    answering: BTreeSet<(Src, Id)>,
     /// Positions the harness saw stored successfully.
     stored: [Option<i64>; 2],
     /// Jobs in flight, by slot.
@@ -382,6 +387,7 @@ impl Harness {
             sent: [0, 0],
             taken: [BTreeMap::new(), BTreeMap::new()],
             done: [named, BTreeSet::new()],
+            answering: BTreeSet::new(),
             stored: [None, None],
             in_flight: Vec::new(),
             run_mates: Vec::new(),
@@ -798,14 +804,36 @@ impl Harness {
                     "DLQ {:?} dispatched before due",
                     offset
                 );
+                // A key's envelopes one at a time, in order (the drain lanes).
+                let same_lane = |a: &Rec, b: &Rec| match self.ordering {
+                    OrderingMode::Key => a.key.is_some() && a.key == b.key,
+                    OrderingMode::Partition => true,
+                    OrderingMode::Unordered => false,
+                };
+                let queued = |r: &Rec| matches!(r.kind, Kind::Queued { .. });
+                // In offset order, but for one waiting behind its lane.
                 let skipped = self.taken[i].range(..offset).find(|(o, r)| {
-                    matches!(r.kind, Kind::Queued { .. }) && !self.ever_dispatched[i].contains(o)
+                    let waits = self.taken[i].range(..**o).any(|(e, x)| {
+                        let undone =
+                            !self.done[i].contains(e) || self.answering.contains(&(Src::Dlq, *e));
+                        queued(x) && same_lane(r, x) && undone
+                    });
+                    queued(r) && !self.ever_dispatched[i].contains(o) && !waits
                 });
                 prop_assert!(
                     skipped.is_none(),
                     "DLQ {:?} dispatched before {:?}",
                     offset,
                     skipped
+                );
+                let earlier = self.taken[i]
+                    .range(..offset)
+                    .find(|(o, r)| queued(r) && same_lane(&rec, r) && !self.done[i].contains(o));
+                prop_assert!(
+                    earlier.is_none(),
+                    "DLQ {:?} dispatched before {:?} of its lane is done",
+                    offset,
+                    earlier
                 );
             }
             _ => {}
@@ -896,7 +924,9 @@ impl Harness {
     fn answer(&mut self, idx: usize, finished: Option<Finished>) -> Result<(), TestCaseError> {
         let (src, offset) = self.in_flight.remove(idx);
         if finished.is_some() {
-            prop_assert!(self.done[src.index()].insert(self.slots[&(src, offset)]));
+            let id = self.slots[&(src, offset)];
+            prop_assert!(self.done[src.index()].insert(id));
+            self.answering.insert((src, id));
         }
         let report = Report {
             generation: GEN,
@@ -904,14 +934,18 @@ impl Harness {
             offset,
             finished,
         };
-        self.feed(Input::Reports(vec![report]))
+        let fed = self.feed(Input::Reports(vec![report]));
+        self.answering.clear();
+        fed
     }
 
     fn answer_all(&mut self) -> Result<(), TestCaseError> {
         let reports: Vec<Report> = std::mem::take(&mut self.in_flight)
             .into_iter()
             .map(|(src, offset)| {
-                self.done[src.index()].insert(self.slots[&(src, offset)]);
+                let id = self.slots[&(src, offset)];
+                self.done[src.index()].insert(id);
+                self.answering.insert((src, id));
                 Report {
                     generation: GEN,
                     src,
@@ -923,7 +957,9 @@ impl Harness {
         if reports.is_empty() {
             return Ok(());
         }
-        self.feed(Input::Reports(reports))
+        let fed = self.feed(Input::Reports(reports));
+        self.answering.clear();
+        fed
     }
 
     /// Fires every timer due by `until`, in due order, moving the clock along.

@@ -1375,3 +1375,33 @@ fn a_position_made_for_another_log_is_read_from_the_start() {
     let stored: Vec<i64> = all_stores(&fx).into_iter().map(|(o, _)| o).collect();
     assert_eq!(stored, vec![1]);
 }
+
+/// Two envelopes of one key, both due: the drain sends the second only once
+/// the first finished (with `drain_concurrency` > 1 they raced to the API,
+/// and the API could take the later one first); other keys are not held
+/// back, and main p stays paused while one waits.
+#[test]
+fn the_drain_redelivers_a_keys_envelopes_one_at_a_time_in_order() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    t.verdict(false);
+    t.dlq_high(1_000);
+    assert_eq!(t.m.mode(), Mode::DrainDlq);
+    let keyed = |o: i64, key: u8| Rec {
+        key: Some(key),
+        ..Rec::dlq(o, 0)
+    };
+    let fx = t.feed(Input::Records(vec![keyed(0, 1), keyed(1, 1), keyed(2, 2)]));
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 0), (Src::Dlq, 2)]);
+    t.dlq_high(3);
+    assert_eq!(
+        t.m.mode(),
+        Mode::DrainDlq,
+        "1 waits: the DLQ is not drained"
+    );
+    let fx = t.done(Src::Dlq, &[2]);
+    assert_eq!(dispatched(&fx), vec![]);
+    let fx = t.done(Src::Dlq, &[0]);
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 1)], "its key's next");
+    t.done(Src::Dlq, &[1]);
+    assert_eq!(t.m.mode(), Mode::Normal);
+}
