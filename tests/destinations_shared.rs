@@ -10,14 +10,6 @@ use courier_standins::loadgen::{self, Spec};
 use courier_standins::sink::{Behaviour, SinkHandle};
 use std::time::Duration;
 
-/// Restarts Redis even when the test fails half-way.
-struct RedisBack<'a>(&'a Services);
-impl Drop for RedisBack<'_> {
-    fn drop(&mut self) {
-        self.0.ctl("redis-start");
-    }
-}
-
 async fn sink() -> SinkHandle {
     SinkHandle::start("127.0.0.1:0".parse().unwrap(), Behaviour::default())
         .await
@@ -33,7 +25,8 @@ async fn sink() -> SinkHandle {
 /// neither holds the first. Ends with the audit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_share_each_destinations_marker_and_fall_back_to_their_breakers() {
-    let s = services();
+    let mut redis = OwnRedis::start();
+    let s = redis.services(&services());
     let n = Names::new("dest-shared", 4);
     n.create(&s, true).await;
     let first = sink().await;
@@ -108,8 +101,7 @@ async fn instances_share_each_destinations_marker_and_fall_back_to_their_breaker
     )
     .await;
 
-    s.ctl("redis-stop");
-    let back = RedisBack(&s);
+    redis.stop();
     wait_until(
         Duration::from_secs(30),
         "each rests on its own breakers: A holds the second, B does not",
@@ -125,7 +117,7 @@ async fn instances_share_each_destinations_marker_and_fall_back_to_their_breaker
     assert_eq!(unavailable(&b, &first_dest), 0.0);
 
     second.update_behaviour(|b| b.down_status = None);
-    drop(back);
+    redis.start_again();
     wait_all_reached(Duration::from_secs(180), &produced, &[&first, &second]).await;
     let rep = n.audit_all(&s, &produced, &[&first, &second]);
     assert_no_loss("dest-shared", &rep);

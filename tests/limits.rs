@@ -576,7 +576,8 @@ async fn no_burst_above_the_limit_when_redis_returns() {
     let _one = ONE_AT_A_TIME.lock().await;
     const RATE: u64 = 500;
     const BURST: u64 = 5;
-    let s = services();
+    let mut redis = OwnRedis::start();
+    let s = redis.services(&services());
     let n = Names::new("rate-return", 6);
     n.create(&s, true).await;
     let api = api_with_latency(5).await;
@@ -609,8 +610,7 @@ async fn no_burst_above_the_limit_when_redis_returns() {
     .await;
     let fallback = "courier_api_rate_limit_per_sec{scope=\"local_fallback\"";
     let stopped_at = second();
-    s.ctl("redis-stop");
-    let restart = RedisBack(&s);
+    redis.stop();
     wait_until(Duration::from_secs(30), "both on their local share", || {
         both(fallback, &|v| v > 0.0)
     })
@@ -624,7 +624,7 @@ async fn no_burst_above_the_limit_when_redis_returns() {
     )
     .await;
     let started_at = second();
-    drop(restart); // starts Redis again
+    redis.start_again();
     wait_until(Duration::from_secs(60), "both back on Redis", || {
         both(fallback, &|v| v == 0.0)
     })
@@ -681,14 +681,6 @@ async fn no_burst_above_the_limit_when_redis_returns() {
     }
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("rate-return", &rep);
-}
-
-/// Starts Redis again even when the test fails half-way.
-struct RedisBack<'a>(&'a Services);
-impl Drop for RedisBack<'_> {
-    fn drop(&mut self) {
-        self.0.ctl("redis-start");
-    }
 }
 
 /// Every whole second at the API stays within `rate + burst` (+ 5 % for the

@@ -9,17 +9,10 @@ use common::*;
 use courier_standins::loadgen::{self, Spec};
 use std::time::{Duration, Instant};
 
-/// Restarts Redis even when the test fails half-way.
-struct RedisBack<'a>(&'a Services);
-impl Drop for RedisBack<'_> {
-    fn drop(&mut self) {
-        self.0.ctl("redis-start");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_breakers_protect_the_api_while_redis_is_down() {
-    let s = services();
+    let mut redis = OwnRedis::start();
+    let s = redis.services(&services());
     let n = Names::new("noredis", 4);
     n.create(&s, true).await;
     let api = api_with_latency(20).await;
@@ -53,8 +46,7 @@ async fn local_breakers_protect_the_api_while_redis_is_down() {
     )
     .await;
 
-    s.ctl("redis-stop");
-    let back = RedisBack(&s);
+    redis.stop();
     wait_until(
         Duration::from_secs(30),
         "both rest on their breakers",
@@ -98,7 +90,7 @@ async fn local_breakers_protect_the_api_while_redis_is_down() {
     n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
 
     // Redis is back: the shared marker is part of the verdict again.
-    drop(back);
+    redis.start_again();
     wait_until(Duration::from_secs(30), "both use Redis again", || {
         on_both("courier_health_source{source=\"redis\"", 1.0)
     })
@@ -155,7 +147,10 @@ async fn a_marker_without_ttl_does_not_stall_the_group() {
     let client = Builder::from_config(Config::from_url(&s.redis_url).unwrap())
         .build()
         .unwrap();
-    client.init().await.expect("Redis");
+    tokio::time::timeout(Duration::from_secs(30), client.init())
+        .await
+        .expect("Redis answers within 30 s")
+        .expect("Redis");
     let key = format!("courier:{}:api-down", n.group);
     let _: () = client
         .set(key.as_str(), "written-by-hand", None, None, false)

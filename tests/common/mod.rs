@@ -38,6 +38,88 @@ pub(crate) fn services() -> Services {
     }
 }
 
+/// A Redis of the test's own (plain TCP, no persistence) for a test that
+/// stops and starts Redis: the other tests of its binary run beside it on the
+/// shared Redis and never see it go (a client connecting to the shared one
+/// while a test had stopped it could wait for ever). Its port lies below the
+/// kernel's ephemeral range, so no outgoing connection takes it while it is
+/// stopped. Killed when dropped.
+pub(crate) struct OwnRedis {
+    port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl OwnRedis {
+    /// Starts it on a free port and waits until it answers.
+    pub(crate) fn start() -> OwnRedis {
+        let port = (0..200)
+            .map(|_| 20_000 + rand::random::<u16>() % 10_000)
+            .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+            .expect("a free port for a Redis of the test's own");
+        let mut r = OwnRedis { port, child: None };
+        r.start_again();
+        r
+    }
+
+    /// The shared services, with this Redis.
+    pub(crate) fn services(&self, s: &Services) -> Services {
+        Services {
+            brokers: s.brokers.clone(),
+            pg_url: s.pg_url.clone(),
+            redis_url: format!("redis://127.0.0.1:{}", self.port),
+            script: s.script.clone(),
+        }
+    }
+
+    /// Stops it (SIGKILL: Courier sees its connections drop).
+    pub(crate) fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on its port (empty) and waits until it answers PING.
+    pub(crate) fn start_again(&mut self) {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(std::env::temp_dir())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/services.sh installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.pings() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {} does not answer",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pings(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut buf = [0u8; 7];
+        c.write_all(b"PING\r\n").is_ok() && c.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 impl Services {
     /// Runs a `scripts/services.sh` subcommand (e.g. `pg-stop`).
     pub(crate) fn ctl(&self, cmd: &str) {
