@@ -373,13 +373,19 @@ impl<X: Intake> PartitionMachine<X> {
         }
         // Drain: dispatch due records in order, at most `limit` jobs at a
         // time (alongside main p: `limit` DLQ records).
-        let in_flight = match self.degraded.mode() {
-            Mode::DrainDlq if !draining => Some(self.lanes.in_flight()),
-            Mode::DrainAlongside if !draining => Some(self.lanes.in_flight_dlq()),
+        let alone = match self.degraded.mode() {
+            Mode::DrainDlq if !draining => Some(true),
+            Mode::DrainAlongside if !draining => Some(false),
             _ => None,
         };
-        let next_due = if let Some(in_flight) = in_flight {
+        let next_due = if let Some(alone) = alone {
+            // Those whose drain lane freed first (taken under the limit).
             self.lanes.dispatch_ready_drain(paused, fx);
+            let in_flight = if alone {
+                self.lanes.in_flight()
+            } else {
+                self.lanes.in_flight_dlq()
+            };
             let (due, next) = self.dlq.take_due(now.wall_ms, in_flight);
             for slot in due {
                 self.lanes.dispatch_due(slot, paused, fx);
