@@ -199,6 +199,10 @@ async fn a_route_answering_401_makes_no_token_storm_and_the_others_flow() {
     api.update_behaviour(|b| b.latency_ms = 0);
     tenant.update_behaviour(|b| b.latency_ms = 0);
     n.wait_committed_to_end(&s, Duration::from_secs(180)).await;
+    // The tenant's events held past `degraded.destination_hold` went to the
+    // DLQ (`destination_unavailable`); they drain beside the main topic.
+    n.wait_dlq_drained(&s, Duration::from_secs(180)).await;
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
     assert_eq!(c.terminate(Duration::from_secs(30)).await, Some(0));
     let log = c.log_text();
     assert!(

@@ -228,6 +228,24 @@ impl Names {
         audit(&s.brokers, &self.dlq, &self.parking, produced, &api).expect("audit")
     }
 
+    /// Waits until the group has read and committed DLQ p to its end in
+    /// every partition (a DLQ partition never written to counts as drained):
+    /// with several destinations the main topic can reach its end while the
+    /// DLQ still drains beside it (`drain_alongside`).
+    pub(crate) async fn wait_dlq_drained(&self, s: &Services, timeout: Duration) {
+        let drained = || {
+            let ends = end_offsets(&s.brokers, &self.dlq, self.partitions).expect("DLQ ends");
+            let committed =
+                committed_positions(&s.brokers, &self.group, &self.dlq, self.partitions)
+                    .map(|v| v.into_iter().map(|c| c.offset).collect::<Vec<_>>())
+                    .unwrap_or_default();
+            ends.iter()
+                .enumerate()
+                .all(|(p, &end)| end == 0 || committed.get(p).is_some_and(|&c| c == end))
+        };
+        wait_until(timeout, "the DLQ is drained and committed", drained).await;
+    }
+
     /// Waits until the group's committed offsets equal the topic's end offsets.
     pub(crate) async fn wait_committed_to_end(&self, s: &Services, timeout: Duration) {
         let ends = self.ends(s);
