@@ -38,7 +38,8 @@
 //!   the verdict is the breaker alone. With several destinations (`core::destination`)
 //!   each has its own breaker, marker and verdict; the FSM's `api_unavailable` is "every
 //!   destination of the partition is down", and while any one is down `dlq_has_unread`
-//!   is taken as false (the DLQ waits, main p is read).
+//!   is taken as false (the DLQ waits, main p is read); once all are back the DLQ drains
+//!   beside main p (`DrainAlongside`) when the partition follows every envelope of it.
 //! - **FSM**: each partition machine owns main p and DLQ p (range assignment + equal partition
 //!   counts, checked at start). `PartitionFsm::update(api_unavailable, dlq_has_unread, alongside)`
 //!   decides; the machine applies pause/resume to both topics explicitly on every
