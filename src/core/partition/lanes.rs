@@ -123,13 +123,7 @@ impl<X: Intake> Lanes<X> {
 
     /// The drain lanes of `item`'s destination.
     fn drain_lanes_of(&mut self, item: &X::Item) -> &mut Scheduler {
-        let i = X::destination(item).index();
-        if i >= self.drain_lanes.len() {
-            let ordering = self.ordering;
-            self.drain_lanes
-                .resize_with(i + 1, || Scheduler::new(ordering));
-        }
-        &mut self.drain_lanes[i]
+        of_destination::<X>(&mut self.drain_lanes, self.ordering, item)
     }
 
     /// A due DLQ record (the drain takes them in offset order): dispatched
@@ -167,12 +161,7 @@ impl<X: Intake> Lanes<X> {
 
     /// The lanes of `item`'s destination.
     fn lanes_of(&mut self, item: &X::Item) -> &mut Scheduler {
-        let i = X::destination(item).index();
-        if i >= self.lanes.len() {
-            let ordering = self.ordering;
-            self.lanes.resize_with(i + 1, || Scheduler::new(ordering));
-        }
-        &mut self.lanes[i]
+        of_destination::<X>(&mut self.lanes, self.ordering, item)
     }
 
     /// Jobs dispatched and not answered.
@@ -532,6 +521,20 @@ impl<X: Intake> Lanes<X> {
             self.lanes.iter_mut().for_each(Scheduler::trim);
         }
     }
+}
+
+/// The schedulers of `item`'s destination among `lanes` (one per
+/// destination, by id), made on first use.
+fn of_destination<'a, X: Intake>(
+    lanes: &'a mut Vec<Scheduler>,
+    ordering: OrderingMode,
+    item: &X::Item,
+) -> &'a mut Scheduler {
+    let i = X::destination(item).index();
+    if i >= lanes.len() {
+        lanes.resize_with(i + 1, || Scheduler::new(ordering));
+    }
+    &mut lanes[i]
 }
 
 #[cfg(test)]

@@ -353,10 +353,9 @@ impl Outage {
         let down = self.down.contains(d);
         let p = self.per.get(d.index());
         let follows = src == Src::Main && p.is_some_and(|p| p.follows(key));
-        let full = self.full(d);
         if src == Src::Main && down && self.diverting.contains(d) {
             Route::Divert(Diverted::Unavailable)
-        } else if follows && (down || full) {
+        } else if follows && (down || self.full(d)) {
             Route::Divert(Diverted::BehindDlq)
         } else if down || follows {
             Route::HoldOut
