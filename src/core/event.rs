@@ -112,14 +112,16 @@ pub fn decode(value: Option<&Bytes>, opts: &DecodeOptions) -> Result<Event, Deco
         });
     }
     // SIMD validation (`simdutf8::basic`: valid or not, no position) for
-    // every body; the position only for an invalid one.
-    if simdutf8::basic::from_utf8(bytes).is_err() {
+    // every body; the position only for an invalid one. The parser then reads
+    // the validated `&str` (serde_json's `StrRead` does not check each string's
+    // UTF-8 again, as its `SliceRead` does: 2 % of a batched event's CPU).
+    let Ok(text) = simdutf8::basic::from_utf8(bytes) else {
         let valid_up_to = std::str::from_utf8(bytes)
             .err()
             .map_or(0, |e| e.valid_up_to());
         return Err(DecodeError::InvalidUtf8(valid_up_to));
-    }
-    let attrs = parse_attributes(bytes, &opts.entity_version_attribute)?;
+    };
+    let attrs = parse_attributes(text, &opts.entity_version_attribute)?;
     let specversion = required_str(&attrs.specversion, "specversion")?;
     if specversion != "1.0" {
         return Err(DecodeError::UnsupportedSpecVersion(quoted(specversion)));
@@ -329,10 +331,10 @@ struct Attributes<'a> {
 }
 
 fn parse_attributes<'a>(
-    bytes: &'a [u8],
+    text: &'a str,
     entity_version_attribute: &str,
 ) -> Result<Attributes<'a>, DecodeError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut de = serde_json::Deserializer::from_str(text);
     let parsed = de::Deserializer::deserialize_any(
         &mut de,
         TopLevel {

@@ -10,13 +10,13 @@ use super::request::{Body, Source};
 use super::send::Made;
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
+use crate::clock::Stamp;
 use crate::core::answer::Verdict;
 use crate::core::attempt::{self, Breaker, Failed, Next, ParkCause, Progress};
 use crate::core::classify::{ErrorClass, FailureClass, FailureReason, TransportFailure};
 use crate::core::envelope::ErrorInfo;
 use crate::core::event::Event;
 use crate::core::systemic::EventHypothesis;
-use crate::runtime::now_ms;
 use std::time::Instant;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -57,7 +57,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             let (failure, called) = match made.take() {
                 Some(made) => made,
                 None => match self.try_once(&src, ev, token, &mut t).await? {
-                    Tried::Delivered => return Some(self.delivered(item, t)),
+                    Tried::Delivered(at) => return Some(self.delivered(item, t, at)),
                     // Cannot be sent: parked, never retried.
                     Tried::Unsendable { reason, message } => {
                         drop(t);
@@ -122,7 +122,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     .call(&ev.id, &out, body, None, token, t.hypothesis.suspect())
                     .await?;
                 match self.failure_in(answer) {
-                    None => Tried::Delivered,
+                    None => Tried::Delivered(made.sent.at),
                     Some(failure) => Tried::Failed(failure, Some(made)),
                 }
             }
@@ -150,13 +150,16 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         }
     }
 
-    /// A delivered event: its latency, age and count.
-    pub(super) fn delivered(&self, item: &Item, t: Tries) -> Finished {
+    /// A delivered event: its latency, age and count, measured to `at`,
+    /// when its answer came (the clocks read here without it).
+    pub(super) fn delivered(&self, item: &Item, t: Tries, at: Option<Stamp>) -> Finished {
         let start = t.start;
         drop(t);
-        self.hot.latency.record(start.elapsed().as_secs_f64());
+        let at = at.unwrap_or_else(Stamp::now);
+        let latency = at.instant.saturating_duration_since(start);
+        self.hot.latency.record(latency.as_secs_f64());
         if let Some(ts) = item.timestamp_ms {
-            let age = (now_ms() - ts).max(0) as f64 / 1000.0;
+            let age = (at.ms - ts).max(0) as f64 / 1000.0;
             self.hot.age.record(age);
         }
         self.hot.delivered.increment(1);
@@ -261,7 +264,8 @@ pub(super) struct Tries {
 
 /// What one try came to.
 pub(super) enum Tried {
-    Delivered,
+    /// When its answer came.
+    Delivered(Option<Stamp>),
     /// Its request cannot be built (`request::Body::Park`).
     Unsendable {
         reason: FailureReason,

@@ -104,7 +104,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let (answer, sent) = r;
         match self.failure_in(answer) {
             None => {
-                let done = self.delivered(&job.item, t);
+                let done = self.delivered(&job.item, t, sent.at);
                 drop(permit);
                 job.token.finish(done);
             }

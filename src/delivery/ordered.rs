@@ -246,7 +246,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             };
             let Some(failure) = self.failure_in(r) else {
                 if let Some(m) = pending.pop_front() {
-                    let done = self.delivered(&m.item, m.tries);
+                    let done = self.delivered(&m.item, m.tries, made.sent.at);
                     m.token.finish(done);
                 }
                 continue;

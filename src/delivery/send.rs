@@ -25,10 +25,12 @@ use std::sync::Arc;
 
 /// What an event learns of the request that carried it (alone or in a
 /// batch): its number (`ApiHealth::call_number`), which `core::systemic`
-/// judges systemic answers by.
+/// judges systemic answers by, and when its answer came (`None`: no request
+/// was made; read once per request, not per event).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(in crate::delivery) struct Sent {
     pub(in crate::delivery) seq: u64,
+    pub(in crate::delivery) at: Option<crate::clock::Stamp>,
 }
 
 /// A request made for an event, and — a systemic answer to an event alone —
@@ -168,7 +170,10 @@ impl<A: Api> Calls<A> {
             _ => false,
         };
         self.limits.after_call(call, &answer, items_refused);
-        let sent = Sent { seq };
+        let sent = Sent {
+            seq,
+            at: Some(crate::clock::Stamp::now()),
+        };
         let pending = match r.batch {
             None => self.ears.hear(admission, &answer, seq),
             Some(_) => {
