@@ -46,6 +46,10 @@
 //!   polling. A machine that ends (revoke, crash) gives its share back when it is dropped.
 //!   Before this budget, the events held grew with the partitions
 //!   (`max_in_flight_per_partition` × partitions): 512 partitions held 100,000 events.
+//!   With batching on and the two limits unset, the budget is 64 MiB and each partition
+//!   may hold as many events as it holds at 2 KiB each (`PipelineConfig::batching_defaults`):
+//!   then bytes, not a count, bound the events in delivery, and requests in flight hide
+//!   the API's latency.
 //! - **Per partition**: a partition actor begins at most `max_in_flight_per_partition`
 //!   events (queued for a permit or in flight); records beyond that wait in its backlog,
 //!   still counted in the fetch budget, and are begun as events finish. Backpressure

@@ -50,7 +50,7 @@ mod input;
 mod kafka;
 mod legacy;
 mod ops;
-mod pipeline;
+pub(crate) mod pipeline;
 mod redis;
 pub mod reference;
 mod retry;
@@ -162,11 +162,11 @@ impl Config {
     /// since it now allows that many requests of up to `max_events` each.
     /// The config still works either way (the byte budget bounds the events).
     fn batching_concurrency_notice(&self) -> Result<Option<String>, ConfigError> {
-        let batch = self.api.batch_spec()?;
-        let routes = self.api.routes()?;
-        if batch.is_none() && !routes.any_batched() {
+        if !self.batching()? {
             return Ok(None);
         }
+        let batch = self.api.batch_spec()?;
+        let routes = self.api.routes()?;
         let events = routes.max_batch_events(batch.as_deref());
         let c = self.pipeline.concurrency;
         if c <= PipelineConfig::default().concurrency || c < events {
@@ -179,6 +179,11 @@ impl Config {
              in events, set it to about {} (= {c} / {events})",
             (c / events).max(1)
         )))
+    }
+
+    /// Whether any route batches (`[api.batch]`, or a route's `batch`).
+    pub(crate) fn batching(&self) -> Result<bool, ConfigError> {
+        Ok(self.api.batch_spec()?.is_some() || self.api.routes()?.any_batched())
     }
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
@@ -352,6 +357,11 @@ fn check_ca_file(field: &str, path: &Path) -> Result<(), ConfigError> {
         .map_err(|e| invalid(field, e.to_string()))
 }
 
+/// Whether source `d` names `section.name` (any value).
+fn names(d: &Dict, section: &str, name: &str) -> bool {
+    matches!(d.get(section), Some(figment::value::Value::Dict(_, s)) if s.contains_key(name))
+}
+
 /// The sources of one config, each rewritten by `legacy::migrate` before it is
 /// merged over the defaults (so an old key in the file and a new one in the
 /// environment do not collide).
@@ -373,7 +383,7 @@ impl Sources {
 
     fn finish(self) -> Result<Config, ConfigError> {
         let mut fig = Figment::from(Serialized::defaults(Config::default()));
-        for d in self.merged {
+        for d in &self.merged {
             fig = fig.merge(Serialized::defaults(d));
         }
         let mut cfg: Config = fig.extract().map_err(|e| match e.into_iter().next() {
@@ -390,6 +400,13 @@ impl Sources {
         })?;
         cfg.deprecations = self.deprecations;
         cfg.validate()?;
+        if cfg.batching()? {
+            let set = |name: &str| self.merged.iter().any(|d| names(d, "pipeline", name));
+            cfg.pipeline.batching_defaults(
+                set("max_in_flight_bytes"),
+                set("max_in_flight_per_partition"),
+            );
+        }
         cfg.deprecations.extend(cfg.batching_concurrency_notice()?);
         Ok(cfg)
     }
@@ -443,6 +460,47 @@ mod tests {
             let c = Config::from_toml(&quiet).expect("loads");
             assert!(c.deprecations.is_empty(), "{quiet}: {:?}", c.deprecations);
         }
+    }
+
+    /// With batching on, the in-flight limits left unset take their
+    /// batching defaults (bytes bound, not a count of events); a value set
+    /// is kept; without batching the defaults are the usual ones.
+    #[test]
+    fn batching_raises_the_in_flight_limits_left_unset() {
+        let limits = |toml: &str| {
+            let p = Config::from_toml(toml).expect("loads").pipeline;
+            (p.max_in_flight_bytes, p.max_in_flight_per_partition)
+        };
+        let batched = "[api.batch]\nmax_events = 100\n";
+        let route = "[[api.routes]]\ntype = \"a.*\"\nurl = \"http://127.0.0.1:1/a\"\nbatch = { max_events = 10 }\n";
+        assert_eq!(limits(""), (32 << 20, 1_000));
+        assert_eq!(limits(batched), (64 << 20, 32_768));
+        assert_eq!(limits(route), (64 << 20, 32_768));
+        assert_eq!(
+            limits(&format!(
+                "[pipeline]\nmax_in_flight_bytes = 8388608\n{batched}"
+            )),
+            (8 << 20, 4_096)
+        );
+        assert_eq!(
+            limits(&format!(
+                "[pipeline]\nmax_in_flight_bytes = 1024\n{batched}"
+            )),
+            (1024, 1_000),
+            "never below the unbatched default"
+        );
+        assert_eq!(
+            limits(&format!(
+                "[pipeline]\nmax_in_flight_per_partition = 700\n{batched}"
+            )),
+            (64 << 20, 700)
+        );
+        assert_eq!(
+            limits(
+                "[pipeline]\nmax_in_flight_per_partition = 700\nmax_in_flight_bytes = 1000000\n"
+            ),
+            (1_000_000, 700)
+        );
     }
 
     fn field_of(toml: &str) -> String {

@@ -19,6 +19,18 @@ pub enum Oversize {
     Refuse,
 }
 
+/// `max_in_flight_bytes` when batching is on and the configuration does not
+/// set it: twice the default, since a request carries many events and latency
+/// is hidden by requests in flight, which need events in flight (at 50 ms and
+/// ~300,000 events/s, ~15,000 of them; BENCHMARKS "Batch delivery", run 14).
+pub(crate) const BATCHING_IN_FLIGHT_BYTES: usize = 64 * 1024 * 1024;
+
+/// The least a record is charged against the byte budgets
+/// (`kafka::RECORD_OVERHEAD`, which a test of `kafka::record` keeps equal):
+/// with batching on, `max_in_flight_per_partition`'s default is as many
+/// events as `max_in_flight_bytes` holds at this, so bytes bound, not a count.
+pub(crate) const LEAST_RECORD_CHARGE: usize = 2048;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PipelineConfig {
@@ -33,7 +45,10 @@ pub struct PipelineConfig {
     /// Which events wait for each other: `key` (one at a time per Kafka key),
     /// `partition` (one at a time per partition) or `unordered`.
     pub ordering: OrderingMode,
-    /// Events held per partition (queued + in flight); a full partition is paused.
+    /// Events held per partition (queued + in flight); a full partition is
+    /// paused. With batching on and this not set: as many events as
+    /// `max_in_flight_bytes` holds at 2 KiB each (32,768 with its batching
+    /// default), so the byte budget bounds the events in delivery.
     pub max_in_flight_per_partition: usize,
     /// Records fetched but not yet taken in by a partition actor, process-wide:
     /// the poll thread fetches nothing more above this.
@@ -46,7 +61,9 @@ pub struct PipelineConfig {
     /// Bytes of the events begun and not yet durable (DLQ records waiting for the
     /// drain included), counted like `max_buffered_bytes`, process-wide: a
     /// partition begins a record only while the held bytes are below this. An
-    /// event larger than the budget still goes.
+    /// event larger than the budget still goes. With batching on and this not
+    /// set: 64 MiB (twice the default: requests in flight hide the API's
+    /// latency, and they need events in flight).
     pub max_in_flight_bytes: usize,
     /// Larger events are parked (`too_large`).
     pub max_event_bytes: usize,
@@ -81,6 +98,21 @@ impl Default for PipelineConfig {
 }
 
 impl PipelineConfig {
+    /// With batching on, the in-flight limits the configuration left unset
+    /// (`bytes_set`, `per_partition_set`: named by a source) take their
+    /// batching defaults ([`BATCHING_IN_FLIGHT_BYTES`], and as many events
+    /// per partition as the byte budget holds at [`LEAST_RECORD_CHARGE`]).
+    /// A value set is kept as it is.
+    pub(crate) fn batching_defaults(&mut self, bytes_set: bool, per_partition_set: bool) {
+        if !bytes_set {
+            self.max_in_flight_bytes = BATCHING_IN_FLIGHT_BYTES;
+        }
+        if !per_partition_set {
+            self.max_in_flight_per_partition = (self.max_in_flight_bytes / LEAST_RECORD_CHARGE)
+                .max(PipelineConfig::default().max_in_flight_per_partition);
+        }
+    }
+
     pub(crate) fn decode_options(&self) -> DecodeOptions {
         DecodeOptions {
             max_event_bytes: self.max_event_bytes,

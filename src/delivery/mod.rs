@@ -303,7 +303,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let d = &cfg.degraded;
         let routes = cfg.api.routes()?;
         let batch = cfg.api.batch_spec()?;
-        let batching = batch.is_some() || routes.any_batched();
+        let batching = cfg.batching()?;
         // With batching a request carries many events: `pipeline.concurrency`
         // bounds the requests in flight (the adaptive limit, which learns
         // from requests, holds request slots up to it), and the events in

@@ -55,6 +55,16 @@ mod tests {
     use super::*;
     use crate::core::input::HeaderName;
 
+    /// The configuration's batching default per partition counts events at
+    /// the least a record is charged: this.
+    #[test]
+    fn the_least_charge_is_the_configurations() {
+        assert_eq!(
+            RECORD_OVERHEAD,
+            crate::config::pipeline::LEAST_RECORD_CHARGE
+        );
+    }
+
     /// A record of ~350,000 one-byte headers (about 1 MB on the wire) is
     /// charged at least what its headers hold on the heap: each header's slot in
     /// the slice and the smallest heap blocks of its name and value. Before the
