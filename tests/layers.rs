@@ -300,3 +300,100 @@ fn the_map_check_reads_the_table_and_the_declarations() {
     let lib = "//! `mod doc;`\npub(crate) mod actors;\npub mod app;\nmod plain;\n// mod gone;\n";
     assert_eq!(declared_modules(lib), ["actors", "app", "plain"]);
 }
+
+/// Every `.rs` file below `dir`, recursively.
+fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("readable directory") {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The named-field structs of `text` and their field counts: a field is a
+/// line `name: Type,` (optionally `pub…`) at the struct's first level.
+fn struct_fields(text: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        let t = t
+            .strip_prefix("pub(crate) ")
+            .or_else(|| t.strip_prefix("pub(super) "))
+            .or_else(|| t.strip_prefix("pub(in crate::delivery) "))
+            .or_else(|| t.strip_prefix("pub "))
+            .unwrap_or(t);
+        let Some(rest) = t.strip_prefix("struct ") else {
+            continue;
+        };
+        if !rest.trim_end().ends_with('{') {
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let indent = line.len() - line.trim_start().len();
+        let mut fields = 0;
+        for inner in lines.by_ref() {
+            let inner_indent = inner.len() - inner.trim_start().len();
+            let s = inner.trim();
+            if inner_indent == indent && s.starts_with('}') {
+                break;
+            }
+            let field = s
+                .split_once(':')
+                .map(|(n, _)| n.trim())
+                .and_then(|n| n.rsplit(' ').next())
+                .is_some_and(|n| {
+                    !n.is_empty() && n.chars().all(|c| c.is_alphanumeric() || c == '_')
+                });
+            if inner_indent == indent + 4 && !s.starts_with("//") && !s.starts_with('#') && field {
+                fields += 1;
+            }
+        }
+        out.push((name, fields));
+    }
+    out
+}
+
+/// Issue 43's shape of `src/delivery/`: stages in small files (at most 400
+/// lines each) and small types (no struct with more than 10 fields).
+#[test]
+fn delivery_is_small_files_of_small_types() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/delivery");
+    let files = rust_files(&dir);
+    assert!(files.len() > 20, "found {} files", files.len());
+    let mut wrong = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("readable");
+        let lines = text.lines().count();
+        if lines > 400 {
+            wrong.push(format!("{}: {lines} lines", f.display()));
+        }
+        for (name, n) in struct_fields(&text) {
+            if n > 10 {
+                wrong.push(format!("{}: struct {name} has {n} fields", f.display()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn the_field_count_reads_named_fields() {
+    let text = "pub(crate) struct A {\n    a: u8,\n    /// doc: x\n    pub(super) b: Vec<u8>,\n    #[cfg(test)]\n    c: Option<(u8, u8)>,\n}\nstruct B(u8);\nstruct C {\n    x: u8,\n}\n";
+    assert_eq!(
+        struct_fields(text),
+        [("A".to_string(), 3), ("C".to_string(), 1)]
+    );
+}

@@ -124,11 +124,8 @@ pub(crate) struct Item {
     pub partition: i32,
     pub offset: i64,
     pub timestamp_ms: Option<i64>,
-    /// The record's key (the DLQ and parking-lot records carry it on).
-    pub key: Option<Vec<u8>>,
-    /// The entity key read from the body (`input.format = "json"` with
-    /// `input.key`) when it differs from the record's key; see [`Item::entity_key`].
-    pub entity_key: Option<Vec<u8>>,
+    /// The record's key and the entity key read from its body.
+    pub keys: Keys,
     pub payload: Option<Bytes>,
     /// The record's headers, in order (`None` without any): what the API side
     /// may forward, and what a binary-mode CloudEvent is read from.
@@ -141,11 +138,21 @@ pub(crate) struct Item {
     pub work: Work,
 }
 
+/// An item's keys.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Keys {
+    /// The record's key (the DLQ and parking-lot records carry it on).
+    pub record: Option<Vec<u8>>,
+    /// The entity key read from the body (`input.format = "json"` with
+    /// `input.key`) when it differs from the record's key; see [`Item::entity_key`].
+    pub entity: Option<Vec<u8>>,
+}
+
 impl Item {
     /// The key events are ordered and enriched by: the one read from the body,
     /// or else the record's.
     pub(crate) fn entity_key(&self) -> Option<&[u8]> {
-        self.entity_key.as_deref().or(self.key.as_deref())
+        self.keys.entity.as_deref().or(self.keys.record.as_deref())
     }
 
     pub(crate) fn event_id(&self) -> Option<&str> {

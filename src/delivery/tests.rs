@@ -122,8 +122,10 @@ fn item_in(id: &str, offset: i64) -> Item {
         partition: 2,
         offset,
         timestamp_ms: None,
-        key: Some(b"k".to_vec()),
-        entity_key: None,
+        keys: super::Keys {
+            record: Some(b"k".to_vec()),
+            entity: None,
+        },
         payload: Some(raw),
         headers: None,
         destination: crate::core::destination::DestinationId::DEFAULT,

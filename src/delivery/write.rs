@@ -46,7 +46,7 @@ impl<W: DlqWrite> Writes<W> {
             version: ENVELOPE_VERSION_PAYLOAD,
             event_id,
             event_type,
-            key: item.key.clone(),
+            key: item.keys.record.clone(),
             payload: item
                 .payload
                 .as_ref()

@@ -9,7 +9,7 @@ use crate::core::input::{decode_record, BodyType, InputFormat, JsonInput, Record
 use crate::core::ordering::RunGroup;
 use crate::core::partition::{Begun, Intake, Kind};
 use crate::core::schema::{decode_framed, JsonOptions};
-use crate::delivery::{Item, Work};
+use crate::delivery::{Item, Keys, Work};
 use crate::kafka::Record;
 use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
@@ -121,8 +121,10 @@ impl Intake for Decoder {
             partition: self.partition,
             offset: r.offset,
             timestamp_ms: r.timestamp_ms,
-            key: r.key,
-            entity_key,
+            keys: Keys {
+                record: r.key,
+                entity: entity_key,
+            },
             payload: r.payload,
             headers: r.headers,
             body_type,
@@ -167,8 +169,7 @@ impl Intake for Decoder {
             partition: old.partition,
             offset: old.offset,
             timestamp_ms: old.timestamp_ms,
-            key: old.key.clone(),
-            entity_key: old.entity_key.clone(),
+            keys: old.keys.clone(),
             payload: old.payload.clone(),
             headers: old.headers.clone(),
             body_type: old.body_type,
