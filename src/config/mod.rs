@@ -50,7 +50,7 @@ mod input;
 mod kafka;
 mod legacy;
 mod ops;
-pub(crate) mod pipeline;
+mod pipeline;
 mod redis;
 pub mod reference;
 mod retry;

@@ -1,6 +1,7 @@
 //! `[pipeline]`: concurrency, ordering, in-memory limits, drain and shutdown waits.
 
 use super::{invalid, ConfigError};
+use crate::core::byte_budget::RECORD_OVERHEAD;
 use crate::core::event::DecodeOptions;
 use crate::core::ordering::OrderingMode;
 use serde::{Deserialize, Serialize};
@@ -24,12 +25,6 @@ pub enum Oversize {
 /// is hidden by requests in flight, which need events in flight (at 50 ms and
 /// ~300,000 events/s, ~15,000 of them; BENCHMARKS "Batch delivery", run 14).
 pub(crate) const BATCHING_IN_FLIGHT_BYTES: usize = 64 * 1024 * 1024;
-
-/// The least a record is charged against the byte budgets
-/// (`kafka::RECORD_OVERHEAD`, which a test of `kafka::record` keeps equal):
-/// with batching on, `max_in_flight_per_partition`'s default is as many
-/// events as `max_in_flight_bytes` holds at this, so bytes bound, not a count.
-pub(crate) const LEAST_RECORD_CHARGE: usize = 2048;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -101,14 +96,15 @@ impl PipelineConfig {
     /// With batching on, the in-flight limits the configuration left unset
     /// (`bytes_set`, `per_partition_set`: named by a source) take their
     /// batching defaults ([`BATCHING_IN_FLIGHT_BYTES`], and as many events
-    /// per partition as the byte budget holds at [`LEAST_RECORD_CHARGE`]).
+    /// per partition as the byte budget holds at `RECORD_OVERHEAD`, the least
+    /// a record is charged).
     /// A value set is kept as it is.
     pub(crate) fn batching_defaults(&mut self, bytes_set: bool, per_partition_set: bool) {
         if !bytes_set {
             self.max_in_flight_bytes = BATCHING_IN_FLIGHT_BYTES;
         }
         if !per_partition_set {
-            self.max_in_flight_per_partition = (self.max_in_flight_bytes / LEAST_RECORD_CHARGE)
+            self.max_in_flight_per_partition = (self.max_in_flight_bytes / RECORD_OVERHEAD)
                 .max(PipelineConfig::default().max_in_flight_per_partition);
         }
     }

@@ -22,6 +22,15 @@ use crate::core::destination::{DestinationId, MAX_DESTINATIONS};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+/// What a record costs against the byte budgets besides its value, key and
+/// headers (`kafka::Record::size`): Courier's own state for it (the record, then
+/// the decoded event with its strings, the held-events map and ordering lane
+/// entries, the delivery queue entry, the completion token). Measured: with
+/// 512-byte events the heap held ~2.5–3 KB per event begun (docs/BENCHMARKS.md,
+/// "Memory and partitions"). With batching on, `max_in_flight_per_partition`'s
+/// default is as many events as `max_in_flight_bytes` holds at this.
+pub(crate) const RECORD_OVERHEAD: usize = 2048;
+
 /// Called once when the budget has room again.
 pub(crate) type Waker = Box<dyn FnOnce() + Send>;
 

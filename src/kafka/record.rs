@@ -16,12 +16,7 @@ pub(crate) struct Record {
     pub headers: Option<Box<[crate::core::input::Header]>>,
 }
 
-/// What a record costs against the byte budgets besides its value, key and
-/// headers: Courier's own state for it (the record, then the decoded event with
-/// its strings, the held-events map and ordering lane entries, the delivery
-/// queue entry, the completion token). Measured: with 512-byte events the heap
-/// held ~2.5–3 KB per event begun (docs/BENCHMARKS.md, "Memory and partitions").
-pub(crate) const RECORD_OVERHEAD: usize = 2048;
+pub(crate) use crate::core::byte_budget::RECORD_OVERHEAD;
 
 /// What each header costs besides its name and value bytes: its slot in the
 /// record's header slice (`size_of::<Header>()`: 48 bytes, the name's box and
@@ -54,16 +49,6 @@ impl Record {
 mod tests {
     use super::*;
     use crate::core::input::HeaderName;
-
-    /// The configuration's batching default per partition counts events at
-    /// the least a record is charged: this.
-    #[test]
-    fn the_least_charge_is_the_configurations() {
-        assert_eq!(
-            RECORD_OVERHEAD,
-            crate::config::pipeline::LEAST_RECORD_CHARGE
-        );
-    }
 
     /// A record of ~350,000 one-byte headers (about 1 MB on the wire) is
     /// charged at least what its headers hold on the heap: each header's slot in
