@@ -3,11 +3,12 @@
 # chart's default image tag is its appVersion, never `latest`).
 #
 # Base images are pinned by version tag, builder and runtime on the same Debian release
-# (13, trixie: the binary links its glibc and libssl). Rust >= 1.95 is required (the
-# newest rust-version in Cargo.lock). Pin digests on top where your registry policy asks
-# for them: `docker buildx imagetools inspect rust:1.95.0-slim-trixie` prints the digest
-# to append as @sha256:... (none is written here: none could be verified from where this
-# file was written). scripts/check-dockerfile.sh checks the rules this file claims.
+# (13, trixie: the binary links its glibc and libssl). Rust 1.95: Cargo.toml's
+# rust-version, the one Courier is built and tested with. Pin digests on top where your
+# registry policy asks for them: `docker buildx imagetools inspect
+# rust:1.95.0-slim-trixie` prints the digest to append as @sha256:... (none is written
+# here: none could be verified from where this file was written).
+# scripts/check-dockerfile.sh checks the rules this file claims.
 ARG RUST_IMAGE=rust:1.95.0-slim-trixie
 ARG RUNTIME_IMAGE=debian:13.1-slim
 

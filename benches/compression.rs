@@ -101,6 +101,8 @@ fn envelope(rng: &mut impl Rng, seq: usize) -> Envelope {
         event_id: Some(format!("{:032x}", rng.random::<u128>())),
         event_type: Some("profile.updated".into()),
         key: Some(format!("user-{seq}").into_bytes()),
+        entity_key: None,
+        route: None,
         payload,
         omitted: None,
         dlq_retries: 0,

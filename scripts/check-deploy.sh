@@ -74,6 +74,12 @@ check_configs() {
             mkdir -p "$(dirname "$dir/secrets/$f")"; echo "$placeholder" >"$dir/secrets/$f"
         done < <(sed -n 's|^[a-z_]*_file = "/var/run/secrets/courier/\(.*\)"$|\1|p' "$toml")
         sed -i "s|= \"/var/run/secrets/courier/|= \"$dir/secrets/|" "$toml"
+        # The TLS files [kafka.properties] names (`"ssl.ca.location" = "/etc/…"`), which
+        # check-config reads: placeholder files too, under $dir/files.
+        while IFS= read -r f; do
+            mkdir -p "$(dirname "$dir/files$f")"; echo "$placeholder" >"$dir/files$f"
+        done < <(sed -n 's|^"ssl\.[a-z.]*location" = "\(/[^"]*\)"$|\1|p' "$toml")
+        sed -i "s|^\(\"ssl\.[a-z.]*location\" = \"\)/|\1$dir/files/|" "$toml"
         if ! out=$(env "${env_vars[@]}" "$courier" check-config --config "$toml" 2>&1); then
             echo "check-deploy: $file: courier.toml #$n fails check-config:"; echo "$out"; cat -n "$toml"; return 1
         fi

@@ -1,5 +1,11 @@
 //! Starting and stopping one Courier instance: the supervisor with its tree, and
 //! the metrics/health listener. Used by `courier run` and by `courier demo`.
+//! `preflight` (`courier check-config --online`) runs start-up's checks without
+//! starting anything.
+
+#[path = "app/preflight.rs"]
+mod preflight;
+pub use preflight::{check_online, Finding, Verdict};
 
 use crate::actors::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 use crate::config::Config;
@@ -60,7 +66,9 @@ pub async fn start(
     }
     // Only a warning: checked beside the start, never delaying it.
     let checked = config.clone();
-    tokio::spawn(async move { warn_dlq_retention(&checked).await });
+    tokio::spawn(async move {
+        warn_dlq_retention(&checked).await;
+    });
     if config.uses_postgres() {
         crate::delivery::enrich::check_at_start(&config.enrichment, config.enrichment_password()?)
             .await?;
@@ -74,7 +82,7 @@ pub async fn start(
         crate::runtime::now_ms(),
     ));
     let listen = config.metrics.listen.clone();
-    let pipeline = Arc::new(Pipeline::new(config, status.clone()));
+    let pipeline = Arc::new(Pipeline::new(config, status.clone())?);
     // These tasks are watched by nothing: a panic in one is fatal
     // (`runtime::fatal_on_panic`), never a process running on without it.
     let sampler = tokio::spawn({
@@ -158,8 +166,8 @@ async fn check_envelopes_fit(config: &Config) -> Result<(), StartError> {
 /// before their retry, and those events are lost (counted by
 /// `courier_events_deleted_unread_total` once the DLQ's log start passes the
 /// committed DLQ position). A topic whose config cannot be read is only
-/// logged: the consumer refuses a missing one.
-async fn warn_dlq_retention(config: &Config) {
+/// logged: the consumer refuses a missing one. `true`: read, and long enough.
+async fn warn_dlq_retention(config: &Config) -> bool {
     let dlq = config.kafka.dlq_topic();
     let topics = [dlq.as_str()];
     let read = crate::kafka::admin::topic_setting(&config.kafka, &topics, "retention.ms");
@@ -167,16 +175,16 @@ async fn warn_dlq_retention(config: &Config) {
         Ok(Ok(r)) => r.get(&dlq).and_then(|v| v.parse::<i64>().ok()),
         Ok(Err(e)) => {
             tracing::warn!(dlq = %dlq, error = %e, "cannot read the DLQ topic's retention.ms: not checked against the DLQ policy");
-            return;
+            return false;
         }
         Err(_) => {
             tracing::warn!(dlq = %dlq, "reading the DLQ topic's retention.ms timed out: not checked against the DLQ policy");
-            return;
+            return false;
         }
     };
     let Some(retention_ms) = retention else {
         tracing::warn!(dlq = %dlq, "the broker's answer has no retention.ms for the DLQ topic: not checked against the DLQ policy");
-        return;
+        return false;
     };
     let (base, cap) = (
         config.degraded.dlq_backoff_base_ms(),
@@ -202,8 +210,10 @@ async fn warn_dlq_retention(config: &Config) {
                 %policy,
                 "the DLQ topic's retention.ms is shorter than the longest time an envelope waits there before its retry (the DLQ policy's horizon, from degraded.dlq_backoff_base/cap and [retry]): the broker can delete envelopes before they are retried, and their events are lost; raise the topic's retention.ms"
             );
+            return false;
         }
     }
+    true
 }
 
 /// ractor wraps a failed `pre_start` in layers; the innermost message is the one

@@ -2,11 +2,13 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `main.rs` | `main`: a subcommand to its function, the result to an exit code; `run`, `check-config` |
+//! | `main.rs` | `main`: a subcommand to its function, the result to an exit code; `run`, `check-config`, `expr eval` |
 //! | `main/cli.rs` | the command line (clap): subcommands and arguments |
 //! | `main/logging.rs` | the log's filter and format |
 //! | `main/healthcheck.rs` | `courier healthcheck` |
 //! | `main/dlq.rs` | `courier dlq inspect` and `courier dlq replay` |
+//! | `main/exit.rs` | the exit codes: one enum, the guide's table generated from it |
+//! | `main/guide_tests.rs` | the guide against the binary: its command lines, config fields, exit codes |
 //!
 //! The parts live in `src/main/` (named with `#[path]`: a crate root's modules
 //! would otherwise sit beside `lib.rs`'s in `src/`).
@@ -21,13 +23,19 @@ use std::process::ExitCode;
 mod cli;
 #[path = "main/dlq.rs"]
 mod dlq;
+#[path = "main/exit.rs"]
+mod exit;
+#[cfg(test)]
+#[path = "main/guide_tests.rs"]
+mod guide_tests;
 #[path = "main/healthcheck.rs"]
 mod healthcheck;
 #[path = "main/logging.rs"]
 mod logging;
 
-use cli::{Cli, Cmd, ConfigCmd};
+use cli::{Cli, Cmd, ConfigCmd, ExprCmd};
 use dlq::dlq;
+use exit::Exit;
 use healthcheck::healthcheck;
 use logging::{init_logging, init_logging_with};
 
@@ -45,7 +53,7 @@ const DEMO_LOG: &str =
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::CheckConfig { config } => check_config(config),
+        Cmd::CheckConfig { config, online } => check_config(config, online),
         Cmd::Config {
             cmd: ConfigCmd::Reference { markdown },
         } => {
@@ -56,7 +64,7 @@ fn main() -> ExitCode {
                 reference::text()
             };
             print!("{text}");
-            Ok(0)
+            Ok(Exit::Ok)
         }
         Cmd::Healthcheck {
             config,
@@ -77,8 +85,14 @@ fn main() -> ExitCode {
             // and the commit metadata limit are not asked of a mock), nor the
             // embedded cluster's connection chatter at teardown.
             init_logging(LogFormat::Human, DEMO_LOG);
-            runtime().and_then(|rt| rt.block_on(courier::demo::run(events, batch, avro)))
+            runtime().and_then(|rt| {
+                rt.block_on(courier::demo::run(events, batch, avro))
+                    .map(|code| if code == 0 { Exit::Ok } else { Exit::No })
+            })
         }
+        Cmd::Expr {
+            cmd: ExprCmd::Eval { config, event, key },
+        } => expr_eval(&config, &event, key.as_deref()),
         Cmd::Dlq { cmd } => runtime().and_then(|rt| rt.block_on(dlq(cmd))),
         Cmd::Sink {
             listen,
@@ -107,17 +121,16 @@ fn main() -> ExitCode {
             tls.and_then(|tls| {
                 runtime().and_then(|rt| {
                     rt.block_on(courier_standins::sink::run_standalone(listen, b, tls))
-                        .map(|_| 0)
+                        .map(|_| Exit::Ok)
                 })
             })
         }
     };
     match result {
-        Ok(0) => ExitCode::SUCCESS,
-        Ok(code) => ExitCode::from(code),
+        Ok(exit) => exit.into(),
         Err(e) => {
             eprintln!("courier: {e:#}");
-            ExitCode::from(2)
+            Exit::Failed.into()
         }
     }
 }
@@ -141,10 +154,28 @@ fn load(path: &std::path::Path) -> anyhow::Result<Config> {
     Ok(Config::load(p)?)
 }
 
-fn check_config(path: PathBuf) -> anyhow::Result<u8> {
+/// `check-config`'s log (`--online`): start-up's warnings, as `run` logs them;
+/// librdkafka's own lines only at ERROR (a refused connection, a failed handshake).
+const ONLINE_LOG: &str = "warn,librdkafka=error";
+
+/// `courier expr eval`: the report on stdout; exit 1 when an expression
+/// failed for the event.
+fn expr_eval(
+    path: &std::path::Path,
+    event: &std::path::Path,
+    key: Option<&str>,
+) -> anyhow::Result<Exit> {
+    let cfg = load(path)?;
+    let bytes = std::fs::read(event).with_context(|| format!("reading {}", event.display()))?;
+    let report = courier::ops::expr_eval::explain(&cfg, &bytes, key.map(str::as_bytes))?;
+    print!("{}", report.text);
+    Ok(if report.failed { Exit::No } else { Exit::Ok })
+}
+
+fn check_config(path: PathBuf, online: bool) -> anyhow::Result<Exit> {
     let cfg = load(&path)?;
     cfg.check_secrets()?;
-    for d in &cfg.deprecations {
+    for d in cfg.warnings() {
         println!("warning: {d}");
     }
     println!(
@@ -156,9 +187,34 @@ fn check_config(path: PathBuf) -> anyhow::Result<u8> {
         cfg.api.url
     );
     println!("API credentials: {}", cfg.api.auth_summary());
-    Ok(0)
+    if !online {
+        return Ok(Exit::Ok);
+    }
+    init_logging(LogFormat::Human, ONLINE_LOG);
+    let findings = runtime()?.block_on(courier::app::check_online(&cfg));
+    use courier::app::Verdict;
+    for f in &findings {
+        let label = match f.verdict {
+            Verdict::Ok => "ok",
+            Verdict::Warning => "WARNING",
+            Verdict::Problem => "PROBLEM",
+        };
+        println!("online {label} {}: {}", f.service, f.text);
+    }
+    let problems = findings
+        .iter()
+        .filter(|f| f.verdict == Verdict::Problem)
+        .count();
+    if problems > 0 {
+        println!(
+            "online: {problems} problem(s): Courier would refuse to start, or deliver nothing"
+        );
+        return Ok(Exit::Failed);
+    }
+    println!("online ok");
+    Ok(Exit::Ok)
 }
-async fn run(path: PathBuf, log_format: Option<String>) -> anyhow::Result<u8> {
+async fn run(path: PathBuf, log_format: Option<String>) -> anyhow::Result<Exit> {
     let mut cfg = load(&path)?;
     if let Some(f) = log_format {
         cfg.log.format = if f == "json" {
@@ -178,7 +234,7 @@ async fn run(path: PathBuf, log_format: Option<String>) -> anyhow::Result<u8> {
         None => (None, None),
     };
     init_logging_with(cfg.log.format, &cfg.log.level, otel_layer);
-    for d in &cfg.deprecations {
+    for d in cfg.warnings() {
         tracing::warn!("config: {d}");
     }
     let prometheus = courier::metrics::install(&cfg.kafka.group_id, &cfg.kafka.topic);
@@ -186,11 +242,11 @@ async fn run(path: PathBuf, log_format: Option<String>) -> anyhow::Result<u8> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot install the SIGTERM handler")?;
     let code = tokio::select! {
-        _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); 0 }
-        _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); 0 }
+        _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); Exit::Ok }
+        _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); Exit::Ok }
         reason = running.fatal() => {
             tracing::error!(%reason, "exiting with an error so the orchestrator restarts Courier");
-            70
+            Exit::Restart
         }
     };
     running.shutdown().await;

@@ -306,24 +306,67 @@ struct AllocatorStats {
 
 /// The allocator's statistics, when jemalloc is the global allocator (the
 /// `courier` binary); `None` elsewhere (jemalloc then reports nothing).
+/// Read through jemalloc's `mallctl` (`tikv-jemalloc-sys`; the `-ctl`
+/// wrapper brought the unmaintained `paste`).
 #[cfg(all(unix, not(target_env = "musl")))]
 fn allocator_stats() -> Option<AllocatorStats> {
-    use tikv_jemalloc_ctl::{epoch, stats};
     // The statistics are a snapshot refreshed by advancing the epoch.
-    epoch::advance().ok()?;
-    let allocated = stats::allocated::read().ok()? as u64;
-    let resident = stats::resident::read().ok()? as u64;
-    // `MALLCTL_ARENAS_ALL` (4096) sums every arena. SAFETY: both names are
-    // `uint64_t` counters (jemalloc's `mallctl` documentation), read as u64.
-    let count = |name: &[u8]| unsafe { tikv_jemalloc_ctl::raw::read::<u64>(name) }.ok();
-    let allocations = count(b"stats.arenas.4096.small.nmalloc\0")
-        .zip(count(b"stats.arenas.4096.large.nmalloc\0"))
+    jemalloc::write_u64(c"epoch", 1)?;
+    let allocated = jemalloc::read::<usize>(c"stats.allocated")? as u64;
+    let resident = jemalloc::read::<usize>(c"stats.resident")? as u64;
+    // `MALLCTL_ARENAS_ALL` (4096) sums every arena.
+    let count = |name: &std::ffi::CStr| jemalloc::read::<u64>(name);
+    let allocations = count(c"stats.arenas.4096.small.nmalloc")
+        .zip(count(c"stats.arenas.4096.large.nmalloc"))
         .map(|(small, large)| small + large);
     (allocated > 0).then_some(AllocatorStats {
         allocated,
         resident,
         allocations,
     })
+}
+
+/// jemalloc's `mallctl` for the few values the statistics read.
+#[cfg(all(unix, not(target_env = "musl")))]
+mod jemalloc {
+    use std::ffi::{c_void, CStr};
+
+    /// A value of type `T` under `name`: only for names jemalloc documents as
+    /// that C type (`size_t` → `usize`, `uint64_t` → `u64`); `None` when
+    /// jemalloc refuses (an unknown name, statistics not built in).
+    pub(super) fn read<T: Copy + Default>(name: &CStr) -> Option<T> {
+        let mut value = T::default();
+        let mut len = std::mem::size_of::<T>();
+        // SAFETY: `name` is NUL-terminated; `value` is `len` writable bytes,
+        // and jemalloc writes at most `len` (it fails with EINVAL on a size
+        // that does not match the name's type). No new value is written.
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                name.as_ptr(),
+                std::ptr::from_mut(&mut value).cast::<c_void>(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        (rc == 0 && len == std::mem::size_of::<T>()).then_some(value)
+    }
+
+    /// Writes a `uint64_t` under `name` (`epoch`).
+    pub(super) fn write_u64(name: &CStr, mut v: u64) -> Option<()> {
+        // SAFETY: `name` is NUL-terminated; `v` is the 8 bytes jemalloc reads
+        // for a `uint64_t` name; nothing is read back.
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                name.as_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::from_mut(&mut v).cast::<c_void>(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        (rc == 0).then_some(())
+    }
 }
 
 #[cfg(not(all(unix, not(target_env = "musl"))))]

@@ -65,6 +65,43 @@ pub(crate) fn redis_client(r: &RedisConfig) -> Result<Client, RedisSetupError> {
         .build()?)
 }
 
+/// One `PING` through the client [`redis_client`] builds (`courier check-config
+/// --online`): connected within `redis.connect_timeout` (a second try after a
+/// first that failed), answered within `redis.command_timeout`. The error is the
+/// last connection error fred reported, or the timeout.
+pub(crate) async fn ping(r: &RedisConfig) -> Result<(), String> {
+    let client = redis_client(r).map_err(|e| e.to_string())?;
+    let last = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let seen = last.clone();
+    client.on_error(move |(error, _)| {
+        *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.to_string());
+        async { Ok(()) }
+    });
+    let conn = client.connect();
+    let wait = r.connect_timeout * 2 + r.command_timeout;
+    let answer = tokio::time::timeout(wait, async {
+        client.wait_for_connect().await?;
+        client.ping::<String>(None).await
+    })
+    .await;
+    let _ = client.quit().await;
+    conn.abort();
+    let last = last.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match answer {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!(
+            "{} did not answer PING: {}",
+            r.url,
+            last.unwrap_or(e.to_string())
+        )),
+        Err(_) => Err(format!(
+            "no connection to {} within {wait:?}{}",
+            r.url,
+            last.map(|e| format!(": {e}")).unwrap_or_default()
+        )),
+    }
+}
+
 /// What `PTTL` says of a key Courier writes with a lifetime (the health
 /// marker, the rate limit's keys): a key without one, or with one longer than
 /// Courier ever gives it, was not written by Courier as it is now — a key set

@@ -114,11 +114,22 @@ pub struct Pipeline {
     deleted: Mutex<crate::core::deleted::Ledger>,
     /// The schema registry, when `input.format` reads through one.
     pub registry: Option<Arc<crate::schema_registry::SchemaRegistry>>,
+    /// `[[api.routes]]` and `[[filters]]`, their expressions compiled once
+    /// here (`core::expr`) and shared by every partition and destination.
+    pub(crate) routes: crate::core::mapping::Routes,
+    pub(crate) filters: Arc<crate::core::expr::Filters>,
 }
 
 impl Pipeline {
     /// `board` is the status board of this instance (its id is the instance's).
-    pub(crate) fn new(config: Config, board: Arc<StatusBoard>) -> Pipeline {
+    /// Fails only where `Config::validate` would have: the routes and
+    /// filters are compiled here, once.
+    pub(crate) fn new(
+        config: Config,
+        board: Arc<StatusBoard>,
+    ) -> Result<Pipeline, crate::config::ConfigError> {
+        let routes = config.api.routes()?;
+        let filters = Arc::new(config.filters()?);
         let budget = RestartBudget::new(config.supervision.max_restarts, config.supervision.window);
         let registry = config.input.format.uses_registry().then(|| {
             // A corrupted length inside an Avro record must not allocate more
@@ -131,7 +142,9 @@ impl Pipeline {
                 config.input.format,
             ))
         });
-        Pipeline {
+        Ok(Pipeline {
+            routes,
+            filters,
             dlq_topic: config.kafka.dlq_topic(),
             parking_topic: config.kafka.parking_topic(),
             instance: board.instance().to_string(),
@@ -154,7 +167,7 @@ impl Pipeline {
             fatal: tokio::sync::watch::Sender::new(None),
             deleted: Mutex::default(),
             registry,
-        }
+        })
     }
 
     /// Destination `id` (the default one for an id the configuration does
@@ -345,7 +358,7 @@ mod tests {
             crate::status_page::BoardInfo::new(&config, "test".into()),
             now_ms(),
         ));
-        Arc::new(Pipeline::new(config, status))
+        Arc::new(Pipeline::new(config, status).expect("the default config is valid"))
     }
 
     /// An unwatched task's panic is the pipeline's fatal error (the process

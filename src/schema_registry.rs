@@ -30,7 +30,13 @@
 //! No answer, a timeout, 5xx or 401 is systemic: the task asks again with a back-off (250 ms
 //! doubling to 5 s) until the registry answers; nothing is parked and the waiting records were
 //! never begun, so no store passes them (I1) and a drain drops them unbegun for the next owner.
-//! A 404 resolves the id as unknown: its records are parked `unknown_schema`. The fetcher makes
+//! A 404 is asked again after 0.5 s and 1 s (`core::schema::registry::ask_again`: a follower
+//! registry may lag its leader), then resolves the id as unknown: its records are parked
+//! `unknown_schema`. Ids the registry keeps refusing are asked for at a bounded rate per
+//! partition (`core::schema::unknown_ids`); past it, their records are parked without a fetch.
+//! What one answer may make Courier hold is bounded before it is compiled
+//! (`core::schema::registry::Resolution`: every list of references, text and named entry
+//! charged to `cache_max_bytes`, references capped, texts shared). The fetcher makes
 //! the answer usable once per id, off the async workers (`core::schema::Resolved::compile`,
 //! pure): a schema whose `schemaType` is not the one `input.format` reads resolves as `Other`
 //! (parked `wrong_schema_type`, its references never fetched); an Avro schema is parsed
@@ -46,7 +52,7 @@
 //! list picks the message type, `prost-reflect` decodes it and writes the canonical proto3 JSON
 //! into a buffer bounded by `max_event_bytes`; prost's recursion limit bounds nesting), or a JSON
 //! Schema check of the JSON as written (`core::schema::json_schema`: violations named by
-//! instance path, at most three, each cut to 200 characters, parked `schema_invalid`), then the
+//! instance path, at most three, each cut to 200 bytes and escaped, parked `schema_invalid`), then the
 //! `json` reading of `core::input`). The actor's mailbox stays
 //! open while a partition waits (completions, timers, drains), and every other partition goes
 //! on. The DLQ drain (`delivery::drain::decode_envelope`) asks the same registry cache for a
@@ -56,6 +62,8 @@
 //! gate again; `courier dlq inspect` decodes its samples with `core::schema::framed_json`.
 //!
 //! *Tested by:* `core::schema` unit tests; `actors::partition::schemas` unit tests;
+//! `tests/schema_memory.rs` (a running Courier's peak RSS under a registry answer naming
+//! 60,000 references, 40,000 records naming random ids, Protobuf records of 900,000 values);
 //! `tests/schema_registry.rs` against Apicurio Registry (`scripts/apicurio.sh`) with records
 //! from confluent-kafka's serializers: every field type delivered as documented, a new version
 //! mid-topic, bad records parked by reason, one fetch per id, the registry down 10 s, and the
@@ -77,7 +85,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `courier_schema_registry_fetches_total{result}`: fetches by outcome
-/// (`ok`, `unknown`, `refused`, `unavailable`).
+/// (`ok`, `unknown`, `refused`, `unavailable`), and ids a partition did not
+/// ask for (`not_asked`: `core::schema::unknown_ids`).
 pub(crate) const FETCHES: &str = "courier_schema_registry_fetches_total";
 /// `courier_schema_registry_waiting_partitions`: partitions waiting for a schema.
 pub(crate) const WAITING: &str = "courier_schema_registry_waiting_partitions";
@@ -172,6 +181,18 @@ impl SchemaRegistry {
         self.negative_ttl
     }
 
+    /// Whether the cache holds an answer for `id` (asking costs no round
+    /// trip).
+    pub(crate) fn is_cached(&self, id: u32) -> bool {
+        self.cache.contains_key(&id)
+    }
+
+    /// An answer in the cache, as if fetched (the gate's tests).
+    #[cfg(test)]
+    pub(crate) async fn cache_answer(&self, id: u32, answer: Arc<Resolved>) {
+        self.cache.insert(id, answer).await;
+    }
+
     /// The schema a registry-framed `value` names, for reading one record
     /// outside the partition's gate (the DLQ drain, `courier dlq inspect`).
     /// `Ok(None)`: unframed (decoding then parks it with the main path's
@@ -197,7 +218,20 @@ impl SchemaRegistry {
     }
 
     async fn fetch(&self, id: u32) -> Result<Arc<Resolved>, FetchError> {
-        let (result, out) = match self.fetch_uncounted(id).await {
+        let mut answers = 0;
+        let fetched = loop {
+            match self.fetch_uncounted(id).await {
+                Err(Failure::Refused(RegistryRefusal::UnknownSchema, why)) => {
+                    answers += 1;
+                    match decide::ask_again(answers) {
+                        Some(delay) => tokio::time::sleep(delay).await,
+                        None => break Err(Failure::Refused(RegistryRefusal::UnknownSchema, why)),
+                    }
+                }
+                other => break other,
+            }
+        };
+        let (result, out) = match fetched {
             Ok(r) => ("ok", Ok(Arc::new(r))),
             Err(Failure::Refused(RegistryRefusal::UnknownSchema, _)) => {
                 ("unknown", Ok(Arc::new(Resolved::Unknown)))
@@ -226,7 +260,7 @@ impl SchemaRegistry {
             answer.schema.len(),
             answer.references,
             self.max_answer_bytes,
-        );
+        )?;
         while let Some((asked, segment)) = resolution.need()? {
             let Asked::Reference { version, .. } = &asked else {
                 break;
@@ -309,7 +343,7 @@ async fn compile_off_thread(
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            let what: String = what.chars().take(200).collect();
+            let what = crate::core::text::excerpt(&what, 200);
             Err(Failure::Refused(
                 RegistryRefusal::BadSchema,
                 format!("the schema library crashed on the registry's schema: {what}"),

@@ -194,6 +194,8 @@ async fn forged_envelopes_never_block_the_drain() {
         event_id: Some(id.to_string()),
         event_type: Some("t".into()),
         key: Some(b"k".to_vec()),
+        entity_key: None,
+        route: None,
         payload: loadgen::event_json(id, "t", "k", 0, 300),
         omitted: None,
         origin_headers: Vec::new(),

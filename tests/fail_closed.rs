@@ -204,6 +204,68 @@ async fn half_accepted_batches_never_open_the_breaker() {
     api.shutdown();
 }
 
+/// Issue 54: the half-accepting API with the tries a new user has (3 in
+/// place, 5 DLQ rounds; the tests' short in-place budget): an event left
+/// out of an answer that gave others their results is sent again without
+/// spending a try or a round, so none runs out of them while the API is up
+/// (on 45109fa: 2 or 3 of 3,000 parked `max_retries` — two envelopes
+/// redelivered in one batch, the second always left out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_accepting_api_gets_every_event_with_the_default_tries() {
+    let s = services();
+    let n = Names::new("fc-halfd", 3);
+    n.create(&s, true).await;
+    let api = stand_in(Behaviour {
+        batch_faults: BatchFaults {
+            accept_half: true,
+            ..BatchFaults::default()
+        },
+        ..Behaviour::default()
+    })
+    .await;
+    let sp = spec("fch2");
+    let produced = loadgen::produce(&s.brokers, &n.topic, &sp)
+        .await
+        .expect("produce");
+    // The defaults of [degraded] and of the tries in place.
+    let toml = toml_with(&n, &format!("http://{}/batch", api.addr()), "")
+        .replace(
+            "retry_base = \"20ms\"\nretry_max_delay = \"100ms\"\nretry_budget = \"500ms\"\n",
+            "",
+        )
+        .replace(
+            "[pipeline]\n",
+            "[api.batch]\nmax_events = 100\nlinger = \"200ms\"\nresults = \"/items\"\nresult_status = \"/status\"\n\n[pipeline]\n",
+        );
+    assert!(!toml.contains("retry_budget"), "{toml}");
+    let mut c = Courier::start("fc-halfd", &s, &toml);
+    let ids: Vec<String> = (0..sp.count)
+        .map(|i| loadgen::event_id(&sp.id_prefix, i))
+        .collect();
+    wait_until(
+        Duration::from_secs(180),
+        "every event delivered, or one parked",
+        || {
+            let delivered = api.audit().delivered;
+            ids.iter().all(|id| delivered.contains_key(id)) || topic_size(&s, &n.parking) > 0
+        },
+    )
+    .await;
+    let parked = topic_size(&s, &n.parking);
+    n.wait_committed_to_end(&s, Duration::from_secs(60)).await;
+    if parked == 0 {
+        n.wait_dlq_drained(&s, Duration::from_secs(60)).await;
+    }
+    let resent = c.metric("courier_batch_resent_total").await;
+    c.terminate(Duration::from_secs(30)).await;
+    assert!(resent > 0.0, "the events left out were sent again at once");
+    let rep = n.audit(&s, &produced, &api);
+    assert_no_loss("fail-closed half accepted, default tries", &rep);
+    assert_eq!(rep.parked, 0, "none parked while the API was up: {rep}");
+    assert_eq!(rep.delivered, sp.count, "{rep}");
+    api.shutdown();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_answered_429_does_not_stall_the_breaker() {
     let s = services();
@@ -358,7 +420,7 @@ async fn a_route_whose_batches_end_alone_says_so() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     println!("[fail-closed singles] /status row: {row:?}");
-    assert!(row.route.ends_with("/events"), "{row:?}");
+    assert_eq!(row.route, "(default)", "no route matches: {row:?}");
     assert_eq!(row.alone_after_split, row.events, "every event ended alone");
     n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
     let mut c = c;

@@ -320,6 +320,8 @@ fn envelope_codec_survives_and_round_trips() {
                     event_id: id,
                     event_type: Some("t".into()),
                     key,
+                    entity_key: None,
+                    route: None,
                     payload,
                     omitted: None,
                     origin_headers: Vec::new(),

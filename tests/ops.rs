@@ -1,7 +1,7 @@
 //! Operator tools against the real broker: `courier dlq inspect` and
 //! `courier dlq replay` (filters, dry run, idempotence), ending with the audit;
 //! `courier healthcheck` (the image's HEALTHCHECK) against the running instance
-//! and against nothing.
+//! and against nothing; `courier check-config --online` against the broker.
 
 mod common;
 
@@ -158,4 +158,100 @@ async fn inspect_and_replay_parked_events() {
     );
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("ops", &rep);
+}
+
+/// `courier check-config --online` asks the broker what start-up would refuse
+/// (issue 59 item 6): a missing DLQ topic, a DLQ with fewer partitions than the
+/// main topic and an unreadable Kafka CA file are each named, exit 2; with
+/// everything in place it says ok, exit 0. Before: `--online` did not exist, and
+/// `check-config` said "config ok" of a missing `ssl.ca.location`. Also: a
+/// `kafka.group_id` left at its default is warned about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_config_online_names_what_start_would_refuse() {
+    let s = services();
+    let n = Names::new("online", 3);
+    let short_dlq = format!("{}.dlq-short", n.topic);
+    courier_standins::admin::create_topics(
+        &s.brokers,
+        &[
+            (n.topic.as_str(), 3),
+            (n.parking.as_str(), 1),
+            (short_dlq.as_str(), 2),
+        ],
+    )
+    .await
+    .expect("create topics");
+    let dir = log_dir();
+    let online = |name: &str, toml: &str, env: &[(&str, &str)]| {
+        let cfg = dir.join(format!("{}-{name}.toml", n.topic));
+        std::fs::write(&cfg, toml).expect("write the config");
+        let mut env = env.to_vec();
+        env.push(("COURIER__REDIS__URL", s.redis_url.as_str()));
+        let (code, out, err) = courier_cli_env(&s, &cfg, &["check-config", "--online"], &env);
+        println!("[check-config --online] {name}: exit {code}\n{out}{err}");
+        (code, out + &err)
+    };
+    let api = "http://127.0.0.1:9/events";
+
+    // The DLQ does not exist (Names' `.dlq` was not created).
+    let (code, out) = online("missing-dlq", &base_toml(&n, api), &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!("DLQ topic `{}` does not exist", n.dlq)),
+        "{out}"
+    );
+
+    // The DLQ has 2 partitions, the main topic 3.
+    let mut short = n.clone();
+    short.dlq = short_dlq.clone();
+    let (code, out) = online("short-dlq", &base_toml(&short, api), &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!(
+            "DLQ topic `{short_dlq}` has 2 partitions but `{}` has 3",
+            n.topic
+        )),
+        "{out}"
+    );
+
+    // Everything in place.
+    n.create(&s, true).await;
+    let (code, out) = online("in-place", &base_toml(&n, api), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("online ok\n"), "{out}");
+    assert!(
+        out.contains("online ok kafka: `") && out.contains("online ok redis: answered PING"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("kafka.group_id is left at its default"),
+        "{out}"
+    );
+
+    // A CA file librdkafka could not read: named before anything is asked.
+    let missing_ca = dir.join(format!("{}-no-such-ca.pem", n.topic));
+    let toml = format!(
+        "{}\n[kafka.properties]\n\"security.protocol\" = \"ssl\"\n\"ssl.ca.location\" = \"{}\"\n",
+        base_toml(&n, api),
+        missing_ca.display()
+    );
+    let (code, out) = online("unreadable-ca", &toml, &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("kafka.properties.ssl.ca.location")
+            && out.contains(&missing_ca.display().to_string()),
+        "{out}"
+    );
+
+    // The default group: a warning, not a refusal.
+    let (code, out) = online(
+        "default-group",
+        &base_toml(&n, api),
+        &[("COURIER__KAFKA__GROUP_ID", "courier")],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("warning: kafka.group_id is left at its default, \"courier\""),
+        "{out}"
+    );
 }

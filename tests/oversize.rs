@@ -1,8 +1,11 @@
 //! Events near the size limit, against the real broker with its default topic
 //! settings (`max.message.bytes` ≈ 1 MB): a 900 KB event the API refuses (400)
-//! and one it keeps failing (503) must not stop their partition or their keys.
+//! and one it keeps failing (503) must not stop their partition. The refused
+//! one is parked and its key goes on; the failing one goes to the DLQ and the
+//! later events of its key follow it there (I39: never delivered before it).
 //! Their envelopes (base64 would make them ~1.2 MB) carry a reference to the
-//! origin record instead of the payload, `courier dlq inspect` shows it, and
+//! origin record instead of the payload, `courier dlq inspect` shows it; the
+//! drain cannot send such an envelope and parks it, which frees its key; and
 //! `courier dlq replay` puts the original bytes back. Ends with the audit.
 
 mod common;
@@ -33,7 +36,8 @@ async fn big_events_reach_dlq_and_parking_as_references_and_replay() {
         .await
         .unwrap();
     // Two big events on keys the small events use, between two halves of them:
-    // in `key` mode the later small events of these keys wait behind them.
+    // in `key` mode the later small events of these keys wait behind them, and
+    // those of the failing one's key follow it into the DLQ.
     let big_ids = ["big-refused".to_string(), "big-failing".to_string()];
     for (i, id) in big_ids.iter().enumerate() {
         let key = loadgen::key_of(i + 1, spec.keys);
@@ -72,62 +76,90 @@ async fn big_events_reach_dlq_and_parking_as_references_and_replay() {
     )
     .await
     .unwrap();
-    // The flood guard would read two DLQ writes as nothing; the DLQ backoff of
-    // an hour keeps the failing one in the DLQ until it is replayed.
-    let toml = base_toml(&n, &api.url());
+    // A short DLQ backoff: the failing event comes due in the drain at once,
+    // which cannot send an envelope without its payload and parks it
+    // (`unreadable_envelope`); its key's followers are then redelivered.
+    let toml = toml_with(
+        &n,
+        &api.url(),
+        "dlq_backoff_base = \"200ms\"\ndlq_backoff_cap = \"1s\"",
+    );
     let mut c = Courier::start(&n.topic, &s, &toml);
     n.wait_committed_to_end(&s, Duration::from_secs(120)).await;
+    let failing_key = loadgen::key_of(2, spec.keys);
+    let followers = (5_000..10_000)
+        .filter(|&i| loadgen::key_of(i, spec.keys) == failing_key)
+        .count();
+    assert!(followers > 0, "the second half uses the failing key");
     let rep = n.audit(&s, &produced, &api);
     assert_no_loss("oversize", &rep);
     assert_eq!(rep.delivered, 10_000, "every small event delivered: {rep}");
-    assert_eq!((rep.parked, rep.in_dlq), (1, 1), "{rep}");
+    assert_eq!((rep.parked, rep.in_dlq), (2, 0), "{rep}");
     assert!(
         c.metric("courier_envelope_payload_omitted_total").await >= 2.0,
         "both envelopes written as references"
     );
+    // The failing key's later events followed it into the DLQ (I39) and were
+    // delivered from there, in their order.
+    let a = api.audit();
+    assert_eq!(a.stale_writes, 0, "{:?}", a.stale_write_examples);
 
-    // `dlq inspect` finds them, with the reference.
+    // `dlq inspect` finds them, with the reference: the parking lot holds both
+    // (the refused one, and the failing one the drain could not send); the DLQ
+    // still holds the failing one's envelope with its reason, and those of its
+    // followers.
     let cfg = log_dir().join(format!("{}-cli.toml", n.topic));
     std::fs::write(&cfg, &toml).unwrap();
-    for (args, id, reason) in [
+    let sample_of = |out: &str, id: &str| -> serde_json::Value {
+        let summary: serde_json::Value = serde_json::from_str(out).expect("JSON");
+        summary["samples"]
+            .as_array()
+            .and_then(|s| s.iter().find(|e| e["event_id"] == id))
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} among the samples: {out}"))
+    };
+    for (args, omitted, samples) in [
         (
             vec!["dlq", "inspect", "--parking", "--json"],
-            &big_ids[0],
-            "http_400",
+            2,
+            vec![
+                (&big_ids[0], "http_400"),
+                (&big_ids[1], "unreadable_envelope"),
+            ],
         ),
-        (vec!["dlq", "inspect", "--json"], &big_ids[1], "http_503"),
+        (
+            vec!["dlq", "inspect", "--samples", "1000", "--json"],
+            1,
+            vec![(&big_ids[1], "http_503")],
+        ),
     ] {
         let (code, out) = courier_cli(&s, &cfg, &args);
         assert_eq!(code, 0, "{out}");
         let summary: serde_json::Value = serde_json::from_str(&out).expect("JSON");
-        assert_eq!(summary["payload_omitted"], 1, "{out}");
-        let sample = &summary["samples"][0];
-        assert_eq!(sample["event_id"], id.as_str(), "{out}");
-        assert_eq!(sample["last_error"]["reason"], reason, "{out}");
-        assert_eq!(sample["omitted"]["payload_omitted"], true, "{out}");
-        assert_eq!(sample["omitted"]["payload_bytes"], BIG, "{out}");
-        assert_eq!(sample["payload"], "", "{out}");
-        assert_eq!(sample["origin"]["topic"], n.topic.as_str(), "{out}");
+        assert_eq!(summary["payload_omitted"], omitted, "{out}");
+        for (id, reason) in samples {
+            let sample = sample_of(&out, id);
+            assert_eq!(sample["last_error"]["reason"], reason, "{out}");
+            assert_eq!(sample["omitted"]["payload_omitted"], true, "{out}");
+            assert_eq!(sample["omitted"]["payload_bytes"], BIG, "{out}");
+            assert_eq!(sample["payload"], "", "{out}");
+            assert_eq!(sample["origin"]["topic"], n.topic.as_str(), "{out}");
+        }
         let (code, table) = courier_cli(&s, &cfg, &args[..args.len() - 1]);
         assert_eq!(code, 0, "{table}");
         assert!(table.contains("payload omitted: 921600 bytes"), "{table}");
     }
 
-    // The API is fixed; both are replayed with their original bytes, read back
-    // from the main topic.
+    // The API is fixed; both are replayed from the parking lot with their
+    // original bytes, read back from the main topic.
     api.set_behaviour(Behaviour::default());
     api.set_record_bodies(true);
-    for args in [
-        vec!["dlq", "replay", "--yes", "--rate", "50"],
-        vec!["dlq", "replay", "--from-dlq", "--yes", "--rate", "50"],
-    ] {
-        let (code, out) = courier_cli(&s, &cfg, &args);
-        assert_eq!(code, 0, "{out}");
-        assert!(
-            out.contains("replayed 1 events (1 with the payload read back"),
-            "{out}"
-        );
-    }
+    let (code, out) = courier_cli(&s, &cfg, &["dlq", "replay", "--yes", "--rate", "50"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("replayed 2 events (2 with the payload read back"),
+        "{out}"
+    );
     wait_until(
         Duration::from_secs(60),
         "replayed big events delivered",

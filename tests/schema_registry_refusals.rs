@@ -84,7 +84,8 @@ async fn write_events(
 /// (`unknown_schema`), and a stored schema the Avro library panicked on (a
 /// record without a name: `malformed_avro`, refused before the library sees
 /// it): each parked with its reason, the events before and after them
-/// delivered, committed to the end. The unknown id is asked for once.
+/// delivered, committed to the end. The unknown id is asked for once (three
+/// requests: its 404 asked again twice).
 ///
 /// Seen failing before the fix: the partitions waited for the first of them
 /// for good ("committed offsets reach the end offsets" timed out).
@@ -144,8 +145,10 @@ async fn permanent_registry_refusals_park_their_records_while_the_others_flow() 
         messages.iter().any(|m| m.contains("dep")),
         "the missing subject is named: {messages:?}"
     );
-    // Both partitions met the unknown id: the registry was asked once.
-    assert_eq!(reg.schema_fetches_refused().await.unwrap(), 1);
+    // Both partitions met the unknown id: the registry was asked for it
+    // once, that once asking again twice before taking the 404 (issue 54,
+    // item 9: a follower registry may lag its leader).
+    assert_eq!(reg.schema_fetches_refused().await.unwrap(), 3);
 }
 
 /// Dead-lettered events whose schema's reference was deleted while they

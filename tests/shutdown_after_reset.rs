@@ -302,6 +302,7 @@ async fn sigterm_exits_within_the_grace_when_the_close_never_ends() {
 }
 
 /// Stops (`STOP`) or resumes (`CONT`) the process `pid`.
+#[cfg(feature = "test-hooks")]
 fn signal(pid: u32, sig: &str) {
     let ok = std::process::Command::new("kill")
         .args([format!("-{sig}"), pid.to_string()])

@@ -262,6 +262,34 @@ async fn latency_delays_the_answer() {
     assert!(started.elapsed() >= Duration::from_millis(50));
 }
 
+/// Issue 54, item 16: `GET|PUT /behaviour` never show `required_token`.
+/// Seen failing on 45109fa: both echoed it.
+#[tokio::test]
+async fn the_required_token_is_never_echoed() {
+    let sink = start(Behaviour::default()).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/behaviour", base(&sink));
+    let put = client
+        .put(&url)
+        .body(r#"{"required_token": "s3cret-tok"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    let put = put.text().await.unwrap();
+    let got = client.get(&url).send().await.unwrap().text().await.unwrap();
+    for body in [&put, &got] {
+        assert!(!body.contains("s3cret-tok"), "{body}");
+        let b: Behaviour = serde_json::from_str(body).unwrap();
+        assert_eq!(b.required_token.as_deref(), Some("***"));
+    }
+    // Still required.
+    assert_eq!(
+        sink.behaviour().required_token.as_deref(),
+        Some("s3cret-tok")
+    );
+}
+
 #[tokio::test]
 async fn behaviour_can_be_read_and_replaced_over_http() {
     let sink = start(Behaviour::default()).await;

@@ -239,7 +239,7 @@ pub(crate) async fn run(s: &Setup<'_>, http: &reqwest::Client) -> anyhow::Result
         }
         // Offsets are read only once everything is delivered (or every 2 s, in
         // case something went to the DLQ): each read costs a new client.
-        if (done || n % 20 == 0) && first.is_some() && committed_at_end(s).await {
+        if (done || n.is_multiple_of(20)) && first.is_some() && committed_at_end(s).await {
             break Instant::now();
         }
     };

@@ -84,6 +84,8 @@ fn envelope(s: &DrainSetup<'_>, i: usize, now_ms: i64) -> (String, Envelope) {
         event_id: Some(id.clone()),
         event_type: Some("profile.updated".into()),
         key: Some(key.into_bytes()),
+        entity_key: None,
+        route: None,
         payload,
         dlq_retries: 0,
         first_dlq_at_ms: now_ms - 1_000,

@@ -24,7 +24,9 @@ pub(crate) enum DeliveryMsg {
     Run(Job),
     /// An event the partition diverts to the DLQ without a try
     /// (`core::partition::outage`), and why.
-    Divert(Job, crate::core::destination::Diverted),
+    /// One event, or one lane's run in offset order: written one after the
+    /// other, so their envelopes keep that order in DLQ p.
+    Divert(Vec<Job>, crate::core::destination::Diverted),
 }
 
 pub(crate) struct DeliveryPool;
@@ -129,9 +131,16 @@ impl Actor for DeliveryPool {
                 let deliverer = state.deliverer(&job).clone();
                 tokio::spawn(deliverer.run(job, None));
             }
-            DeliveryMsg::Divert(job, why) => {
-                let deliverer = state.deliverer(&job).clone();
-                tokio::spawn(deliverer.divert(job, why));
+            DeliveryMsg::Divert(jobs, why) => {
+                let Some(first) = jobs.first() else {
+                    return Ok(());
+                };
+                let deliverer = state.deliverer(first).clone();
+                tokio::spawn(async move {
+                    for job in jobs {
+                        deliverer.clone().divert(job, why).await;
+                    }
+                });
             }
         }
         Ok(())
@@ -143,7 +152,7 @@ impl DeliveryState {
     /// the configuration does not have, which no route gives).
     fn deliverer(&self, job: &Job) -> &Arc<Deliverer> {
         let d = &self.deliverers;
-        d.get(job.item.destination.index()).unwrap_or(&d[0])
+        d.get(job.item.target.destination.index()).unwrap_or(&d[0])
     }
 }
 
@@ -155,10 +164,10 @@ async fn route(
 ) {
     while let Some(queued) = jobs.recv().await {
         let dest = match &queued {
-            Queued::One(job) => job.item.destination,
+            Queued::One(job) => job.item.target.destination,
             Queued::Run(run) => run
                 .first()
-                .map_or(DestinationId::DEFAULT, |j| j.item.destination),
+                .map_or(DestinationId::DEFAULT, |j| j.item.target.destination),
         };
         let Some(queue) = queues.get(dest.index()).or(queues.first()) else {
             return;

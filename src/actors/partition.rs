@@ -29,6 +29,7 @@
 //! * `verdict` — the health verdict's changes, handed to the actor.
 
 mod apply;
+mod choose;
 mod commits;
 mod decode;
 mod lookups;
@@ -182,10 +183,7 @@ impl Actor for PartitionActor {
             budget: a.pipeline.in_flight.clone(),
             min_pause: cfg.degraded.min_pause,
             // Checked when the configuration was read.
-            destinations: cfg
-                .api
-                .routes()
-                .map_or(DestSet::first(1), |r| r.reachable()),
+            destinations: a.pipeline.routes.reachable(),
             destination_hold: cfg.degraded.destination_hold,
             drain_timeout: cfg.pipeline.drain_timeout,
             sides: Src::BOTH.map(|src| {

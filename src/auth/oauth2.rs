@@ -502,28 +502,33 @@ impl TokenSource {
 }
 
 /// A failed token request, for the log: the endpoint's error code and its
-/// description (cut), or what failed on the way. Never the body of a 200.
+/// description, or what failed on the way. Never the body of a 200. What
+/// the endpoint chose (its `error`, `error_description`, and whatever the
+/// OAuth2 library quotes of its answer) is cut and escaped
+/// (`core::text::excerpt`, as record text is: I28).
 fn describe(
     e: &RequestTokenError<ExchangeError, StandardErrorResponse<BasicErrorResponseType>>,
     status: u16,
 ) -> String {
+    use crate::core::text::{excerpt, LOG_TEXT_MAX};
     match e {
         RequestTokenError::ServerResponse(r) => {
-            let mut d = format!("error={}", r.error().as_ref());
+            let mut d = format!("error={}", excerpt(r.error().as_ref(), LOG_TEXT_MAX));
             if let Some(desc) = r.error_description() {
-                let desc: String = desc.chars().take(200).collect();
-                d.push_str(&format!(" description={desc:?}"));
+                d.push_str(&format!(" description=\"{}\"", excerpt(desc, LOG_TEXT_MAX)));
             }
             format!("the token endpoint answered {status}: {d}")
         }
-        RequestTokenError::Request(e) => e.to_string(),
+        RequestTokenError::Request(e) => excerpt(&e.to_string(), LOG_TEXT_MAX),
         RequestTokenError::Parse(_, _) if status == 200 => {
             "the token endpoint's answer is not a token".into()
         }
         RequestTokenError::Parse(_, _) => {
             format!("the token endpoint answered {status} without an OAuth2 error")
         }
-        RequestTokenError::Other(o) => format!("the token endpoint's answer: {o}"),
+        RequestTokenError::Other(o) => {
+            format!("the token endpoint's answer: {}", excerpt(o, LOG_TEXT_MAX))
+        }
     }
 }
 

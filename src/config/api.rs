@@ -2,8 +2,10 @@
 
 use super::{invalid, ConfigError};
 use crate::core::backoff::InPlaceRetry;
+use crate::core::batch::BatchSpec;
 use crate::core::destination::{self, DestinationId, Destinations};
-use crate::core::mapping::{BodyMode, Method, Route, Routes, Template};
+use crate::core::expr::Expr;
+use crate::core::mapping::{BodyMode, Method, OnError, Route, Routes, Template};
 use crate::core::status_policy::{StatusAction, StatusPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -96,9 +98,26 @@ pub struct ApiConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
+    /// The route's name in metric labels and `/status` rows (e.g.
+    /// `courier_batch_split_singles_ratio{route}`): A-Z, a-z, 0-9, `.`,
+    /// `_`, `-`, at most 64 bytes, unique among the routes; unset: its index
+    /// in `[[api.routes]]` (`0`, `1`, …). Never a value an event chose: a
+    /// route whose URL takes `{key}` still has one label.
+    #[serde(default)]
+    pub name: Option<String>,
     /// The CloudEvents type: exact, or a glob (`*`, `?`).
     #[serde(rename = "type")]
     pub event_type: String,
+    /// A CEL expression that yields a bool, beside `type`: the route matches
+    /// an event when both do (docs/guide: "Filters and routes by
+    /// expression"). Checked at start (`courier check-config` names the
+    /// route, line and column of an error).
+    #[serde(default)]
+    pub when: Option<String>,
+    /// What a `when` that fails for an event (a missing field, a division by
+    /// zero, over its bound) means.
+    #[serde(default)]
+    pub on_error: OnError,
     /// With `{type}`, `{subject}`, `{id}`, `{key}` in the path and query
     /// (percent-encoded).
     pub url: String,
@@ -281,9 +300,34 @@ impl ApiConfig {
             .unwrap_or_else(|_| Destinations::new(destination::origin(&self.url)))
     }
 
+    /// Each route's name (`api.routes[i].name`, else its index), checked:
+    /// well-formed and unique.
+    fn route_names(&self) -> Result<Vec<String>, ConfigError> {
+        let mut names: Vec<String> = Vec::with_capacity(self.routes.len());
+        for (i, r) in self.routes.iter().enumerate() {
+            let field = format!("api.routes[{i}].name");
+            let name = match &r.name {
+                Some(n) => {
+                    destination::check_name(n).map_err(|e| invalid(&field, e.to_string()))?;
+                    n.clone()
+                }
+                None => i.to_string(),
+            };
+            if let Some(j) = names.iter().position(|n| *n == name) {
+                return Err(invalid(
+                    &field,
+                    format!("\"{name}\" is the name of api.routes[{j}] too (unset, a route is named by its index): route names must be unique"),
+                ));
+            }
+            names.push(name);
+        }
+        Ok(names)
+    }
+
     /// The routes, parsed (`[[api.routes]]`).
     pub(crate) fn routes(&self) -> Result<Routes, ConfigError> {
         let (destinations, ids) = self.destination_plan()?;
+        let names = self.route_names()?;
         let mut out = Vec::with_capacity(self.routes.len());
         for (i, r) in self.routes.iter().enumerate() {
             let field = |f: &str| format!("api.routes[{i}].{f}");
@@ -302,8 +346,24 @@ impl ApiConfig {
             let batch = match &r.batch {
                 Some(o) => self.batch.with(o).spec(&field("batch"))?,
                 None => self.batch.spec("api.batch")?,
+            }
+            .map(|spec| BatchSpec {
+                route: names[i].clone(),
+                ..spec
+            });
+            let when = match &r.when {
+                Some(w) => Some(std::sync::Arc::new(Expr::compile(w).map_err(|e| {
+                    invalid(
+                        &format!("api.routes[{i}].when (route \"{}\")", names[i]),
+                        e.to_string(),
+                    )
+                })?)),
+                None => None,
             };
             out.push(Route {
+                name: names[i].clone(),
+                when,
+                on_error: r.on_error,
                 types: r.event_type.clone(),
                 url,
                 method: r.method,
@@ -627,6 +687,53 @@ mod tests {
         }
         // An unknown action is refused when the config is read.
         assert!(cfg("[api.status]\n\"404\" = \"maybe\"").is_err());
+    }
+
+    #[test]
+    fn routes_are_named_uniquely_by_name_or_index() {
+        let cfg = |toml: &str| crate::config::Config::from_toml(toml);
+        let route = |extra: &str| {
+            format!(
+                "[[api.routes]]\ntype = \"t{}\"\nurl = \"http://127.0.0.1/x/{{key}}\"\n{extra}\n",
+                extra.len()
+            )
+        };
+        let batched = format!(
+            "[api.batch]\nmax_events = 10\n{}{}",
+            route("name = \"orders\""),
+            route("")
+        );
+        let ok = cfg(&batched).expect("valid");
+        let routes = ok.api.routes().expect("parsed");
+        let names: Vec<String> = ["t15", "t0"]
+            .iter()
+            .map(|t| {
+                let r = routes.find(t).expect("a route");
+                r.batch.as_ref().expect("batched").route.clone()
+            })
+            .collect();
+        assert_eq!(names, ["orders", "1"], "a name, else the index");
+        assert_eq!(
+            ok.api.batch_spec().expect("ok").expect("batched").route,
+            crate::core::batch::UNROUTED
+        );
+        for (toml, field) in [
+            (
+                format!("{}{}", route("name = \"a\""), route("name = \"a\"")),
+                "api.routes[1].name",
+            ),
+            (
+                format!("{}{}", route(""), route("name = \"0\"")),
+                "api.routes[1].name",
+            ),
+            (route("name = \"a b\""), "api.routes[0].name"),
+            (route("name = \"\""), "api.routes[0].name"),
+        ] {
+            match cfg(&toml) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{toml}"),
+                other => panic!("{toml}: expected {field} refused, got {other:?}"),
+            }
+        }
     }
 
     #[test]

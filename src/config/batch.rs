@@ -48,6 +48,12 @@ pub struct BatchConfig {
     /// key (of the partition with `pipeline.ordering = "partition"`) may
     /// share a batch, in offset order (`core::ordering`'s runs).
     pub ordered: bool,
+    /// With `results`: the most of a 2xx answer read for its per-item
+    /// results, in bytes per event of the batch (plus 64 KiB, at most 8 MiB
+    /// in all). A longer answer gives every event of the batch "no result"
+    /// (`no_result_too_large`: sent again). What the answers of the requests
+    /// in flight can hold is then the batches' size, not 8 MiB each.
+    pub answer_bytes_per_event: usize,
 }
 
 impl Default for BatchConfig {
@@ -63,6 +69,7 @@ impl Default for BatchConfig {
             result_id: None,
             split: vec![400, 413, 422],
             ordered: false,
+            answer_bytes_per_event: 4096,
         }
     }
 }
@@ -92,6 +99,8 @@ pub struct BatchOverride {
     pub split: Option<Vec<u16>>,
     /// Over `api.batch.ordered`.
     pub ordered: Option<bool>,
+    /// Over `api.batch.answer_bytes_per_event`.
+    pub answer_bytes_per_event: Option<usize>,
 }
 
 /// Whether a JSON pointer is well-formed (RFC 6901: empty, or `/…`).
@@ -116,6 +125,9 @@ impl BatchConfig {
             result_id: o.result_id.clone().or_else(|| self.result_id.clone()),
             split: o.split.clone().unwrap_or_else(|| self.split.clone()),
             ordered: o.ordered.unwrap_or(self.ordered),
+            answer_bytes_per_event: o
+                .answer_bytes_per_event
+                .unwrap_or(self.answer_bytes_per_event),
         }
     }
 
@@ -181,6 +193,12 @@ impl BatchConfig {
                 "needs results (the pointer to the results array)",
             ));
         }
+        if !(256..=crate::core::batch::MAX_ANSWER_BYTES).contains(&self.answer_bytes_per_event) {
+            return Err(invalid(
+                &f("answer_bytes_per_event"),
+                "must be at least 256 and at most 8388608 (8 MiB)",
+            ));
+        }
         if let Some(s) = self.split.iter().find(|s| !(400..=599).contains(*s)) {
             return Err(invalid(
                 &f("split"),
@@ -208,6 +226,8 @@ impl BatchConfig {
             }),
             split: self.split.clone(),
             ordered: self.ordered,
+            answer_bytes_per_event: self.answer_bytes_per_event,
+            route: crate::core::batch::UNROUTED.to_string(),
         }))
     }
 }

@@ -107,8 +107,9 @@ fn is_field(key: &str, all: &BTreeSet<String>) -> bool {
     let table = format!("{key}.");
     all.contains(key)
         || (key.contains('.') && all.iter().any(|f| f.starts_with(&table)))
-        // A key of an entry of a list field (`api.routes.url` in `[[api.routes]]`).
-        || key.rsplit_once('.').is_some_and(|(list, _)| all.contains(list) && list.contains('.'))
+        // A key of an entry of a list field (`api.routes.url` in `[[api.routes]]`,
+        // `filters.drop` in `[[filters]]`: `all` holds no section, only fields).
+        || key.rsplit_once('.').is_some_and(|(list, _)| all.contains(list))
 }
 
 /// A file of the repository.

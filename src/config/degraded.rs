@@ -26,7 +26,13 @@ pub struct DegradedConfig {
     /// How long the breaker stays open before it lets probes through (half-open).
     #[serde(with = "humantime_serde")]
     pub breaker_open: Duration,
-    /// Calls admitted while half-open; all must succeed to close it.
+    /// Calls admitted while half-open. After the breaker opened on the failure
+    /// rate (or a flood), all of them must be delivered to close it, and one
+    /// failure opens it again. After a systemic answer (401, 403, 1xx, 3xx, TLS),
+    /// which makes it half-open at once, one delivered call closes it, and it opens
+    /// only once calls sent after the first refusal were refused too and the
+    /// half-open period is `breaker_open` old (see "Errors" in the guide's
+    /// concepts).
     pub breaker_half_open_probes: u32,
     /// Failures in a row that open the breaker at once (0 = rate only).
     pub breaker_consecutive_failures: u32,

@@ -71,6 +71,18 @@ impl Default for EnrichmentConfig {
 }
 
 impl EnrichmentConfig {
+    /// `[enrichment]` given a database or a query but not `enabled` (and no
+    /// source-of-truth query using the database, `used`): no lookup is made.
+    pub(crate) fn unused_notice(&self, used: bool) -> Option<String> {
+        let default = EnrichmentConfig::default();
+        let configured = self.url != default.url || !self.query.is_empty();
+        (!self.enabled && !used && configured).then(|| {
+            "[enrichment] names a database or a query, but enrichment.enabled is false: \
+             no event is enriched (set enabled = true, with a query)"
+                .to_string()
+        })
+    }
+
     /// The URL is checked whenever it may be used: by enrichment, or by the
     /// deadline policy's source-of-truth query (`needed`).
     pub(crate) fn validate(&self, needed: bool) -> Result<(), ConfigError> {

@@ -119,6 +119,21 @@ impl KafkaConfig {
             .unwrap_or_else(|| format!("{}.parking", self.topic))
     }
 
+    /// A `group_id` left at its default: every deployment that leaves it so
+    /// joins the same consumer group (`courier demo` sets its own).
+    pub(crate) fn default_group_notice(&self) -> Option<String> {
+        let default = KafkaConfig::default().group_id;
+        (self.group_id == default).then(|| {
+            format!(
+                "kafka.group_id is left at its default, \"{default}\": every deployment that \
+                 leaves it so joins the same consumer group — two of them on one topic split \
+                 its events between them, and each one's restarts rebalance the others; give \
+                 this deployment a group of its own (e.g. \"courier-{}\")",
+                self.topic
+            )
+        })
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.brokers.trim().is_empty() {
             return Err(invalid("kafka.brokers", "must not be empty"));
@@ -148,6 +163,7 @@ impl KafkaConfig {
             }
         }
         self.validate_oidc()?;
+        self.check_tls_files()?;
         if let Some(id) = self.instance_id.as_deref().filter(|id| !id.is_empty()) {
             valid_topic(id).map_err(|r| {
                 invalid(
@@ -164,6 +180,47 @@ impl KafkaConfig {
         }
         if self.producer_timeout.is_zero() {
             return Err(invalid("kafka.producer_timeout", "must be above 0"));
+        }
+        Ok(())
+    }
+}
+
+/// The `[kafka.properties]` that name files librdkafka reads when it creates a
+/// client: each must be readable, or Courier would start and fail at its first
+/// connection with librdkafka's words (a CA file's contents are checked by
+/// librdkafka itself, when the client is created).
+const TLS_FILE_PROPERTIES: [&str; 5] = [
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.crl.location",
+    "ssl.keystore.location",
+];
+
+impl KafkaConfig {
+    /// Every file (or, for `ssl.ca.location`, directory) `[kafka.properties]`
+    /// names can be read; `ssl.ca.location = "probe"` (librdkafka looks in the
+    /// system's usual places) names none.
+    fn check_tls_files(&self) -> Result<(), ConfigError> {
+        for key in TLS_FILE_PROPERTIES {
+            let Some(path) = self.property(key) else {
+                continue;
+            };
+            if key == "ssl.ca.location" && path == "probe" {
+                continue;
+            }
+            let p = std::path::Path::new(path);
+            let read = if p.is_dir() {
+                std::fs::read_dir(p).map(|_| ())
+            } else {
+                std::fs::File::open(p).map(|_| ())
+            };
+            read.map_err(|e| {
+                invalid(
+                    &format!("kafka.properties.{key}"),
+                    format!("cannot read `{path}`: {e}"),
+                )
+            })?;
         }
         Ok(())
     }
@@ -397,6 +454,46 @@ mod tests {
             Err(ConfigError::Invalid { field, .. }) => Some(field),
             _ => None,
         }
+    }
+
+    /// A group id left at its default is worth a warning (issue 59: the guide's
+    /// environment-only example joined group `courier`); any other is not.
+    #[test]
+    fn a_default_group_id_is_named() {
+        let k = KafkaConfig::default();
+        let notice = k
+            .default_group_notice()
+            .expect("the default group is named");
+        assert!(notice.starts_with("kafka.group_id is left at its default, \"courier\""));
+        let own = KafkaConfig {
+            group_id: "courier-orders".into(),
+            ..KafkaConfig::default()
+        };
+        assert_eq!(own.default_group_notice(), None);
+    }
+
+    /// A TLS file `[kafka.properties]` names that cannot be read is refused,
+    /// naming the key and the path (issue 59: `check-config` said "config ok"
+    /// and librdkafka failed at start).
+    #[test]
+    fn unreadable_kafka_tls_files_are_refused_naming_the_key() {
+        let missing = "/nonexistent/courier/kafka-ca.pem";
+        for key in TLS_FILE_PROPERTIES {
+            let k = with(key, missing);
+            let e = k.validate().expect_err(key).to_string();
+            assert!(
+                e.contains(&format!("kafka.properties.{key}")) && e.contains(missing),
+                "{e}"
+            );
+        }
+        let file = std::env::temp_dir().join(format!("courier-ca-{}.pem", std::process::id()));
+        std::fs::write(&file, "not checked here").expect("temp file");
+        let path = file.display().to_string();
+        assert!(with("ssl.ca.location", &path).validate().is_ok());
+        let _ = std::fs::remove_file(&file);
+        let dir = std::env::temp_dir().display().to_string();
+        assert!(with("ssl.ca.location", &dir).validate().is_ok());
+        assert!(with("ssl.ca.location", "probe").validate().is_ok());
     }
 
     /// Each of these would break a guarantee (issue 13): the key is refused,

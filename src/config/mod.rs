@@ -46,6 +46,7 @@ mod batch;
 mod completeness;
 mod degraded;
 mod enrichment;
+mod filters;
 mod input;
 mod kafka;
 mod legacy;
@@ -66,6 +67,7 @@ pub(crate) use batch::{BatchConfig, BatchOverride, RateLimitUnit};
 pub(crate) use degraded::millis;
 pub(crate) use degraded::DegradedConfig;
 pub(crate) use enrichment::{EnrichmentConfig, OnMissing, SslMode};
+pub use filters::FilterConfig;
 pub(crate) use input::InputConfig;
 pub use kafka::{Compression, KafkaConfig};
 pub use ops::LogFormat;
@@ -120,6 +122,9 @@ pub struct Config {
     pub degraded: DegradedConfig,
     /// The DLQ retry policy per CloudEvents `type`, with a default.
     pub retry: RetryConfig,
+    /// `[[filters]]`: events not delivered, by a CEL expression (none: every
+    /// event is delivered, and no expression is evaluated).
+    pub filters: Vec<FilterConfig>,
     /// The log's format and level.
     pub log: LogConfig,
     /// Optional OTLP export of delivery spans.
@@ -145,6 +150,16 @@ impl Config {
         }
         sources.add(Env::prefixed("COURIER__").split("__"))?;
         sources.finish()
+    }
+
+    /// What `check-config` prints and `courier run` logs at WARN before it
+    /// starts: each of [`Config::deprecations`], a `kafka.group_id` left at its
+    /// default, and an `[enrichment]` configured but not enabled.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = self.deprecations.clone();
+        out.extend(self.kafka.default_group_notice());
+        out.extend(self.enrichment.unused_notice(self.uses_postgres()));
+        out
     }
 
     /// Parses a TOML string (no environment): for tests and `check-config`.
@@ -181,6 +196,11 @@ impl Config {
         )))
     }
 
+    /// `[[filters]]`, compiled (errors name the filter, line and column).
+    pub(crate) fn filters(&self) -> Result<crate::core::expr::Filters, ConfigError> {
+        filters::compile(&self.filters)
+    }
+
     /// Whether any route batches (`[api.batch]`, or a route's `batch`).
     pub(crate) fn batching(&self) -> Result<bool, ConfigError> {
         Ok(self.api.batch_spec()?.is_some() || self.api.routes()?.any_batched())
@@ -201,6 +221,7 @@ impl Config {
         self.log.validate()?;
         self.tracing.validate()?;
         self.testing.validate()?;
+        self.filters()?;
         for (field, name) in [
             ("api.token_env", &self.api.token_env),
             ("kafka.sasl_password_env", &self.kafka.sasl_password_env),
@@ -424,6 +445,30 @@ mod tests {
         assert_eq!(c.kafka.dlq_topic(), "events.dlq");
         assert_eq!(c.kafka.parking_topic(), "events.parking");
         assert_eq!(c.pipeline.ordering, OrderingMode::Key);
+    }
+
+    /// The guide's real-cluster examples, as they were (issue 59): a group left
+    /// at its default and an `[enrichment]` without `enabled` and `query` are
+    /// valid, but each is named; set right, neither is.
+    #[test]
+    fn warnings_name_a_default_group_and_an_enrichment_left_off() {
+        let c = Config::from_toml(
+            "[enrichment]\nurl = \"postgres://courier@db.example.com:5432/courier?sslmode=verify-full\"\n",
+        )
+        .unwrap();
+        let w = c.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with("kafka.group_id is left at its default"),
+            "{w:?}"
+        );
+        assert!(w[1].contains("enrichment.enabled is false"), "{w:?}");
+        let c = Config::from_toml(
+            "[kafka]\ngroup_id = \"courier-orders\"\n[enrichment]\nenabled = true\n\
+             query = \"SELECT doc FROM profiles WHERE key = $1\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.warnings(), Vec::<String>::new());
     }
 
     #[test]

@@ -39,7 +39,11 @@ impl SupervisionConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// `/metrics`, `/healthz`, `/readyz`. Empty string disables the listener.
+    /// Where `/metrics`, `/healthz`, `/readyz` and `/status` (with
+    /// `/status.json`) are served. `/healthz` fails once the instance was stuck for
+    /// `wedged_after`; `/readyz` answers 200 only with a partition assignment and
+    /// nothing stuck for `stuck_after` (a standby without partitions is alive, not
+    /// ready). Empty string disables the listener (and `courier healthcheck`).
     pub listen: String,
     /// `/readyz` reports "stuck" when events are held but none finished for this
     /// long while the API is judged available.

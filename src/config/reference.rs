@@ -231,8 +231,28 @@ pub(crate) fn sections() -> Vec<Section> {
     if let Some(config) = type_doc("Config") {
         for f in config.fields.iter().filter(|f| !f.skip) {
             let key = key_of(f);
-            walk_struct(f.ty, &key, f.doc, defaults.get(&key), &mut out);
+            // A list of tables (`[[filters]]`): its entries' section.
+            match split_type(f.ty) {
+                ("Vec", args) if args.len() == 1 => {
+                    walk_struct(args[0], &format!("{key}[]"), f.doc, None, &mut out)
+                }
+                _ => walk_struct(f.ty, &key, f.doc, defaults.get(&key), &mut out),
+            }
         }
+    }
+    out
+}
+
+/// Every path the reference documents, with what it holds: each section
+/// (`api.batch`, a list's entries as `api.routes[]`: "section") and each field
+/// (`api.batch.max_events`: its type as the reference prints it, e.g. `table of
+/// string` for a map, whose keys are free). What a page that names a field is
+/// checked against (the binary's guide test).
+pub fn field_paths() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for s in sections() {
+        out.push((s.path.clone(), "section".to_string()));
+        out.extend(s.entries.into_iter().map(|e| (e.path, e.ty)));
     }
     out
 }

@@ -21,8 +21,10 @@ pub struct SchemaRegistryConfig {
     pub token_env: Option<String>,
     /// `[input.schema_registry.tls]`: TLS to an `https` registry.
     pub tls: RegistryTls,
-    /// Bytes of parsed schemas kept (their text's length counts); the least
-    /// recently used go first. A schema is fetched again when it is needed after.
+    /// Bytes of parsed schemas kept, each charged for its compiled form: 4× its
+    /// text (with its references') for Avro, 8× for Protobuf and JSON Schema; the
+    /// least recently used go first. A schema is fetched again when it is needed
+    /// after.
     pub cache_max_bytes: usize,
     /// One request's limit (connect, answer, body).
     #[serde(with = "humantime_serde")]

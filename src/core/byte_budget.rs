@@ -113,6 +113,13 @@ impl ByteBudget {
             .is_ok()
     }
 
+    /// Takes `n` bytes whatever the use: memory already held that the budget
+    /// must count (a partition's follow state), so that what it admits next
+    /// leaves room for it. Given back with [`ByteBudget::give_back`].
+    pub(crate) fn charge(&self, n: u64) {
+        self.used.fetch_add(n, Ordering::SeqCst);
+    }
+
     /// Gives `n` bytes back; wakes the waiting machines if that leaves room.
     pub(crate) fn give_back(&self, n: u64) {
         if n == 0 {

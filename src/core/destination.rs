@@ -69,6 +69,7 @@ impl Destinations {
         Ok(DestinationId((self.names.len() - 1) as u8))
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.names.len()
     }
@@ -109,6 +110,7 @@ pub(crate) struct DestSet(u64);
 
 impl DestSet {
     /// The first `n` ids.
+    #[cfg(test)]
     pub(crate) fn first(n: usize) -> DestSet {
         if n >= 64 {
             DestSet(u64::MAX)

@@ -122,6 +122,19 @@ pub struct Envelope {
     pub event_type: Option<String>,
     #[serde(with = "b64_opt")]
     pub key: Option<Vec<u8>>,
+    /// The entity key read from the body (`input.key`), when it differs from
+    /// the record's `key`: the key the event's order is kept by, so the DLQ
+    /// drain redelivers an entity's events one at a time and its later
+    /// events wait behind them. Absent in envelopes written before it
+    /// existed (the drain then reads it from the payload again).
+    #[serde(default, with = "b64_opt", skip_serializing_if = "Option::is_none")]
+    pub entity_key: Option<Vec<u8>>,
+    /// The route (`[[api.routes]]` `name`, or its index) the event was
+    /// going to: its DLQ redelivery goes there again, whatever the routes'
+    /// order or `when` say now. Absent for `api.url` (no route), and in
+    /// envelopes written before it existed (their route is chosen again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
     /// The original bytes; empty when `omitted` says the payload was left out.
     #[serde(with = "b64")]
     pub payload: Vec<u8>,
@@ -361,6 +374,8 @@ impl Envelope {
             event_id: Some("i".repeat(crate::core::event::MAX_ID_BYTES)),
             event_type: Some(text.clone()),
             key: None,
+            entity_key: None,
+            route: Some("r".repeat(64)),
             payload: vec![0xff; payload_bytes],
             omitted: None,
             origin_headers: Vec::new(),
@@ -498,6 +513,8 @@ pub(crate) mod tests {
             event_id: Some("e-1".into()),
             event_type: Some("profile.updated".into()),
             key: Some(b"k\x00\xff".to_vec()),
+            entity_key: None,
+            route: None,
             payload: b"\xff\xfe not utf8".to_vec(),
             omitted: None,
             origin_headers: vec![OriginHeader {

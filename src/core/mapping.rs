@@ -360,9 +360,55 @@ pub enum BodyMode {
 
 use crate::core::destination::{DestinationId, Destinations};
 
+/// `on_error` of a route: what a `when` that fails for an event means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// Park the event `expression_failed` (fail closed: it shows in the
+    /// parking lot).
+    #[default]
+    Park,
+    /// The route does not match: the next one is tried.
+    Skip,
+}
+
+/// A route's place in `[[api.routes]]`: the route an event was chosen for
+/// ([`Routes::choose`]), carried with it to its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct RouteIndex(pub u16);
+
+/// Where an event goes: the route chosen for it (none: `api.url`) and that
+/// route's destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub route: Option<RouteIndex>,
+    pub destination: DestinationId,
+}
+
+impl Target {
+    /// No route: `api.url`, the default destination.
+    pub(crate) const DEFAULT: Target = Target {
+        route: None,
+        destination: DestinationId::DEFAULT,
+    };
+}
+
+/// A route's `when` failed for an event, and the route parks such events.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("route `{route}`: when: {error}")]
+pub(crate) struct RouteFailed {
+    pub route: String,
+    pub error: crate::core::expr::EvalError,
+}
+
 /// One parsed route.
 #[derive(Debug, Clone)]
 pub(crate) struct Route {
+    /// `name`, or its index.
+    pub name: String,
+    /// `when`, compiled: the route matches an event only if it says `true`.
+    pub when: Option<std::sync::Arc<crate::core::expr::Expr>>,
+    pub on_error: OnError,
     pub types: String,
     pub url: Template,
     pub method: Method,
@@ -402,13 +448,17 @@ impl Routes {
     }
 
     /// The destinations events can go to: the routes', and the default one
-    /// unless a route takes every type (`*`).
+    /// unless a route takes every event (`*` without a `when`).
     pub(crate) fn reachable(&self) -> crate::core::destination::DestSet {
         let mut s = crate::core::destination::DestSet::default();
         for r in &self.routes {
             s.insert(r.destination);
         }
-        if !self.routes.iter().any(|r| r.types == "*") {
+        if !self
+            .routes
+            .iter()
+            .any(|r| r.types == "*" && r.when.is_none())
+        {
             s.insert(DestinationId::DEFAULT);
         }
         s
@@ -443,6 +493,78 @@ impl Routes {
             .max(1)
     }
 
+    /// Route `i` (an index [`Routes::choose`] gave).
+    pub(crate) fn get(&self, i: RouteIndex) -> Option<&Route> {
+        self.routes.get(usize::from(i.0))
+    }
+
+    /// The route named `name`.
+    pub(crate) fn by_name(&self, name: &str) -> Option<RouteIndex> {
+        self.routes
+            .iter()
+            .position(|r| r.name == name)
+            .and_then(|i| u16::try_from(i).ok())
+            .map(RouteIndex)
+    }
+
+    /// Whether any route has a `when`.
+    pub(crate) fn any_when(&self) -> bool {
+        self.routes.iter().any(|r| r.when.is_some())
+    }
+
+    /// What the routes' `when` expressions need of an event.
+    pub(crate) fn needs(&self) -> crate::core::expr::Needs {
+        self.routes
+            .iter()
+            .filter_map(|r| r.when.as_deref())
+            .fold(crate::core::expr::Needs::default(), |n, w| {
+                n.union(w.needs())
+            })
+    }
+
+    /// The route of an event of `event_type`: the first whose type glob and
+    /// `when` (evaluated in `scope`) match; `None`: no route, `api.url`.
+    /// A `when` that fails parks the event (`on_error = "park"`: the
+    /// error) or does not match (`"skip"`). `scope` is `None` where the
+    /// event cannot be read (an envelope whose payload no longer decodes):
+    /// routes with a `when` are then passed over.
+    pub(crate) fn choose(
+        &self,
+        event_type: &str,
+        mut scope: Option<&mut crate::core::expr::Scope<'_>>,
+    ) -> Result<Option<RouteIndex>, RouteFailed> {
+        for (i, r) in self.routes.iter().enumerate() {
+            if !glob_match(&r.types, event_type) {
+                continue;
+            }
+            let matches = match (&r.when, scope.as_deref_mut()) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(w), Some(s)) => match (s.eval_bool(w), r.on_error) {
+                    (Ok(m), _) => m,
+                    (Err(_), OnError::Skip) => false,
+                    (Err(error), OnError::Park) => {
+                        return Err(RouteFailed {
+                            route: r.name.clone(),
+                            error,
+                        })
+                    }
+                },
+            };
+            if matches {
+                return Ok(u16::try_from(i).ok().map(RouteIndex));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The destination of a chosen route (the default one for none).
+    pub(crate) fn destination_of(&self, route: Option<RouteIndex>) -> DestinationId {
+        route
+            .and_then(|i| self.get(i))
+            .map_or(DestinationId::DEFAULT, |r| r.destination)
+    }
+
     pub(crate) fn find(&self, event_type: &str) -> Option<&Route> {
         self.routes
             .iter()
@@ -464,16 +586,12 @@ impl Routes {
     /// `ordered`; runs hold at most its `max_events`, and at most `cap`.
     pub(crate) fn run_group(
         &self,
-        event_type: &str,
+        route: Option<RouteIndex>,
         default: Option<&crate::core::batch::BatchSpec>,
         cap: usize,
     ) -> Option<crate::core::ordering::RunGroup> {
-        let (id, spec) = match self
-            .routes
-            .iter()
-            .position(|r| glob_match(&r.types, event_type))
-        {
-            Some(i) => (i as u32, self.routes[i].batch.as_deref()),
+        let (id, spec) = match route.and_then(|i| self.get(i).map(|r| (i, r))) {
+            Some((i, r)) => (u32::from(i.0), r.batch.as_deref()),
             None => (u32::MAX, default),
         };
         let spec = spec.filter(|b| b.ordered)?;
@@ -560,6 +678,9 @@ mod tests {
         assert!(glob_match("*.created", "x.y.created"));
         assert!(!glob_match("*.created", "x.y.created.z"));
         let route = |types: &str, url: &str| Route {
+            name: types.into(),
+            when: None,
+            on_error: OnError::Park,
             batch: None,
             types: types.into(),
             url: Template::parse_url(url).unwrap(),

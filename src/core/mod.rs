@@ -24,7 +24,8 @@
 //!   `destination` (where a route sends, and a partition's verdict from its
 //!   destinations'),
 //!   `trace` (W3C trace context), `text` (record-chosen text made safe for logs and
-//!   errors).
+//!   errors), `expr` (the expression language of filters and route predicates:
+//!   CEL compiled once, evaluated per event within bounds).
 //!
 //! * **What an answer means and what follows** (`delivery`, `api_health`): `answer`
 //!   (the one reading of an answer: what the breaker hears of the call and what it
@@ -66,6 +67,7 @@ pub(crate) mod destination;
 pub(crate) mod dlq_policy;
 pub mod envelope;
 pub mod event;
+pub mod expr;
 pub(crate) mod fsm;
 pub mod input;
 pub(crate) mod liveness;

@@ -13,7 +13,9 @@
 //! serde_json's quotes) is cut to 256 bytes with control and bidi characters escaped
 //! (`core::text::excerpt`) before any log line or parked message carries it; the envelope
 //! copies the event's `type` cut to 1 KB (and any unfit id cleaned), so even the reference
-//! envelope fits the topic.
+//! envelope fits the topic. Peers' text goes the same way: a schema registry's subjects
+//! (`core::schema::registry`) and what a JSON Schema's checker quotes of a record
+//! (`core::schema::json_schema`), a token endpoint's error (`auth::oauth2`).
 //!
 //! *Tested by:* Unit tests in each module (a 1 MB `specversion`, a megabyte `traceparent`
 //! tail, a 2 MB `type`), `core::text` proptest.

@@ -3,8 +3,17 @@
 //! batch settings) and waits for its own answer. A group's batch leaves when it
 //! holds `max_events`, when one more event would pass `max_bytes`, or when its
 //! oldest event has waited `linger`; an event larger than `max_bytes` goes
-//! alone. The request counts once for the rate limit (`api.rate_limit_unit =
-//! "requests"`) or once per event (`"events"`).
+//! alone (a batch of one). A body no batch can hold (not JSON) goes as a
+//! request of its own, or is parked on a route with per-item results
+//! (`request`, `core::batch::place`). The request counts once for the rate
+//! limit (`api.rate_limit_unit = "requests"`) or once per event (`"events"`).
+//!
+//! Groups are keyed by the rendered URL (one request, one URL: a route with
+//! `{key}` has a group per key, each ended after 5 s idle); what is shown of a
+//! route — its split share on `/status` and in
+//! `courier_batch_split_singles_ratio{route}`, its warnings — is kept per
+//! route and labelled by its name (`BatchSpec::route`), never by a value an
+//! event chose.
 //!
 //! Each event's answer is the batch's, or its per-item result when the answer
 //! has them (`api.batch.results`): each event then goes on through its own
@@ -20,6 +29,7 @@
 //! rate slot, however long that took — so no request carries an event of a
 //! partition whose revoke completed before the batch was sent.
 
+mod answers;
 mod form;
 mod group;
 mod send;
@@ -57,6 +67,9 @@ pub(crate) struct Batcher<A> {
     /// One log line per unreadable answer's reason every 10 s.
     unreadable_log: Mutex<FailureLog>,
     groups: Mutex<Groups>,
+    /// Per route (`BatchSpec::route`, a name from the config: bounded), how
+    /// many of its events end alone after splits.
+    splits: Mutex<HashMap<String, SplitWindow>>,
     /// Events submitted so far.
     submitted: std::sync::atomic::AtomicU64,
     /// Batches whose sending ended (answered, or left with nobody waiting).
@@ -71,6 +84,7 @@ impl<A: Api + Clone> Batcher<A> {
             pipeline,
             unreadable_log: Mutex::new(FailureLog::new(super::report::FAILURE_LOG_EVERY)),
             groups: Mutex::new(Groups::default()),
+            splits: Mutex::new(HashMap::new()),
             submitted: std::sync::atomic::AtomicU64::new(0),
             #[cfg(test)]
             ended: std::sync::atomic::AtomicU64::new(0),
@@ -144,6 +158,7 @@ impl<A: Api + Clone> Batcher<A> {
                     reply: Waiter::Task(reply),
                     in_run: true,
                     suspect,
+                    resent: 0,
                 };
                 (s, rx)
             })
@@ -158,8 +173,8 @@ impl<A: Api + Clone> Batcher<A> {
     }
 
     /// Puts events that were taken out of a batch (a half-open probe sends
-    /// one) back into their group, in their order: an ordered run's as a
-    /// run, so it stays in one batch.
+    /// one; none of an ordered run, which waits for the probe's answer
+    /// instead: `send::send`) back into their group, in their order.
     fn requeue(
         self: &Arc<Self>,
         key: &GroupKey,
@@ -167,12 +182,8 @@ impl<A: Api + Clone> Batcher<A> {
         spec: &Arc<BatchSpec>,
         rest: Vec<Submission>,
     ) {
-        if rest.iter().any(|s| s.in_run) {
-            self.send_entry(key.clone(), out, spec, Entry::Run(rest));
-        } else {
-            for s in rest {
-                self.send_entry(key.clone(), out, spec, Entry::One(s));
-            }
+        for s in rest {
+            self.send_entry(key.clone(), out, spec, Entry::One(s));
         }
     }
 
@@ -215,11 +226,7 @@ impl<A: Api + Clone> Batcher<A> {
                 };
                 tokio::spawn(self.clone().form(key.clone(), template, spec.clone(), rx));
                 let sent = tx.send(entry);
-                let group = Group {
-                    tx,
-                    shrunk: None,
-                    splits: SplitWindow::new(Instant::now()),
-                };
+                let group = Group { tx, shrunk: None };
                 groups.insert(key.clone(), group);
                 sent
             }
@@ -266,19 +273,25 @@ impl<A: Api + Clone> Batcher<A> {
         );
     }
 
-    /// `n` events of the group were answered in one request (not split
-    /// further); `after_split`: it was part of a batch refused as a whole.
-    /// Each window (`core::batch::SPLIT_WINDOW`) the route's share is shown
-    /// (`/status`, `courier_batch_split_singles_ratio`); a route whose events
-    /// mostly end alone after splits is warned about once a minute.
-    fn answered(&self, key: &GroupKey, n: usize, after_split: bool) {
+    /// `n` events of the route `spec` batches were answered in one request
+    /// (not split further); `after_split`: it was part of a batch refused as
+    /// a whole. Each window (`core::batch::SPLIT_WINDOW`) the route's share
+    /// is shown (`/status`, `courier_batch_split_singles_ratio`), labelled by
+    /// the route's name — never by its rendered URL, which an event's values
+    /// may choose; a route whose events mostly end alone after splits is
+    /// warned about once a minute.
+    fn answered(&self, spec: &BatchSpec, n: usize, after_split: bool) {
+        let now = Instant::now();
         let report = self
+            .splits
             .lock()
-            .get_mut(key)
-            .and_then(|g| g.splits.answered(n, after_split, Instant::now()));
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(spec.route.clone())
+            .or_insert_with(|| SplitWindow::new(now))
+            .answered(n, after_split, now);
         let Some(end) = report else { return };
         let r = end.report;
-        let route = route_label(key.url.as_deref(), &self.pipeline.config.api.url);
+        let route = spec.route.clone();
         metrics::gauge!(crate::metrics::BATCH_SPLIT_SINGLES_RATIO, "route" => route.clone())
             .set(r.share());
         self.pipeline.board.batch_splits(r, &route);
@@ -291,20 +304,5 @@ impl<A: Api + Clone> Batcher<A> {
                 "most events of this route's batches end alone after their batches were refused as a whole (api.batch.split statuses): the endpoint may take single events only; configure the route without [api.batch], or check api.batch.format and the endpoint"
             );
         }
-    }
-}
-
-/// A route's URL as it may be shown (status page, log, metric label):
-/// without credentials, query or fragment.
-fn route_label(url: Option<&str>, default: &str) -> String {
-    match reqwest::Url::parse(url.unwrap_or(default)) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.set_query(None);
-            u.set_fragment(None);
-            u.to_string()
-        }
-        Err(_) => "(unparsable URL)".into(),
     }
 }

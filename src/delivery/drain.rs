@@ -105,21 +105,21 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 let mut again = env.clone();
                 again.not_before_ms = not_before;
                 again.last_error.message = format!("kept in the DLQ: {reason}");
-                if let Err(parked) = self.writes.rewrite_dlq(item, again).await {
-                    return Some(parked);
+                match self.writes.rewrite_dlq(item, again).await {
+                    Ok(at) => Some(Finished::DeadLettered {
+                        reason: reason.to_string(),
+                        at,
+                    }),
+                    Err(parked) => Some(parked),
                 }
-                Some(Finished::DeadLettered {
-                    reason: reason.to_string(),
-                })
             }
-            DlqDecision::NotYet { .. } => {
-                if let Err(parked) = self.writes.rewrite_dlq(item, env.clone()).await {
-                    return Some(parked);
-                }
-                Some(Finished::DeadLettered {
+            DlqDecision::NotYet { .. } => match self.writes.rewrite_dlq(item, env.clone()).await {
+                Ok(at) => Some(Finished::DeadLettered {
                     reason: "not_yet".into(),
-                })
-            }
+                    at,
+                }),
+                Err(parked) => Some(parked),
+            },
             DlqDecision::Deliver => self.redeliver(item, env, policy, token).await,
         }
     }
@@ -242,6 +242,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             key: key.as_deref().or(env.key.as_deref()),
             body_type,
             payload: Some(&payload),
+            route: item.target.route,
         };
         // The call made (an enrichment database error is not the API's, and
         // the breaker must not hear of it: none).
@@ -361,17 +362,18 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 let mut again = env.clone();
                 again.not_before_ms = not_before_ms;
                 again.last_error = error;
-                if let Err(parked) = self.writes.rewrite_dlq(item, again).await {
-                    return parked;
-                }
-                return Finished::DeadLettered { reason };
+                return match self.writes.rewrite_dlq(item, again).await {
+                    Ok(at) => Finished::DeadLettered { reason, at },
+                    Err(parked) => parked,
+                };
             }
             RoundNext::Retry { not_before_ms } => env.retried(error, not_before_ms),
         };
-        if let Err(parked) = self.writes.rewrite_dlq(item, again).await {
-            return parked;
-        }
+        let at = match self.writes.rewrite_dlq(item, again).await {
+            Ok(at) => at,
+            Err(parked) => return parked,
+        };
         metrics::counter!(m::DLQ_RETRIED, "reason" => reason.clone()).increment(1);
-        Finished::DeadLettered { reason }
+        Finished::DeadLettered { reason, at }
     }
 }

@@ -144,7 +144,8 @@ impl DlqWrite for Handle<ActorRef<DlqWriterMsg>> {
 /// it counts as refused (a topic being created, a partition being moved).
 const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(120);
 
-/// Writes until the broker acknowledges (`Ok`), or until it refuses the record
+/// Writes until the broker acknowledges (`Ok`, with the offset it wrote the
+/// record at), or until it refuses the record
 /// for good (`Err`: too large, not authorized, invalid, or an unknown topic for
 /// longer than [`UNKNOWN_TOPIC_GRACE`]). The event's offset waits for this;
 /// shutdown abandons it (the token then reports errored and the offset stays
@@ -154,7 +155,7 @@ const UNKNOWN_TOPIC_GRACE: Duration = Duration::from_secs(120);
 pub(super) async fn write_durably(
     writer: &impl DlqWrite,
     rec: &DlqRecord,
-) -> Result<(), (Refusal, String)> {
+) -> Result<i64, (Refusal, String)> {
     let scope = SCOPE.try_with(WriteScope::clone).ok();
     let mut tries = 0u32;
     let mut unknown_since: Option<Instant> = None;
@@ -175,7 +176,7 @@ pub(super) async fn write_durably(
         }
         tries += 1;
         let err = match writer.write(rec).await {
-            Ok(_offset) => return Ok(()),
+            Ok(offset) => return Ok(offset),
             Err(e) => e,
         };
         match &err {

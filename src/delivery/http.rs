@@ -277,15 +277,19 @@ impl ApiClient {
 
     /// The answer, reduced: status, `Retry-After`, and for a failure an
     /// excerpt of its body with every secret redacted.
-    async fn answer(&self, resp: reqwest::Response, whole: bool) -> Result<Answer, TransportError> {
+    async fn answer(
+        &self,
+        resp: reqwest::Response,
+        whole: Option<usize>,
+    ) -> Result<Answer, TransportError> {
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
-        if whole && (200..300).contains(&status) {
-            let full = read_whole(resp, MAX_READ_ANSWER_BYTES).await;
+        if let (Some(cap), true) = (whole, (200..300).contains(&status)) {
+            let full = read_whole(resp, cap.min(MAX_READ_ANSWER_BYTES)).await;
             return Ok(Answer {
                 status,
                 retry_after,

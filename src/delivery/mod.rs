@@ -57,8 +57,9 @@
 //! handovers during the gate wait / the back-off / a DLQ write, DLQ refusals,
 //! unacknowledged writes) — no broker, under a second. Its files: `tests.rs`
 //! (the attempt loop), `tests/durable_writes.rs`, `tests/batched.rs` (a fake
-//! batch API answering per item), `tests/batch_handover.rs` (handovers while
-//! a batch forms or waits), `tests/ordered.rs`, `tests/fakes.rs`.
+//! batch API answering per item), `tests/batch_answers.rs` (events left out
+//! of answers, bodies no batch holds, repeated ids), `tests/batch_handover.rs`
+//! (handovers while a batch forms or waits), `tests/ordered.rs`, `tests/fakes.rs`.
 
 mod attempt;
 mod batch;
@@ -114,6 +115,11 @@ pub(crate) enum Work {
     },
     /// A DLQ record whose turn has come (drain).
     FromDlq(Box<Envelope>),
+    /// Dropped by this filter (`[[filters]]`, `core::expr`): nothing is
+    /// sent; done as a delivered event is, its offset committed.
+    Filtered {
+        filter: Arc<str>,
+    },
 }
 
 /// A consumed message and the work it needs. Shared (`Arc`) between the partition
@@ -132,9 +138,10 @@ pub(crate) struct Item {
     pub headers: Option<Box<[Header]>>,
     /// What the body posted to the API is (`Content-Type`).
     pub body_type: BodyType,
-    /// Where it is delivered (`core::destination`; its route's, chosen when
-    /// it was decoded). The parking lot's work ignores it.
-    pub destination: DestinationId,
+    /// Where it is delivered: its route (`core::mapping::Routes::choose`)
+    /// and that route's destination (`core::destination`), chosen when it
+    /// was decoded. The parking lot's work ignores it.
+    pub target: crate::core::mapping::Target,
     pub work: Work,
 }
 
@@ -159,7 +166,7 @@ impl Item {
         match &self.work {
             Work::Deliver(e) => Some(&e.id),
             Work::FromDlq(env) => env.event_id.as_deref(),
-            Work::Park { .. } => None,
+            Work::Park { .. } | Work::Filtered { .. } => None,
         }
     }
 }
@@ -308,7 +315,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         let health = pipeline.health(dest).clone();
         let name: Arc<str> = Arc::from(pipeline.destination(dest).name.as_str());
         let d = &cfg.degraded;
-        let routes = cfg.api.routes()?;
+        let routes = pipeline.routes.clone();
         let batch = cfg.api.batch_spec()?;
         let batching = cfg.batching()?;
         // With batching a request carries many events: `pipeline.concurrency`

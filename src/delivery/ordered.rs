@@ -5,7 +5,9 @@
 //!
 //! After an answer the events are walked in order. Delivered: finished. Failed:
 //! `core::attempt` decides for that event as if it had been sent alone —
-//! parked or dead-lettered on its own (then the walk goes on), or to be tried
+//! parked on its own (then the walk goes on), dead-lettered (then every later
+//! event of the run not delivered follows it into the DLQ, reason
+//! `key_in_dlq`, and the DLQ redelivers them in order), or to be tried
 //! again: from that event on, the rest of the run is sent again as a run after
 //! its wait, including later events the API had accepted (their answers are
 //! set aside, `courier_ordered_resent_total`; each item carries its event id,
@@ -21,9 +23,12 @@
 //! **Ordered runs** (`ordered = true`, `src/delivery/ordered.rs`): a run (I3) joins one batch
 //! whole and in order (`Batcher::submit_run`; the forming loop never splits an entry), or
 //! goes as consecutive requests, each after the answer to the one before, when it does not
-//! fit; a batch holding a run that is bisected sends its halves one after the other. The
-//! answers are walked in order: delivered → done; failed → `core::attempt` for that event
-//! alone — parked or dead-lettered on its own, the walk goes on — or tried again: from that
+//! fit; a batch holding a run that is bisected sends its halves one after the other, and one
+//! admitted into a half-open probe slot sends its first event as the probe and the rest
+//! only after the probe's answer (`batch::send`): no two events of a run are on the wire at
+//! once. The answers are walked in order: delivered → done; failed → `core::attempt` for that event
+//! alone — parked on its own, the walk goes on; dead-lettered, the later events not
+//! delivered follow it into the DLQ — or tried again: from that
 //! event on the rest of the run goes again after its wait, later events the API accepted
 //! included (`courier_ordered_resent_total`; their set-aside tries do not count against
 //! their policy). So each event the API accepted is followed there by every later event of
@@ -38,6 +43,7 @@ use super::report::Failure;
 use super::request::{Body, Source};
 use super::send::{Made, Sent};
 use super::token::CompletionToken;
+use super::token::Finished;
 use super::{Deliverer, Item, Job, Work};
 use crate::metrics as m;
 use bytes::Bytes;
@@ -240,6 +246,9 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     async fn walk(&self, pending: &mut VecDeque<Member>, answers: Answers) -> Walked {
         let mut answers = answers.into_iter();
         let mut again = None;
+        // An event of the run went to the DLQ: every later one not
+        // delivered follows it there (its key's order: redelivered behind it).
+        let mut behind = false;
         for (r, made) in answers.by_ref() {
             let Some(m) = pending.front_mut() else {
                 break;
@@ -251,6 +260,13 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 }
                 continue;
             };
+            if behind {
+                if let Some(m) = pending.pop_front() {
+                    let done = self.follow_into_dlq(&m.item).await;
+                    m.token.finish(done);
+                }
+                continue;
+            }
             let next = self.after_failure(&mut m.tries, &failure, Some(made));
             if m.token.cancelled() {
                 return Walked::Cancelled;
@@ -259,6 +275,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 Wait::GiveUp => {
                     if let Some(m) = pending.pop_front() {
                         let done = self.give_up(&m.item, m.tries, failure, next).await;
+                        behind = matches!(done, Finished::DeadLettered { .. });
                         m.token.finish(done);
                     }
                 }
@@ -267,6 +284,17 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     break;
                 }
             }
+        }
+        if behind {
+            // The rest of the run, not sent in this round, follows too.
+            while let Some(m) = pending.pop_front() {
+                if m.token.cancelled() {
+                    return Walked::Cancelled;
+                }
+                let done = self.follow_into_dlq(&m.item).await;
+                m.token.finish(done);
+            }
+            return Walked::Through;
         }
         let Some(wait) = again else {
             return Walked::Through;

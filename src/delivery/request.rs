@@ -1,5 +1,5 @@
-//! Stage 2, the request: what an event's call carries — the route its type
-//! matches (URL, method, headers, body = event or data), the Content-Type of
+//! Stage 2, the request: what an event's call carries — the route chosen
+//! for it when it was decoded (URL, method, headers, body = event or data), the Content-Type of
 //! its input format, the enrichment, the Kafka headers `api.forward_headers`
 //! names and its trace context — or why it cannot be sent.
 
@@ -10,7 +10,7 @@ use crate::core::batch::BatchSpec;
 use crate::core::classify::{FailureReason, TransportFailure};
 use crate::core::event::Event;
 use crate::core::input::{BodyType, Header};
-use crate::core::mapping::{Attributes, BodyMode, Routes};
+use crate::core::mapping::{Attributes, BodyMode, RouteIndex, Routes};
 use crate::core::trace;
 use crate::runtime::Pipeline;
 use bytes::Bytes;
@@ -39,6 +39,9 @@ pub(super) struct Source<'a> {
     pub(super) key: Option<&'a [u8]>,
     pub(super) body_type: BodyType,
     pub(super) payload: Option<&'a Bytes>,
+    /// The route chosen when it was decoded (`core::mapping::Routes::choose`;
+    /// none: `api.url`).
+    pub(super) route: Option<RouteIndex>,
 }
 
 impl<'a> Source<'a> {
@@ -49,6 +52,7 @@ impl<'a> Source<'a> {
             key: item.entity_key(),
             body_type: item.body_type,
             payload: item.payload.as_ref(),
+            route: item.target.route,
         }
     }
 }
@@ -85,7 +89,7 @@ impl Builder {
     /// headers, body = event or data), the Content-Type of its input format,
     /// the Kafka headers `api.forward_headers` names and its trace context.
     pub(super) async fn request(&self, src: &Source<'_>, ev: &Event) -> Result<Body, EnrichError> {
-        let route = self.routes.find(&ev.event_type);
+        let route = src.route.and_then(|i| self.routes.get(i));
         let mut out = Outgoing {
             content_type: Some(src.body_type.content_type().into()),
             batch: route.map_or_else(|| self.batch.clone(), |r| r.batch.clone()),
@@ -151,14 +155,22 @@ impl Builder {
                 out.headers.push((name.clone(), v));
             }
         }
-        // A body a batch cannot hold (not JSON) is sent alone, as itself;
-        // for ndjson, one line for every line reader.
+        // A body a batch cannot hold (not JSON) is sent alone, as itself —
+        // or parked on a route with per-item results, where only a result
+        // proves an event done; for ndjson, one line for every line reader.
         let mut body = body;
         if let Some(spec) = &out.batch {
-            match crate::core::batch::batch_item(&spec.format, &body, known_json) {
-                None => out.batch = None,
-                Some(std::borrow::Cow::Owned(line)) => body = Bytes::from(line),
-                Some(std::borrow::Cow::Borrowed(_)) => {}
+            use crate::core::batch::Placement;
+            match crate::core::batch::place(spec, &body, known_json) {
+                Placement::Alone => out.batch = None,
+                Placement::Refused => {
+                    return Ok(Body::Park {
+                        reason: FailureReason::BodyUnbuildable,
+                        message: "the event's body is not JSON, and its route has per-item results (api.batch.results): only its result in a batch answer proves it delivered, and a batch holds JSON only".into(),
+                    })
+                }
+                Placement::Item(std::borrow::Cow::Owned(line)) => body = Bytes::from(line),
+                Placement::Item(std::borrow::Cow::Borrowed(_)) => {}
             }
         }
         if out.batch.is_some() {

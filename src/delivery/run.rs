@@ -36,7 +36,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// (`core::partition::outage`): its destination has been down longer
     /// than `degraded.destination_hold` (or holds its share of the
     /// partition), reason `destination_unavailable`; or an earlier event of
-    /// its key to this destination is in the DLQ, reason `key_in_dlq`. The
+    /// its key to this destination is in the DLQ, reason `key_in_dlq` (a
+    /// DLQ record's envelope is written again, behind it). The
     /// flood guard does not count it (no API answered).
     pub(crate) async fn divert(self: Arc<Self>, job: Job, why: Diverted) {
         let Job { item, token } = job;
@@ -56,11 +57,46 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         };
         let info = ErrorInfo::new(ErrorClass::Transient, reason, None, &message);
         metrics::counter!(crate::metrics::DIVERTED, "destination" => dest.to_string(), "reason" => reason.as_str()).increment(1);
-        let work =
-            Box::pin(self.writes.dead_letter(&item, info, true)).instrument(event_span(&item));
+        let work = async {
+            match &item.work {
+                // A DLQ record behind an earlier envelope of its key that was
+                // written again: its envelope goes to the back of the DLQ
+                // too, behind that one, rounds and schedule unchanged.
+                Work::FromDlq(env) => {
+                    let mut again = (**env).clone();
+                    again.last_error = info;
+                    match self.writes.rewrite_dlq(&item, again).await {
+                        Ok(at) => Finished::DeadLettered {
+                            reason: reason.as_str().into(),
+                            at,
+                        },
+                        Err(parked) => parked,
+                    }
+                }
+                _ => self.writes.dead_letter(&item, info, true).await,
+            }
+        };
+        let work = Box::pin(work).instrument(event_span(&item));
         if let Some(outcome) = durable::in_scope(token.cancellation(), work).await {
             token.finish(outcome);
         }
+    }
+
+    /// Writes an event of an ordered run to the DLQ without a try, behind
+    /// an earlier event of its run that went there (`ordered`): reason
+    /// `key_in_dlq`, as a divert behind the DLQ. The caller is in the
+    /// run's handover scope.
+    pub(super) async fn follow_into_dlq(&self, item: &Item) -> Finished {
+        let dest = self.send.calls.ears.destination();
+        let reason = FailureReason::KeyInDlq;
+        let message = format!(
+            "an earlier event of its key to destination {dest} is in the DLQ (ordered run)"
+        );
+        let info = ErrorInfo::new(ErrorClass::Transient, reason, None, &message);
+        metrics::counter!(crate::metrics::DIVERTED, "destination" => dest.to_string(), "reason" => reason.as_str()).increment(1);
+        Box::pin(self.writes.dead_letter(item, info, true))
+            .instrument(event_span(item))
+            .await
     }
 
     /// The rest of a delivery whose first try was made without a task
@@ -136,6 +172,11 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 Box::pin(self.writes.park(item, info))
                     .instrument(span())
                     .await
+            }
+            // Decided when it was decoded: nothing to send, nothing to write.
+            Work::Filtered { filter } => {
+                tracing::trace!(%filter, offset = item.offset, "filtered: done without a request");
+                super::token::Finished::Delivered
             }
             Work::FromDlq(env) => {
                 match Box::pin(self.retry_from_dlq(item, env, token))

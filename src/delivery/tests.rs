@@ -4,6 +4,7 @@
 //! mailboxes: the test reads what each fake received. Real time, short
 //! delays (the breaker reads `std::time::Instant`).
 
+mod batch_answers;
 mod batch_handover;
 mod batched;
 mod durable_writes;
@@ -70,7 +71,7 @@ fn deliverer_with<A: http::Api>(
         crate::status_page::BoardInfo::new(&config, "test".into()),
         crate::runtime::now_ms(),
     ));
-    let pipeline = Arc::new(Pipeline::new(config, status));
+    let pipeline = Arc::new(Pipeline::new(config, status).expect("valid"));
     let rang = Arc::new(AtomicUsize::new(0));
     let r = rang.clone();
     let alarm = BreakerAlarm::new(move || {
@@ -128,7 +129,7 @@ fn item_in(id: &str, offset: i64) -> Item {
         },
         payload: Some(raw),
         headers: None,
-        destination: crate::core::destination::DestinationId::DEFAULT,
+        target: crate::core::mapping::Target::DEFAULT,
         body_type: BodyType::CloudEventsJson,
         work: Work::Deliver(ev),
     }
@@ -137,6 +138,11 @@ fn item_in(id: &str, offset: i64) -> Item {
 /// Runs `job` to its end (a generous deadline: a hang fails the test) and
 /// returns the one completion it left.
 async fn finish(d: Arc<Deliverer<FakeApi, FakeDlq>>, job: Job, inbox: &Inbox) -> Report {
+    finish_on(d, job, inbox).await
+}
+
+/// [`finish`] over any fake API.
+async fn finish_on<A: http::Api>(d: Arc<Deliverer<A, FakeDlq>>, job: Job, inbox: &Inbox) -> Report {
     tokio::time::timeout(Duration::from_secs(30), d.run(job, None))
         .await
         .expect("the delivery ends");
@@ -218,7 +224,8 @@ async fn transient_until_the_tries_are_used_up_goes_to_the_dlq() {
     assert_eq!(
         done.finished,
         Some(Finished::DeadLettered {
-            reason: "http_503".into()
+            reason: "http_503".into(),
+            at: 1
         })
     );
     assert_eq!(api.calls(), 3, "api.max_attempts = 3");

@@ -40,13 +40,19 @@ impl<W: DlqWrite> Writes<W> {
         let (event_id, event_type) = match &item.work {
             Work::Deliver(e) => (Some(e.id.clone()), Some(e.event_type.clone())),
             Work::FromDlq(env) => (env.event_id.clone(), env.event_type.clone()),
-            Work::Park { .. } => (None, None),
+            Work::Park { .. } | Work::Filtered { .. } => (None, None),
         };
         Envelope {
             version: ENVELOPE_VERSION_PAYLOAD,
             event_id,
             event_type,
             key: item.keys.record.clone(),
+            entity_key: item.keys.entity.clone(),
+            route: item
+                .target
+                .route
+                .and_then(|r| self.pipeline.routes.get(r))
+                .map(|r| r.name.clone()),
             payload: item
                 .payload
                 .as_ref()
@@ -83,12 +89,13 @@ impl<W: DlqWrite> Writes<W> {
         per_item: bool,
     ) -> Finished {
         let reason = error.reason.clone();
-        if let Err(parked) = self
+        let at = match self
             .to_dlq(item.partition, self.envelope(item, error))
             .await
         {
-            return parked;
-        }
+            Ok(at) => at,
+            Err(parked) => return parked,
+        };
         metrics::counter!(m::DLQ_WRITTEN, "reason" => reason.clone()).increment(1);
         // Flood guard: many events going to the DLQ at once is systemic —
         // unless each was refused on its own by an API that answered 2xx.
@@ -97,22 +104,24 @@ impl<W: DlqWrite> Writes<W> {
                 self.ears.on_transition(t);
             }
         }
-        Finished::DeadLettered { reason }
+        Finished::DeadLettered { reason, at }
     }
 
-    /// Writes `env` to DLQ partition `partition`. When the DLQ refuses it for
+    /// Writes `env` to DLQ partition `partition`; `Ok`: the DLQ offset the
+    /// broker acknowledged it at. When the DLQ refuses it for
     /// good (too large even as a reference, not authorized, no such topic after
     /// the grace period), the event is parked with the refusal as its reason
     /// (`dlq_too_large`, …): it never waits forever.
-    pub(super) async fn to_dlq(&self, partition: i32, env: Envelope) -> Result<(), Finished> {
+    pub(super) async fn to_dlq(&self, partition: i32, env: Envelope) -> Result<i64, Finished> {
         let rec = DlqRecord {
             topic: self.pipeline.dlq_topic.clone(),
             partition: Some(partition),
             key: env.key.clone(),
             envelope: env,
         };
-        let Err((refusal, detail)) = durable::write_durably(&self.writer, &rec).await else {
-            return Ok(());
+        let (refusal, detail) = match durable::write_durably(&self.writer, &rec).await {
+            Ok(at) => return Ok(at),
+            Err(refused) => refused,
         };
         let mut env = rec.envelope;
         tracing::error!(
@@ -170,7 +179,7 @@ impl<W: DlqWrite> Writes<W> {
     /// Back into DLQ partition p (the envelope only ever gains retries). A DLQ
     /// that refuses the record for good parks the event instead (`Err`, with
     /// what the caller returns).
-    pub(super) async fn rewrite_dlq(&self, item: &Item, env: Envelope) -> Result<(), Finished> {
+    pub(super) async fn rewrite_dlq(&self, item: &Item, env: Envelope) -> Result<i64, Finished> {
         self.to_dlq(item.partition, env).await
     }
 

@@ -32,6 +32,10 @@ pub(crate) enum KafkaIoError {
     /// Refused before reaching librdkafka (a fake's refusal, in tests).
     #[error("{0}")]
     Refused(String),
+    /// The broker will not describe a topic to this principal (an ACL to grant,
+    /// not a topic to create).
+    #[error("not authorized to describe topic `{0}` ({1}): grant this principal Describe on it (and Read, Write as docs/guide/src/requirements.md lists)")]
+    NotAuthorized(String, rdkafka::types::RDKafkaErrorCode),
 }
 
 /// One position to commit, with its metadata (`core::completed`).
@@ -216,15 +220,22 @@ impl Broker {
 
 impl BrokerView for Broker {
     fn partition_count(&self, topic: &str) -> Result<Option<usize>, KafkaIoError> {
+        use rdkafka::types::RDKafkaErrorCode;
         let md = self
             .client
             .fetch_metadata(Some(topic), Duration::from_secs(10))?;
-        Ok(md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none())
-            .map(|t| t.partitions().len())
-            .filter(|n| *n > 0))
+        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+            return Ok(None);
+        };
+        match t.error().map(RDKafkaErrorCode::from) {
+            None => Ok(Some(t.partitions().len()).filter(|n| *n > 0)),
+            // Not "missing": the broker answers so whether the topic exists or not.
+            Some(
+                code @ (RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed),
+            ) => Err(KafkaIoError::NotAuthorized(topic.to_string(), code)),
+            Some(_) => Ok(None),
+        }
     }
 
     /// `offsets_for_times` with the special timestamps -1 (latest) and -2
@@ -290,5 +301,38 @@ impl BrokerView for Broker {
         // Its close and destroy on a thread of their own.
         let reader = Detached::new(reader);
         identity::nothing_to_deliver(&reader, topic, partition, from, to, Duration::from_secs(5))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::RDKafkaRespErr;
+
+    /// A topic the principal may not describe is named as such, not as a
+    /// missing one (issue 59: the start said "does not exist: create it").
+    #[test]
+    fn a_topic_not_authorized_is_not_a_missing_topic() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        mock.create_topic("open", 2, 1).expect("topic");
+        mock.create_topic("closed", 2, 1).expect("topic");
+        mock.topic_error(
+            "closed",
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+        )
+        .expect("topic error");
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", mock.bootstrap_servers())
+            .set("group.id", "seams-test");
+        let b = Broker::new(cfg).expect("client");
+        assert_eq!(b.partition_count("open").ok().flatten(), Some(2));
+        assert_eq!(b.partition_count("absent").ok().flatten(), None);
+        let e = b.partition_count("closed").expect_err("not authorized");
+        assert!(
+            e.to_string()
+                .starts_with("not authorized to describe topic `closed`"),
+            "{e}"
+        );
     }
 }

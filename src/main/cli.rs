@@ -31,12 +31,17 @@ pub(crate) enum Cmd {
     /// Validate a config file (with the environment applied).
     ///
     /// Names the offending field and the reason, and each deprecated key with the one
-    /// to write instead.
+    /// to write instead. Exit 0 valid, 2 not.
     #[command(after_help = GUIDE)]
     CheckConfig {
         /// Config file (TOML); `COURIER__<SECTION>__<KEY>` variables override it.
         #[arg(long, short, default_value = "config/courier.toml")]
         config: PathBuf,
+        /// Also ask the brokers (and Redis, PostgreSQL, the schema registry, the
+        /// token endpoint, where configured) what start-up would refuse: missing
+        /// topics, partition counts, compaction, configs the principal may not read.
+        #[arg(long)]
+        online: bool,
     },
     /// The real pipeline against an embedded Kafka and API stand-in (no setup).
     ///
@@ -59,6 +64,11 @@ pub(crate) enum Cmd {
         #[command(subcommand)]
         cmd: ConfigCmd,
     },
+    /// Try filters and route predicates on one event, offline.
+    Expr {
+        #[command(subcommand)]
+        cmd: ExprCmd,
+    },
     /// Look into the DLQ or the parking lot, or replay events from them.
     Dlq {
         #[command(subcommand)]
@@ -73,8 +83,8 @@ pub(crate) enum Cmd {
         /// Config file (TOML); `COURIER__<SECTION>__<KEY>` variables override it.
         #[arg(long, short, default_value = "config/courier.toml")]
         config: PathBuf,
-        /// Ask `/readyz` instead (200 only with a partition assignment and progress:
-        /// an idle standby is not ready, but it is healthy).
+        /// Ask `/readyz` instead (200 only with a partition assignment and nothing
+        /// stuck: a standby without partitions is healthy, but not ready).
         #[arg(long)]
         ready: bool,
         /// Deadline for the connection and the answer together.
@@ -110,6 +120,29 @@ pub(crate) enum ConfigCmd {
         /// The user guide's page (Markdown) instead of plain text.
         #[arg(long)]
         markdown: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ExprCmd {
+    /// What each filter says of an event, which route it takes, and the
+    /// request it would send (method, URL, headers, body).
+    ///
+    /// No broker and no API: the event file is one record's value, decoded as
+    /// `input.format` says (CloudEvents or json). Exit 0 when every
+    /// expression answered, 1 when one failed (the event would be parked
+    /// `expression_failed`), 2 for a config or event that cannot be read.
+    #[command(after_help = GUIDE)]
+    Eval {
+        /// Config file (TOML); `COURIER__<SECTION>__<KEY>` variables override it.
+        #[arg(long, short, default_value = "config/courier.toml")]
+        config: PathBuf,
+        /// The record's value: a file holding the event.
+        #[arg(long)]
+        event: PathBuf,
+        /// The record's Kafka key (text), for `key` and `record_key`.
+        #[arg(long)]
+        key: Option<String>,
     },
 }
 

@@ -4,6 +4,7 @@ use anyhow::Context;
 use courier::config::LogFormat;
 
 use crate::cli::DlqCmd;
+use crate::exit::Exit;
 use crate::load;
 use crate::logging::init_logging;
 
@@ -18,9 +19,6 @@ fn parse_time(s: &str) -> anyhow::Result<i64> {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0))
 }
-
-/// The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell's).
-const INTERRUPTED: u8 = 130;
 
 /// The records of `topic` now (its partitions' end minus start): what a scan
 /// of it reads at most.
@@ -49,7 +47,7 @@ async fn ticking<T>(
     }
 }
 
-pub(crate) async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
+pub(crate) async fn dlq(cmd: DlqCmd) -> anyhow::Result<Exit> {
     use courier::ops::progress::{Follow, Progress, Stop};
     use courier::ops::{inspect, replay};
     use std::sync::atomic::Ordering;
@@ -107,9 +105,9 @@ pub(crate) async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 eprintln!(
                     "interrupted (Ctrl-C): the summary covers the {read} of {total} records read"
                 );
-                return Ok(INTERRUPTED);
+                return Ok(Exit::Interrupted);
             }
-            Ok(0)
+            Ok(Exit::Ok)
         }
         DlqCmd::Replay {
             config,
@@ -153,7 +151,7 @@ pub(crate) async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             counting.finish();
             if stop.asked() {
                 println!("interrupted (Ctrl-C) while counting: nothing replayed");
-                return Ok(INTERRUPTED);
+                return Ok(Exit::Interrupted);
             }
             // Records deleted before they were handled cannot be replayed: said
             // (and logged) as the consumer says it.
@@ -195,7 +193,7 @@ pub(crate) async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                         }
                     );
                 }
-                return Ok(0);
+                return Ok(Exit::Ok);
             }
             if !yes {
                 use std::io::Write;
@@ -214,7 +212,7 @@ pub(crate) async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                 };
                 if !matches!(line.trim(), "y" | "Y" | "yes") {
                     println!("nothing replayed");
-                    return Ok(1);
+                    return Ok(Exit::No);
                 }
             }
             let writing =
@@ -239,10 +237,10 @@ pub(crate) async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
                     "interrupted (Ctrl-C) after {} of {} events: each one replayed is in the replay log; run the same command again to replay the rest",
                     out.replayed, plan.selected_count
                 );
-                return Ok(INTERRUPTED);
+                return Ok(Exit::Interrupted);
             }
             if out.payload_unavailable.is_empty() {
-                return Ok(0);
+                return Ok(Exit::Ok);
             }
             println!(
                 "{} events NOT replayed: their payload is no longer in the origin topic",
@@ -251,7 +249,7 @@ pub(crate) async fn dlq(cmd: DlqCmd) -> anyhow::Result<u8> {
             for line in &out.payload_unavailable {
                 println!("  {line}");
             }
-            Ok(3)
+            Ok(Exit::NotReplayable)
         }
     }
 }

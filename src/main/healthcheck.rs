@@ -3,16 +3,17 @@
 
 use std::net::SocketAddr;
 
+use crate::exit::Exit;
 use crate::load;
 
-/// `courier healthcheck`: 0 when the instance's own listener answers 200 on
-/// `/healthz` (`/readyz` with `ready`), else 1 with the reason on stderr. Never
-/// 2: Docker reserves it.
+/// `courier healthcheck`: [`Exit::Ok`] when the instance's own listener answers
+/// 200 on `/healthz` (`/readyz` with `ready`), else [`Exit::No`] with the reason
+/// on stderr. Never [`Exit::Failed`] (2): Docker reserves it.
 pub(crate) fn healthcheck(
     config: &std::path::Path,
     ready: bool,
     timeout: std::time::Duration,
-) -> u8 {
+) -> Exit {
     let path = if ready { "/readyz" } else { "/healthz" };
     let addr = match load(config) {
         Ok(cfg) => probe_addr(&cfg.metrics.listen),
@@ -21,15 +22,15 @@ pub(crate) fn healthcheck(
     match addr.and_then(|a| http_status(a, path, timeout).map(|st| (a, st))) {
         Ok((a, (200, _))) => {
             println!("healthy: http://{a}{path} answered 200");
-            0
+            Exit::Ok
         }
         Ok((a, (code, line))) => {
             eprintln!("unhealthy: http://{a}{path} answered {code} ({line})");
-            1
+            Exit::No
         }
         Err(e) => {
             eprintln!("unhealthy: {e}");
-            1
+            Exit::No
         }
     }
 }

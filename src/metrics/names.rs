@@ -64,15 +64,32 @@ pub(crate) const BATCH_SHRUNK: &str = "courier_batch_shrunk_total";
 pub(crate) const BATCH_RESULTS_UNREADABLE: &str = "courier_batch_results_unreadable_total";
 pub(crate) const BATCH_SPLIT_SINGLES_RATIO: &str = "courier_batch_split_singles_ratio";
 pub(crate) const ORDERED_RESENT: &str = "courier_ordered_resent_total";
+pub(crate) const BATCH_RESENT: &str = "courier_batch_resent_total";
 // Deleted-unread accounting (`core::deleted`, `Pipeline::deleted_unread`).
 pub(crate) const DELETED_UNREAD: &str = "courier_events_deleted_unread_total";
 // Destinations (`core::destination`, `core::partition::outage`).
 pub(crate) const DIVERTED: &str = "courier_destination_diverted_total";
 pub(crate) const HELD_OUT: &str = "courier_destination_held_out";
+// Filters and route predicates (`core::expr`, issue 58).
+pub(crate) const FILTERED: &str = "courier_filtered_total";
+pub(crate) const FILTER_WOULD_DROP: &str = "courier_filter_would_drop_total";
+pub(crate) const ROUTE_REPICKED: &str = "courier_dlq_route_repicked_total";
 
 /// Every metric Courier registers, with its help text. Dashboards and alert rules
 /// may only use these (a test checks it).
 pub const ALL: &[(&str, &str)] = &[
+    (
+        FILTERED,
+        "Events a [[filters]] entry dropped (not delivered, offset committed as a delivered one's), by filter.",
+    ),
+    (
+        FILTER_WOULD_DROP,
+        "Events a dry_run filter would have dropped (delivered all the same), by filter.",
+    ),
+    (
+        ROUTE_REPICKED,
+        "DLQ events whose recorded route (api.routes name) no longer exists: their route chosen again from the current routes.",
+    ),
     (
         SYSTEMIC_DEMOTED,
         "Events parked after api.systemic_budget systemic answers once calls sent after their first refused one were delivered, by reason (http_403, tls_*, ...).",
@@ -289,6 +306,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         ORDERED_RESENT,
         "Events of an ordered run (ordered = true) sent again, although answered, because an earlier event of the run is tried again: duplicates the API drops by event id.",
+    ),
+    (
+        BATCH_RESENT,
+        "Events a 2xx batch answer left without a result while it accepted others of the request (api.batch.results), sent again at once in the route's next batch without spending a try (at most 4 times per try).",
     ),
     (
         DIVERTED,

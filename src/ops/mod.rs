@@ -1,4 +1,5 @@
-//! Operator tools: `courier dlq inspect` and `courier dlq replay`. The summaries and
+//! Operator tools: `courier dlq inspect` and `courier dlq replay`; `courier expr
+//! eval` (`expr_eval`: a configuration's expressions against one event, offline). The summaries and
 //! filters are pure (tested without a broker); reading and writing topics goes
 //! through `crate::kafka::admin` and an idempotent producer.
 //!
@@ -12,6 +13,7 @@
 //! demo on plaintext listeners. An authentication failure librdkafka reports is named in
 //! the helpers' error (`AdminError::Auth`) instead of a bare metadata timeout.
 
+pub mod expr_eval;
 pub mod inspect;
 pub mod progress;
 pub mod replay;

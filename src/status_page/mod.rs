@@ -251,8 +251,9 @@ pub struct StatusBoard {
     pub errors: ErrorTally,
     window: Mutex<ErrorWindow>,
     credential: Mutex<Option<CredentialSnapshot>>,
-    /// Per batched route (its URL, without credentials or query): the last
-    /// 10 s window's share of events answered alone after splits.
+    /// Per batched route (its name: `api.routes[i].name`, its index, or
+    /// `(default)`; bounded by the config): the last 10 s window's share
+    /// of events answered alone after splits.
     batch_splits: Mutex<BTreeMap<String, BatchSplitSnapshot>>,
 }
 
@@ -283,7 +284,7 @@ impl StatusBoard {
     }
 
     /// A batched route's last window of splits (`core::batch::SplitWindow`):
-    /// `route` names it without credentials or query.
+    /// `route` is its name from the config, never a rendered URL.
     pub(crate) fn batch_splits(&self, r: crate::core::batch::SplitReport, route: &str) {
         lock(&self.batch_splits).insert(
             route.to_string(),
@@ -543,7 +544,8 @@ pub struct HealthSnapshot {
 /// A batched route's splits over the last 10 s window, on `/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchSplitSnapshot {
-    /// The route's URL, without credentials, query or fragment.
+    /// The route's name (`api.routes[i].name`, else its index; `(default)`
+    /// for the events no route matches).
     pub route: String,
     /// Events answered in the window.
     pub events: u64,

@@ -209,6 +209,33 @@ impl Names {
         self.audit_all(s, produced, &[sink])
     }
 
+    /// [`Names::audit_all`] for a run with `[[filters]]`: `filtered`, the
+    /// ids its filters drop, are counted `filtered` where found nowhere else.
+    pub(crate) fn audit_filtered(
+        &self,
+        s: &Services,
+        produced: &Produced,
+        sinks: &[&SinkHandle],
+        filtered: &std::collections::HashSet<String>,
+    ) -> AuditReport {
+        let (first, others) = sinks.split_first().expect("at least one stand-in");
+        let mut api = first.audit();
+        for sink in others {
+            for (id, n) in sink.audit().delivered {
+                *api.delivered.entry(id).or_default() += n;
+            }
+        }
+        courier_standins::audit::audit_filtered(
+            &s.brokers,
+            &self.dlq,
+            &self.parking,
+            produced,
+            &api,
+            filtered,
+        )
+        .expect("audit")
+    }
+
     /// [`Names::audit`] over several stand-ins (one API behind several
     /// instances): an event reached the API if any of them received it; one
     /// received by two counts as a duplicate.

@@ -292,6 +292,9 @@ pub struct Cluster {
     pub cfg: ClusterCfg,
     pub names: Names,
     pub sink: SinkHandle,
+    /// The stand-ins' behaviour when healthy ([`Cluster::baseline`]): the
+    /// drill's [`baseline`], or a scenario's own (set before the faults).
+    pub healthy: Behaviour,
     /// Further API stand-ins, other destinations' (`destination-outage`): the
     /// audit counts an event delivered when any stand-in received it.
     pub extra_sinks: Vec<SinkHandle>,
@@ -313,7 +316,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn baseline(&self) -> Behaviour {
-        baseline(self.cfg.api_latency_ms)
+        self.healthy.clone()
     }
 
     /// What the stand-ins received, merged: [`Cluster::sink`]'s books with the
@@ -354,7 +357,8 @@ impl Cluster {
         )
         .await
         .context("creating the drill's topics")?;
-        let sink = SinkHandle::start("127.0.0.1:0".parse()?, baseline(cfg.api_latency_ms))
+        let healthy = baseline(cfg.api_latency_ms);
+        let sink = SinkHandle::start("127.0.0.1:0".parse()?, healthy.clone())
             .await
             .context("starting the API stand-in")?;
         let toml = courier_toml(&names, &sink.url(), cfg.concurrency);
@@ -368,6 +372,7 @@ impl Cluster {
             cfg,
             names,
             sink,
+            healthy,
             extra_sinks: Vec::new(),
             instances: Vec::new(),
             toml,
@@ -706,7 +711,7 @@ async fn monitor(registry: Registry, observed: Arc<Mutex<Observed>>) {
 
 /// The load: `count` events at `rate` per second, in chunks, in the background.
 /// Its events are of the load generator's default type, or of several types
-/// (`Load::start`'s `event_types`), one per chunk (see [`type_of_chunk`]).
+/// (`LoadShape::event_types`), one per chunk (see [`type_of_chunk`]).
 pub struct Load {
     pub poison: Arc<AtomicBool>,
     ctl: Arc<LoadCtl>,
@@ -726,25 +731,53 @@ struct LoadCtl {
     stop: AtomicBool,
     /// Valid events acknowledged so far (the index of the next one in `Produced::ids`).
     acked: AtomicUsize,
+    /// The registry schema id the chunks' Avro records are framed for; 0:
+    /// CloudEvents JSON.
+    schema_id: std::sync::atomic::AtomicU32,
+}
+
+/// What a load produces besides its count and rate (`Load::start`).
+#[derive(Debug, Clone)]
+pub struct LoadShape {
+    /// Empty: every event of the load generator's default type.
+    pub event_types: Vec<String>,
+    /// Keys the events cycle through (`Spec::keys`).
+    pub keys: usize,
+    /// Avro records framed for this registry schema id (`Spec::avro_schema_id`),
+    /// changed on the way with [`Load::set_schema_id`]; `None`: CloudEvents JSON.
+    pub avro_schema_id: Option<u32>,
+}
+
+impl Default for LoadShape {
+    fn default() -> Self {
+        LoadShape {
+            event_types: Vec::new(),
+            keys: LOAD_KEYS,
+            avro_schema_id: None,
+        }
+    }
 }
 
 impl Load {
-    /// `event_types` empty: every event of the load generator's default type.
+    /// `count` events at `rate` per second, of `shape`.
     pub fn start(
         brokers: &str,
         topic: &str,
         id_prefix: &str,
         count: usize,
         rate: u64,
-        event_types: &[&str],
+        shape: LoadShape,
     ) -> Load {
         let poison = Arc::new(AtomicBool::new(false));
         let ctl = Arc::new(LoadCtl::default());
+        ctl.schema_id
+            .store(shape.avro_schema_id.unwrap_or(0), Ordering::SeqCst);
         let shape = Shape {
             id_prefix: id_prefix.to_string(),
             count,
             rate: rate.max(1),
-            event_types: event_types.iter().map(|t| t.to_string()).collect(),
+            event_types: shape.event_types,
+            keys: shape.keys.max(1),
         };
         let task = tokio::spawn(produce_load(
             brokers.to_string(),
@@ -775,6 +808,12 @@ impl Load {
     pub fn resume(&self, renew: bool) {
         self.ctl.renew.store(renew, Ordering::SeqCst);
         self.ctl.hold.store(false, Ordering::SeqCst);
+    }
+
+    /// Frames the next chunks' Avro records for `id` (a new schema the
+    /// producer registered); only for a load started with an Avro schema id.
+    pub fn set_schema_id(&self, id: u32) {
+        self.ctl.schema_id.store(id, Ordering::SeqCst);
     }
 
     /// Valid events acknowledged so far.
@@ -830,6 +869,7 @@ struct Shape {
     rate: u64,
     /// Empty: the load generator's default type.
     event_types: Vec<String>,
+    keys: usize,
 }
 
 async fn produce_load(
@@ -844,6 +884,7 @@ async fn produce_load(
         count,
         rate,
         event_types,
+        keys,
     } = shape;
     let mut producer = loadgen::producer_with_timeout(&brokers, LOAD_MESSAGE_TIMEOUT)?;
     // Chunks are a multiple of POISON_EVERY so that poison is exactly 1 in 20.
@@ -864,11 +905,13 @@ async fn produce_load(
         }
         tick.tick().await;
         let n = chunk.min(count - sent);
+        let schema_id = ctl.schema_id.load(Ordering::SeqCst);
         let mut spec = Spec {
             count: n,
-            keys: LOAD_KEYS,
+            keys,
             id_prefix: id_prefix.clone(),
             poison_every: poison.load(Ordering::Relaxed).then_some(POISON_EVERY),
+            avro_schema_id: (schema_id != 0).then_some(schema_id),
             ..Spec::default()
         };
         if !event_types.is_empty() {

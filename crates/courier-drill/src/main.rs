@@ -16,6 +16,7 @@ mod digest;
 mod hostile;
 mod metrics;
 mod opts;
+mod order;
 mod partial_api;
 mod report;
 mod scenarios;
@@ -37,7 +38,7 @@ struct Args {
     /// A scenario name, a comma-separated list, or `all` (in order):
     /// api-outage, api-flap, api-401, redis, kafka-restart, kill-instances,
     /// partition-one, rolling-restart, poison-storm, crash-cost, partial-api,
-    /// destination-outage, hostile
+    /// destination-outage, order, hostile
     /// (its parts alone: hostile-403, hostile-header, hostile-recreate,
     /// hostile-deleted).
     #[arg(long, default_value = "all")]
@@ -99,13 +100,15 @@ fn scenarios(arg: &str) -> anyhow::Result<Vec<&'static str>> {
             scenarios::ALL
                 .iter()
                 .chain(hostile::PARTS)
+                .chain(scenarios::NAMED_ONLY)
                 .copied()
                 .find(|n| *n == s.trim())
                 .with_context(|| {
                     format!(
-                        "unknown scenario {s:?}; known: all, {}, {}",
+                        "unknown scenario {s:?}; known: all, {}, {}, {}",
                         scenarios::ALL.join(", "),
-                        hostile::PARTS.join(", ")
+                        hostile::PARTS.join(", "),
+                        scenarios::NAMED_ONLY.join(", ")
                     )
                 })
         })

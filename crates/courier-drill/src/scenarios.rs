@@ -3,7 +3,7 @@
 //! heals everything it broke, waits until the group has committed to the end and
 //! drained the DLQ, and ends with the no-loss audit.
 
-use crate::cluster::{Cluster, Load, Services};
+use crate::cluster::{Cluster, Load, LoadShape, Services};
 use crate::metrics;
 use crate::opts::Opts;
 use crate::report::{Check, ScenarioReport};
@@ -29,9 +29,14 @@ pub const ALL: &[&str] = &[
     "hostile",
 ];
 
-/// Scenarios that run only when named (parts of `hostile`).
+/// Scenarios that run only when named, not in `all` (the CI sequence):
+/// `order` until it passes under the CI's load (docs/DRILLS.md, "Order").
+pub const NAMED_ONLY: &[&str] = &["order"];
+
+/// A scenario of `all`, or one that runs only when named (parts of
+/// `hostile`, `NAMED_ONLY`).
 pub fn known(name: &str) -> bool {
-    ALL.contains(&name) || crate::hostile::PARTS.contains(&name)
+    ALL.contains(&name) || NAMED_ONLY.contains(&name) || crate::hostile::PARTS.contains(&name)
 }
 
 /// How long a scenario's load should last, so that its faults happen under load.
@@ -55,6 +60,7 @@ fn load_duration(name: &str, o: &Opts) -> Duration {
             "crash-cost" => o.pick(6.0, 15.0),
             "partial-api" => crate::partial_api::duration(o),
             "destination-outage" => crate::destination_outage::duration(o),
+            "order" => crate::order::duration(o),
             _ => Duration::ZERO,
         }
 }
@@ -156,6 +162,7 @@ async fn run_inner(
         "crash-cost" => c.static_ids = true,
         "partial-api" => c.toml = crate::partial_api::toml(&c.toml, &c.sink.url()),
         "destination-outage" => crate::destination_outage::prepare(&mut c, o).await?,
+        "order" => crate::order::prepare(&mut c, o).await?,
         _ => {}
     }
     c.start_all().await?;
@@ -168,9 +175,13 @@ async fn run_inner(
     let count = o
         .events
         .unwrap_or((o.rate as f64 * load_duration(name, o).as_secs_f64()) as usize);
-    let event_types: &[&str] = match name {
-        "destination-outage" => &crate::destination_outage::TYPES,
-        _ => &[],
+    let shape = match name {
+        "destination-outage" => LoadShape {
+            event_types: crate::destination_outage::TYPES.map(String::from).to_vec(),
+            ..LoadShape::default()
+        },
+        "order" => crate::order::load_shape(),
+        _ => LoadShape::default(),
     };
     let load = Load::start(
         &svc.brokers,
@@ -178,7 +189,7 @@ async fn run_inner(
         &format!("drill-{name}"),
         count,
         o.rate,
-        event_types,
+        shape,
     );
     eprintln!("[drill] producing {count} events at {}/s", o.rate);
 
@@ -197,6 +208,7 @@ async fn run_inner(
         "crash-cost" => crash_cost(&mut c, o).await,
         "partial-api" => crate::partial_api::run(&mut c, o).await,
         "destination-outage" => crate::destination_outage::run(&c, o, f).await,
+        "order" => crate::order::run(&mut c, o, &load).await,
         n if n.starts_with("hostile") => {
             let r = crate::hostile::run(name, &mut c, o, &load, &mut book).await;
             // Whatever happened, the load ends (its count is only a ceiling).
@@ -264,6 +276,9 @@ async fn run_inner(
     if name == "destination-outage" {
         rep.checks
             .extend(crate::destination_outage::after(&c, &audit));
+    }
+    if name == "order" {
+        rep.checks.extend(crate::order::after(&c, &audit));
     }
     println!("[{name}] audit:\n{audit}");
     if rep.deleted_unread_reported.is_some() {

@@ -1,6 +1,13 @@
 //! The no-loss audit that every test, drill and demo run ends with: each produced
 //! event either reached the API, or sits durably in the parking lot (with a reason)
-//! or in the DLQ. Anything else is lost. Duplicate deliveries are counted.
+//! or in the DLQ, or was dropped by a filter (`[[filters]]`: the run names the
+//! events its filters drop, [`audit_filtered`]). Anything else is lost.
+//! Duplicate deliveries are counted.
+//!
+//! An envelope is matched to a produced event by its `event_id`, or, when it
+//! has none (a record Courier could not decode, e.g. an Avro record whose
+//! schema the registry did not know: parked `unknown_schema`), by its origin
+//! (main-topic partition and offset).
 
 use crate::admin::{read_all, AdminError, Cluster};
 use crate::sink::Audit;
@@ -51,6 +58,9 @@ pub struct AuditReport {
     pub in_dlq: usize,
     pub parked: usize,
     pub parked_by_reason: BTreeMap<String, usize>,
+    /// Events a filter dropped: named by the run as filtered, and found
+    /// neither at the API, nor in the parking lot or the DLQ.
+    pub filtered: usize,
     pub lost: Vec<String>,
     pub duplicates: u64,
 }
@@ -78,6 +88,9 @@ impl fmt::Display for AuditReport {
         ];
         for (r, n) in &self.parked_by_reason {
             rows.push((format!("  {r}"), n.to_string()));
+        }
+        if self.filtered > 0 {
+            rows.push(("filtered".into(), self.filtered.to_string()));
         }
         rows.push(("LOST".into(), self.lost.len().to_string()));
         rows.push(("duplicates".into(), self.duplicates.to_string()));
@@ -113,6 +126,29 @@ pub fn audit(
     produced: &Produced,
     api: &Audit,
 ) -> Result<AuditReport, AdminError> {
+    audit_filtered(
+        cluster,
+        dlq_topic,
+        parking_topic,
+        produced,
+        api,
+        &HashSet::new(),
+    )
+}
+
+/// [`audit`] for a run with `[[filters]]`: `filtered` holds the ids its
+/// filters drop (what the run's filter expressions say of its events). Such
+/// an event found nowhere is counted `filtered`, not lost; one found at the
+/// API, parked or in the DLQ is counted there (a filter that should have
+/// dropped it did not: the run's own assertions see it in `filtered`).
+pub fn audit_filtered(
+    cluster: &(impl Cluster + ?Sized),
+    dlq_topic: &str,
+    parking_topic: &str,
+    produced: &Produced,
+    api: &Audit,
+    filtered: &HashSet<String>,
+) -> Result<AuditReport, AdminError> {
     let mut parked_ids: HashMap<String, String> = HashMap::new();
     let mut parked_origin: HashMap<(i32, i64), String> = HashMap::new();
     for r in read_all(cluster, parking_topic)? {
@@ -125,10 +161,16 @@ pub fn audit(
         }
     }
     let mut dlq_ids: HashSet<String> = HashSet::new();
+    let mut dlq_origin: HashSet<(i32, i64)> = HashSet::new();
     for r in read_all(cluster, dlq_topic)? {
         if let Some(env) = envelope(r.payload.as_deref()) {
-            if let Some(id) = env.event_id {
-                dlq_ids.insert(id);
+            match env.event_id {
+                Some(id) => {
+                    dlq_ids.insert(id);
+                }
+                None => {
+                    dlq_origin.insert((env.origin.partition, env.origin.offset));
+                }
             }
         }
     }
@@ -136,15 +178,18 @@ pub fn audit(
         produced: produced.ids.len() + produced.poison.len(),
         ..Default::default()
     };
-    for id in &produced.ids {
+    for (i, id) in produced.ids.iter().enumerate() {
+        let origin = produced.offsets.get(i);
         if let Some(&n) = api.delivered.get(id) {
             rep.delivered += 1;
             rep.duplicates += u64::from(n.saturating_sub(1));
-        } else if let Some(reason) = parked_ids.get(id) {
+        } else if let Some(reason) = parked_ids.get(id).or_else(|| parked_origin.get(origin?)) {
             rep.parked += 1;
             *rep.parked_by_reason.entry(reason.clone()).or_default() += 1;
-        } else if dlq_ids.contains(id) {
+        } else if dlq_ids.contains(id) || origin.is_some_and(|o| dlq_origin.contains(o)) {
             rep.in_dlq += 1;
+        } else if filtered.contains(id) {
+            rep.filtered += 1;
         } else {
             rep.lost.push(id.clone());
         }
@@ -177,6 +222,7 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+            filtered: 0,
             lost: Vec::new(),
             duplicates: 0,
         };

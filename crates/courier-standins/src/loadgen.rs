@@ -73,6 +73,33 @@ pub struct Spec {
     /// format, framed for this registry schema id (`input.format = "avro"`);
     /// bad input stays as it is (not framed). `None`: CloudEvents JSON.
     pub avro_schema_id: Option<u32>,
+    /// Where a record names its entity (its key): the Kafka key, or the body.
+    pub keying: Keying,
+}
+
+/// Where a record names its entity key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Keying {
+    /// The Kafka record key; the producer's partitioner picks the partition
+    /// from it.
+    #[default]
+    Kafka,
+    /// No Kafka key: the key is the event's top-level `"k"` field (Courier's
+    /// `input.format = "json"` with `input.key = "/k"`; the event is otherwise
+    /// [`event_json`]'s), and the producer picks the partition by entity: the
+    /// key's number modulo `partitions`, so each entity's events stay in one
+    /// partition, in order. Bad input has no key either. Not with Avro.
+    Body { partitions: i32 },
+}
+
+impl Keying {
+    /// The partition of the key numbered `key_no` (`None`: the partitioner's choice).
+    fn partition(self, key_no: usize) -> Option<i32> {
+        match self {
+            Keying::Kafka => None,
+            Keying::Body { partitions } => Some((key_no % partitions.max(1) as usize) as i32),
+        }
+    }
 }
 
 impl Default for Spec {
@@ -91,6 +118,7 @@ impl Default for Spec {
             event_bytes: 300,
             event_type: "profile.updated".into(),
             avro_schema_id: None,
+            keying: Keying::Kafka,
         }
     }
 }
@@ -114,6 +142,15 @@ pub fn event_json(id: &str, event_type: &str, key: &str, seq: usize, size: usize
     let mut v = head.into_bytes();
     v.extend(std::iter::repeat_n(b'.', pad));
     v.extend_from_slice(b"\"}}");
+    v
+}
+
+/// [`event_json`]'s event with its key also at the top, as `"k"`: for
+/// [`Keying::Body`] (`input.key = "/k"`).
+pub fn event_json_keyed(id: &str, event_type: &str, key: &str, seq: usize, size: usize) -> Vec<u8> {
+    let mut v = format!("{{\"k\":\"{key}\",").into_bytes();
+    let rest = event_json(id, event_type, key, seq, size.saturating_sub(v.len()));
+    v.extend_from_slice(&rest[1..]);
     v
 }
 
@@ -233,6 +270,9 @@ pub async fn produce_with(
             None => {
                 let id = event_id(&spec.id_prefix, seq);
                 let value = match spec.avro_schema_id {
+                    None if spec.keying != Keying::Kafka => {
+                        event_json_keyed(&id, &spec.event_type, &key, seq, spec.event_bytes)
+                    }
                     None => event_json(&id, &spec.event_type, &key, seq, spec.event_bytes),
                     Some(schema_id) => event_avro(
                         &id,
@@ -246,8 +286,13 @@ pub async fn produce_with(
                 (value, Some(id))
             }
         };
+        let partition = spec.keying.partition(seq % spec.keys.max(1));
         let fut = loop {
-            let rec = FutureRecord::to(topic).key(&key).payload(&payload);
+            let rec = FutureRecord::to(topic).payload(&payload);
+            let rec = match partition {
+                None => rec.key(&key),
+                Some(p) => rec.partition(p),
+            };
             match producer.send_result(rec) {
                 Ok(f) => break f,
                 Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
@@ -292,5 +337,30 @@ async fn wait(f: DeliveryFuture) -> Result<(i32, i64), LoadError> {
         Ok(Ok(d)) => Ok((d.partition, d.offset)),
         Ok(Err((e, _))) => Err(LoadError::Delivery(e.to_string())),
         Err(_) => Err(LoadError::Delivery("producer dropped the delivery".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_keyed_event_carries_its_key_at_the_top_and_in_data() {
+        let v: serde_json::Value =
+            serde_json::from_slice(&event_json_keyed("e-7", "t", "key-3", 7, 300)).expect("JSON");
+        assert_eq!(v["k"], "key-3");
+        assert_eq!(v["id"], "e-7");
+        assert_eq!(v["data"]["key"], "key-3");
+        assert_eq!(v["data"]["seq"], 7);
+        let keying = Keying::Body { partitions: 4 };
+        assert_eq!(
+            (
+                keying.partition(3),
+                keying.partition(7),
+                keying.partition(8)
+            ),
+            (Some(3), Some(3), Some(0))
+        );
+        assert_eq!(Keying::Kafka.partition(3), None);
     }
 }

@@ -39,6 +39,7 @@ mod recovery;
 mod route;
 mod shutdown;
 mod start;
+pub(crate) use start::{check_topics, Topics};
 #[cfg(test)]
 mod tests;
 

@@ -110,6 +110,9 @@ impl ConsumerState {
             part.fence = fences;
             part.last_forwarded = old.last_forwarded;
         }
+        // As after an assignment: the new actor learns DLQ p's lag (its main
+        // p's records wait until DLQ p is read: `core::partition`, I39).
+        self.check_lag(myself, true);
         Ok(())
     }
 

@@ -4,9 +4,11 @@
 //!
 //! # Invariant I31: topics and pairs
 //!
-//! *Enforced in* this file, `rebalance.rs` (`assigned`), `lag.rs` (`lag_lookup`,
+//! *Enforced in* this file (`check_topics`, which `courier check-config --online` runs
+//! too: `app::preflight`), `rebalance.rs` (`assigned`), `lag.rs` (`lag_lookup`,
 //! `dlq_positions`) and `src/kafka/client_config.rs` (`producer_config`). A missing main, DLQ or
-//! parking topic is refused at start, naming it; the producer never auto-creates topics
+//! parking topic is refused at start, naming it (one the broker will not describe to this
+//! principal is named as that, `kafka::seams::Broker::partition_count`); the producer never auto-creates topics
 //! (`allow.auto.create.topics=false`, set after `[kafka.properties]`). The partition
 //! counts of the main topic and the DLQ are compared at start and at every assignment
 //! (partitions added while running make the group rebalance): a mismatch starts no
@@ -24,7 +26,9 @@
 //! *Tested by:* `lag.rs`'s unit tests (`dlq_positions`) and `consumer/tests.rs`
 //! (`lag_at_idle_behind_transaction_markers_is_no_lag`, over fakes: seen failing with
 //! `dlq_positions` reporting the end offset); `tests/dlq.rs`:
-//! `a_missing_dlq_or_parking_topic_is_refused_at_start`,
+//! `a_missing_dlq_or_parking_topic_is_refused_at_start`; `tests/ops.rs`:
+//! `check_config_online_names_what_start_would_refuse` (the same checks, before a
+//! start); `kafka::seams` unit `a_topic_not_authorized_is_not_a_missing_topic`;
 //! `a_compacted_dlq_or_parking_topic_is_refused_at_start` (seen failing: the process ran
 //! on), `partitions_added_while_running_are_refused` (`create_partitions` on a running
 //! Courier's main topic: exit 70, audit lost 0, the restart refused),
@@ -45,7 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
-pub(super) enum StartupError {
+pub(crate) enum StartupError {
     #[error("{role} topic `{topic}` does not exist: create it (Courier does not create topics, and its producer never has the broker create one)")]
     MissingTopic { role: &'static str, topic: String },
     #[error("DLQ topic `{dlq}` has {dlq_n} partitions but `{main}` has {main_n}: they must be equal (main p and DLQ p are processed together); add partitions to the one with fewer")]
@@ -86,6 +90,48 @@ pub(super) fn partition_count(
         .map_err(|e| StartupError::Metadata(topic.to_string(), e.to_string()))
 }
 
+/// The three topics of a deployment, by name.
+pub(crate) struct Topics {
+    pub main: String,
+    pub dlq: String,
+    pub parking: String,
+}
+
+impl Topics {
+    fn of(p: &crate::runtime::Pipeline) -> Topics {
+        Topics {
+            main: p.config.kafka.topic.clone(),
+            dlq: p.dlq_topic.clone(),
+            parking: p.parking_topic.clone(),
+        }
+    }
+}
+
+/// The partition counts of the three topics, once they passed [`check_topics`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TopicCounts {
+    pub main: usize,
+    pub dlq: usize,
+    pub parking: usize,
+}
+
+/// What the consumer checks of the topics before it subscribes (and `courier
+/// check-config --online` before anything starts): every topic exists —
+/// Courier creates none (a DLQ the broker auto-created would get its default
+/// partition count, and a write to a missing topic would hold its event's
+/// offset until someone noticed) — and main p pairs with DLQ p. Blocking.
+pub(crate) fn check_topics(b: &dyn BrokerView, t: &Topics) -> Result<TopicCounts, StartupError> {
+    let missing = |role, topic: &str| StartupError::MissingTopic {
+        role,
+        topic: topic.to_string(),
+    };
+    let main = partition_count(b, &t.main)?.ok_or_else(|| missing("main", &t.main))?;
+    let dlq = partition_count(b, &t.dlq)?.ok_or_else(|| missing("DLQ", &t.dlq))?;
+    let parking = partition_count(b, &t.parking)?.ok_or_else(|| missing("parking", &t.parking))?;
+    check_pairs(&t.main, main, &t.dlq, dlq)?;
+    Ok(TopicCounts { main, dlq, parking })
+}
+
 /// The consumer actor's `pre_start`.
 pub(super) async fn start(
     myself: ActorRef<ConsumerMsg>,
@@ -115,37 +161,10 @@ pub(super) async fn start(
     // Lag checks and assignment lookups on a client of their own (see
     // `kafka::seams::Broker`).
     let broker: Arc<dyn BrokerView> = Arc::new(Broker::new(consumer_config(&cfg.kafka))?);
-    let (b, topic, dlq, parking) = (
-        broker.clone(),
-        cfg.kafka.topic.clone(),
-        p.dlq_topic.clone(),
-        p.parking_topic.clone(),
-    );
-    let (main_n, dlq_n, parking_n) = tokio::task::spawn_blocking(move || {
-        Ok::<_, StartupError>((
-            partition_count(&*b, &topic)?,
-            partition_count(&*b, &dlq)?,
-            partition_count(&*b, &parking)?,
-        ))
-    })
-    .await??;
-    // Every topic must exist: Courier creates none (a DLQ the broker
-    // auto-created would get its default partition count, and a write to a
-    // missing topic would hold its event's offset until someone noticed).
-    let missing = |role, topic: &str| StartupError::MissingTopic {
-        role,
-        topic: topic.to_string(),
-    };
-    let Some(main_n) = main_n else {
-        return Err(missing("main", &cfg.kafka.topic).into());
-    };
-    let Some(dlq_n) = dlq_n else {
-        return Err(missing("DLQ", &p.dlq_topic).into());
-    };
-    if parking_n.is_none() {
-        return Err(missing("parking", &p.parking_topic).into());
-    }
-    check_pairs(&cfg.kafka.topic, main_n, &p.dlq_topic, dlq_n)?;
+    let (b, topics) = (broker.clone(), Topics::of(p));
+    let main_n = tokio::task::spawn_blocking(move || check_topics(&*b, &topics))
+        .await??
+        .main;
     // Main p and DLQ p are read by the same member (range assignment).
     consumer.subscribe(&[cfg.kafka.topic.as_str(), p.dlq_topic.as_str()])?;
     let subscribed_at = std::time::Instant::now();

@@ -86,7 +86,7 @@ impl World {
             crate::status_page::BoardInfo::new(&config, "test".into()),
             crate::runtime::now_ms(),
         ));
-        let pipeline = Arc::new(Pipeline::new(config, status));
+        let pipeline = Arc::new(Pipeline::new(config, status).expect("valid"));
         let (main, dlq) = (
             pipeline.config.kafka.topic.clone(),
             pipeline.dlq_topic.clone(),

@@ -87,6 +87,16 @@ impl HeldTopics {
         }
     }
 
+    /// The topics whose `cleanup.policy` could not be read (DescribeConfigs
+    /// refused or not answered): a compacted one among them is not refused.
+    pub(crate) fn policies_unknown(&self) -> Vec<&str> {
+        self.limits
+            .keys()
+            .filter(|t| !self.cleanup_policies.contains_key(*t))
+            .map(String::as_str)
+            .collect()
+    }
+
     /// A compacted DLQ or parking lot is refused (at start: the writer does
     /// not start).
     pub(crate) fn refuse_compacted(

@@ -40,6 +40,16 @@ impl PartitionState {
         });
     }
 
+    /// A job per event of `run`, each with its completion token.
+    fn jobs(&self, src: Src, run: Vec<(i64, std::sync::Arc<Item>)>) -> Vec<Job> {
+        run.into_iter()
+            .map(|(offset, item)| Job {
+                item,
+                token: CompletionToken::new(self.inbox.clone(), self.a.generation, src, offset),
+            })
+            .collect()
+    }
+
     fn apply(&mut self, myself: &ActorRef<PartitionMsg>, e: Effect<Item>) -> Option<Input<Record>> {
         let partition = self.a.partition;
         match e {
@@ -48,33 +58,16 @@ impl PartitionState {
                     CompletionToken::new(self.inbox.clone(), self.a.generation, src, offset);
                 self.send(Job { item, token });
             }
-            Effect::Divert {
-                src,
-                offset,
-                item,
-                why,
-            } => {
-                let token =
-                    CompletionToken::new(self.inbox.clone(), self.a.generation, src, offset);
-                // Dropped when the pool is gone: the token reports errored,
-                // and the machine diverts it again after a back-off.
+            Effect::Divert { src, run, why } => {
+                let jobs = self.jobs(src, run);
+                // Dropped when the pool is gone: the tokens report errored,
+                // and the machine diverts them again after a back-off.
                 if let Some(pool) = self.a.delivery.pool.current() {
-                    let _ = pool.send_message(DeliveryMsg::Divert(Job { item, token }, why));
+                    let _ = pool.send_message(DeliveryMsg::Divert(jobs, why));
                 }
             }
             Effect::DispatchRun { src, run } => {
-                let jobs = run
-                    .into_iter()
-                    .map(|(offset, item)| Job {
-                        item,
-                        token: CompletionToken::new(
-                            self.inbox.clone(),
-                            self.a.generation,
-                            src,
-                            offset,
-                        ),
-                    })
-                    .collect();
+                let jobs = self.jobs(src, run);
                 self.enqueue(Queued::Run(jobs));
             }
             Effect::SetReading { src, on } => {

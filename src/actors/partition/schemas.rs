@@ -12,10 +12,18 @@
 //! completions, drains and timers. An answer that can never be a schema (an
 //! unknown id, a refused one: `core::schema::registry`) ends the wait too: the
 //! machine parks the records naming it with its reason.
+//!
+//! An id neither this partition nor the process's cache knows is asked for
+//! only while the registry has not refused this partition too many ids
+//! (`core::schema::unknown_ids`: 4 at once, one more each 15 s); past that,
+//! its records go to the machine with no answer kept for it (nothing kept
+//! per id), whose decoder parks them `unknown_schema` ("not asked"), and
+//! the partition does not wait.
 
 use super::PartitionMsg;
 use crate::core::main_reading::MainReading;
 use crate::core::partition::Src;
+use crate::core::schema::unknown_ids::{Ask, UnknownIds};
 use crate::kafka::Record;
 use crate::schema_registry::{Resolved, SchemaRegistry};
 use ractor::ActorRef;
@@ -39,6 +47,12 @@ pub(super) struct SchemaGate {
     pending: VecDeque<Record>,
     /// The id being fetched.
     waiting: Option<u32>,
+    /// It was in the process's cache when asked for (no round trip).
+    waiting_cached: bool,
+    /// How many refusals the registry may still give (`core::schema::unknown_ids`).
+    unknown: UnknownIds,
+    /// Where this partition's clock for `unknown` starts.
+    epoch: Instant,
     /// Whether main p is read: the machine's wish and this gate's wait
     /// (`core::main_reading` decides what to apply).
     pub(super) reading: MainReading,
@@ -61,6 +75,9 @@ impl SchemaGate {
             registry,
             pending: VecDeque::new(),
             waiting: None,
+            waiting_cached: false,
+            unknown: UnknownIds::default(),
+            epoch: Instant::now(),
             reading: MainReading::default(),
             closed: false,
             partition,
@@ -109,9 +126,21 @@ impl SchemaGate {
                 None => {}
                 Some(id) if just == Some(id) || known.fresh(id, now) => known.hand_out(id),
                 Some(id) => {
-                    self.waiting = Some(id);
-                    metrics::gauge!(crate::schema_registry::WAITING).increment(1.0);
-                    return (out, Some(id));
+                    let cached = self.registry.is_cached(id);
+                    match self.unknown.ask(cached, now - self.epoch) {
+                        Ask::Fetch => {
+                            self.waiting = Some(id);
+                            self.waiting_cached = cached;
+                            metrics::gauge!(crate::schema_registry::WAITING).increment(1.0);
+                            return (out, Some(id));
+                        }
+                        // Handed out with no answer kept: its decoder
+                        // parks it `unknown_schema`, "not asked".
+                        Ask::Park => {
+                            metrics::counter!(crate::schema_registry::FETCHES, "result" => "not_asked")
+                                .increment(1);
+                        }
+                    }
                 }
             }
             out.extend(self.pending.pop_front());
@@ -125,11 +154,13 @@ impl SchemaGate {
         id: u32,
         schema: Arc<Resolved>,
     ) -> (Vec<Record>, Option<u32>) {
-        let expires = schema
-            .is_refusal()
-            .then(|| Instant::now() + self.negative_ttl);
+        let now = Instant::now();
+        let expires = schema.is_refusal().then(|| now + self.negative_ttl);
+        if schema.is_refusal() && self.waiting == Some(id) && !self.waiting_cached {
+            self.unknown.refused(now - self.epoch);
+        }
         if let Ok(mut k) = self.known.lock() {
-            k.insert(id, schema, expires);
+            k.insert(id, schema, expires, now);
         }
         if self.waiting == Some(id) {
             self.waiting = None;

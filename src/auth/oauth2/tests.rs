@@ -97,3 +97,28 @@ async fn concurrent_401s_cause_one_refresh_and_then_a_quiet_time() {
     assert_eq!(t.bearer().await, Ok(bearer(2)), "the token was not dropped");
     assert_eq!(t.tokens_to_redact(), ["tok-2", "tok-1"]);
 }
+
+/// Issue 54, item 16: what the token endpoint chose reaches the log cut and
+/// escaped. Seen failing on 45109fa: its `error` went into the log as sent
+/// (a newline, a terminal escape, 100 kB).
+#[test]
+fn the_endpoints_error_reaches_the_log_cut_and_escaped() {
+    let hostile = format!("bad\n\u{1b}[31mforged\u{202e}{}", "x".repeat(100_000));
+    let e: RequestTokenError<ExchangeError, StandardErrorResponse<BasicErrorResponseType>> =
+        RequestTokenError::ServerResponse(StandardErrorResponse::new(
+            BasicErrorResponseType::Extension(hostile.clone()),
+            Some(hostile.clone()),
+            None,
+        ));
+    let d = describe(&e, 400);
+    assert!(d.len() < 700, "{} bytes", d.len());
+    assert!(
+        !d.contains('\n') && !d.contains('\u{1b}') && !d.contains('\u{202e}'),
+        "{d}"
+    );
+    assert!(d.contains("error=bad\\n\\u{1b}[31mforged\\u{202e}x"), "{d}");
+    let e: RequestTokenError<ExchangeError, StandardErrorResponse<BasicErrorResponseType>> =
+        RequestTokenError::Other(hostile);
+    let d = describe(&e, 400);
+    assert!(d.len() < 400 && !d.contains('\n'), "{d}");
+}

@@ -11,10 +11,12 @@
 //!
 //! **Ids**: with results matched by id (`api.batch.result_id`), two items of
 //! one request with the same id could not be told apart — ids are unique per
-//! CloudEvents *source*, not globally — so such items never share a request
+//! CloudEvents *source*, not globally — so such items never share a request:
+//! they go in parts by occurrence rank, sent at once ([`id_rank_parts`]), or
+//! for an ordered run in consecutive runs sent one after the other
 //! ([`unique_id_runs`]).
 
-use super::BatchFormat;
+use super::{BatchFormat, BatchSpec};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::ops::Range;
@@ -34,6 +36,30 @@ pub(crate) fn batch_item<'a>(
         return Some(Cow::Borrowed(body));
     }
     Some(one_line(body))
+}
+
+/// Where an event goes on a batched route.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Placement<'a> {
+    /// Into a batch, as this item.
+    Item(Cow<'a, [u8]>),
+    /// Alone, as itself: its body is not JSON, and a 2xx to it proves it
+    /// done (the route has no per-item results).
+    Alone,
+    /// Nowhere: its body is not JSON and the route has per-item results,
+    /// where only an event's result in a batch proves it done — a request
+    /// of its own would be delivered by a bare 2xx (fail closed: parked).
+    Refused,
+}
+
+/// Where an event with `body` goes on a route batched as `spec`
+/// (`known_json`: [`batch_item`]).
+pub(crate) fn place<'a>(spec: &BatchSpec, body: &'a [u8], known_json: bool) -> Placement<'a> {
+    match batch_item(&spec.format, body, known_json) {
+        Some(item) => Placement::Item(item),
+        None if spec.results.is_some() => Placement::Refused,
+        None => Placement::Alone,
+    }
 }
 
 /// A JSON text on one line for every line reader (module docs).
@@ -113,6 +139,30 @@ pub(crate) fn unique_id_runs(ids: &[&str]) -> Vec<Range<usize>> {
     runs
 }
 
+/// The items `ids` (in order) grouped by occurrence rank: part `k` holds,
+/// in order, each item that is the `k + 1`-th of its id — so no id repeats
+/// within a part, and one id repeated `r` times makes `r` parts however
+/// the repeats are spread. The requests they go in, all at once, when
+/// results are matched by id and order between them does not matter (no
+/// ordered run: [`unique_id_runs`] keeps a run's offset order instead).
+pub(crate) fn id_rank_parts(ids: &[&str]) -> Vec<Vec<usize>> {
+    let mut rank: std::collections::HashMap<&str, usize> =
+        std::collections::HashMap::with_capacity(ids.len());
+    let mut parts: Vec<Vec<usize>> = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let r = rank.entry(id).or_insert(0);
+        if parts.len() <= *r {
+            parts.push(Vec::new());
+        }
+        parts[*r].push(i);
+        *r += 1;
+    }
+    if parts.is_empty() {
+        parts.push(Vec::new());
+    }
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +177,30 @@ mod tests {
             batch_item(&BatchFormat::JsonArray, b"{\"a\":\n1}", true).as_deref(),
             Some(&b"{\"a\":\n1}"[..])
         );
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_goes_alone_only_without_per_item_results() {
+        let mut spec = BatchSpec {
+            max_events: 10,
+            max_bytes: 1 << 20,
+            linger: std::time::Duration::from_millis(10),
+            format: BatchFormat::JsonArray,
+            results: None,
+            split: vec![400],
+            ordered: false,
+            answer_bytes_per_event: 4096,
+            route: super::super::UNROUTED.into(),
+        };
+        assert_eq!(place(&spec, b"hello", false), Placement::Alone);
+        assert_eq!(
+            place(&spec, b"{}", false),
+            Placement::Item(Cow::Borrowed(&b"{}"[..]))
+        );
+        spec.results = Some(super::super::ResultsSpec::default());
+        assert_eq!(place(&spec, b"hello", false), Placement::Refused);
+        assert_eq!(place(&spec, b"", false), Placement::Refused);
+        assert!(matches!(place(&spec, b"[1]", false), Placement::Item(_)));
     }
 
     #[test]
@@ -147,6 +221,20 @@ mod tests {
             batch_item(&BatchFormat::Ndjson, b"{\"a\":\"\\n\"}", true),
             Some(Cow::Borrowed(_))
         ));
+    }
+
+    #[test]
+    fn repeated_ids_go_in_parts_by_their_rank() {
+        assert_eq!(id_rank_parts(&["a", "b", "c"]), vec![vec![0, 1, 2]]);
+        assert_eq!(
+            id_rank_parts(&["a", "b", "a", "c", "a", "d"]),
+            vec![vec![0, 1, 3, 5], vec![2], vec![4]]
+        );
+        assert_eq!(
+            id_rank_parts(&["a", "b", "b", "a"]),
+            vec![vec![0, 1], vec![2, 3]]
+        );
+        assert_eq!(id_rank_parts(&[]), vec![Vec::<usize>::new()]);
     }
 
     #[test]

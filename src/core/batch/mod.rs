@@ -52,7 +52,9 @@
 //! the batch waits for its rate slot, and for inline first tries a handover while the batch
 //! forms and while it waits for its request slot — each seen failing with its mechanism removed);
 //! `delivery::tests::ordered` (a run in one batch; the rest resent from a 503; a 400 parked
-//! alone; out of tries dead-lettered; bisected halves in order); `tests/batch.rs` against a
+//! alone; out of tries dead-lettered; bisected halves in order; a run admitted into a half-open
+//! probe slot never has two events on the wire — seen failing on 45109fa, its rest batched
+//! again at once took a second slot); `tests/batch.rs` against a
 //! real broker (every format, per-item results, a poison event, a 413, key order — no batch
 //! holds two events of a key without `ordered`, and with it
 //! `ordered_runs_share_batches_and_keep_each_keys_last_writes_in_order`: 30 keys, every 37th
@@ -64,10 +66,13 @@
 //! batching the adaptive concurrency limit counts requests (`core::concurrency`, "What the limit holds").
 
 mod items;
+mod resend;
 mod results;
 mod split_rate;
 
-pub(crate) use items::{batch_item, unique_id_runs};
+pub(crate) use items::{id_rank_parts, place, unique_id_runs, Placement};
+pub(crate) use resend::{accepted_any, resend_at_once};
+
 pub(crate) use results::{any_item_status, ItemResult, NoResult, Unreadable};
 pub use results::{item_results, ResultsSpec};
 use sha2::{Digest, Sha256};
@@ -90,6 +95,36 @@ pub struct BatchSpec {
     /// waiting events go out together as a run (`core::ordering`), in offset
     /// order, and are sent again from the first one that failed transiently.
     pub ordered: bool,
+    /// The most bytes of a 2xx answer read for its per-item results, per
+    /// event of the batch ([`answer_cap`]).
+    pub answer_bytes_per_event: usize,
+    /// The route's name (`api.routes[i].name`, else its index; [`UNROUTED`]
+    /// for the events no route matches): its label in metrics and on
+    /// `/status`, never a value an event chose.
+    pub route: String,
+}
+
+/// The name of the batching of events no route matches (`[api.batch]`).
+pub const UNROUTED: &str = "(default)";
+
+/// The most of a batch answer ever read whole (per-item results).
+pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+
+/// What a batch answer may hold beyond `answer_bytes_per_event` per event:
+/// the answer's own wrapping (its status line aside).
+pub const ANSWER_SLACK_BYTES: usize = 64 * 1024;
+
+/// The most of a 2xx answer to a batch of `events` read whole for its
+/// per-item results: `answer_bytes_per_event` per event plus
+/// [`ANSWER_SLACK_BYTES`], at most [`MAX_ANSWER_BYTES`]. A longer answer
+/// gives every event "no result" (`Unreadable::TooLarge`, sent again): the
+/// memory an answer can take is the batch's size, not 8 MiB per request in
+/// flight.
+pub(crate) fn answer_cap(spec: &BatchSpec, events: usize) -> usize {
+    events
+        .saturating_mul(spec.answer_bytes_per_event)
+        .saturating_add(ANSWER_SLACK_BYTES)
+        .min(MAX_ANSWER_BYTES)
 }
 
 /// The status an item's answer carries when its batch's answer holds no
@@ -338,6 +373,29 @@ mod tests {
             idempotency_key(["ev-1", "ev-2"]),
             "batch-69c7792cb44aabcaf76caa472c5d7cac"
         );
+    }
+
+    #[test]
+    fn an_answer_is_read_within_its_batchs_size() {
+        let spec = BatchSpec {
+            max_events: 10_000,
+            max_bytes: 1 << 20,
+            linger: std::time::Duration::from_millis(10),
+            format: BatchFormat::JsonArray,
+            results: None,
+            split: vec![400],
+            ordered: false,
+            answer_bytes_per_event: 4096,
+            route: UNROUTED.into(),
+        };
+        assert_eq!(answer_cap(&spec, 1), 4096 + ANSWER_SLACK_BYTES);
+        assert_eq!(answer_cap(&spec, 50), 50 * 4096 + ANSWER_SLACK_BYTES);
+        assert_eq!(answer_cap(&spec, 10_000), MAX_ANSWER_BYTES);
+        let huge = BatchSpec {
+            answer_bytes_per_event: usize::MAX,
+            ..spec
+        };
+        assert_eq!(answer_cap(&huge, 2), MAX_ANSWER_BYTES);
     }
 
     #[test]

@@ -178,7 +178,9 @@ pub enum FailureReason {
     EnrichmentUnavailable,
     /// No enrichment row for the event's key (`on_missing = "park"`).
     EnrichmentMissing,
-    /// The enriched body could not be built.
+    /// The request's body could not be built: the enriched body, a
+    /// `data_base64` that is not base64, or a body that is not JSON on a
+    /// route with per-item results (`core::batch::place`).
     BodyUnbuildable,
     /// The DLQ refused the record for good (`dlq_<refusal>`).
     DlqRefused(Refusal),
@@ -200,6 +202,9 @@ pub enum FailureReason {
     /// An earlier event of its key to the same destination is in the DLQ:
     /// it follows it there, without a try (`core::partition::outage`).
     KeyInDlq,
+    /// A filter's or a route's expression gave no answer for the event
+    /// (`core::expr`: failed, over its bound, not a bool).
+    ExpressionFailed,
 }
 
 /// A write the broker or the producer will never accept as it is (the DLQ
@@ -272,6 +277,7 @@ impl FailureReason {
             FailureReason::NoResult(n) => n.as_str(),
             FailureReason::DestinationUnavailable => "destination_unavailable",
             FailureReason::KeyInDlq => "key_in_dlq",
+            FailureReason::ExpressionFailed => "expression_failed",
         }
     }
 

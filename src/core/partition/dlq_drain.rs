@@ -46,17 +46,35 @@ impl DlqDrain {
     /// DLQ p has something to drain now: a due record at the head of the
     /// queue, or records not begun yet (`waiting` for the byte budget, or
     /// unread: their head may turn out not to be due yet), or a lag not known
-    /// yet. `after_begun`: see [`DlqDrain::next`].
-    pub(super) fn has_unread(&self, now_ms: i64, waiting: bool, after_begun: Option<i64>) -> bool {
+    /// yet. Records not begun behind a head that is not due count too while
+    /// they may be `unknown` (not all envelopes this machine wrote and
+    /// follows: an earlier owner's): their keys are learnt only once they
+    /// are read, and until then main p waits. `after_begun`: see
+    /// [`DlqDrain::next`].
+    pub(super) fn has_unread(
+        &self,
+        now_ms: i64,
+        (waiting, after_begun): (bool, Option<i64>),
+        unknown: bool,
+    ) -> bool {
+        let not_begun = || match (self.high, self.next(after_begun)) {
+            (Some(high), Some(next)) => high > next,
+            // Lag not known yet (a new assignment): assume there is a backlog,
+            // so main p is not read before DLQ p was looked at.
+            _ => true,
+        };
         match self.queue.front() {
-            Some(&(_, not_before)) => not_before <= now_ms,
+            Some(&(_, not_before)) => not_before <= now_ms || (unknown && not_begun()),
             None if waiting => true,
-            None => match (self.high, self.next(after_begun)) {
-                (Some(high), Some(next)) => high > next,
-                // Lag not known yet (a new assignment): assume there is a backlog,
-                // so main p is not read before DLQ p was looked at.
-                _ => true,
-            },
+            None => not_begun(),
+        }
+    }
+
+    /// DLQ p has records not begun (or its lag is not known yet).
+    pub(super) fn not_begun(&self, after_begun: Option<i64>) -> bool {
+        match (self.high, self.next(after_begun)) {
+            (Some(high), Some(next)) => high > next,
+            _ => true,
         }
     }
 
@@ -130,22 +148,37 @@ mod tests {
     fn unread_is_a_due_head_a_waiting_record_or_a_lag() {
         let mut d = DlqDrain::new(10);
         assert!(
-            d.has_unread(0, false, None),
+            d.has_unread(0, (false, None), false),
             "lag not known: assume a backlog"
         );
         d.on_positions(20, 10);
         assert!(
-            d.has_unread(0, false, None),
+            d.has_unread(0, (false, None), false),
             "nothing begun: reads from 10 < 20"
         );
-        assert!(!d.has_unread(0, false, Some(20)), "read up to the end");
         assert!(
-            d.has_unread(0, true, Some(20)),
+            !d.has_unread(0, (false, Some(20)), true),
+            "read up to the end"
+        );
+        assert!(
+            d.has_unread(0, (true, Some(20)), false),
             "a record waits for the budget"
         );
         d.push(20, 500);
-        assert!(!d.has_unread(499, false, Some(21)), "the head is not due");
-        assert!(d.has_unread(500, false, Some(21)));
+        assert!(
+            !d.has_unread(499, (false, Some(21)), true),
+            "the head is not due"
+        );
+        assert!(d.has_unread(500, (false, Some(21)), false));
+        d.on_positions(30, 10);
+        assert!(
+            !d.has_unread(499, (false, Some(21)), false),
+            "records not begun behind a head not due, all known: main p reads"
+        );
+        assert!(
+            d.has_unread(499, (false, Some(21)), true),
+            "some may be an earlier owner's: read them first"
+        );
         assert_eq!(d.next(None), Some(10));
         assert_eq!(d.next(Some(21)), Some(21));
     }

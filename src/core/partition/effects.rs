@@ -36,12 +36,13 @@ pub(crate) enum Commit {
 pub(crate) enum Effect<I> {
     /// Hand this job to the delivery side; its token reports back as a [`Report`].
     Dispatch { src: Src, offset: i64, item: Arc<I> },
-    /// Write this event to the DLQ without a try, for `why` (`outage`); its
-    /// token reports back as a [`Report`] like a dispatched job's.
+    /// Write these events (one, or one lane's run, in offset order) to the
+    /// DLQ without a try, for `why` (`outage`), one after the other: their
+    /// envelopes keep their order in DLQ p. Each job's token reports back as
+    /// a [`Report`] like a dispatched job's.
     Divert {
         src: Src,
-        offset: i64,
-        item: Arc<I>,
+        run: Vec<(i64, Arc<I>)>,
         why: Diverted,
     },
     /// Hand these jobs (two or more, one lane's run, in offset order) to the

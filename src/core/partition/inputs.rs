@@ -26,8 +26,10 @@ pub(crate) struct Positions {
 pub(crate) enum Finished {
     /// The API answered 2xx or 409.
     Delivered,
-    /// The envelope is acknowledged in the DLQ.
-    DeadLettered { reason: String },
+    /// The envelope is acknowledged in the DLQ, at DLQ offset `at` (of
+    /// this partition's DLQ p): how the machine knows it again when it is
+    /// read back (`outage`).
+    DeadLettered { reason: String, at: i64 },
     /// The envelope is acknowledged in the parking lot.
     Parked { reason: String },
 }

@@ -22,8 +22,10 @@
 //! a time, and one waiting in its drain lane counts as unread. DLQ p is paused while the partition holds
 //! `max_in_flight_per_partition` DLQ records, or while DLQ records wait for the in-flight
 //! byte budget. A record is begun only while that process-wide budget is not used up (passed
-//! by at most one record); a waiting machine is woken by the budget, and a dropped machine
-//! gives its bytes back. Once a drain is requested, nothing is begun or dispatched again.
+//! by at most one record; a partition's follow state is charged on top, `outage`); a
+//! waiting machine is woken by the budget, and a dropped machine gives its bytes back. Once
+//! a drain is requested, nothing is begun or dispatched again (what is released meanwhile
+//! waits with a pause's jobs). Every dispatch is routed by `outage` (I38, I39).
 //!
 //! *Tested by:* The model-based proptest checks each of these against a reference model over
 //! random interleavings (duplicate records, answers in any order, jobs vanishing up to past
@@ -71,8 +73,11 @@ struct Held<I> {
     /// its completion frees it.
     in_drain_lane: bool,
     errored: u32,
-    /// Dispatched as a divert to the DLQ (`outage`).
+    /// Its last dispatch was a divert to the DLQ (`outage`): counted in
+    /// its destination's diverts until it finishes or is routed otherwise.
     diverted: bool,
+    /// A DLQ record's own DLQ offset (`outage` knows its envelopes by it).
+    dlq_offset: Option<i64>,
 }
 
 /// The held events, keyed by side and slot, and their dispatch.
@@ -181,7 +186,7 @@ impl<X: Intake> Lanes<X> {
     pub(super) fn hold(
         &mut self,
         src: Src,
-        slot: i64,
+        (slot, offset): (i64, i64),
         item: X::Item,
         kind: Kind,
         run: Option<RunGroup>,
@@ -195,6 +200,12 @@ impl<X: Intake> Lanes<X> {
         if kind == Kind::Ordered {
             self.outage.begin(X::destination(&item), bytes);
         }
+        if src == Src::Dlq {
+            // A DLQ record read: its key's later events wait behind it,
+            // whoever wrote it (`outage`).
+            let (d, key, origin) = (X::destination(&item), X::key(&item), X::origin(&item));
+            self.outage.read_from_dlq(d, key, (offset, origin));
+        }
         let held = Held {
             item: Arc::new(item),
             bytes,
@@ -202,6 +213,7 @@ impl<X: Intake> Lanes<X> {
             in_drain_lane: false,
             errored: 0,
             diverted: false,
+            dlq_offset: (src == Src::Dlq).then_some(offset),
         };
         self.held.insert((src, slot), held);
         turn
@@ -326,20 +338,20 @@ impl<X: Intake> Lanes<X> {
         let d = X::destination(&held.item);
         // Bad input goes to the parking lot, no destination's.
         let route = if held.in_lane || src == Src::Dlq {
-            self.outage.route(d, X::key(&held.item), src)
+            self.outage
+                .route(d, X::key(&held.item), src, held.dlq_offset)
         } else {
             Route::Send
         };
         let item = held.item.clone();
+        let divert = matches!(route, Route::Divert(_));
+        Self::count_divert(&mut self.outage, held, d, divert);
         match route {
             Route::HoldOut => return self.outage.hold_out(d, src, vec![slot]),
             Route::Divert(why) => {
-                held.diverted = true;
-                self.outage.diverted(d);
                 fx.push(Effect::Divert {
                     src,
-                    offset: slot,
-                    item,
+                    run: vec![(slot, item)],
                     why,
                 });
             }
@@ -370,34 +382,57 @@ impl<X: Intake> Lanes<X> {
         let first = slots.first().and_then(|s| self.held.get(&(src, *s)));
         let Some(route) = first.map(|h| {
             let d = X::destination(&h.item);
-            (d, self.outage.route(d, X::key(&h.item), src))
+            (d, self.outage.route(d, X::key(&h.item), src, h.dlq_offset))
         }) else {
             return;
         };
-        match route {
-            (_, Route::Send) => {}
-            (d, Route::HoldOut) => return self.outage.hold_out(d, src, slots),
-            // Each on its own to the DLQ.
-            (_, Route::Divert(_)) => {
-                for slot in slots {
-                    self.dispatch(src, slot, false, fx);
+        let (d, divert) = match route {
+            (d, Route::Send) => (d, None),
+            (d, Route::HoldOut) => {
+                for slot in &slots {
+                    if let Some(h) = self.held.get_mut(&(src, *slot)) {
+                        Self::count_divert(&mut self.outage, h, d, false);
+                    }
                 }
-                return;
+                return self.outage.hold_out(d, src, slots);
+            }
+            // Together, in order: their envelopes keep the run's order.
+            (d, Route::Divert(why)) => (d, Some(why)),
+        };
+        let mut run: Vec<(i64, Arc<X::Item>)> = Vec::with_capacity(slots.len());
+        for slot in slots {
+            if let Some(h) = self.held.get_mut(&(src, slot)) {
+                Self::count_divert(&mut self.outage, h, d, divert.is_some());
+                run.push((slot, h.item.clone()));
             }
         }
-        let mut run: Vec<(i64, Arc<X::Item>)> = slots
-            .into_iter()
-            .filter_map(|slot| self.held.get(&(src, slot)).map(|h| (slot, h.item.clone())))
-            .collect();
         self.dispatched += run.len();
         if src == Src::Dlq {
             self.dispatched_dlq += run.len();
         }
-        if run.len() > 1 {
+        if let Some(why) = divert {
+            fx.push(Effect::Divert { src, run, why });
+        } else if run.len() > 1 {
             fx.push(Effect::DispatchRun { src, run });
         } else if let Some((offset, item)) = run.pop() {
             fx.push(Effect::Dispatch { src, offset, item });
         }
+    }
+
+    /// Whether a held event's job is a divert now: counted once per event
+    /// (a divert whose work vanished is dispatched again, and its finish
+    /// counts it off once; routed otherwise the second time, held out or
+    /// sent, it is counted off at once). A DLQ record going behind another
+    /// is not its destination's divert: it has no lane, nothing is counted.
+    fn count_divert(outage: &mut Outage, held: &mut Held<X::Item>, d: DestinationId, divert: bool) {
+        if held.in_lane && held.diverted != divert {
+            if divert {
+                outage.diverted(d);
+            } else {
+                outage.undiverted(d);
+            }
+        }
+        held.diverted = divert;
     }
 
     /// `Paused` ended: the jobs and runs whose turn came meanwhile go out.
@@ -420,7 +455,7 @@ impl<X: Intake> Lanes<X> {
         fx: &mut Vec<Effect<X::Item>>,
     ) -> PartitionVerdict {
         let changed = self.outage.set_down(down, fx);
-        for d in changed.back {
+        for d in changed.back.into_iter().chain(changed.diverted) {
             self.release_out(d, paused, fx);
         }
         changed.verdict
@@ -451,24 +486,42 @@ impl<X: Intake> Lanes<X> {
         }
     }
 
-    /// The main event at `slot` (`offset`) was dead-lettered: its key's
+    /// The main event at `slot` (`offset`: `None` if of a log replaced
+    /// since) was dead-lettered, its envelope at DLQ offset `at`: its key's
     /// later events to its destination wait behind it (`outage`).
-    pub(super) fn dead_lettered(&mut self, slot: i64, offset: i64) {
+    pub(super) fn dead_lettered(&mut self, slot: i64, offset: Option<i64>, at: i64) {
         if let Some(h) = self.held.get(&(Src::Main, slot)).filter(|h| h.in_lane) {
+            let origin = offset.unwrap_or(i64::MIN);
             self.outage
-                .dead_lettered(X::destination(&h.item), X::key(&h.item), offset);
+                .dead_lettered(X::destination(&h.item), X::key(&h.item), (origin, at));
         }
+    }
+
+    /// The DLQ record at `slot` was written to the DLQ again (its
+    /// redelivery failed): its destination waits two more lag checks before
+    /// the DLQ can count as drained (`outage`).
+    pub(super) fn written_again(&mut self, slot: i64, at: i64) {
+        if let Some(h) = self.held.get(&(Src::Dlq, slot)) {
+            let (d, key) = (X::destination(&h.item), X::key(&h.item));
+            self.outage.written_again(d, key, (h.dlq_offset, at));
+        }
+    }
+
+    /// DLQ p's log was replaced (a reset): the DLQ offsets the envelopes
+    /// were followed by mean nothing on the new one (`outage`).
+    pub(super) fn dlq_log_replaced(&mut self) {
+        self.outage.forget_envelopes();
     }
 
     /// The DLQ record at `slot` is done and out of the DLQ (redelivered,
     /// or parked): the events its envelope held back go, if nothing else
     /// holds them (`outage`).
     pub(super) fn redelivered(&mut self, slot: i64, paused: bool, fx: &mut Vec<Effect<X::Item>>) {
-        let origin = self
-            .held
-            .get(&(Src::Dlq, slot))
-            .and_then(|h| X::origin(&h.item));
-        if let Some(d) = origin.and_then(|o| self.outage.redelivered(o)) {
+        let Some(h) = self.held.get(&(Src::Dlq, slot)) else {
+            return;
+        };
+        let key = X::key(&h.item);
+        if let Some(d) = h.dlq_offset.and_then(|o| self.outage.redelivered(o, key)) {
             self.release_out(d, paused, fx);
         }
     }
@@ -477,6 +530,17 @@ impl<X: Intake> Lanes<X> {
     /// drained (`outage`).
     pub(super) fn awaits_drain(&self) -> bool {
         self.outage.awaits_drain()
+    }
+
+    #[cfg(test)]
+    pub(super) fn outage(&self) -> &Outage {
+        &self.outage
+    }
+
+    /// Every record of DLQ p not read is an envelope this machine wrote
+    /// (`outage`): its key is followed without reading it.
+    pub(super) fn dlq_known(&self) -> bool {
+        self.outage.dlq_known()
     }
 
     /// The DLQ drains while main p is read (`outage`).
@@ -601,13 +665,13 @@ mod tests {
     fn a_key_waits_for_its_earlier_event_and_other_keys_do_not() {
         let mut l = key_lanes();
         let mut fx = Fx::new();
-        assert!(l.hold(Src::Main, 0, (1, false), Kind::Ordered, None, 10));
+        assert!(l.hold(Src::Main, (0, 0), (1, false), Kind::Ordered, None, 10));
         assert!(
-            !l.hold(Src::Main, 1, (1, false), Kind::Ordered, None, 10),
+            !l.hold(Src::Main, (1, 1), (1, false), Kind::Ordered, None, 10),
             "same key"
         );
         assert!(
-            l.hold(Src::Main, 2, (2, false), Kind::Ordered, None, 10),
+            l.hold(Src::Main, (2, 2), (2, false), Kind::Ordered, None, 10),
             "another key"
         );
         l.dispatch(Src::Main, 0, false, &mut fx);
@@ -659,13 +723,13 @@ mod tests {
     fn a_key_waits_only_behind_its_events_to_the_same_destination() {
         for ordering in [OrderingMode::Key, OrderingMode::Partition] {
             let mut l: Lanes<ByDestination> = Lanes::new(ordering, test_outage());
-            assert!(l.hold(Src::Main, 0, (1, 0), Kind::Ordered, None, 1));
+            assert!(l.hold(Src::Main, (0, 0), (1, 0), Kind::Ordered, None, 1));
             assert!(
-                l.hold(Src::Main, 1, (1, 3), Kind::Ordered, None, 1),
+                l.hold(Src::Main, (1, 1), (1, 3), Kind::Ordered, None, 1),
                 "{ordering:?}: same key, another destination"
             );
             assert!(
-                !l.hold(Src::Main, 2, (1, 3), Kind::Ordered, None, 1),
+                !l.hold(Src::Main, (2, 2), (1, 3), Kind::Ordered, None, 1),
                 "{ordering:?}: same key and destination"
             );
             let mut fx = Vec::new();
@@ -680,16 +744,16 @@ mod tests {
     #[test]
     fn immediate_goes_at_once_and_queued_waits_for_the_drain() {
         let mut l = key_lanes();
-        assert!(l.hold(Src::Main, 0, (1, false), Kind::Immediate, None, 1));
+        assert!(l.hold(Src::Main, (0, 0), (1, false), Kind::Immediate, None, 1));
         let queued = Kind::Queued { not_before_ms: 0 };
-        assert!(!l.hold(Src::Dlq, 0, (1, false), queued, None, 1));
+        assert!(!l.hold(Src::Dlq, (0, 0), (1, false), queued, None, 1));
     }
 
     #[test]
     fn paused_dispatches_wait_until_released() {
         let mut l = key_lanes();
         let mut fx = Fx::new();
-        l.hold(Src::Main, 0, (1, false), Kind::Ordered, None, 1);
+        l.hold(Src::Main, (0, 0), (1, false), Kind::Ordered, None, 1);
         l.dispatch(Src::Main, 0, true, &mut fx);
         assert!(fx.is_empty());
         assert_eq!(l.in_flight(), 0);
@@ -704,8 +768,8 @@ mod tests {
     fn a_draining_finish_dispatches_nothing_next() {
         let mut l = key_lanes();
         let mut fx = Fx::new();
-        l.hold(Src::Main, 0, (1, false), Kind::Ordered, None, 1);
-        l.hold(Src::Main, 1, (1, false), Kind::Ordered, None, 1);
+        l.hold(Src::Main, (0, 0), (1, false), Kind::Ordered, None, 1);
+        l.hold(Src::Main, (1, 1), (1, false), Kind::Ordered, None, 1);
         l.finish(Src::Main, 0, true, false, &mut fx);
         assert!(fx.is_empty());
     }
@@ -714,7 +778,7 @@ mod tests {
     fn an_errored_job_backs_off_and_is_parked_at_the_limit() {
         let mut l = key_lanes();
         let mut fx = Fx::new();
-        l.hold(Src::Main, 0, (1, false), Kind::Ordered, None, 1);
+        l.hold(Src::Main, (0, 0), (1, false), Kind::Ordered, None, 1);
         l.dispatch(Src::Main, 0, false, &mut fx);
         for _ in 1..MAX_ERRORED {
             l.errored(Src::Main, 0, false, &mut fx);

@@ -39,6 +39,11 @@ pub(crate) struct PartitionMachine<X: Intake> {
     handover: Handover,
     storing: Storing,
     turn: Turn<X::Item>,
+    /// DLQ p's slot shift seen last (a reset raises it: `side`).
+    dlq_shift: i64,
+    /// A main record waited in the backlog for DLQ p to be read
+    /// ([`PartitionMachine::main_waits`]).
+    main_waited: bool,
 }
 
 impl<X: Intake> PartitionMachine<X> {
@@ -70,6 +75,8 @@ impl<X: Intake> PartitionMachine<X> {
             handover: Handover::new(settings.drain_timeout),
             storing: Storing::new(settings.pace),
             turn: Turn::default(),
+            dlq_shift: 0,
+            main_waited: false,
         }
     }
 
@@ -84,6 +91,24 @@ impl<X: Intake> PartitionMachine<X> {
         f: impl FnMut(crate::core::destination::DestinationId, usize),
     ) {
         self.lanes.each_held_out(f);
+    }
+
+    /// What its follow state is charged to the in-flight budget (`outage`).
+    #[cfg(test)]
+    pub(crate) fn follow_charged(&self) -> u64 {
+        self.lanes.outage().charged()
+    }
+
+    /// Main events of `d` held out now (the tests' check of holds).
+    #[cfg(test)]
+    pub(crate) fn held_out_main(&self, d: crate::core::destination::DestinationId) -> usize {
+        self.lanes.outage().held_main(d)
+    }
+
+    /// Some destination that is up has events waiting behind the DLQ.
+    #[cfg(test)]
+    pub(crate) fn awaits_drain(&self) -> bool {
+        self.lanes.awaits_drain()
     }
 
     #[cfg(test)]
@@ -120,16 +145,50 @@ impl<X: Intake> PartitionMachine<X> {
         self.backlog.total_bytes()
     }
 
-    /// Bytes this machine holds of the in-flight budget.
+    /// Bytes this machine holds of the in-flight budget (its records', and
+    /// its follow state's: `outage`).
     #[cfg(test)]
     pub(crate) fn held_bytes(&self) -> u64 {
-        self.share.held()
+        self.share.held() + self.lanes.outage().charged()
     }
 
     /// The last stored position of one side (as far as the machine knows).
     #[cfg(test)]
     pub(crate) fn stored(&self, src: Src) -> Option<NextOffset> {
         self.sides[src].stored()
+    }
+
+    /// Main p's records are not begun while DLQ p may hold envelopes the
+    /// machine does not know (not every record of it not read is one it
+    /// wrote: a new owner) and some of DLQ p is not read yet: their keys
+    /// are learnt only once read (`outage`, I39, "reading order"). Records
+    /// of main p that arrive meanwhile wait in the backlog, holding none of
+    /// the in-flight budget; the drain goes on.
+    pub(super) fn main_waits(&self) -> bool {
+        !self.lanes.dlq_known()
+            && (self.backlog.is_waiting(Src::Dlq)
+                || self.dlq.not_begun(self.sides[Src::Dlq].read_to()))
+    }
+
+    /// A new owner's drain sends nothing before DLQ p is read to its end
+    /// (I39's reading order, as [`PartitionMachine::main_waits`]): an
+    /// earlier owner's envelope written again after a failed redelivery
+    /// sits later in DLQ p than its key's later envelopes, and only once it
+    /// is read do those go behind it. Unless DLQ p cannot be read further
+    /// before some of it goes out (`full`: the partition holds its limit of
+    /// DLQ records; or they wait for the byte budget).
+    fn drain_waits(&self, full: bool) -> bool {
+        !self.lanes.dlq_known()
+            && !full
+            && !self.backlog.is_waiting(Src::Dlq)
+            && self.dlq.not_begun(self.sides[Src::Dlq].read_to())
+    }
+
+    /// Nothing goes out now: the partition is paused, or a drain was
+    /// requested. What is released meanwhile waits (`lanes`' ready set),
+    /// sent once the pause ends, never after a drain.
+    fn held_back(&self) -> bool {
+        self.degraded.paused() || self.draining()
     }
 
     /// A drain was requested (answered or not): nothing is begun or dispatched.
@@ -144,7 +203,7 @@ impl<X: Intake> PartitionMachine<X> {
             Input::Records(records) => self.on_records(records, now),
             Input::Reports(reports) => self.on_reports(reports, now),
             Input::Verdict { down } => {
-                let paused = self.degraded.paused();
+                let paused = self.held_back();
                 let v = self.lanes.set_down(down, paused, &mut self.turn.fx);
                 self.degraded.verdict(v.paused, v.drain_held);
                 self.evaluate(now);
@@ -267,6 +326,7 @@ impl<X: Intake> PartitionMachine<X> {
         }
         self.lanes.answered(r.src);
         let draining = self.draining();
+        let paused = self.held_back();
         let fx = &mut self.turn.fx;
         if r.finished.is_none() {
             self.lanes.errored(r.src, r.offset, draining, fx);
@@ -278,17 +338,20 @@ impl<X: Intake> PartitionMachine<X> {
         // Before its lane releases the next: a key's event in the DLQ holds
         // its later events to the same destination, until it is out of the
         // DLQ again (`outage`).
-        let paused = self.degraded.paused();
-        let dead = matches!(r.finished, Some(Finished::DeadLettered { .. }));
-        match r.src {
-            Src::Main if dead => {
-                let offset = self.sides[Src::Main].offset(r.offset);
-                self.lanes.dead_lettered(r.offset, offset);
+        let at = match r.finished {
+            Some(Finished::DeadLettered { at, .. }) => Some(at),
+            _ => None,
+        };
+        match (r.src, at) {
+            (Src::Main, Some(at)) => {
+                let offset = self.sides[Src::Main].offset_now(r.offset);
+                self.lanes.dead_lettered(r.offset, offset, at);
             }
-            Src::Main => {}
-            // Written to the DLQ again: its envelope still holds them.
-            Src::Dlq if dead => {}
-            Src::Dlq => self.lanes.redelivered(r.offset, paused, fx),
+            (Src::Main, None) => {}
+            // Written to the DLQ again: its envelope still holds them, and a
+            // lag check asked before this write cannot prove DLQ p drained.
+            (Src::Dlq, Some(at)) => self.lanes.written_again(r.offset, at),
+            (Src::Dlq, None) => self.lanes.redelivered(r.offset, paused, fx),
         }
         if let Some(bytes) = self.lanes.finish(r.src, r.offset, draining, paused, fx) {
             self.sides[r.src].finished();
@@ -319,10 +382,12 @@ impl<X: Intake> PartitionMachine<X> {
         let dlq = (p.dlq_high - next).max(0);
         self.turn.fx.push(Effect::Lag { dlq, main });
         let waiting = self.backlog.is_waiting(Src::Dlq);
-        let after_begun = self.sides[Src::Dlq].next_offset();
-        let drained = !self.dlq.has_unread(now.wall_ms, waiting, after_begun)
+        let after_begun = self.sides[Src::Dlq].read_to();
+        let drained = !self
+            .dlq
+            .has_unread(now.wall_ms, (waiting, after_begun), true)
             && self.sides[Src::Dlq].held() == 0;
-        let paused = self.degraded.paused();
+        let paused = self.held_back();
         self.lanes.lag_checked(drained, paused, &mut self.turn.fx);
         self.evaluate(now);
     }
@@ -351,12 +416,18 @@ impl<X: Intake> PartitionMachine<X> {
     fn evaluate(&mut self, now: Now) {
         let first = !self.sides[Src::Main].reading_known();
         let waiting = self.backlog.is_waiting(Src::Dlq);
-        let after_begun = self.sides[Src::Dlq].next_offset();
+        let after_begun = self.sides[Src::Dlq].read_to();
         // Due records waiting in a drain lane are unread too.
-        let unread = self.dlq.has_unread(now.wall_ms, waiting, after_begun)
-            || self.lanes.drain_waiting() > 0
-            || self.lanes.awaits_drain();
         let alongside = self.lanes.alongside();
+        // Events waiting behind their envelopes make DLQ p worth reading
+        // while main p is read too (alongside); otherwise main p waits
+        // only for DLQ records due now, never for a head that is not due.
+        let unknown = !self.lanes.dlq_known();
+        let unread = self
+            .dlq
+            .has_unread(now.wall_ms, (waiting, after_begun), unknown)
+            || self.lanes.drain_waiting() > 0
+            || (alongside && self.lanes.awaits_drain());
         let mode = self.degraded.update(now, unread, alongside, first);
         self.turn.push(mode);
         let reading = self.degraded.reading();
@@ -365,7 +436,13 @@ impl<X: Intake> PartitionMachine<X> {
         self.turn.push(main);
         let dlq = self.sides[Src::Dlq].read(Src::Dlq, reading.dlq && !full[Src::Dlq]);
         self.turn.push(dlq);
+        if self.main_waited && !self.main_waits() {
+            // DLQ p is read: main p's records begin.
+            self.main_waited = false;
+            self.fill();
+        }
         let (draining, paused) = (self.draining(), self.degraded.paused());
+        let drain_waits = self.drain_waits(full[Src::Dlq]);
         let fx = &mut self.turn.fx;
         if !paused && !draining {
             self.lanes.release_ready(fx);
@@ -386,7 +463,11 @@ impl<X: Intake> PartitionMachine<X> {
             } else {
                 self.lanes.in_flight_dlq()
             };
-            let (due, next) = self.dlq.take_due(now.wall_ms, in_flight);
+            let (due, next) = if drain_waits {
+                (Vec::new(), None)
+            } else {
+                self.dlq.take_due(now.wall_ms, in_flight)
+            };
             for slot in due {
                 self.lanes.dispatch_due(slot, paused, fx);
             }

@@ -13,7 +13,8 @@
 //! - an X event whose turn comes is **held out**: kept, not dispatched (the
 //!   other destinations' events keep going out); X coming back dispatches
 //!   them, in the order their lanes released them;
-//! - once the outage outlasts `degraded.destination_hold`, or X holds its
+//! - once the outage outlasts `degraded.destination_hold` (a hold that ends
+//!   while the partition is paused counts once it is not), or X holds its
 //!   share (half of `max_in_flight_per_partition` events of the partition,
 //!   or half of the in-flight byte budget with its events in every
 //!   partition: `ByteBudget::held_for`), X is
@@ -22,31 +23,65 @@
 //!   no try used), so a long outage does not fill the partition's room and
 //!   stall the others. A key's next X event is released only once the one
 //!   before it is in the DLQ;
-//! - with several destinations, an event of X in the DLQ (diverted, or its
-//!   tries spent) holds its key's later X events (every later one in
-//!   `partition` ordering): whose turn comes while X is up waits, held out,
-//!   until that envelope is redelivered ([`Outage::redelivered`]: the
-//!   envelopes this machine wrote are followed by the main offset they were
-//!   written for, `Intake::origin`), or follows it into the DLQ
-//!   ([`Diverted::BehindDlq`]) once X holds its share or is down. Order per
-//!   key and destination holds;
 //! - back, X's envelopes are drained *alongside* main p (`core::fsm`'s
 //!   `DrainAlongside`, [`Outage::alongside`]): the other destinations, and
-//!   X's keys with nothing in the DLQ, keep flowing. Only when DLQ p holds
-//!   records the machine did not write and follow (an earlier owner's, or
-//!   after an overflow of what it follows) does main p wait for the drain,
-//!   as degraded mode always did, until the DLQ is drained (two lag checks
-//!   after the last write, nothing of DLQ p unread or held:
-//!   [`Outage::lag_checked`]), which frees everything;
+//!   X's keys with nothing in the DLQ, keep flowing;
 //! - with one destination (or when every destination of the partition is
 //!   down) the partition pauses instead, as degraded mode always did:
-//!   nothing is held out, nothing diverted.
+//!   nothing is held out, nothing diverted for the outage.
 //!
-//! *Tested by* the unit tests below, the machine's tests (`outage_tests`,
-//! with the interleavings proptest: no event sent while an earlier one of
-//! its key and destination has an envelope in the DLQ) and
-//! `tests/destinations.rs` (the first API's rate during the outage and the
-//! drain).
+//! # Invariant I39: a key's order holds through the DLQ
+//!
+//! No event is sent while an earlier event of its key and destination is
+//! unfinished (the lanes, I3) or in the DLQ: it waits, or follows it there.
+//! The same for one destination as for several, unbatched, in ordered runs
+//! and in the drain. *Enforced* here; in `lanes` (which routes every
+//! dispatch through [`Outage::route`]); in `delivery::ordered` (a run member
+//! dead-lettered takes the rest of its run into the DLQ behind it); in
+//! `actors::partition::decode` (a DLQ record is keyed as its event was on
+//! main p: the entity key the envelope records); and in the delivery pool
+//! (a run diverted is written in order). How:
+//!
+//! - **Followed envelopes.** Each envelope in the DLQ that the machine knows
+//!   of counts against its key (`Follow`; in `partition` ordering against
+//!   the whole destination): those it wrote (dead-lettered or diverted),
+//!   known by the DLQ offset the broker acknowledged each at
+//!   ([`Outage::dead_lettered`], `Finished::DeadLettered { at }`), and
+//!   every record it reads from DLQ p ([`Outage::read_from_dlq`]: an
+//!   earlier owner's, or its own read back before the report of its write
+//!   came). While a key counts, its events whose turn comes are held out
+//!   ([`Route::HoldOut`]), or follow into the DLQ ([`Diverted::BehindDlq`])
+//!   once the destination holds its share or is down; an envelope
+//!   redelivered or parked ([`Outage::redelivered`]) counts off.
+//! - **DLQ order.** The envelopes followed are also kept in their key's
+//!   order (the main offset each was written for, `Intake::origin`). A DLQ
+//!   record that comes up while an envelope of its key written for an
+//!   earlier event sits later in DLQ p (written again after a failed
+//!   redelivery) goes to the back too, untried ([`Outage::route`]'s `dlq`).
+//! - **Reading order.** Until every record of DLQ p not read is one the
+//!   machine wrote and follows ([`Outage::dlq_known`]), a new owner reads DLQ
+//!   p to its end before main p (`dlq_drain`'s `unknown`) and before its
+//!   drain sends (the machine's `drain_waits`, unless DLQ p cannot be read
+//!   further first: at its limit, or waiting for the byte budget), so that
+//!   an earlier owner's envelopes are followed, and in their key's order,
+//!   before their keys' later events go.
+//! - **Release.** What was held out goes once its key counts nothing, or
+//!   once the DLQ is drained as a whole (two lag checks after the last
+//!   write, nothing of DLQ p unread or held: [`Outage::lag_checked`]) —
+//!   the only way after more than `MAX_TRACKED` envelopes or a replaced
+//!   DLQ log, when envelopes are no longer followed one by one.
+//!
+//! *Tested by* the unit tests below; the machine's tests (`outage_tests`,
+//! with the interleavings proptest: one or two destinations, answers
+//! dead-lettered, errored or reported late, envelopes due later, stale lag
+//! checks, hold timers while paused; no event sent while an earlier one of
+//! its key and destination is in the DLQ, every destination settles);
+//! `model` (one destination); `delivery::tests::ordered`;
+//! `actors::partition::decode`'s tests; `tests/order.rs` (stale writes 0
+//! through an outage, ordered batches, unbatched keys, entity keys through
+//! the drain); `tests/destinations.rs`; `tests/follow_memory.rs` (the
+//! follow state's memory in a running process); the drill's `order`
+//! scenario.
 
 use super::{Effect, Src, Timer};
 use crate::core::byte_budget::ByteBudget;
@@ -66,11 +101,26 @@ type Run = (Src, Vec<i64>);
 /// past it, its followers wait for the DLQ to be drained as a whole.
 const MAX_TRACKED: usize = 100_000;
 
+/// The most keys a destination's events wait behind, per partition.
+const MAX_FOLLOWED_KEYS: usize = 50_000;
+
+/// What following one envelope costs in memory (its entries in the maps of
+/// this part), charged to the in-flight byte budget while it is followed
+/// one by one.
+const FOLLOW_BYTES: u64 = 160;
+
+/// The most envelopes remembered as gone before the report of their write
+/// (`Outage::gone`).
+const MAX_GONE: usize = 4_096;
+
 /// What an envelope in the DLQ holds back of its destination's events.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Follow {
-    /// Its key's later events (`key` ordering).
-    Key(Vec<u8>),
+    /// Its key's later events (`key` ordering), the key known by its
+    /// 64-bit hash, seeded per machine (`Outage::seed`): whatever the
+    /// key's length, an entry costs the same; a collision only holds the
+    /// other key's events longer.
+    Key(u64),
     /// Every later event (`partition` ordering).
     Whole,
 }
@@ -107,22 +157,34 @@ struct PerDestination {
     /// breaker lets it look up for a moment) keeps the one it has, so its
     /// outage is timed from when it first went down.
     timing: bool,
-    /// Keys with events in the DLQ (dead-lettered, or diverted), and how
-    /// many: their later events wait behind them (or follow them there)
-    /// until they are redelivered, or the DLQ is drained.
-    keys: HashMap<Vec<u8>, u32>,
+    /// Its hold ran out while it was down with the partition paused (a
+    /// paused partition diverts nothing): diverted as soon as the
+    /// partition is not paused and it is still down.
+    expired: bool,
+    /// Keys (hashed) with events in the DLQ (dead-lettered, or diverted),
+    /// and how many: their later events wait behind them (or follow them
+    /// there) until they are redelivered, or the DLQ is drained. At most
+    /// [`MAX_FOLLOWED_KEYS`]: past it, an envelope holds every later event
+    /// of its destination (`whole`).
+    keys: HashMap<u64, u32>,
     /// `partition` ordering: its events in the DLQ, each holding every
     /// later one.
     whole: u32,
 }
 
-impl PerDestination {
-    /// Per dispatch: no hashing of the key while no key follows (the usual
-    /// case, and always with one destination).
-    fn follows(&self, key: Option<&[u8]>) -> bool {
-        self.whole > 0 || (!self.keys.is_empty() && key.is_some_and(|k| self.keys.contains_key(k)))
-    }
+/// An envelope followed: whose, what it holds back, and the main offset it
+/// was written for (its place in its key's order).
+#[derive(Debug)]
+struct Tracked {
+    d: DestinationId,
+    follow: Follow,
+    origin: i64,
+    /// Followed as read from DLQ p, no report of its write seen (an
+    /// earlier owner's, or its own read back before the report came).
+    read: bool,
+}
 
+impl PerDestination {
     /// Some event of it waits behind the DLQ.
     fn followed(&self) -> bool {
         self.whole > 0 || !self.keys.is_empty()
@@ -174,17 +236,29 @@ pub(super) struct Outage {
     /// The process-wide in-flight budget: a destination holding half of it
     /// (its events in every partition) is diverted too.
     budget: Arc<ByteBudget>,
+    /// What the envelopes followed one by one are charged to `budget`.
+    charged: u64,
+    /// The keys' hasher (`Follow::Key`), seeded per machine.
+    seed: foldhash::fast::RandomState,
     /// What order a key's events keep (none: nothing follows).
     ordering: OrderingMode,
     per: Vec<PerDestination>,
-    /// The envelopes this machine wrote and follows, by the main offset
-    /// they were written for (`Intake::origin`), not redelivered yet.
-    envelopes: HashMap<i64, (DestinationId, Follow)>,
+    /// The envelopes this machine wrote and follows, not redelivered yet,
+    /// by the DLQ offset the broker acknowledged each at (an earlier
+    /// owner's envelope for the same event is another record).
+    envelopes: HashMap<i64, Tracked>,
+    /// The same, per destination and key, in their key's order: (main
+    /// slot, DLQ offset). A DLQ record before (in DLQ p) an envelope of
+    /// its key written for an earlier event goes to the back, untried.
+    order: HashMap<(DestinationId, Follow), BTreeSet<(i64, i64)>>,
+    /// Envelopes redelivered before the report of their write came (read
+    /// back and due at once): out of the DLQ already when it comes.
+    gone: BTreeSet<i64>,
     /// DLQ p was seen drained since the assignment: every record of it is
     /// one this machine wrote.
     dlq_known: bool,
-    /// `envelopes` names every envelope followed (no overflow, no offset
-    /// written for twice since the last settle).
+    /// `envelopes` names every envelope followed (no overflow, DLQ p's log
+    /// not replaced since the last settle).
     precise: bool,
 }
 
@@ -193,6 +267,9 @@ pub(super) struct Outage {
 pub(super) struct Changed {
     pub(super) verdict: PartitionVerdict,
     pub(super) back: Vec<DestinationId>,
+    /// Down destinations diverted from now on: their hold ran out while
+    /// the partition was paused, and it is not any more.
+    pub(super) diverted: Vec<DestinationId>,
 }
 
 impl Outage {
@@ -216,9 +293,21 @@ impl Outage {
             share: (limit / 2).max(1),
             per: Vec::new(),
             envelopes: HashMap::new(),
+            order: HashMap::new(),
+            gone: BTreeSet::new(),
             dlq_known: false,
             precise: true,
+            charged: 0,
+            seed: foldhash::fast::RandomState::default(),
         }
+    }
+
+    /// Every record of DLQ p this machine has not read is an envelope it
+    /// wrote, its key followed: DLQ p was seen drained since the assignment
+    /// (what an earlier owner wrote is gone). Once true, true for the
+    /// machine's life.
+    pub(super) fn dlq_known(&self) -> bool {
+        self.dlq_known
     }
 
     /// The DLQ drains while main p is read (`core::fsm`'s
@@ -265,13 +354,24 @@ impl Outage {
                         },
                     });
                 }
-                (true, false) => back.push(d),
+                (true, false) => {
+                    self.of(d).expired = false;
+                    back.push(d);
+                }
                 _ => {}
+            }
+        }
+        let mut diverted = Vec::new();
+        for i in 0..self.per.len() {
+            let d = DestinationId(i as u8);
+            if self.per[i].expired && self.down.contains(d) && self.divert_now(d) {
+                diverted.push(d);
             }
         }
         Changed {
             verdict: self.verdict(),
             back,
+            diverted,
         }
     }
 
@@ -304,44 +404,230 @@ impl Outage {
         }
     }
 
-    /// The event of `d` with `key` at main `offset` was dead-lettered (or
-    /// diverted): with more than one reachable destination, its key's later
-    /// events to `d` wait behind it until it is redelivered
-    /// ([`Outage::redelivered`]) or the DLQ is drained (with one, the
-    /// partition drains the DLQ before it reads on, as degraded mode always
-    /// did).
-    pub(super) fn dead_lettered(&mut self, d: DestinationId, key: Option<&[u8]>, offset: i64) {
-        if self.all.len() <= 1 {
-            return;
-        }
-        let follow = match (self.ordering, key) {
-            (OrderingMode::Key, Some(k)) => Follow::Key(k.to_vec()),
-            (OrderingMode::Partition, _) => Follow::Whole,
-            // No order promise: nothing follows.
-            (OrderingMode::Key, None) | (OrderingMode::Unordered, _) => return,
-        };
-        let p = self.of(d);
-        match &follow {
-            Follow::Key(k) => *p.keys.entry(k.clone()).or_default() += 1,
-            Follow::Whole => p.whole += 1,
-        }
-        p.checks = 0;
-        if self.precise {
-            let again = self.envelopes.insert(offset, (d, follow)).is_some();
-            if again || self.envelopes.len() > MAX_TRACKED {
-                // Its followers wait for the DLQ to be drained as a whole.
-                self.precise = false;
-                self.envelopes = HashMap::new();
+    /// What an envelope of an event of `d` with `key` holds back in the DLQ
+    /// (`None`: nothing, the ordering makes no promise for it).
+    fn follow_of(&self, key: Option<&[u8]>) -> Option<Follow> {
+        match (self.ordering, key) {
+            (OrderingMode::Key, Some(k)) => {
+                Some(Follow::Key(std::hash::BuildHasher::hash_one(&self.seed, k)))
             }
+            (OrderingMode::Partition, _) => Some(Follow::Whole),
+            (OrderingMode::Key, None) | (OrderingMode::Unordered, _) => None,
         }
     }
 
-    /// A DLQ record written for main `offset` was redelivered (or parked):
+    /// Follows a new envelope of `d` acknowledged at DLQ offset `at`,
+    /// written for main offset `origin`.
+    fn follow(&mut self, d: DestinationId, follow: Follow, at: i64, (origin, read): (i64, bool)) {
+        let p = self.of(d);
+        let follow = match follow {
+            // Past the cap: it holds every later event of its destination.
+            Follow::Key(h) if p.keys.len() >= MAX_FOLLOWED_KEYS && !p.keys.contains_key(&h) => {
+                Follow::Whole
+            }
+            f => f,
+        };
+        match &follow {
+            Follow::Key(h) => *p.keys.entry(*h).or_default() += 1,
+            Follow::Whole => p.whole += 1,
+        }
+        let t = Tracked {
+            d,
+            follow,
+            origin,
+            read,
+        };
+        self.track(at, t);
+    }
+
+    fn track(&mut self, at: i64, t: Tracked) {
+        if !self.precise {
+            return;
+        }
+        let place = (t.origin, at);
+        let key = (t.d, t.follow.clone());
+        let again = self.envelopes.insert(at, t).is_some();
+        self.order.entry(key).or_default().insert(place);
+        self.budget.charge(FOLLOW_BYTES);
+        self.charged += FOLLOW_BYTES;
+        if again || self.envelopes.len() > MAX_TRACKED {
+            // Its followers wait for the DLQ to be drained as a whole.
+            self.forget_envelopes();
+        }
+    }
+
+    fn untrack(&mut self, at: i64) -> Option<Tracked> {
+        let t = self.envelopes.remove(&at)?;
+        let bytes = FOLLOW_BYTES.min(self.charged);
+        self.budget.give_back(bytes);
+        self.charged -= bytes;
+        let key = (t.d, t.follow.clone());
+        if let Some(places) = self.order.get_mut(&key) {
+            places.remove(&(t.origin, at));
+            if places.is_empty() {
+                self.order.remove(&key);
+            }
+        }
+        Some(t)
+    }
+
+    /// The envelopes are no longer followed one by one: what they hold back
+    /// waits until the DLQ is drained as a whole ([`Outage::lag_checked`]).
+    pub(super) fn forget_envelopes(&mut self) {
+        self.budget.give_back(self.charged);
+        self.charged = 0;
+        self.precise = false;
+        self.envelopes = HashMap::new();
+        self.order = HashMap::new();
+        self.gone = BTreeSet::new();
+    }
+
+    /// The event of `d` with `key` at main offset `origin` was dead-lettered
+    /// (or diverted), its envelope acknowledged at DLQ offset `at`: its
+    /// key's later events to `d` wait behind it until it is redelivered
+    /// ([`Outage::redelivered`]) or the DLQ is drained.
+    pub(super) fn dead_lettered(
+        &mut self,
+        d: DestinationId,
+        key: Option<&[u8]>,
+        (origin, at): (i64, i64),
+    ) {
+        self.written(d);
+        let Some(follow) = self.follow_of(key) else {
+            return;
+        };
+        if self.gone.remove(&at) {
+            return;
+        }
+        match self.read_first(at) {
+            // Read back before its report came: counted already.
+            Some(t) => self.track(at, Tracked { read: false, ..t }),
+            None => self.follow(d, follow, at, (origin, false)),
+        }
+    }
+
+    /// The envelope at DLQ offset `at`, if DLQ p was read past it before
+    /// the report of its write came (`read_from_dlq` followed it then, as
+    /// one it did not write): untracked, still counted.
+    fn read_first(&mut self, at: i64) -> Option<Tracked> {
+        let read = self.envelopes.get(&at).is_some_and(|t| t.read);
+        if self.precise && read {
+            self.untrack(at)
+        } else {
+            None
+        }
+    }
+
+    /// An envelope of `d` was written to the DLQ (again): the next lag
+    /// check may have been asked before it, so two more are needed before
+    /// DLQ p counts as drained for `d` ([`Outage::lag_checked`]).
+    fn written(&mut self, d: DestinationId) {
+        self.of(d).checks = 0;
+    }
+
+    /// The DLQ record of `d` with `key` at DLQ offset `old` (`None`: of a
+    /// log replaced since) was written to the DLQ again, at `at` (its
+    /// redelivery failed, or it went behind another): it keeps its place in
+    /// its key's order, and what it held back waits behind it. An earlier
+    /// owner's envelope is followed from now on, as the oldest of its key.
+    pub(super) fn written_again(
+        &mut self,
+        d: DestinationId,
+        key: Option<&[u8]>,
+        (old, at): (Option<i64>, i64),
+    ) {
+        self.written(d);
+        let Some(follow) = self.follow_of(key) else {
+            return;
+        };
+        let read = self.read_first(at);
+        let moved = old.and_then(|o| self.untrack(o).map(|t| (o, t)));
+        if let Some((o, t)) = &moved {
+            self.left_unreported(*o, t);
+        }
+        match (moved.map(|(_, t)| t), read) {
+            (Some(t), None) => self.track(at, Tracked { read: false, ..t }),
+            // Counted twice (as it was, and as read back): once is enough.
+            (Some(t), Some(r)) => {
+                self.of(r.d).redelivered(r.follow);
+                self.track(at, Tracked { read: false, ..t });
+            }
+            (None, Some(r)) => self.track(at, Tracked { read: false, ..r }),
+            (None, None) => self.follow(d, follow, at, (i64::MIN, false)),
+        }
+    }
+
+    /// A record of DLQ p at `offset`, of `d` with `key`, written for main
+    /// offset `origin`, was read: one this machine wrote is followed
+    /// already; another (an earlier owner's, or its own read back before
+    /// the report of its write came) is followed from now on, in its key's
+    /// order by `origin` (the oldest without one), so that its key's later
+    /// events wait behind it too.
+    pub(super) fn read_from_dlq(
+        &mut self,
+        d: DestinationId,
+        key: Option<&[u8]>,
+        (offset, origin): (i64, Option<i64>),
+    ) {
+        if self.precise && self.envelopes.contains_key(&offset) {
+            return;
+        }
+        if let Some(follow) = self.follow_of(key) {
+            self.follow(d, follow, offset, (origin.unwrap_or(i64::MIN), true));
+        }
+    }
+
+    /// The DLQ record at DLQ offset `offset` was redelivered (or parked):
     /// returns its destination when events it held back may go now.
-    pub(super) fn redelivered(&mut self, offset: i64) -> Option<DestinationId> {
-        let (d, follow) = self.envelopes.remove(&offset)?;
+    pub(super) fn redelivered(&mut self, offset: i64, key: Option<&[u8]>) -> Option<DestinationId> {
+        let Some(Tracked {
+            d, follow, read, ..
+        }) = self.untrack(offset)
+        else {
+            if self.precise && self.follow_of(key).is_some() {
+                self.gone_before_report(offset);
+            }
+            return None;
+        };
+        if read {
+            self.gone_before_report(offset);
+        }
         let p = self.of(d);
         (p.redelivered(follow) && p.held() > 0).then_some(d)
+    }
+
+    /// A followed envelope read from DLQ p left DLQ offset `offset`
+    /// (redelivered, or written again): the report of its write, if it was
+    /// this machine's and is still to come, finds it gone.
+    fn left_unreported(&mut self, offset: i64, t: &Tracked) {
+        if t.read {
+            self.gone_before_report(offset);
+        }
+    }
+
+    fn gone_before_report(&mut self, offset: i64) {
+        // The oldest go first: a report comes within moments of its write
+        // (an earlier owner's envelope never has one).
+        if self.gone.len() >= MAX_GONE {
+            self.gone.pop_first();
+        }
+        self.gone.insert(offset);
+    }
+
+    /// The DLQ record at DLQ offset `offset` is one this machine follows,
+    /// and an envelope of its key written for an earlier event is after it
+    /// in DLQ p (written again): it must go behind that one.
+    fn out_of_order(&self, offset: i64) -> bool {
+        let Some(t) = self.envelopes.get(&offset) else {
+            return false;
+        };
+        self.order
+            .get(&(t.d, t.follow.clone()))
+            .is_some_and(|places| {
+                places
+                    .range(..(t.origin, i64::MIN))
+                    .any(|&(_, at)| at > offset)
+            })
     }
 
     /// Where an event of `d` with `key` from `src` whose turn came goes (with
@@ -349,11 +635,23 @@ impl Outage {
     /// diverted or behind its key's envelope. `d` up: an event behind its
     /// key's envelopes waits for them (held out), or follows them into the
     /// DLQ once `d` holds its share of the partition.
-    pub(super) fn route(&self, d: DestinationId, key: Option<&[u8]>, src: Src) -> Route {
+    ///
+    /// A DLQ record (`dlq`: its DLQ offset) before an envelope of its key
+    /// written again follows it to the back of the DLQ, untried.
+    pub(super) fn route(
+        &self,
+        d: DestinationId,
+        key: Option<&[u8]>,
+        src: Src,
+        dlq: Option<i64>,
+    ) -> Route {
         let down = self.down.contains(d);
         let p = self.per.get(d.index());
-        let follows = src == Src::Main && p.is_some_and(|p| p.follows(key));
-        if src == Src::Main && down && self.diverting.contains(d) {
+        let follows = src == Src::Main && p.is_some_and(|p| self.follows(p, key));
+        let behind = dlq.is_some_and(|o| self.out_of_order(o));
+        if behind {
+            Route::Divert(Diverted::BehindDlq)
+        } else if src == Src::Main && down && self.diverting.contains(d) {
             Route::Divert(Diverted::Unavailable)
         } else if follows && (down || self.full(d)) {
             Route::Divert(Diverted::BehindDlq)
@@ -364,9 +662,28 @@ impl Outage {
         }
     }
 
+    /// Events of `p` with `key` wait behind an envelope in the DLQ. Per
+    /// dispatch: no hashing of the key while no key follows (the usual
+    /// case).
+    fn follows(&self, p: &PerDestination, key: Option<&[u8]>) -> bool {
+        p.whole > 0
+            || (!p.keys.is_empty()
+                && key.is_some_and(|k| {
+                    let h = std::hash::BuildHasher::hash_one(&self.seed, k);
+                    p.keys.contains_key(&h)
+                }))
+    }
+
     /// A divert of `d` goes out.
     pub(super) fn diverted(&mut self, d: DestinationId) {
         self.of(d).diverts += 1;
+    }
+
+    /// An event of `d` counted as diverted was routed otherwise when it
+    /// was dispatched again (its divert's work vanished): no longer one.
+    pub(super) fn undiverted(&mut self, d: DestinationId) {
+        let p = self.of(d);
+        p.diverts = p.diverts.saturating_sub(1);
     }
 
     /// Keeps a held-out event or run of `d`.
@@ -390,14 +707,32 @@ impl Outage {
     }
 
     /// `d` is diverted from now on when its hold timer of `epoch` is still
-    /// current and it is still down. Returns whether it starts now.
+    /// current and it is still down (once the partition is not paused, if
+    /// it is now). Returns whether what `d` holds out goes to the DLQ now:
+    /// it starts diverting, or was still diverted from an earlier outage
+    /// (events held out behind their envelopes while it was up are
+    /// diverted with the rest).
     pub(super) fn hold_over(&mut self, d: DestinationId, epoch: u32) -> bool {
         let p = self.of(d);
         if p.epoch != epoch {
             return false;
         }
         p.timing = false;
-        self.down.contains(d) && self.start_diverting(d)
+        self.down.contains(d) && self.divert_now(d)
+    }
+
+    /// `d`, down, is diverted from now on — unless the partition is paused
+    /// (it diverts nothing): then once it is not (`set_down`), if `d` is
+    /// still down. Returns whether what `d` holds out goes now.
+    fn divert_now(&mut self, d: DestinationId) -> bool {
+        let paused = self.verdict().paused;
+        let p = self.of(d);
+        p.expired = paused;
+        if paused {
+            return false;
+        }
+        self.diverting.insert(d);
+        true
     }
 
     /// A destination that is up has envelopes in the DLQ that its events
@@ -481,7 +816,8 @@ impl Outage {
                     freed.push(d);
                 }
                 if !self.envelopes.is_empty() {
-                    self.envelopes.retain(|_, (e, _)| *e != d);
+                    self.envelopes.retain(|_, t| t.d != d);
+                    self.order.retain(|(e, _), _| *e != d);
                 }
             }
         }
@@ -499,6 +835,25 @@ impl Outage {
         }
     }
 
+    /// What the envelopes followed are charged to the in-flight budget.
+    #[cfg(test)]
+    pub(super) fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    /// Main events of `d` held out now (run members each).
+    #[cfg(test)]
+    pub(super) fn held_main(&self, d: DestinationId) -> usize {
+        self.per.get(d.index()).map_or(0, |p| {
+            p.out.iter().filter(|(s, _)| *s == Src::Main).count()
+                + p.runs
+                    .iter()
+                    .filter(|(s, _)| *s == Src::Main)
+                    .map(|(_, r)| r.len())
+                    .sum::<usize>()
+        })
+    }
+
     /// Diverted destinations (the status and tests).
     #[cfg(test)]
     pub(super) fn diverting(&self) -> DestSet {
@@ -510,6 +865,7 @@ impl Outage {
 /// destinations' bytes (as its `budget::Share` gives back the budget's).
 impl Drop for Outage {
     fn drop(&mut self) {
+        self.budget.give_back(self.charged);
         for (i, p) in self.per.iter().enumerate() {
             self.budget.release_for(DestinationId(i as u8), p.bytes);
         }
@@ -562,9 +918,9 @@ mod tests {
                 ..
             }]
         ));
-        assert_eq!(o.route(X, None, Src::Main), Route::HoldOut);
+        assert_eq!(o.route(X, None, Src::Main, None), Route::HoldOut);
         assert_eq!(
-            o.route(DestinationId::DEFAULT, None, Src::Main),
+            o.route(DestinationId::DEFAULT, None, Src::Main, None),
             Route::Send
         );
         o.hold_out(X, Src::Main, vec![4]);
@@ -578,7 +934,7 @@ mod tests {
             o.take_out(X),
             (vec![(Src::Main, 4)], vec![(Src::Main, vec![6, 7])])
         );
-        assert_eq!(o.route(X, None, Src::Main), Route::Send);
+        assert_eq!(o.route(X, None, Src::Main, None), Route::Send);
         assert!(!o.hold_over(X, 1), "back before its hold was over");
         o.set_down(down(&[1]), &mut fx);
         assert!(!o.hold_over(X, 1), "an earlier outage's timer is stale");
@@ -596,11 +952,11 @@ mod tests {
         assert_eq!(fx.len(), 1, "a flapping destination keeps its first timer");
         assert!(o.hold_over(X, 1), "timed from when it first went down");
         assert_eq!(
-            o.route(X, None, Src::Main),
+            o.route(X, None, Src::Main, None),
             Route::Divert(Diverted::Unavailable)
         );
         assert_eq!(
-            o.route(X, None, Src::Dlq),
+            o.route(X, None, Src::Dlq, None),
             Route::HoldOut,
             "the DLQ's own records wait"
         );
@@ -608,15 +964,19 @@ mod tests {
         o.diverted(X);
         o.set_down(down(&[]), &mut fx);
         assert_eq!(
-            o.route(X, Some(&b"fresh"[..]), Src::Main),
+            o.route(X, Some(&b"fresh"[..]), Src::Main, None),
             Route::Send,
             "back: a key with nothing in the DLQ goes"
         );
-        assert_eq!(o.route(X, None, Src::Dlq), Route::Send, "the drain goes");
+        assert_eq!(
+            o.route(X, None, Src::Dlq, None),
+            Route::Send,
+            "the drain goes"
+        );
         assert!(o.awaits_drain(), "still diverted until the DLQ is drained");
         o.set_down(down(&[1]), &mut fx);
         assert_eq!(
-            o.route(X, None, Src::Main),
+            o.route(X, None, Src::Main, None),
             Route::Divert(Diverted::Unavailable),
             "down again within the outage: diverted at once"
         );
@@ -633,7 +993,7 @@ mod tests {
         assert!(!o.awaits_drain());
         o.set_down(down(&[1]), &mut fx);
         assert_eq!(
-            o.route(X, None, Src::Main),
+            o.route(X, None, Src::Main, None),
             Route::HoldOut,
             "a new outage is held out first"
         );
@@ -659,28 +1019,38 @@ mod tests {
     fn a_key_with_an_event_in_the_dlq_waits_until_it_is_redelivered() {
         let mut o = outage();
         let k = Some(&b"k"[..]);
-        o.dead_lettered(X, k, 7);
-        o.dead_lettered(X, k, 9);
-        assert_eq!(o.route(X, k, Src::Main), Route::HoldOut, "behind 7 and 9");
-        assert_eq!(o.route(X, Some(&b"other"[..]), Src::Main), Route::Send);
+        o.dead_lettered(X, k, (7, 7));
+        o.dead_lettered(X, k, (9, 9));
         assert_eq!(
-            o.route(DestinationId::DEFAULT, k, Src::Main),
+            o.route(X, k, Src::Main, None),
+            Route::HoldOut,
+            "behind 7 and 9"
+        );
+        assert_eq!(
+            o.route(X, Some(&b"other"[..]), Src::Main, None),
+            Route::Send
+        );
+        assert_eq!(
+            o.route(DestinationId::DEFAULT, k, Src::Main, None),
             Route::Send,
             "another destination"
         );
         assert!(o.awaits_drain());
         o.hold_out(X, Src::Main, vec![10]);
-        assert_eq!(o.redelivered(7), None, "9 still holds it");
-        assert_eq!(o.redelivered(3), None, "not an envelope it follows");
-        assert_eq!(o.redelivered(9), Some(X), "free: what it held goes");
-        assert_eq!(o.route(X, k, Src::Main), Route::Send);
+        assert_eq!(o.redelivered(7, None), None, "9 still holds it");
+        assert_eq!(o.redelivered(3, None), None, "not an envelope it follows");
+        assert_eq!(o.redelivered(9, None), Some(X), "free: what it held goes");
+        assert_eq!(o.route(X, k, Src::Main, None), Route::Send);
         assert!(!o.awaits_drain());
         // Holding its share of the partition, the key follows into the DLQ.
-        o.dead_lettered(X, k, 11);
+        o.dead_lettered(X, k, (11, 11));
         for _ in 0..5 {
             o.begin(X, 10);
         }
-        assert_eq!(o.route(X, k, Src::Main), Route::Divert(Diverted::BehindDlq));
+        assert_eq!(
+            o.route(X, k, Src::Main, None),
+            Route::Divert(Diverted::BehindDlq)
+        );
         assert_eq!(o.behind_over_share(), vec![X], "what it held goes on too");
         let mut single = Outage::new(
             DestSet::first(1),
@@ -689,26 +1059,17 @@ mod tests {
             OrderingMode::Key,
             unlimited(),
         );
-        single.dead_lettered(DestinationId::DEFAULT, k, 1);
+        single.dead_lettered(DestinationId::DEFAULT, k, (1, 1));
         assert_eq!(
-            single.route(DestinationId::DEFAULT, k, Src::Main),
-            Route::Send,
-            "one destination: as before"
+            single.route(DestinationId::DEFAULT, k, Src::Main, None),
+            Route::HoldOut,
+            "one destination: the key waits behind its envelope too"
         );
-        let mut only_x = DestSet::default();
-        only_x.insert(X);
-        let mut single = Outage::new(
-            only_x,
-            Duration::from_secs(30),
-            10,
-            OrderingMode::Key,
-            unlimited(),
-        );
-        single.dead_lettered(X, k, 1);
+        assert_eq!(single.redelivered(1, None), None, "nothing was held out");
         assert_eq!(
-            single.route(X, k, Src::Main),
+            single.route(DestinationId::DEFAULT, k, Src::Main, None),
             Route::Send,
-            "one reachable destination (a route takes every type): as before"
+            "redelivered: the key goes on"
         );
         let mut p = Outage::new(
             DestSet::first(2),
@@ -717,10 +1078,10 @@ mod tests {
             OrderingMode::Partition,
             unlimited(),
         );
-        p.dead_lettered(X, None, 1);
-        assert_eq!(p.route(X, None, Src::Main), Route::HoldOut);
-        p.redelivered(1);
-        assert_eq!(p.route(X, None, Src::Main), Route::Send);
+        p.dead_lettered(X, None, (1, 1));
+        assert_eq!(p.route(X, None, Src::Main, None), Route::HoldOut);
+        p.redelivered(1, None);
+        assert_eq!(p.route(X, None, Src::Main, None), Route::Send);
         let mut u = Outage::new(
             DestSet::first(2),
             Duration::from_secs(30),
@@ -728,8 +1089,53 @@ mod tests {
             OrderingMode::Unordered,
             unlimited(),
         );
-        u.dead_lettered(X, k, 1);
-        assert_eq!(u.route(X, k, Src::Main), Route::Send, "no order promise");
+        u.dead_lettered(X, k, (1, 1));
+        assert_eq!(
+            u.route(X, k, Src::Main, None),
+            Route::Send,
+            "no order promise"
+        );
+    }
+
+    /// Issue 54 item 13: a key followed costs the same whatever its length
+    /// (a seeded hash, not a copy), is charged to the in-flight budget while
+    /// followed and given back after; past `MAX_FOLLOWED_KEYS` keys an
+    /// envelope holds every later event of its destination.
+    #[test]
+    fn follow_state_is_hashed_charged_and_capped() {
+        let budget = Arc::new(ByteBudget::new(1 << 30));
+        let mut o = Outage::new(
+            DestSet::first(2),
+            Duration::from_secs(30),
+            10,
+            OrderingMode::Key,
+            budget.clone(),
+        );
+        let huge = vec![7u8; 1 << 20];
+        o.dead_lettered(X, Some(&huge), (1, 1));
+        assert_eq!(budget.used(), FOLLOW_BYTES, "a megabyte key costs an entry");
+        assert_eq!(o.route(X, Some(&huge), Src::Main, None), Route::HoldOut);
+        assert_eq!(
+            o.route(X, Some(&b"other"[..]), Src::Main, None),
+            Route::Send
+        );
+        o.redelivered(1, None);
+        assert_eq!(budget.used(), 0, "given back once redelivered");
+        for i in 0..MAX_FOLLOWED_KEYS as i64 {
+            o.dead_lettered(X, Some(&i.to_be_bytes()), (i, i));
+        }
+        assert_eq!(
+            o.route(X, Some(&b"other"[..]), Src::Main, None),
+            Route::Send
+        );
+        o.dead_lettered(X, Some(&b"one too many"[..]), (-1, -1));
+        assert_eq!(
+            o.route(X, Some(&b"other"[..]), Src::Main, None),
+            Route::HoldOut,
+            "past the cap: every later event waits"
+        );
+        drop(o);
+        assert_eq!(budget.used(), 0, "a dropped machine gives its charge back");
     }
 
     #[test]
@@ -743,14 +1149,18 @@ mod tests {
         assert!(o.alongside());
         // One offset written for twice (a log reset): no longer followed
         // one by one; the DLQ is drained as a whole, main p waiting.
-        o.dead_lettered(X, k, 4);
-        o.dead_lettered(X, Some(&b"j"[..]), 4);
+        o.dead_lettered(X, k, (4, 4));
+        o.dead_lettered(X, Some(&b"j"[..]), (4, 4));
         assert!(!o.alongside());
-        assert_eq!(o.redelivered(4), None, "not followed one by one any more");
+        assert_eq!(
+            o.redelivered(4, None),
+            None,
+            "not followed one by one any more"
+        );
         o.hold_out(X, Src::Main, vec![5]);
         o.lag_checked(true);
         assert_eq!(o.lag_checked(true), vec![X], "drained: what it held goes");
-        assert_eq!(o.route(X, k, Src::Main), Route::Send);
+        assert_eq!(o.route(X, k, Src::Main, None), Route::Send);
         assert!(o.alongside());
         let single = Outage::new(
             DestSet::first(1),
@@ -837,7 +1247,7 @@ mod tests {
         assert!(o.over_share().is_empty());
         o.set_down(down(&[]), &mut fx);
         assert_eq!(
-            o.route(DestinationId::DEFAULT, None, Src::Main),
+            o.route(DestinationId::DEFAULT, None, Src::Main, None),
             Route::Send
         );
     }

@@ -22,12 +22,11 @@ fn two_destinations(limit: usize) -> T {
     t
 }
 
-/// DLQ record `offset`: the envelope of main `origin` (key `key`, to X).
-fn envelope(offset: i64, origin: i64, key: u8) -> Rec {
+/// DLQ record `offset`: an envelope of key `key`, to X.
+fn envelope(offset: i64, key: u8) -> Rec {
     Rec {
         key: Some(key),
         dest: 1,
-        origin: Some(origin),
         ..Rec::dlq(offset, 0)
     }
 }
@@ -50,9 +49,9 @@ fn down(x: bool) -> Input<Rec> {
 
 fn diverted<I>(fx: &[Effect<I>]) -> Vec<i64> {
     fx.iter()
-        .filter_map(|e| match e {
-            Effect::Divert { offset, .. } => Some(*offset),
-            _ => None,
+        .flat_map(|e| match e {
+            Effect::Divert { run, .. } => run.iter().map(|(o, _)| *o).collect(),
+            _ => Vec::new(),
         })
         .collect()
 }
@@ -65,15 +64,18 @@ fn main_of(fx: &[Effect<Rec>]) -> Vec<i64> {
         .collect()
 }
 
-fn dead_lettered(t: &mut T, offsets: &[i64]) -> Vec<Effect<Rec>> {
-    let reports = offsets
+/// Main events `(offset, at)` dead-lettered, each acknowledged at DLQ
+/// offset `at`.
+fn dead_lettered(t: &mut T, events: &[(i64, i64)]) -> Vec<Effect<Rec>> {
+    let reports = events
         .iter()
-        .map(|&offset| Report {
+        .map(|&(offset, at)| Report {
             generation: GEN,
             src: Src::Main,
             offset,
             finished: Some(Finished::DeadLettered {
                 reason: "destination_unavailable".into(),
+                at,
             }),
         })
         .collect();
@@ -123,9 +125,9 @@ fn a_down_destination_is_held_out_then_diverted() {
     // A key's next X event follows once the one before is in the DLQ.
     let fx = t.feed(Input::Records(vec![rec(5, 1, 1)]));
     assert!(diverted(&fx).is_empty(), "behind 2 in its lane");
-    let fx = dead_lettered(&mut t, &[2]);
+    let fx = dead_lettered(&mut t, &[(2, 0)]);
     assert_eq!(diverted(&fx), vec![5]);
-    dead_lettered(&mut t, &[4, 5]);
+    dead_lettered(&mut t, &[(4, 1), (5, 2)]);
 
     // X is back: its envelopes (of 2, 4, 5) are drained while main p is
     // read. A key with nothing in the DLQ goes at once; key 1 waits for
@@ -135,9 +137,9 @@ fn a_down_destination_is_held_out_then_diverted() {
     let fx = t.feed(Input::Records(vec![rec(6, 3, 1), rec(7, 1, 1)]));
     assert_eq!((main_of(&fx), diverted(&fx)), (vec![6], vec![]));
     let fx = t.feed(Input::Records(vec![
-        envelope(0, 2, 1),
-        envelope(1, 4, 2),
-        envelope(2, 5, 1),
+        envelope(0, 1),
+        envelope(1, 2),
+        envelope(2, 1),
     ]));
     assert_eq!(
         dlq_of(&fx),
@@ -261,12 +263,12 @@ fn a_key_dead_lettered_holds_its_later_events_to_that_destination() {
     // Its tries spent, 0 goes to the DLQ (X is up): 1, the same key's next
     // event to X, waits behind it; other keys and destinations go on, and
     // the DLQ drains alongside.
-    let fx = dead_lettered(&mut t, &[0]);
+    let fx = dead_lettered(&mut t, &[(0, 0)]);
     assert_eq!((main_of(&fx), diverted(&fx)), (vec![], vec![]));
     assert_eq!(t.m.mode(), Mode::DrainAlongside);
     let fx = t.feed(Input::Records(vec![rec(4, 3, 1), rec(5, 4, 0)]));
     assert_eq!(main_of(&fx), vec![4, 5]);
-    let fx = t.feed(Input::Records(vec![envelope(0, 0, 1)]));
+    let fx = t.feed(Input::Records(vec![envelope(0, 1)]));
     assert_eq!(dlq_of(&fx), vec![0]);
     let fx = t.done(Src::Dlq, &[0]);
     assert_eq!(main_of(&fx), vec![1], "redelivered: the key goes on");
@@ -277,77 +279,324 @@ fn with_one_destination_the_dlq_drains_before_main_p_reads_on() {
     let mut t = T::new(settings(OrderingMode::Key, 100, 100));
     t.normal();
     t.feed(Input::Records(vec![rec(0, 1, 0), rec(1, 1, 0)]));
-    dead_lettered(&mut t, &[0]);
+    dead_lettered(&mut t, &[(0, 0)]);
     t.dlq_high(1);
     assert_eq!(t.m.mode(), Mode::DrainDlq, "as degraded mode always did");
 }
 
+/// Issue 54's unbatched case: one destination, a key's first event
+/// dead-lettered with the API up (its tries spent before the breaker
+/// opened): the key's next event waits behind its envelope; other keys go
+/// on, and main p is read while the envelope is not due.
+#[test]
+fn with_one_destination_a_key_waits_behind_its_envelope() {
+    let mut t = T::new(settings(OrderingMode::Key, 100, 100));
+    t.normal();
+    let fx = t.feed(Input::Records(vec![
+        rec(0, 1, 0),
+        rec(1, 1, 0),
+        rec(2, 2, 0),
+    ]));
+    assert_eq!(main_of(&fx), vec![0, 2]);
+    let fx = dead_lettered(&mut t, &[(0, 0)]);
+    assert!(main_of(&fx).is_empty(), "1 waits behind 0's envelope");
+    t.dlq_high(1);
+    assert_eq!(t.m.mode(), Mode::DrainDlq, "DLQ p is read");
+    let fx = t.feed(Input::Records(vec![Rec {
+        key: Some(1),
+        ..Rec::dlq(0, 1_000_000 + 60_000)
+    }]));
+    assert!(dlq_of(&fx).is_empty(), "not due yet");
+    assert_eq!(
+        t.m.mode(),
+        Mode::Normal,
+        "a head that is not due does not hold main p"
+    );
+    let fx = t.feed(Input::Records(vec![rec(3, 3, 0), rec(4, 1, 0)]));
+    assert_eq!(main_of(&fx), vec![3], "key 1 still waits");
+    let fx = t.feed_at(60_000, Input::Timer(Timer::Wake));
+    assert_eq!(dlq_of(&fx), vec![0], "due: redelivered");
+    let fx = t.done(Src::Dlq, &[0]);
+    assert_eq!(main_of(&fx), vec![1], "out of the DLQ: the key goes on");
+}
+
+/// A new owner: DLQ p holds an earlier owner's envelope of key 1 (not due
+/// yet). Main p's records that arrive before DLQ p is read are not begun
+/// (seen failing in the drill `order`: a new owner delivered a key's later
+/// events from main p before it read the key's envelope); once read, the
+/// key waits behind the envelope and the other keys go.
+#[test]
+fn a_new_owner_reads_its_dlq_before_main_events_go() {
+    let mut t = T::new(settings(OrderingMode::Key, 100, 100));
+    t.feed(Input::Verdict {
+        down: down_if(false),
+    });
+    t.dlq_high(1);
+    let fx = t.feed(Input::Records(vec![rec(5, 1, 0), rec(6, 2, 0)]));
+    assert!(main_of(&fx).is_empty(), "DLQ p not read yet");
+    let fx = t.feed(Input::Records(vec![Rec {
+        key: Some(1),
+        origin: Some(3),
+        ..Rec::dlq(0, 1_000_000 + 60_000)
+    }]));
+    assert_eq!(
+        main_of(&fx),
+        vec![6],
+        "read: key 1 waits behind its envelope"
+    );
+    let fx = t.feed_at(60_000, Input::Timer(Timer::Wake));
+    assert_eq!(dlq_of(&fx), vec![0]);
+    let fx = t.done(Src::Dlq, &[0]);
+    assert_eq!(main_of(&fx), vec![5], "redelivered: the key goes on");
+}
+
+/// A new owner's drain reads DLQ p to its end before it sends: an earlier
+/// owner's envelope of a key written again (its redelivery failed) sits
+/// after one of the key's later events, and the later one must go behind it
+/// (seen failing in the drill `order`, 31 stale writes: the later envelope
+/// was sent as soon as it was read).
+#[test]
+fn a_new_owners_drain_reads_dlq_p_to_its_end_before_it_sends() {
+    let mut t = T::new(settings(OrderingMode::Key, 100, 100));
+    t.feed(Input::Verdict {
+        down: down_if(false),
+    });
+    t.dlq_high(10);
+    let envelope = |at: i64, origin: i64| Rec {
+        key: Some(1),
+        origin: Some(origin),
+        ..Rec::dlq(at, 0)
+    };
+    let fx = t.feed(Input::Records(vec![envelope(5, 20)]));
+    assert_eq!(dispatched(&fx), vec![], "DLQ p is not read to its end");
+    let fx = t.feed(Input::Records(vec![envelope(9, 10)]));
+    assert_eq!(diverted(&fx), vec![5], "20 goes behind 10, untried");
+    let fx = t.done(Src::Dlq, &[5]);
+    assert_eq!(dlq_of(&fx), vec![9], "10 goes first");
+}
+
+/// A hold timer that fires while the partition is paused (every
+/// destination down) is not lost: once another destination is back, the
+/// one still down is diverted (seen failing: its events were held out for
+/// the rest of its outage).
+#[test]
+fn a_hold_over_while_paused_diverts_once_the_partition_is_not() {
+    let mut t = two_destinations(100);
+    let mut both = DestSet::default();
+    both.insert(X);
+    both.insert(DestinationId::DEFAULT);
+    t.feed(Input::Verdict { down: both });
+    assert_eq!(t.m.mode(), Mode::Paused);
+    for destination in [DestinationId::DEFAULT, X] {
+        t.feed_at(
+            30_000,
+            Input::Timer(Timer::Hold {
+                destination,
+                epoch: 1,
+            }),
+        );
+    }
+    t.feed_at(31_000, down(true));
+    let fx = t.feed_at(32_000, Input::Records(vec![rec(0, 1, 1), rec(1, 2, 0)]));
+    assert_eq!(diverted(&fx), vec![0], "X's hold is over: diverted");
+    assert_eq!(main_of(&fx), vec![1]);
+}
+
+/// A divert whose work vanished is dispatched again; counted once, its
+/// destination settles once the DLQ is drained (seen failing: counted
+/// twice, the destination stayed diverted for the assignment).
+#[test]
+fn a_divert_dispatched_again_is_counted_once() {
+    let mut t = two_destinations(100);
+    t.feed(down(true));
+    t.feed_at(
+        30_000,
+        Input::Timer(Timer::Hold {
+            destination: X,
+            epoch: 1,
+        }),
+    );
+    let fx = t.feed(Input::Records(vec![rec(0, 1, 1)]));
+    assert_eq!(diverted(&fx), vec![0]);
+    t.errored(Src::Main, 0);
+    let fx = t.feed_at(
+        31_000,
+        Input::Timer(Timer::Redispatch {
+            src: Src::Main,
+            offset: 0,
+        }),
+    );
+    assert_eq!(diverted(&fx), vec![0], "diverted again");
+    dead_lettered(&mut t, &[(0, 0)]);
+    t.feed(down(false));
+    let fx = t.feed(Input::Records(vec![envelope(0, 1)]));
+    assert_eq!(dlq_of(&fx), vec![0]);
+    t.done(Src::Dlq, &[0]);
+    t.dlq_high(1);
+    t.dlq_high(1);
+    assert!(!t.m.awaits_drain(), "settled");
+    assert_eq!(t.m.mode(), Mode::Normal);
+}
+
+/// A redelivery that fails writes the envelope again; a lag check asked
+/// before that write and answered after it reads DLQ p as drained, but
+/// does not free the key (seen failing: the key's next event went out
+/// while its envelope was back in the DLQ).
+#[test]
+fn a_lag_check_older_than_a_rewrite_frees_nothing() {
+    let mut t = two_destinations(100);
+    t.feed(Input::Records(vec![rec(0, 1, 1), rec(1, 1, 1)]));
+    dead_lettered(&mut t, &[(0, 0)]);
+    let fx = t.feed(Input::Records(vec![envelope(0, 1)]));
+    assert_eq!(dlq_of(&fx), vec![0]);
+    t.dlq_high(1);
+    // The redelivery fails: written again (DLQ offset 1); a lag check
+    // asked before that write (DLQ p ending at 1) answers after it.
+    let fx = t.feed(Input::Reports(vec![Report {
+        generation: GEN,
+        src: Src::Dlq,
+        offset: 0,
+        finished: Some(Finished::DeadLettered {
+            reason: "x".into(),
+            at: 1,
+        }),
+    }]));
+    assert!(main_of(&fx).is_empty());
+    let fx = t.dlq_high(1);
+    assert!(
+        main_of(&fx).is_empty(),
+        "1 waits for the envelope written again"
+    );
+}
+
 mod interleavings {
-    //! Random interleavings of records (two destinations, a few keys),
-    //! verdicts, answers (delivered or dead-lettered, main and DLQ), reads
-    //! of DLQ p, hold timers and lag checks. Checked after every input:
-    //! nothing is sent to a destination while it is down, nothing goes out
-    //! at all while both are; one event per key and destination out at a
-    //! time; a key's event is never sent while an earlier event of its key
-    //! and destination has an envelope in the DLQ (written, not yet
-    //! redelivered); and, once both are up and everything is answered,
-    //! every record of both sides is done (nothing held for ever).
+    //! Random interleavings of records (one or two destinations, a few
+    //! keys), verdicts, answers (delivered, dead-lettered, errored: the
+    //! work vanished; main and DLQ, diverts included, so a divert can be
+    //! dispatched again), reads of DLQ p (envelopes due at once or later),
+    //! timers (hold timers while the partition is paused among them,
+    //! redispatches, wake-ups) and lag checks (fresh, or stale: asked
+    //! before writes whose acknowledgements came first). Checked after
+    //! every input: nothing is sent to a destination while it is down,
+    //! nothing goes out at all while all are; one event per key and
+    //! destination out at a time, in offset order; a key's event is never
+    //! sent while an earlier event of its key and destination has an
+    //! envelope in the DLQ (written, not yet redelivered); a destination
+    //! down past its hold with the partition not paused holds none of its
+    //! main events out (they are diverted). Once every destination is up
+    //! and everything is answered: every record of both sides is done,
+    //! every destination settled (nothing waits behind the DLQ, nothing
+    //! diverted) and main p is read (`Normal`).
 
     use super::*;
     use proptest::prelude::*;
     use proptest::test_runner::TestCaseError;
     use std::collections::{BTreeMap, BTreeSet};
 
+    /// How a job is answered.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum How {
+        Delivered,
+        /// Dead-lettered (its tries spent); the envelope is due at once or
+        /// a minute later; its report comes at once, or (`late`) with the
+        /// next `Late` step: DLQ p may be read past it first.
+        Dead {
+            due: bool,
+            late: bool,
+        },
+        /// The work vanished without an outcome (a dropped message, a
+        /// panicked task): dispatched again after a back-off.
+        Errored,
+    }
+
     #[derive(Debug, Clone)]
     enum Step {
         Feed(Vec<(u8, u8)>),
         Down(bool, bool),
-        Answer { pick: usize, dead: bool },
+        Answer {
+            pick: usize,
+            how: How,
+        },
         ReadDlq(usize),
-        HoldTimers,
+        Timers,
+        /// A lag check asked now (unless one is running: at most one runs
+        /// at a time, `actors::consumer::lag`); `LagCheck` answers it.
+        LagAsk,
+        /// A lag check answered: the one asked, with what it read then (it
+        /// may predate writes acknowledged since), or else one asked now.
         LagCheck,
+        /// The reports held back (`How::Dead { late }`) come.
+        Late,
+    }
+
+    fn how() -> impl Strategy<Value = How> {
+        prop_oneof![
+            6 => Just(How::Delivered),
+            2 => (any::<bool>(), prop::bool::weighted(0.3)).prop_map(|(due, late)| How::Dead { due, late }),
+            1 => Just(How::Errored),
+        ]
     }
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
             4 => prop::collection::vec((0u8..3, 0u8..2), 1..4).prop_map(Step::Feed),
             2 => (prop::bool::weighted(0.4), prop::bool::weighted(0.2)).prop_map(|(x, d)| Step::Down(x, d)),
-            5 => (any::<usize>(), prop::bool::weighted(0.2)).prop_map(|(pick, dead)| Step::Answer { pick, dead }),
+            6 => (any::<usize>(), how()).prop_map(|(pick, how)| Step::Answer { pick, how }),
             2 => (1usize..4).prop_map(Step::ReadDlq),
-            1 => Just(Step::HoldTimers),
+            1 => Just(Step::Timers),
+            1 => Just(Step::LagAsk),
             2 => Just(Step::LagCheck),
+            1 => Just(Step::Late),
         ]
+    }
+
+    /// What a job out is.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Out {
+        Sent,
+        Diverted,
+        /// Parked for its vanished jobs (`MAX_ERRORED`).
+        Parked,
     }
 
     struct World {
         t: T,
+        /// How many destinations (1 or 2).
+        dests: u8,
         next: i64,
         /// Main offset → (key, destination).
         recs: BTreeMap<i64, (u8, u8)>,
-        /// DLQ p: each envelope's main offset, in order.
-        dlq: Vec<i64>,
+        /// DLQ p: each envelope's main offset and `not_before` (wall ms), in
+        /// order.
+        dlq: Vec<(i64, i64)>,
         /// DLQ records fed to the machine so far.
         dlq_read: usize,
-        /// Out (sent or diverted), not answered: (side, offset) → diverted.
-        out: BTreeMap<(Src, i64), bool>,
+        /// Out, not answered.
+        out: BTreeMap<(Src, i64), Out>,
         done: BTreeSet<(Src, i64)>,
         down: DestSet,
-        /// Envelopes in the DLQ not redelivered, per (key, destination).
-        in_dlq: BTreeMap<(u8, u8), usize>,
-        /// Hold timers asked for: (destination, epoch).
-        timers: Vec<(DestinationId, u32)>,
-        /// A wake-up asked for (the end of a dwell in `Paused`).
-        wake: bool,
+        /// Envelopes in the DLQ not redelivered, per (key, destination):
+        /// how many of each main offset.
+        in_dlq: BTreeMap<(u8, u8), BTreeMap<i64, usize>>,
+        /// Timers asked for and not fired.
+        timers: Vec<Timer>,
+        /// The lag check running: DLQ p's end when it was asked.
+        asked: Option<i64>,
+        /// The destinations down at the last `Timers` step and ever since.
+        down_since_timers: DestSet,
+        /// Reports of writes acknowledged, not given to the machine yet.
+        late: Vec<Report>,
     }
 
     impl World {
-        fn new() -> World {
+        fn new(dests: u8) -> World {
             let mut s = settings(OrderingMode::Key, 12, 100);
-            s.destinations = DestSet::first(2);
+            s.destinations = DestSet::first(dests as usize);
             let mut t = T::new(s);
             t.normal();
             World {
                 t,
+                dests,
                 next: 0,
                 recs: BTreeMap::new(),
                 dlq: Vec::new(),
@@ -357,39 +606,59 @@ mod interleavings {
                 down: DestSet::default(),
                 in_dlq: BTreeMap::new(),
                 timers: Vec::new(),
-                wake: false,
+                asked: None,
+                down_since_timers: DestSet::default(),
+                late: Vec::new(),
             }
+        }
+
+        /// Every destination of the partition is down: it is paused.
+        fn paused(&self) -> bool {
+            (0..self.dests).all(|d| self.down.contains(DestinationId(d)))
         }
 
         /// (key, destination) of a record of either side.
         fn of(&self, src: Src, offset: i64) -> (u8, u8) {
             match src {
                 Src::Main => self.recs[&offset],
-                Src::Dlq => self.recs[&self.dlq[offset as usize]],
+                Src::Dlq => self.recs[&self.dlq[offset as usize].0],
             }
+        }
+
+        fn wall(&self) -> i64 {
+            1_000_000 + self.t.ms as i64
         }
 
         fn feed(&mut self, input: Input<Rec>) -> Result<(), TestCaseError> {
             let fx = self.t.feed(input);
+            // A divert of a run: each of its events, in order.
+            let fx = fx.into_iter().flat_map(|e| match e {
+                Effect::Divert { src, run, why } => run
+                    .into_iter()
+                    .map(|one| Effect::Divert {
+                        src,
+                        run: vec![one],
+                        why,
+                    })
+                    .collect(),
+                e => vec![e],
+            });
             for e in fx {
-                let (src, offset, diverted) = match e {
-                    Effect::Dispatch { src, offset, .. } => (src, offset, false),
-                    Effect::Divert { src, offset, .. } => (src, offset, true),
+                let (src, offset, out) = match e {
+                    Effect::Dispatch { src, offset, item } => {
+                        let out = match item.parked_after {
+                            Some(_) => Out::Parked,
+                            None => Out::Sent,
+                        };
+                        (src, offset, out)
+                    }
+                    Effect::Divert { src, run, .. } => (src, run[0].0, Out::Diverted),
                     Effect::DispatchRun { .. } => {
                         prop_assert!(false, "no runs here");
                         unreachable!()
                     }
-                    Effect::Schedule {
-                        timer: Timer::Hold { destination, epoch },
-                        ..
-                    } => {
-                        self.timers.push((destination, epoch));
-                        continue;
-                    }
-                    Effect::Schedule {
-                        timer: Timer::Wake, ..
-                    } => {
-                        self.wake = true;
+                    Effect::Schedule { timer, .. } => {
+                        self.timers.push(timer);
                         continue;
                     }
                     _ => continue,
@@ -408,18 +677,17 @@ mod interleavings {
                     src,
                     offset
                 );
+                if out == Out::Parked {
+                    self.out.insert((src, offset), out);
+                    continue;
+                }
                 prop_assert!(
-                    self.down != DestSet::first(2),
+                    !self.paused(),
                     "{:?} {} out while every destination is down",
                     src,
                     offset
                 );
-                prop_assert!(
-                    src == Src::Main || !diverted,
-                    "DLQ record {} diverted",
-                    offset
-                );
-                if !diverted {
+                if out == Out::Sent {
                     prop_assert!(
                         !self.down.contains(d),
                         "{:?} {} sent to a destination that is down",
@@ -427,11 +695,23 @@ mod interleavings {
                         offset
                     );
                 }
-                if src == Src::Main && !diverted {
+                let in_dlq = self.in_dlq.get(&(key, dest));
+                if src == Src::Main && out == Out::Sent {
                     prop_assert!(
-                        self.in_dlq.get(&(key, dest)).copied().unwrap_or(0) == 0,
+                        in_dlq.is_none_or(BTreeMap::is_empty),
                         "{} sent while an earlier event of its key is in the DLQ",
                         offset
+                    );
+                }
+                if src == Src::Dlq && out == Out::Sent {
+                    let origin = self.dlq[offset as usize].0;
+                    let first = in_dlq.and_then(|m| m.keys().next().copied());
+                    prop_assert!(
+                        first.is_none_or(|f| f >= origin),
+                        "DLQ record {} (of {}) sent while {} of its key is in the DLQ",
+                        offset,
+                        origin,
+                        first.unwrap_or_default()
                     );
                 }
                 if src == Src::Main {
@@ -454,54 +734,95 @@ mod interleavings {
                         }
                     }
                 }
-                self.out.insert((src, offset), diverted);
+                self.out.insert((src, offset), out);
             }
             Ok(())
         }
 
-        fn answer(&mut self, src: Src, offset: i64, dead: bool) -> Result<(), TestCaseError> {
-            let Some(diverted) = self.out.remove(&(src, offset)) else {
+        fn answer(&mut self, src: Src, offset: i64, how: How) -> Result<(), TestCaseError> {
+            let Some(out) = self.out.remove(&(src, offset)) else {
                 return Ok(());
             };
             let kd = self.of(src, offset);
             let origin = match src {
                 Src::Main => offset,
-                Src::Dlq => self.dlq[offset as usize],
+                Src::Dlq => self.dlq[offset as usize].0,
             };
-            let finished = if diverted || dead {
-                // A new envelope (a DLQ record's again, with its origin).
-                self.dlq.push(origin);
-                if src == Src::Main {
-                    *self.in_dlq.entry(kd).or_default() += 1;
-                }
-                Finished::DeadLettered { reason: "x".into() }
-            } else {
-                if src == Src::Dlq {
-                    let n = self.in_dlq.entry(kd).or_default();
-                    *n = n.saturating_sub(1);
-                }
-                Finished::Delivered
+            let how = match (out, how) {
+                (_, How::Errored) => How::Errored,
+                (Out::Parked, _) => How::Delivered,
+                (Out::Diverted, How::Delivered) => How::Dead {
+                    due: true,
+                    late: false,
+                },
+                (_, how) => how,
             };
-            self.done.insert((src, offset));
-            self.feed(Input::Reports(vec![Report {
+            let finished = match how {
+                How::Errored => None,
+                How::Dead { .. } if out == Out::Parked => unreachable!(),
+                How::Dead { due, .. } => {
+                    // A new envelope (a DLQ record's again, with its origin:
+                    // it leaves the DLQ as the new one enters).
+                    let wall = self.wall();
+                    let at = self.dlq.len() as i64;
+                    self.dlq
+                        .push((origin, if due { wall } else { wall + 60_000 }));
+                    if src == Src::Main {
+                        *self
+                            .in_dlq
+                            .entry(kd)
+                            .or_default()
+                            .entry(origin)
+                            .or_default() += 1;
+                    }
+                    Some(Finished::DeadLettered {
+                        reason: "x".into(),
+                        at,
+                    })
+                }
+                How::Delivered => {
+                    if src == Src::Dlq {
+                        let m = self.in_dlq.entry(kd).or_default();
+                        if let Some(n) = m.get_mut(&origin) {
+                            *n -= 1;
+                            if *n == 0 {
+                                m.remove(&origin);
+                            }
+                        }
+                    }
+                    Some(match out {
+                        Out::Parked => Finished::Parked { reason: "x".into() },
+                        _ => Finished::Delivered,
+                    })
+                }
+            };
+            if finished.is_some() {
+                self.done.insert((src, offset));
+            }
+            let report = Report {
                 generation: GEN,
                 src,
                 offset,
-                finished: Some(finished),
-            }]))
+                finished,
+            };
+            if matches!(how, How::Dead { late: true, .. }) {
+                self.late.push(report);
+                return Ok(());
+            }
+            self.feed(Input::Reports(vec![report]))
         }
 
         fn read_dlq(&mut self, n: usize) -> Result<(), TestCaseError> {
             let end = (self.dlq_read + n).min(self.dlq.len());
             let recs: Vec<Rec> = (self.dlq_read..end)
                 .map(|i| {
-                    let origin = self.dlq[i];
+                    let (origin, not_before) = self.dlq[i];
                     let (key, dest) = self.recs[&origin];
                     Rec {
                         key: Some(key),
                         dest,
                         origin: Some(origin),
-                        ..Rec::dlq(i as i64, 0)
+                        ..Rec::dlq(i as i64, not_before)
                     }
                 })
                 .collect();
@@ -512,11 +833,20 @@ mod interleavings {
             self.feed(Input::Records(recs))
         }
 
+        fn lag_check(&mut self, dlq_high: i64) -> Result<(), TestCaseError> {
+            self.feed(Input::Positions(Positions {
+                main_high: None,
+                dlq_high,
+                dlq_start: 0,
+            }))
+        }
+
         fn run(&mut self, s: Step) -> Result<(), TestCaseError> {
             match s {
                 Step::Feed(recs) => {
                     let mut v = Vec::new();
                     for (key, dest) in recs {
+                        let dest = dest % self.dests;
                         self.recs.insert(self.next, (key, dest));
                         v.push(rec(self.next, key, dest));
                         self.next += 1;
@@ -525,69 +855,127 @@ mod interleavings {
                 }
                 Step::Down(x, default) => {
                     let mut down = DestSet::default();
-                    if x {
+                    if x && self.dests > 1 {
                         down.insert(X);
                     }
                     if default {
                         down.insert(DestinationId::DEFAULT);
                     }
                     self.down = down;
+                    for i in 0..self.dests {
+                        let d = DestinationId(i);
+                        if !down.contains(d) {
+                            self.down_since_timers.remove(d);
+                        }
+                    }
                     self.feed(Input::Verdict { down })
                 }
-                Step::Answer { pick, dead } => {
+                Step::Answer { pick, how } => {
                     let Some(&(src, o)) = self.out.keys().nth(pick % self.out.len().max(1)) else {
                         return Ok(());
                     };
-                    self.answer(src, o, dead)
+                    self.answer(src, o, how)
                 }
                 Step::ReadDlq(n) => self.read_dlq(n),
-                Step::HoldTimers => {
+                Step::Timers => {
                     self.t.ms += 30_000;
-                    if std::mem::take(&mut self.wake) {
-                        self.feed(Input::Timer(Timer::Wake))?;
+                    for timer in std::mem::take(&mut self.timers) {
+                        self.feed(Input::Timer(timer))?;
                     }
-                    for (destination, epoch) in std::mem::take(&mut self.timers) {
-                        self.feed(Input::Timer(Timer::Hold { destination, epoch }))?;
+                    // Down since the last timers came, its hold is over: with
+                    // the partition not paused, none of its main events is
+                    // held out any more (diverted).
+                    if !self.paused() {
+                        for i in 0..self.dests {
+                            let d = DestinationId(i);
+                            let held = self.t.m.held_out_main(d);
+                            prop_assert!(
+                                !self.down_since_timers.contains(d) || held == 0,
+                                "{:?} down past its hold holds {} events out",
+                                d,
+                                held
+                            );
+                        }
                     }
+                    self.down_since_timers = self.down;
                     Ok(())
                 }
-                Step::LagCheck => self.feed(Input::Positions(Positions {
-                    main_high: None,
-                    dlq_high: self.dlq.len() as i64,
-                    dlq_start: 0,
-                })),
+                Step::Late => {
+                    let late = std::mem::take(&mut self.late);
+                    if late.is_empty() {
+                        return Ok(());
+                    }
+                    self.feed(Input::Reports(late))
+                }
+                Step::LagAsk => {
+                    self.asked.get_or_insert(self.dlq.len() as i64);
+                    Ok(())
+                }
+                Step::LagCheck => {
+                    let high = self.asked.take().unwrap_or(self.dlq.len() as i64);
+                    self.lag_check(high)
+                }
             }
+        }
+
+        /// Every destination up; everything answered (delivered), DLQ p
+        /// read, timers and lag checks come until nothing is out.
+        fn settle(&mut self) -> Result<(), TestCaseError> {
+            self.run(Step::Down(false, false))?;
+            self.run(Step::Late)?;
+            for _ in 0..600 {
+                if self.out.is_empty() {
+                    self.run(Step::ReadDlq(100))?;
+                    self.run(Step::LagCheck)?;
+                    self.run(Step::Timers)?;
+                    if self.out.is_empty() {
+                        self.run(Step::LagCheck)?;
+                        self.run(Step::LagCheck)?;
+                        let all_done = (0..self.dlq.len())
+                            .all(|o| self.done.contains(&(Src::Dlq, o as i64)))
+                            && (0..self.next).all(|o| self.done.contains(&(Src::Main, o)));
+                        if self.out.is_empty() && all_done {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                let (src, o) = *self.out.keys().next().expect("one out");
+                self.answer(src, o, How::Delivered)?;
+            }
+            let undone: Vec<i64> = (0..self.next)
+                .filter(|o| !self.done.contains(&(Src::Main, *o)))
+                .collect();
+            prop_assert!(undone.is_empty(), "never done: {:?}", undone);
+            let dlq_undone: Vec<usize> = (0..self.dlq.len())
+                .filter(|&o| !self.done.contains(&(Src::Dlq, o as i64)))
+                .collect();
+            prop_assert!(
+                dlq_undone.is_empty(),
+                "DLQ records never done: {:?}",
+                dlq_undone
+            );
+            prop_assert!(
+                !self.t.m.awaits_drain(),
+                "a destination never settled: something still waits behind the drained DLQ"
+            );
+            prop_assert_eq!(self.t.m.mode(), Mode::Normal, "main p is read again");
+            Ok(())
         }
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(300))]
+        #![proptest_config(ProptestConfig::with_cases(600))]
         #[test]
-        fn destinations_hold_divert_and_keep_order(steps in prop::collection::vec(step(), 1..80)) {
-            let mut w = World::new();
+        fn destinations_hold_divert_and_keep_order(
+            dests in 1u8..3,
+            steps in prop::collection::vec(step(), 1..90),
+        ) {
+            let mut w = World::new(dests);
             for s in steps {
                 w.run(s)?;
             }
-            // Both up; everything answered (delivered), DLQ p read, timers
-            // and lag checks come: every record of both sides is done.
-            w.run(Step::Down(false, false))?;
-            for _ in 0..400 {
-                if w.out.is_empty() {
-                    w.run(Step::ReadDlq(100))?;
-                    w.run(Step::LagCheck)?;
-                    w.run(Step::HoldTimers)?;
-                    if w.out.is_empty() {
-                        break;
-                    }
-                }
-                let (src, o) = *w.out.keys().next().expect("one out");
-                w.answer(src, o, false)?;
-            }
-            let undone: Vec<i64> = (0..w.next).filter(|o| !w.done.contains(&(Src::Main, *o))).collect();
-            prop_assert!(undone.is_empty(), "never done: {:?}", undone);
-            let dlq_undone: Vec<usize> =
-                (0..w.dlq.len()).filter(|&o| !w.done.contains(&(Src::Dlq, o as i64))).collect();
-            prop_assert!(dlq_undone.is_empty(), "DLQ records never done: {:?}", dlq_undone);
+            w.settle()?;
         }
     }
 }

@@ -47,8 +47,9 @@ pub(crate) trait Intake {
         DestinationId::DEFAULT
     }
     /// For a DLQ record's item: the main offset of this partition its
-    /// envelope was written for (`core::partition::outage` follows its own
-    /// envelopes by it). `None` for main records.
+    /// envelope was written for, its place in its key's order
+    /// (`core::partition::outage`). `None` for main records, and for an
+    /// envelope of another partition.
     fn origin(_item: &Self::Item) -> Option<i64> {
         None
     }

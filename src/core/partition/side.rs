@@ -73,6 +73,21 @@ impl Side {
         slot - self.shift
     }
 
+    /// The offset of a slot, if it is of the current incarnation.
+    pub(super) fn offset_now(&self, slot: i64) -> Option<i64> {
+        (slot >= self.base).then(|| self.offset(slot))
+    }
+
+    /// How far the side is read: after the last offset begun, or further
+    /// where a probe proved only markers lie (the watermark passed them).
+    pub(super) fn read_to(&self) -> Option<i64> {
+        let wm = self.watermark().map(NextOffset::get);
+        match (self.next_offset(), wm) {
+            (Some(n), Some(w)) => Some(n.max(w)),
+            (n, w) => n.or(w),
+        }
+    }
+
     /// The offset after the last one begun.
     pub(super) fn next_offset(&self) -> Option<i64> {
         self.tracker.highest_begun().map(|h| self.offset(h + 1))

@@ -215,7 +215,7 @@ impl T {
         self.feed(Input::Reports(reports))
     }
 
-    fn errored(&mut self, src: Src, offset: i64) -> Vec<Effect<Rec>> {
+    pub(super) fn errored(&mut self, src: Src, offset: i64) -> Vec<Effect<Rec>> {
         let r = Report {
             generation: GEN,
             src,
@@ -476,6 +476,7 @@ fn an_errored_job_is_redispatched_after_a_back_off() {
 fn the_drain_dispatches_due_dlq_records_in_order_and_waits_for_the_head() {
     let mut t = T::new(settings(OrderingMode::Key, 10, 100));
     t.verdict(false);
+    t.dlq_high(3);
     let wall = t.now().wall_ms;
     let fx = t.feed(Input::Records(vec![
         Rec::dlq(0, wall - 1),
@@ -655,10 +656,19 @@ fn dlq_p_pauses_while_the_partition_holds_its_limit_of_dlq_records() {
     t.dlq_high(1_000);
     assert_eq!(t.m.mode(), Mode::DrainDlq);
     let fx = t.feed(Input::Records((0..3).map(|o| Rec::dlq(o, 0)).collect()));
-    assert_eq!(dispatched(&fx).len(), 3);
+    assert_eq!(
+        dispatched(&fx),
+        vec![],
+        "a new owner reads DLQ p to its end first"
+    );
     assert_eq!(readings(&fx), vec![], "below the limit: still reading");
+    // At the limit DLQ p cannot be read further: the drain goes on.
     let fx = t.feed(Input::Records((3..6).map(|o| Rec::dlq(o, 0)).collect()));
-    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 3)], "at most `limit` jobs");
+    assert_eq!(
+        dispatched(&fx),
+        (0..4).map(|o| (Src::Dlq, o)).collect::<Vec<_>>(),
+        "at most `limit` jobs"
+    );
     assert_eq!(readings(&fx), vec![(Src::Dlq, false)]);
     assert_eq!(t.m.mode(), Mode::DrainDlq, "still draining what it holds");
     // Completions: the queue goes out; DLQ p is read again at half the limit.
@@ -766,9 +776,12 @@ fn dlq_records_wait_for_the_budget_with_dlq_p_paused() {
         vec![],
         "record 2 still waits: DLQ p stays paused"
     );
+    // Record 2 is in: DLQ p is read on, to its end, before it goes.
     let fx = t.done(Src::Dlq, &[0, 1]);
-    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 2)]);
+    assert_eq!(dispatched(&fx), vec![]);
     assert_eq!(readings(&fx), vec![(Src::Dlq, true)]);
+    let fx = t.dlq_high(3);
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 2)]);
 }
 
 /// A machine that ends (its actor stopped or crashed) gives its share back:
@@ -1391,8 +1404,13 @@ fn the_drain_redelivers_a_keys_envelopes_one_at_a_time_in_order() {
         ..Rec::dlq(o, 0)
     };
     let fx = t.feed(Input::Records(vec![keyed(0, 1), keyed(1, 1), keyed(2, 2)]));
+    assert_eq!(
+        dispatched(&fx),
+        vec![],
+        "a new owner reads DLQ p to its end"
+    );
+    let fx = t.dlq_high(3);
     assert_eq!(dispatched(&fx), vec![(Src::Dlq, 0), (Src::Dlq, 2)]);
-    t.dlq_high(3);
     assert_eq!(
         t.m.mode(),
         Mode::DrainDlq,

@@ -108,7 +108,7 @@ pub(crate) enum AvroError {
 impl AvroSchema {
     /// Parses a schema (the registry's `schema` text) and the schemas it
     /// references (their texts, dependencies first).
-    pub(crate) fn parse(text: &str, references: &[String]) -> Result<AvroSchema, AvroError> {
+    pub(crate) fn parse(text: &str, references: &[&str]) -> Result<AvroSchema, AvroError> {
         let (schema, schemata) = if references.is_empty() {
             (Schema::parse_str(text), Vec::new())
         } else {
@@ -125,7 +125,7 @@ impl AvroSchema {
         Ok(AvroSchema {
             schema,
             names,
-            text_len: text.len() + references.iter().map(String::len).sum::<usize>(),
+            text_len: text.len() + references.iter().map(|r| r.len()).sum::<usize>(),
         })
     }
 

@@ -12,6 +12,7 @@
 //! Patterns run with the crate's bounded-backtracking engine.
 
 use super::Referenced;
+use crate::core::text::{excerpt, LOG_TEXT_MAX};
 use jsonschema::Validator;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,9 +23,10 @@ const BASE: &str = "json-schema:///";
 
 /// At most this many of a record's violations are named in its parking message.
 const MAX_NAMED: usize = 3;
-/// Each named violation's text is cut to this many characters (the crate's
-/// messages can quote the offending value, which may be the whole record).
-const MAX_MESSAGE_CHARS: usize = 200;
+/// Each named violation's text is cut to this many bytes, control and
+/// bidirectional characters escaped (`core::text::excerpt`: the crate's
+/// messages quote the offending value, which may be the whole record).
+const MAX_MESSAGE_BYTES: usize = 200;
 
 /// A writer's JSON Schema, compiled.
 pub struct JsonSchema {
@@ -50,8 +52,10 @@ pub(crate) enum JsonSchemaError {
     Invalid(String),
 }
 
-/// The references by the URIs a `$ref` may resolve them to.
-struct References(Arc<HashMap<String, serde_json::Value>>);
+/// The references' texts by the names a `$ref` may use, shared; each parsed
+/// only when a `$ref` reaches it (a text listed under many names is not
+/// parsed for each).
+struct References(HashMap<String, Arc<str>>);
 
 impl jsonschema::Retrieve for References {
     fn retrieve(
@@ -60,11 +64,14 @@ impl jsonschema::Retrieve for References {
     ) -> Result<serde_json::Value, Box<dyn std::error::Error + Send + Sync>> {
         let uri = uri.as_str();
         let name = uri.strip_prefix(BASE).unwrap_or(uri);
-        self.0
+        let shown = || excerpt(uri, LOG_TEXT_MAX);
+        let text = self
+            .0
             .get(uri)
             .or_else(|| self.0.get(name))
-            .cloned()
-            .ok_or_else(|| format!("`{uri}` is not among the schema's references").into())
+            .ok_or_else(|| format!("`{}` is not among the schema's references", shown()))?;
+        serde_json::from_str(text)
+            .map_err(|e| format!("the reference {} is not JSON: {e}", shown()).into())
     }
 }
 
@@ -78,17 +85,17 @@ impl JsonSchema {
         let bad = |e: String| JsonSchemaError::Schema(e);
         let schema: serde_json::Value =
             serde_json::from_str(text).map_err(|e| bad(format!("it is not JSON: {e}")))?;
-        let mut refs = HashMap::new();
-        for r in references {
-            let value: serde_json::Value = serde_json::from_str(&r.schema)
-                .map_err(|e| bad(format!("the reference {} is not JSON: {e}", r.name)))?;
-            refs.insert(r.name.clone(), value);
-        }
-        let mut options = jsonschema::options().with_retriever(References(Arc::new(refs)));
+        let refs = references
+            .iter()
+            .map(|r| (r.name.clone(), Arc::clone(&r.schema)))
+            .collect();
+        let mut options = jsonschema::options().with_retriever(References(refs));
         if schema.get("$schema").is_none() {
             options = options.with_draft(jsonschema::Draft::Draft7);
         }
-        let validator = options.build(&schema).map_err(|e| bad(e.to_string()))?;
+        let validator = options
+            .build(&schema)
+            .map_err(|e| bad(excerpt(&e.to_string(), MAX_MESSAGE_BYTES)))?;
         Ok(JsonSchema {
             validator,
             text_len: text.len() + references.iter().map(|r| r.schema.len()).sum::<usize>(),
@@ -108,12 +115,14 @@ impl JsonSchema {
         let mut more = 0usize;
         for e in errors.by_ref() {
             if named.len() < MAX_NAMED {
+                // The path names the record's own keys: cut and escaped too.
                 let at = e.instance_path().to_string();
                 let at = if at.is_empty() { "/".to_string() } else { at };
                 named.push(format!(
-                    "at {at}: {} (schema {})",
-                    cut(&e.to_string()),
-                    e.schema_path()
+                    "at {}: {} (schema {})",
+                    excerpt(&at, LOG_TEXT_MAX),
+                    excerpt(&e.to_string(), MAX_MESSAGE_BYTES),
+                    excerpt(&e.schema_path().to_string(), LOG_TEXT_MAX)
                 ));
             } else {
                 more += 1;
@@ -127,14 +136,6 @@ impl JsonSchema {
             message.push_str(&format!("; and {more} more"));
         }
         Err(JsonSchemaError::Invalid(message))
-    }
-}
-
-/// `s` cut to [`MAX_MESSAGE_CHARS`] characters.
-fn cut(s: &str) -> String {
-    match s.char_indices().nth(MAX_MESSAGE_CHARS) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
     }
 }
 

@@ -4,7 +4,9 @@
 //! and the JSON Schema check (`json_schema`). Pure: the registry's answers are
 //! inputs (`schema_registry` fetches them, [`Resolved::compile`] makes them
 //! usable); what comes out is JSON text, read from there on exactly as
-//! `input.format = "json"` reads a record.
+//! `input.format = "json"` reads a record. `registry` says what the
+//! registry's answers mean and resolves references within a byte budget;
+//! `unknown_ids` decides when a partition asks for an id it does not know.
 
 pub(crate) mod avro;
 mod avro_names;
@@ -13,6 +15,7 @@ pub mod frame;
 pub(crate) mod json_schema;
 pub(crate) mod protobuf;
 pub(crate) mod registry;
+pub(crate) mod unknown_ids;
 
 pub(crate) use avro::{AvroSchema, DecimalMode, JsonOptions, TimestampMode};
 pub(crate) use json_schema::JsonSchema;
@@ -41,13 +44,20 @@ pub enum Resolved {
     Broken(String),
 }
 
+/// What keeping one answer costs beyond its texts, measured (a counting
+/// allocator, 100,000 refusals): 317 bytes in the registry's cache (moka's
+/// entry, its order and timer nodes, the shared answer) and 100 in a
+/// partition's (its map entry and its place in the order), rounded up.
+pub(crate) const ENTRY_BYTES: usize = 512;
+
 /// A schema another one references, as the registry served it: the name it is
 /// referenced by (a Protobuf import path, a JSON Schema `$ref`; Avro uses the
-/// names inside the texts) and its text.
+/// names inside the texts) and its text, shared by every name it is listed
+/// under (never copied per name: `registry::Resolution`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Referenced {
     pub name: String,
-    pub schema: String,
+    pub schema: std::sync::Arc<str>,
 }
 
 /// The registry's `schemaType` (absent: Avro), upper-cased.
@@ -81,12 +91,19 @@ impl Resolved {
         let broken = |e: String| Resolved::Broken(e);
         match format {
             InputFormat::Avro => {
+                // Avro names its types inside the texts: a text listed under
+                // several names is read once.
+                let mut read = std::collections::HashSet::new();
+                let texts: Vec<&str> = references
+                    .iter()
+                    .filter(|r| read.insert(std::sync::Arc::as_ptr(&r.schema).cast::<u8>()))
+                    .map(|r| &*r.schema)
+                    .collect();
                 // Names the Avro library would panic on, refused first.
-                let mut named = std::iter::once(text).chain(references.iter().map(|r| &*r.schema));
+                let mut named = std::iter::once(text).chain(texts.iter().copied());
                 if let Err(e) = named.try_for_each(avro_names::check) {
                     return broken(e);
                 }
-                let texts: Vec<String> = references.iter().map(|r| r.schema.clone()).collect();
                 match AvroSchema::parse(text, &texts) {
                     Ok(s) => Resolved::Avro(Box::new(s)),
                     Err(e) => broken(e.to_string()),
@@ -105,7 +122,9 @@ impl Resolved {
     }
 
     /// Bytes a cache charges for it: the parsed or compiled form is a few
-    /// times its texts; the texts' length stands for it.
+    /// times its texts; the texts' length stands for it. Every entry also
+    /// weighs [`ENTRY_BYTES`], what keeping it costs whatever it holds: a
+    /// refusal is mostly that.
     pub(crate) fn weight(&self) -> usize {
         let n = match self {
             Resolved::Avro(s) => s.text_len().saturating_mul(4),
@@ -115,7 +134,7 @@ impl Resolved {
             Resolved::Broken(e) | Resolved::Refused(_, e) => e.len(),
             Resolved::Unknown => 0,
         };
-        n.saturating_add(64)
+        n.saturating_add(ENTRY_BYTES)
     }
 
     /// An answer that parks the records naming the id: kept a bounded time
@@ -130,7 +149,7 @@ impl Resolved {
 pub(crate) type Parked = (&'static str, String);
 
 /// Decodes one registry-framed record of `format`: its header, its body with
-/// the schema `lookup` gives for its id (`None`: not fetched, parked
+/// the schema `lookup` gives for its id (`None`: not asked for, parked
 /// `unknown_schema`), then the JSON as `input.format = "json"` reads it.
 pub(crate) fn decode_framed<'s>(
     r: &RecordIn<'_>,
@@ -192,7 +211,8 @@ fn framed_bytes<'s>(
         })
     };
     match (format, lookup(id)) {
-        (_, None | Some(Resolved::Unknown)) => Err(schema_bad(SchemaError::UnknownSchema(id))),
+        (_, None) => Err(schema_bad(SchemaError::NotAsked(id))),
+        (_, Some(Resolved::Unknown)) => Err(schema_bad(SchemaError::UnknownSchema(id))),
         (_, Some(Resolved::Refused(refusal, detail))) => Err(schema_bad(SchemaError::Refused {
             id,
             refusal: *refusal,
@@ -246,6 +266,16 @@ pub(crate) enum SchemaError {
     NotFramed(#[from] frame::FrameError),
     #[error("schema id {0} is not known to the schema registry")]
     UnknownSchema(u32),
+    /// No answer for the id at hand: not asked for (`unknown_ids`), or a
+    /// refusal no longer kept.
+    #[error(
+        "schema id {0} was not asked of the schema registry, or its refusal was not kept: the \
+         registry refused this partition more than {burst} schema ids at once, or more than one \
+         every {every} s since (replay these records from the parking lot once it knows the id)",
+        burst = unknown_ids::BURST,
+        every = unknown_ids::INTERVAL.as_secs()
+    )]
+    NotAsked(u32),
     /// The registry's answer for the id can never be read as a schema.
     #[error("schema id {id}: {detail}")]
     Refused {
@@ -284,7 +314,7 @@ impl SchemaError {
     pub(crate) fn reason(&self) -> &'static str {
         match self {
             SchemaError::NotFramed(_) => "not_registry_framed",
-            SchemaError::UnknownSchema(_) => "unknown_schema",
+            SchemaError::UnknownSchema(_) | SchemaError::NotAsked(_) => "unknown_schema",
             SchemaError::Refused { refusal, .. } => refusal.as_str(),
             SchemaError::WrongKind { .. } => "wrong_schema_type",
             SchemaError::Broken { format, .. } => match format {
@@ -304,7 +334,7 @@ impl SchemaError {
             } => "decimal_out_of_range",
             SchemaError::Avro { .. } => "malformed_avro",
             SchemaError::Protobuf {
-                error: protobuf::ProtoError::TooLarge(_),
+                error: protobuf::ProtoError::TooLarge(_) | protobuf::ProtoError::TooManyValues(_),
                 ..
             } => "too_large",
             SchemaError::Protobuf { .. } => "malformed_protobuf",

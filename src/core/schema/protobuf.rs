@@ -33,8 +33,11 @@
 //! message, `optional`, a oneof member) is written only when set.
 //!
 //! Bounded on hostile bytes: `prost` refuses messages nested deeper than 100,
-//! every length is checked against the bytes left, and the JSON is written
-//! into a buffer that stops at `max_event_bytes` (`too_large`), so a record
+//! every length is checked against the bytes left, the values the bytes
+//! decode to are counted first and a record of more than [`max_values`] is
+//! refused before it is decoded (`values`: a packed `repeated bool` is one
+//! value a wire byte, ~56 bytes each decoded), and the JSON is written into
+//! a buffer that stops at `max_event_bytes` (`too_large` both), so a record
 //! of empty sub-messages cannot blow up into a huge document.
 
 use super::capped::Limited;
@@ -44,6 +47,7 @@ use base64::Engine;
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The name the compiled root file gets (no reference can import it).
 const ROOT: &str = "courier-registry-schema.proto";
@@ -72,6 +76,18 @@ pub(crate) enum ProtoError {
     Json { message: String, error: String },
     #[error("the record's JSON is larger than max_event_bytes ({0})")]
     TooLarge(usize),
+    /// More values than [`max_values`] allows, counted before decoding.
+    #[error("the record holds more than {0} values (fields, list elements, map entries): one per 4 bytes of max_event_bytes")]
+    TooManyValues(usize),
+}
+
+/// The most values (field occurrences, list elements, map entries) a record
+/// of at most `max_bytes` of JSON may decode to: one per 4 bytes. Decoded,
+/// a value takes ~56 bytes, so a record being decoded holds at most ~14 ×
+/// `max_bytes`; and that many values are at least half of `max_bytes` as
+/// JSON (2 bytes the smallest, `0,`).
+pub(crate) fn max_values(max_bytes: usize) -> usize {
+    max_bytes / 4
 }
 
 impl ProtoSchema {
@@ -82,18 +98,22 @@ impl ProtoSchema {
         text: &str,
         references: &[Referenced],
     ) -> Result<ProtoSchema, ProtoError> {
-        let mut files = HashMap::new();
-        for r in references {
-            files.insert(r.name.clone(), file(&r.name, &r.schema)?);
-        }
-        if files.contains_key(ROOT) {
+        // The texts by import path, shared; each parsed only when the
+        // compiler opens it (a file listed under many names, or never
+        // imported, is not parsed for each).
+        let texts: HashMap<String, Arc<str>> = references
+            .iter()
+            .map(|r| (r.name.clone(), Arc::clone(&r.schema)))
+            .collect();
+        if texts.contains_key(ROOT) {
             return Err(ProtoError::Schema(format!(
                 "a reference is named {ROOT}, the name Courier gives the schema itself"
             )));
         }
-        files.insert(ROOT.to_string(), file(ROOT, text)?);
+        let root = file(ROOT, text).map_err(|e| ProtoError::Schema(e.to_string()))?;
+        let files = Files { texts, root };
         let mut resolver = protox::file::ChainFileResolver::new();
-        resolver.add(Files(files));
+        resolver.add(files);
         resolver.add(protox::file::GoogleFileResolver::new());
         let mut compiler = protox::Compiler::with_file_resolver(resolver);
         compiler
@@ -132,6 +152,11 @@ impl ProtoSchema {
     pub(crate) fn to_json(&self, body: &[u8], max_bytes: usize) -> Result<Vec<u8>, ProtoError> {
         let (indexes, bytes) = frame::message_indexes(body)?;
         let desc = self.message(&indexes)?;
+        // Counted on the wire bytes before they are decoded (`values`).
+        let limit = max_values(max_bytes);
+        if values::more_than(&desc, bytes, limit) {
+            return Err(ProtoError::TooManyValues(limit));
+        }
         let message =
             DynamicMessage::decode(desc.clone(), bytes).map_err(|e| ProtoError::Decode {
                 message: desc.full_name().to_string(),
@@ -153,7 +178,7 @@ impl ProtoSchema {
 
 /// One file as the registry served it: base64 of a `FileDescriptorProto`
 /// (its name set to the import path, as the serializers do), else source.
-fn file(name: &str, text: &str) -> Result<protox::file::File, ProtoError> {
+fn file(name: &str, text: &str) -> Result<protox::file::File, protox::Error> {
     let trimmed = text.trim();
     if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(trimmed) {
         if let Ok(mut descriptor) = prost_types::FileDescriptorProto::decode(bytes.as_slice()) {
@@ -161,20 +186,31 @@ fn file(name: &str, text: &str) -> Result<protox::file::File, ProtoError> {
             return Ok(protox::file::File::from_file_descriptor_proto(descriptor));
         }
     }
-    protox::file::File::from_source(name, text).map_err(|e| ProtoError::Schema(e.to_string()))
+    protox::file::File::from_source(name, text)
 }
 
-/// The registry's files by import path.
-struct Files(HashMap<String, protox::file::File>);
+/// The registry's files by import path (parsed as the compiler opens them),
+/// and the schema itself, parsed.
+struct Files {
+    texts: HashMap<String, Arc<str>>,
+    root: protox::file::File,
+}
 
 impl protox::file::FileResolver for Files {
     fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
-        self.0
+        if name == ROOT {
+            return Ok(self.root.clone());
+        }
+        let text = self
+            .texts
             .get(name)
-            .cloned()
-            .ok_or_else(|| protox::Error::file_not_found(name))
+            .ok_or_else(|| protox::Error::file_not_found(name))?;
+        file(name, text)
     }
 }
+
+#[path = "protobuf/values.rs"]
+mod values;
 
 #[cfg(test)]
 #[path = "protobuf/tests.rs"]

@@ -5,10 +5,15 @@
 //! the schema can never be read (404, another 4xx, JSON that is not a schema,
 //! references that lead nowhere, nest too deep or pass the byte budget) is a
 //! [`RegistryRefusal`]: the records naming the id are parked with its reason.
+//! A 404 for the id itself is asked again first ([`ask_again`]: 1.5 s in
+//! all), in case a follower registry lags its leader.
 //! And [`Resolution`]: the references of one schema, each fetched once.
 
 use super::Referenced;
-use std::collections::HashMap;
+use crate::core::text::{excerpt, LOG_TEXT_MAX};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Why the registry's answer for a schema id can never be read: the parking
 /// reason of the records naming the id (`last_error.reason`).
@@ -24,8 +29,9 @@ pub enum RegistryRefusal {
     BadSchema,
     /// References nested deeper than [`MAX_REFERENCE_DEPTH`].
     TooDeep,
-    /// The schema with its references passes `cache_max_bytes`, or names more
-    /// than [`MAX_REFERENCES`] references.
+    /// The schema with its references passes `cache_max_bytes` (as
+    /// [`Resolution`] charges it), names more than [`MAX_REFERENCES`]
+    /// distinct references, or more than [`MAX_REFERENCE_EDGES`] in all.
     TooLarge,
 }
 
@@ -74,6 +80,8 @@ impl std::fmt::Display for Asked {
         match self {
             Asked::Id(id) => write!(f, "schema id {id}"),
             Asked::Reference { subject, version } => {
+                // The registry chose it: cut and escaped (I28).
+                let subject = excerpt(subject, LOG_TEXT_MAX);
                 write!(f, "referenced subject {subject} version {version}")
             }
         }
@@ -105,6 +113,19 @@ pub(crate) fn status(status: u16, asked: &Asked) -> Result<(), Failure> {
         // the schema.
         _ => Err(Failure::Wait(format!("HTTP {status} for {asked}"))),
     }
+}
+
+/// After the registry answered 404 for an id, it is asked again after these
+/// delays (1.5 s in all, the partition waiting) before the id is taken as
+/// unknown and its records parked: a follower registry a moment behind its
+/// leader does not know a schema just registered.
+pub(crate) const UNKNOWN_ASKED_AGAIN: [Duration; 2] =
+    [Duration::from_millis(500), Duration::from_millis(1000)];
+
+/// How long to wait before asking again for an id the registry answered 404
+/// `answers` times; `None`: it is unknown (parked `unknown_schema`).
+pub(crate) fn ask_again(answers: usize) -> Option<Duration> {
+    UNKNOWN_ASKED_AGAIN.get(answers.checked_sub(1)?).copied()
 }
 
 /// A registry's answer for an id or a subject version.
@@ -157,6 +178,10 @@ pub(crate) fn too_large(asked: &Asked, max_bytes: usize) -> Failure {
 pub(crate) const MAX_REFERENCE_DEPTH: usize = 16;
 /// The most distinct references one schema may name, transitively.
 pub(crate) const MAX_REFERENCES: usize = 1000;
+/// The most references an id's answer and its references' answers may name
+/// in all, counted each time one is named (a diamond names a reference
+/// once per path to it).
+pub(crate) const MAX_REFERENCE_EDGES: usize = 10 * MAX_REFERENCES;
 
 /// A subject as one URL path segment: percent-encoded but for RFC 3986's
 /// unreserved characters. `.` and `..` cannot be a segment at all (URL
@@ -166,7 +191,10 @@ pub(crate) fn subject_segment(subject: &str, version: i64) -> Result<String, Fai
     if matches!(subject, "" | "." | "..") {
         return Err(Failure::Refused(
             RegistryRefusal::UnknownReference,
-            format!("a reference names the subject `{subject}` (version {version}), which no URL can ask for"),
+            format!(
+                "a reference names the subject `{}` (version {version}), which no URL can ask for",
+                excerpt(subject, LOG_TEXT_MAX)
+            ),
         ));
     }
     let mut out = String::with_capacity(subject.len());
@@ -182,11 +210,25 @@ pub(crate) fn subject_segment(subject: &str, version: i64) -> Result<String, Fai
 
 type Key = (String, i64);
 
+/// What one reference a registry answer lists is charged to the byte budget:
+/// its name and subject, and its place in the list.
+fn listed_bytes(refs: &[Reference]) -> usize {
+    refs.iter().fold(0usize, |n, r| {
+        n.saturating_add(r.name.len())
+            .saturating_add(r.subject.len())
+            .saturating_add(std::mem::size_of::<Reference>())
+    })
+}
+
 /// A reference's schema: fetched, its own references being followed; or
-/// resolved with them.
+/// resolved with them. The text is shared by every name it is listed under.
 enum State {
-    Following(String),
-    Resolved(String),
+    Following(Arc<str>),
+    /// `named`: listed in the output under some name already.
+    Resolved {
+        text: Arc<str>,
+        named: bool,
+    },
 }
 
 /// One schema being resolved: its (subject, version) (`None`: the schema the
@@ -203,29 +245,82 @@ struct Frame {
 /// [`Resolution::need`] what to fetch, gives each answer to
 /// [`Resolution::fetched`], and takes [`Resolution::finish`] once nothing is
 /// needed.
+///
+/// Bounded by what the registry answers, however it answers (issue 54, item
+/// 10): the byte budget (`cache_max_bytes`) is charged the root text, every
+/// answer's list of references (names, subjects, one [`Reference`] each),
+/// every text fetched, and every entry of the output (its name, and its text
+/// once more for each name past the first: a compiler reads each entry
+/// apart). The output's texts are shared (`Arc<str>`), never copied per name;
+/// duplicates are found in a set; and the references named in all, counted
+/// each time one is named, are at most [`MAX_REFERENCE_EDGES`], checked as
+/// each answer comes, before its list is walked.
 pub(crate) struct Resolution {
     stack: Vec<Frame>,
     seen: HashMap<Key, State>,
     out: Vec<Referenced>,
+    /// The (name, reference) pairs in `out`.
+    named: HashSet<(String, Key)>,
     bytes: usize,
     max_bytes: usize,
+    /// References named so far, each time one is named.
+    edges: usize,
 }
 
 impl Resolution {
     /// For a schema whose text is `root_bytes` long, naming `refs`, within
     /// `max_bytes` of texts in all.
-    pub(crate) fn new(root_bytes: usize, refs: Vec<Reference>, max_bytes: usize) -> Resolution {
-        Resolution {
-            stack: vec![Frame {
-                key: None,
-                refs,
-                next: 0,
-            }],
+    pub(crate) fn new(
+        root_bytes: usize,
+        refs: Vec<Reference>,
+        max_bytes: usize,
+    ) -> Result<Resolution, Failure> {
+        let mut r = Resolution {
+            stack: Vec::new(),
             seen: HashMap::new(),
             out: Vec::new(),
-            bytes: root_bytes,
+            named: HashSet::new(),
+            bytes: 0,
             max_bytes,
+            edges: 0,
+        };
+        r.charge(root_bytes)?;
+        r.listed(&refs)?;
+        r.stack.push(Frame {
+            key: None,
+            refs,
+            next: 0,
+        });
+        Ok(r)
+    }
+
+    /// `n` more bytes, within the budget.
+    fn charge(&mut self, n: usize) -> Result<(), Failure> {
+        self.bytes = self.bytes.saturating_add(n);
+        if self.bytes > self.max_bytes {
+            return Err(Failure::Refused(
+                RegistryRefusal::TooLarge,
+                format!(
+                    "the schema with its references passes input.schema_registry.cache_max_bytes ({} bytes)",
+                    self.max_bytes
+                ),
+            ));
         }
+        Ok(())
+    }
+
+    /// An answer's list of references, charged before it is walked.
+    fn listed(&mut self, refs: &[Reference]) -> Result<(), Failure> {
+        self.edges = self.edges.saturating_add(refs.len());
+        if self.edges > MAX_REFERENCE_EDGES {
+            return Err(Failure::Refused(
+                RegistryRefusal::TooLarge,
+                format!(
+                    "the schema and its references name more than {MAX_REFERENCE_EDGES} references in all"
+                ),
+            ));
+        }
+        self.charge(listed_bytes(refs))
     }
 
     /// The next reference to fetch, with its subject as a URL path segment;
@@ -240,21 +335,23 @@ impl Resolution {
                 // Every reference of `top` is resolved: so is `top`.
                 if let Some(Frame { key: Some(key), .. }) = self.stack.pop() {
                     if let Some(State::Following(text)) = self.seen.remove(&key) {
-                        self.seen.insert(key.clone(), State::Resolved(text));
+                        let resolved = State::Resolved { text, named: false };
+                        self.seen.insert(key.clone(), resolved);
                     }
-                    self.reference_done(&key);
+                    self.reference_done(key)?;
                 }
                 continue;
             };
             let key = (r.subject.clone(), r.version);
             match self.seen.get(&key) {
-                Some(State::Resolved(_)) => self.reference_done(&key),
+                Some(State::Resolved { .. }) => self.reference_done(key)?,
                 Some(State::Following(_)) => {
                     return Err(Failure::Refused(
                         RegistryRefusal::BadSchema,
                         format!(
                             "the schema's references form a cycle through subject {} version {}",
-                            key.0, key.1
+                            excerpt(&key.0, LOG_TEXT_MAX),
+                            key.1
                         ),
                     ))
                 }
@@ -283,25 +380,17 @@ impl Resolution {
         let Asked::Reference { subject, version } = asked else {
             return Ok(());
         };
-        self.bytes = self.bytes.saturating_add(answer.schema.len());
-        if self.bytes > self.max_bytes {
-            return Err(Failure::Refused(
-                RegistryRefusal::TooLarge,
-                format!(
-                    "the schema with its references passes input.schema_registry.cache_max_bytes ({} bytes)",
-                    self.max_bytes
-                ),
-            ));
-        }
         if self.seen.len() >= MAX_REFERENCES {
             return Err(Failure::Refused(
                 RegistryRefusal::TooLarge,
                 format!("the schema names more than {MAX_REFERENCES} references"),
             ));
         }
+        self.charge(answer.schema.len())?;
+        self.listed(&answer.references)?;
         let key = (subject.clone(), *version);
         self.seen
-            .insert(key.clone(), State::Following(answer.schema));
+            .insert(key.clone(), State::Following(Arc::from(answer.schema)));
         self.stack.push(Frame {
             key: Some(key),
             refs: answer.references,
@@ -311,10 +400,10 @@ impl Resolution {
     }
 
     /// The reference the top frame is at, resolved as `key`: named in the
-    /// output (once per name), the frame moves on.
-    fn reference_done(&mut self, key: &Key) {
+    /// output (once per name, charged), the frame moves on.
+    fn reference_done(&mut self, key: Key) -> Result<(), Failure> {
         let Some(top) = self.stack.last_mut() else {
-            return;
+            return Ok(());
         };
         let name = top
             .refs
@@ -322,18 +411,24 @@ impl Resolution {
             .map(|r| r.name.clone())
             .unwrap_or_default();
         top.next += 1;
-        if let Some(State::Resolved(schema)) = self.seen.get(key) {
-            if !self
-                .out
-                .iter()
-                .any(|o| o.name == name && o.schema == *schema)
-            {
-                self.out.push(Referenced {
-                    name,
-                    schema: schema.clone(),
-                });
-            }
+        let Some(State::Resolved { text, named }) = self.seen.get_mut(&key) else {
+            return Ok(());
+        };
+        let (schema, first) = (text.clone(), !*named);
+        *named = true;
+        let entry = (name, key);
+        if self.named.contains(&entry) {
+            return Ok(());
         }
+        // Its text was charged when it was fetched, for its first name.
+        let text_bytes = if first { 0 } else { schema.len() };
+        self.charge(entry.0.len().saturating_add(text_bytes))?;
+        self.out.push(Referenced {
+            name: entry.0.clone(),
+            schema,
+        });
+        self.named.insert(entry);
+        Ok(())
     }
 
     /// The referenced schemas by name, dependencies first.

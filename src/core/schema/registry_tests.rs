@@ -48,6 +48,16 @@ fn every_status_means_wait_read_or_one_refusal() {
 }
 
 #[test]
+fn an_unknown_id_is_asked_again_twice_within_a_bounded_time() {
+    assert_eq!(ask_again(0), None);
+    assert_eq!(ask_again(1), Some(Duration::from_millis(500)));
+    assert_eq!(ask_again(2), Some(Duration::from_secs(1)));
+    assert_eq!(ask_again(3), None);
+    let total: Duration = (1..10).filter_map(ask_again).sum();
+    assert_eq!(total, Duration::from_millis(1500));
+}
+
+#[test]
 fn reasons_are_distinct_and_named() {
     let names: std::collections::HashSet<_> =
         RegistryRefusal::ALL.iter().map(|r| r.as_str()).collect();
@@ -130,7 +140,10 @@ fn resolve(
         .iter()
         .map(|(n, s)| (n.to_string(), s.to_string()))
         .collect();
-    let mut r = Resolution::new(2, refs(&root), max_bytes);
+    let mut r = match Resolution::new(2, refs(&root), max_bytes) {
+        Ok(r) => r,
+        Err(e) => return (Vec::new(), Err(e)),
+    };
     let mut fetched = Vec::new();
     loop {
         match r.need() {
@@ -153,6 +166,17 @@ fn resolve(
             Err(e) => return (fetched, Err(e)),
         }
     }
+}
+
+/// References (version 1) by (name, subject).
+fn refs_to(list: &[(&str, &str)]) -> Vec<Reference> {
+    list.iter()
+        .map(|(name, subject)| Reference {
+            name: name.to_string(),
+            subject: subject.to_string(),
+            version: 1,
+        })
+        .collect()
 }
 
 fn graph(nodes: Graph) -> Served {
@@ -184,7 +208,7 @@ fn a_diamond_of_depth_16_is_fetched_once_per_subject() {
     // Dependencies first: level 15 before level 0.
     let at = |s: &str| {
         out.iter()
-            .position(|r| r.schema == format!("text of {s}"))
+            .position(|r| *r.schema == *format!("text of {s}"))
             .unwrap()
     };
     assert!(at("l15a") < at("l0a") && at("l15b") < at("l0b"));
@@ -230,9 +254,10 @@ fn deep_cyclic_or_large_references_are_refused_for_good() {
     let (fetched, out) = resolve(&[("a", "a")], &cycle, 1 << 20);
     assert_eq!(fetched, ["a", "b"]);
     assert_eq!(refused(out.map(|_| ())), Some(RegistryRefusal::BadSchema));
-    // Texts past the budget.
+    // Texts past the budget: the root's, the list of references, each text
+    // fetched, each name it is listed under.
     let g = graph(vec![("a".into(), vec![]), ("b".into(), vec![])]);
-    let budget = 2 + "text of a".len();
+    let budget = 2 + listed_bytes(&refs_to(&[("a", "a")])) + "text of a".len() + "a".len();
     let (_, out) = resolve(&[("a", "a")], &g, budget);
     assert!(out.is_ok());
     let (_, out) = resolve(&[("a", "a"), ("b", "b")], &g, budget);
@@ -244,6 +269,102 @@ fn deep_cyclic_or_large_references_are_refused_for_good() {
         refused(out.map(|_| ())),
         Some(RegistryRefusal::UnknownReference)
     );
+}
+
+/// Issue 54, item 10: one answer listing one 48 KiB text under 2,000 names.
+/// The text is held once, shared by every entry; every entry is charged its
+/// text, so the budget (16 MiB, the default) refuses it as a compiler would
+/// read 96 MB. Seen failing on 45109fa: resolved (a copy of the text per
+/// name), not refused.
+#[test]
+fn one_text_under_many_names_is_charged_per_name_and_held_once() {
+    let big = "x".repeat(48 * 1024);
+    let names: Vec<String> = (0..2_000).map(|i| format!("r{i}.json")).collect();
+    let root: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "big")).collect();
+    let served: Served = HashMap::from([("big".to_string(), (big.clone(), vec![]))]);
+    let (fetched, out) = resolve(&root, &served, 16 << 20);
+    assert_eq!(fetched, ["big"], "fetched once");
+    assert_eq!(refused(out.map(|_| ())), Some(RegistryRefusal::TooLarge));
+    // Within the budget: every name listed, one text shared by all.
+    let (_, out) = resolve(&root[..100], &served, 16 << 20);
+    let out = out.unwrap();
+    assert_eq!(out.len(), 100);
+    assert!(out.iter().all(|r| Arc::ptr_eq(&r.schema, &out[0].schema)));
+    // Charged exactly: one byte less refuses.
+    let exact = 2
+        + listed_bytes(&refs_to(&root[..100]))
+        + 100 * big.len()
+        + names[..100].iter().map(String::len).sum::<usize>();
+    assert!(resolve(&root[..100], &served, exact).1.is_ok());
+    assert_eq!(
+        refused(resolve(&root[..100], &served, exact - 1).1.map(|_| ())),
+        Some(RegistryRefusal::TooLarge)
+    );
+}
+
+/// Issue 54, item 10: the references named in all are capped, each answer's
+/// list checked before it is walked: 60,000 names in the id's answer are
+/// refused before anything is fetched; so is a reference's answer past it.
+/// Seen failing on 45109fa (the 60,000 were walked, one copy of the text
+/// each: 3.25 GB).
+#[test]
+fn an_answer_naming_more_references_than_the_cap_is_refused_unwalked() {
+    let names: Vec<String> = (0..60_000).map(|i| format!("r{i}")).collect();
+    let root: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "dep")).collect();
+    let served: Served = HashMap::from([("dep".to_string(), ("{}".to_string(), vec![]))]);
+    let (fetched, out) = resolve(&root, &served, usize::MAX);
+    assert!(fetched.is_empty(), "{fetched:?}");
+    let Err(Failure::Refused(RegistryRefusal::TooLarge, m)) = out else {
+        panic!("{out:?}")
+    };
+    assert!(m.contains("10000 references in all"), "{m}");
+    // At the cap: resolved.
+    let (_, out) = resolve(&root[..MAX_REFERENCE_EDGES], &served, usize::MAX);
+    assert_eq!(out.unwrap().len(), MAX_REFERENCE_EDGES);
+    // Past it through a reference's answer.
+    let wide: Vec<(String, String)> = (0..MAX_REFERENCE_EDGES)
+        .map(|i| (format!("w{i}"), "dep".to_string()))
+        .collect();
+    let served: Served = HashMap::from([
+        ("dep".to_string(), ("{}".to_string(), vec![])),
+        ("wide".to_string(), ("{}".to_string(), wide)),
+    ]);
+    let (fetched, out) = resolve(&[("wide", "wide")], &served, usize::MAX);
+    assert_eq!(fetched, ["wide"]);
+    assert_eq!(refused(out.map(|_| ())), Some(RegistryRefusal::TooLarge));
+}
+
+/// Issue 54, item 16: a subject the registry chose reaches messages (and the
+/// log) cut and escaped.
+#[test]
+fn a_subject_in_a_message_is_cut_and_escaped() {
+    let subject = format!("a{}b{}c{}", '\n', '\u{1b}', "s".repeat(100_000));
+    let asked = Asked::Reference {
+        subject: subject.clone(),
+        version: 1,
+    };
+    for m in [
+        asked.to_string(),
+        match status(404, &asked) {
+            Err(Failure::Refused(_, m)) => m,
+            other => panic!("{other:?}"),
+        },
+    ] {
+        assert!(m.len() < 400, "{} bytes", m.len());
+        assert!(!m.contains('\n') && !m.contains('\u{1b}'), "{m}");
+        assert!(m.contains("a\\nb\\u{1b}c"), "{m}");
+    }
+    // A cycle through it.
+    let served: Served = HashMap::from([(
+        subject.clone(),
+        ("{}".to_string(), vec![("x".to_string(), subject.clone())]),
+    )]);
+    let root = [("x", subject.as_str())];
+    let (_, out) = resolve(&root, &served, usize::MAX);
+    let Err(Failure::Refused(RegistryRefusal::BadSchema, m)) = out else {
+        panic!()
+    };
+    assert!(m.len() < 400 && !m.contains('\n'), "{m}");
 }
 
 proptest! {
@@ -280,7 +401,7 @@ proptest! {
             }
         }
         prop_assert_eq!(unique, reach.into_iter().collect::<Vec<_>>());
-        let at = |s: &str| out.iter().position(|r| r.schema == format!("text of {s}"));
+        let at = |s: &str| out.iter().position(|r| *r.schema == *format!("text of {s}"));
         for s in &fetched {
             for (_, dep) in &g[s].1 {
                 prop_assert!(at(dep) < at(s), "{} before {}", dep, s);

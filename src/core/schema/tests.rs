@@ -111,8 +111,12 @@ fn protobuf_parking_reasons() {
         reason(decode(p, &framed(id, &[8, 0, 0, 0, 0]), Some(&s), 1 << 20)),
         "malformed_protobuf"
     );
-    // The id has no schema.
+    // The id has no schema; or was not asked for (issue 54, item 11).
     assert_eq!(reason(decode(p, &record, None, 1 << 20)), "unknown_schema");
+    let Err((_, m)) = decode(p, &record, None, 1 << 20) else {
+        panic!()
+    };
+    assert!(m.contains("not asked of the schema registry"), "{m}");
     assert_eq!(
         reason(decode(p, &record, Some(&Resolved::Unknown), 1 << 20)),
         "unknown_schema"
@@ -235,5 +239,5 @@ fn kinds_and_weights() {
     assert_eq!(expected_kind(InputFormat::Json), None);
     let s = resolved(InputFormat::Protobuf, "order");
     assert!(s.weight() > 1000, "{}", s.weight());
-    assert_eq!(Resolved::Unknown.weight(), 64);
+    assert_eq!(Resolved::Unknown.weight(), ENTRY_BYTES);
 }

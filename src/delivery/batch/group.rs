@@ -2,7 +2,7 @@
 //! the key events must share to share a request, and a group's state.
 
 use super::Submission;
-use crate::core::batch::{BatchSpec, SplitWindow};
+use crate::core::batch::BatchSpec;
 use crate::core::mapping::Method;
 use crate::delivery::http::Outgoing;
 use bytes::Bytes;
@@ -83,6 +83,4 @@ pub(super) struct Group {
     pub(super) tx: mpsc::UnboundedSender<Entry>,
     /// After a 413: batches hold at most this many events until the instant.
     pub(super) shrunk: Option<(usize, Instant)>,
-    /// How many of its events end alone after splits (`core::batch::SplitWindow`).
-    pub(super) splits: SplitWindow,
 }

@@ -3,12 +3,14 @@
 //! one too), and is heard once ([`crate::delivery::hear`]); then each event's
 //! answer: the batch's, its per-item result, or (refused as a whole with a
 //! split status) the answers of its two halves, sent the same way
-//! (`core::batch`).
+//! (`core::batch`) — an ordered run's halves one after the other, the
+//! second only once the first was accepted whole (I39).
 
-use super::{leave_out_stopped, Batcher, GroupKey, Reply, Submission};
+use super::answers::accepted;
+use super::{leave_out_stopped, Batcher, GroupKey, Submission};
 use crate::api_health::Admission;
 use crate::config::RateLimitUnit;
-use crate::core::batch::{self, BatchSpec, ItemResult, NoResult, WholeAnswer};
+use crate::core::batch::{self, BatchSpec, WholeAnswer};
 use crate::delivery::http::{Answer, Api, Outgoing, TransportError};
 use crate::delivery::limits::Call;
 use crate::delivery::send::{Made, Request, Sent, Waiting};
@@ -20,9 +22,12 @@ use std::sync::Arc;
 
 impl<A: Api + Clone> Batcher<A> {
     /// Sends `items` and answers each: as one request, or — with results
-    /// matched by id and an id twice among them — as consecutive requests in
-    /// which no id repeats (`core::batch::unique_id_runs`). Events that
-    /// stopped waiting are left out first.
+    /// matched by id and an id twice among them — as requests in which no
+    /// id repeats: parts by occurrence rank sent at once
+    /// (`core::batch::id_rank_parts`), or, holding an ordered run,
+    /// consecutive runs sent one after the other (`unique_id_runs`). Events
+    /// that stopped waiting are left out first. True when every event was
+    /// answered accepted (what lets the next part of an ordered run go).
     pub(super) fn bisect<'a>(
         self: &'a Arc<Self>,
         key: &'a GroupKey,
@@ -30,14 +35,43 @@ impl<A: Api + Clone> Batcher<A> {
         spec: &'a Arc<BatchSpec>,
         mut items: Vec<Submission>,
         after_split: bool,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         Box::pin(async move {
             leave_out_stopped(&mut items);
             if items.is_empty() {
-                return;
+                return true;
             }
             if spec.results.as_ref().is_some_and(|r| r.id.is_some()) {
                 let ids: Vec<&str> = items.iter().map(|s| s.id.as_str()).collect();
+                if !items.iter().any(|s| s.in_run) {
+                    let ranks = batch::id_rank_parts(&ids);
+                    if ranks.len() > 1 {
+                        let mut slots: Vec<Option<Submission>> =
+                            items.into_iter().map(Some).collect();
+                        let mut parts = ranks.into_iter().map(|part| -> Vec<Submission> {
+                            part.into_iter().filter_map(|i| slots[i].take()).collect()
+                        });
+                        let first = parts.next().unwrap_or_default();
+                        // The other parts in tasks of their own, at once.
+                        let others: Vec<_> = parts
+                            .map(|part| {
+                                let this = self.clone();
+                                let (key, out, spec) = (key.clone(), out.clone(), spec.clone());
+                                tokio::spawn(async move {
+                                    this.send(&key, &out, &spec, part, after_split).await
+                                })
+                            })
+                            .collect();
+                        let mut all = self.send(key, out, spec, first, after_split).await;
+                        for t in others {
+                            // A part's task that panicked dropped its
+                            // events' answers: they report "no answer".
+                            all &= t.await.unwrap_or(false);
+                        }
+                        return all;
+                    }
+                    return self.send(key, out, spec, items, after_split).await;
+                }
                 let runs = batch::unique_id_runs(&ids);
                 if runs.len() > 1 {
                     let mut parts = Vec::with_capacity(runs.len());
@@ -45,19 +79,49 @@ impl<A: Api + Clone> Batcher<A> {
                         parts.push(items.split_off(r.start));
                     }
                     // In order: an ordered run's events reach the API in
-                    // offset order.
-                    for part in parts.into_iter().rev() {
-                        self.send(key, out, spec, part, after_split).await;
-                    }
-                    return;
+                    // offset order, each part once the one before it was
+                    // accepted.
+                    return self
+                        .in_order(parts.into_iter().rev(), |part| {
+                            self.send(key, out, spec, part, after_split)
+                        })
+                        .await;
                 }
             }
-            self.send(key, out, spec, items, after_split).await;
+            self.send(key, out, spec, items, after_split).await
         })
+    }
+
+    /// Sends the parts of an ordered run one after the other, each once the
+    /// one before it was accepted whole; behind one that was not, the rest
+    /// are answered "not sent" (sent, they would be accepted before the
+    /// event that failed: a stale write) and go again behind it, or follow
+    /// it into the DLQ (`delivery::ordered`). True when all were accepted.
+    async fn in_order<'a, F>(
+        &self,
+        parts: impl Iterator<Item = Vec<Submission>>,
+        mut send: impl FnMut(Vec<Submission>) -> F,
+    ) -> bool
+    where
+        F: Future<Output = bool> + 'a,
+    {
+        let mut all = true;
+        for part in parts {
+            if all {
+                all = send(part).await;
+            } else {
+                for s in part {
+                    s.reply
+                        .send((Err(not_sent_behind(BEHIND_A_FAILURE)), Sent::default()));
+                }
+            }
+        }
+        all
     }
 
     /// One request for `items` (after the gate and the slots), then each
     /// event's answer; refused as a whole with a split status, its halves.
+    /// True when every event was answered accepted.
     async fn send(
         self: &Arc<Self>,
         key: &GroupKey,
@@ -65,17 +129,50 @@ impl<A: Api + Clone> Batcher<A> {
         spec: &Arc<BatchSpec>,
         mut items: Vec<Submission>,
         after_split: bool,
-    ) {
+    ) -> bool {
         let Some((admission, call)) = self.admitted(&mut items).await else {
-            return;
+            return false;
         };
+        let mut all = true;
         if admission.is_probe_slot() && items.len() > 1 {
             // A half-open probe puts one event at stake, as an event alone
             // would: the others go back to be batched again (behind the
-            // gate, in their order).
+            // gate, in their order) — an ordered run's only after the
+            // probe's answer, so no two of its events are on the wire at
+            // once (another probe slot may be free now).
             let rest = items.split_off(1);
-            self.requeue(key, out, spec, rest);
+            if rest.iter().any(|s| s.in_run) {
+                // An ordered run's others are not sent in this round, nor
+                // after the probe whatever its answer (sent after a probe
+                // that failed, an event would reach the API before the one
+                // ahead of it): answered "not sent", they go again behind
+                // it, or follow it into the DLQ (`delivery::ordered`).
+                for s in rest {
+                    s.reply
+                        .send((Err(not_sent_behind(BEHIND_A_PROBE)), Sent::default()));
+                }
+            } else {
+                self.requeue(key, out, spec, rest);
+            }
+            all = false;
         }
+        all & self
+            .answer(key, out, spec, items, (admission, call), after_split)
+            .await
+    }
+
+    /// The request for `items`, admitted and counted, and each event's
+    /// answer; refused as a whole with a split status, its halves. True
+    /// when every event was answered accepted.
+    async fn answer(
+        self: &Arc<Self>,
+        key: &GroupKey,
+        out: &Outgoing,
+        spec: &Arc<BatchSpec>,
+        mut items: Vec<Submission>,
+        (admission, call): (Admission, Call),
+        after_split: bool,
+    ) -> bool {
         let n = items.len();
         let (answer, sent) = self.request(out, spec, &items, admission, call).await;
         let a = match answer {
@@ -83,7 +180,7 @@ impl<A: Api + Clone> Batcher<A> {
                 for s in items {
                     s.reply.send((Err(t.clone()), sent));
                 }
-                return;
+                return false;
             }
             Ok(a) => a,
         };
@@ -95,24 +192,37 @@ impl<A: Api + Clone> Batcher<A> {
             let (_, second) = batch::halves(n);
             let tail = items.split_off(second.start);
             if items.iter().chain(&tail).any(|s| s.in_run) {
-                // An ordered run's events reach the API in offset order.
-                self.bisect(key, out, spec, items, true).await;
-                self.bisect(key, out, spec, tail, true).await;
-            } else {
-                let (x, y) = tokio::join!(
-                    self.bisect(key, out, spec, items, true),
-                    self.bisect(key, out, spec, tail, true)
-                );
-                let ((), ()) = (x, y);
+                // An ordered run's events reach the API in offset order:
+                // the second half once the first was accepted.
+                return self
+                    .in_order([items, tail].into_iter(), |half| {
+                        self.bisect(key, out, spec, half, true)
+                    })
+                    .await;
             }
-            return;
+            let (x, y) = tokio::join!(
+                self.bisect(key, out, spec, items, true),
+                self.bisect(key, out, spec, tail, true)
+            );
+            return x && y;
         }
-        self.answered(key, n, after_split);
-        let ids: Vec<&str> = items.iter().map(|s| s.id.as_str()).collect();
-        let replies = self.answers(spec, &a, &ids, sent);
-        for (s, reply) in items.into_iter().zip(replies) {
-            s.reply.send(reply);
+        self.answered(spec, n, after_split);
+        let (replies, again) = self.answers(spec, &a, &items, sent);
+        let all = replies.iter().all(accepted) && !again.contains(&true);
+        let mut resend = Vec::new();
+        for ((mut s, reply), again) in items.into_iter().zip(replies).zip(again) {
+            if again {
+                s.resent += 1;
+                resend.push(s);
+            } else {
+                s.reply.send(reply);
+            }
         }
+        if !resend.is_empty() {
+            metrics::counter!(m::BATCH_RESENT).increment(resend.len() as u64);
+            self.requeue(key, out, spec, resend);
+        }
+        all
     }
 
     /// Waits for the breaker's admission, then the request slot
@@ -153,7 +263,7 @@ impl<A: Api + Clone> Batcher<A> {
         let key = batch::idempotency_key(items.iter().map(|s| s.id.as_str()));
         let batched = Outgoing {
             content_type: Some(spec.format.content_type().into()),
-            read_answer: spec.results.is_some(),
+            read_answer: spec.results.is_some().then(|| batch::answer_cap(spec, n)),
             ..out.clone()
         };
         let request = Request {
@@ -167,111 +277,6 @@ impl<A: Api + Clone> Batcher<A> {
         metrics::counter!(m::BATCH_REQUESTS).increment(1);
         metrics::histogram!(m::BATCH_EVENTS).record(n as f64);
         (r, sent)
-    }
-
-    /// Each event's answer (`ids` in the batch's order) to a batch answered
-    /// `a`: its per-item result when the route has them (`api.batch.results`)
-    /// and the answer is a 2xx — which, failing closed, may be "no result"
-    /// for every event (an answer that cannot be read) or for some — else the
-    /// batch's own (a 207 without results configured: each event's result is
-    /// missing, and it is sent again).
-    fn answers(&self, spec: &BatchSpec, a: &Answer, ids: &[&str], seq: Sent) -> Vec<Reply> {
-        let n = ids.len();
-        if let (Some(r), true) = (&spec.results, (200..300).contains(&a.status)) {
-            let results = match a.full.as_ref() {
-                Some(Ok(body)) => batch::item_results(r, body, ids),
-                Some(Err(unread)) => Err(*unread),
-                // Not read (a client that does not read answers): nothing
-                // proves any item done.
-                None => Err(batch::Unreadable::ReadFailed),
-            };
-            return match results {
-                Ok(results) => results
-                    .iter()
-                    .map(|res| (Ok(self.item_answer(a, *res, n)), seq))
-                    .collect(),
-                Err(unread) => {
-                    self.unreadable(unread, a.status);
-                    let each =
-                        self.item_answer(a, ItemResult::Missing(NoResult::Unreadable(unread)), n);
-                    (0..n).map(|_| (Ok(each.clone()), seq)).collect()
-                }
-            };
-        }
-        let each = if a.status == 207 {
-            self.item_answer(a, ItemResult::Missing(NoResult::NotListed), n)
-        } else {
-            let mut whole = a.clone();
-            whole.full = None;
-            if let Some(b) = &a.body {
-                whole.body = Some(format!("the batch's answer ({n} events): {b}"));
-            }
-            whole
-        };
-        (0..n).map(|_| (Ok(each.clone()), seq)).collect()
-    }
-
-    /// An event's answer from its batch's: its result's status (or "no
-    /// result", sent again), the batch's `Retry-After`, and for `last_error`
-    /// where it came from and — cut and redacted, as any answer's body — its
-    /// result's text.
-    fn item_answer(&self, a: &Answer, res: ItemResult<'_>, n: usize) -> Answer {
-        let (status, no_result, text) = match res {
-            ItemResult::Listed {
-                status,
-                position,
-                element,
-            } => {
-                let mut text = format!(
-                    "from a batch answer {} (position {position} of {n} events)",
-                    a.status
-                );
-                if !(200..300).contains(&status) {
-                    if let Some(d) = self.calls.api.excerpt(element.as_bytes()) {
-                        text.push_str(": ");
-                        text.push_str(&d);
-                    }
-                }
-                (status, None, text)
-            }
-            ItemResult::Missing(why) => (
-                batch::MISSING_RESULT_STATUS,
-                Some(why),
-                format!(
-                    "from a batch answer {} ({n} events): no result: {}",
-                    a.status,
-                    why.describe()
-                ),
-            ),
-        };
-        Answer {
-            status,
-            retry_after: a.retry_after,
-            body: Some(text),
-            full: None,
-            no_result,
-            per_item: (200..300).contains(&a.status),
-        }
-    }
-
-    /// A 2xx batch answer whose per-item results cannot be read: counted
-    /// (`courier_batch_results_unreadable_total{reason}`) and logged once per
-    /// reason every 10 s.
-    fn unreadable(&self, why: batch::Unreadable, status: u16) {
-        metrics::counter!(m::BATCH_RESULTS_UNREADABLE, "reason" => why.as_str()).increment(1);
-        let log = self
-            .unreadable_log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .observe(why.as_str(), std::time::Instant::now());
-        if let Some(l) = log {
-            tracing::warn!(
-                reason = why.as_str(),
-                status,
-                left_out = l.left_out,
-                "a batch answer's per-item results cannot be read: every event of the batch is sent again (api.batch.results)"
-            );
-        }
     }
 }
 
@@ -294,4 +299,16 @@ impl Waiting for Events<'_> {
             handover.await;
         }
     }
+}
+
+const BEHIND_A_PROBE: &str = "not sent: the ordered run waits for its half-open probe's answer";
+const BEHIND_A_FAILURE: &str =
+    "not sent: an earlier event of its ordered run was not accepted in the request before";
+
+/// The answer of an ordered run's events held back (behind its half-open
+/// probe, or behind a part of the run not accepted whole): a failure of
+/// the event's own (its run goes again from the first event not accepted),
+/// never a request.
+fn not_sent_behind(why: &'static str) -> TransportError {
+    TransportError::new(crate::core::classify::TransportFailure::Other, why)
 }

@@ -22,6 +22,9 @@ pub(in crate::delivery) struct Submission {
     /// Refused systemic before: a batch of suspects only waits behind fresh
     /// calls at the breaker's gate.
     pub(in crate::delivery) suspect: bool,
+    /// Times it was sent again at once, left out of answers that accepted
+    /// others (`core::batch::resend_at_once`).
+    pub(in crate::delivery) resent: u8,
 }
 
 impl Submission {
@@ -40,6 +43,7 @@ impl Submission {
             reply,
             in_run: false,
             suspect,
+            resent: 0,
         }
     }
 }

@@ -113,12 +113,19 @@ pub(super) async fn read_whole(
     {
         return Err(Unreadable::TooLarge);
     }
-    let mut kept = Vec::new();
+    let mut kept: Vec<u8> = Vec::new();
     loop {
         match resp.chunk().await {
             Ok(Some(c)) => {
-                if kept.len() + c.len() > cap {
+                let len = kept.len() + c.len();
+                if len > cap {
                     return Err(Unreadable::TooLarge);
+                }
+                // Grown by doubling, but never past the cap: a body just
+                // under it holds the cap, not twice it.
+                if len > kept.capacity() {
+                    let grown = (kept.capacity() * 2).max(len).min(cap);
+                    kept.reserve_exact(grown - kept.len());
                 }
                 kept.extend_from_slice(&c);
             }

@@ -16,9 +16,9 @@ pub struct Answer {
     /// control characters replaced), for the envelope's `last_error.message`
     /// only — never a log line or a metric label.
     pub body: Option<String>,
-    /// The whole body (at most [`MAX_READ_ANSWER_BYTES`]) when the request
-    /// asked for it (`Outgoing::read_answer`: a batch's per-item results), or
-    /// why it could not be read whole.
+    /// The whole body (at most `Outgoing::read_answer` bytes) when the
+    /// request asked for it (a batch's per-item results), or why it could
+    /// not be read whole.
     pub full: Option<Result<bytes::Bytes, Unreadable>>,
     /// An event's answer out of its batch's that holds no result for it
     /// (its status is then `core::batch::MISSING_RESULT_STATUS`): why.
@@ -43,8 +43,8 @@ impl Answer {
     }
 }
 
-/// The most of an answer read whole (`Outgoing::read_answer`).
-pub const MAX_READ_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+/// The most of an answer ever read whole (`Outgoing::read_answer`).
+pub const MAX_READ_ANSWER_BYTES: usize = crate::core::batch::MAX_ANSWER_BYTES;
 
 /// A call that got no HTTP answer: what failed, and the innermost error's text
 /// (no URL, no secret, nothing from a response body).
@@ -77,6 +77,8 @@ pub struct Outgoing {
     /// How the route's events are batched (`None`: one request each); for
     /// the delivery stages, not the client.
     pub batch: Option<std::sync::Arc<crate::core::batch::BatchSpec>>,
-    /// Read the whole answer into `Answer::full` (a batch's per-item results).
-    pub read_answer: bool,
+    /// Read a 2xx answer whole into `Answer::full` (a batch's per-item
+    /// results), at most this many bytes (`core::batch::answer_cap`, within
+    /// [`MAX_READ_ANSWER_BYTES`]); `None`: not read.
+    pub read_answer: Option<usize>,
 }

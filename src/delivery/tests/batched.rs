@@ -28,6 +28,11 @@ struct BatchApiState {
     /// Requests being answered now, and the most at once.
     in_flight: std::sync::atomic::AtomicUsize,
     max_in_flight: std::sync::atomic::AtomicUsize,
+    /// How long each answer takes (the API's latency; none by default).
+    latency: Mutex<Duration>,
+    /// Ids left out of the results (neither listed nor taken): `true`
+    /// always, `false` when their request holds another event.
+    omit: Mutex<HashMap<String, bool>>,
 }
 
 impl BatchApi {
@@ -49,7 +54,30 @@ impl BatchApi {
             accepted: Mutex::default(),
             in_flight: Default::default(),
             max_in_flight: Default::default(),
+            latency: Mutex::default(),
+            omit: Mutex::default(),
         }))
+    }
+
+    /// Leaves `id` out of the results (neither listed nor taken) of every
+    /// request that holds another event too (`always`: of every request).
+    pub(super) fn omitting(&self, id: &str, always: bool) {
+        self.0.omit.lock().unwrap().insert(id.to_string(), always);
+    }
+
+    /// Whether `id` is left out of the results of a request of `n` events.
+    fn omitted(&self, id: &str, n: usize) -> bool {
+        self.0
+            .omit
+            .lock()
+            .unwrap()
+            .get(id)
+            .is_some_and(|always| *always || n > 1)
+    }
+
+    /// Each answer takes `latency` from now on.
+    pub(super) fn slow(&self, latency: Duration) {
+        *self.0.latency.lock().unwrap() = latency;
     }
 
     pub(super) fn requests(&self) -> Vec<Vec<String>> {
@@ -131,8 +159,12 @@ impl http::Api for BatchApi {
             answer(self.status_of(&ids[0]), None)
         } else {
             // Taken in the batch's order; listed out of order (matched by id).
-            let statuses: Vec<u16> = ids.iter().map(|id| self.status_of(id)).collect();
-            let results: Vec<serde_json::Value> = ids
+            let listed: Vec<&String> = ids
+                .iter()
+                .filter(|id| !self.omitted(id, ids.len()))
+                .collect();
+            let statuses: Vec<u16> = listed.iter().map(|id| self.status_of(id)).collect();
+            let results: Vec<serde_json::Value> = listed
                 .iter()
                 .zip(statuses)
                 .rev()
@@ -145,9 +177,13 @@ impl http::Api for BatchApi {
         let state = self.0.clone();
         let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let latency = *state.latency.lock().unwrap();
         async move {
             for _ in 0..8 {
                 tokio::task::yield_now().await;
+            }
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
             }
             state.in_flight.fetch_sub(1, Ordering::SeqCst);
             r
@@ -166,7 +202,7 @@ pub(super) enum Start {
     Dispatcher,
 }
 
-const STARTS: [Start; 2] = [Start::Task, Start::Dispatcher];
+pub(super) const STARTS: [Start; 2] = [Start::Task, Start::Dispatcher];
 
 /// `n` events `e-0..`, run at once through `d`; their outcomes by id.
 pub(super) async fn run_all(

@@ -36,7 +36,8 @@ async fn an_unacknowledged_dlq_write_is_retried_until_acknowledged() {
     assert_eq!(
         done.finished,
         Some(Finished::DeadLettered {
-            reason: "http_503".into()
+            reason: "http_503".into(),
+            at: 3
         })
     );
     let asked = dlq.asked();

@@ -109,6 +109,23 @@ pub struct Audit {
     pub order_last_write_violations: u64,
     #[serde(default)]
     pub order_last_write_examples: Vec<String>,
+    /// First writes (an id's first 2xx) carrying the load generator's mark,
+    /// DLQ redeliveries included: what the stale-writes check looked at.
+    #[serde(default)]
+    pub writes_checked: u64,
+    /// Of those, how many had a `seq` below the latest one already applied
+    /// for their key: an API applying each write per key went back in time
+    /// (`sink::order`; an id written again is a duplicate, not counted here).
+    /// Courier's per-key order promises 0, through the DLQ too.
+    #[serde(default)]
+    pub stale_writes: u64,
+    /// The first few stale writes, described (`key: id (seq s) written after seq t`).
+    #[serde(default)]
+    pub stale_write_examples: Vec<String>,
+    /// Batch items answered as not applied because an earlier item of their
+    /// key in the same request failed (`Behaviour::keep_key_order`).
+    #[serde(default)]
+    pub batch_items_held_back: u64,
 }
 
 /// How much was delivered since the last reset (`GET /audit/delivered`): the

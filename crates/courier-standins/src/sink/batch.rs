@@ -29,7 +29,10 @@
 //! none), sleep the latency once, then decide with the behaviour as it is
 //! now: 401 for all if the credentials fail, `down_status` for all, 400 for
 //! all if an item's id is in `batch_poison_ids`, else each item on its own
-//! (`fail_ids` rule → `fail_rate` → 200, as on `/events`).
+//! (`fail_ids` rule → `fail_keys` rule → `fail_rate` → 200, as on
+//! `/events`), then the per-item faults' `item_mix`, then, with
+//! `keep_key_order`, every item after a failed item of its key answered 503
+//! (`order::fail_followers`).
 //!
 //! **Answers.** Refused as a whole (401, 413, 429, `down_status`, poison 400):
 //! the plain status (with `fail_body`). A single event: its own status, as on
@@ -62,7 +65,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::faults::{self, WholeFault};
-use super::order::Mark;
+use super::order::{self, Mark};
 use super::{
     decide, event_of_value, latency, parse_delivery, parse_event, respond, Answer, CapacitySlot,
     Delivered, InFlight, Shared, IDEMPOTENCY_KEY, REDELIVERY,
@@ -85,6 +88,8 @@ pub(super) struct BatchBook {
     pub per_second: Vec<u64>,
     /// Items whose key an earlier item of the same batch has.
     pub same_key_items: u64,
+    /// Items held back behind a failed item of their key (`keep_key_order`).
+    pub held_back: u64,
 }
 
 /// The answer body of a batch decided per item.
@@ -230,7 +235,6 @@ pub(super) async fn post_batch(
             .is_some_and(|v| v.as_bytes() == k.as_bytes())
     });
     let mut ids = Vec::with_capacity(items.len());
-    // A redelivery comes after its key moved on by design: not order-checked.
     let mut marks = Vec::with_capacity(items.len());
     let (attempts, generation) = {
         let mut book = shared.book();
@@ -242,12 +246,14 @@ pub(super) async fn post_batch(
                     book.count_redelivery(received);
                 }
                 ids.push(item.id);
-                marks.push(item.mark.filter(|_| !redelivery));
+                marks.push(item.mark);
                 attempt
             })
             .collect();
         book.count_batch(received, ids.len() as u64, batch, key_matches);
-        book.batch.same_key_items += same_key_items(&marks);
+        if !redelivery {
+            book.batch.same_key_items += same_key_items(&marks);
+        }
         if keyless {
             book.batch.keyless += 1;
         }
@@ -260,7 +266,7 @@ pub(super) async fn post_batch(
             if body.len() > max {
                 shared.book().batch.refused_413 += 1;
                 let answer = Answer::fail(413, None);
-                shared.book_answers(generation, &ids, &whole(answer.status), &marks);
+                shared.book_answers(generation, redelivery, &ids, &whole(answer.status), &marks);
                 return respond(&shared.behaviour(), &answer);
             }
         }
@@ -268,6 +274,7 @@ pub(super) async fn post_batch(
     let Some(_slot) = CapacitySlot::take(&shared, received) else {
         shared.book_answers(
             generation,
+            redelivery,
             &ids,
             &whole(StatusCode::TOO_MANY_REQUESTS),
             &marks,
@@ -294,7 +301,7 @@ pub(super) async fn post_batch(
         None
     };
     if let Some(answer) = refused {
-        shared.book_answers(generation, &ids, &whole(answer.status), &marks);
+        shared.book_answers(generation, redelivery, &ids, &whole(answer.status), &marks);
         return respond(&behaviour, &answer);
     }
 
@@ -304,7 +311,7 @@ pub(super) async fn post_batch(
                 WholeFault::Status(s) => crate::sink::status_code(s),
                 WholeFault::Html | WholeFault::Cut => faults::NOT_STORED,
             };
-            shared.book_answers(generation, &ids, &whole(booked), &marks);
+            shared.book_answers(generation, redelivery, &ids, &whole(booked), &marks);
             let results: Vec<ItemResult<'_>> = ids
                 .iter()
                 .map(|id| ItemResult { id, status: 200 })
@@ -316,11 +323,19 @@ pub(super) async fn post_batch(
     let answers: Vec<Answer> = ids
         .iter()
         .zip(&attempts)
-        .map(|(id, &attempt)| decide(&behaviour, id, attempt))
+        .zip(&marks)
+        .map(|((id, &attempt), mark)| {
+            decide(
+                &behaviour,
+                id,
+                mark.as_ref().map(|m| m.key.as_str()),
+                attempt,
+            )
+        })
         .collect();
     if !batch {
         let answer = &answers[0];
-        shared.book_answers(generation, &ids, &[answer.status], &marks);
+        shared.book_answers(generation, redelivery, &ids, &[answer.status], &marks);
         return respond(&behaviour, answer);
     }
     let first_failure = answers.iter().find(|a| !a.status.is_success());
@@ -329,12 +344,19 @@ pub(super) async fn post_batch(
             status: a.status,
             retry_after_s: a.retry_after_s,
         });
-        shared.book_answers(generation, &ids, &whole(answer.status), &marks);
+        shared.book_answers(generation, redelivery, &ids, &whole(answer.status), &marks);
         return respond(&behaviour, &answer);
     }
     let mut statuses: Vec<StatusCode> = answers.iter().map(|a| a.status).collect();
-    let listed = faults::shape_results(&behaviour.batch_faults, &mut statuses);
-    shared.book_answers(generation, &ids, &statuses, &marks);
+    faults::mix_items(&behaviour.batch_faults, &mut statuses);
+    if behaviour.keep_key_order {
+        let held = order::fail_followers(&marks, &mut statuses);
+        if held > 0 {
+            shared.book().batch.held_back += held;
+        }
+    }
+    let listed = faults::list_results(&behaviour.batch_faults, &mut statuses);
+    shared.book_answers(generation, redelivery, &ids, &statuses, &marks);
     // A faulty API answers 200 however its items went (module docs).
     let status = match first_failure {
         Some(_) if !behaviour.batch_faults.any() => StatusCode::MULTI_STATUS,
@@ -349,6 +371,11 @@ pub(super) async fn post_batch(
         .collect();
     if behaviour.batch_results_reversed {
         results.reverse();
+    }
+    let padding = behaviour.batch_faults.answer_padding;
+    if padding > 0 {
+        let results = serde_json::to_vec(&results).unwrap_or_default();
+        return faults::padded_answer(status, results, padding);
     }
     let mut response = (status, Json(BatchResults { items: results })).into_response();
     let retry_after = answers
@@ -402,12 +429,14 @@ impl Shared {
     fn book_answers(
         &self,
         generation: u64,
+        redelivery: bool,
         ids: &[String],
         statuses: &[StatusCode],
         marks: &[Option<Mark>],
     ) {
         self.record_answers(
             generation,
+            redelivery,
             ids.iter()
                 .zip(statuses)
                 .zip(marks)

@@ -21,6 +21,11 @@ pub struct Behaviour {
     /// Scripted failures per event id. An id with a rule is governed by the rule
     /// alone: `fail_rate` never applies to it.
     pub fail_ids: HashMap<String, FailRule>,
+    /// Scripted failures per entity key (the load generator's `data.key`, else
+    /// `subject`: the key of the order checks), for an event no `fail_ids`
+    /// rule covers; `times` counts the attempts of each id, as in `fail_ids`.
+    /// An entity the API cannot write for a while (a locked row).
+    pub fail_keys: HashMap<String, FailRule>,
     /// Probability (0..=1) of answering `fail_status` to a delivery not covered above.
     pub fail_rate: f64,
     /// Status used by `fail_rate`.
@@ -50,6 +55,12 @@ pub struct Behaviour {
     /// results: 200 when every item succeeds, else the first failing item's
     /// status for the whole batch (and every item booked as failed with it).
     pub batch_whole_status: bool,
+    /// Batch endpoint: an API that applies a batch's items in order, per
+    /// key: an item after a failed item of its key in the same request is
+    /// not applied either, and answered 503 (counted in
+    /// `Audit::batch_items_held_back`). Items without the load generator's
+    /// key are left as they are. What `api.batch.ordered = true` is for.
+    pub keep_key_order: bool,
     /// Batch endpoint: where the items are in a templated batch (a JSON object
     /// body), as a JSON pointer; default `"/events"` (`{"events": [...]}`).
     pub batch_items_pointer: String,
@@ -74,6 +85,7 @@ impl Default for Behaviour {
             latency_jitter_ms: 0,
             down_status: None,
             fail_ids: HashMap::new(),
+            fail_keys: HashMap::new(),
             fail_rate: 0.0,
             fail_status: 503,
             required_token: None,
@@ -83,6 +95,7 @@ impl Default for Behaviour {
             batch_max_bytes: None,
             batch_poison_ids: HashSet::new(),
             batch_whole_status: false,
+            keep_key_order: false,
             batch_items_pointer: "/events".into(),
             batch_results_reversed: false,
             batch_faults: faults::BatchFaults::default(),
@@ -90,6 +103,21 @@ impl Default for Behaviour {
         }
     }
 }
+
+impl Behaviour {
+    /// What `GET|PUT /behaviour` answer: the behaviour with `required_token`
+    /// shown as `***` (set) — the token is a credential, and whoever can read
+    /// the control port need not learn it.
+    pub fn redacted(&self) -> Behaviour {
+        Behaviour {
+            required_token: self.required_token.as_ref().map(|_| REDACTED.into()),
+            ..self.clone()
+        }
+    }
+}
+
+/// What [`Behaviour::redacted`] shows for a token.
+const REDACTED: &str = "***";
 
 /// A scripted failure for one event id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -107,19 +107,21 @@ impl Book {
     }
 
     /// Books the answer to a delivery of `id`, checking its key's order at its
-    /// first delivery (`mark`: none for events without one and redeliveries).
+    /// first delivery (`mark`: none for events without one). A DLQ
+    /// `redelivery` counts in the stale-writes check only (`sink::order`).
     /// True if it is the id's first 2xx.
     pub(super) fn answer(
         &mut self,
         id: String,
         status: StatusCode,
         mark: Option<&order::Mark>,
+        redelivery: bool,
     ) -> bool {
         if !status.is_success() {
             self.failures_total += 1;
             return false;
         }
-        if let Some(mark) = mark {
+        if let Some(mark) = mark.filter(|_| !redelivery) {
             self.key_order.accepted(mark);
         }
         let first = match self.delivered.get_mut(&id) {
@@ -129,7 +131,10 @@ impl Book {
             }
             None => {
                 if let Some(mark) = mark {
-                    self.key_order.first_delivery(&id, mark);
+                    self.key_order.first_write(&id, mark, redelivery);
+                    if !redelivery {
+                        self.key_order.first_delivery(&id, mark);
+                    }
                 }
                 self.delivered.insert(id.clone(), 1);
                 true
@@ -209,6 +214,10 @@ impl Shared {
             order_violation_examples: book.key_order.examples.clone(),
             order_last_write_violations: last_writes.0,
             order_last_write_examples: last_writes.1,
+            writes_checked: book.key_order.writes_checked,
+            stale_writes: book.key_order.stale_writes,
+            stale_write_examples: book.key_order.stale_examples.clone(),
+            batch_items_held_back: book.batch.held_back,
         }
     }
 
@@ -258,15 +267,17 @@ impl Shared {
         generation: u64,
         status: StatusCode,
         mark: Option<&order::Mark>,
+        redelivery: bool,
     ) {
-        self.record_answers(generation, [(id, status, mark)]);
+        self.record_answers(generation, redelivery, [(id, status, mark)]);
     }
 
     /// Books the answers of one request's deliveries (a batch's items, in
-    /// order) under one lock; `mark` as in [`Book::answer`].
+    /// order) under one lock; `mark` and `redelivery` as in [`Book::answer`].
     pub(super) fn record_answers<'m>(
         &self,
         generation: u64,
+        redelivery: bool,
         answers: impl IntoIterator<Item = (String, StatusCode, Option<&'m order::Mark>)>,
     ) {
         let mut book = self.book();
@@ -274,7 +285,7 @@ impl Shared {
             return; // recorded before a reset: not part of the current books
         }
         for (id, status, mark) in answers {
-            if book.answer(id, status, mark) {
+            if book.answer(id, status, mark, redelivery) {
                 self.delivered_count.fetch_add(1, Relaxed);
             }
         }
@@ -363,6 +374,27 @@ impl Shared {
 mod tests {
     use super::*;
 
+    /// A DLQ redelivery is a write like any other for the stale-writes
+    /// check, left out of the first-delivery check; an id written again is a
+    /// duplicate, not a stale write.
+    #[test]
+    fn a_redelivery_behind_its_key_is_a_stale_write_a_rewrite_a_duplicate() {
+        let mut book = Book::new(1, 10);
+        let now = Instant::now();
+        let mark = |seq| order::Mark {
+            key: "key-0".into(),
+            seq,
+        };
+        for (id, seq, redelivery) in [("e-1", 1, false), ("e-0", 0, true), ("e-1", 1, false)] {
+            book.attempt(id, now, None);
+            book.answer(id.into(), StatusCode::OK, Some(&mark(seq)), redelivery);
+        }
+        let k = &book.key_order;
+        assert_eq!((k.writes_checked, k.stale_writes), (2, 1));
+        assert_eq!((k.checked, k.violations), (1, 0));
+        assert_eq!(book.delivered.get("e-1"), Some(&2));
+    }
+
     #[test]
     fn books_reset_for_n_events_do_not_grow_while_they_book_them() {
         let mut book = Book::new(1, 10_000);
@@ -383,7 +415,7 @@ mod tests {
                 seq: i,
             };
             assert_eq!(book.attempt(&id, now, None), 1);
-            assert!(book.answer(id, StatusCode::OK, Some(&mark)));
+            assert!(book.answer(id, StatusCode::OK, Some(&mark), false));
         }
         assert_eq!(caps(&book), before, "a map or the order grew");
         assert_eq!(book.delivered.len(), 10_000);

@@ -23,7 +23,7 @@ pub(super) async fn get_delivered(State(shared): State<Arc<Shared>>) -> Json<Del
 }
 
 pub(super) async fn get_behaviour(State(shared): State<Arc<Shared>>) -> Json<Behaviour> {
-    Json(Behaviour::clone(&shared.behaviour()))
+    Json(shared.behaviour().redacted())
 }
 
 /// Accepts any content type: drills drive this with `curl -d`.
@@ -42,7 +42,8 @@ pub(super) async fn put_behaviour(State(shared): State<Arc<Shared>>, body: Bytes
         .down_status
         .into_iter()
         .chain([behaviour.fail_status])
-        .chain(behaviour.fail_ids.values().map(|rule| rule.status));
+        .chain(behaviour.fail_ids.values().map(|rule| rule.status))
+        .chain(behaviour.fail_keys.values().map(|rule| rule.status));
     for status in statuses {
         if !valid_status(status) {
             return (
@@ -52,8 +53,9 @@ pub(super) async fn put_behaviour(State(shared): State<Arc<Shared>>, body: Bytes
                 .into_response();
         }
     }
-    *write(&shared.behaviour) = Arc::new(behaviour.clone());
-    Json(behaviour).into_response()
+    let shown = behaviour.redacted();
+    *write(&shared.behaviour) = Arc::new(behaviour);
+    Json(shown).into_response()
 }
 
 /// `POST /reset`'s query.

@@ -1,6 +1,6 @@
 //! A delivery, from the request to the answer: reading the event and its
 //! `Idempotency-Key`, booking the attempt, the simulated latency, deciding
-//! the answer (`down_status` → `fail_ids` → `fail_rate` → 200) and booking
+//! the answer (`down_status` → `fail_ids` → `fail_keys` → `fail_rate` → 200) and booking
 //! it: `POST /events` and the mapped `/routes/*`. The batch endpoint
 //! ([`batch`](super::batch)) reuses these steps per item.
 
@@ -98,12 +98,17 @@ impl Answer {
     }
 }
 
-/// `down_status → fail_ids → fail_rate → 200`, for the `attempt`-th request for `id`.
-pub(super) fn decide(behaviour: &Behaviour, id: &str, attempt: u32) -> Answer {
+/// `down_status → fail_ids → fail_keys → fail_rate → 200`, for the
+/// `attempt`-th request for `id`, of entity `key` (its order mark's).
+pub(super) fn decide(behaviour: &Behaviour, id: &str, key: Option<&str>, attempt: u32) -> Answer {
     if let Some(status) = behaviour.down_status {
         return Answer::fail(status, None);
     }
-    if let Some(rule) = behaviour.fail_ids.get(id) {
+    let rule = behaviour
+        .fail_ids
+        .get(id)
+        .or_else(|| key.and_then(|k| behaviour.fail_keys.get(k)));
+    if let Some(rule) = rule {
         return match rule.times {
             Some(n) if attempt > n => Answer::OK,
             _ => Answer::fail(rule.status, rule.retry_after_s),
@@ -245,11 +250,15 @@ pub(super) async fn answer_delivery(
     if redelivery {
         shared.book().count_redelivery(received);
     }
-    // A redelivery comes after its key moved on by design: not order-checked.
-    let mark = mark.filter(|_| !redelivery);
 
     let Some(_slot) = CapacitySlot::take(shared, received) else {
-        shared.record_answer(id, generation, StatusCode::TOO_MANY_REQUESTS, None);
+        shared.record_answer(
+            id,
+            generation,
+            StatusCode::TOO_MANY_REQUESTS,
+            None,
+            redelivery,
+        );
         return StatusCode::TOO_MANY_REQUESTS.into_response();
     };
     let delay = latency(&shared.behaviour());
@@ -262,11 +271,16 @@ pub(super) async fn answer_delivery(
     // (an outage starting) applies to the requests already waiting.
     let behaviour = shared.behaviour();
     let answer = if shared.authorized(&behaviour, headers).await {
-        decide(&behaviour, &id, attempt)
+        decide(
+            &behaviour,
+            &id,
+            mark.as_ref().map(|m| m.key.as_str()),
+            attempt,
+        )
     } else {
         Answer::fail(401, None)
     };
-    shared.record_answer(id, generation, answer.status, mark.as_ref());
+    shared.record_answer(id, generation, answer.status, mark.as_ref(), redelivery);
     respond(&behaviour, &answer)
 }
 

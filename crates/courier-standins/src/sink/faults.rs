@@ -39,6 +39,12 @@ pub struct BatchFaults {
     /// result is this status instead of the usual decision (a success status
     /// stores it, any other does not).
     pub item_mix: Vec<ItemMix>,
+    /// Bytes of padding (a `pad` member after `items`) in every per-item
+    /// results answer, sent slowly (512 KiB every 50 ms): an answer far
+    /// larger than its batch, which a client reading it whole holds in
+    /// memory, and many such answers being read at once. It changes nothing
+    /// of what is stored.
+    pub answer_padding: usize,
 }
 
 /// One status of [`BatchFaults::item_mix`] and its probability.
@@ -131,6 +137,36 @@ pub fn whole_answer(fault: WholeFault, results: &[u8]) -> Response {
     }
 }
 
+/// A per-item results answer (`results`: the JSON array) with `padding`
+/// bytes of spaces in a `pad` member after it, sent in 512 KiB chunks 50 ms
+/// apart (`BatchFaults::answer_padding`).
+pub fn padded_answer(status: StatusCode, results: Vec<u8>, padding: usize) -> Response {
+    const CHUNK: usize = 512 * 1024;
+    let mut head = b"{\"items\":".to_vec();
+    head.extend_from_slice(&results);
+    head.extend_from_slice(b",\"pad\":\"");
+    let spaces = Bytes::from(vec![b' '; CHUNK]);
+    let mut parts: Vec<Bytes> = vec![Bytes::from(head)];
+    let mut left = padding;
+    while left > 0 {
+        let n = left.min(CHUNK);
+        parts.push(spaces.slice(..n));
+        left -= n;
+    }
+    parts.push(Bytes::from_static(b"\"}"));
+    let stream = futures_util::stream::unfold(parts.into_iter(), |mut parts| async move {
+        let part = parts.next()?;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        Some((Ok::<Bytes, std::io::Error>(part), parts))
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
 /// The results a batch answer lists, and what each item is booked as, once
 /// the per-item faults are applied to the items' decided `statuses`:
 /// `item_mix` replaces a status; `accept_half` leaves the second half out
@@ -138,11 +174,22 @@ pub fn whole_answer(fault: WholeFault, results: &[u8]) -> Response {
 /// twice, 201 and 503 (booked as not stored). Each listed result is the
 /// index of its item and a status.
 pub fn shape_results(faults: &BatchFaults, statuses: &mut [StatusCode]) -> Vec<(usize, u16)> {
+    mix_items(faults, statuses);
+    list_results(faults, statuses)
+}
+
+/// [`shape_results`]' first step: `item_mix` replaces the drawn items' statuses.
+pub fn mix_items(faults: &BatchFaults, statuses: &mut [StatusCode]) {
     for s in statuses.iter_mut() {
         if let Some(mixed) = faults.draw_item() {
             *s = StatusCode::from_u16(mixed).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         }
     }
+}
+
+/// [`shape_results`]' second step: the results listed, `accept_half` and
+/// `conflicting_duplicate` applied.
+pub fn list_results(faults: &BatchFaults, statuses: &mut [StatusCode]) -> Vec<(usize, u16)> {
     let n = statuses.len();
     let accepted = if faults.accept_half { n.div_ceil(2) } else { n };
     let mut listed: Vec<(usize, u16)> = Vec::with_capacity(n + 1);

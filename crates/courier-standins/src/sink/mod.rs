@@ -20,7 +20,7 @@
 //! | `POST /batch`, `POST /batch/*` | the batch endpoint (`[api.batch]`): many events per request, per-item results; see [`batch`] |
 //! | `GET /audit`      | the [`Audit`] as JSON                                 |
 //! | `GET /audit/delivered` | the [`DeliveredCount`] as JSON: cheap to poll in a loop (no per-id maps) |
-//! | `GET /behaviour`  | the current [`Behaviour`] as JSON                     |
+//! | `GET /behaviour`  | the current [`Behaviour`] as JSON (`required_token` shown as `***`) |
 //! | `PUT /behaviour`  | replace the [`Behaviour`] (JSON; missing fields take their defaults) |
 //! | `POST /reset`     | clear the audit; `?expect=N` reserves room for N events in the books (a bench's run size), so they do not grow, and stall every request while they do, mid-run |
 //! | `POST\|PUT\|PATCH /routes/*` | a mapped delivery (`[[api.routes]]`): the id is the `Idempotency-Key`, any body |
@@ -29,7 +29,7 @@
 //!
 //! Per `POST /events` the order is: validate (400 without latency if malformed),
 //! record the attempt, sleep the simulated latency, then decide the answer
-//! (`down_status` → `fail_ids` rule → `fail_rate` → 200) and book it.
+//! (`down_status` → `fail_ids` rule → `fail_keys` rule → `fail_rate` → 200) and book it.
 //!
 //! With [`SinkHandle::start_tls`] (`courier sink --tls-cert/--tls-key`) it serves
 //! HTTPS instead, HTTP/2 or HTTP/1.1 by ALPN, optionally requiring client
@@ -49,7 +49,7 @@
 //! | `deliver.rs` | a delivery from request to answer: `POST /events`, `/routes/*` |
 //! | [`batch`] | the batch endpoint, `POST /batch` |
 //! | [`faults`] | the batch endpoint's misleading answers |
-//! | `order.rs` | the per-key order check |
+//! | `order.rs` | the per-key order checks (first deliveries, last writes, stale writes) and an order-keeping API's batch answer |
 //! | `probe.rs` | reading an event's id and order mark without parsing all of it |
 //! | `introspect.rs` | asking an OAuth2 introspection endpoint about a token |
 //! | `registry.rs` | the stand-in schema registry, `GET /schemas/ids/{id}` |

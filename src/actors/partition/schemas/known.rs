@@ -1,11 +1,15 @@
 //! What a partition keeps of the registry's answers (`KnownMap`), within
-//! `cache_max_bytes`.
+//! `cache_max_bytes`, and at most [`MAX_REFUSALS`] refusals.
 
 use crate::schema_registry::Resolved;
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::time::Instant;
+
+/// The most refusals (unknown ids, answers that can never be read, ids not
+/// asked for) a partition keeps; past it, the oldest goes.
+pub(crate) const MAX_REFUSALS: usize = 1024;
 
 /// The schemas (and refusals) a partition's records named: `Arc`s of the
 /// registry cache's, their weights within `cache_max_bytes`, the least
@@ -24,6 +28,11 @@ pub(crate) struct KnownMap {
     tick: u64,
     weight: usize,
     budget: usize,
+    /// Refusals by when they expire, as inserted (an id answered again
+    /// leaves a stale slot, skipped when it comes up).
+    refusals: VecDeque<(Instant, u32)>,
+    /// Refusals in `entries`.
+    refused: usize,
 }
 
 struct Entry {
@@ -46,7 +55,15 @@ impl KnownMap {
             tick: 0,
             weight: 0,
             budget,
+            refusals: VecDeque::new(),
+            refused: 0,
         }
+    }
+
+    /// Refusals kept.
+    #[cfg(test)]
+    pub(crate) fn refusals(&self) -> usize {
+        self.refused
     }
 
     /// The decoder's lookup as the machine begins a record naming `id`: its
@@ -98,18 +115,30 @@ impl KnownMap {
     }
 
     /// The registry's answer for `id` (a refusal kept until `expires`); the
-    /// records already handed out keep their pins.
-    pub(super) fn insert(&mut self, id: u32, schema: Arc<Resolved>, expires: Option<Instant>) {
+    /// records already handed out keep their pins. Expired refusals no
+    /// record pins go first, and the oldest refusals past
+    /// [`MAX_REFUSALS`].
+    pub(super) fn insert(
+        &mut self,
+        id: u32,
+        schema: Arc<Resolved>,
+        expires: Option<Instant>,
+        now: Instant,
+    ) {
+        self.sweep(now);
         let weight = schema.weight();
-        let pins = match self.entries.remove(&id) {
-            Some(old) => {
-                self.order.remove(&old.used);
-                self.weight -= old.weight;
-                old.pins.get()
-            }
+        let refusal = schema.is_refusal();
+        let pins = match self.remove(id) {
+            Some(old) => old.pins.get(),
             None => 0,
         };
         self.weight += weight;
+        if refusal {
+            self.refused += 1;
+            if let Some(t) = expires {
+                self.refusals.push_back((t, id));
+            }
+        }
         self.entries.insert(
             id,
             Entry {
@@ -121,6 +150,56 @@ impl KnownMap {
             },
         );
         self.touch(id);
+        while self.refused > MAX_REFUSALS {
+            let Some((t, old)) = self.refusals.pop_front() else {
+                break;
+            };
+            if self.is_refusal_until(old, t) {
+                self.remove(old);
+            }
+        }
+        // Stale slots (ids answered again) are bounded too.
+        if self.refusals.len() > 2 * MAX_REFUSALS {
+            let entries = &self.entries;
+            self.refusals.retain(|(t, id)| {
+                entries
+                    .get(id)
+                    .is_some_and(|e| e.schema.is_refusal() && e.expires == Some(*t))
+            });
+        }
+    }
+
+    /// Whether `id` is the refusal that expires at `t`.
+    fn is_refusal_until(&self, id: u32, t: Instant) -> bool {
+        self.entries
+            .get(&id)
+            .is_some_and(|e| e.schema.is_refusal() && e.expires == Some(t))
+    }
+
+    /// Expired refusals that no record pins, gone. (A pinned one stays for
+    /// the record that names it, until evicted or answered again.)
+    fn sweep(&mut self, now: Instant) {
+        while let Some(&(t, id)) = self.refusals.front() {
+            if t > now {
+                return;
+            }
+            self.refusals.pop_front();
+            let unpinned = self.entries.get(&id).is_some_and(|e| e.pins.get() == 0);
+            if self.is_refusal_until(id, t) && unpinned {
+                self.remove(id);
+            }
+        }
+    }
+
+    /// `id`'s entry, out of the map and its books.
+    fn remove(&mut self, id: u32) -> Option<Entry> {
+        let e = self.entries.remove(&id)?;
+        self.order.remove(&e.used);
+        self.weight -= e.weight;
+        if e.schema.is_refusal() {
+            self.refused -= 1;
+        }
+        Some(e)
     }
 
     /// Down to the budget, least recently named first: entries no record
@@ -149,11 +228,8 @@ impl KnownMap {
                     }
                 }
             }
-            for (used, id) in victims {
-                self.order.remove(&used);
-                if let Some(e) = self.entries.remove(&id) {
-                    self.weight -= e.weight;
-                }
+            for (_, id) in victims {
+                self.remove(id);
             }
         }
     }

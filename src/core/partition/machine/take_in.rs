@@ -78,6 +78,10 @@ impl<X: Intake> PartitionMachine<X> {
         if !self.backlog.has_room(src, self.sides[src].held()) {
             return Err(r);
         }
+        if src == Src::Main && self.main_waits() {
+            self.main_waited = true;
+            return Err(r);
+        }
         let size = X::size(&r);
         if let Take::Full { ask } = self.share.try_take(size as u64) {
             if ask {
@@ -110,7 +114,13 @@ impl<X: Intake> PartitionMachine<X> {
             Kind::Ordered => self.intake.run_group(&item),
             _ => None,
         };
-        let turn = self.lanes.hold(src, slot, item, kind, run, bytes);
+        if src == Src::Dlq && slot - offset != self.dlq_shift {
+            // A new incarnation of DLQ p (slots shifted): its offsets are
+            // not those the envelopes followed were acknowledged at.
+            self.dlq_shift = slot - offset;
+            self.lanes.dlq_log_replaced();
+        }
+        let turn = self.lanes.hold(src, (slot, offset), item, kind, run, bytes);
         if let Kind::Queued { not_before_ms } = kind {
             self.dlq.push(slot, not_before_ms);
         } else if turn {

@@ -271,7 +271,7 @@ fn references_resolve() {
         V::Record(vec![("sku".into(), V::String("A".into()))]),
     )]);
     let bytes = apache_avro::to_avro_datum_schemata(&parsed, list.iter().collect(), value).unwrap();
-    let schema = AvroSchema::parse(order, &[line.to_string()]).unwrap();
+    let schema = AvroSchema::parse(order, &[line]).unwrap();
     assert_eq!(
         schema.to_json(&bytes, JsonOptions::default(), MAX).unwrap(),
         br#"{"line":{"sku":"A"}}"#

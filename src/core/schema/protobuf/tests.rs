@@ -270,6 +270,119 @@ fn the_json_is_bounded_by_max_event_bytes() {
     ));
 }
 
+const COUNTED_PROTO: &str = r#"syntax = "proto3";
+import "google/protobuf/any.proto";
+message M {
+  repeated bool flags = 1;
+  repeated uint64 n = 2;
+  repeated fixed32 f = 3;
+  M child = 4;
+  map<string, int32> m = 5;
+  string s = 6;
+  google.protobuf.Any any = 7;
+}"#;
+
+/// A varint.
+fn varint(mut v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return out;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// Field `number` (wire type 2) holding `bytes`.
+fn len_field(number: u64, bytes: &[u8]) -> Vec<u8> {
+    let mut out = varint(number << 3 | 2);
+    out.extend(varint(bytes.len() as u64));
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// The values `bytes` (a message of `M`) decode to, as the count sees it:
+/// the smallest limit it is not more than.
+fn counted(s: &ProtoSchema, bytes: &[u8]) -> usize {
+    let desc = s.message(&[0]).unwrap();
+    let n = (0..1_000_000)
+        .find(|&limit| !values::more_than(&desc, bytes, limit))
+        .unwrap();
+    assert!(values::more_than(&desc, bytes, n.saturating_sub(1)) || n == 0);
+    n
+}
+
+/// Issue 54, item 15: the count of values over the wire bytes.
+#[test]
+fn the_values_of_a_record_are_counted_on_its_wire_bytes() {
+    let s = ProtoSchema::compile(COUNTED_PROTO, &[]).unwrap();
+    // A packed list: its tag and each element.
+    let flags = len_field(1, &[1; 300]);
+    assert_eq!(counted(&s, &flags), 301);
+    // Varints end at a byte below 0x80; fixed32 are 4 bytes.
+    let n: Vec<u8> = [1u64, 300, u64::MAX]
+        .iter()
+        .flat_map(|v| varint(*v))
+        .collect();
+    assert_eq!(counted(&s, &len_field(2, &n)), 4);
+    assert_eq!(counted(&s, &len_field(3, &[0; 40])), 11);
+    // Unpacked elements: a tag each.
+    let unpacked: Vec<u8> = (0..50).flat_map(|_| [0x08, 0x01]).collect();
+    assert_eq!(counted(&s, &unpacked), 50);
+    // A string is one value, however long.
+    assert_eq!(counted(&s, &len_field(6, &[b'x'; 10_000])), 1);
+    // A sub-message's values count; so do a map's entries (key and value).
+    let child = len_field(4, &flags);
+    assert_eq!(counted(&s, &child), 302);
+    let entry = [len_field(1, b"k"), vec![0x10, 0x05]].concat();
+    let map: Vec<u8> = (0..10).flat_map(|_| len_field(5, &entry)).collect();
+    assert_eq!(counted(&s, &map), 30);
+    // Unknown fields are kept by the decoder: a tag each.
+    let unknown: Vec<u8> = (0..70).flat_map(|_| [0xf8, 0x01, 0x01]).collect();
+    assert_eq!(counted(&s, &unknown), 70);
+    // An Any is decoded with the type its URL names.
+    let any = [len_field(1, b"type.googleapis.com/M"), len_field(2, &flags)].concat();
+    assert_eq!(counted(&s, &len_field(7, &any)), 1 + 2 + 301);
+    // Bytes the count cannot read: no refusal (the decoder says what is wrong).
+    assert_eq!(counted(&s, &[0x0a, 0x80]), 1);
+    assert_eq!(counted(&s, &[0x0a, 0x05, 1, 1]), 1);
+}
+
+/// Issue 54, item 15: more values than one per 4 bytes of max_event_bytes is
+/// refused before decoding (`too_large`). Seen failing on 45109fa: the
+/// million packed bools were decoded (~56 MB) before the JSON cap refused
+/// them (`TooLarge`, not `TooManyValues`), and 300,000 unknown fields
+/// (12 MB decoded, a JSON of a few bytes) were delivered.
+#[test]
+fn a_record_of_more_values_than_allowed_is_refused_before_decoding() {
+    let s = ProtoSchema::compile(COUNTED_PROTO, &[]).unwrap();
+    let body = |m: &[u8]| [&[0u8][..], m].concat();
+    let bools = body(&len_field(1, &vec![1; 1 << 20]));
+    assert!(matches!(
+        s.to_json(&bools, MAX),
+        Err(ProtoError::TooManyValues(n)) if n == MAX / 4
+    ));
+    let unknown: Vec<u8> = (0..300_000).flat_map(|_| [0xf8, 0x01, 0x01]).collect();
+    assert!(matches!(
+        s.to_json(&body(&unknown), MAX),
+        Err(ProtoError::TooManyValues(_))
+    ));
+    // At the limit: decoded.
+    let fits = body(&len_field(1, &vec![1; MAX / 16 - 1]));
+    assert!(s.to_json(&fits, MAX).is_ok());
+    // 1,023 fixed32 zeros (and the list's tag): 2 KB of JSON.
+    let fits = body(&len_field(3, &vec![0; 4 * 1023]));
+    assert!(s.to_json(&fits, 4 * 1024).is_ok());
+    let over = body(&len_field(3, &vec![0; 4 * 1024]));
+    assert!(matches!(
+        s.to_json(&over, 4 * 1024),
+        Err(ProtoError::TooManyValues(1024))
+    ));
+}
+
 proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..300)) {
