@@ -1,6 +1,6 @@
 //! Issue 54 item 13: what the partition remembers of the keys that wait
 //! behind their envelopes in the DLQ, measured in a running Courier (peak
-//! RSS from `/proc`). Its own binary: it writes ~480 MB through the broker,
+//! RSS from `/proc`). Its own binary: it writes ~980 MB through the broker,
 //! and the tests of `destinations.rs` measure delivery rates.
 
 mod common;
@@ -20,11 +20,11 @@ use std::time::Duration;
 /// and charged. The running process's peak RSS (`VmHWM`) with 20,000 such
 /// events is compared with 10,000 (what is in flight, bounded by the byte
 /// budgets, is the same in both): the 10,000 more keys followed (156 MiB)
-/// add less than half their size. Every event sits in the DLQ with its
+/// add less than half their size. (Keys of 64 KiB are not used: their envelopes,
+/// read back from the DLQ and due in an hour, fill the fetch budget and
+/// main p stops being read until they are due: a stall not mended yet.) Every event sits in the DLQ with its
 /// reason: nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not in CI yet: under the CI run's load it did not commit 10,000 events in 240 s \
-            (run it with `cargo test --test follow_memory -- --ignored`)"]
 async fn keys_followed_in_the_dlq_are_not_copied() {
     const KEY_BYTES: usize = 16 << 10;
     let s = services();
@@ -67,7 +67,7 @@ async fn dead_letter_every_event(s: &Services, name: &str, events: usize, key_by
     .expect("sink");
     let producer = loadgen::producer(&s.brokers).expect("producer");
     let mut produced = Produced::default();
-    let mut sends = Vec::with_capacity(1_000);
+    let mut sends = Vec::with_capacity(250);
     for i in 0..events {
         let id = format!("{name}-{i}");
         let key = format!("{i:08}-{}", "k".repeat(key_bytes - 9));
@@ -75,7 +75,7 @@ async fn dead_letter_every_event(s: &Services, name: &str, events: usize, key_by
         produced.ids.push(id);
         let rec = FutureRecord::to(&n.topic).key(&key).payload(&payload);
         sends.push(producer.send_result(rec).expect("queued"));
-        if sends.len() == 1_000 || i == events - 1 {
+        if sends.len() == 250 || i == events - 1 {
             for d in sends.drain(..) {
                 let d = d.await.expect("delivered").map_err(|(e, _)| e);
                 let d = d.expect("produced");
@@ -91,7 +91,7 @@ async fn dead_letter_every_event(s: &Services, name: &str, events: usize, key_by
          [pipeline]\nmax_in_flight_bytes = 33554432\nmax_buffered_bytes = 16777216\n",
     );
     let mut c = Courier::start(name, s, &toml);
-    n.wait_committed_to_end(s, Duration::from_secs(240)).await;
+    n.wait_committed_to_end(s, Duration::from_secs(600)).await;
     let peak = c.peak_rss().expect("the process runs");
     c.terminate(Duration::from_secs(30)).await;
     let rep = n.audit(s, &produced, &api);
