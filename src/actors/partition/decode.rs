@@ -271,15 +271,26 @@ impl Decoder {
             return env.entity_key.clone();
         }
         let headers = crate::core::envelope::OriginHeader::to_record(&env.origin_headers);
+        self.decode_original(env, &headers).and_then(|d| d.key)
+    }
+
+    /// An envelope's original record (its payload and origin headers, at
+    /// its origin offset) decoded as main p's records are; `None` when it
+    /// does not decode.
+    fn decode_original(
+        &self,
+        env: &Envelope,
+        headers: &[crate::core::input::Header],
+    ) -> Option<crate::core::input::Decoded> {
         let value = bytes::Bytes::copy_from_slice(&env.payload);
         let rec = RecordIn {
             value: Some(&value),
-            headers: &headers,
+            headers,
             topic: &self.topics[Src::Main.index()],
             partition: self.partition,
             offset: env.origin.offset,
         };
-        self.decode_in(&rec).ok().and_then(|d| d.key)
+        self.decode_in(&rec).ok()
     }
 
     /// Where a DLQ record goes: the route its envelope records; chosen
@@ -308,15 +319,7 @@ impl Decoder {
             return Ok(self.choice.by_type(event_type));
         }
         let headers = crate::core::envelope::OriginHeader::to_record(&env.origin_headers);
-        let value = bytes::Bytes::copy_from_slice(&env.payload);
-        let rec = RecordIn {
-            value: Some(&value),
-            headers: &headers,
-            topic: &self.topics[Src::Main.index()],
-            partition: self.partition,
-            offset: env.origin.offset,
-        };
-        let Ok(d) = self.decode_in(&rec) else {
+        let Some(d) = self.decode_original(env, &headers) else {
             return Ok(self.choice.by_type(event_type));
         };
         let record = super::choose::Record {
