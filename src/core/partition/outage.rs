@@ -80,8 +80,8 @@
 //! `actors::partition::decode`'s tests; `tests/order.rs` (stale writes 0
 //! through an outage, ordered batches, unbatched keys, entity keys through
 //! the drain); `tests/destinations.rs`; `tests/follow_memory.rs` (the
-//! follow state's memory in a running process); the drill's `order`
-//! scenario.
+//! follow state's memory in a running process; ignored while a stall it
+//! found is not mended); the drill's `order` scenario (named only).
 
 use super::{Effect, Src, Timer};
 use crate::core::byte_budget::ByteBudget;
