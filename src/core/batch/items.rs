@@ -181,17 +181,7 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_json_goes_alone_only_without_per_item_results() {
-        let mut spec = BatchSpec {
-            max_events: 10,
-            max_bytes: 1 << 20,
-            linger: std::time::Duration::from_millis(10),
-            format: BatchFormat::JsonArray,
-            results: None,
-            split: vec![400],
-            ordered: false,
-            answer_bytes_per_event: 4096,
-            route: super::super::UNROUTED.into(),
-        };
+        let mut spec = super::super::test_spec(10);
         assert_eq!(place(&spec, b"hello", false), Placement::Alone);
         assert_eq!(
             place(&spec, b"{}", false),

@@ -308,6 +308,23 @@ pub(crate) fn shrunk(refused_items: usize) -> usize {
     (refused_items / 2).max(1)
 }
 
+/// A JSON-array batch of at most `max_events`, without per-item results: the
+/// unit tests' spec.
+#[cfg(test)]
+pub(crate) fn test_spec(max_events: usize) -> BatchSpec {
+    BatchSpec {
+        max_events,
+        max_bytes: 1 << 20,
+        linger: std::time::Duration::from_millis(10),
+        format: BatchFormat::JsonArray,
+        results: None,
+        split: vec![400],
+        ordered: false,
+        answer_bytes_per_event: 4096,
+        route: UNROUTED.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,17 +394,7 @@ mod tests {
 
     #[test]
     fn an_answer_is_read_within_its_batchs_size() {
-        let spec = BatchSpec {
-            max_events: 10_000,
-            max_bytes: 1 << 20,
-            linger: std::time::Duration::from_millis(10),
-            format: BatchFormat::JsonArray,
-            results: None,
-            split: vec![400],
-            ordered: false,
-            answer_bytes_per_event: 4096,
-            route: UNROUTED.into(),
-        };
+        let spec = test_spec(10_000);
         assert_eq!(answer_cap(&spec, 1), 4096 + ANSWER_SLACK_BYTES);
         assert_eq!(answer_cap(&spec, 50), 50 * 4096 + ANSWER_SLACK_BYTES);
         assert_eq!(answer_cap(&spec, 10_000), MAX_ANSWER_BYTES);
