@@ -181,7 +181,7 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_json_goes_alone_only_without_per_item_results() {
-        let mut spec = super::super::test_spec(10);
+        let mut spec = crate::core::batch::test_spec(10);
         assert_eq!(place(&spec, b"hello", false), Placement::Alone);
         assert_eq!(
             place(&spec, b"{}", false),
