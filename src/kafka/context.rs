@@ -6,6 +6,7 @@ use super::{client_log, poller, Record};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -98,6 +99,22 @@ impl CourierContext {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         p.push(r);
         p.len()
+    }
+
+    /// The offset of the first record still pending here (polled, not
+    /// handed to the actor) of each of `topic`'s partitions.
+    pub(crate) fn first_pending(&self, topic: &str) -> HashMap<i32, i64> {
+        let src = if topic == self.dlq_topic {
+            crate::core::partition::Src::Dlq
+        } else {
+            crate::core::partition::Src::Main
+        };
+        let mut first = HashMap::new();
+        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for r in p.iter().filter(|r| r.src == src) {
+            first.entry(r.partition).or_insert(r.offset);
+        }
+        first
     }
 
     pub(crate) fn has_pending(&self) -> bool {

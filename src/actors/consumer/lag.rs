@@ -102,7 +102,9 @@ impl ConsumerState {
 
     /// How far each partition's DLQ side was read: the group consumer's
     /// position (librdkafka moves it past control records, which are never
-    /// handed over) and the last DLQ offset handed to the partition actor.
+    /// handed over; not past a record still pending in the poll thread:
+    /// `PartitionIo::positions`) and the last DLQ offset handed to the
+    /// partition actor.
     fn dlq_read(&self, parts: &[i32]) -> HashMap<i32, DlqRead> {
         let positions = self
             .io

@@ -537,6 +537,11 @@ impl<X: Intake> Lanes<X> {
         &self.outage
     }
 
+    /// An envelope this machine wrote is not read back yet (`outage`).
+    pub(super) fn unread_envelope(&self, from: i64) -> bool {
+        self.outage.unread_envelope(from)
+    }
+
     /// Every record of DLQ p not read is an envelope this machine wrote
     /// (`outage`): its key is followed without reading it.
     pub(super) fn dlq_known(&self) -> bool {

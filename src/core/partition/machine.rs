@@ -386,7 +386,8 @@ impl<X: Intake> PartitionMachine<X> {
         let drained = !self
             .dlq
             .has_unread(now.wall_ms, (waiting, after_begun), true)
-            && self.sides[Src::Dlq].held() == 0;
+            && self.sides[Src::Dlq].held() == 0
+            && !self.lanes.unread_envelope(next.max(p.dlq_start));
         let paused = self.held_back();
         self.lanes.lag_checked(drained, paused, &mut self.turn.fx);
         self.evaluate(now);

@@ -67,7 +67,9 @@
 //!   before their keys' later events go.
 //! - **Release.** What was held out goes once its key counts nothing, or
 //!   once the DLQ is drained as a whole (two lag checks after the last
-//!   write, nothing of DLQ p unread or held: [`Outage::lag_checked`]) —
+//!   write, nothing of DLQ p unread or held, no envelope the machine wrote
+//!   left unread whatever the check says of DLQ p's end:
+//!   [`Outage::lag_checked`], [`Outage::unread_envelope`]) —
 //!   the only way after more than `MAX_TRACKED` envelopes or a replaced
 //!   DLQ log, when envelopes are no longer followed one by one.
 //!
@@ -469,6 +471,15 @@ impl Outage {
             }
         }
         Some(t)
+    }
+
+    /// An envelope this machine wrote lies at or after DLQ offset `from`
+    /// (where it reads DLQ p next, or the log's start if that is further):
+    /// not read back yet, so DLQ p is not drained, whatever a lag check
+    /// says of its end (one asked before the write, or an end taken from
+    /// what the group consumer had handed over while it was on its way).
+    pub(super) fn unread_envelope(&self, from: i64) -> bool {
+        self.precise && self.envelopes.iter().any(|(&at, t)| !t.read && at >= from)
     }
 
     /// The envelopes are no longer followed one by one: what they hold back
