@@ -61,6 +61,10 @@ pub async fn start(
     if let Some(key) = &config.testing.poll_panic_on_key {
         let _ = crate::kafka::poller::PANIC_ON_KEY.set(key.clone().into_bytes());
     }
+    #[cfg(feature = "test-hooks")]
+    if let Some(delay) = config.testing.dlq_handover_delay {
+        let _ = crate::kafka::poller::DLQ_HANDOVER_DELAY.set(delay);
+    }
     if config.pipeline.oversize == crate::config::Oversize::Refuse {
         check_envelopes_fit(&config).await?;
     }

@@ -135,6 +135,12 @@ pub struct TestingConfig {
     /// The poll thread panics (once per process) on reading a record with this
     /// key: what a library panic on hostile input does (issue 23 item 3).
     pub poll_panic_on_key: Option<String>,
+    /// The poll thread keeps records it polled from the DLQ topic this long
+    /// before it hands them over: a poll thread descheduled on a loaded
+    /// machine, its records on their way while a lag check reads the
+    /// consumer's position.
+    #[serde(with = "humantime_serde")]
+    pub dlq_handover_delay: Option<std::time::Duration>,
 }
 
 impl TestingConfig {

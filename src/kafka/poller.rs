@@ -277,8 +277,11 @@ fn poll_loop(
                 };
                 panic_hook(&record);
                 let n = ctx.push(record);
-                if n >= MAX_BATCH && !ctx.flush() {
-                    return;
+                if n >= MAX_BATCH {
+                    handover_hook(&ctx);
+                    if !ctx.flush() {
+                        return;
+                    }
                 }
             }
             Some(Err(e)) => {
@@ -309,6 +312,7 @@ fn poll_loop(
                 }
             }
             None => {
+                handover_hook(&ctx);
                 if !ctx.flush() {
                     return;
                 }
@@ -351,6 +355,29 @@ fn panic_hook(r: &Record) {
 
 #[cfg(not(feature = "test-hooks"))]
 fn panic_hook(_r: &Record) {}
+
+/// Test fault hook (`testing.dlq_handover_delay`): the poll thread waits this
+/// long before it hands over polled records among which is one of the DLQ
+/// topic. Set at start from the config; only in a build with the cargo
+/// feature `test-hooks`.
+#[cfg(feature = "test-hooks")]
+pub(crate) static DLQ_HANDOVER_DELAY: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+#[cfg(feature = "test-hooks")]
+fn handover_hook(ctx: &super::CourierContext) {
+    if let Some(delay) = DLQ_HANDOVER_DELAY.get() {
+        let dlq = {
+            let p = ctx.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.iter().any(|r| r.src == Src::Dlq)
+        };
+        if dlq {
+            std::thread::sleep(*delay);
+        }
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn handover_hook(_ctx: &super::CourierContext) {}
 
 #[cfg(test)]
 mod tests {
