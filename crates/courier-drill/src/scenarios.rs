@@ -26,12 +26,14 @@ pub const ALL: &[&str] = &[
     "crash-cost",
     "partial-api",
     "destination-outage",
+    "order",
     "hostile",
 ];
 
-/// Scenarios that run only when named, not in `all` (the CI sequence):
-/// `order` until it passes under the CI's load (docs/DRILLS.md, "Order").
-pub const NAMED_ONLY: &[&str] = &["order"];
+/// Scenarios that run only when named, not in `all` (the CI sequence): none
+/// now (`order` was one until its failure under the CI's load was found,
+/// docs/DRILLS.md, "Order").
+pub const NAMED_ONLY: &[&str] = &[];
 
 /// A scenario of `all`, or one that runs only when named (parts of
 /// `hostile`, `NAMED_ONLY`).

@@ -62,6 +62,7 @@ fn short_drill_sequence_loses_nothing() {
             "crash-cost",
             "partial-api",
             "destination-outage",
+            "order",
             "hostile"
         ],
         "every scenario ran, in order"

@@ -81,8 +81,9 @@
 //! `model` (one destination); `delivery::tests::ordered`;
 //! `actors::partition::decode`'s tests; `tests/order.rs` (stale writes 0
 //! through an outage, ordered batches, unbatched keys, entity keys through
-//! the drain); `tests/destinations.rs`; the drill's `order` scenario
-//! (named only). The follow state's memory in a running process has no
+//! the drain, and DLQ records slow to reach the partition);
+//! `tests/destinations.rs`; the drill's `order` scenario (in the CI
+//! sequence). The follow state's memory in a running process has no
 //! test in the tree (docs/ARCHITECTURE.md, "What is not there yet").
 
 use super::{Effect, Src, Timer};
