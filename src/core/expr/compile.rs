@@ -2,7 +2,7 @@
 //! walk of the AST that measures it against the bounds, checks its variables
 //! and notes which variables it needs ([`Needs`]).
 
-use super::scope::Needs;
+use super::scope::{member_bit, Needs, ALL_OF_THE_JSON};
 use super::{MAX_COMPREHENSION_NESTING, MAX_DEPTH, MAX_NODES, MAX_SOURCE_BYTES, VARIABLES};
 use cel::common::ast::{EntryExpr, Expr as Node, IdedExpr};
 use std::sync::OnceLock;
@@ -270,14 +270,19 @@ impl Walk {
             Node::Unspecified | Node::Literal(_) => {}
             Node::Ident(name) => self.ident(e.id, name),
             Node::Select(s) => {
-                if let Node::Ident(name) = &s.operand.expr {
-                    if name == "event"
-                        && !self.bound.iter().any(|b| b == "event")
-                        && ATTRIBUTES.contains(&s.field.as_str())
-                    {
-                        // `event.type`: a decoded attribute, no JSON needed.
-                        self.shape.nodes += 1;
+                if self.is_event(&s.operand) && ATTRIBUTES.contains(&s.field.as_str()) {
+                    // `event.type`: a decoded attribute, no JSON needed.
+                    self.shape.nodes += 1;
+                    self.needs.event = true;
+                    return;
+                }
+                if let Node::Select(inner) = &s.operand.expr {
+                    if inner.field == "data" && self.is_event(&inner.operand) {
+                        // `event.data.amount`: only that member of `data`
+                        // is converted (`Needs::event_json`).
+                        self.shape.nodes += 2;
                         self.needs.event = true;
+                        self.needs.event_json |= member_bit(&s.field);
                         return;
                     }
                 }
@@ -338,6 +343,12 @@ impl Walk {
         }
     }
 
+    /// `e` is the variable `event` (not a comprehension's variable of that name).
+    fn is_event(&self, e: &IdedExpr) -> bool {
+        matches!(&e.expr, Node::Ident(name) if name == "event")
+            && !self.bound.iter().any(|b| b == "event")
+    }
+
     fn ident(&mut self, id: u64, name: &str) {
         if self.bound.iter().any(|b| b == name) || TYPE_NAMES.contains(&name) {
             return;
@@ -345,7 +356,7 @@ impl Walk {
         match name {
             "event" => {
                 self.needs.event = true;
-                self.needs.event_json = true;
+                self.needs.event_json = ALL_OF_THE_JSON;
             }
             "key" => self.needs.key = true,
             "record_key" => self.needs.record_key = true,

@@ -7,6 +7,7 @@
 //! Numbers: an integer that fits `i64` is an `int`, a larger one a `uint`,
 //! anything with a fraction or an exponent a `double` (as serde_json reads it).
 
+use super::scope::{member_bit, ALL_OF_THE_JSON};
 use base64::Engine;
 use cel::common::types::{
     CelBool, CelBytes, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
@@ -87,6 +88,23 @@ pub fn json<'v>(text: &'v str, sizes: &mut Sizes) -> Result<Value<'v>, serde_jso
     Ok(v)
 }
 
+/// A plain JSON event (all of it is `data`) as a CEL value, an object with
+/// only the members `members` names (`scope::Needs::event_json`); the
+/// others are skipped unread.
+pub fn data<'v>(
+    text: &'v str,
+    members: u64,
+    sizes: &mut Sizes,
+) -> Result<Value<'v>, serde_json::Error> {
+    if members == ALL_OF_THE_JSON {
+        return json(text, sizes);
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let v = DataSeed { sizes, members }.deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
+}
+
 /// A structured CloudEvent's members Courier does not read as attributes:
 /// `data` (or `data_base64`, decoded to bytes) and the others as
 /// `extensions` (everything but `specversion` and the attributes `event`
@@ -96,16 +114,23 @@ pub struct Members<'v> {
     pub extensions: Value<'v>,
 }
 
-/// A structured CloudEvent's JSON text, read for [`Members`].
-pub fn cloudevent<'v>(text: &'v str, sizes: &mut Sizes) -> Result<Members<'v>, serde_json::Error> {
+/// A structured CloudEvent's JSON text, read for [`Members`]: of `data`
+/// only the members `members` names (`scope::Needs::event_json`), and the
+/// extensions only for [`ALL_OF_THE_JSON`] (an empty map otherwise).
+pub fn cloudevent<'v>(
+    text: &'v str,
+    members: u64,
+    sizes: &mut Sizes,
+) -> Result<Members<'v>, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let m = (&mut de).deserialize_map(EventVisitor { sizes })?;
+    let m = (&mut de).deserialize_map(EventVisitor { sizes, members })?;
     de.end()?;
     Ok(m)
 }
 
 struct EventVisitor<'s> {
     sizes: &'s mut Sizes,
+    members: u64,
 }
 
 impl<'de> Visitor<'de> for EventVisitor<'_> {
@@ -125,8 +150,9 @@ impl<'de> Visitor<'de> for EventVisitor<'_> {
             };
             match name {
                 "data" => {
-                    data = Some(access.next_value_seed(Seed {
+                    data = Some(access.next_value_seed(DataSeed {
                         sizes: &mut *self.sizes,
+                        members: self.members,
                     })?)
                 }
                 "data_base64" => {
@@ -138,6 +164,9 @@ impl<'de> Visitor<'de> for EventVisitor<'_> {
                     data = Some(Box::new(CelBytes::from(bytes)));
                 }
                 "specversion" | "id" | "type" | "source" | "subject" | "time" => {
+                    access.next_value::<IgnoredAny>()?;
+                }
+                _ if self.members != ALL_OF_THE_JSON => {
                     access.next_value::<IgnoredAny>()?;
                 }
                 _ => {
@@ -232,6 +261,92 @@ impl<'de> Visitor<'de> for Seed<'_> {
                 sizes: &mut *self.sizes,
             })?;
             m.insert(k, v);
+        }
+        self.sizes.collection(m.len());
+        Ok(Box::new(CelMap::from(m)))
+    }
+}
+
+/// `data`: as [`Seed`] does, but of an object only the members whose
+/// [`member_bit`] is in `members` (all of it for [`ALL_OF_THE_JSON`]).
+struct DataSeed<'s> {
+    sizes: &'s mut Sizes,
+    members: u64,
+}
+
+impl<'de> DeserializeSeed<'de> for DataSeed<'_> {
+    type Value = Value<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value<'de>, D::Error> {
+        if self.members == ALL_OF_THE_JSON {
+            return Seed { sizes: self.sizes }.deserialize(d);
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DataSeed<'_> {
+    type Value = Value<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Value<'de>, E> {
+        Seed { sizes: self.sizes }.visit_bool(v)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Value<'de>, E> {
+        Seed { sizes: self.sizes }.visit_i64(v)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value<'de>, E> {
+        Seed { sizes: self.sizes }.visit_u64(v)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value<'de>, E> {
+        Seed { sizes: self.sizes }.visit_f64(v)
+    }
+
+    fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Value<'de>, E> {
+        Seed { sizes: self.sizes }.visit_borrowed_str(v)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Value<'de>, E> {
+        Seed { sizes: self.sizes }.visit_str(v)
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Value<'de>, E> {
+        Seed { sizes: self.sizes }.visit_string(v)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value<'de>, E> {
+        Ok(null())
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Value<'de>, E> {
+        Ok(null())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value<'de>, A::Error> {
+        Seed { sizes: self.sizes }.visit_seq(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value<'de>, A::Error> {
+        let mut m: HashMap<CelMapKey<'de>, Value<'de>> = HashMap::new();
+        while let Some(k) = access.next_key_seed(KeySeed)? {
+            let named = match &k {
+                CelMapKey::String(s) => member_bit(s.inner()) & self.members != 0,
+                _ => false,
+            };
+            if named {
+                let v = access.next_value_seed(Seed {
+                    sizes: &mut *self.sizes,
+                })?;
+                m.insert(k, v);
+            } else {
+                access.next_value::<IgnoredAny>()?;
+            }
         }
         self.sizes.collection(m.len());
         Ok(Box::new(CelMap::from(m)))

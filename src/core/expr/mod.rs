@@ -9,8 +9,10 @@
 //!   the bounds (size, nodes, nesting, comprehension nesting) or names an
 //!   unknown variable, with the line and column ([`CompileError`]).
 //! * [`convert`] — an event's JSON to CEL values in one pass (no
-//!   `serde_json::Value` in between; strings without escapes borrowed), with
-//!   the sizes the evaluation bound is estimated from ([`convert::Sizes`]).
+//!   `serde_json::Value` in between; strings without escapes borrowed; of
+//!   `data` only the members the expressions name, `event.data.amount`,
+//!   unless one names `data` or `event` as a whole), with the sizes the
+//!   evaluation bound is estimated from ([`convert::Sizes`]).
 //! * [`scope`] — [`Scope`]: one event's variables, built once (lazily, on the
 //!   first evaluation) whatever the number of expressions; [`Scope::eval_bool`]
 //!   checks the bound first, evaluates, and turns a failure, a result over a

@@ -5,7 +5,9 @@
 //! CEL context once, with only the variables the configured expressions use
 //! ([`Needs`]); every later expression of the event reuses it. The event's
 //! JSON is converted only when an expression names more of `event` than its
-//! decoded attributes (`event.data`, `event.extensions`, `event` itself).
+//! decoded attributes, and then only the members of `data` the expressions
+//! name (`event.data.amount`), unless one names `event.data`,
+//! `event.extensions` or `event` as a whole.
 
 use super::compile::{env, Expr};
 use super::convert::{self, Sizes, Value};
@@ -19,8 +21,12 @@ use cel::common::types::{CelBool, CelDouble};
 pub struct Needs {
     /// `event` with its decoded attributes.
     pub event: bool,
-    /// `event.data` and `event.extensions`: the event's JSON converted.
-    pub event_json: bool,
+    /// What of the event's JSON is converted: nothing (0); the members of
+    /// `event.data` whose [`member_bit`]s are set (the expressions name
+    /// them, `event.data.amount`); or, [`ALL_OF_THE_JSON`], all of `data`
+    /// and `extensions` (an expression uses `event.data` or `event` as a
+    /// whole, or `event.extensions`).
+    pub event_json: u64,
     pub key: bool,
     pub record_key: bool,
     pub headers: bool,
@@ -28,11 +34,31 @@ pub struct Needs {
     pub coordinates: bool,
 }
 
+/// [`Needs::event_json`] for all of the event's JSON.
+pub const ALL_OF_THE_JSON: u64 = u64::MAX;
+
+/// The bit of [`Needs::event_json`] that stands for the member `name` of
+/// `event.data` (FNV-1a, modulo 64): two names on one bit only convert a
+/// member no expression reads.
+pub fn member_bit(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    1 << (h % 64)
+}
+
 impl Needs {
+    /// Every variable these needs name is in `self` too.
+    fn covers(self, o: Needs) -> bool {
+        self.union(o) == self
+    }
+
     pub fn union(self, o: Needs) -> Needs {
         Needs {
             event: self.event || o.event,
-            event_json: self.event_json || o.event_json,
+            event_json: self.event_json | o.event_json,
             key: self.key || o.key,
             record_key: self.record_key || o.record_key,
             headers: self.headers || o.headers,
@@ -127,6 +153,8 @@ pub enum EvalError {
 struct Built<'a> {
     ctx: cel::Context<'a, 'a>,
     sizes: Sizes,
+    /// What it holds.
+    needs: Needs,
 }
 
 /// One event's variables (see the module's documentation).
@@ -176,6 +204,12 @@ impl<'a> Scope<'a> {
     ) -> Result<T, EvalError> {
         let facts = self.facts;
         let needs = self.needs.union(expr.needs);
+        // Built again, once, for an expression that names more than the
+        // scope was made for (the callers make it for all of theirs).
+        if matches!(&self.built, Some(Ok(b)) if !b.needs.covers(needs)) {
+            self.needs = needs;
+            self.built = None;
+        }
         let built = self.built.get_or_insert_with(|| build(facts, needs));
         let built = built
             .as_ref()
@@ -257,16 +291,18 @@ fn build(facts: Facts<'_>, needs: Needs) -> Result<Built<'_>, String> {
         if let Some(t) = &ev.time {
             entries.push(("time", convert::string(t, &mut sizes)));
         }
-        if needs.event_json {
+        if needs.event_json != 0 {
             let text = std::str::from_utf8(&ev.raw).map_err(|e| e.to_string())?;
+            let members = needs.event_json;
             if facts.cloudevent {
-                let m = convert::cloudevent(text, &mut sizes).map_err(|e| e.to_string())?;
+                let m =
+                    convert::cloudevent(text, members, &mut sizes).map_err(|e| e.to_string())?;
                 if let Some(d) = m.data {
                     entries.push(("data", d));
                 }
                 entries.push(("extensions", m.extensions));
             } else {
-                let data = convert::json(text, &mut sizes).map_err(|e| e.to_string())?;
+                let data = convert::data(text, members, &mut sizes).map_err(|e| e.to_string())?;
                 entries.push(("data", data));
                 entries.push(("extensions", convert::map(Vec::new(), &mut sizes)));
             }
@@ -309,7 +345,7 @@ fn build(facts: Facts<'_>, needs: Needs) -> Result<Built<'_>, String> {
         ctx.add_variable_as_val("partition", convert::int(i64::from(facts.partition)));
         ctx.add_variable_as_val("offset", convert::int(facts.offset));
     }
-    Ok(Built { ctx, sizes })
+    Ok(Built { ctx, sizes, needs })
 }
 
 /// A CEL value as JSON: a number JSON cannot carry is refused.

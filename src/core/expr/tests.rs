@@ -1,4 +1,5 @@
 use super::compile::Problem;
+use super::scope::member_bit;
 use super::*;
 use crate::core::event::Event;
 use crate::core::input::{BodyType, HeaderName};
@@ -79,9 +80,9 @@ fn bounds_are_checked_at_compile_time() {
 #[test]
 fn attributes_alone_need_no_json() {
     let e = Expr::compile("event.type == 'order.created' && has(event.subject)").unwrap();
-    assert!(e.needs().event && !e.needs().event_json);
+    assert!(e.needs().event && e.needs().event_json == 0);
     let e = Expr::compile("event.data.amount > 1").unwrap();
-    assert!(e.needs().event_json);
+    assert_eq!(e.needs().event_json, member_bit("amount"), "only `amount`");
     // Not even valid JSON is read when only attributes are named.
     assert_eq!(eval("event.subject == 'tenant-a'", "not json"), Ok(true));
 }
@@ -218,6 +219,62 @@ fn record_variables() {
     let none = Facts::of(&ev, BodyType::CloudEventsJson);
     let e = Expr::compile("key == null && record_key == null").unwrap();
     assert_eq!(Scope::new(none, e.needs()).eval_bool(&e), Ok(true));
+}
+
+/// Of `data`, only the members the expressions name are converted: a
+/// member no expression reads costs nothing and cannot put an event over
+/// its bound; naming `data` as a whole (or `extensions`) converts it all.
+#[test]
+fn only_the_members_of_data_named_are_converted() {
+    let items: Vec<String> = (0..2000).map(|i| i.to_string()).collect();
+    let raw = format!(
+        r#"{{"specversion":"1.0","id":"e","type":"t","source":"s","tenant":"acme","data":{{"huge":[{}],"items":[1,2,3],"amount":5}}}}"#,
+        items.join(",")
+    );
+    let pairwise = "event.data.items.all(a, event.data.items.exists(b, a == b))";
+    assert_eq!(eval(pairwise, &raw), Ok(true), "`huge` is not read");
+    let whole = format!("{pairwise} && size(event.data) == 3");
+    assert!(
+        matches!(eval(&whole, &raw), Err(EvalError::OverBound { .. })),
+        "all of `data` named: `huge` counts"
+    );
+    assert_eq!(
+        eval("event.data.amount == 5 && !has(event.data.gone)", &raw),
+        Ok(true)
+    );
+    assert_eq!(
+        eval(
+            "event.data.amount == 5 && event.extensions.tenant == 'acme'",
+            &raw
+        ),
+        Ok(true),
+        "extensions named: converted"
+    );
+    // A plain JSON event (all of it is `data`) the same way.
+    let ev = event(&raw);
+    let e = Expr::compile("event.data.specversion == '1.0' && event.data.id == 'e'").unwrap();
+    assert_eq!(
+        e.needs().event_json,
+        member_bit("specversion") | member_bit("id")
+    );
+    let mut s = Scope::new(Facts::of(&ev, BodyType::Json), e.needs());
+    assert_eq!(s.eval_bool(&e), Ok(true));
+    // A comprehension's variable named `event` is not the event.
+    let e = Expr::compile("[{'data': {'x': 1}}].exists(event, event.data.x == 1)").unwrap();
+    assert_eq!(e.needs().event_json, 0);
+}
+
+/// A scope made for fewer members than an expression names is built again
+/// for it (the callers make it for all their expressions at once).
+#[test]
+fn a_scope_made_for_fewer_members_is_built_again() {
+    let ev = event(ORDER);
+    let a = Expr::compile("event.data.amount > 1000").unwrap();
+    let b = Expr::compile("event.data.total == 12.5").unwrap();
+    let mut s = Scope::new(Facts::of(&ev, BodyType::CloudEventsJson), a.needs());
+    assert_eq!(s.eval_bool(&a), Ok(true));
+    assert_eq!(s.eval_bool(&b), Ok(true), "`total` was not converted first");
+    assert_eq!(s.eval_bool(&a), Ok(true));
 }
 
 #[test]
