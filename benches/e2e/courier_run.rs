@@ -40,6 +40,8 @@ pub(crate) struct Setup<'a> {
     pub transport: &'a crate::ceiling::Transport,
     /// `pipeline.max_in_flight_per_partition` (None: Courier's default).
     pub max_in_flight_per_partition: Option<usize>,
+    /// TOML appended to Courier's config (`--config-extra`: filters, routes).
+    pub config_extra: &'a str,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -146,6 +148,8 @@ shutdown_grace = "5s"
             .collect::<Vec<_>>()
             .join("\n"),
     ) + &tls
+        + "\n"
+        + s.config_extra
 }
 
 async fn scrape(http: &reqwest::Client, port: u16) -> Option<String> {

@@ -176,6 +176,10 @@ pub struct Opts {
     /// `[kafka.properties]` of its config: for tuning experiments.
     #[arg(long = "kafka-property", value_parser = parse_property)]
     kafka_properties: Vec<(String, String)>,
+    /// TOML appended to Courier's config, e.g. `[[filters]]` and
+    /// `[[api.routes]]` with `when` (issue 58's cost with expressions).
+    #[arg(long)]
+    config_extra: Option<String>,
     /// Extra environment variable for the Courier process only, `KEY=value`
     /// (repeatable), e.g. `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2`.
     #[arg(long = "courier-env", value_parser = parse_property)]
@@ -574,6 +578,7 @@ impl Bench {
             env: &o.courier_env,
             transport: &self.transport,
             max_in_flight_per_partition: o.max_in_flight_per_partition,
+            config_extra: o.config_extra.as_deref().unwrap_or_default(),
         };
         let cr = courier_run::run(&setup, &self.http).await?;
         r.sink_cpu_us_per_req_courier =
