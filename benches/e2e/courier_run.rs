@@ -40,7 +40,8 @@ pub(crate) struct Setup<'a> {
     pub transport: &'a crate::ceiling::Transport,
     /// `pipeline.max_in_flight_per_partition` (None: Courier's default).
     pub max_in_flight_per_partition: Option<usize>,
-    /// TOML appended to Courier's config (`--config-extra`: filters, routes).
+    /// TOML appended to Courier's config (`--config-extra`: filters, routes),
+    /// `{api_url}` replaced by the stand-in's URL.
     pub config_extra: &'a str,
 }
 
@@ -149,7 +150,7 @@ shutdown_grace = "5s"
             .join("\n"),
     ) + &tls
         + "\n"
-        + s.config_extra
+        + &s.config_extra.replace("{api_url}", s.api_url)
 }
 
 async fn scrape(http: &reqwest::Client, port: u16) -> Option<String> {

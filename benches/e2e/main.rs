@@ -177,7 +177,8 @@ pub struct Opts {
     #[arg(long = "kafka-property", value_parser = parse_property)]
     kafka_properties: Vec<(String, String)>,
     /// TOML appended to Courier's config, e.g. `[[filters]]` and
-    /// `[[api.routes]]` with `when` (issue 58's cost with expressions).
+    /// `[[api.routes]]` with `when` (issue 58's cost with expressions);
+    /// `{api_url}` in it is replaced by the stand-in's URL.
     #[arg(long)]
     config_extra: Option<String>,
     /// Extra environment variable for the Courier process only, `KEY=value`
