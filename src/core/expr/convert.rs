@@ -96,9 +96,6 @@ pub fn data<'v>(
     members: u64,
     sizes: &mut Sizes,
 ) -> Result<Value<'v>, serde_json::Error> {
-    if members == ALL_OF_THE_JSON {
-        return json(text, sizes);
-    }
     let mut de = serde_json::Deserializer::from_str(text);
     let v = DataSeed { sizes, members }.deserialize(&mut de)?;
     de.end()?;
