@@ -136,6 +136,7 @@ pub(crate) fn register_known_series() {
         metrics::counter!(SYSTEMIC_DEMOTED, "reason" => reason).absolute(0);
     }
     metrics::counter!(POSITIONS_PASSED).absolute(0);
+    metrics::counter!(DLQ_REWINDS).absolute(0);
     metrics::counter!(REVOKED_WORK).absolute(0);
     metrics::counter!(DLQ_REDELIVERED).absolute(0);
     metrics::counter!(DELIVERED).absolute(0);

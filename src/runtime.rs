@@ -64,7 +64,12 @@
 //!   librdkafka until it is down to half (the drain is rate-limited anyway; what was already
 //!   polled still arrives, bounded by the fetch budget). DLQ records the in-flight budget
 //!   keeps out wait in the DLQ backlog with DLQ p paused, and count as unread DLQ records
-//!   for the FSM (main p waits behind them).
+//!   for the FSM (main p waits behind them). They hold at most half of the in-flight
+//!   budget (each partition one whatever the others hold): most are not due for a while,
+//!   and held, they would keep main p from being read until they are. A DLQ record
+//!   beyond that half is handed back with those behind it (out of the fetch budget at
+//!   once), DLQ p sought back to it and paused until DLQ records hold a quarter of the
+//!   budget (`core::partition::rewind`; `courier_dlq_rewinds_total`).
 //! - **The enrichment cache** (`enrichment.cache_max_bytes`): a moka weigher counts each
 //!   entry's key and JSON document as serialised (at least `cache_max_bytes /
 //!   cache_capacity`, so `cache_capacity` still bounds the entries).

@@ -91,6 +91,10 @@ pub(crate) enum PartitionMsg {
         src: Src,
         start: Option<i64>,
     },
+    /// The answer to `Effect::RewindDlq`: whether DLQ p was sought back.
+    DlqRewound {
+        ok: bool,
+    },
     /// A probe found nothing to deliver in `[from, to)` (see `Effect::Probe`).
     Probed {
         src: Src,
@@ -311,6 +315,7 @@ impl Actor for PartitionActor {
             PartitionMsg::ReadingFrom { src, start } => Input::ReadingFrom { src, start },
             PartitionMsg::Timer(t) => Input::Timer(t),
             PartitionMsg::Probed { src, from, to } => Input::Probed { src, from, to },
+            PartitionMsg::DlqRewound { ok } => Input::DlqRewound { ok },
         };
         s.run(&myself, input);
         Ok(())

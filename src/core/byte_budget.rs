@@ -12,6 +12,12 @@
 //! No I/O and no clock: an atomic counter and a list of callbacks. What a waker
 //! does (the actor sends itself a message) is up to whoever registers it.
 //!
+//! DLQ records read back and held for their redelivery (most of them not due
+//! yet) may hold at most half of the budget, process-wide
+//! ([`ByteBudget::dlq_full`]): the other half stays for main p's events, so
+//! envelopes waiting out a long back-off never starve the main topic
+//! (`core::partition::rewind`).
+//!
 //! With several destinations (`core::destination`) the budget also counts the
 //! bytes each destination's events hold ([`ByteBudget::hold_for`]), so that a
 //! destination that is down holds at most its share of it
@@ -42,6 +48,8 @@ pub struct ByteBudget {
     wakers: Mutex<Vec<Waker>>,
     /// Bytes held by each destination's events (several destinations only).
     by_destination: [AtomicU64; MAX_DESTINATIONS],
+    /// Bytes held by DLQ records (taken with [`ByteBudget::try_take`] too).
+    dlq: AtomicU64,
 }
 
 impl std::fmt::Debug for ByteBudget {
@@ -63,7 +71,41 @@ impl ByteBudget {
             waiting: AtomicUsize::new(0),
             wakers: Mutex::new(Vec::new()),
             by_destination: std::array::from_fn(|_| AtomicU64::new(0)),
+            dlq: AtomicU64::new(0),
         }
+    }
+
+    /// `n` more bytes are held by DLQ records (bytes already taken with
+    /// [`ByteBudget::try_take`]: this only counts them).
+    pub(crate) fn hold_dlq(&self, n: u64) {
+        self.dlq.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// `n` bytes of DLQ records are no longer held.
+    pub(crate) fn release_dlq(&self, n: u64) {
+        let _ = self
+            .dlq
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
+                Some(h.saturating_sub(n))
+            });
+    }
+
+    /// DLQ records hold their half of the budget: another is not begun
+    /// (unless its partition holds none: each partition may hold one, so
+    /// that its drain's head is known).
+    pub(crate) fn dlq_full(&self) -> bool {
+        self.dlq.load(Ordering::SeqCst) >= self.dlq_limit()
+    }
+
+    /// DLQ records hold at most a quarter of the budget (half their share):
+    /// a partition that handed DLQ records back reads DLQ p again.
+    pub(crate) fn dlq_has_room(&self) -> bool {
+        self.dlq.load(Ordering::SeqCst) <= self.dlq_limit() / 2
+    }
+
+    /// What DLQ records may hold: half of the budget (at least 1).
+    fn dlq_limit(&self) -> u64 {
+        (self.limit / 2).max(1)
     }
 
     /// `n` more bytes are held by destination `d`'s events (bytes already
@@ -169,6 +211,20 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
+
+    #[test]
+    fn dlq_records_hold_at_most_half_and_read_again_at_a_quarter() {
+        let b = ByteBudget::new(1_000);
+        assert!(!b.dlq_full() && b.dlq_has_room());
+        b.hold_dlq(300);
+        assert!(!b.dlq_full() && !b.dlq_has_room(), "300 > 250");
+        b.hold_dlq(200);
+        assert!(b.dlq_full(), "half of the budget");
+        b.release_dlq(250);
+        assert!(!b.dlq_full() && b.dlq_has_room());
+        b.release_dlq(1_000);
+        assert!(b.dlq_has_room(), "never below nothing");
+    }
 
     #[test]
     fn takes_while_not_used_up_so_one_oversized_record_still_goes() {

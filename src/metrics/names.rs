@@ -51,6 +51,8 @@ pub(crate) const SYSTEMIC_DEMOTED: &str = "courier_systemic_demoted_total";
 // Positions that moved under Courier (issue 23, item 1).
 pub(crate) const POSITION_RESETS: &str = "courier_position_resets_total";
 pub(crate) const POSITIONS_PASSED: &str = "courier_positions_passed_markers_total";
+// DLQ records handed back beyond their half of the in-flight budget (issue 54).
+pub(crate) const DLQ_REWINDS: &str = "courier_dlq_rewinds_total";
 // Credentials toward the API (`auth`).
 pub(crate) const AUTH_TOKEN_REQUESTS: &str = "courier_auth_token_requests_total";
 pub(crate) const AUTH_TOKEN_EXPIRY: &str = "courier_auth_token_expiry_timestamp_seconds";
@@ -262,6 +264,10 @@ pub const ALL: &[(&str, &str)] = &[
     (
         POSITIONS_PASSED,
         "Times an idle partition's position was moved past offsets holding nothing to deliver (transaction markers, aborted records), checked by reading them: lag reaches 0 at idle.",
+    ),
+    (
+        DLQ_REWINDS,
+        "Times a DLQ partition was sought back to records read from it and handed back, not begun: DLQ records (most not due yet) hold at most half of pipeline.max_in_flight_bytes, so that main partitions are still read; those beyond it are read again once there is room. Steady increases mean the DLQ holds more than that half can: a long outage, or big records.",
     ),
     (
         AUTH_TOKEN_REQUESTS,

@@ -184,6 +184,7 @@ impl PartitionState {
             Effect::Lag { dlq, main } => self.gauges.show_lag(dlq, main),
             Effect::Probe { src, from, to } => self.probe(myself, src, from, to),
             Effect::ReadFromStart { src } => self.read_from_start(myself, src),
+            Effect::RewindDlq { to } => self.rewind_dlq(myself, to),
             Effect::Note(Note::PositionReset {
                 src,
                 from,

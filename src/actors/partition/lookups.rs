@@ -1,7 +1,7 @@
 //! Work an effect starts off the runtime, each answering the actor through its
-//! mailbox when it is worth an input: a side sought to its log's start, a
-//! probe of a range with nothing to deliver, a position reset's log lines and
-//! metrics.
+//! mailbox when it is worth an input: a side sought to its log's start, DLQ p
+//! sought back to records handed back, a probe of a range with nothing to
+//! deliver, a position reset's log lines and metrics.
 
 use super::{PartitionMsg, PartitionState, Src};
 use crate::core::offsets::NextOffset;
@@ -39,6 +39,27 @@ impl PartitionState {
                 }
             };
             let _ = me.send_message(PartitionMsg::ReadingFrom { src, start });
+        });
+    }
+
+    /// Seeks DLQ p, off the runtime, back to `to`: the records from there on
+    /// were handed back, not begun (`core::partition::rewind`); answers
+    /// `Input::DlqRewound`.
+    pub(super) fn rewind_dlq(&self, myself: &ActorRef<PartitionMsg>, to: i64) {
+        let topic = self.machine.intake().topic(Src::Dlq).to_string();
+        let Some(io) = self.a.io.clone() else {
+            return; // Stopped.
+        };
+        let (partition, me) = (self.a.partition, myself.clone());
+        metrics::counter!(crate::metrics::DLQ_REWINDS).increment(1);
+        tokio::task::spawn_blocking(move || {
+            let r = io.seek(&topic, partition, to, std::time::Duration::from_secs(10));
+            if let Err(e) = &r {
+                tracing::warn!(partition, %topic, to, error = %e, "cannot seek the DLQ partition back to the records handed back: asked again at the next lag check");
+            } else {
+                tracing::debug!(partition, %topic, to, "DLQ records beyond their half of the in-flight budget handed back: the DLQ partition is read again from them once there is room");
+            }
+            let _ = me.send_message(PartitionMsg::DlqRewound { ok: r.is_ok() });
         });
     }
 

@@ -106,6 +106,10 @@ pub(crate) enum Effect<I> {
     /// log's start and answer [`Input::ReadingFrom`]. Nothing is stored for
     /// the side until the new log's first records begin a new incarnation.
     ReadFromStart { src: Src },
+    /// DLQ records from `to` on were handed back, not begun (`rewind`): seek
+    /// DLQ p back to `to` and answer [`Input::DlqRewound`]. Records polled
+    /// before the seek are dropped by the machine's fence.
+    RewindDlq { to: i64 },
     /// Something worth a log line.
     Note(Note),
 }

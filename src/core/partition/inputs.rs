@@ -103,6 +103,11 @@ pub(crate) enum Input<R> {
         src: Src,
         start: Option<i64>,
     },
+    /// The answer to [`Effect::RewindDlq`]: whether DLQ p was sought back
+    /// (a failed seek is asked again at the next lag check).
+    DlqRewound {
+        ok: bool,
+    },
     Timer(Timer),
     /// Revoke or shutdown: stop dispatching, hand the backlog back, answer
     /// [`Effect::HandedOver`] once nothing is in flight (or at the deadline).

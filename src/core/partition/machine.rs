@@ -13,6 +13,7 @@ use super::handover::{Handover, Request};
 use super::lanes::Lanes;
 use super::outage::Outage;
 use super::per_side::PerSide;
+use super::rewind::Rewind;
 use super::side::Side;
 use super::stores::Storing;
 use super::turn::Turn;
@@ -35,6 +36,7 @@ pub(crate) struct PartitionMachine<X: Intake> {
     share: Share,
     lanes: Lanes<X>,
     dlq: DlqDrain,
+    rewind: Rewind,
     degraded: Degraded,
     handover: Handover,
     storing: Storing,
@@ -71,6 +73,7 @@ impl<X: Intake> PartitionMachine<X> {
                 ),
             ),
             dlq: DlqDrain::new(settings.limit),
+            rewind: Rewind::default(),
             degraded: Degraded::new(settings.min_pause),
             handover: Handover::new(settings.drain_timeout),
             storing: Storing::new(settings.pace),
@@ -217,6 +220,7 @@ impl<X: Intake> PartitionMachine<X> {
                     self.evaluate(now);
                 }
             }
+            Input::DlqRewound { ok } => self.rewind.sought(ok),
             Input::OffsetReset { src, at } => {
                 let note = self.sides[src].offset_reset(src, at);
                 self.turn.push(note.map(Effect::Note));
@@ -356,13 +360,16 @@ impl<X: Intake> PartitionMachine<X> {
         if let Some(bytes) = self.lanes.finish(r.src, r.offset, draining, paused, fx) {
             self.sides[r.src].finished();
             self.turn.finished += 1;
-            self.share.release(bytes);
+            self.share.release(r.src, bytes);
         }
         true
     }
 
     fn on_positions(&mut self, p: Positions, now: Now) {
         self.dlq.on_positions(p.dlq_high, p.dlq_start);
+        if !self.draining() {
+            self.rewind.on_positions(p.dlq_start, &mut self.turn.fx);
+        }
         self.sides[Src::Main].log_mut().on_positions(p.main_high);
         self.sides[Src::Dlq]
             .log_mut()
@@ -432,7 +439,9 @@ impl<X: Intake> PartitionMachine<X> {
         let mode = self.degraded.update(now, unread, alongside, first);
         self.turn.push(mode);
         let reading = self.degraded.reading();
-        let full = self.backlog.pauses(self.sides[Src::Dlq].held());
+        let mut full = self.backlog.pauses(self.sides[Src::Dlq].held());
+        // DLQ records handed back are read again once there is room for them.
+        full[Src::Dlq] |= self.rewind.holds_dlq_back(self.share.dlq_has_room());
         let main = self.sides[Src::Main].read(Src::Main, reading.main && !full[Src::Main]);
         self.turn.push(main);
         let dlq = self.sides[Src::Dlq].read(Src::Dlq, reading.dlq && !full[Src::Dlq]);

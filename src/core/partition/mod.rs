@@ -62,6 +62,9 @@
 //!   their events held out, then diverted to the DLQ (I38);
 //! * `dlq_drain` — the DLQ records waiting to be redelivered, in order and
 //!   paced by their `not_before`, and whether DLQ p has something to drain;
+//! * `rewind` — DLQ records beyond the DLQ half of the byte budget handed
+//!   back (DLQ p sought back to them), and the fence that drops what was
+//!   polled before that seek;
 //! * `degraded` — degraded mode: the health verdict, the FSM (`core::fsm`)
 //!   and its wake-ups;
 //! * `handover` — where a drain (revoke, shutdown) stands;
@@ -103,6 +106,7 @@ mod outage;
 mod per_side;
 mod probe;
 mod records;
+mod rewind;
 mod settings;
 mod side;
 mod stores;

@@ -41,6 +41,10 @@
 //!   the machine's share and the harness's add up to the use; the machine asks
 //!   for a waker at most once until it comes; DLQ p is not read while DLQ
 //!   records wait for the budget; a dropped machine gives its share back;
+//! - DLQ records beyond the DLQ half of the budget are handed back
+//!   (`rewind`): none of them was dispatched; the harness seeks DLQ p back
+//!   (late, or failing first); records sent before the seek lands are never
+//!   dispatched, and the re-read delivers every record;
 //! - an earlier owner's commit metadata (some main offsets done, encoded within
 //!   a budget that may force it to a prefix): an offset it names is never
 //!   dispatched, one it does not name is never completed without an answer (the
@@ -113,6 +117,11 @@ enum Action {
     },
     /// The budget's waker message arrives.
     Wake,
+    /// The seek back of DLQ p asked last (`Effect::RewindDlq`) lands, or
+    /// fails.
+    SeekLands {
+        ok: bool,
+    },
     /// A lag check read the topics' ids (the same log: no topic is replaced
     /// here).
     Logs,
@@ -138,6 +147,7 @@ fn action() -> impl Strategy<Value = Action> {
         2 => (1u64..800).prop_map(|n| Action::ExternalTake { n }),
         2 => any::<usize>().prop_map(|pick| Action::ExternalGive { pick }),
         3 => Just(Action::Wake),
+        2 => prop::bool::weighted(0.8).prop_map(|ok| Action::SeekLands { ok }),
     ]
 }
 
@@ -320,6 +330,11 @@ struct Harness {
     held: usize,
     fail_store: bool,
     fail_reading: bool,
+    /// A seek back of DLQ p not landed: the index in the DLQ log of the
+    /// record it seeks to, and whether it is asked (a failed one is not,
+    /// until the machine asks again). DLQ records sent meanwhile were
+    /// polled before it: never taken in.
+    seek: Option<(usize, bool)>,
 }
 
 impl Harness {
@@ -408,6 +423,7 @@ impl Harness {
             held: 0,
             fail_store: false,
             fail_reading: false,
+            seek: None,
         };
         h.feed(Input::Verdict {
             down: down_if(api_unavailable),
@@ -698,6 +714,33 @@ impl Harness {
             Effect::ReadFromStart { src } => {
                 prop_assert!(false, "{:?}: no topic is replaced here", src);
             }
+            Effect::RewindDlq { to } => {
+                prop_assert!(!self.drain_requested, "DLQ p sought back while draining");
+                let dlq = Src::Dlq.index();
+                let log = &self.logs[dlq];
+                let idx = log.iter().position(|r| r.offset == to);
+                let Some(idx) = idx.filter(|i| *i < self.sent[dlq]) else {
+                    return Err(TestCaseError::fail(format!(
+                        "DLQ p sought back to {to}, not a record sent"
+                    )));
+                };
+                // What is handed back was not begun: never dispatched,
+                // never done. It is read again.
+                let back: Vec<Id> = self.taken[dlq].range((0, to)..).map(|(o, _)| *o).collect();
+                for id in back {
+                    prop_assert!(
+                        !self.ever_dispatched[dlq].contains(&id) && !self.done[dlq].contains(&id),
+                        "DLQ {:?} handed back after it was dispatched",
+                        id
+                    );
+                    self.taken[dlq].remove(&id);
+                }
+                if let Some((was, asked)) = self.seek {
+                    prop_assert_eq!(was, idx, "a second seek back, to another record");
+                    prop_assert!(!asked, "a seek back asked twice");
+                }
+                self.seek = Some((idx, true));
+            }
             Effect::Mode { .. } | Effect::Lag { .. } | Effect::Note(_) => {}
         }
         Ok(None)
@@ -922,7 +965,9 @@ impl Harness {
         }
         let to = (from + n).min(self.logs[i].len());
         let batch: Vec<Rec> = self.logs[i][from..to].to_vec();
-        for r in &batch {
+        // Polled before a seek back: the machine drops them (read again).
+        let polled_before_seek = src == Src::Dlq && self.seek.is_some();
+        for r in batch.iter().filter(|_| !polled_before_seek) {
             self.taken[i].insert((r.inc, r.offset), r.clone());
         }
         self.sent[i] = to;
@@ -1085,6 +1130,7 @@ impl Harness {
             }
             Action::ExternalGive { .. } => Ok(()),
             Action::Wake => self.wake(),
+            Action::SeekLands { ok } => self.seek_lands(ok),
             Action::Logs => {
                 for n in &mut self.logs_since_reset {
                     *n = n.saturating_add(1);
@@ -1112,6 +1158,21 @@ impl Harness {
         self.feed(Input::Timer(Timer::Budget))
     }
 
+    /// The seek back asked last lands (DLQ p is read again from its
+    /// record), or fails; either is answered.
+    fn seek_lands(&mut self, ok: bool) -> Result<(), TestCaseError> {
+        let Some((idx, true)) = self.seek.filter(|_| !self.drain_requested) else {
+            return Ok(());
+        };
+        self.seek = if ok {
+            self.sent[Src::Dlq.index()] = idx;
+            None
+        } else {
+            Some((idx, false))
+        };
+        self.feed(Input::DlqRewound { ok })
+    }
+
     /// Revoke or shutdown.
     fn drain(&mut self) -> Result<(), TestCaseError> {
         self.drain_requested = true;
@@ -1137,6 +1198,7 @@ impl Harness {
         }
         for _ in 0..100_000 {
             if !self.drain_requested {
+                self.seek_lands(true)?;
                 self.send(Src::Main, 16, false)?;
                 self.send(Src::Dlq, 16, false)?;
             }

@@ -753,7 +753,7 @@ fn an_event_larger_than_the_budget_goes_and_the_rest_waits() {
 /// in the DLQ backlog, DLQ p is paused, and main p stays behind them.
 #[test]
 fn dlq_records_wait_for_the_budget_with_dlq_p_paused() {
-    let budget = Arc::new(ByteBudget::new(150));
+    let budget = Arc::new(ByteBudget::new(1_000));
     let mut t = T::new(Settings {
         budget: budget.clone(),
         ..settings(OrderingMode::Key, 10, 100)
@@ -761,14 +761,15 @@ fn dlq_records_wait_for_the_budget_with_dlq_p_paused() {
     t.verdict(false);
     t.dlq_high(1_000);
     // Another partition holds the whole budget.
-    assert!(budget.try_take(150));
+    assert!(budget.try_take(1_000));
     let fx = t.feed(Input::Records((0..3).map(|o| Rec::dlq(o, 0)).collect()));
     assert!(dispatched(&fx).is_empty());
     assert_eq!(awaits_budget(&fx), 1);
     assert_eq!(readings(&fx), vec![(Src::Dlq, false)]);
     assert_eq!(t.m.backlog(), 3);
     assert_eq!(t.m.mode(), Mode::DrainDlq);
-    budget.give_back(150);
+    // It gives 200 back: room for two (the DLQ half, 500, is not reached).
+    budget.give_back(200);
     let fx = t.feed(Input::Timer(Timer::Budget));
     assert_eq!(dispatched(&fx), vec![(Src::Dlq, 0), (Src::Dlq, 1)]);
     assert_eq!(
@@ -776,12 +777,87 @@ fn dlq_records_wait_for_the_budget_with_dlq_p_paused() {
         vec![],
         "record 2 still waits: DLQ p stays paused"
     );
+    assert!(rewinds(&fx).is_empty(), "waiting, not handed back");
     // Record 2 is in: DLQ p is read on, to its end, before it goes.
     let fx = t.done(Src::Dlq, &[0, 1]);
     assert_eq!(dispatched(&fx), vec![]);
     assert_eq!(readings(&fx), vec![(Src::Dlq, true)]);
     let fx = t.dlq_high(3);
     assert_eq!(dispatched(&fx), vec![(Src::Dlq, 2)]);
+}
+
+fn rewinds<I>(fx: &[Effect<I>]) -> Vec<i64> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::RewindDlq { to } => Some(*to),
+            _ => None,
+        })
+        .collect()
+}
+
+fn taken_in<I>(fx: &[Effect<I>]) -> (usize, usize) {
+    fx.iter().fold((0, 0), |(n, b), e| match e {
+        Effect::TakenIn { records, bytes } => (n + records, b + bytes),
+        _ => (n, b),
+    })
+}
+
+/// Issue 54 (the DLQ read-back stall): DLQ records read back and not due
+/// were begun and held, filling the in-flight budget, and the DLQ records
+/// behind them the fetch budget: main p was not read until they were due.
+/// Now DLQ records hold at most half of the budget; those beyond it are
+/// handed back (DLQ p sought back to the first, paused until there is room),
+/// records polled before the seek are dropped, and main p's records begin
+/// meanwhile. Seen failing before the change: record 2 waited in the DLQ
+/// backlog with main p's records behind the budget.
+#[test]
+fn dlq_records_beyond_their_half_are_handed_back_and_main_p_reads_on() {
+    let budget = Arc::new(ByteBudget::new(1_000));
+    let mut t = T::new(Settings {
+        budget: budget.clone(),
+        ..settings(OrderingMode::Key, 10, 100)
+    });
+    t.normal();
+    t.dlq_high(10);
+    // Due in an hour, then now.
+    let (later, soon) = (1_000_000 + 3_600_000, 1_000_000 + 60_000);
+    let dlq = |o: i64, due: i64| sized(Rec::dlq(o, due), 300);
+    let fx = t.feed(Input::Records(
+        (0..4)
+            .map(|o| dlq(o, if o < 2 { soon } else { later }))
+            .collect(),
+    ));
+    assert_eq!(rewinds(&fx), vec![2], "2 and 3 handed back");
+    assert_eq!(taken_in(&fx), (4, 1_200), "none left in the fetch budget");
+    assert_eq!((t.m.held(Src::Dlq), t.m.backlog()), (2, 0));
+    assert_eq!(budget.used(), 600);
+    assert!(readings(&fx).contains(&(Src::Dlq, false)));
+    // Polled before the seek: dropped (read again after it).
+    let fx = t.feed(Input::Records(vec![dlq(4, later), dlq(5, later)]));
+    assert_eq!(taken_in(&fx), (2, 600));
+    assert_eq!(t.m.held(Src::Dlq), 2);
+    t.feed(Input::DlqRewound { ok: true });
+    // Main p's records begin beside the DLQ's (the other half).
+    let fx = t.feed(main_recs(0..3, |o| Some(o as u8)));
+    assert_eq!(
+        dispatched(&fx),
+        vec![(Src::Main, 0), (Src::Main, 1), (Src::Main, 2)]
+    );
+    // DLQ records 0 and 1 become due and go; once they are done there is
+    // room again, and DLQ p is read from 2.
+    let fx = t.feed_at(60_000, Input::Timer(Timer::Wake));
+    assert_eq!(dispatched(&fx), vec![(Src::Dlq, 0), (Src::Dlq, 1)]);
+    let fx = t.done(Src::Dlq, &[0]);
+    assert!(
+        !readings(&fx).contains(&(Src::Dlq, true)),
+        "600 > 250: no room yet"
+    );
+    let fx = t.done(Src::Dlq, &[1]);
+    assert!(readings(&fx).contains(&(Src::Dlq, true)));
+    let fx = t.feed(Input::Records((2..6).map(|o| dlq(o, later)).collect()));
+    assert_eq!(taken_in(&fx), (4, 1_200));
+    assert_eq!(t.m.held(Src::Dlq), 2, "2 and 3 again; 4 and 5 handed back");
+    assert_eq!(rewinds(&fx), vec![4]);
 }
 
 /// A machine that ends (its actor stopped or crashed) gives its share back:

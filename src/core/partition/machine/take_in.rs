@@ -1,11 +1,21 @@
 //! How records are taken in: begun at once while their side has room (main p
 //! below `limit` held events, the in-flight byte budget not used up), or
-//! waiting in the backlog, behind those of their side, until it has.
+//! waiting in the backlog, behind those of their side, until it has; DLQ
+//! records beyond the DLQ half of the budget handed back (`rewind`), and
+//! those polled before DLQ p was sought back to them dropped.
 
 use super::PartitionMachine;
 use crate::core::partition::budget::Take;
 use crate::core::partition::side::Begin;
 use crate::core::partition::{Begun, Effect, Intake, Kind, Now, Src};
+
+/// Why a record was not begun.
+enum Refused {
+    /// Its side has no room yet: it waits in the backlog.
+    Wait,
+    /// A DLQ record beyond the DLQ half of the budget: handed back.
+    HandBack,
+}
 
 impl<X: Intake> PartitionMachine<X> {
     pub(super) fn on_records(&mut self, records: Vec<X::Raw>, now: Now) {
@@ -17,9 +27,15 @@ impl<X: Intake> PartitionMachine<X> {
         }
         let (mut taken, mut bytes) = (0, 0);
         for r in records {
+            let (src, offset) = X::position(&r);
+            if src == Src::Dlq && !self.rewind.admits(offset) {
+                // Polled before DLQ p was sought back: read again.
+                taken += 1;
+                bytes += X::size(&r);
+                continue;
+            }
             // A record waits in its side's backlog while the side has no room
             // (and behind those already waiting, to keep offset order).
-            let (src, _) = X::position(&r);
             let r = if self.backlog.is_waiting(src) {
                 r
             } else {
@@ -29,7 +45,11 @@ impl<X: Intake> PartitionMachine<X> {
                         bytes += size;
                         continue;
                     }
-                    Err(r) => r,
+                    Err((r, Refused::Wait)) => r,
+                    Err((r, Refused::HandBack)) => {
+                        self.hand_back_dlq(r);
+                        continue;
+                    }
                 }
             };
             let size = X::size(&r);
@@ -60,8 +80,12 @@ impl<X: Intake> PartitionMachine<X> {
                         n += 1;
                         bytes += size;
                     }
-                    Err(r) => {
+                    Err((r, Refused::Wait)) => {
                         self.backlog.unpop(src, r, size);
+                        break;
+                    }
+                    Err((r, Refused::HandBack)) => {
+                        self.hand_back_dlq(r);
                         break;
                     }
                 }
@@ -70,24 +94,44 @@ impl<X: Intake> PartitionMachine<X> {
         self.taken_in(n, bytes);
     }
 
+    /// DLQ record `r` and every DLQ record waiting behind it are handed back,
+    /// not begun: they leave the fetch budget, and DLQ p is sought back to
+    /// `r` (`rewind`).
+    fn hand_back_dlq(&mut self, r: X::Raw) {
+        let (_, first) = X::position(&r);
+        let (mut last, mut n, mut bytes) = (first, 1, X::size(&r));
+        while let Some((r, size)) = self.backlog.pop(Src::Dlq) {
+            last = X::position(&r).1;
+            n += 1;
+            bytes += size;
+        }
+        self.taken_in(n, bytes);
+        self.rewind.hand_back(first, last, &mut self.turn.fx);
+    }
+
     /// Begins `r` if its side has room: main p below `limit` held events, and
-    /// the in-flight byte budget not used up (otherwise a waker is asked for).
+    /// the in-flight byte budget not used up (otherwise a waker is asked for),
+    /// nor, for a DLQ record, its half (otherwise it is handed back).
     /// `Ok`: taken in (begun, or completed at once), with its size.
-    fn try_begin(&mut self, r: X::Raw) -> Result<usize, X::Raw> {
+    fn try_begin(&mut self, r: X::Raw) -> Result<usize, (X::Raw, Refused)> {
         let (src, _) = X::position(&r);
         if !self.backlog.has_room(src, self.sides[src].held()) {
-            return Err(r);
+            return Err((r, Refused::Wait));
         }
         if src == Src::Main && self.main_waits() {
             self.main_waited = true;
-            return Err(r);
+            return Err((r, Refused::Wait));
         }
         let size = X::size(&r);
-        if let Take::Full { ask } = self.share.try_take(size as u64) {
-            if ask {
-                self.turn.fx.push(Effect::AwaitBudget);
+        match self.share.try_take(src, size as u64) {
+            Take::Taken => {}
+            Take::Full { ask } => {
+                if ask {
+                    self.turn.fx.push(Effect::AwaitBudget);
+                }
+                return Err((r, Refused::Wait));
             }
-            return Err(r);
+            Take::DlqFull => return Err((r, Refused::HandBack)),
         }
         self.begin(r, size as u64);
         Ok(size)
@@ -107,7 +151,7 @@ impl<X: Intake> PartitionMachine<X> {
                 return;
             }
         };
-        self.share.hold(bytes);
+        self.share.hold(src, bytes);
         self.turn.begun += 1;
         let Begun { item, kind } = self.intake.begin(src, r);
         let run = match kind {
