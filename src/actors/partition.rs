@@ -43,7 +43,7 @@ use crate::core::destination::DestSet;
 use crate::core::offsets::NextOffset;
 #[cfg(doc)]
 use crate::core::partition::Effect;
-use crate::core::partition::{Input, Pace, PartitionMachine, Settings, SideStart, Timer};
+use crate::core::partition::{Input, Pace, PartitionMachine, Settings, SideStart};
 use crate::delivery::token::Inbox;
 use crate::delivery::Queued;
 use crate::kafka::seams::{BrokerView, PartitionIo};
@@ -59,6 +59,7 @@ use observe::Gauges;
 pub(crate) use shared::PartitionShared;
 
 pub(crate) enum PartitionMsg {
+    /// Records from the consumer actor: through the schema gate, if any.
     Records(Vec<Record>),
     /// Completion tokens left outcomes in the inbox (see `delivery::token::Inbox`).
     Completed,
@@ -70,37 +71,16 @@ pub(crate) enum PartitionMsg {
         id: crate::core::destination::DestinationId,
         unavailable: bool,
     },
-    /// The consumer's periodic lag check.
-    Positions(Positions),
-    /// A timer the machine asked for.
-    Timer(Timer),
     /// A schema a waiting record names is at hand (`schemas::SchemaGate`).
     Schema {
         id: u32,
         schema: Arc<crate::schema_registry::Resolved>,
     },
-    /// The topics' ids (main, DLQ) at the consumer's lag check.
-    Logs([Option<Arc<str>>; 2]),
-    /// librdkafka moved the side's position after a fetch at `at` was out of range.
-    OffsetReset {
-        src: Src,
-        at: i64,
-    },
-    /// The answer to `Effect::ReadFromStart`.
-    ReadingFrom {
-        src: Src,
-        start: Option<i64>,
-    },
-    /// The answer to `Effect::RewindDlq`: whether DLQ p was sought back.
-    DlqRewound {
-        ok: bool,
-    },
-    /// A probe found nothing to deliver in `[from, to)` (see `Effect::Probe`).
-    Probed {
-        src: Src,
-        from: NextOffset,
-        to: NextOffset,
-    },
+    /// An input for the machine as it is: the consumer's lag check
+    /// (`Positions`, `Logs`), an offset reset, a timer it asked for, the
+    /// answers of the work its effects started (`ReadingFrom`, `Probed`,
+    /// `DlqRewound`).
+    Input(Input<Record>),
 }
 
 pub(crate) struct PartitionArgs {
@@ -270,9 +250,8 @@ impl Actor for PartitionActor {
                     if let Some(id) = fetch {
                         g.fetch(id, myself.clone());
                     }
-                    if let Some(on) = g.wait_changed() {
-                        s.set_main_reading(on);
-                    }
+                    let changed = g.wait_changed();
+                    s.schema_wait(&myself, changed);
                     Input::Records(now)
                 }
             },
@@ -284,9 +263,8 @@ impl Actor for PartitionActor {
                 if let Some(id) = fetch {
                     g.fetch(id, myself.clone());
                 }
-                if let Some(on) = g.wait_changed() {
-                    s.set_main_reading(on);
-                }
+                let changed = g.wait_changed();
+                s.schema_wait(&myself, changed);
                 Input::Records(now)
             }
             PartitionMsg::Completed => Input::Reports(s.inbox.take()),
@@ -309,13 +287,7 @@ impl Actor for PartitionActor {
                 }
                 Input::Verdict { down: s.down }
             }
-            PartitionMsg::Positions(p) => Input::Positions(p),
-            PartitionMsg::Logs(logs) => Input::Logs(logs),
-            PartitionMsg::OffsetReset { src, at } => Input::OffsetReset { src, at },
-            PartitionMsg::ReadingFrom { src, start } => Input::ReadingFrom { src, start },
-            PartitionMsg::Timer(t) => Input::Timer(t),
-            PartitionMsg::Probed { src, from, to } => Input::Probed { src, from, to },
-            PartitionMsg::DlqRewound { ok } => Input::DlqRewound { ok },
+            PartitionMsg::Input(input) => input,
         };
         s.run(&myself, input);
         Ok(())

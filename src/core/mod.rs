@@ -12,8 +12,7 @@
 //!   `actors::partition`), `offsets` (the commit watermark), `completed` (offsets
 //!   done above it, encoded in commit metadata), `deleted` (events the log lost
 //!   before the group read them), `ordering` (what may be in flight together),
-//!   `fsm` (which of main p and DLQ p is read), `main_reading` (the machine's
-//!   wish to read main p combined with a schema wait's), `byte_budget` (the process-wide byte
+//!   `fsm` (which of main p and DLQ p is read), `byte_budget` (the process-wide byte
 //!   budget), `commit_pace` (commits before auto-commit, of all partitions, coalesced
 //!   into one request per 10 ms; `actors::partition::commits`).
 //!
@@ -71,7 +70,6 @@ pub mod expr;
 pub(crate) mod fsm;
 pub mod input;
 pub(crate) mod liveness;
-pub(crate) mod main_reading;
 pub(crate) mod mapping;
 pub(crate) mod offsets;
 pub(crate) mod ordering;

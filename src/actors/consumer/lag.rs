@@ -11,6 +11,7 @@
 
 use super::{ConsumerMsg, ConsumerState, PartitionMsg, Src};
 use crate::actors::partition::Positions;
+use crate::core::partition::Input;
 use crate::kafka::seams::{BrokerView, LogEnd};
 use ractor::ActorRef;
 use std::collections::HashMap;
@@ -93,9 +94,11 @@ impl ConsumerState {
                 if read_ids {
                     let _ = part
                         .actor
-                        .send_message(PartitionMsg::Logs(answer.logs.clone()));
+                        .send_message(PartitionMsg::Input(Input::Logs(answer.logs.clone())));
                 }
-                let _ = part.actor.send_message(PartitionMsg::Positions(positions));
+                let _ = part
+                    .actor
+                    .send_message(PartitionMsg::Input(Input::Positions(positions)));
             }
         }
     }

@@ -48,6 +48,7 @@ use crate::actors::partition::{
     PartitionActor, PartitionArgs, PartitionMsg, PartitionShared, SoonCommits, Src,
 };
 use crate::core::offsets::NextOffset;
+use crate::core::partition::Input;
 use crate::kafka::poller::Poller;
 use crate::kafka::seams::{BrokerView, PartitionIo};
 use crate::kafka::{KafkaConsumer, PollSink, Record};
@@ -254,7 +255,7 @@ impl ConsumerState {
                 if let Some(part) = self.parts.get(&partition) {
                     let _ = part
                         .actor
-                        .send_message(PartitionMsg::OffsetReset { src, at });
+                        .send_message(PartitionMsg::Input(Input::OffsetReset { src, at }));
                 }
             }
             // Nothing here can repair it (a new consumer in this process could

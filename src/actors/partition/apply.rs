@@ -71,12 +71,6 @@ impl PartitionState {
                 self.enqueue(Queued::Run(jobs));
             }
             Effect::SetReading { src, on } => {
-                let on = match self.gate.as_mut().filter(|_| src == Src::Main) {
-                    // Both wishes combined (`core::main_reading`): during a
-                    // schema wait a resume waits for its end.
-                    Some(g) => g.reading.machine(on)?,
-                    None => on,
-                };
                 let topic = self.machine.intake().topic(src);
                 let Some(io) = self.a.io.as_ref() else {
                     return None; // Stopped.
@@ -156,7 +150,7 @@ impl PartitionState {
                 }
             }
             Effect::Schedule { after, timer } => {
-                myself.send_after(after, move || PartitionMsg::Timer(timer));
+                myself.send_after(after, move || PartitionMsg::Input(Input::Timer(timer)));
             }
             Effect::HandedOver => {
                 self.inbox.close();
@@ -172,7 +166,7 @@ impl PartitionState {
             Effect::AwaitBudget => {
                 let me = myself.clone();
                 self.a.pipeline.in_flight.wait(Box::new(move || {
-                    let _ = me.send_message(PartitionMsg::Timer(Timer::Budget));
+                    let _ = me.send_message(PartitionMsg::Input(Input::Timer(Timer::Budget)));
                 }));
             }
             Effect::Begun(n) => self.a.shared.begun(n, &self.a.ready),
@@ -207,23 +201,12 @@ impl PartitionState {
         None
     }
 
-    /// Pauses or resumes main p for the schema gate (`core::main_reading`
-    /// combines it with the machine's wish).
-    pub(super) fn set_main_reading(&self, on: bool) {
-        let topic = self.machine.intake().topic(Src::Main);
-        let Some(io) = self.a.io.as_ref() else {
-            return; // Stopped.
-        };
-        let r = if on {
-            io.resume(topic, self.a.partition)
-        } else {
-            io.pause(topic, self.a.partition)
-        };
-        match r {
-            Ok(()) => self.gauges.paused.set(if on { 0.0 } else { 1.0 }),
-            Err(e) => {
-                tracing::debug!(partition = self.a.partition, error = %e, on, "schema wait: pause/resume")
-            }
+    /// Tells the machine that a record began or ended waiting for its schema
+    /// (`changed`), before the records the gate hands over: it decides main
+    /// p's reading.
+    pub(super) fn schema_wait(&mut self, myself: &ActorRef<PartitionMsg>, changed: Option<bool>) {
+        if let Some(waiting) = changed {
+            self.run(myself, Input::SchemaWait { waiting });
         }
     }
 

@@ -5,6 +5,7 @@
 
 use super::{PartitionMsg, PartitionState, Src};
 use crate::core::offsets::NextOffset;
+use crate::core::partition::Input;
 use crate::kafka::seams::{KafkaIoError, LogEnd};
 use ractor::ActorRef;
 
@@ -38,7 +39,7 @@ impl PartitionState {
                     None
                 }
             };
-            let _ = me.send_message(PartitionMsg::ReadingFrom { src, start });
+            let _ = me.send_message(PartitionMsg::Input(Input::ReadingFrom { src, start }));
         });
     }
 
@@ -59,7 +60,7 @@ impl PartitionState {
             } else {
                 tracing::debug!(partition, %topic, to, "DLQ records beyond their half of the in-flight budget handed back: the DLQ partition is read again from them once there is room");
             }
-            let _ = me.send_message(PartitionMsg::DlqRewound { ok: r.is_ok() });
+            let _ = me.send_message(PartitionMsg::Input(Input::DlqRewound { ok: r.is_ok() }));
         });
     }
 
@@ -80,7 +81,7 @@ impl PartitionState {
             if broker.nothing_to_deliver(&topic, partition, from.get(), to.get()) {
                 metrics::counter!(crate::metrics::POSITIONS_PASSED).increment(1);
                 tracing::debug!(partition, %topic, %from, %to, "nothing to deliver below the end (transaction markers): the position moves to the end");
-                let _ = me.send_message(PartitionMsg::Probed { src, from, to });
+                let _ = me.send_message(PartitionMsg::Input(Input::Probed { src, from, to }));
             }
         });
     }

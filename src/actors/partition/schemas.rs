@@ -3,7 +3,8 @@
 //! header names is at hand, so the machine's decoding stays synchronous and
 //! pure. A record whose schema is not
 //! known yet waits here with every record after it (offset order is kept);
-//! main p is paused meanwhile and the schema fetched off the actor (one fetch
+//! main p is paused meanwhile (the machine is told: `Input::SchemaWait`) and
+//! the schema fetched off the actor (one fetch
 //! per id for the whole process, `schema_registry`). A registry that does not
 //! answer (down, 5xx, timeout) is systemic: the fetch is asked again with a
 //! back-off and the partition waits — nothing is parked for it, nothing
@@ -21,7 +22,6 @@
 //! the partition does not wait.
 
 use super::PartitionMsg;
-use crate::core::main_reading::MainReading;
 use crate::core::partition::Src;
 use crate::core::schema::unknown_ids::{Ask, UnknownIds};
 use crate::kafka::Record;
@@ -53,9 +53,9 @@ pub(super) struct SchemaGate {
     unknown: UnknownIds,
     /// Where this partition's clock for `unknown` starts.
     epoch: Instant,
-    /// Whether main p is read: the machine's wish and this gate's wait
-    /// (`core::main_reading` decides what to apply).
-    pub(super) reading: MainReading,
+    /// Whether a record waited when the machine was last told
+    /// (`Input::SchemaWait`).
+    told_waiting: bool,
     /// Draining: nothing waits any more (the next owner re-reads what did).
     closed: bool,
     partition: i32,
@@ -78,7 +78,7 @@ impl SchemaGate {
             waiting_cached: false,
             unknown: UnknownIds::default(),
             epoch: Instant::now(),
-            reading: MainReading::default(),
+            told_waiting: false,
             closed: false,
             partition,
         }
@@ -88,10 +88,12 @@ impl SchemaGate {
         self.waiting.is_some()
     }
 
-    /// After records were taken in or a schema came: the pause or resume of
-    /// main p that whether a record waits now asks for, if any.
+    /// After records were taken in or a schema came: whether a record waits
+    /// now, if that changed since the machine was last told (it decides main
+    /// p's reading: `Input::SchemaWait`).
     pub(super) fn wait_changed(&mut self) -> Option<bool> {
-        self.reading.schema_wait(self.is_waiting())
+        let waiting = self.is_waiting();
+        (std::mem::replace(&mut self.told_waiting, waiting) != waiting).then_some(waiting)
     }
 
     /// Takes records in; returns those the machine may have now, and the id to

@@ -103,6 +103,13 @@ pub(crate) enum Input<R> {
         src: Src,
         start: Option<i64>,
     },
+    /// A registry-framed main record waits for its schema, with every record
+    /// after it (`actors::partition::schemas`), or none waits any more: main
+    /// p is not read while one waits (the records are fetched already; the
+    /// machine has not seen them).
+    SchemaWait {
+        waiting: bool,
+    },
     /// The answer to [`Effect::RewindDlq`]: whether DLQ p was sought back
     /// (a failed seek is asked again at the next lag check).
     DlqRewound {

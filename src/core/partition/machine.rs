@@ -46,6 +46,9 @@ pub(crate) struct PartitionMachine<X: Intake> {
     /// A main record waited in the backlog for DLQ p to be read
     /// ([`PartitionMachine::main_waits`]).
     main_waited: bool,
+    /// A main record waits for its schema ([`Input::SchemaWait`]): main p
+    /// is not read.
+    schema_wait: bool,
 }
 
 impl<X: Intake> PartitionMachine<X> {
@@ -80,6 +83,7 @@ impl<X: Intake> PartitionMachine<X> {
             turn: Turn::default(),
             dlq_shift: 0,
             main_waited: false,
+            schema_wait: false,
         }
     }
 
@@ -221,6 +225,10 @@ impl<X: Intake> PartitionMachine<X> {
                 }
             }
             Input::DlqRewound { ok } => self.rewind.sought(ok),
+            Input::SchemaWait { waiting } => {
+                self.schema_wait = waiting;
+                self.evaluate(now);
+            }
             Input::OffsetReset { src, at } => {
                 let note = self.sides[src].offset_reset(src, at);
                 self.turn.push(note.map(Effect::Note));
@@ -442,7 +450,8 @@ impl<X: Intake> PartitionMachine<X> {
         let mut full = self.backlog.pauses(self.sides[Src::Dlq].held());
         // DLQ records handed back are read again once there is room for them.
         full[Src::Dlq] |= self.rewind.holds_dlq_back(self.share.dlq_has_room());
-        let main = self.sides[Src::Main].read(Src::Main, reading.main && !full[Src::Main]);
+        let main = reading.main && !full[Src::Main] && !self.schema_wait;
+        let main = self.sides[Src::Main].read(Src::Main, main);
         self.turn.push(main);
         let dlq = self.sides[Src::Dlq].read(Src::Dlq, reading.dlq && !full[Src::Dlq]);
         self.turn.push(dlq);

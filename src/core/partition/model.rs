@@ -41,6 +41,7 @@
 //!   the machine's share and the harness's add up to the use; the machine asks
 //!   for a waker at most once until it comes; DLQ p is not read while DLQ
 //!   records wait for the budget; a dropped machine gives its share back;
+//! - main p is never resumed while a record waits for its schema;
 //! - DLQ records beyond the DLQ half of the budget are handed back
 //!   (`rewind`): none of them was dispatched; the harness seeks DLQ p back
 //!   (late, or failing first); records sent before the seek lands are never
@@ -117,6 +118,11 @@ enum Action {
     },
     /// The budget's waker message arrives.
     Wake,
+    /// A main record begins or ends waiting for its schema (the shell's
+    /// schema gate).
+    SchemaWait {
+        waiting: bool,
+    },
     /// The seek back of DLQ p asked last (`Effect::RewindDlq`) lands, or
     /// fails.
     SeekLands {
@@ -148,6 +154,7 @@ fn action() -> impl Strategy<Value = Action> {
         2 => any::<usize>().prop_map(|pick| Action::ExternalGive { pick }),
         3 => Just(Action::Wake),
         2 => prop::bool::weighted(0.8).prop_map(|ok| Action::SeekLands { ok }),
+        1 => any::<bool>().prop_map(|waiting| Action::SchemaWait { waiting }),
     ]
 }
 
@@ -335,6 +342,8 @@ struct Harness {
     /// until the machine asks again). DLQ records sent meanwhile were
     /// polled before it: never taken in.
     seek: Option<(usize, bool)>,
+    /// A main record waits for its schema.
+    schema_wait: bool,
 }
 
 impl Harness {
@@ -424,6 +433,7 @@ impl Harness {
             fail_store: false,
             fail_reading: false,
             seek: None,
+            schema_wait: false,
         };
         h.feed(Input::Verdict {
             down: down_if(api_unavailable),
@@ -532,6 +542,10 @@ impl Harness {
                     prop_assert!(
                         !self.api_unavailable,
                         "main p resumed while the API is down"
+                    );
+                    prop_assert!(
+                        !self.schema_wait,
+                        "main p resumed while a record waits for its schema"
                     );
                     if let Some((&head, r)) = self.dlq_head() {
                         let Kind::Queued { not_before_ms } = r.kind else {
@@ -1131,6 +1145,10 @@ impl Harness {
             Action::ExternalGive { .. } => Ok(()),
             Action::Wake => self.wake(),
             Action::SeekLands { ok } => self.seek_lands(ok),
+            Action::SchemaWait { waiting } => {
+                self.schema_wait = waiting;
+                self.feed(Input::SchemaWait { waiting })
+            }
             Action::Logs => {
                 for n in &mut self.logs_since_reset {
                     *n = n.saturating_add(1);
@@ -1191,6 +1209,8 @@ impl Harness {
         }
         if !self.drain_requested {
             self.api_unavailable = false;
+            self.schema_wait = false;
+            self.feed(Input::SchemaWait { waiting: false })?;
             self.feed(Input::Verdict {
                 down: down_if(false),
             })?;

@@ -860,6 +860,44 @@ fn dlq_records_beyond_their_half_are_handed_back_and_main_p_reads_on() {
     assert_eq!(rewinds(&fx), vec![4]);
 }
 
+/// A record waiting for its schema pauses main p, and its end resumes it only
+/// while the machine reads main p otherwise: the machine alone decides main
+/// p's reading (issue 55 item 4; the shell combined the two wishes before).
+#[test]
+fn a_schema_wait_pauses_main_p_until_it_ends_and_the_machine_reads() {
+    let mut t = T::new(settings(OrderingMode::Key, 10, 100));
+    t.normal();
+    let main = |fx: &[Effect<Rec>]| -> Vec<bool> {
+        readings(fx)
+            .into_iter()
+            .filter(|(src, _)| *src == Src::Main)
+            .map(|(_, on)| on)
+            .collect()
+    };
+    let fx = t.feed(Input::SchemaWait { waiting: true });
+    assert_eq!(main(&fx), vec![false]);
+    let fx = t.feed(Input::SchemaWait { waiting: false });
+    assert_eq!(main(&fx), vec![true]);
+    // The API goes down during a wait: the wait's end does not resume main p.
+    t.feed(Input::SchemaWait { waiting: true });
+    t.verdict(true);
+    let fx = t.feed(Input::SchemaWait { waiting: false });
+    assert_eq!(main(&fx), Vec::<bool>::new());
+    // The API comes back during a wait (past the pause's dwell): main p
+    // waits for the wait's end.
+    t.feed(Input::SchemaWait { waiting: true });
+    let fx = t.feed_at(
+        2_000,
+        Input::Verdict {
+            down: down_if(false),
+        },
+    );
+    assert_eq!(main(&fx), Vec::<bool>::new());
+    assert_eq!(t.m.mode(), Mode::Normal);
+    let fx = t.feed(Input::SchemaWait { waiting: false });
+    assert_eq!(main(&fx), vec![true]);
+}
+
 /// A machine that ends (its actor stopped or crashed) gives its share back:
 /// otherwise every other partition would wait for bytes no one holds.
 #[test]
