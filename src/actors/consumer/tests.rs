@@ -81,7 +81,11 @@ impl World {
     /// One partition pair, empty logs, nothing committed; `broker` adjusts
     /// the brokers' answers before the consumer starts.
     async fn new(broker: impl FnOnce(&FakeBroker, &str, &str)) -> World {
-        let config = Config::default();
+        World::with_config(Config::default(), broker).await
+    }
+
+    /// [`World::new`] with this configuration.
+    async fn with_config(config: Config, broker: impl FnOnce(&FakeBroker, &str, &str)) -> World {
         let status = Arc::new(crate::status_page::StatusBoard::new(
             crate::status_page::BoardInfo::new(&config, "test".into()),
             crate::runtime::now_ms(),
@@ -381,4 +385,85 @@ async fn the_verdict_reaches_the_partition_on_its_watch_channel() {
         w.io.reading(&w.main, 0) == Some(false)
     })
     .await;
+}
+
+/// An envelope in DLQ p at `offset`, due in ten minutes.
+fn envelope(offset: i64) -> Record {
+    let now = crate::runtime::now_ms();
+    let mut env = crate::core::envelope::tests::sample();
+    env.event_id = Some(format!("d-{offset}"));
+    env.key = Some(format!("d-{offset}").into_bytes());
+    env.payload = br#"{"specversion":"1.0","id":"d","source":"s","type":"t"}"#.to_vec();
+    env.origin.partition = 0;
+    env.origin.offset = 1_000 + offset;
+    env.first_dlq_at_ms = now;
+    env.not_before_ms = now + 600_000;
+    Record {
+        partition: 0,
+        offset,
+        src: Src::Dlq,
+        key: env.key.clone(),
+        payload: Some(bytes::Bytes::from(env.to_bytes())),
+        timestamp_ms: None,
+        headers: None,
+    }
+}
+
+/// I41 through the actors: envelopes read back from DLQ p and not due hold
+/// at most half of the in-flight budget. Past it the partition actor seeks
+/// DLQ p back to the first envelope it handed back and pauses it; the
+/// envelopes polled before that seek are dropped (out of the fetch budget);
+/// main p's records are begun and dispatched meanwhile. (Seen failing with
+/// the half not enforced: no seek back, the last envelopes kept waiting.)
+#[tokio::test]
+async fn dlq_records_past_their_half_are_sought_back_and_main_p_flows() {
+    let mut config = Config::default();
+    config.pipeline.max_in_flight_bytes = 40_000;
+    let mut w = World::with_config(config, |_, _, _| {}).await;
+    // DLQ p empty at the assignment: what it holds later, this partition
+    // wrote (a new owner reads an earlier owner's DLQ p to its end first).
+    w.assign().await;
+    w.broker.set_log(&w.dlq, 0, 0, 25);
+    let dlq: Vec<Record> = (0..20).map(envelope).collect();
+    let each = dlq[0].size();
+    let half: usize = 40_000 / 2;
+    let begun = half.div_ceil(each) as i64;
+    w.pipeline
+        .buffered
+        .add(dlq.len(), dlq.iter().map(Record::size).sum());
+    w.send(ConsumerMsg::Records(dlq));
+    until(
+        "DLQ p is sought back to the first envelope handed back",
+        || {
+            w.io.calls()
+                .contains(&IoCall::Seek(w.dlq.clone(), 0, begun))
+        },
+    )
+    .await;
+    assert_eq!(w.io.reading(&w.dlq, 0), Some(false), "and paused");
+    // Polled before the seek: dropped, nothing of the fetch budget kept.
+    let late: Vec<Record> = (20..25).map(envelope).collect();
+    w.pipeline
+        .buffered
+        .add(late.len(), late.iter().map(Record::size).sum());
+    w.send(ConsumerMsg::Records(late));
+    until("the fetch budget is empty", || {
+        w.pipeline.buffered.get().0 == 0
+    })
+    .await;
+    // Main p is read, its records begin.
+    until("main p is read", || w.io.reading(&w.main, 0) == Some(true)).await;
+    w.records(Src::Main, 0..5);
+    let jobs = w.jobs(5).await;
+    assert_eq!(
+        jobs.keys().copied().collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert!(w.more_jobs().await.is_empty(), "no envelope is due");
+    let seeks =
+        w.io.calls()
+            .into_iter()
+            .filter(|c| matches!(c, IoCall::Seek(..)))
+            .count();
+    assert_eq!(seeks, 1, "one seek back");
 }
