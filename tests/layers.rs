@@ -6,7 +6,9 @@
 //! too). The layer table of docs/ARCHITECTURE.md is this file's `LAYERS` in prose:
 //! it must name exactly the modules `src/lib.rs` declares, each in its layer. And the
 //! workspace's tooling crates (`crates/`) stay out of the service's build: the
-//! `courier` package names them only as dev-dependencies.
+//! `courier` package names them only as dev-dependencies. Inside a module, no
+//! two modules beside each other use each other, however many steps apart
+//! (`sibling_modules_form_no_circle`, in `src/` and the tooling crates).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -395,5 +397,139 @@ fn the_field_count_reads_named_fields() {
     assert_eq!(
         struct_fields(text),
         [("A".to_string(), 3), ("C".to_string(), 1)]
+    );
+}
+
+/// The module path of a file below its crate's root directory:
+/// `delivery/batch.rs` and `delivery/batch/mod.rs` are `delivery::batch`;
+/// `lib.rs` and `main.rs` are the crate root (empty).
+fn module_path(root: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(root).expect("below the root");
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The sibling modules `text` (the file of module `path`) uses: `super::x`,
+/// or `crate::<parent>::x`, for a module `x` beside it. Comment lines are
+/// left out (a doc link is no dependency).
+fn sibling_uses(path: &[String], text: &str) -> Vec<String> {
+    let Some((me, parent)) = path.split_last() else {
+        return Vec::new();
+    };
+    let mut crate_prefix = String::from("crate::");
+    for p in parent {
+        crate_prefix.push_str(p);
+        crate_prefix.push_str("::");
+    }
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for prefix in ["super::", crate_prefix.as_str()] {
+            for (i, _) in line.match_indices(prefix) {
+                // `super::super::x` names a module further up; `xcrate::` is not `crate::`.
+                let before = &line[..i];
+                if before.ends_with("super::")
+                    || before.ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                {
+                    continue;
+                }
+                let name: String = line[i + prefix.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != *me && name != "super" && !out.contains(&name) {
+                    out.push(name);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Circles among sibling modules below `root`: each as the modules on it.
+fn sibling_circles(root: &Path) -> Vec<Vec<String>> {
+    let mut edges: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in rust_files(root) {
+        let path = module_path(root, &file);
+        let text = std::fs::read_to_string(&file).expect("readable source");
+        let parent = path[..path.len().saturating_sub(1)].join("::");
+        let uses = sibling_uses(&path, &text).into_iter().map(|s| {
+            if parent.is_empty() {
+                s
+            } else {
+                format!("{parent}::{s}")
+            }
+        });
+        edges.entry(path.join("::")).or_default().extend(uses);
+    }
+    // A circle: a module that reaches itself again through its siblings.
+    let mut circles: Vec<Vec<String>> = Vec::new();
+    for start in edges.keys() {
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        while let Some((at, trail)) = stack.pop() {
+            for next in edges.get(&at).into_iter().flatten() {
+                if next == start {
+                    let mut c = trail.clone();
+                    c.sort();
+                    if !circles.contains(&c) {
+                        circles.push(c);
+                    }
+                } else if !trail.contains(next) && next > start {
+                    let mut t = trail.clone();
+                    t.push(next.clone());
+                    stack.push((next.clone(), t));
+                }
+            }
+        }
+    }
+    circles
+}
+
+/// No two modules beside each other use each other, however many steps
+/// apart (in `src/` and in the tooling crates): a circle is one module in
+/// two files (the delivery's `batch` and `call`, and the drill's
+/// `scenarios` and `destination_outage`, used each other before issue 55).
+#[test]
+fn sibling_modules_form_no_circle() {
+    let roots = [
+        "src",
+        "crates/courier-drill/src",
+        "crates/courier-standins/src",
+    ];
+    for root in roots {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(root);
+        if !root.is_dir() {
+            continue;
+        }
+        let circles = sibling_circles(&root);
+        assert!(
+            circles.is_empty(),
+            "{}: circles {circles:?}",
+            root.display()
+        );
+    }
+}
+
+#[test]
+fn the_circle_check_reads_super_and_crate_paths() {
+    let path = |s: &str| s.split("::").map(String::from).collect::<Vec<_>>();
+    let text = "use super::call::no_answer;\nuse crate::delivery::send::Calls;\n\
+                // super::doc_only\nuse super::super::runtime;\nlet x = crate::config::X;\n";
+    assert_eq!(
+        sibling_uses(&path("delivery::batch"), text),
+        ["call", "send"],
+        "siblings, not a comment, a module further up or another branch"
+    );
+    assert_eq!(
+        sibling_uses(&path("scenarios"), "use crate::faults::Faults;"),
+        ["faults"]
     );
 }

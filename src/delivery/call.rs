@@ -8,7 +8,6 @@ use super::http::{self, Api, Outgoing, TransportError};
 use super::limits;
 use super::send::{Calls, Made, Request, Sent, Waiting};
 use super::token::CompletionToken;
-use crate::core::classify::TransportFailure;
 use bytes::Bytes;
 use std::future::Future;
 use std::sync::Arc;
@@ -69,7 +68,7 @@ impl<A: Api> Sender<A> {
             let (r, sent) = tokio::select! {
                 biased;
                 _ = token.until_cancelled() => return None,
-                r = answer => r.unwrap_or_else(|_| (Err(no_answer()), Sent::default())),
+                r = answer => r.unwrap_or_else(|_| (Err(super::batch::no_answer()), Sent::default())),
             };
             return Some((r, Made::heard(sent)));
         }
@@ -97,13 +96,4 @@ impl Waiting for Alone<'_> {
     fn stopping(&self) -> impl Future<Output = ()> + Send {
         self.0.until_cancelled()
     }
-}
-
-/// The answer of an event whose batch ended without one (its task is gone:
-/// the process is ending).
-pub(super) fn no_answer() -> TransportError {
-    TransportError::new(
-        TransportFailure::Other,
-        "the batch of this event ended without an answer",
-    )
 }

@@ -35,8 +35,8 @@
 //! its key: the last writes are in offset order.
 
 use super::attempt::{Tries, Wait};
+use super::batch::no_answer;
 use super::batch::Batcher;
-use super::call::no_answer;
 use super::durable::{self, DlqWrite};
 use super::http::{Answer, Api, Outgoing, TransportError};
 use super::report::Failure;

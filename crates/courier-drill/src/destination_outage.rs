@@ -18,9 +18,9 @@
 //! both stand-ins.
 
 use crate::cluster::Cluster;
+use crate::faults::Faults;
 use crate::opts::Opts;
 use crate::report::Check;
-use crate::scenarios::Faults;
 use anyhow::Context as _;
 use courier_standins::audit::AuditReport;
 use courier_standins::sink::SinkHandle;

@@ -13,6 +13,7 @@
 mod cluster;
 mod destination_outage;
 mod digest;
+mod faults;
 mod hostile;
 mod metrics;
 mod opts;

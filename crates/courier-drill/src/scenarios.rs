@@ -4,6 +4,7 @@
 //! drained the DLQ, and ends with the no-loss audit.
 
 use crate::cluster::{Cluster, Load, LoadShape, Services};
+use crate::faults::Faults;
 use crate::metrics;
 use crate::opts::Opts;
 use crate::report::{Check, ScenarioReport};
@@ -69,32 +70,6 @@ fn load_duration(name: &str, o: &Opts) -> Duration {
 
 fn flap_cycle(o: &Opts) -> Duration {
     o.pick(1.5, 2.0) + o.pick(2.0, 4.0)
-}
-
-/// What a scenario broke and must heal whatever happens.
-#[derive(Default)]
-pub(crate) struct Faults {
-    pub(crate) redis_down: bool,
-    kafka_down: bool,
-    toxiproxy: Option<Toxiproxy>,
-}
-
-impl Faults {
-    async fn heal(&mut self, svc: &Services) -> anyhow::Result<()> {
-        let mut res = Ok(());
-        if self.redis_down {
-            res = res.and(svc.ctl("redis-start").await);
-            self.redis_down = false;
-        }
-        if self.kafka_down {
-            res = res.and(svc.ctl("kafka-start").await);
-            self.kafka_down = false;
-        }
-        if let Some(t) = &self.toxiproxy {
-            res = res.and(t.set_enabled(true).await);
-        }
-        res
-    }
 }
 
 pub async fn run(name: &str, svc: &Services, o: &Opts) -> ScenarioReport {

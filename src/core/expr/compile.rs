@@ -2,7 +2,7 @@
 //! walk of the AST that measures it against the bounds, checks its variables
 //! and notes which variables it needs ([`Needs`]).
 
-use super::scope::{member_bit, Needs, ALL_OF_THE_JSON};
+use super::needs::{member_bit, Needs, ALL_OF_THE_JSON};
 use super::{MAX_COMPREHENSION_NESTING, MAX_DEPTH, MAX_NODES, MAX_SOURCE_BYTES, VARIABLES};
 use cel::common::ast::{EntryExpr, Expr as Node, IdedExpr};
 use std::sync::OnceLock;

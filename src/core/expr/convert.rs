@@ -7,7 +7,7 @@
 //! Numbers: an integer that fits `i64` is an `int`, a larger one a `uint`,
 //! anything with a fraction or an exponent a `double` (as serde_json reads it).
 
-use super::scope::{member_bit, ALL_OF_THE_JSON};
+use super::needs::{member_bit, ALL_OF_THE_JSON};
 use base64::Engine;
 use cel::common::types::{
     CelBool, CelBytes, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
@@ -89,7 +89,7 @@ pub fn json<'v>(text: &'v str, sizes: &mut Sizes) -> Result<Value<'v>, serde_jso
 }
 
 /// A plain JSON event (all of it is `data`) as a CEL value, an object with
-/// only the members `members` names (`scope::Needs::event_json`); the
+/// only the members `members` names (`needs::Needs::event_json`); the
 /// others are skipped unread.
 pub fn data<'v>(
     text: &'v str,
@@ -112,7 +112,7 @@ pub struct Members<'v> {
 }
 
 /// A structured CloudEvent's JSON text, read for [`Members`]: of `data`
-/// only the members `members` names (`scope::Needs::event_json`), and the
+/// only the members `members` names (`needs::Needs::event_json`), and the
 /// extensions only for [`ALL_OF_THE_JSON`] (an empty map otherwise).
 pub fn cloudevent<'v>(
     text: &'v str,

@@ -4,7 +4,8 @@
 //! is only noted, and so is one that fails (it would park the event): the
 //! event goes on to the next filter either way.
 
-use super::scope::{EvalError, Needs, Scope};
+use super::needs::Needs;
+use super::scope::{EvalError, Scope};
 use super::Expr;
 
 /// One compiled filter.

@@ -79,13 +79,15 @@
 pub mod compile;
 pub mod convert;
 pub mod filters;
+pub mod needs;
 pub mod scope;
 #[cfg(test)]
 mod tests;
 
 pub use compile::{CompileError, Expr};
 pub use filters::{Filter, FilterFailed, FilterVerdict, Filters};
-pub use scope::{EvalError, Facts, Needs, Scope};
+pub use needs::Needs;
+pub use scope::{EvalError, Facts, Scope};
 
 /// The longest expression source, in bytes.
 pub const MAX_SOURCE_BYTES: usize = 4096;

@@ -3,7 +3,7 @@
 //! A [`Scope`] is made per event from its [`Facts`] (borrowed: nothing is
 //! copied until an expression is evaluated). The first evaluation builds the
 //! CEL context once, with only the variables the configured expressions use
-//! ([`Needs`]); every later expression of the event reuses it. The event's
+//! (`needs`); every later expression of the event reuses it. The event's
 //! JSON is converted only when an expression names more of `event` than its
 //! decoded attributes, and then only the members of `data` the expressions
 //! name (`event.data.amount`), unless one names `event.data`,
@@ -11,61 +11,11 @@
 
 use super::compile::{env, Expr};
 use super::convert::{self, Sizes, Value};
+use super::needs::Needs;
 use super::{MAX_BUILD_BYTES, MAX_STEPS};
 use crate::core::event::Event;
 use crate::core::input::{BodyType, Header};
 use cel::common::types::{CelBool, CelDouble};
-
-/// What the variables of an event must hold for the configured expressions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Needs {
-    /// `event` with its decoded attributes.
-    pub event: bool,
-    /// What of the event's JSON is converted: nothing (0); the members of
-    /// `event.data` whose [`member_bit`]s are set (the expressions name
-    /// them, `event.data.amount`); or, [`ALL_OF_THE_JSON`], all of `data`
-    /// and `extensions` (an expression uses `event.data` or `event` as a
-    /// whole, or `event.extensions`).
-    pub event_json: u64,
-    pub key: bool,
-    pub record_key: bool,
-    pub headers: bool,
-    /// `topic`, `partition`, `offset`.
-    pub coordinates: bool,
-}
-
-/// [`Needs::event_json`] for all of the event's JSON.
-pub const ALL_OF_THE_JSON: u64 = u64::MAX;
-
-/// The bit of [`Needs::event_json`] that stands for the member `name` of
-/// `event.data` (FNV-1a, modulo 64): two names on one bit only convert a
-/// member no expression reads.
-pub fn member_bit(name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    1 << (h % 64)
-}
-
-impl Needs {
-    /// Every variable these needs name is in `self` too.
-    fn covers(self, o: Needs) -> bool {
-        self.union(o) == self
-    }
-
-    pub fn union(self, o: Needs) -> Needs {
-        Needs {
-            event: self.event || o.event,
-            event_json: self.event_json | o.event_json,
-            key: self.key || o.key,
-            record_key: self.record_key || o.record_key,
-            headers: self.headers || o.headers,
-            coordinates: self.coordinates || o.coordinates,
-        }
-    }
-}
 
 /// What an event's variables are made of.
 #[derive(Debug, Clone, Copy)]

@@ -1,5 +1,5 @@
 use super::compile::Problem;
-use super::scope::member_bit;
+use super::needs::member_bit;
 use super::*;
 use crate::core::event::Event;
 use crate::core::input::{BodyType, HeaderName};
