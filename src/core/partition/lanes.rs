@@ -1,46 +1,33 @@
 //! [`Lanes`]: the events held (begun, not finished), their ordering lanes
 //! (`core::ordering`), and what goes out to the delivery side: dispatches,
 //! runs, the jobs whose turn came while the mode was `Paused`, and errored
-//! jobs' redispatch.
+//! jobs' redispatch. Every dispatch is routed by `outage` (I38, I39). What
+//! admits a record (the backlog, the byte budgets) is `backlog` and
+//! `budget`'s; which side is read, `degraded`'s.
 //!
-//! # Invariant I3: ordering and degraded mode
+//! # Invariant I3: one event or one ordered run in flight per lane
 //!
+//! *Enforced here.* `key` mode: one event per key in flight, a key's events
+//! in offset order; a lane is freed by its event's completion, whatever its
+//! work became (a parked errored job included); `partition` mode: one at a
+//! time. With `ordered = true` on a batched route, the lane's waiting events
+//! of that route go out together as one *run* (`Scheduler::finish` →
+//! `Release::Run`, `Effect::DispatchRun`): consecutive entries of the lane,
+//! at most `max_events` and `pipeline.concurrency`; the lane's next release
+//! waits until every event of the run finished, and a run member whose job
+//! vanished goes out again only once none of its run is still out
+//! (`Scheduler::again`), with the others that vanished, in order (delivery
+//! keeps a run's order at the API: I34). The DLQ drain sends through lanes of
+//! its own (per key and destination, as the ordering mode says): a key's
+//! envelopes go one at a time, and one waiting in its drain lane counts as
+//! unread. Nothing is dispatched while the mode is `paused` (those jobs wait
+//! here), nor once a drain was requested.
 //!
-//! *Enforced in* `src/core/partition/` (ordering, degraded mode). `key` mode: one event per
-//! key in flight, a key's events in offset order (`core::ordering` lanes; a lane is freed by
-//! its event's completion, whatever its work became — a parked errored job included);
-//! `partition` mode: one at a time. With `ordered = true` on a batched route, the lane's
-//! waiting events of that route go out together as one *run* (`Scheduler::finish` →
-//! `Release::Run`, `Effect::DispatchRun`): consecutive entries of the lane, at most
-//! `max_events` and `pipeline.concurrency`; the lane's next release waits until every event
-//! of the run finished, and a run member whose job vanished goes out again only once none of
-//! its run is still out (`Scheduler::again`), with the others that vanished, in order.
-//! Delivery keeps a run's order at the API (I34). Nothing is dispatched while the mode is `paused`: jobs
-//! whose turn comes then wait in the partition. Due DLQ records at the head of the queue keep
-//! main p paused (`drain_dlq`); the drain sends them in order through drain lanes of their
-//! own (per key and destination, as the ordering mode says), so a key's envelopes go one at
-//! a time, and one waiting in its drain lane counts as unread. DLQ p is paused while the partition holds
-//! `max_in_flight_per_partition` DLQ records, or while DLQ records wait for the in-flight
-//! byte budget. A record is begun only while that process-wide budget is not used up (passed
-//! by at most one record; a partition's follow state is charged on top, `outage`); a
-//! waiting machine is woken by the budget, and a dropped machine gives its bytes back. Once
-//! a drain is requested, nothing is begun or dispatched again (what is released meanwhile
-//! waits with a pause's jobs). Every dispatch is routed by `outage` (I38, I39).
-//!
-//! *Tested by:* The model-based proptest checks each of these against a reference model over
-//! random interleavings (duplicate records, answers in any order, jobs vanishing up to past
-//! `MAX_ERRORED`, late reports of an older generation, verdict flapping, stale lag checks,
-//! failing stores and pauses, revoke mid-drain, other partitions taking and giving back
-//! budget, wake-ups arriving late), plus liveness: with the API up, every job answered and
-//! the other partitions' bytes given back, every record is done, both stored positions reach
-//! the ends and the budget is back at zero (a lost wake-up would leave records undone).
-//! `tests/budgets.rs`: at most five 20 KB events reach the API at once with a budget for
-//! five. 1,000 cases by default (`PROPTEST_CASES` for more). The model's records carry run
-//! groups (40 %): a run must be two or three events of one group, none of its lane in flight
-//! nor before it undone (seen failing when a vanished run member was dispatched again alone:
-//! "dispatched while 104 of its lane is in flight"); `core::ordering`'s proptest checks runs
-//! on their own;
-//! `tests/pipeline.rs::key_mode_keeps_per_key_order`, `tests/degraded.rs`.
+//! *Tested by:* the model (`model`: these over random interleavings, with
+//! liveness; a vanished run member dispatched again alone was seen failing
+//! there); `core::ordering`'s proptest (runs);
+//! `tests/pipeline.rs::key_mode_keeps_per_key_order`, `tests/degraded.rs`,
+//! `tests/order.rs`.
 
 use super::outage::{Outage, Route};
 use super::{Effect, Intake, Kind, Note, Src, Timer, MAX_ERRORED};
