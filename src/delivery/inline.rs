@@ -14,9 +14,9 @@
 //! until the outcome. A handover before the batch leaves drops the waiter
 //! (`batch::Waiter::Inline`): its token reports errored, as a task's would.
 //!
-//! # Invariant I34 (the shell's part): first tries without a task
+//! # How (I34 is `core::batch`'s; this is how first tries keep it)
 //!
-//! **First tries without a task** (`src/delivery/inline.rs`). With batching the pool's
+//! With batching the pool's
 //! dispatcher makes an event's first try itself: the same request (`request`, which waits for
 //! nothing without enrichment), into the batch (which waits at the breaker's gate, I36)
 //! with the answer handed to a closure (`batch::Waiter::Inline`) instead of a waiting task.

@@ -18,9 +18,9 @@
 //! A handover ends the run at once: the events not finished report errored
 //! (their tokens are dropped) and the next owner delivers them.
 //!
-//! # Invariant I34 (the shell's part): ordered runs
+//! # How (I34 is `core::batch`'s; this is how ordered runs keep it)
 //!
-//! **Ordered runs** (`ordered = true`, `src/delivery/ordered.rs`): a run (I3) joins one batch
+//! A run (I3) joins one batch
 //! whole and in order (`Batcher::submit_run`; the forming loop never splits an entry), or
 //! goes as consecutive requests, each after the answer to the one before, when it does not
 //! fit; a batch holding a run that is bisected sends its halves one after the other, and one
