@@ -46,7 +46,8 @@
 //!   `pacer` (the DLQ drain's rate).
 //!
 //! * **The process** (`actors::supervisor`, `metrics`, `status_page`): `restart`
-//!   (the restart budget), `liveness` (readiness and liveness), `status_page` (what
+//!   (the restart budget), `liveness` (readiness and liveness), `group_watch`
+//!   (a consumer stuck outside its group), `status_page` (what
 //!   the `/status` page shows: the marker's state, the verdict's source, recent
 //!   errors).
 
@@ -68,6 +69,7 @@ pub mod envelope;
 pub mod event;
 pub mod expr;
 pub(crate) mod fsm;
+pub(crate) mod group_watch;
 pub mod input;
 pub(crate) mod liveness;
 pub(crate) mod mapping;

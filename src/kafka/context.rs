@@ -3,6 +3,7 @@
 //! inside `poll()` ([`CourierContext`], I6).
 
 use super::{client_log, poller, Record};
+use crate::core::group_watch::{GroupWatch, Observed};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
@@ -57,6 +58,9 @@ pub(crate) struct CourierContext {
     pub buffered: Arc<poller::Buffered>,
     /// When a failed auto-commit was last logged (ms since the epoch).
     commit_warned_ms: AtomicI64,
+    /// Whether the consumer is stuck outside its group, from librdkafka's
+    /// statistics (`core::group_watch`); `None`: not watched.
+    group_watch: Option<Mutex<GroupWatch>>,
 }
 
 impl CourierContext {
@@ -77,7 +81,17 @@ impl CourierContext {
             pending: Mutex::new(Vec::new()),
             buffered,
             commit_warned_ms: AtomicI64::new(0),
+            group_watch: None,
         }
+    }
+
+    /// Watches the group membership in librdkafka's statistics (which
+    /// `statistics.interval.ms` makes it report): outside a settled group
+    /// for longer than `limit` with a broker up, the consumer is declared
+    /// dead like one with a fatal error (`core::group_watch`, I26).
+    pub(crate) fn watching_the_group(mut self, limit: Duration) -> Self {
+        self.group_watch = Some(Mutex::new(GroupWatch::new(limit)));
+        self
     }
 
     /// Hands pending records to the actor; `false` when the actor is gone.
@@ -145,6 +159,28 @@ impl ClientContext for CourierContext {
         }
     }
 
+    /// librdkafka's statistics (on the poll thread, every
+    /// `statistics.interval.ms`): only the group's state and the brokers'
+    /// are read, for the group watch.
+    fn stats_raw(&self, statistics: &[u8]) {
+        let Some(watch) = &self.group_watch else {
+            return;
+        };
+        let Some(observed) = group_observed(statistics) else {
+            return;
+        };
+        let stuck = watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(std::time::Instant::now(), observed);
+        if let Some(stuck) = stuck {
+            self.actor.client_fatal(format!(
+                "the Kafka consumer has not been a settled member of its group for {}s while a broker answers (librdkafka's join state is not steady): it is declared dead, and a restart joins afresh",
+                stuck.as_secs()
+            ));
+        }
+    }
+
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         if reason.to_ascii_lowercase().contains("fenced") {
             tracing::error!(%error, reason, "fenced: another process joined the group with this kafka.instance_id (give each instance its own, e.g. the pod name), or this one's commits arrived after its session had timed out");
@@ -152,6 +188,36 @@ impl ClientContext for CourierContext {
             tracing::warn!(%error, reason, "kafka client error");
         }
     }
+}
+
+/// The group's state and the brokers' in librdkafka's statistics JSON
+/// (`cgrp.join_state`; `brokers.*.state` of real brokers, `nodeid` ≥ 0).
+/// `None`: no group in them (not a group consumer), or unreadable.
+fn group_observed(statistics: &[u8]) -> Option<Observed> {
+    #[derive(serde::Deserialize)]
+    struct Stats {
+        cgrp: Option<Cgrp>,
+        #[serde(default)]
+        brokers: HashMap<String, Broker>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Cgrp {
+        join_state: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Broker {
+        state: String,
+        nodeid: i64,
+    }
+    let stats: Stats = serde_json::from_slice(statistics).ok()?;
+    let cgrp = stats.cgrp?;
+    Some(Observed {
+        settled: cgrp.join_state == "steady",
+        broker_up: stats
+            .brokers
+            .values()
+            .any(|b| b.nodeid >= 0 && b.state == "UP"),
+    })
 }
 
 impl CourierContext {
@@ -285,3 +351,98 @@ fn stuck_close_hook() {
 
 #[cfg(not(feature = "test-hooks"))]
 fn stuck_close_hook() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The part of librdkafka 2.12's statistics the watch reads (trimmed
+    /// from a real report: a bootstrap entry, a real broker, the group).
+    const STATS: &str = r#"{"name":"rdkafka#consumer-1","type":"consumer","ts":1,
+        "brokers":{"127.0.0.1:9092/bootstrap":{"name":"127.0.0.1:9092/bootstrap","nodeid":-1,"state":"UP"},
+                   "127.0.0.1:9092/1":{"name":"127.0.0.1:9092/1","nodeid":1,"state":"UP","rtt":{"avg":1}}},
+        "topics":{},
+        "cgrp":{"state":"up","stateage":1,"join_state":"steady","rebalance_age":1,"rebalance_cnt":1,"assignment_size":2}}"#;
+
+    #[test]
+    fn the_group_and_the_brokers_are_read_from_the_statistics() {
+        assert_eq!(
+            group_observed(STATS.as_bytes()),
+            Some(Observed {
+                settled: true,
+                broker_up: true
+            })
+        );
+        let joining = STATS
+            .replace(r#""join_state":"steady""#, r#""join_state":"wait-join""#)
+            .replace(r#""nodeid":1,"state":"UP""#, r#""nodeid":1,"state":"DOWN""#);
+        assert_eq!(
+            group_observed(joining.as_bytes()),
+            Some(Observed {
+                settled: false,
+                broker_up: false
+            }),
+            "a bootstrap connection is no broker"
+        );
+        assert_eq!(group_observed(br#"{"brokers":{}}"#), None, "no group");
+        assert_eq!(group_observed(b"not json"), None);
+    }
+
+    /// librdkafka's own statistics say what the watch reads: a consumer that
+    /// joined its group reports itself settled, its broker up (field names
+    /// and values as librdkafka 2.12 writes them). Against the real broker.
+    #[tokio::test]
+    async fn a_member_of_its_group_reads_as_settled_in_real_statistics() {
+        use rdkafka::config::ClientConfig;
+        struct Keep(Mutex<Option<Vec<u8>>>);
+        impl ClientContext for Keep {
+            fn stats_raw(&self, statistics: &[u8]) {
+                *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(statistics.to_vec());
+            }
+        }
+        impl ConsumerContext for Keep {}
+        let brokers = std::env::var("COURIER_TEST_BROKERS").expect(
+            "COURIER_TEST_BROKERS is not set: run the tests through scripts/test.sh (it starts Kafka)",
+        );
+        let topic = format!("group-watch-{}", std::process::id());
+        // A consumer whose topic does not exist never joins (`init`):
+        // Courier refuses to start without its topics (I31).
+        courier_standins::admin::create_topics(&brokers, &[(topic.as_str(), 1)])
+            .await
+            .expect("create the topic");
+        let consumer: BaseConsumer<Keep> = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", format!("{topic}-group"))
+            .set("statistics.interval.ms", "100")
+            .create_with_context(Keep(Mutex::new(None)))
+            .expect("consumer");
+        consumer.subscribe(&[&topic]).expect("subscribe");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let _ = consumer.poll(Duration::from_millis(100));
+            let stats = consumer
+                .context()
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let observed = stats.as_deref().and_then(group_observed);
+            if observed
+                == Some(Observed {
+                    settled: true,
+                    broker_up: true,
+                })
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never settled in the statistics: {observed:?} {}",
+                String::from_utf8_lossy(stats.as_deref().unwrap_or_default())
+                    .split("\"cgrp\"")
+                    .nth(1)
+                    .unwrap_or("")
+            );
+        }
+    }
+}

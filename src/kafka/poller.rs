@@ -30,10 +30,16 @@
 //! own commits arriving after a client-side session timeout) ends the poll thread and
 //! declares the pipeline fatal (`PollSink::client_fatal`); `courier run` drains what is on
 //! the wire and exits 70 without the refused final commit and LeaveGroup, so the orchestrator
-//! restarts it rather than a process that looks healthy and never fetches again.
+//! restarts it rather than a process that looks healthy and never fetches again. So does a
+//! consumer stuck outside its group with no fatal error (`core::group_watch`: librdkafka's
+//! join state not `steady` for longer than any rebalance takes, at least 10 minutes, while a
+//! broker answers; read from its statistics in `kafka::context`).
 //!
 //! *Tested by:* `tests/crash_cost.rs::a_fenced_member_exits_for_a_restart` (a twin joins with
-//! the same id; seen failing before: still running 60 s after the fence).
+//! the same id; seen failing before: still running 60 s after the fence); the group watch by
+//! `core::group_watch`'s unit tests and, against the real broker, that librdkafka's own
+//! statistics of a member read as settled (`kafka::context`'s tests). A consumer stuck that
+//! way was seen once (docs/DRILLS.md) and not reproduced: its exit is not tested end to end.
 
 use super::{KafkaConsumer, Record};
 use crate::core::partition::Src;

@@ -60,7 +60,8 @@ impl Exit {
             }
             Exit::Restart => {
                 "`run` gave up so that the orchestrator restarts it: a restart budget spent \
-                 (`supervision.*`), a fenced static member, a panic on the poll thread, a \
+                 (`supervision.*`), a fenced static member, a consumer stuck outside its \
+                 group (10 min or more with a broker up), a panic on the poll thread, a \
                  partition count that changed while it ran"
             }
             Exit::Interrupted => {

@@ -148,7 +148,11 @@ pub(super) async fn start(
         revoke_wait,
         closing.clone(),
         p.buffered.clone(),
-    );
+    )
+    .watching_the_group(crate::core::group_watch::limit(
+        cfg.kafka.max_poll_interval,
+        cfg.kafka.session_timeout,
+    ));
     let consumer: KafkaConsumer = Detached::new(
         crate::kafka::cap_decompression(
             consumer_config(&cfg.kafka),
