@@ -393,6 +393,14 @@ mod tests {
     /// and values as librdkafka 2.12 writes them). Against the real broker.
     #[tokio::test]
     async fn a_member_of_its_group_reads_as_settled_in_real_statistics() {
+        for protocol in ["classic", "consumer"] {
+            settles_in_statistics(protocol).await;
+        }
+    }
+
+    /// A member of a group of `protocol` (KIP-848's `consumer` too) reads as
+    /// settled in librdkafka's statistics.
+    async fn settles_in_statistics(protocol: &str) {
         use rdkafka::config::ClientConfig;
         struct Keep(Mutex<Option<Vec<u8>>>);
         impl ClientContext for Keep {
@@ -404,7 +412,7 @@ mod tests {
         let brokers = std::env::var("COURIER_TEST_BROKERS").expect(
             "COURIER_TEST_BROKERS is not set: run the tests through scripts/test.sh (it starts Kafka)",
         );
-        let topic = format!("group-watch-{}", std::process::id());
+        let topic = format!("group-watch-{protocol}-{}", std::process::id());
         // A consumer whose topic does not exist never joins (`init`):
         // Courier refuses to start without its topics (I31).
         courier_standins::admin::create_topics(&brokers, &[(topic.as_str(), 1)])
@@ -414,6 +422,7 @@ mod tests {
             .set("bootstrap.servers", &brokers)
             .set("group.id", format!("{topic}-group"))
             .set("statistics.interval.ms", "100")
+            .set("group.protocol", protocol)
             .create_with_context(Keep(Mutex::new(None)))
             .expect("consumer");
         consumer.subscribe(&[&topic]).expect("subscribe");
@@ -437,7 +446,7 @@ mod tests {
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "never settled in the statistics: {observed:?} {}",
+                "{protocol}: never settled in the statistics: {observed:?} {}",
                 String::from_utf8_lossy(stats.as_deref().unwrap_or_default())
                     .split("\"cgrp\"")
                     .nth(1)
