@@ -55,10 +55,7 @@ pub(crate) fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         // to `max.partition.fetch.bytes` (1 MB) per partition, capped by
         // `fetch.max.bytes` (50 MB by default). Capped here, the prefetch stays
         // flat in the number of assigned partitions (docs/BENCHMARKS.md).
-        .set("fetch.max.bytes", "8388608")
-        // Statistics every 10 s: the group watch reads the group's join state
-        // in them (`core::group_watch`).
-        .set("statistics.interval.ms", "10000");
+        .set("fetch.max.bytes", "8388608");
     // Static membership (`kafka.instance_id`): a restarted process with the same
     // id gets its partitions back at once (KIP-345).
     if let Some(id) = k.instance_id() {

@@ -223,6 +223,8 @@ impl Broker {
     pub(crate) fn new(mut settings: ClientConfig) -> Result<Broker, KafkaError> {
         settings.set("enable.auto.commit", "false");
         settings.remove("group.instance.id");
+        // Never polled for events: statistics would pile up in its queue.
+        settings.remove("statistics.interval.ms");
         Ok(Broker {
             client: Detached::new(settings.create()?),
             readers: settings,

@@ -153,13 +153,16 @@ pub(super) async fn start(
         cfg.kafka.max_poll_interval,
         cfg.kafka.session_timeout,
     ));
+    // Statistics every 10 s (unless `[kafka.properties]` sets it), on the
+    // group consumer alone (a client nobody polls would queue them up): the
+    // group watch reads the group's join state in them (`core::group_watch`).
+    let mut settings = consumer_config(&cfg.kafka);
+    if settings.get("statistics.interval.ms").is_none() {
+        settings.set("statistics.interval.ms", "10000");
+    }
     let consumer: KafkaConsumer = Detached::new(
-        crate::kafka::cap_decompression(
-            consumer_config(&cfg.kafka),
-            &cfg.kafka,
-            cfg.pipeline.max_buffered_bytes,
-        )
-        .create_with_context(ctx)?,
+        crate::kafka::cap_decompression(settings, &cfg.kafka, cfg.pipeline.max_buffered_bytes)
+            .create_with_context(ctx)?,
     );
     let consumer = Arc::new(consumer);
     // Lag checks and assignment lookups on a client of their own (see
