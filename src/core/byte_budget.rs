@@ -62,6 +62,11 @@ impl std::fmt::Debug for ByteBudget {
     }
 }
 
+/// Takes `n` from a count of bytes held, never below zero.
+fn sub_saturating(count: &AtomicU64, n: u64, order: Ordering) {
+    let _ = count.fetch_update(order, order, |h| Some(h.saturating_sub(n)));
+}
+
 impl ByteBudget {
     /// A budget of `limit` bytes (at least 1).
     pub(crate) fn new(limit: u64) -> ByteBudget {
@@ -83,11 +88,7 @@ impl ByteBudget {
 
     /// `n` bytes of DLQ records are no longer held.
     pub(crate) fn release_dlq(&self, n: u64) {
-        let _ = self
-            .dlq
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
-                Some(h.saturating_sub(n))
-            });
+        sub_saturating(&self.dlq, n, Ordering::SeqCst);
     }
 
     /// DLQ records hold their half of the budget: another is not begun
@@ -119,9 +120,7 @@ impl ByteBudget {
     /// `n` bytes of destination `d`'s events are no longer held.
     pub(crate) fn release_for(&self, d: DestinationId, n: u64) {
         if let Some(held) = self.by_destination.get(d.index()) {
-            let _ = held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
-                Some(h.saturating_sub(n))
-            });
+            sub_saturating(held, n, Ordering::Relaxed);
         }
     }
 

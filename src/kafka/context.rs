@@ -409,9 +409,7 @@ mod tests {
             }
         }
         impl ConsumerContext for Keep {}
-        let brokers = std::env::var("COURIER_TEST_BROKERS").expect(
-            "COURIER_TEST_BROKERS is not set: run the tests through scripts/test.sh (it starts Kafka)",
-        );
+        let brokers = crate::kafka::test_brokers();
         let topic = format!("group-watch-{protocol}-{}", std::process::id());
         // A consumer whose topic does not exist never joins (`init`):
         // Courier refuses to start without its topics (I31).

@@ -150,6 +150,14 @@ pub(crate) mod seams;
 
 mod client_config;
 mod context;
+
+/// The test broker's address, for this module's real-broker tests.
+#[cfg(test)]
+fn test_brokers() -> String {
+    std::env::var("COURIER_TEST_BROKERS").expect(
+        "COURIER_TEST_BROKERS is not set: run the tests through scripts/test.sh (it starts Kafka)",
+    )
+}
 #[cfg(test)]
 mod features;
 mod group;

@@ -350,9 +350,7 @@ mod tests {
     /// three records pending). Against the real broker.
     #[tokio::test]
     async fn a_record_pending_in_the_poll_thread_is_not_behind_the_position() {
-        let brokers = std::env::var("COURIER_TEST_BROKERS").expect(
-            "COURIER_TEST_BROKERS is not set: run the tests through scripts/test.sh (it starts Kafka)",
-        );
+        let brokers = crate::kafka::test_brokers();
         let topic = format!("seams-pending-{}", std::process::id());
         courier_standins::admin::create_topics(&brokers, &[(topic.as_str(), 1)])
             .await
