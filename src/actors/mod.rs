@@ -29,7 +29,7 @@
 //!   gauges, log lines). The actor carries them out: `pause`/`resume`/`store` on its
 //!   `kafka::seams::PartitionIo`, jobs to the delivery pool, `send_after` timers, metrics; a store or
 //!   pause that fails goes back in as an input. The machine is generic over the record and
-//!   the job's payload (`Intake`): the actor's `Decoder` decodes as records are begun, the
+//!   the job's payload (`Intake`): the actor's `Decoder` decodes each record before `handle`, the
 //!   tests use plain data. Reports carry the generation; a late one from an older
 //!   incarnation is ignored (its actor reference is dead anyway).
 //! - The **delivery pool** owns the deliverer and a queue of deliveries, which partition

@@ -4,7 +4,7 @@
 //! FSM, store scheduling, drain): pause/resume and stores on the group consumer
 //! (through the [`PartitionIo`] seam; lookups through [`BrokerView`]),
 //! jobs to the delivery pool, timers, metrics and readiness counts. It also
-//! decodes records as the machine begins them ([`Decoder`]).
+//! decodes each record before the machine takes it in ([`Decoder`]).
 //!
 //! What it guarantees: it stores only what the machine's [`Effect::Store`] carries,
 //! a tracker watermark. What it relies on: records of each topic arrive in offset
@@ -21,7 +21,7 @@
 //!   carries out its effects (consumer, delivery pool, timers, metrics);
 //! * `lookups` — what an effect starts off the runtime: a seek to a log's
 //!   start, a probe, a position reset's log lines and metrics;
-//! * `decode` — records decoded as the machine begins them ([`Decoder`]);
+//! * `decode` — records decoded before the machine takes them in ([`Decoder`]);
 //! * `schemas` — registry formats: records wait for their schemas;
 //! * `commits` — the partitions' explicit commits, coalesced;
 //! * `observe` — gauges and the machine's notes as log lines;
@@ -54,7 +54,7 @@ use std::sync::Arc;
 
 pub(crate) use crate::core::partition::{Positions, Src};
 pub(crate) use commits::SoonCommits;
-pub(crate) use decode::Decoder;
+pub(crate) use decode::{Decoder, Polled};
 use observe::Gauges;
 pub(crate) use shared::PartitionShared;
 
@@ -80,7 +80,7 @@ pub(crate) enum PartitionMsg {
     /// (`Positions`, `Logs`), an offset reset, a timer it asked for, the
     /// answers of the work its effects started (`ReadingFrom`, `Probed`,
     /// `DlqRewound`).
-    Input(Input<Record>),
+    Input(Input<Polled>),
 }
 
 pub(crate) struct PartitionArgs {
@@ -122,6 +122,8 @@ pub(crate) struct PartitionArgs {
 pub(crate) struct PartitionState {
     a: PartitionArgs,
     machine: PartitionMachine<Decoder>,
+    /// Decodes each record before the machine takes it in.
+    decoder: Decoder,
     /// The drain request to answer.
     draining: Option<RpcReplyPort<Option<i64>>>,
     /// Where this incarnation's completion tokens leave their outcomes.
@@ -202,7 +204,8 @@ impl Actor for PartitionActor {
         }
         let (down, watch) = verdict::Watch::start(&a.pipeline, myself.clone());
         let mut s = PartitionState {
-            machine: PartitionMachine::new(settings, decoder),
+            machine: PartitionMachine::new(settings),
+            decoder,
             draining: None,
             queue: None,
             inbox: Arc::new(Inbox::new(myself.clone())),
@@ -212,6 +215,7 @@ impl Actor for PartitionActor {
             gauges: Gauges::new(
                 a.partition,
                 a.pipeline.board.partition(a.partition, a.generation),
+                topics,
             ),
             a,
         };
@@ -244,7 +248,7 @@ impl Actor for PartitionActor {
     ) -> Result<(), ActorProcessingErr> {
         let input = match msg {
             PartitionMsg::Records(records) => match s.gate.as_mut() {
-                None => Input::Records(records),
+                None => s.decoded(records),
                 Some(g) => {
                     let (now, fetch) = g.admit(records);
                     if let Some(id) = fetch {
@@ -252,7 +256,7 @@ impl Actor for PartitionActor {
                     }
                     let changed = g.wait_changed();
                     s.schema_wait(&myself, changed);
-                    Input::Records(now)
+                    s.decoded(now)
                 }
             },
             PartitionMsg::Schema { id, schema } => {
@@ -265,7 +269,7 @@ impl Actor for PartitionActor {
                 }
                 let changed = g.wait_changed();
                 s.schema_wait(&myself, changed);
-                Input::Records(now)
+                s.decoded(now)
             }
             PartitionMsg::Completed => Input::Reports(s.inbox.take()),
             PartitionMsg::Handover(reply) => {
@@ -291,6 +295,19 @@ impl Actor for PartitionActor {
         };
         s.run(&myself, input);
         Ok(())
+    }
+}
+
+impl PartitionState {
+    /// Records as the machine takes them in: decoded here, in offset
+    /// order, before `handle` (the machine calls nothing of the shell's).
+    fn decoded(&self, records: Vec<Record>) -> Input<Polled> {
+        Input::Records(
+            records
+                .into_iter()
+                .map(|r| self.decoder.decode(r))
+                .collect(),
+        )
     }
 }
 

@@ -3,13 +3,13 @@
 //! the delivery pool, timers, metrics and readiness counts); an effect that
 //! failed goes back in as an input.
 
+use super::Polled;
 use super::{observe, PartitionMsg, PartitionState, Src};
 use crate::actors::delivery_pool::DeliveryMsg;
 use crate::core::partition::{Commit, Effect, Input, Note, Now, Timer};
 use crate::delivery::token::CompletionToken;
 use crate::delivery::{Item, Job, Queued, Work};
 use crate::kafka::seams::CommitAt;
-use crate::kafka::Record;
 use crate::runtime::now_ms;
 use ractor::ActorRef;
 use std::time::Instant;
@@ -17,7 +17,7 @@ use std::time::Instant;
 impl PartitionState {
     /// Feeds one input to the machine and carries out its effects; an effect that
     /// failed goes back in as an input.
-    pub(super) fn run(&mut self, myself: &ActorRef<PartitionMsg>, input: Input<Record>) {
+    pub(super) fn run(&mut self, myself: &ActorRef<PartitionMsg>, input: Input<Polled>) {
         let mut inputs = vec![input];
         while let Some(input) = inputs.pop() {
             let now = Now {
@@ -50,7 +50,7 @@ impl PartitionState {
             .collect()
     }
 
-    fn apply(&mut self, myself: &ActorRef<PartitionMsg>, e: Effect<Item>) -> Option<Input<Record>> {
+    fn apply(&mut self, myself: &ActorRef<PartitionMsg>, e: Effect<Item>) -> Option<Input<Polled>> {
         let partition = self.a.partition;
         match e {
             Effect::Dispatch { src, offset, item } => {
@@ -71,7 +71,7 @@ impl PartitionState {
                 self.enqueue(Queued::Run(jobs));
             }
             Effect::SetReading { src, on } => {
-                let topic = self.machine.intake().topic(src);
+                let topic = self.decoder.topic(src);
                 let Some(io) = self.a.io.as_ref() else {
                     return None; // Stopped.
                 };
@@ -98,7 +98,7 @@ impl PartitionState {
                 metadata,
                 commit,
             } => {
-                let topic = self.machine.intake().topic(src);
+                let topic = self.decoder.topic(src);
                 // librdkafka (≥ 2.1) keeps a stored offset's metadata and its
                 // auto-commit sends it; but it commits a partition only when
                 // the stored position passed the committed one, so metadata
@@ -145,7 +145,7 @@ impl PartitionState {
             }
             Effect::ForgetWaitingCommits => {
                 for src in Src::BOTH {
-                    let topic = self.machine.intake().topic(src);
+                    let topic = self.decoder.topic(src);
                     self.a.commits.forget(topic, partition);
                 }
             }
@@ -169,7 +169,11 @@ impl PartitionState {
                     let _ = me.send_message(PartitionMsg::Input(Input::Timer(Timer::Budget)));
                 }));
             }
-            Effect::Begun(n) => self.a.shared.begun(n, &self.a.ready),
+            Effect::Begun { main, dlq } => {
+                self.gauges.consumed[Src::Main.index()].increment(main as u64);
+                self.gauges.consumed[Src::Dlq.index()].increment(dlq as u64);
+                self.a.shared.begun(main + dlq, &self.a.ready)
+            }
             Effect::Skipped(n) => {
                 metrics::counter!(crate::metrics::OFFSETS_SKIPPED).increment(n as u64)
             }
@@ -191,7 +195,7 @@ impl PartitionState {
                 to,
                 done,
             }) => {
-                let topic = self.machine.intake().topic(src);
+                let topic = self.decoder.topic(src);
                 self.a
                     .pipeline
                     .deleted_unread(topic, partition, from, to, done.as_ref());

@@ -1,4 +1,5 @@
-//! The partition machine's [`Intake`]: decodes records as they are begun.
+//! The partition machine's [`Intake`]: each polled record decoded before
+//! the machine takes it in ([`Polled`]).
 
 use super::choose::Decision;
 use super::Src;
@@ -17,7 +18,7 @@ use crate::metrics as m;
 use crate::runtime::{now_ms, Pipeline};
 use std::sync::Arc;
 
-/// Decodes records as the machine begins them: the configured input format
+/// Decodes records before the machine takes them in: the configured input format
 /// (`core::input`) on main p, envelopes on DLQ p; bad input becomes
 /// `Work::Park` with its reason.
 pub(crate) struct Decoder {
@@ -29,7 +30,6 @@ pub(crate) struct Decoder {
     options: DecodeOptions,
     format: InputFormat,
     json: JsonInput,
-    consumed: [metrics::Counter; 2],
     /// Registry formats: the schemas the gate fetched (`schemas::SchemaGate`).
     schemas: Option<super::schemas::Known>,
     json_options: JsonOptions,
@@ -52,16 +52,74 @@ struct Runs {
     cap: usize,
 }
 
+/// A polled record, decoded before the machine takes it in: its place, the
+/// bytes it held as polled (what the budgets count), and its job.
+#[derive(Debug)]
+pub(crate) struct Polled {
+    src: Src,
+    offset: i64,
+    size: usize,
+    begun: Begun<Item>,
+}
+
 impl Intake for Decoder {
-    type Raw = Record;
+    type Raw = Polled;
     type Item = Item;
 
-    fn position(r: &Record) -> (Src, i64) {
-        (r.src, r.offset)
+    fn position(d: &Polled) -> (Src, i64) {
+        (d.src, d.offset)
     }
 
-    fn begin(&mut self, src: Src, r: Record) -> Begun<Item> {
-        self.consumed[src.index()].increment(1);
+    fn begin(d: Polled) -> Begun<Item> {
+        d.begun
+    }
+
+    fn key(item: &Item) -> Option<&[u8]> {
+        item.entity_key()
+    }
+
+    fn destination(item: &Item) -> DestinationId {
+        item.target.destination
+    }
+
+    fn origin(item: &Item) -> Option<i64> {
+        match &item.work {
+            // DLQ p is paired with main p: an envelope of another
+            // partition has no place in this one's order.
+            Work::FromDlq(env) if env.origin.partition == item.partition => Some(env.origin.offset),
+            _ => None,
+        }
+    }
+
+    fn size(d: &Polled) -> usize {
+        d.size
+    }
+
+    fn park_internal(old: &Item, times: u32) -> Item {
+        Item {
+            topic: old.topic.clone(),
+            partition: old.partition,
+            offset: old.offset,
+            timestamp_ms: old.timestamp_ms,
+            keys: old.keys.clone(),
+            payload: old.payload.clone(),
+            headers: old.headers.clone(),
+            body_type: old.body_type,
+            target: old.target,
+            work: Work::Park {
+                reason: FailureReason::InternalError,
+                message: format!("delivery work vanished {times} times without an outcome"),
+            },
+        }
+    }
+}
+
+impl Decoder {
+    /// Decodes a polled record, before the machine takes it in: every
+    /// record the consumer hands over (one the machine drops or hands back
+    /// is decoded again when it is read again).
+    pub(crate) fn decode(&self, r: Record) -> Polled {
+        let (src, offset, size) = (r.src, r.offset, r.size());
         count_names_not_utf8(r.headers.as_deref());
         let park = |reason: &'static str, message: String| Work::Park {
             reason: FailureReason::Input(reason),
@@ -70,7 +128,7 @@ impl Intake for Decoder {
         let (mut entity_key, mut body_type) = (None, BodyType::default());
         let mut target = Target::DEFAULT;
         let work = match (src, r.payload.as_deref()) {
-            (Src::Main, _) => match self.decode(&r) {
+            (Src::Main, _) => match self.decode_main(&r) {
                 Ok(d) => {
                     self.crash_hook(&d.event.id);
                     // The body's entity key, when it differs from the record's.
@@ -161,26 +219,16 @@ impl Intake for Decoder {
             target,
             work,
         };
-        Begun { item, kind }
-    }
-
-    fn key(item: &Item) -> Option<&[u8]> {
-        item.entity_key()
-    }
-
-    fn destination(item: &Item) -> DestinationId {
-        item.target.destination
-    }
-
-    fn origin(item: &Item) -> Option<i64> {
-        match &item.work {
-            // DLQ p is paired with main p: an envelope of another
-            // partition has no place in this one's order.
-            Work::FromDlq(env) if env.origin.partition == item.partition => Some(env.origin.offset),
-            _ => None,
+        let run = self.run_group(&item);
+        Polled {
+            src,
+            offset,
+            size,
+            begun: Begun { item, kind, run },
         }
     }
 
+    /// The run group of an event whose route sends ordered runs.
     fn run_group(&self, item: &Item) -> Option<RunGroup> {
         let (Some(runs), Work::Deliver(_)) = (&self.runs, &item.work) else {
             return None;
@@ -189,31 +237,6 @@ impl Intake for Decoder {
             .routes()
             .run_group(item.target.route, runs.default.as_deref(), runs.cap)
     }
-
-    fn size(r: &Record) -> usize {
-        r.size()
-    }
-
-    fn park_internal(old: &Item, times: u32) -> Item {
-        Item {
-            topic: old.topic.clone(),
-            partition: old.partition,
-            offset: old.offset,
-            timestamp_ms: old.timestamp_ms,
-            keys: old.keys.clone(),
-            payload: old.payload.clone(),
-            headers: old.headers.clone(),
-            body_type: old.body_type,
-            target: old.target,
-            work: Work::Park {
-                reason: FailureReason::InternalError,
-                message: format!("delivery work vanished {times} times without an outcome"),
-            },
-        }
-    }
-}
-
-impl Decoder {
     pub(crate) fn new(pipeline: Arc<Pipeline>, partition: i32, topics: [&str; 2]) -> Decoder {
         let cap = i64::try_from(pipeline.config.degraded.dlq_backoff_cap_ms()).unwrap_or(i64::MAX);
         let api = &pipeline.config.api;
@@ -235,7 +258,6 @@ impl Decoder {
             json: pipeline.config.input.json(),
             schemas: None,
             json_options: pipeline.config.input.json_options(),
-            consumed: topics.map(|t| metrics::counter!(m::CONSUMED, "topic" => t.to_string())),
             topics: topics.map(Arc::from),
             #[cfg(feature = "test-hooks")]
             pipeline,
@@ -250,7 +272,10 @@ impl Decoder {
 
     /// A main-topic record in the configured input format, or why it is
     /// parked (reason, message).
-    fn decode(&self, r: &Record) -> Result<crate::core::input::Decoded, (&'static str, String)> {
+    fn decode_main(
+        &self,
+        r: &Record,
+    ) -> Result<crate::core::input::Decoded, (&'static str, String)> {
         self.decode_in(&RecordIn {
             value: r.payload.as_ref(),
             headers: r.headers.as_deref().unwrap_or_default(),
@@ -426,9 +451,9 @@ mod tests {
     /// an entity's envelopes went out concurrently).
     #[test]
     fn a_dlq_record_is_keyed_by_its_events_entity_key() {
-        let mut d = decoder();
+        let d = decoder();
         let body = br#"{"id":"e-1","type":"t","k":"entity-7"}"#.to_vec();
-        let main = d.begin(Src::Main, record(Src::Main, 5, None, body.clone()));
+        let main = d.decode(record(Src::Main, 5, None, body.clone())).begun;
         assert_eq!(Decoder::key(&main.item), Some(&b"entity-7"[..]));
         let mut env = crate::core::envelope::tests::sample();
         env.key = None;
@@ -439,7 +464,7 @@ mod tests {
         env.first_dlq_at_ms = now_ms();
         // Written by this version: the envelope records the entity key.
         env.entity_key = main.item.keys.entity.clone();
-        let dlq = d.begin(Src::Dlq, record(Src::Dlq, 0, None, env.to_bytes()));
+        let dlq = d.decode(record(Src::Dlq, 0, None, env.to_bytes())).begun;
         assert!(
             matches!(dlq.item.work, Work::FromDlq(_)),
             "{:?}",
@@ -448,7 +473,7 @@ mod tests {
         assert_eq!(Decoder::key(&dlq.item), Some(&b"entity-7"[..]));
         // An envelope of an earlier version: read from its payload.
         env.entity_key = None;
-        let old = d.begin(Src::Dlq, record(Src::Dlq, 1, None, env.to_bytes()));
+        let old = d.decode(record(Src::Dlq, 1, None, env.to_bytes())).begun;
         assert_eq!(Decoder::key(&old.item), Some(&b"entity-7"[..]));
     }
 }
@@ -518,25 +543,24 @@ url = "http://127.0.0.1:9/all"
     /// (`on_error = "park"`) or is passed over (`"skip"`).
     #[test]
     fn the_first_route_whose_type_and_when_match() {
-        let mut d = decoder();
-        let big = d.begin(
-            Src::Main,
-            record(Src::Main, 0, body("a", r#"{"amount":5000}"#)),
-        );
+        let d = decoder();
+        let big = d
+            .decode(record(Src::Main, 0, body("a", r#"{"amount":5000}"#)))
+            .begun;
         assert_eq!(route_of(&big.item), Some(0));
-        let careful = d.begin(
-            Src::Main,
-            record(Src::Main, 1, body("b", r#"{"amount":5,"qty":1}"#)),
-        );
+        let careful = d
+            .decode(record(Src::Main, 1, body("b", r#"{"amount":5,"qty":1}"#)))
+            .begun;
         assert_eq!(route_of(&careful.item), Some(1));
         // `careful` fails (no qty) and skips: the next route.
-        let all = d.begin(
-            Src::Main,
-            record(Src::Main, 2, body("c", r#"{"amount":5}"#)),
-        );
+        let all = d
+            .decode(record(Src::Main, 2, body("c", r#"{"amount":5}"#)))
+            .begun;
         assert_eq!(route_of(&all.item), Some(2));
         // `big` fails (no amount) and parks.
-        let parked = d.begin(Src::Main, record(Src::Main, 3, body("d", r#"{"qty":1}"#)));
+        let parked = d
+            .decode(record(Src::Main, 3, body("d", r#"{"qty":1}"#)))
+            .begun;
         match &parked.item.work {
             Work::Park { reason, message } => {
                 assert_eq!(*reason, FailureReason::ExpressionFailed);
@@ -552,7 +576,7 @@ url = "http://127.0.0.1:9/all"
     /// chosen again from the event.
     #[test]
     fn a_dlq_record_goes_to_its_recorded_route() {
-        let mut d = decoder();
+        let d = decoder();
         let envelope = |route: Option<&str>, data: &str| {
             let mut env = crate::core::envelope::tests::sample();
             env.event_type = Some("order.created".into());
@@ -564,21 +588,30 @@ url = "http://127.0.0.1:9/all"
             env.route = route.map(String::from);
             env.to_bytes()
         };
-        let kept = d.begin(
-            Src::Dlq,
-            record(Src::Dlq, 0, envelope(Some("all"), r#"{"amount":5000}"#)),
-        );
+        let kept = d
+            .decode(record(
+                Src::Dlq,
+                0,
+                envelope(Some("all"), r#"{"amount":5000}"#),
+            ))
+            .begun;
         assert!(matches!(kept.item.work, Work::FromDlq(_)));
         assert_eq!(route_of(&kept.item), Some(2));
-        let gone = d.begin(
-            Src::Dlq,
-            record(Src::Dlq, 1, envelope(Some("gone"), r#"{"amount":5000}"#)),
-        );
+        let gone = d
+            .decode(record(
+                Src::Dlq,
+                1,
+                envelope(Some("gone"), r#"{"amount":5000}"#),
+            ))
+            .begun;
         assert_eq!(route_of(&gone.item), Some(0));
-        let older = d.begin(
-            Src::Dlq,
-            record(Src::Dlq, 2, envelope(None, r#"{"amount":5,"qty":2}"#)),
-        );
+        let older = d
+            .decode(record(
+                Src::Dlq,
+                2,
+                envelope(None, r#"{"amount":5,"qty":2}"#),
+            ))
+            .begun;
         assert_eq!(route_of(&older.item), Some(1));
     }
 }

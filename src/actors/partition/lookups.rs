@@ -13,7 +13,7 @@ impl PartitionState {
     /// Seeks one side, off the runtime, to its log's start (the topic was
     /// replaced under the position) and answers `Input::ReadingFrom`.
     pub(super) fn read_from_start(&self, myself: &ActorRef<PartitionMsg>, src: Src) {
-        let topic = self.machine.intake().topic(src).to_string();
+        let topic = self.decoder.topic(src).to_string();
         let Some(io) = self.a.io.clone() else {
             return; // Stopped.
         };
@@ -47,7 +47,7 @@ impl PartitionState {
     /// were handed back, not begun (`core::partition::rewind`); answers
     /// `Input::DlqRewound`.
     pub(super) fn rewind_dlq(&self, myself: &ActorRef<PartitionMsg>, to: i64) {
-        let topic = self.machine.intake().topic(Src::Dlq).to_string();
+        let topic = self.decoder.topic(Src::Dlq).to_string();
         let Some(io) = self.a.io.clone() else {
             return; // Stopped.
         };
@@ -74,7 +74,7 @@ impl PartitionState {
         from: NextOffset,
         to: NextOffset,
     ) {
-        let topic = self.machine.intake().topic(src).to_string();
+        let topic = self.decoder.topic(src).to_string();
         let broker = self.a.broker.clone();
         let (partition, me) = (self.a.partition, myself.clone());
         tokio::task::spawn_blocking(move || {
@@ -95,7 +95,7 @@ impl PartitionState {
     /// check saw of them (a lower bound: records written after it are not
     /// known).
     pub(super) fn position_reset(&self, src: Src, from: i64, to: i64, seen_end: Option<i64>) {
-        let topic = self.machine.intake().topic(src).to_string();
+        let topic = self.decoder.topic(src).to_string();
         let before = self.a.logs[src.index()].clone();
         if self.a.io.is_none() {
             return; // Stopped.

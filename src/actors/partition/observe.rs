@@ -19,10 +19,12 @@ pub(super) struct Gauges {
     pub(super) row: Arc<PartitionRow>,
     /// Per destination that held events out: the count shown and its gauge.
     held_out: Vec<Option<(usize, metrics::Gauge)>>,
+    /// Records begun, per side's topic (`courier_consumed_total`).
+    pub(super) consumed: [metrics::Counter; 2],
 }
 
 impl Gauges {
-    pub(super) fn new(partition: i32, row: Arc<PartitionRow>) -> Gauges {
+    pub(super) fn new(partition: i32, row: Arc<PartitionRow>, topics: [&str; 2]) -> Gauges {
         let label = partition.to_string();
         let g = |name: &'static str| metrics::gauge!(name, "partition" => label.clone());
         let mode = |mode: Mode| {
@@ -37,6 +39,7 @@ impl Gauges {
             mode: Mode::ALL.map(mode),
             row,
             held_out: Vec::new(),
+            consumed: topics.map(|t| metrics::counter!(m::CONSUMED, "topic" => t.to_string())),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Registry formats (`input.format = "avro"`, `"protobuf"`, `"json_schema"`):
-//! a main-topic record reaches the partition machine only once the schema its
-//! header names is at hand, so the machine's decoding stays synchronous and
-//! pure. A record whose schema is not
+//! a main-topic record is decoded (`decode`) and handed to the partition
+//! machine only once the schema its header names is at hand, so decoding
+//! stays synchronous. A record whose schema is not
 //! known yet waits here with every record after it (offset order is kept);
 //! main p is paused meanwhile (the machine is told: `Input::SchemaWait`) and
 //! the schema fetched off the actor (one fetch

@@ -78,8 +78,9 @@ pub(crate) enum Effect<I> {
     /// waker with [`ByteBudget::wait`] that sends [`Input::Timer`]`(`[`Timer::Budget`]`)`.
     /// Asked once until that timer comes.
     AwaitBudget,
-    /// Events begun (for readiness' held count).
-    Begun(usize),
+    /// Records begun, per side: decoded jobs held (for readiness' held
+    /// count, and the records consumed).
+    Begun { main: usize, dlq: usize },
     /// Events finished (durable outcome).
     Finished(usize),
     /// Records completed without dispatch: the commit's metadata named them done

@@ -608,10 +608,11 @@ mod tests {
             (Src::Main, raw.1)
         }
 
-        fn begin(&mut self, _src: Src, raw: (u8, i64)) -> super::super::Begun<(u8, bool)> {
+        fn begin(raw: (u8, i64)) -> super::super::Begun<(u8, bool)> {
             super::super::Begun {
                 item: (raw.0, false),
                 kind: Kind::Ordered,
+                run: None,
             }
         }
 
@@ -687,10 +688,11 @@ mod tests {
             (Src::Main, 0)
         }
 
-        fn begin(&mut self, _src: Src, raw: (u8, u8)) -> super::super::Begun<(u8, u8)> {
+        fn begin(raw: (u8, u8)) -> super::super::Begun<(u8, u8)> {
             super::super::Begun {
                 item: raw,
                 kind: Kind::Ordered,
+                run: None,
             }
         }
 

@@ -28,7 +28,6 @@ use std::time::Duration;
 /// by its parts. A machine that ends (its actor stopped or crashed) gives
 /// back what it holds of the in-flight budget (its share drops with it).
 pub(crate) struct PartitionMachine<X: Intake> {
-    intake: X,
     /// The assignment generation; reports of another one are ignored.
     generation: u64,
     sides: PerSide<Side>,
@@ -54,9 +53,8 @@ pub(crate) struct PartitionMachine<X: Intake> {
 impl<X: Intake> PartitionMachine<X> {
     /// A machine in `Paused` that has applied nothing yet: its first input should
     /// be [`Input::Verdict`], which applies the reading the FSM chooses.
-    pub(crate) fn new(settings: Settings, intake: X) -> Self {
+    pub(crate) fn new(settings: Settings) -> Self {
         PartitionMachine {
-            intake,
             generation: settings.generation,
             sides: PerSide::from_fn(|src| Side::new(&settings, src)),
             backlog: Backlog::new(
@@ -85,10 +83,6 @@ impl<X: Intake> PartitionMachine<X> {
             main_waited: false,
             schema_wait: false,
         }
-    }
-
-    pub(crate) fn intake(&self) -> &X {
-        &self.intake
     }
 
     /// Each destination's events held out now: their destination is down

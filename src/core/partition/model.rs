@@ -396,7 +396,7 @@ impl Harness {
             },
         };
         let mut h = Harness {
-            m: PartitionMachine::new(settings, Plain),
+            m: PartitionMachine::new(settings),
             inc: [0, 0],
             logs_since_reset: [0, 0],
             reset_at: Vec::new(),
@@ -705,7 +705,7 @@ impl Harness {
                 self.budget
                     .wait(Box::new(move || woken.store(true, Ordering::SeqCst)));
             }
-            Effect::Begun(n) => self.held += n,
+            Effect::Begun { main, dlq } => self.held += main + dlq,
             Effect::Skipped(_) => {}
             Effect::Finished(n) => {
                 prop_assert!(n <= self.held);

@@ -25,20 +25,26 @@ pub(crate) enum Kind {
 pub(crate) struct Begun<I> {
     pub item: I,
     pub kind: Kind,
+    /// For a [`Kind::Ordered`] item whose route sends runs (`ordered = true`,
+    /// `core::ordering`): its run group — waiting events of its lane and
+    /// group may be dispatched together ([`Effect::DispatchRun`]).
+    pub run: Option<RunGroup>,
 }
 
-/// What the machine needs to know about records and jobs. The actor's
-/// implementation decodes (CloudEvents, DLQ envelopes) in [`Intake::begin`].
+/// What the machine needs to know about records and jobs. Records come in
+/// decoded: the shell decodes each (CloudEvents, DLQ envelopes, routes)
+/// before it hands it to `handle`, and the machine only unwraps what it
+/// begins ([`Intake::begin`]) — it calls nothing of the shell's.
 pub(crate) trait Intake {
-    /// A record as polled (it may wait in the backlog, undecoded).
+    /// A record as polled and decoded (it may wait in the backlog).
     type Raw;
     /// What a dispatch hands to the delivery side.
     type Item;
     /// The record's side and offset.
     fn position(raw: &Self::Raw) -> (Src, i64);
-    /// Decodes a record being begun: called once per record taken in, in offset
-    /// order per side.
-    fn begin(&mut self, src: Src, raw: Self::Raw) -> Begun<Self::Item>;
+    /// The job a record being begun carries: called once per record taken
+    /// in, in offset order per side.
+    fn begin(raw: Self::Raw) -> Begun<Self::Item>;
     /// The item's ordering key.
     fn key(item: &Self::Item) -> Option<&[u8]>;
     /// Where the item is delivered (`core::destination`): each destination
@@ -53,14 +59,9 @@ pub(crate) trait Intake {
     fn origin(_item: &Self::Item) -> Option<i64> {
         None
     }
-    /// The run group of an [`Kind::Ordered`] item whose route sends runs
-    /// (`ordered = true`, `core::ordering`): waiting events of its lane and
-    /// group may be dispatched together ([`Effect::DispatchRun`]).
-    fn run_group(&self, _item: &Self::Item) -> Option<RunGroup> {
-        None
-    }
-    /// The bytes a record holds in memory (value, key, headers): what it costs
-    /// against the fetch budget while it waits and the in-flight budget once begun.
+    /// The bytes the record held as polled (value, key, headers): what it
+    /// costs against the fetch budget while it waits and the in-flight
+    /// budget once begun.
     fn size(raw: &Self::Raw) -> usize;
     /// The work replacing an item whose job errored `times` times: to the parking
     /// lot with reason `internal_error`.

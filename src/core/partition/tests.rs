@@ -69,9 +69,17 @@ impl Intake for Plain {
         (raw.src, raw.offset)
     }
 
-    fn begin(&mut self, _src: Src, raw: Rec) -> Begun<Rec> {
-        let kind = raw.kind;
-        Begun { item: raw, kind }
+    fn begin(raw: Rec) -> Begun<Rec> {
+        let (kind, run) = (raw.kind, raw.run);
+        let run = run.map(|id| crate::core::ordering::RunGroup {
+            id: id.into(),
+            max: RUN_MAX,
+        });
+        Begun {
+            item: raw,
+            kind,
+            run,
+        }
     }
 
     fn key(item: &Rec) -> Option<&[u8]> {
@@ -88,13 +96,6 @@ impl Intake for Plain {
 
     fn size(raw: &Rec) -> usize {
         raw.size
-    }
-
-    fn run_group(&self, item: &Rec) -> Option<crate::core::ordering::RunGroup> {
-        item.run.map(|id| crate::core::ordering::RunGroup {
-            id: id.into(),
-            max: RUN_MAX,
-        })
     }
 
     fn park_internal(item: &Rec, times: u32) -> Rec {
@@ -143,7 +144,7 @@ pub(super) struct T {
 impl T {
     pub(super) fn new(s: Settings) -> T {
         T {
-            m: PartitionMachine::new(s, Plain),
+            m: PartitionMachine::new(s),
             base: Instant::now(),
             ms: 0,
         }

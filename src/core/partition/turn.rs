@@ -2,7 +2,8 @@
 //! effects decided so far, and the counts reported once at its end
 //! ([`Effect::Begun`], [`Effect::Finished`], [`Effect::Skipped`]).
 
-use super::Effect;
+use super::per_side::PerSide;
+use super::{Effect, Src};
 use std::time::Instant;
 
 /// One input's handling.
@@ -11,8 +12,8 @@ pub(super) struct Turn<I> {
     pub(super) clock: Option<Instant>,
     /// The effects so far, in order.
     pub(super) fx: Vec<Effect<I>>,
-    /// Events begun.
-    pub(super) begun: usize,
+    /// Records begun, per side.
+    pub(super) begun: PerSide<usize>,
     /// Events finished (durable outcome).
     pub(super) finished: usize,
     /// Records completed without dispatch.
@@ -24,7 +25,7 @@ impl<I> Default for Turn<I> {
         Turn {
             clock: None,
             fx: Vec::new(),
-            begun: 0,
+            begun: PerSide::default(),
             finished: 0,
             skipped: 0,
         }
@@ -40,8 +41,12 @@ impl<I> Turn<I> {
     /// Reports the counts (those above zero) and resets them. Returns
     /// whether records were skipped.
     pub(super) fn count(&mut self) -> bool {
-        if self.begun > 0 {
-            self.fx.push(Effect::Begun(std::mem::take(&mut self.begun)));
+        let begun = std::mem::take(&mut self.begun);
+        if begun.iter().any(|&n| n > 0) {
+            self.fx.push(Effect::Begun {
+                main: begun[Src::Main],
+                dlq: begun[Src::Dlq],
+            });
         }
         if self.finished > 0 {
             self.fx
@@ -69,10 +74,12 @@ mod tests {
         let mut t: Turn<()> = Turn::default();
         t.push(Some(Effect::HandedOver));
         t.push(None);
-        t.begun += 2;
+        t.begun[Src::Main] += 2;
+        t.begun[Src::Dlq] += 1;
         t.skipped += 1;
         assert!(t.count());
-        let fx = vec![Effect::HandedOver, Effect::Begun(2), Effect::Skipped(1)];
+        let begun = Effect::Begun { main: 2, dlq: 1 };
+        let fx = vec![Effect::HandedOver, begun, Effect::Skipped(1)];
         assert_eq!(t.close(), fx);
         assert!(!t.count(), "reset");
         assert_eq!(t.close(), vec![]);

@@ -138,7 +138,7 @@ impl<X: Intake> PartitionMachine<X> {
     }
 
     /// Takes one record in (its `bytes` taken from the budget): its side,
-    /// decode, held, and dispatch if its turn came.
+    /// held, and dispatch if its turn came.
     fn begin(&mut self, r: X::Raw, bytes: u64) {
         let (src, offset) = X::position(&r);
         let fx = &mut self.turn.fx;
@@ -152,12 +152,9 @@ impl<X: Intake> PartitionMachine<X> {
             }
         };
         self.share.hold(src, bytes);
-        self.turn.begun += 1;
-        let Begun { item, kind } = self.intake.begin(src, r);
-        let run = match kind {
-            Kind::Ordered => self.intake.run_group(&item),
-            _ => None,
-        };
+        self.turn.begun[src] += 1;
+        let Begun { item, kind, run } = X::begin(r);
+        let run = run.filter(|_| kind == Kind::Ordered);
         if src == Src::Dlq && slot - offset != self.dlq_shift {
             // A new incarnation of DLQ p (slots shifted): its offsets are
             // not those the envelopes followed were acknowledged at.
