@@ -1,12 +1,13 @@
 //! What an API's answer means: the one place delivery reads it. From what a
 //! call was told (a status, maybe "no result for this event" out of a batch's
-//! answer, or no answer at all) to both of its meanings at once: what the
-//! breaker hears of the call ([`Heard`]) and what it means for the event it
-//! answers ([`Verdict`]). Every path reads answers here — an event alone, a
-//! batch, an ordered run, a DLQ round — so they cannot disagree (a batch
-//! taken as delivered while its events were not, a status the breaker and the
-//! event read differently). Nothing else on the delivery path calls
-//! [`StatusPolicy::classify`].
+//! answer, or no answer at all) to its three meanings at once: what the
+//! breaker hears of the call ([`Heard`]), what the adaptive limit learns of
+//! the API's capacity ([`Load`]) and what it means for the event it answers
+//! ([`Verdict`]). Every path reads answers here — an event alone, a batch,
+//! an ordered run, a DLQ round — and each answer once (`delivery::hear`), so
+//! they cannot disagree (a batch taken as delivered while its events were
+//! not, a status the breaker, the limit and the event read differently).
+//! Nothing else on the delivery path calls [`StatusPolicy::classify`].
 
 use super::batch::NoResult;
 use super::classify::{
@@ -23,6 +24,9 @@ pub(crate) enum Said {
     Status {
         status: u16,
         no_result: Option<NoResult>,
+        /// A 2xx batch answer whose per-item results refuse items with
+        /// 429 or 503: the API is up and wants fewer items at once.
+        items_refused: bool,
     },
     /// No answer: the request failed on the way, or its answer could not be
     /// read.
@@ -39,11 +43,27 @@ pub(crate) enum Verdict {
     },
 }
 
-/// Both meanings of one answer.
+/// What a call's answer says of the API's capacity: the adaptive limit's
+/// sample, with the call's round trip (`core::concurrency::Sample`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Load {
+    /// An answer that is not back-pressure (2xx, or a 4xx that is the event's).
+    Answered,
+    /// 429, 503, items refused with them, or a timeout: the API (or
+    /// something before it) is saturated.
+    BackPressure,
+    /// Nothing to learn (a refused connection, a request not made): the
+    /// breaker deals with outages.
+    Nothing,
+}
+
+/// The meanings of one answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reading {
     /// What the breaker hears of the call.
     pub call: Heard,
+    /// What the adaptive limit learns of the call.
+    pub load: Load,
     /// What it means for the event.
     pub event: Verdict,
 }
@@ -56,7 +76,11 @@ pub(crate) struct Reading {
 /// delivered, whatever the batch's status — it is sent again.
 pub(crate) fn read(policy: &StatusPolicy, back_pressure: bool, said: Said) -> Reading {
     match said {
-        Said::Status { status, no_result } => {
+        Said::Status {
+            status,
+            no_result,
+            items_refused,
+        } => {
             let verdict = policy.classify(status);
             let event = match (no_result, verdict) {
                 (Some(why), _) => Verdict::Failed {
@@ -69,13 +93,23 @@ pub(crate) fn read(policy: &StatusPolicy, back_pressure: bool, said: Said) -> Re
                     reason: FailureReason::Http(status),
                 },
             };
+            let load = match status {
+                429 | 503 => Load::BackPressure,
+                _ if items_refused => Load::BackPressure,
+                _ => Load::Answered,
+            };
             Reading {
                 call: heard_status(status, verdict, back_pressure),
+                load,
                 event,
             }
         }
         Said::Nothing(kind) => Reading {
             call: heard_transport(kind),
+            load: match kind {
+                TransportFailure::Timeout => Load::BackPressure,
+                _ => Load::Nothing,
+            },
             event: Verdict::Failed {
                 class: kind.class(),
                 reason: FailureReason::Transport(kind),
@@ -95,6 +129,7 @@ mod tests {
         Said::Status {
             status,
             no_result: None,
+            items_refused: false,
         }
     }
 
@@ -115,6 +150,7 @@ mod tests {
                 Said::Status {
                     status: s,
                     no_result: Some(why),
+                    items_refused: false,
                 },
             );
             assert_eq!(
@@ -177,6 +213,33 @@ mod tests {
             "{:?}",
             r.call
         );
+    }
+
+    /// What the adaptive limit learns: 429, 503 and timeouts are
+    /// back-pressure, as are items refused with them in a 2xx batch answer;
+    /// a refused connection teaches nothing.
+    #[test]
+    fn the_load_an_answer_shows() {
+        let p = StatusPolicy::default();
+        for (s, load) in [
+            (200, Load::Answered),
+            (404, Load::Answered),
+            (429, Load::BackPressure),
+            (503, Load::BackPressure),
+        ] {
+            assert_eq!(read(&p, false, status(s)).load, load, "status {s}");
+        }
+        let refused = Said::Status {
+            status: 200,
+            no_result: None,
+            items_refused: true,
+        };
+        let r = read(&p, false, refused);
+        assert_eq!((r.load, r.event), (Load::BackPressure, Verdict::Delivered));
+        let timeout = read(&p, false, Said::Nothing(TransportFailure::Timeout));
+        assert_eq!(timeout.load, Load::BackPressure);
+        let refused = read(&p, false, Said::Nothing(TransportFailure::ConnectRefused));
+        assert_eq!(refused.load, Load::Nothing);
     }
 
     proptest! {

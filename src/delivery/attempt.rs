@@ -11,9 +11,8 @@ use super::send::Made;
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
 use crate::clock::Stamp;
-use crate::core::answer::Verdict;
 use crate::core::attempt::{self, Breaker, Failed, Next, ParkCause, Progress};
-use crate::core::classify::{ErrorClass, FailureClass, FailureReason, TransportFailure};
+use crate::core::classify::{ErrorClass, FailureClass, FailureReason};
 use crate::core::envelope::ErrorInfo;
 use crate::core::event::Event;
 use crate::core::systemic::EventHypothesis;
@@ -75,13 +74,11 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 Wait::Sleep(delay) => {
                     // After back-pressure it keeps its permit for about
                     // a round trip first (`Limits::back_pressure_hold`).
-                    let timed_out =
-                        failure.reason == FailureReason::Transport(TransportFailure::Timeout);
                     let hold = self
                         .send
                         .calls
                         .limits
-                        .back_pressure_hold(failure.status, timed_out)
+                        .back_pressure_hold(failure.load)
                         .min(delay);
                     if !sleep_unless_cancelled(token, hold).await {
                         return None;
@@ -121,7 +118,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     .send
                     .call(&ev.id, &out, body, None, token, t.hypothesis.suspect())
                     .await?;
-                match self.failure_in(answer) {
+                match Failure::in_answer(answer) {
                     None => Tried::Delivered(made.sent.at),
                     Some(failure) => Tried::Failed(failure, Some(made)),
                 }
@@ -136,18 +133,6 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     pub(super) fn count_try(&self, t: &mut Tries) {
         t.count += 1;
         self.hot.attempts.increment(1);
-    }
-
-    /// The failure a call's answer means for the event (`None`: delivered),
-    /// as `core::answer::read` reads it ([`super::hear::Ears::read`]).
-    pub(super) fn failure_in(
-        &self,
-        answer: Result<super::http::Answer, super::http::TransportError>,
-    ) -> Option<Failure> {
-        match self.send.calls.ears.read(&answer).event {
-            Verdict::Delivered => None,
-            Verdict::Failed { class, reason } => Some(Failure::of_answer(class, reason, answer)),
-        }
     }
 
     /// A delivered event: its latency, age and count, measured to `at`,

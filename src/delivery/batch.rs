@@ -39,10 +39,10 @@ use group::{Entry, Group, GroupKey};
 
 pub(super) use waiter::{leave_out_stopped, Reply, Submission, Waiter};
 
-use super::http::{Api, Outgoing, TransportError};
+use super::http::{Api, Outgoing};
 use super::send::Calls;
 use crate::core::batch::{BatchSpec, SplitWindow};
-use crate::core::classify::{FailureLog, TransportFailure};
+use crate::core::classify::FailureLog;
 use crate::runtime::Pipeline;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -239,7 +239,7 @@ impl<A: Api + Clone> Batcher<A> {
             e.0.into_batch(&mut lost);
             for s in lost {
                 s.reply
-                    .send((Err(no_answer()), super::send::Sent::default()));
+                    .send((self.calls.ears.no_answer(), super::send::Sent::default()));
             }
         }
     }
@@ -305,13 +305,4 @@ impl<A: Api + Clone> Batcher<A> {
             );
         }
     }
-}
-
-/// The answer of an event whose batch ended without one (its task is gone:
-/// the process is ending).
-pub(super) fn no_answer() -> TransportError {
-    TransportError::new(
-        TransportFailure::Other,
-        "the batch of this event ended without an answer",
-    )
 }

@@ -4,7 +4,8 @@
 //! breaker's gate, its slots taken, sent, heard once).
 
 use super::batch::Batcher;
-use super::http::{self, Api, Outgoing, TransportError};
+use super::hear::Answered;
+use super::http::{Api, Outgoing};
 use super::limits;
 use super::send::{Calls, Made, Request, Sent, Waiting};
 use super::token::CompletionToken;
@@ -59,7 +60,7 @@ impl<A: Api> Sender<A> {
         redelivery: Option<u32>,
         token: &CompletionToken,
         suspect: bool,
-    ) -> Option<(Result<http::Answer, TransportError>, Made)> {
+    ) -> Option<(Answered, Made)> {
         // `request` left `batch` only on a body a batch can hold.
         if let Some(spec) = out.batch.as_ref() {
             let answer = self
@@ -68,7 +69,7 @@ impl<A: Api> Sender<A> {
             let (r, sent) = tokio::select! {
                 biased;
                 _ = token.until_cancelled() => return None,
-                r = answer => r.unwrap_or_else(|_| (Err(super::batch::no_answer()), Sent::default())),
+                r = answer => r.unwrap_or_else(|_| (self.calls.ears.no_answer(), Sent::default())),
             };
             return Some((r, Made::heard(sent)));
         }

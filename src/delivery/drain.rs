@@ -5,7 +5,8 @@
 
 use super::durable::DlqWrite;
 use super::enrich::SourceOfTruth;
-use super::http::{self, Api, TransportError};
+use super::hear::Answered;
+use super::http::{Api, TransportError};
 use super::pacer::DrainPacer;
 use super::report::Failure;
 use super::request::{Body, Source};
@@ -275,10 +276,13 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 return Some(self.writes.drop_from_dlq(item, env, reason, message).await)
             }
             // The database, not the API: back to the DLQ.
-            Err(e) => Err(TransportError::new(
-                TransportFailure::Other,
-                format!("enrichment: {e}"),
-            )),
+            Err(e) => self.send.calls.ears.read(
+                Err(TransportError::new(
+                    TransportFailure::Other,
+                    format!("enrichment: {e}"),
+                )),
+                false,
+            ),
         };
         Some(Box::pin(self.redelivered(item, env, policy, answer, made)).await)
     }
@@ -290,10 +294,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         item: &Item,
         env: &Envelope,
         policy: dlq_policy::DlqRetry,
-        answer: Result<http::Answer, TransportError>,
+        answer: Answered,
         made: Option<Made>,
     ) -> Finished {
-        let Some(failure) = self.failure_in(answer) else {
+        let Some(failure) = Failure::in_answer(answer) else {
             metrics::counter!(m::DLQ_REDELIVERED).increment(1);
             self.hot.delivered.increment(1);
             return Finished::Delivered;

@@ -17,6 +17,23 @@ use crate::core::status_policy::StatusPolicy;
 use crate::metrics as m;
 use std::sync::Arc;
 
+/// An answer and what it means, read once ([`Ears::read`]): the event's
+/// outcome, the breaker and the adaptive limit all take it from `reading`;
+/// `answer` is kept for what the event's failure reports (status, excerpt,
+/// `Retry-After`).
+#[derive(Debug, Clone)]
+pub(crate) struct Answered {
+    pub(crate) answer: Result<Answer, TransportError>,
+    pub(crate) reading: Reading,
+}
+
+impl Answered {
+    /// The answer's `Retry-After`, if it had one.
+    pub(super) fn retry_after(&self) -> Option<std::time::Duration> {
+        self.answer.as_ref().ok().and_then(|a| a.retry_after)
+    }
+}
+
 /// What hearing a call needs: the status policy, whether the adaptive limit
 /// answers back-pressure, the breaker, and the health actor's alarm.
 pub(crate) struct Ears {
@@ -30,6 +47,9 @@ pub(crate) struct Ears {
     /// requests a fake API received).
     #[cfg(test)]
     pub(super) heard: std::sync::atomic::AtomicU64,
+    /// Answers read so far (`tests/one_path.rs`: each once).
+    #[cfg(test)]
+    pub(super) reads: std::sync::atomic::AtomicU64,
 }
 
 impl Ears {
@@ -48,41 +68,52 @@ impl Ears {
             destination,
             #[cfg(test)]
             heard: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(test)]
+            reads: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    /// Both meanings of the answer `r` — what the breaker hears of the call
-    /// and what it means for the event it answers — read once, by
-    /// `core::answer::read`, on every path.
-    pub(super) fn read(&self, r: &Result<Answer, TransportError>) -> Reading {
-        let said = match r {
+    /// The answer `r` and its meanings — what the breaker hears of the
+    /// call, what the adaptive limit learns, what it means for the event it
+    /// answers — read once, by `core::answer::read`, on every path: every
+    /// answer an event or a call is judged by is read here, once.
+    /// `items_refused`: a batch answer whose per-item results refuse items
+    /// with 429 or 503 (`send`).
+    pub(super) fn read(&self, r: Result<Answer, TransportError>, items_refused: bool) -> Answered {
+        #[cfg(test)]
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let said = match &r {
             Ok(a) => Said::Status {
                 status: a.status,
                 no_result: a.no_result,
+                items_refused,
             },
             Err(t) => Said::Nothing(t.kind),
         };
         let back_pressure = r.as_ref().is_ok_and(|a| self.limits.absorbs(a.status));
-        answer::read(&self.policy, back_pressure, said)
+        Answered {
+            reading: answer::read(&self.policy, back_pressure, said),
+            answer: r,
+        }
     }
 
-    /// What the breaker hears of a call answered `r`.
-    pub(super) fn heard(&self, r: &Result<Answer, TransportError>) -> Heard {
-        self.read(r).call
+    /// The answer of an event whose request ended without one (its batch's
+    /// task is gone: the process is ending), read as any.
+    pub(super) fn no_answer(&self) -> Answered {
+        let gone = TransportError::new(
+            crate::core::classify::TransportFailure::Other,
+            "the batch of this event ended without an answer",
+        );
+        self.read(Err(gone), false)
     }
 
-    /// Hears call `seq` of an event alone. A systemic answer is left to the
-    /// event's hypothesis (`core::systemic`): its admission comes back, for
-    /// [`super::Deliverer::systemic_answer`] to report. Called by
-    /// `send::Calls::send` alone.
-    pub(super) fn hear(
-        &self,
-        admission: Admission,
-        r: &Result<Answer, TransportError>,
-        seq: u64,
-    ) -> Option<Admission> {
+    /// Hears call `seq` of an event alone, as `heard` says. A systemic
+    /// answer is left to the event's hypothesis (`core::systemic`): its
+    /// admission comes back, for [`super::Deliverer::systemic_answer`] to
+    /// report. Called by `send::Calls::send` alone.
+    pub(super) fn hear(&self, admission: Admission, heard: Heard, seq: u64) -> Option<Admission> {
         self.count();
-        match self.heard(r) {
+        match heard {
             Heard::Systemic(_) => Some(admission),
             heard => {
                 self.report(admission, heard, seq);
@@ -95,14 +126,8 @@ impl Ears {
     /// batch keeps no hypothesis; each event weighs the answer against its
     /// own without telling the breaker again). Called by
     /// `send::Calls::send` alone.
-    pub(super) fn hear_batch(
-        &self,
-        admission: Admission,
-        r: &Result<Answer, TransportError>,
-        seq: u64,
-    ) {
+    pub(super) fn hear_batch(&self, admission: Admission, heard: Heard, seq: u64) {
         self.count();
-        let heard = self.heard(r);
         self.report(admission, heard, seq);
     }
 

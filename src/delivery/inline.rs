@@ -37,6 +37,7 @@ use super::attempt::Tries;
 use super::batch::{Reply, Submission, Waiter};
 use super::durable::DlqWrite;
 use super::http::Api;
+use super::report::Failure;
 use super::request::{Body, Source};
 use super::run::event_span;
 use super::send::Made;
@@ -102,7 +103,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     fn first_answer(self: Arc<Self>, job: Job, permit: OwnedSemaphorePermit, t: Tries, r: Reply) {
         // Heard by its batch (the batch is the call).
         let (answer, sent) = r;
-        match self.failure_in(answer) {
+        match Failure::in_answer(answer) {
             None => {
                 let done = self.delivered(&job.item, t, sent.at);
                 drop(permit);

@@ -16,9 +16,8 @@
 //! their 429s and RTTs teach the limiter as much as the main path's. The drain
 //! does not take the pool's permits (it has its own, smaller limit and pace).
 
-use super::http::{Answer, TransportError};
 use super::ratelimit::RateLimiter;
-use crate::core::classify::TransportFailure;
+use crate::core::answer::Load;
 use crate::core::concurrency::{Aimd, AimdConfig, Sample};
 use crate::metrics as m;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -236,38 +235,27 @@ impl Limits {
         self.calls.in_flight.fetch_sub(1, Relaxed);
     }
 
-    /// Feeds the call's outcome to the limiter (and a 429's `Retry-After` to
-    /// the rate limiter, which pauses the whole group). `items_refused`: a
-    /// batch whose answer refused some items with 429 or 503 — one
-    /// back-pressure sample for the answer, however many items it refused.
-    pub(crate) fn after_call(
-        &self,
-        call: Call,
-        outcome: &Result<Answer, TransportError>,
-        items_refused: bool,
-    ) {
-        self.after_call_at(Instant::now(), call, outcome, items_refused);
+    /// Feeds what the call's answer says of the API's capacity (`load`, read
+    /// once by `core::answer::read`) to the limiter, and a back-pressure
+    /// answer's `Retry-After` to the rate limiter, which pauses the whole
+    /// group. A batch whose answer refused some items with 429 or 503 is
+    /// one back-pressure sample, however many items it refused.
+    pub(crate) fn after_call(&self, call: Call, load: Load, retry_after: Option<Duration>) {
+        self.after_call_at(Instant::now(), call, load, retry_after);
     }
 
-    fn after_call_at(
-        &self,
-        now: Instant,
-        call: Call,
-        outcome: &Result<Answer, TransportError>,
-        items_refused: bool,
-    ) {
+    fn after_call_at(&self, now: Instant, call: Call, load: Load, retry_after: Option<Duration>) {
         let Call { started, slot } = call;
         let calls = self.calls.in_flight.fetch_sub(1, Relaxed);
-        if let (Some(rate), Ok(a)) = (&self.rate, outcome) {
-            if let (429 | 503, Some(after)) = (a.status, a.retry_after) {
-                rate.pause_group(after);
-            }
+        if let (Some(rate), Load::BackPressure, Some(after)) = (&self.rate, load, retry_after) {
+            rate.pause_group(after);
         }
         let Some(aimd) = &self.adaptive else { return };
         let rtt = now.saturating_duration_since(started);
-        let sample = match sample_of(rtt, outcome) {
-            Sample::Answered(rtt) if items_refused => Sample::BackPressure(rtt),
-            sample => sample,
+        let sample = match load {
+            Load::Answered => Sample::Answered(rtt),
+            Load::BackPressure => Sample::BackPressure(rtt),
+            Load::Nothing => Sample::Ignore,
         };
         if let (true, Some(slot)) = (matches!(sample, Sample::BackPressure(_)), slot) {
             // A request slot answered back-pressure is held for about one
@@ -317,10 +305,9 @@ impl Limits {
     /// once: a 429 per permit per few milliseconds (tests/limits.rs saw ~8 %
     /// of its requests answered 429). Zero without the adaptive limit or
     /// after another failure.
-    pub(crate) fn back_pressure_hold(&self, status: Option<u16>, timed_out: bool) -> Duration {
-        let back_pressure = matches!(status, Some(429 | 503)) || timed_out;
+    pub(crate) fn back_pressure_hold(&self, load: Load) -> Duration {
         match &self.adaptive {
-            Some(aimd) if back_pressure => aimd
+            Some(aimd) if load == Load::BackPressure => aimd
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .baseline()
@@ -348,16 +335,6 @@ impl Limits {
             .map_or(&self.limit, |r| &r.pool_limit)
             .subscribe();
         PermitGate::new(permits, capacity, limit)
-    }
-}
-
-/// What a call's outcome says about the API's capacity.
-fn sample_of(rtt: Duration, outcome: &Result<Answer, TransportError>) -> Sample {
-    match outcome {
-        Ok(a) if matches!(a.status, 429 | 503) => Sample::BackPressure(rtt),
-        Ok(_) => Sample::Answered(rtt),
-        Err(t) if t.kind == TransportFailure::Timeout => Sample::BackPressure(rtt),
-        Err(_) => Sample::Ignore,
     }
 }
 

@@ -18,9 +18,10 @@
 //!    breaker's gate while anyone waits for it, its request and rate slots
 //!    taken, sent through the [`http::Api`] seam, heard once by the breaker
 //!    and the adaptive limit.
-//! 4. [`hear`] — answering: `core::answer::read` reads each answer once, for
-//!    the breaker (one observation per call, on every path) and for the
-//!    event ([`hear::Ears`]).
+//! 4. [`hear`] — answering: `core::answer::read` reads each answer once
+//!    ([`hear::Ears::read`] → [`hear::Answered`]), for the breaker (one
+//!    observation per call, on every path), the adaptive limit and the
+//!    event; a batch's events each read their own result once.
 //! 5. [`attempt`] — the attempt loop: an interpreter of
 //!    `core::attempt::decide` (retry in place, wait at the gate, dead-letter
 //!    or park; the systemic answers through [`systemic`]).

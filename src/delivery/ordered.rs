@@ -35,10 +35,10 @@
 //! its key: the last writes are in offset order.
 
 use super::attempt::{Tries, Wait};
-use super::batch::no_answer;
 use super::batch::Batcher;
 use super::durable::{self, DlqWrite};
-use super::http::{Answer, Api, Outgoing, TransportError};
+use super::hear::Answered;
+use super::http::{Api, Outgoing};
 use super::report::Failure;
 use super::request::{Body, Source};
 use super::send::{Made, Sent};
@@ -63,7 +63,7 @@ struct Member {
 type Round = Vec<(Bytes, Outgoing)>;
 
 /// Each event's answer to a round, in order, with its call.
-type Answers = Vec<(Result<Answer, TransportError>, Made)>;
+type Answers = Vec<(Answered, Made)>;
 
 impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// Delivers a run (`jobs` in offset order, a permit each) and reports each
@@ -217,9 +217,9 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 let all = async {
                     let mut answers = Vec::with_capacity(replies.len());
                     for rx in replies {
-                        let (r, sent) = rx
-                            .await
-                            .unwrap_or_else(|_| (Err(no_answer()), Sent::default()));
+                        let (r, sent) = rx.await.unwrap_or_else(|_| {
+                            (self.send.calls.ears.no_answer(), Sent::default())
+                        });
                         answers.push((r, Made::heard(sent)));
                     }
                     answers
@@ -253,7 +253,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             let Some(m) = pending.front_mut() else {
                 break;
             };
-            let Some(failure) = self.failure_in(r) else {
+            let Some(failure) = Failure::in_answer(r) else {
                 if let Some(m) = pending.pop_front() {
                     let done = self.delivered(&m.item, m.tries, made.sent.at);
                     m.token.finish(done);

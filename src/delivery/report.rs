@@ -2,8 +2,9 @@
 //! is counted and logged, and what the breaker hears of the calls.
 
 use super::enrich::EnrichError;
-use super::hear::Ears;
+use super::hear::{Answered, Ears};
 use super::http::{self, TransportError};
+use crate::core::answer::{Load, Verdict};
 use crate::core::classify::{FailureClass, FailureLog, FailureReason};
 use crate::core::envelope::ErrorInfo;
 use crate::metrics as m;
@@ -30,14 +31,30 @@ pub(super) struct Failure {
     /// The event's own result inside a 2xx batch answer (`Answer::per_item`):
     /// not counted by the flood guards.
     pub(super) per_item: bool,
+    /// What the answer said of the API's capacity (`core::answer::Load`):
+    /// back-pressure keeps the event's permit for a round trip.
+    pub(super) load: Load,
 }
 
 impl Failure {
+    /// The failure an answer means for the event (`None`: delivered), as
+    /// it was read, once ([`super::hear::Ears::read`]).
+    pub(super) fn in_answer(answered: Answered) -> Option<Failure> {
+        let Answered { answer, reading } = answered;
+        match reading.event {
+            Verdict::Delivered => None,
+            Verdict::Failed { class, reason } => {
+                Some(Failure::of_answer(class, reason, reading.load, answer))
+            }
+        }
+    }
+
     /// A failed try whose answer `core::answer::read` judged `class` for
-    /// `reason` (the one reading of an answer: [`super::hear::Ears::read`]).
-    pub(super) fn of_answer(
+    /// `reason`.
+    fn of_answer(
         class: FailureClass,
         reason: FailureReason,
+        load: Load,
         answer: Result<http::Answer, TransportError>,
     ) -> Failure {
         match answer {
@@ -53,6 +70,7 @@ impl Failure {
                 },
                 body: a.body,
                 per_item: a.per_item,
+                load,
             },
             Err(t) => Failure {
                 class,
@@ -63,6 +81,7 @@ impl Failure {
                 hint: Some(t.kind.hint()),
                 body: None,
                 per_item: false,
+                load,
             },
         }
     }
@@ -81,6 +100,7 @@ impl Failure {
             hint: None,
             body: None,
             per_item: false,
+            load: Load::Nothing,
         }
     }
 
@@ -96,6 +116,7 @@ impl Failure {
             hint: Some("the schema registry (input.schema_registry.url) does not answer: the record stays in the DLQ until it does"),
             body: None,
             per_item: false,
+            load: Load::Nothing,
         }
     }
 

@@ -14,8 +14,8 @@
 //! events weighs the answer against its own hypothesis without telling the
 //! breaker again.
 
-use super::hear::Ears;
-use super::http::{Answer, Api, Outgoing, TransportError};
+use super::hear::{Answered, Ears};
+use super::http::{Answer, Api, Outgoing};
 use super::limits::{Call, Limits};
 use crate::api_health::{Admission, ApiHealth};
 use crate::core::batch::{self, BatchSpec};
@@ -153,35 +153,38 @@ impl<A: Api> Calls<A> {
         Some((admission, call))
     }
 
-    /// Makes request `r` (admitted and counted as `call`) and has it heard
-    /// once: by the adaptive limit (with a batch's items refused with 429
-    /// or 503 as one back-pressure sample) and by the breaker. With the
-    /// answer, the request made.
+    /// Makes request `r` (admitted and counted as `call`), reads its answer
+    /// once and has it heard: by the adaptive limit (with a batch's items
+    /// refused with 429 or 503 as one back-pressure sample) and by the
+    /// breaker. With the answer read, the request made.
     pub(super) async fn send(
         &self,
         admission: Admission,
         call: Call,
         r: Request<'_>,
-    ) -> (Result<Answer, TransportError>, Made) {
+    ) -> (Answered, Made) {
         let seq = self.health.call_number();
         let answer = self.api.send(r.out, r.key, r.body, r.redelivery).await;
         let items_refused = match (r.batch, &answer) {
             (Some(spec), Ok(a)) => items_back_pressure(spec, a),
             _ => false,
         };
-        self.limits.after_call(call, &answer, items_refused);
+        let answered = self.ears.read(answer, items_refused);
+        let reading = answered.reading;
+        self.limits
+            .after_call(call, reading.load, answered.retry_after());
         let sent = Sent {
             seq,
             at: Some(crate::clock::Stamp::now()),
         };
         let pending = match r.batch {
-            None => self.ears.hear(admission, &answer, seq),
+            None => self.ears.hear(admission, reading.call, seq),
             Some(_) => {
-                self.ears.hear_batch(admission, &answer, seq);
+                self.ears.hear_batch(admission, reading.call, seq);
                 None
             }
         };
-        (answer, Made { sent, pending })
+        (answered, Made { sent, pending })
     }
 }
 

@@ -45,7 +45,14 @@ impl<A: Api + Clone> Batcher<A> {
                         .collect();
                     let replies = results
                         .iter()
-                        .map(|res| (Ok(self.item_answer(a, *res, n)), seq))
+                        .map(|res| {
+                            (
+                                self.calls
+                                    .ears
+                                    .read(Ok(self.item_answer(a, *res, n)), false),
+                                seq,
+                            )
+                        })
                         .collect();
                     (replies, again)
                 }
@@ -53,7 +60,8 @@ impl<A: Api + Clone> Batcher<A> {
                     self.unreadable(unread, a.status);
                     let each =
                         self.item_answer(a, ItemResult::Missing(NoResult::Unreadable(unread)), n);
-                    let replies = (0..n).map(|_| (Ok(each.clone()), seq)).collect();
+                    let each = self.calls.ears.read(Ok(each), false);
+                    let replies = (0..n).map(|_| (each.clone(), seq)).collect();
                     (replies, vec![false; n])
                 }
             };
@@ -68,7 +76,9 @@ impl<A: Api + Clone> Batcher<A> {
             }
             whole
         };
-        let replies = (0..n).map(|_| (Ok(each.clone()), seq)).collect();
+        // One answer for every event: read once.
+        let each = self.calls.ears.read(Ok(each), false);
+        let replies = (0..n).map(|_| (each.clone(), seq)).collect();
         (replies, vec![false; n])
     }
 
@@ -139,5 +149,5 @@ impl<A: Api + Clone> Batcher<A> {
 /// Whether an event's answer accepted it: its own (or its batch's) 2xx, or
 /// 409 (written already), with a result.
 pub(super) fn accepted(reply: &Reply) -> bool {
-    matches!(&reply.0, Ok(a) if a.no_result.is_none() && ((200..300).contains(&a.status) || a.status == 409))
+    matches!(&reply.0.answer, Ok(a) if a.no_result.is_none() && ((200..300).contains(&a.status) || a.status == 409))
 }

@@ -11,7 +11,8 @@ use super::{leave_out_stopped, Batcher, GroupKey, Submission};
 use crate::api_health::Admission;
 use crate::config::RateLimitUnit;
 use crate::core::batch::{self, BatchSpec, WholeAnswer};
-use crate::delivery::http::{Answer, Api, Outgoing, TransportError};
+use crate::delivery::hear::Answered;
+use crate::delivery::http::{Api, Outgoing, TransportError};
 use crate::delivery::limits::Call;
 use crate::delivery::send::{Made, Request, Sent, Waiting};
 use crate::delivery::token;
@@ -110,9 +111,12 @@ impl<A: Api + Clone> Batcher<A> {
             if all {
                 all = send(part).await;
             } else {
+                let behind = self
+                    .calls
+                    .ears
+                    .read(not_sent_behind(BEHIND_A_FAILURE), false);
                 for s in part {
-                    s.reply
-                        .send((Err(not_sent_behind(BEHIND_A_FAILURE)), Sent::default()));
+                    s.reply.send((behind.clone(), Sent::default()));
                 }
             }
         }
@@ -147,9 +151,9 @@ impl<A: Api + Clone> Batcher<A> {
                 // that failed, an event would reach the API before the one
                 // ahead of it): answered "not sent", they go again behind
                 // it, or follow it into the DLQ (`delivery::ordered`).
+                let behind = self.calls.ears.read(not_sent_behind(BEHIND_A_PROBE), false);
                 for s in rest {
-                    s.reply
-                        .send((Err(not_sent_behind(BEHIND_A_PROBE)), Sent::default()));
+                    s.reply.send((behind.clone(), Sent::default()));
                 }
             } else {
                 self.requeue(key, out, spec, rest);
@@ -174,11 +178,12 @@ impl<A: Api + Clone> Batcher<A> {
         after_split: bool,
     ) -> bool {
         let n = items.len();
-        let (answer, sent) = self.request(out, spec, &items, admission, call).await;
-        let a = match answer {
-            Err(t) => {
+        let (answered, sent) = self.request(out, spec, &items, admission, call).await;
+        let a = match &answered.answer {
+            // No answer: each event's is the request's, as it was read.
+            Err(_) => {
                 for s in items {
-                    s.reply.send((Err(t.clone()), sent));
+                    s.reply.send((answered.clone(), sent));
                 }
                 return false;
             }
@@ -207,7 +212,7 @@ impl<A: Api + Clone> Batcher<A> {
             return x && y;
         }
         self.answered(spec, n, after_split);
-        let (replies, again) = self.answers(spec, &a, &items, sent);
+        let (replies, again) = self.answers(spec, a, &items, sent);
         let all = replies.iter().all(accepted) && !again.contains(&true);
         let mut resend = Vec::new();
         for ((mut s, reply), again) in items.into_iter().zip(replies).zip(again) {
@@ -253,7 +258,7 @@ impl<A: Api + Clone> Batcher<A> {
         items: &[Submission],
         admission: Admission,
         call: Call,
-    ) -> (Result<Answer, TransportError>, Sent) {
+    ) -> (Answered, Sent) {
         let n = items.len();
         let len: usize = items.iter().map(|s| s.body.len()).sum();
         let body = spec.format.encode(
@@ -309,6 +314,9 @@ const BEHIND_A_FAILURE: &str =
 /// probe, or behind a part of the run not accepted whole): a failure of
 /// the event's own (its run goes again from the first event not accepted),
 /// never a request.
-fn not_sent_behind(why: &'static str) -> TransportError {
-    TransportError::new(crate::core::classify::TransportFailure::Other, why)
+fn not_sent_behind(why: &'static str) -> Result<crate::delivery::http::Answer, TransportError> {
+    Err(TransportError::new(
+        crate::core::classify::TransportFailure::Other,
+        why,
+    ))
 }

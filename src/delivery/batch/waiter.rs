@@ -2,14 +2,15 @@
 //! takes its answer — its task, or (a first try made without a task) a
 //! closure — and how an event that stopped waiting is left out.
 
-use crate::delivery::http::{Answer, TransportError};
+use crate::delivery::hear::Answered;
 use crate::delivery::send::Sent;
 use crate::delivery::token::Cancellation;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-/// An event's answer from its batch, with what it learns of the call.
-pub(in crate::delivery) type Reply = (Result<Answer, TransportError>, Sent);
+/// An event's answer from its batch (read once), with what it learns of
+/// the call.
+pub(in crate::delivery) type Reply = (Answered, Sent);
 
 /// One event waiting in a batch.
 pub(in crate::delivery) struct Submission {

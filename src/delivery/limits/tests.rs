@@ -1,6 +1,7 @@
 //! The limits' gate and calls, without an API.
 
 use super::*;
+use crate::core::answer::Load;
 
 #[tokio::test]
 async fn the_gate_follows_the_limit_down_and_up() {
@@ -59,14 +60,6 @@ async fn permits_held_between_tries_count_as_the_limit_in_use() {
     for _ in 0..start {
         held.push(gate.acquire().await.expect("permit"));
     }
-    let ok = Ok(Answer {
-        status: 200,
-        retry_after: None,
-        body: None,
-        full: None,
-        no_result: None,
-        per_item: false,
-    });
     let t0 = limits.epoch;
     for i in 0..40u64 {
         let sent = t0 + Duration::from_millis(20 * i);
@@ -75,7 +68,7 @@ async fn permits_held_between_tries_count_as_the_limit_in_use() {
             started: sent,
             slot: None,
         };
-        limits.after_call_at(sent + Duration::from_millis(5), call, &ok, false);
+        limits.after_call_at(sent + Duration::from_millis(5), call, Load::Answered, None);
     }
     assert!(
         limits.current() > start,
@@ -108,14 +101,6 @@ async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
     let waits: Vec<RateWait<'_>> = (1..start)
         .map(|_| RateWait::new(&limits.calls.waiting_for_rate))
         .collect();
-    let ok = Ok(Answer {
-        status: 200,
-        retry_after: None,
-        body: None,
-        full: None,
-        no_result: None,
-        per_item: false,
-    });
     let t0 = limits.epoch;
     for i in 0..40u64 {
         let sent = t0 + Duration::from_millis(20 * i);
@@ -126,8 +111,8 @@ async fn permits_held_by_rate_waits_do_not_make_the_limit_grow() {
                 started: sent,
                 slot: None,
             },
-            &ok,
-            false,
+            Load::Answered,
+            None,
         );
     }
     assert_eq!(limits.current(), start, "the limit stayed");
@@ -187,34 +172,6 @@ async fn on_event_permits_calls_take_no_slot() {
         calls.push(call);
     }
     assert_eq!(limits.calls.in_flight.load(Relaxed), 64);
-}
-
-#[test]
-fn samples_of_outcomes() {
-    let ok = |status| -> Result<Answer, TransportError> {
-        Ok(Answer {
-            status,
-            retry_after: None,
-            body: None,
-            full: None,
-            no_result: None,
-            per_item: false,
-        })
-    };
-    let rtt = Duration::from_millis(7);
-    assert_eq!(sample_of(rtt, &ok(200)), Sample::Answered(rtt));
-    assert_eq!(sample_of(rtt, &ok(404)), Sample::Answered(rtt));
-    assert_eq!(sample_of(rtt, &ok(429)), Sample::BackPressure(rtt));
-    assert_eq!(sample_of(rtt, &ok(503)), Sample::BackPressure(rtt));
-    let t = |k| Err(TransportError::new(k, "x"));
-    assert_eq!(
-        sample_of(rtt, &t(TransportFailure::Timeout)),
-        Sample::BackPressure(rtt)
-    );
-    assert_eq!(
-        sample_of(rtt, &t(TransportFailure::ConnectRefused)),
-        Sample::Ignore
-    );
 }
 
 /// With batching and a fixed limit (`api.adaptive_concurrency = false`),

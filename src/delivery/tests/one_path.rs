@@ -14,6 +14,11 @@ fn heard<A: http::Api>(d: &Deliverer<A, FakeDlq>) -> u64 {
     d.send.calls.ears.heard.load(Ordering::SeqCst)
 }
 
+/// Answers read (`core::answer::read`, through `hear::Ears`).
+fn reads<A: http::Api>(d: &Deliverer<A, FakeDlq>) -> u64 {
+    d.send.calls.ears.reads.load(Ordering::SeqCst)
+}
+
 /// A DLQ record of event `id` whose turn has come, its outcome to `inbox`.
 fn from_dlq<A: http::Api>(d: &Deliverer<A, FakeDlq>, id: &str, inbox: &Arc<Inbox>) -> Job {
     let error = ErrorInfo::new(
@@ -69,6 +74,9 @@ async fn every_request_of_an_event_alone_is_heard_once() {
     assert_eq!(inbox.take().len(), 5, "one completion per event");
     assert!(api.calls() >= 9, "{} requests", api.calls());
     assert_eq!(heard(&d), api.calls() as u64);
+    // Each answer read once: the breaker, the adaptive limit and the
+    // event's outcome all take it from that one reading.
+    assert_eq!(reads(&d), api.calls() as u64, "answers read");
 }
 
 /// Batches: formed by tasks and by the dispatcher (first tries inline),
