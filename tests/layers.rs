@@ -8,7 +8,8 @@
 //! workspace's tooling crates (`crates/`) stay out of the service's build: the
 //! `courier` package names them only as dev-dependencies. Inside a module, no
 //! two modules beside each other use each other, however many steps apart
-//! (`sibling_modules_form_no_circle`, in `src/` and the tooling crates).
+//! (`sibling_modules_form_no_circle`, in `src/` and the tooling crates). And
+//! each answer is read in one place (`answers_are_read_in_one_place`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -321,83 +322,80 @@ fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// The named-field structs of `text` and their field counts: a field is a
-/// line `name: Type,` (optionally `pub…`) at the struct's first level.
-fn struct_fields(text: &str) -> Vec<(String, usize)> {
+/// Who may name the one reading of an answer: `(what, where it may be
+/// named)`, each `what` matched in a file's code with its whitespace left
+/// out (a call split over lines is still seen), comment lines left out.
+/// The classifier (`core::answer::read`, and the status policy it applies)
+/// is named by `delivery::hear` alone, whose `Ears::read` reads a request's
+/// answer in `delivery::send` and each event's own result from its batch's
+/// answer in `delivery::batch::answers` — nowhere else: every other place
+/// takes the `Answered` those made (its fields are private to `hear`).
+/// Issue 55 item 2; on 45109fa `delivery::attempt` read answers again
+/// (`failure_in`: `ears.read(&answer)`).
+const ONE_READING: &[(&str, &[&str])] = &[
+    ("answer::read", &["core::answer", "delivery::hear"]),
+    ("answer::{read", &["core::answer", "delivery::hear"]),
+    (".classify(", &["core::answer", "core::status_policy"]),
+    (
+        "ears.read(",
+        &[
+            "delivery::hear",
+            "delivery::send",
+            "delivery::batch::answers",
+        ],
+    ),
+    ("Ears::read(", &["delivery::hear"]),
+];
+
+/// The files of `src/` (as module paths) that name `what` outside `allowed`
+/// (a module or one below it); a test module may name anything.
+fn named_outside(src: &Path, what: &str, allowed: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        let t = line.trim_start();
-        let t = t
-            .strip_prefix("pub(crate) ")
-            .or_else(|| t.strip_prefix("pub(super) "))
-            .or_else(|| t.strip_prefix("pub(in crate::delivery) "))
-            .or_else(|| t.strip_prefix("pub "))
-            .unwrap_or(t);
-        let Some(rest) = t.strip_prefix("struct ") else {
-            continue;
-        };
-        if !rest.trim_end().ends_with('{') {
+    for file in rust_files(src) {
+        let module = module_path(src, &file).join("::");
+        let inside = |m: &str| module == m || module.starts_with(&format!("{m}::"));
+        if allowed.iter().any(|m| inside(m)) || module.split("::").any(|p| p.ends_with("tests")) {
             continue;
         }
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
+        let text = std::fs::read_to_string(&file).expect("readable source");
+        let code: String = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .flat_map(str::chars)
+            .filter(|c| !c.is_whitespace())
             .collect();
-        let indent = line.len() - line.trim_start().len();
-        let mut fields = 0;
-        for inner in lines.by_ref() {
-            let inner_indent = inner.len() - inner.trim_start().len();
-            let s = inner.trim();
-            if inner_indent == indent && s.starts_with('}') {
-                break;
-            }
-            let field = s
-                .split_once(':')
-                .map(|(n, _)| n.trim())
-                .and_then(|n| n.rsplit(' ').next())
-                .is_some_and(|n| {
-                    !n.is_empty() && n.chars().all(|c| c.is_alphanumeric() || c == '_')
-                });
-            if inner_indent == indent + 4 && !s.starts_with("//") && !s.starts_with('#') && field {
-                fields += 1;
-            }
+        if code.contains(what) {
+            out.push(module);
         }
-        out.push((name, fields));
     }
     out
 }
 
-/// Issue 43's shape of `src/delivery/`: stages in small files (at most 400
-/// lines each) and small types (no struct with more than 10 fields).
+/// Each answer read once: only the modules that make a reading name the
+/// classifier (`ONE_READING`).
 #[test]
-fn delivery_is_small_files_of_small_types() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/delivery");
-    let files = rust_files(&dir);
-    assert!(files.len() > 20, "found {} files", files.len());
+fn answers_are_read_in_one_place() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut wrong = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).expect("readable");
-        let lines = text.lines().count();
-        if lines > 400 {
-            wrong.push(format!("{}: {lines} lines", f.display()));
-        }
-        for (name, n) in struct_fields(&text) {
-            if n > 10 {
-                wrong.push(format!("{}: struct {name} has {n} fields", f.display()));
-            }
+    for (what, allowed) in ONE_READING {
+        for module in named_outside(&src, what, allowed) {
+            wrong.push(format!("{module} names `{what}` (only {allowed:?} may)"));
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 #[test]
-fn the_field_count_reads_named_fields() {
-    let text = "pub(crate) struct A {\n    a: u8,\n    /// doc: x\n    pub(super) b: Vec<u8>,\n    #[cfg(test)]\n    c: Option<(u8, u8)>,\n}\nstruct B(u8);\nstruct C {\n    x: u8,\n}\n";
-    assert_eq!(
-        struct_fields(text),
-        [("A".to_string(), 3), ("C".to_string(), 1)]
-    );
+fn the_reading_check_sees_split_calls_and_skips_comments() {
+    let dir = std::env::temp_dir().join(format!("courier-layers-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("delivery")).expect("a temp dir");
+    let split = "fn f() {\n    self.calls\n        .ears\n        .read(x, false);\n}\n";
+    std::fs::write(dir.join("delivery/attempt.rs"), split).expect("written");
+    std::fs::write(dir.join("delivery/report.rs"), "// ears.read(x)\n").expect("written");
+    std::fs::write(dir.join("delivery/send.rs"), split).expect("written");
+    let found = named_outside(&dir, "ears.read(", &["delivery::send"]);
+    std::fs::remove_dir_all(&dir).expect("removed");
+    assert_eq!(found, ["delivery::attempt"]);
 }
 
 /// The module path of a file below its crate's root directory:

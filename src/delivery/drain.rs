@@ -6,7 +6,7 @@
 use super::durable::DlqWrite;
 use super::enrich::SourceOfTruth;
 use super::hear::Answered;
-use super::http::{Api, TransportError};
+use super::http::Api;
 use super::pacer::DrainPacer;
 use super::report::Failure;
 use super::request::{Body, Source};
@@ -15,7 +15,7 @@ use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
 use crate::config::DegradedConfig;
 use crate::core::attempt::{self, Round, RoundNext};
-use crate::core::classify::{FailureClass, FailureReason, TransportFailure};
+use crate::core::classify::{FailureClass, FailureReason};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
 use crate::core::envelope::{Envelope, ErrorInfo, OriginHeader};
 use crate::core::event::DecodeError;
@@ -276,13 +276,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 return Some(self.writes.drop_from_dlq(item, env, reason, message).await)
             }
             // The database, not the API: back to the DLQ.
-            Err(e) => self.send.calls.ears.read(
-                Err(TransportError::new(
-                    TransportFailure::Other,
-                    format!("enrichment: {e}"),
-                )),
-                false,
-            ),
+            Err(e) => self.send.calls.ears.not_sent(format!("enrichment: {e}")),
         };
         Some(Box::pin(self.redelivered(item, env, policy, answer, made)).await)
     }

@@ -21,13 +21,26 @@ use std::sync::Arc;
 /// outcome, the breaker and the adaptive limit all take it from `reading`;
 /// `answer` is kept for what the event's failure reports (status, excerpt,
 /// `Retry-After`).
+/// Only [`Ears::read`] makes one (its fields are private).
 #[derive(Debug, Clone)]
 pub(crate) struct Answered {
-    pub(crate) answer: Result<Answer, TransportError>,
-    pub(crate) reading: Reading,
+    answer: Result<Answer, TransportError>,
+    reading: Reading,
 }
 
 impl Answered {
+    pub(super) fn answer(&self) -> &Result<Answer, TransportError> {
+        &self.answer
+    }
+
+    pub(super) fn reading(&self) -> Reading {
+        self.reading
+    }
+
+    pub(super) fn into_parts(self) -> (Result<Answer, TransportError>, Reading) {
+        (self.answer, self.reading)
+    }
+
     /// The answer's `Retry-After`, if it had one.
     pub(super) fn retry_after(&self) -> Option<std::time::Duration> {
         self.answer.as_ref().ok().and_then(|a| a.retry_after)
@@ -98,13 +111,17 @@ impl Ears {
     }
 
     /// The answer of an event whose request ended without one (its batch's
-    /// task is gone: the process is ending), read as any.
+    /// task is gone: the process is ending).
     pub(super) fn no_answer(&self) -> Answered {
-        let gone = TransportError::new(
-            crate::core::classify::TransportFailure::Other,
-            "the batch of this event ended without an answer",
-        );
-        self.read(Err(gone), false)
+        self.not_sent("the batch of this event ended without an answer".into())
+    }
+
+    /// The answer of an event whose request was not made, and why (behind
+    /// an ordered run's failure or probe, an enrichment that failed), read
+    /// as any answer: a failure of the event's own, never the API's.
+    pub(super) fn not_sent(&self, why: String) -> Answered {
+        let why = TransportError::new(crate::core::classify::TransportFailure::Other, why);
+        self.read(Err(why), false)
     }
 
     /// Hears call `seq` of an event alone, as `heard` says. A systemic

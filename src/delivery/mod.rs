@@ -42,8 +42,7 @@
 //! request, a 401 answered by one more send with a new credential, I33),
 //! enrichment ([`enrich`]), the concurrency and rate limits ([`limits`],
 //! [`ratelimit`], the drain's [`pacer`]), the peers ([`peers`]) and the
-//! completion token ([`token`]). No file here is over 400 lines and no struct
-//! has more than 10 fields.
+//! completion token ([`token`]).
 //!
 //! # Seams
 //!

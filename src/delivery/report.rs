@@ -40,7 +40,7 @@ impl Failure {
     /// The failure an answer means for the event (`None`: delivered), as
     /// it was read, once ([`super::hear::Ears::read`]).
     pub(super) fn in_answer(answered: Answered) -> Option<Failure> {
-        let Answered { answer, reading } = answered;
+        let (answer, reading) = answered.into_parts();
         match reading.event {
             Verdict::Delivered => None,
             Verdict::Failed { class, reason } => {

@@ -170,7 +170,7 @@ impl<A: Api> Calls<A> {
             _ => false,
         };
         let answered = self.ears.read(answer, items_refused);
-        let reading = answered.reading;
+        let reading = answered.reading();
         self.limits
             .after_call(call, reading.load, answered.retry_after());
         let sent = Sent {

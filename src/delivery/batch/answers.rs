@@ -149,5 +149,5 @@ impl<A: Api + Clone> Batcher<A> {
 /// Whether an event's answer accepted it: its own (or its batch's) 2xx, or
 /// 409 (written already), with a result.
 pub(super) fn accepted(reply: &Reply) -> bool {
-    matches!(&reply.0.answer, Ok(a) if a.no_result.is_none() && ((200..300).contains(&a.status) || a.status == 409))
+    matches!(reply.0.answer(), Ok(a) if a.no_result.is_none() && ((200..300).contains(&a.status) || a.status == 409))
 }

@@ -12,7 +12,7 @@ use crate::api_health::Admission;
 use crate::config::RateLimitUnit;
 use crate::core::batch::{self, BatchSpec, WholeAnswer};
 use crate::delivery::hear::Answered;
-use crate::delivery::http::{Api, Outgoing, TransportError};
+use crate::delivery::http::{Api, Outgoing};
 use crate::delivery::limits::Call;
 use crate::delivery::send::{Made, Request, Sent, Waiting};
 use crate::delivery::token;
@@ -111,10 +111,7 @@ impl<A: Api + Clone> Batcher<A> {
             if all {
                 all = send(part).await;
             } else {
-                let behind = self
-                    .calls
-                    .ears
-                    .read(not_sent_behind(BEHIND_A_FAILURE), false);
+                let behind = self.calls.ears.not_sent(BEHIND_A_FAILURE.into());
                 for s in part {
                     s.reply.send((behind.clone(), Sent::default()));
                 }
@@ -151,7 +148,7 @@ impl<A: Api + Clone> Batcher<A> {
                 // that failed, an event would reach the API before the one
                 // ahead of it): answered "not sent", they go again behind
                 // it, or follow it into the DLQ (`delivery::ordered`).
-                let behind = self.calls.ears.read(not_sent_behind(BEHIND_A_PROBE), false);
+                let behind = self.calls.ears.not_sent(BEHIND_A_PROBE.into());
                 for s in rest {
                     s.reply.send((behind.clone(), Sent::default()));
                 }
@@ -179,7 +176,7 @@ impl<A: Api + Clone> Batcher<A> {
     ) -> bool {
         let n = items.len();
         let (answered, sent) = self.request(out, spec, &items, admission, call).await;
-        let a = match &answered.answer {
+        let a = match answered.answer() {
             // No answer: each event's is the request's, as it was read.
             Err(_) => {
                 for s in items {
@@ -306,17 +303,10 @@ impl Waiting for Events<'_> {
     }
 }
 
+/// Why an ordered run's events held back (behind its half-open probe, or
+/// behind a part of the run not accepted whole) were not sent: a failure of
+/// the event's own (its run goes again from the first event not accepted),
+/// never a request.
 const BEHIND_A_PROBE: &str = "not sent: the ordered run waits for its half-open probe's answer";
 const BEHIND_A_FAILURE: &str =
     "not sent: an earlier event of its ordered run was not accepted in the request before";
-
-/// The answer of an ordered run's events held back (behind its half-open
-/// probe, or behind a part of the run not accepted whole): a failure of
-/// the event's own (its run goes again from the first event not accepted),
-/// never a request.
-fn not_sent_behind(why: &'static str) -> Result<crate::delivery::http::Answer, TransportError> {
-    Err(TransportError::new(
-        crate::core::classify::TransportFailure::Other,
-        why,
-    ))
-}

@@ -99,7 +99,7 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
         .await
         .expect("answered")
         .expect("a reply");
-    assert_eq!(answer.answer.map(|a| a.status).ok(), Some(200));
+    assert_eq!(answer.answer().as_ref().map(|a| a.status).ok(), Some(200));
     let second = batcher.submit(&out, &spec, "e-1", id_body("e-1"), None, false);
     until("the second batch waits for its rate slot", || {
         limits.waits.rate.load(Ordering::SeqCst) == 2
@@ -186,7 +186,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
         let token = CompletionToken::new(inbox.clone(), 1, Src::Main, 0);
         let cancel = token.cancellation();
         let answer = Box::new(move |(r, _): batch::Reply| {
-            assert_eq!(r.answer.map(|a| a.status).ok(), Some(200));
+            assert_eq!(r.answer().as_ref().map(|a| a.status).ok(), Some(200));
             token.finish(Finished::Delivered);
         });
         let waiter = batch::Waiter::Inline { cancel, answer };
