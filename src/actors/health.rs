@@ -248,3 +248,145 @@ impl HealthState {
         v
     }
 }
+
+/// The health actor driven through its mailbox (`Tripped`, `Tick`), with
+/// its Redis real or out of reach: what it publishes on each
+/// destination's verdict channel and to `/readyz`.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::core::classify::CallOutcome;
+    use crate::status_page::{BoardInfo, StatusBoard};
+    use std::time::Duration;
+
+    /// A pipeline on Redis `url` whose markers live under `prefix`; ticks
+    /// every 30 s (the tests send them).
+    fn pipeline(url: &str, prefix: &str) -> Arc<Pipeline> {
+        let toml = format!(
+            "[redis]\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\nallow_plaintext = true\n\
+             [degraded]\npoll_interval = \"30s\"\nmarker_ttl = \"60s\"\n"
+        );
+        let config = Config::from_toml(&toml).expect("the test's config parses");
+        let board = Arc::new(StatusBoard::new(
+            BoardInfo::new(&config, "test".into()),
+            crate::runtime::now_ms(),
+        ));
+        Arc::new(Pipeline::new(config, board).expect("valid"))
+    }
+
+    async fn spawn(pipeline: &Arc<Pipeline>) -> (ActorRef<HealthMsg>, Arc<Readiness>) {
+        let ready = Arc::new(Readiness::new(Duration::ZERO, Duration::ZERO));
+        let args = HealthArgs {
+            pipeline: pipeline.clone(),
+            ready: ready.clone(),
+        };
+        let (actor, _) = Actor::spawn(None, HealthActor, args)
+            .await
+            .expect("the health actor starts");
+        (actor, ready)
+    }
+
+    /// Failed calls until the default destination's breaker opens.
+    fn trip(pipeline: &Pipeline) {
+        let health = &pipeline.destinations[0].health;
+        for _ in 0..10_000 {
+            if health.breaker_is_open(Instant::now()) {
+                return;
+            }
+            health.record(CallOutcome::Failed);
+        }
+        panic!("the breaker did not open after 10,000 failed calls");
+    }
+
+    /// The verdict published next on `rx` that `ok` accepts (10 s at most).
+    async fn verdict(
+        rx: &mut tokio::sync::watch::Receiver<HealthVerdict>,
+        ok: impl Fn(&HealthVerdict) -> bool,
+    ) -> HealthVerdict {
+        let wait = rx.wait_for(|v| ok(v));
+        let v = tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .expect("a verdict within 10 s")
+            .expect("the verdict's channel is open");
+        *v
+    }
+
+    /// Redis out of reach: the verdict rests on the local breaker alone,
+    /// and acts on `Tripped` at once (no tick comes within the test).
+    #[tokio::test]
+    async fn without_redis_a_tripped_breaker_alone_makes_the_verdict() {
+        let p = pipeline("redis://127.0.0.1:1", "courier-health-test");
+        let (actor, ready) = spawn(&p).await;
+        let mut rx = p.destinations[0].health.watch();
+        trip(&p);
+        actor
+            .send_message(HealthMsg::Tripped)
+            .expect("the actor takes messages");
+        let v = verdict(&mut rx, |v| v.api_unavailable).await;
+        assert!(v.breaker_open && !v.marker && !v.redis_ok, "{v:?}");
+        assert!(
+            ready
+                .api_unavailable
+                .load(std::sync::atomic::Ordering::Relaxed),
+            "every destination is down: not ready"
+        );
+        actor.stop(None);
+    }
+
+    /// Sends `msg` to `actor` every 200 ms until the verdict on `rx`
+    /// satisfies `ok` (10 s at most): a Redis client connects in the
+    /// background, and a message before it has decides on the breaker alone.
+    async fn until(
+        actor: &ActorRef<HealthMsg>,
+        msg: fn() -> HealthMsg,
+        rx: &mut tokio::sync::watch::Receiver<HealthVerdict>,
+        ok: impl Fn(&HealthVerdict) -> bool,
+    ) -> HealthVerdict {
+        let seen = async {
+            loop {
+                actor.send_message(msg()).expect("the actor takes messages");
+                let next = tokio::time::timeout(Duration::from_millis(200), rx.wait_for(|v| ok(v)));
+                if let Ok(Ok(v)) = next.await {
+                    return *v;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), seen)
+            .await
+            .expect("the verdict within 10 s")
+    }
+
+    /// With Redis: the instance whose breaker opened sets the group's
+    /// marker, and another instance of the group — its own breaker closed
+    /// — takes its destination as unavailable at its next tick.
+    #[tokio::test]
+    async fn a_marker_set_by_one_instance_holds_the_others() {
+        let url = std::env::var("COURIER_TEST_REDIS_URL").expect(
+            "COURIER_TEST_REDIS_URL is not set: run the tests through scripts/test.sh (it starts Redis)",
+        );
+        let prefix = format!(
+            "courier-health-test-{}-{}",
+            std::process::id(),
+            crate::runtime::now_ms()
+        );
+        let (a, b) = (pipeline(&url, &prefix), pipeline(&url, &prefix));
+        let (actor_a, _) = spawn(&a).await;
+        let (actor_b, ready_b) = spawn(&b).await;
+        let mut rx_a = a.destinations[0].health.watch();
+        let mut rx_b = b.destinations[0].health.watch();
+        let v = until(&actor_b, || HealthMsg::Tick, &mut rx_b, |v| v.redis_ok).await;
+        assert!(!v.api_unavailable, "nothing is down yet: {v:?}");
+        trip(&a);
+        let v = until(&actor_a, || HealthMsg::Tripped, &mut rx_a, |v| v.marker).await;
+        assert!(v.breaker_open && v.api_unavailable && v.redis_ok, "{v:?}");
+        // B hears of it at its next tick.
+        let v = until(&actor_b, || HealthMsg::Tick, &mut rx_b, |v| v.marker).await;
+        assert!(v.api_unavailable && !v.breaker_open && v.redis_ok, "{v:?}");
+        assert!(ready_b
+            .api_unavailable
+            .load(std::sync::atomic::Ordering::Relaxed));
+        actor_a.stop(None);
+        actor_b.stop(None);
+    }
+}
