@@ -1,6 +1,8 @@
 //! Batch delivery (`[api.batch]`, `core::batch` decides): an event's call
 //! joins the batch of its group (same URL, method, Content-Type, headers and
-//! batch settings) and waits for its own answer. A group's batch leaves when it
+//! batch settings) and waits for its own answer. One way in,
+//! [`Batcher::submit`] — an event (its task's, or an inline first try's) or an
+//! ordered run whole — and one kind of waiter ([`Waiter`]). A group's batch leaves when it
 //! holds `max_events`, when one more event would pass `max_bytes`, or when its
 //! oldest event has waited `linger`; an event larger than `max_bytes` goes
 //! alone (a batch of one). A body no batch can hold (not JSON) goes as a
@@ -35,7 +37,8 @@ mod group;
 mod send;
 mod waiter;
 
-use group::{Entry, Group, GroupKey};
+pub(super) use group::Entry;
+use group::{Group, GroupKey};
 
 pub(super) use waiter::{leave_out_stopped, Reply, Submission, Waiter};
 
@@ -44,11 +47,10 @@ use super::send::Calls;
 use crate::core::batch::{BatchSpec, SplitWindow};
 use crate::core::classify::FailureLog;
 use crate::runtime::Pipeline;
-use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// How long a group's batches stay at half the size a 413 refused.
 pub(super) const SHRINK_FOR: Duration = Duration::from_secs(60);
@@ -107,64 +109,16 @@ impl<A: Api + Clone> Batcher<A> {
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Puts the event into its group's batch; the answer comes on the
-    /// returned channel (closed without one only if the process is ending).
-    pub(super) fn submit(
-        self: &Arc<Self>,
-        out: &Outgoing,
-        spec: &Arc<BatchSpec>,
-        id: &str,
-        body: Bytes,
-        redelivery: Option<u32>,
-        suspect: bool,
-    ) -> oneshot::Receiver<Reply> {
-        let (reply, rx) = oneshot::channel();
-        let s = Submission::one(id, body, redelivery, suspect, Waiter::Task(reply));
-        self.submit_to(out, spec, s);
-        rx
-    }
-
-    /// Puts one event into its group's batch, its answer to `reply` (an
-    /// inline first try's, `delivery::inline`: to its closure, or dropped if
-    /// its partition is handed over before the batch leaves).
-    pub(super) fn submit_to(
-        self: &Arc<Self>,
-        out: &Outgoing,
-        spec: &Arc<BatchSpec>,
-        s: Submission,
-    ) {
-        let key = GroupKey::of(out, spec, s.redelivery.is_some());
-        self.enqueue(key, out, spec, Entry::One(s));
-    }
-
-    /// Puts an ordered run (`items`: id and body, in offset order, all of
-    /// one group: [`Batcher::same_group`]) into one batch of its group, whole
-    /// and in this order; each answer comes on its channel.
-    pub(super) fn submit_run(
-        self: &Arc<Self>,
-        out: &Outgoing,
-        spec: &Arc<BatchSpec>,
-        items: Vec<(String, Bytes)>,
-        suspect: bool,
-    ) -> Vec<oneshot::Receiver<Reply>> {
-        let (run, rxs): (Vec<Submission>, Vec<_>) = items
-            .into_iter()
-            .map(|(id, body)| {
-                let (reply, rx) = oneshot::channel();
-                let s = Submission {
-                    id,
-                    body,
-                    redelivery: None,
-                    reply: Waiter::Task(reply),
-                    in_run: true,
-                    suspect,
-                    resent: 0,
-                };
-                (s, rx)
-            })
-            .unzip();
-        self.enqueue(GroupKey::of(out, spec, false), out, spec, Entry::Run(run));
-        rxs
+    /// The one way into the batcher: an event, or an ordered run (its
+    /// events in offset order, all of one group: [`Batcher::same_group`])
+    /// that joins one batch of its group whole and in this order. Each
+    /// event's answer goes to its [`Waiter`].
+    pub(super) fn submit(self: &Arc<Self>, out: &Outgoing, spec: &Arc<BatchSpec>, entry: Entry) {
+        let redelivery = match &entry {
+            Entry::One(s) => s.redelivery.is_some(),
+            Entry::Run(_) => false,
+        };
+        self.enqueue(GroupKey::of(out, spec, redelivery), out, spec, entry);
     }
 
     /// Whether two requests on the main path share batches.

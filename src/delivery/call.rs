@@ -3,7 +3,7 @@
 //! request goes out the one way [`super::send`] has (admitted at the
 //! breaker's gate, its slots taken, sent, heard once).
 
-use super::batch::Batcher;
+use super::batch::{Batcher, Entry, Submission, Waiter};
 use super::hear::Answered;
 use super::http::{Api, Outgoing};
 use super::limits;
@@ -63,9 +63,9 @@ impl<A: Api> Sender<A> {
     ) -> Option<(Answered, Made)> {
         // `request` left `batch` only on a body a batch can hold.
         if let Some(spec) = out.batch.as_ref() {
-            let answer = self
-                .batcher
-                .submit(out, spec, id, body, redelivery, suspect);
+            let (waiter, answer) = Waiter::channel(token.cancellation());
+            let one = Submission::one(id, body, redelivery, suspect, waiter);
+            self.batcher.submit(out, spec, Entry::One(one));
             let (r, sent) = tokio::select! {
                 biased;
                 _ = token.until_cancelled() => return None,

@@ -12,14 +12,14 @@
 //! Nothing else changes: the same request, the same batch (heard once by the
 //! breaker), the same answer handling (`failure_in`, `delivered`), the same permit held
 //! until the outcome. A handover before the batch leaves drops the waiter
-//! (`batch::Waiter::Inline`): its token reports errored, as a task's would.
+//! (its `batch::Waiter`'s closure dropped): its token reports errored, as a task's would.
 //!
 //! # How (I34 is `core::batch`'s; this is how first tries keep it)
 //!
 //! With batching the pool's
 //! dispatcher makes an event's first try itself: the same request (`request`, which waits for
 //! nothing without enrichment), into the batch (which waits at the breaker's gate, I36)
-//! with the answer handed to a closure (`batch::Waiter::Inline`) instead of a waiting task.
+//! with the answer handed to a closure (`batch::Waiter::new`) instead of a waiting task.
 //! Delivered — the usual case — the event is finished where the answer arrives
 //! (`failure_in`, `delivered`, as the attempt loop does); failed, its tries go on in
 //! a task from that failure (`Deliverer::run_after` → `attempt::tries`). An event that needs
@@ -34,7 +34,7 @@
 //! waiting at once and its answer is dropped.
 
 use super::attempt::Tries;
-use super::batch::{Reply, Submission, Waiter};
+use super::batch::{Entry, Reply, Submission, Waiter};
 use super::durable::DlqWrite;
 use super::http::Api;
 use super::report::Failure;
@@ -88,13 +88,11 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let cancel = job.token.cancellation();
         let this = self.clone();
-        let answer = Box::new(move |reply| this.first_answer(job, permit, t, reply));
-        let waiter = Waiter::Inline { cancel, answer };
-        self.send.batcher.submit_to(
-            &out,
-            &spec,
-            Submission::one(&ev.id, body, None, false, waiter),
-        );
+        let waiter = Waiter::new(cancel, move |reply| {
+            this.first_answer(job, permit, t, reply)
+        });
+        let one = Submission::one(&ev.id, body, None, false, waiter);
+        self.send.batcher.submit(&out, &spec, Entry::One(one));
         Ok(())
     }
 

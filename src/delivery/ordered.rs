@@ -1,6 +1,6 @@
 //! Stage 9, an ordered run (`ordered = true`; `core::ordering`'s runs): the
 //! events of one lane dispatched together go out in offset order — in one
-//! batch of their route when they fit ([`Batcher::submit_run`]), else
+//! batch of their route when they fit ([`Batcher::submit`]), else
 //! in consecutive requests, each sent after the answer to the one before.
 //!
 //! After an answer the events are walked in order. Delivered: finished. Failed:
@@ -21,7 +21,7 @@
 //! # How (I34 is `core::batch`'s; this is how ordered runs keep it)
 //!
 //! A run (I3) joins one batch
-//! whole and in order (`Batcher::submit_run`; the forming loop never splits an entry), or
+//! whole and in order (`Batcher::submit`; the forming loop never splits an entry), or
 //! goes as consecutive requests, each after the answer to the one before, when it does not
 //! fit; a batch holding a run that is bisected sends its halves one after the other, and one
 //! admitted into a half-open probe slot sends its first event as the probe and the rest
@@ -35,7 +35,7 @@
 //! its key: the last writes are in offset order.
 
 use super::attempt::{Tries, Wait};
-use super::batch::Batcher;
+use super::batch::{Batcher, Entry, Submission, Waiter};
 use super::durable::{self, DlqWrite};
 use super::hear::Answered;
 use super::http::{Api, Outgoing};
@@ -208,12 +208,15 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         match spec {
             Some(spec) if round.len() > 1 => {
                 let out = round[0].1.clone();
-                let items = round
+                let (run, replies): (Vec<Submission>, Vec<_>) = round
                     .drain(..)
                     .zip(pending)
-                    .map(|((body, _), m)| (id(m), body))
-                    .collect();
-                let replies = self.send.batcher.submit_run(&out, &spec, items, suspect);
+                    .map(|((body, _), m)| {
+                        let (waiter, rx) = Waiter::channel(m.token.cancellation());
+                        (Submission::of_run(id(m), body, suspect, waiter), rx)
+                    })
+                    .unzip();
+                self.send.batcher.submit(&out, &spec, Entry::Run(run));
                 let all = async {
                     let mut answers = Vec::with_capacity(replies.len());
                     for rx in replies {

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 /// What a group's task receives: an event, or an ordered run, which joins
 /// one batch whole and in order (`delivery::ordered`).
-pub(super) enum Entry {
+pub(in crate::delivery) enum Entry {
     One(Submission),
     Run(Vec<Submission>),
 }

@@ -29,6 +29,24 @@ pub(in crate::delivery) struct Submission {
 }
 
 impl Submission {
+    /// An event of an ordered run (`redelivery`: none; runs are main-path).
+    pub(in crate::delivery) fn of_run(
+        id: String,
+        body: Bytes,
+        suspect: bool,
+        reply: Waiter,
+    ) -> Submission {
+        Submission {
+            id,
+            body,
+            redelivery: None,
+            reply,
+            in_run: true,
+            suspect,
+            resent: 0,
+        }
+    }
+
     /// One event (not of an ordered run).
     pub(in crate::delivery) fn one(
         id: &str,
@@ -49,38 +67,46 @@ impl Submission {
     }
 }
 
-/// Who takes an event's answer from its batch.
-pub(in crate::delivery) enum Waiter {
-    /// The event's task, on this channel; it stops waiting (closes it) when
-    /// its partition is handed over.
-    Task(oneshot::Sender<Reply>),
-    /// No task: the event's first try, made by the dispatcher
-    /// (`delivery::inline`). The answer is handed to `answer`; dropped
-    /// instead, its job's token reports errored. It stops waiting when its
-    /// partition is handed over (`cancel`).
-    Inline {
-        cancel: Cancellation,
-        answer: Box<dyn FnOnce(Reply) + Send + Sync>,
-    },
+/// Who takes an event's answer from its batch — one kind for every way in:
+/// `answer`, called once with it. An event's task waits on a channel
+/// ([`Waiter::channel`]); an event's first try made without a task
+/// (`delivery::inline`) hands it to a closure. Dropped unanswered (the
+/// batch's task is gone), the channel closes — the task hears "no answer"
+/// — or the closure's job reports errored. It stops waiting when its
+/// partition is handed over (`cancel`).
+pub(in crate::delivery) struct Waiter {
+    cancel: Cancellation,
+    answer: Box<dyn FnOnce(Reply) + Send + Sync>,
 }
 
 impl Waiter {
-    /// The event no longer waits for this answer (its partition was handed
-    /// over): left out of the request, if it was not sent yet.
-    pub(in crate::delivery) fn stopped(&self) -> bool {
-        match self {
-            Waiter::Task(tx) => tx.is_closed(),
-            Waiter::Inline { cancel, .. } => cancel.cancelled(),
+    pub(in crate::delivery) fn new(
+        cancel: Cancellation,
+        answer: impl FnOnce(Reply) + Send + Sync + 'static,
+    ) -> Waiter {
+        Waiter {
+            cancel,
+            answer: Box::new(answer),
         }
     }
 
+    /// A waiter whose answer comes on the channel returned with it.
+    pub(in crate::delivery) fn channel(cancel: Cancellation) -> (Waiter, oneshot::Receiver<Reply>) {
+        let (tx, rx) = oneshot::channel();
+        let waiter = Waiter::new(cancel, move |reply| {
+            let _ = tx.send(reply);
+        });
+        (waiter, rx)
+    }
+
+    /// The event no longer waits for this answer (its partition was handed
+    /// over): left out of the request, if it was not sent yet.
+    pub(in crate::delivery) fn stopped(&self) -> bool {
+        self.cancel.cancelled()
+    }
+
     pub(in crate::delivery) fn send(self, reply: Reply) {
-        match self {
-            Waiter::Task(tx) => {
-                let _ = tx.send(reply);
-            }
-            Waiter::Inline { answer, .. } => answer(reply),
-        }
+        (self.answer)(reply)
     }
 }
 

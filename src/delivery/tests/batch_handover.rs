@@ -94,19 +94,27 @@ async fn an_event_handed_over_while_its_batch_waits_for_a_rate_slot_is_not_sent(
     ));
     let (batcher, spec) = own_batcher(&d, &api, &limits);
     let out = Outgoing::default();
-    let first = batcher.submit(&out, &spec, "e-0", id_body("e-0"), None, false);
+    let (stays, leaves) = two_partitions();
+    let submit = |id: &str, inbox: &Arc<Inbox>| {
+        let token = CompletionToken::new(inbox.clone(), 1, Src::Main, 0);
+        let (waiter, rx) = batch::Waiter::channel(token.cancellation());
+        let one = batch::Submission::one(id, id_body(id), None, false, waiter);
+        batcher.submit(&out, &spec, batch::Entry::One(one));
+        rx
+    };
+    let first = submit("e-0", &stays);
     let (answer, _) = tokio::time::timeout(Duration::from_secs(30), first)
         .await
         .expect("answered")
         .expect("a reply");
     assert_eq!(answer.answer().as_ref().map(|a| a.status).ok(), Some(200));
-    let second = batcher.submit(&out, &spec, "e-1", id_body("e-1"), None, false);
+    let _second = submit("e-1", &leaves);
     until("the second batch waits for its rate slot", || {
         limits.waits.rate.load(Ordering::SeqCst) == 2
     })
     .await;
     // Its partition is handed over: the event stops waiting.
-    drop(second);
+    leaves.cancel();
     until("the second batch ended", || batcher.ended() == 2).await;
     assert_eq!(
         api.requests(),
@@ -185,16 +193,12 @@ async fn an_inline_first_try_handed_over_while_its_batch_waits_for_a_slot_is_not
     let submit = |id: &str, inbox: &Arc<Inbox>| {
         let token = CompletionToken::new(inbox.clone(), 1, Src::Main, 0);
         let cancel = token.cancellation();
-        let answer = Box::new(move |(r, _): batch::Reply| {
+        let waiter = batch::Waiter::new(cancel, move |(r, _): batch::Reply| {
             assert_eq!(r.answer().as_ref().map(|a| a.status).ok(), Some(200));
             token.finish(Finished::Delivered);
         });
-        let waiter = batch::Waiter::Inline { cancel, answer };
-        batcher.submit_to(
-            &out,
-            &spec,
-            batch::Submission::one(id, id_body(id), None, false, waiter),
-        );
+        let one = batch::Submission::one(id, id_body(id), None, false, waiter);
+        batcher.submit(&out, &spec, batch::Entry::One(one));
     };
     let (first, second) = two_partitions();
     submit("e-0", &first);
