@@ -385,6 +385,32 @@ fn answers_are_read_in_one_place() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// Permits behind one gate: a semaphore's permit is taken (`acquire`,
+/// `acquire_owned`, `try_acquire`) only in `delivery::permits` (an event's
+/// pool permit, a DLQ round's share) and below the call's admission in
+/// `delivery::limits` (the gate that keeps the pool at the limit, the
+/// request slots) and `delivery::ratelimit` (the rate slots). Issue 55
+/// item 3; on 45109fa `delivery::drain` took permits of a semaphore of
+/// its own, and `delivery::call` kept the pool's gate.
+#[test]
+fn permits_are_taken_behind_one_gate() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let allowed = [
+        "delivery::permits",
+        "delivery::limits",
+        "delivery::ratelimit",
+    ];
+    let mut wrong = Vec::new();
+    for what in [".acquire(", ".acquire_owned(", ".try_acquire"] {
+        for module in named_outside(&src, what, &allowed) {
+            wrong.push(format!(
+                "{module} takes a permit (`{what}`): only {allowed:?} may"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 #[test]
 fn the_reading_check_sees_split_calls_and_skips_comments() {
     let dir = std::env::temp_dir().join(format!("courier-layers-{}", std::process::id()));

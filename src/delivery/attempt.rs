@@ -87,11 +87,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     if !sleep_unless_cancelled(token, delay - hold).await {
                         return None;
                     }
-                    permit = Some(tokio::select! {
-                        biased;
-                        _ = token.until_cancelled() => return None,
-                        p = self.send.permit() => p?,
-                    });
+                    permit = Some(self.permits.event_for(token).await?);
                 }
                 // The next call waits at the breaker's gate.
                 Wait::Gate => {}

@@ -6,46 +6,26 @@
 use super::batch::{Batcher, Entry, Submission, Waiter};
 use super::hear::Answered;
 use super::http::{Api, Outgoing};
-use super::limits;
 use super::send::{Calls, Made, Request, Sent, Waiting};
 use super::token::CompletionToken;
 use bytes::Bytes;
 use std::future::Future;
 use std::sync::Arc;
 
-/// Stage 3's parts: what a call passes through — the pool's permits, the
-/// breaker's gate, the request and rate slots, the HTTP client (or the
-/// route's batch) — and what hears its answer.
+/// Stage 3's parts: what a call passes through — the breaker's gate, the
+/// request and rate slots, the HTTP client (or the route's batch) — and
+/// what hears its answer. (An event's permit it holds already:
+/// [`super::permits`].)
 pub(super) struct Sender<A> {
     /// The one way a request goes out: admitted, sent, heard.
     pub(super) calls: Arc<Calls<A>>,
-    /// Every permit is taken through this gate (the dispatcher's, an event's
-    /// again after its back-off), so none bypasses the limit's shrinking.
-    gate: tokio::sync::Mutex<limits::PermitGate>,
     /// Batches being formed (`[api.batch]`, the routes' batches).
     pub(super) batcher: Arc<Batcher<A>>,
 }
 
 impl<A: Api> Sender<A> {
-    pub(super) fn new(
-        calls: Arc<Calls<A>>,
-        gate: limits::PermitGate,
-        batcher: Arc<Batcher<A>>,
-    ) -> Sender<A> {
-        Sender {
-            calls,
-            gate: tokio::sync::Mutex::new(gate),
-            batcher,
-        }
-    }
-
-    /// One of the pool's permits, within the current concurrency limit (fixed
-    /// at `pipeline.concurrency` with batching, where the limit holds
-    /// requests). Takers queue in turn (the dispatcher for the next queued
-    /// delivery; an event for its next try after a back-off). `None`: never
-    /// (the semaphore is not closed).
-    pub(super) async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.gate.lock().await.acquire().await
+    pub(super) fn new(calls: Arc<Calls<A>>, batcher: Arc<Batcher<A>>) -> Sender<A> {
+        Sender { calls, batcher }
     }
 
     /// One API call for one event (`redelivery`: the DLQ round): into its

@@ -7,13 +7,11 @@ use super::durable::DlqWrite;
 use super::enrich::SourceOfTruth;
 use super::hear::Answered;
 use super::http::Api;
-use super::pacer::DrainPacer;
 use super::report::Failure;
 use super::request::{Body, Source};
 use super::send::Made;
 use super::token::{CompletionToken, Finished};
 use super::{Deliverer, Item};
-use crate::config::DegradedConfig;
 use crate::core::attempt::{self, Round, RoundNext};
 use crate::core::classify::{FailureClass, FailureReason};
 use crate::core::dlq_policy::{self, DlqDecision, SourceCheck};
@@ -25,8 +23,6 @@ use crate::metrics as m;
 use crate::runtime::now_ms;
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::Semaphore;
 
 /// Why a DLQ record's event cannot be decoded now.
 pub(super) enum Undecodable {
@@ -36,22 +32,16 @@ pub(super) enum Undecodable {
     RegistryUnavailable(String),
 }
 
-/// Stage 8's parts: the DLQ drain has its own, smaller limit and a rate (a
-/// recovering API must not receive the whole backlog at once), and the
-/// source of truth deadline policies ask.
+/// Stage 8's parts: the source of truth deadline policies ask. (The
+/// drain's own, smaller limit and its pace are its share of the permits:
+/// `permits::Permits::drain_round`.)
 pub(super) struct Redelivery {
-    permits: Semaphore,
-    pacer: DrainPacer,
     source: Option<Arc<SourceOfTruth>>,
 }
 
 impl Redelivery {
-    pub(super) fn new(d: &DegradedConfig, source: Option<Arc<SourceOfTruth>>) -> Redelivery {
-        Redelivery {
-            permits: Semaphore::new(d.drain_concurrency),
-            pacer: DrainPacer::new(Duration::from_secs_f64(1.0 / d.drain_rate_per_sec)),
-            source,
-        }
+    pub(super) fn new(source: Option<Arc<SourceOfTruth>>) -> Redelivery {
+        Redelivery { source }
     }
 }
 
@@ -256,17 +246,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 if token.cancelled() {
                     return None;
                 }
-                let permit = tokio::select! {
-                    biased;
-                    _ = token.until_cancelled() => return None,
-                    p = self.drain.permits.acquire() => p,
-                };
-                let Ok(_permit) = permit else {
-                    return std::future::pending::<Option<Finished>>().await;
-                };
-                if !self.drain.pacer.slot(token).await {
-                    return None;
-                }
+                let _permit = self.permits.drain_round(token).await?;
                 let round = Some(env.dlq_retries + 1);
                 let (r, m) = self.send.call(&id, &out, body, round, token, false).await?;
                 made = Some(m);

@@ -11,8 +11,10 @@
 //! 2. [`request`] — building ([`request::Builder`]): route, body (enriched, or
 //!    the event's data), forwarded headers, trace context; or why it cannot
 //!    be sent (parked, never retried).
-//! 3. [`call`] — an event's call ([`call::Sender`]): the pool's permits,
-//!    then a request of its own or a place in its route's batch ([`batch`]:
+//! 3. [`call`] — an event's call ([`call::Sender`]), made with the permit it
+//!    holds ([`permits`]: the one gate every permit is taken through — an
+//!    event's from the pool, a DLQ round's share — given back on drop): a
+//!    request of its own or a place in its route's batch ([`batch`]:
 //!    forming in `batch/form.rs`, sending in `batch/send.rs`). Either request
 //!    goes out the one way [`send`] has ([`send::Calls`]): admitted at the
 //!    breaker's gate while anyone waits for it, its request and rate slots
@@ -32,8 +34,9 @@
 //!    parking-lot writes, retried until acknowledged by [`durable`] (a DLQ
 //!    that refuses for good parks; a parking lot that refuses stops the
 //!    process).
-//! 8. [`drain`] — the DLQ drain ([`drain::Redelivery`]: its own permits,
-//!    pace and source of truth): a DLQ record's turn, its policy and round.
+//! 8. [`drain`] — the DLQ drain ([`drain::Redelivery`]: the source of
+//!    truth; its round's share of the permits and pace from [`permits`]): a
+//!    DLQ record's turn, its policy and round.
 //! 9. [`ordered`] — an ordered run: a key's events sent together in offset
 //!    order, and again from the first that failed transiently; it shares the
 //!    attempt loop's pieces (`Tries`, `after_failure`, `give_up`).
@@ -74,6 +77,7 @@ pub(crate) mod limits;
 mod ordered;
 pub(crate) mod pacer;
 pub(crate) mod peers;
+pub(crate) mod permits;
 pub mod ratelimit;
 mod report;
 mod request;
@@ -186,9 +190,10 @@ pub(crate) enum Queued {
 /// One destination's delivery (`core::destination`: each has its own
 /// breaker, limits and permits; `Deliverer::all` builds one per destination),
 /// composed of its stages' parts: building
-/// ([`request::Builder`]), sending ([`call::Sender`]), failure reports
-/// ([`report::Reports`]), durable writes ([`write::Writes`]) and the DLQ
-/// drain's limits ([`drain::Redelivery`]); the attempt loop, the job and the
+/// ([`request::Builder`]), its permits ([`permits::Permits`]), sending
+/// ([`call::Sender`]), failure reports ([`report::Reports`]), durable writes
+/// ([`write::Writes`]) and the DLQ drain's source of truth
+/// ([`drain::Redelivery`]); the attempt loop, the job and the
 /// ordered run drive them. `A` sends the requests and `W` makes the DLQ and
 /// parking-lot writes: the real client and the DLQ writer actor in
 /// production, fakes in the shell's unit tests (generic, so the hot path
@@ -196,6 +201,8 @@ pub(crate) enum Queued {
 pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriterMsg>>> {
     build: request::Builder,
     send: call::Sender<A>,
+    /// Every permit of this destination's delivery (`permits`).
+    permits: permits::Permits,
     reports: report::Reports,
     writes: write::Writes<W>,
     drain: drain::Redelivery,
@@ -360,18 +367,19 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             #[cfg(test)]
             inline_tries: std::sync::atomic::AtomicU64::new(0),
             build: request::Builder::new(routes, batch, enricher, pipeline.clone()),
-            send: call::Sender::new(calls, gate, batcher),
+            send: call::Sender::new(calls, batcher),
+            permits: permits::Permits::new(gate, d),
             reports: report::Reports::new(pipeline.clone(), ears.clone()),
             writes: write::Writes::new(writer, pipeline.clone(), ears),
-            drain: drain::Redelivery::new(d, source),
+            drain: drain::Redelivery::new(source),
             policy: cfg.api.retry_policy(),
             pipeline,
             hot: HotMetrics::new(&name),
         })
     }
 
-    /// One of the pool's permits (see [`call::Sender::permit`]).
-    pub(crate) async fn permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.send.permit().await
+    /// One of the pool's permits (see [`permits::Permits::event`]).
+    pub(crate) async fn permit(&self) -> Option<permits::Permit> {
+        self.permits.event().await
     }
 }

@@ -140,16 +140,8 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 let permit = match permit {
                     Some(p) => p,
                     // Waits for a permit unless the partition is handed over first.
-                    None => match tokio::select! {
-                        biased;
-                        _ = token.until_cancelled() => return None,
-                        p = self.send.permit() => p,
-                    } {
-                        Some(p) => p,
-                        // The semaphore is never closed; if it were, the dropped
-                        // token reports errored and the event is re-dispatched.
-                        None => return None,
-                    },
+                    // Handed over first: no permit, no outcome.
+                    None => self.permits.event_for(token).await?,
                 };
                 let delivered = if crate::otel::enabled() {
                     let parent = trace::extract(&ev.raw, item.headers.as_deref());
