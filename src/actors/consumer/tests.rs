@@ -64,6 +64,36 @@ impl Actor for Harness {
     }
 }
 
+/// The delivery pool actor's mailbox, played by the test: the jobs that take
+/// no API permit (parking-lot writes, DLQ redeliveries) go to a channel.
+struct PoolStub;
+
+impl Actor for PoolStub {
+    type Msg = crate::actors::delivery_pool::DeliveryMsg;
+    type State = mpsc::UnboundedSender<Job>;
+    type Arguments = mpsc::UnboundedSender<Job>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        tx: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(tx)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        tx: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let crate::actors::delivery_pool::DeliveryMsg::Run(job) = msg {
+            let _ = tx.send(job);
+        }
+        Ok(())
+    }
+}
+
 /// A consumer over fakes, the jobs its partitions dispatch, and the fakes.
 struct World {
     consumer: ActorRef<ConsumerMsg>,
@@ -73,6 +103,9 @@ struct World {
     /// The delivery pool's queue: the jobs in flight.
     jobs: mpsc::UnboundedReceiver<Queued>,
     _queue: Binding<mpsc::UnboundedSender<Queued>>,
+    /// The jobs sent to the delivery pool actor (no API permit).
+    pooled: mpsc::UnboundedReceiver<Job>,
+    _pool: Binding<ActorRef<crate::actors::delivery_pool::DeliveryMsg>>,
     main: String,
     dlq: String,
 }
@@ -101,8 +134,14 @@ impl World {
         let (tx, jobs) = mpsc::unbounded_channel();
         let queue = Binding::default();
         queue.bind(tx);
+        let (to_pool, pooled) = mpsc::unbounded_channel();
+        let (stub, _) = Actor::spawn(None, PoolStub, to_pool)
+            .await
+            .expect("the pool's stand-in starts");
+        let pool = Binding::default();
+        pool.bind(stub);
         let delivery = PoolHandles {
-            pool: Binding::default().handle(),
+            pool: pool.handle(),
             queue: queue.handle(),
         };
         let ready = Arc::new(Readiness::new(
@@ -128,6 +167,8 @@ impl World {
             pipeline,
             jobs,
             _queue: queue,
+            pooled,
+            _pool: pool,
             main,
             dlq,
         }
@@ -466,4 +507,53 @@ async fn dlq_records_past_their_half_are_sought_back_and_main_p_flows() {
             .filter(|c| matches!(c, IoCall::Seek(..)))
             .count();
     assert_eq!(seeks, 1, "one seek back");
+}
+
+/// The partition actor decodes each record before its machine takes it in:
+/// a record that is not a CloudEvent is dispatched as a parking job with
+/// its reason, between two events dispatched for delivery, and the three
+/// are committed alike once done (the watermark passes all of them).
+#[tokio::test]
+async fn records_are_decoded_by_the_actor_and_bad_input_goes_to_the_parking_lot() {
+    use crate::core::classify::FailureReason;
+    use crate::delivery::Work;
+    let mut w = World::new(|_, _, _| {}).await;
+    w.assign().await;
+    let mut bad = record(Src::Main, 1);
+    bad.payload = Some(bytes::Bytes::from_static(b"not json {"));
+    let records = vec![record(Src::Main, 0), bad, record(Src::Main, 2)];
+    let bytes = records.iter().map(Record::size).sum();
+    w.pipeline.buffered.add(records.len(), bytes);
+    w.send(ConsumerMsg::Records(records));
+    let mut jobs = w.jobs(2).await;
+    for (offset, job) in &jobs {
+        match &job.item.work {
+            Work::Deliver(ev) => assert_eq!(ev.id, format!("e-{offset}")),
+            work => panic!("offset {offset}: {work:?}"),
+        }
+    }
+    assert_eq!(jobs.keys().copied().collect::<Vec<_>>(), [0, 2]);
+    // The bad record: a parking-lot write, for the pool actor.
+    let parked = tokio::time::timeout(WITHIN, w.pooled.recv())
+        .await
+        .expect("a job for the pool actor")
+        .expect("its channel is open");
+    assert_eq!(parked.token.offset(), 1);
+    match &parked.item.work {
+        Work::Park { reason, .. } => {
+            assert!(matches!(reason, FailureReason::Input(_)), "{reason:?}")
+        }
+        work => panic!("offset 1: {work:?}"),
+    }
+    jobs.insert(1, parked);
+    finish(&mut jobs, &[0, 1, 2]);
+    until("the watermark 3 is stored", || {
+        w.io.stores(&w.main, 0).last().map(|s| s.0) == Some(3)
+    })
+    .await;
+    assert_eq!(
+        w.pipeline.buffered.get().0,
+        0,
+        "the records left the fetch budget"
+    );
 }
