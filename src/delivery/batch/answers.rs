@@ -146,8 +146,9 @@ impl<A: Api + Clone> Batcher<A> {
     }
 }
 
-/// Whether an event's answer accepted it: its own (or its batch's) 2xx, or
-/// 409 (written already), with a result.
+/// Whether an event's answer accepted it: delivered, as its answer was read
+/// (`core::answer`: a 2xx or 409 by default, `[api.status]` over them; an
+/// answer without a result for it never is).
 pub(super) fn accepted(reply: &Reply) -> bool {
-    matches!(reply.0.answer(), Ok(a) if a.no_result.is_none() && ((200..300).contains(&a.status) || a.status == 409))
+    reply.0.reading().event == crate::core::answer::Verdict::Delivered
 }

@@ -275,3 +275,29 @@ async fn a_split_runs_second_half_waits_for_its_first_halfs_failures() {
     );
     assert_eq!(last_writes(&accepted), ids(0..4));
 }
+
+/// An event's result read as the policy reads it decides whether the next
+/// part of its run goes: with 409 made transient (`[api.status]`), e-1's
+/// first answer does not accept it, so the run's second half (the batch of
+/// 8 refused 413, split in halves) is not sent before e-1 is accepted.
+/// Seen failing before "accepted" took the answer's reading: a 409 counted
+/// as accepted whatever the policy, and e-4..e-7 reached the API before e-1.
+#[tokio::test]
+async fn the_next_half_waits_for_an_event_the_policy_did_not_accept() {
+    let api = BatchApi::new(&[("e-1", 409, 1)], &[], Some(4));
+    let dlq = FakeDlq::default();
+    let extra = format!("{BATCH}ordered = true\n[api.status]\n\"409\" = \"transient\"\n");
+    let d = deliverer_with(QUICK, &extra, &api, &dlq).0;
+    let done = run_on(&d, 8).await;
+    assert!(
+        done.iter().all(|o| *o == Some(Finished::Delivered)),
+        "{done:?}"
+    );
+    let accepted = api.accepted();
+    let first = |id: &str| accepted.iter().position(|a| a == id);
+    assert!(
+        first("e-1") < first("e-4"),
+        "e-4 reached the API before e-1 was accepted: {accepted:?}"
+    );
+    assert_eq!(last_writes(&accepted), ids(0..8));
+}
