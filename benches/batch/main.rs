@@ -20,7 +20,12 @@
 //! Every engine is timed the same way: from the first event the stand-in books
 //! to the moment it has booked every event of the backlog (the bare consumer:
 //! from its first record to its last). CPU is the engine process's (utime +
-//! stime) over that window, peak RSS its `VmHWM`. Each delivering run ends with
+//! stime) over that window, peak RSS its `VmHWM`. Beside it, the whole run's CPU
+//! per event: the process's from its start to the moment the group's commits
+//! reached the end offsets (the bare consumer: to its last record), over every
+//! event of the backlog, and its ratio to the bare consumer's in the same round
+//! (issue 55 item 7: start-up, the tail and the commit are in it, the window
+//! leaves them out). Each delivering run ends with
 //! an audit: every backlog event answered 2xx at least once (duplicates
 //! counted), and the group's committed offsets at the end offsets.
 //!
@@ -206,6 +211,12 @@ struct RunResult {
     cpu_secs_window: Option<f64>,
     /// CPU seconds of the engine's process per 1,000 events.
     cpu_s_per_1k: Option<f64>,
+    /// CPU seconds of the engine's process over its whole run: from its
+    /// start to its commits at the end offsets (the bare consumer: its last
+    /// record). None when the commits did not get there.
+    cpu_secs_whole: Option<f64>,
+    /// `cpu_secs_whole` per backlog event, in µs.
+    whole_us_per_event: Option<f64>,
     peak_rss_mb: Option<f64>,
     /// Heap allocations of Courier's process per event over the window
     /// (`courier_memory_allocations_total`, jemalloc's count); None for the
@@ -240,6 +251,8 @@ struct BareReport {
     startup_secs: f64,
     window_secs: f64,
     cpu_secs_window: Option<f64>,
+    /// The process's CPU from its start to its last record.
+    cpu_secs_whole: Option<f64>,
     peak_rss_bytes: Option<u64>,
 }
 
@@ -285,6 +298,7 @@ fn bare_consume(brokers: &str, topic: &str, group: &str, expect: u64) -> anyhow:
         startup_secs: t_first.duration_since(started).as_secs_f64(),
         window_secs: last.duration_since(t_first).as_secs_f64(),
         cpu_secs_window: cpu_end.zip(cpu_first).map(|(b, a)| b - a),
+        cpu_secs_whole: cpu_end,
         peak_rss_bytes: peak_rss_bytes(Pid::SelfProcess),
     };
     println!("{}", serde_json::to_string(&report)?);
@@ -518,16 +532,19 @@ logger:
         r.startup_secs = b.startup_secs;
         r.cpu_secs_window = b.cpu_secs_window;
         r.cpu_s_per_1k = per_1k(b.cpu_secs_window, measured);
+        r.cpu_secs_whole = b.cpu_secs_whole;
+        r.whole_us_per_event = per_event_us(b.cpu_secs_whole, b.records);
         r.peak_rss_mb = b.peak_rss_bytes.map(|x| x as f64 / MB);
         r.delivered_distinct = b.records;
         r.delivered_total = b.records;
         r.audit_ok = b.records >= self.events();
         eprintln!(
-            "  bare: {:.0} records/s ({} in {:.2} s), {:.3} CPU s/1k, peak RSS {:.0} MB",
+            "  bare: {:.0} records/s ({} in {:.2} s), {:.3} CPU s/1k, whole run {:.2} µs/record, peak RSS {:.0} MB",
             r.events_per_s,
             measured,
             r.window_secs,
             r.cpu_s_per_1k.unwrap_or(f64::NAN),
+            r.whole_us_per_event.unwrap_or(f64::NAN),
             r.peak_rss_mb.unwrap_or(f64::NAN)
         );
         Ok(())
@@ -647,6 +664,9 @@ logger:
         while Instant::now() < until {
             if self.committed_at_end(group).await {
                 committed = true;
+                // The whole run's CPU: the process's own, since its start.
+                r.cpu_secs_whole = cpu_seconds(pid, self.ticks);
+                r.whole_us_per_event = per_event_us(r.cpu_secs_whole, events);
                 break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -662,11 +682,12 @@ logger:
         r.failures_total = d.failures_total;
         r.audit_ok = d.distinct >= events;
         eprintln!(
-            "  {engine}: {:.0} events/s ({n} in {:.2} s after {:.1} s start-up), {:.3} CPU s/1k, peak RSS {:.0} MB; audit: {} of {events} delivered, {} duplicates, {} failures, {} batch requests, committed {}",
+            "  {engine}: {:.0} events/s ({n} in {:.2} s after {:.1} s start-up), {:.3} CPU s/1k, whole run {:.2} µs/event, peak RSS {:.0} MB; audit: {} of {events} delivered, {} duplicates, {} failures, {} batch requests, committed {}",
             r.events_per_s,
             r.window_secs,
             r.startup_secs,
             r.cpu_s_per_1k.unwrap_or(f64::NAN),
+            r.whole_us_per_event.unwrap_or(f64::NAN),
             r.peak_rss_mb.unwrap_or(f64::NAN),
             d.distinct,
             r.duplicates,
@@ -746,6 +767,10 @@ struct Summary {
     events_per_s_min: Option<f64>,
     events_per_s_max: Option<f64>,
     cpu_s_per_1k: Option<f64>,
+    /// The whole run's CPU per event (µs), and its ratio to the bare
+    /// consumer's per record within each round (median).
+    whole_us_per_event: Option<f64>,
+    whole_vs_bare: Option<f64>,
     peak_rss_mb: Option<f64>,
     allocs_per_event: Option<f64>,
     sink_cpu_s_per_1k: Option<f64>,
@@ -776,6 +801,18 @@ fn summarise(opts: &Opts, runs: &[RunResult]) -> (Vec<Summary>, Vec<RatioResult>
                 .collect();
             let good: Vec<&RunResult> = all.iter().copied().filter(ok).collect();
             let rates: Vec<f64> = good.iter().map(|r| r.events_per_s).collect();
+            let bare_whole = |round: u64| {
+                runs.iter()
+                    .filter(ok)
+                    .find(|r| {
+                        r.round == round && r.latency_ms == l && r.engine == Engine::Bare.as_str()
+                    })
+                    .and_then(|r| r.whole_us_per_event)
+            };
+            let whole_vs_bare: Vec<f64> = good
+                .iter()
+                .filter_map(|r| Some(r.whole_us_per_event? / bare_whole(r.round)?))
+                .collect();
             summaries.push(Summary {
                 latency_ms: l,
                 engine: e.to_string(),
@@ -785,6 +822,10 @@ fn summarise(opts: &Opts, runs: &[RunResult]) -> (Vec<Summary>, Vec<RatioResult>
                 events_per_s_min: rates.iter().copied().reduce(f64::min),
                 events_per_s_max: rates.iter().copied().reduce(f64::max),
                 cpu_s_per_1k: median(good.iter().filter_map(|r| r.cpu_s_per_1k).collect()),
+                whole_us_per_event: median(
+                    good.iter().filter_map(|r| r.whole_us_per_event).collect(),
+                ),
+                whole_vs_bare: median(whole_vs_bare),
                 peak_rss_mb: median(good.iter().filter_map(|r| r.peak_rss_mb).collect()),
                 allocs_per_event: median(good.iter().filter_map(|r| r.allocs_per_event).collect()),
                 sink_cpu_s_per_1k: median(
@@ -821,6 +862,11 @@ fn summarise(opts: &Opts, runs: &[RunResult]) -> (Vec<Summary>, Vec<RatioResult>
     (summaries, ratios)
 }
 
+/// CPU seconds over `n` events, in µs per event.
+fn per_event_us(cpu_secs: Option<f64>, n: u64) -> Option<f64> {
+    cpu_secs.filter(|_| n > 0).map(|c| c * 1e6 / n as f64)
+}
+
 fn fmt(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "–".into(), |x| format!("{x:.digits$}"))
 }
@@ -852,18 +898,20 @@ fn markdown(
         fmt(loads.iter().copied().reduce(f64::min), 2),
         fmt(loads.iter().copied().reduce(f64::max), 2),
     );
-    s += "| L | engine | events/s (median) | min–max | CPU s / 1k events | peak RSS MB | allocations / event | stand-in CPU s / 1k | audits ok | duplicates |\n";
-    s += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    s += "| L | engine | events/s (median) | min–max | CPU s / 1k events | whole run µs / event | × bare's | peak RSS MB | allocations / event | stand-in CPU s / 1k | audits ok | duplicates |\n";
+    s += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for x in summaries {
         let engine = Engine::from_str(&x.engine, true).map_or(x.engine.as_str(), |e| e.label());
         s += &format!(
-            "| {} ms | {} | {} | {}–{} | {} | {} | {} | {} | {}/{} | {} |\n",
+            "| {} ms | {} | {} | {}–{} | {} | {} | {} | {} | {} | {} | {}/{} | {} |\n",
             x.latency_ms,
             engine,
             fmt(x.events_per_s, 0),
             fmt(x.events_per_s_min, 0),
             fmt(x.events_per_s_max, 0),
             fmt(x.cpu_s_per_1k, 4),
+            fmt(x.whole_us_per_event, 2),
+            fmt(x.whole_vs_bare, 2),
             fmt(x.peak_rss_mb, 0),
             fmt(x.allocs_per_event, 1),
             fmt(x.sink_cpu_s_per_1k, 4),
