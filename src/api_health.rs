@@ -14,9 +14,9 @@
 //! epoch it was admitted in: every change of state, the end of optimism and a time-out start a
 //! new epoch). A cautious half-open period's probes unanswered for `breaker_open` (at least
 //! 1 s) free their slots (`Breaker::probes_lapsed`). With batching the batch is the call: the
-//! events do not pass the gate, their batch does (`batch::send::admitted`), and a batch
+//! events do not pass the gate, their batch does (`batch::bisect::admitted`), and a batch
 //! admitted into a half-open probe slot sends one event, the others batched again (an ordered
-//! run's after the probe's answer: `delivery::batch::send`). Per-item
+//! run's after the probe's answer: `delivery::batch::bisect`). Per-item
 //! results go to each event's attempt loop only: 429/503 items are one back-pressure sample
 //! for the adaptive limit (`Limits::after_call`); events refused inside a 2xx answer are
 //! not counted by the DLQ and parking flood guards (`Answer::per_item`).

@@ -75,7 +75,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                     // After back-pressure it keeps its permit for about
                     // a round trip first (`Limits::back_pressure_hold`).
                     let hold = self
-                        .send
+                        .caller
                         .calls
                         .limits
                         .back_pressure_hold(failure.load)
@@ -111,7 +111,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         Some(match self.build.request(src, ev).await {
             Ok(Body::Send { body, out }) => {
                 let (answer, made) = self
-                    .send
+                    .caller
                     .call(&ev.id, &out, body, None, token, t.hypothesis.suspect())
                     .await?;
                 match Failure::in_answer(answer) {
@@ -177,7 +177,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         };
         let breaker = Breaker {
             systemic_outage: failure.class == FailureClass::Transient
-                && self.send.calls.ears.health().systemic_outage(),
+                && self.caller.calls.ears.health().systemic_outage(),
         };
         let at = Progress {
             tries: t.count,

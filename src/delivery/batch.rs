@@ -32,9 +32,9 @@
 //! partition whose revoke completed before the batch was sent.
 
 mod answers;
+mod bisect;
 mod form;
 mod group;
-mod send;
 mod waiter;
 
 pub(super) use group::Entry;

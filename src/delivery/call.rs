@@ -16,16 +16,16 @@ use std::sync::Arc;
 /// request and rate slots, the HTTP client (or the route's batch) — and
 /// what hears its answer. (An event's permit it holds already:
 /// [`super::permits`].)
-pub(super) struct Sender<A> {
+pub(super) struct Caller<A> {
     /// The one way a request goes out: admitted, sent, heard.
     pub(super) calls: Arc<Calls<A>>,
     /// Batches being formed (`[api.batch]`, the routes' batches).
     pub(super) batcher: Arc<Batcher<A>>,
 }
 
-impl<A: Api> Sender<A> {
-    pub(super) fn new(calls: Arc<Calls<A>>, batcher: Arc<Batcher<A>>) -> Sender<A> {
-        Sender { calls, batcher }
+impl<A: Api> Caller<A> {
+    pub(super) fn new(calls: Arc<Calls<A>>, batcher: Arc<Batcher<A>>) -> Caller<A> {
+        Caller { calls, batcher }
     }
 
     /// One API call for one event (`redelivery`: the DLQ round): into its

@@ -248,7 +248,10 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 }
                 let _permit = self.permits.drain_round(token).await?;
                 let round = Some(env.dlq_retries + 1);
-                let (r, m) = self.send.call(&id, &out, body, round, token, false).await?;
+                let (r, m) = self
+                    .caller
+                    .call(&id, &out, body, round, token, false)
+                    .await?;
                 made = Some(m);
                 r
             }
@@ -256,7 +259,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                 return Some(self.writes.drop_from_dlq(item, env, reason, message).await)
             }
             // The database, not the API: back to the DLQ.
-            Err(e) => self.send.calls.ears.not_sent(format!("enrichment: {e}")),
+            Err(e) => self.caller.calls.ears.not_sent(format!("enrichment: {e}")),
         };
         Some(Box::pin(self.redelivered(item, env, policy, answer, made)).await)
     }

@@ -92,7 +92,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             this.first_answer(job, permit, t, reply)
         });
         let one = Submission::one(&ev.id, body, None, false, waiter);
-        self.send.batcher.submit(&out, &spec, Entry::One(one));
+        self.caller.batcher.submit(&out, &spec, Entry::One(one));
         Ok(())
     }
 

@@ -11,11 +11,11 @@
 //! 2. [`request`] — building ([`request::Builder`]): route, body (enriched, or
 //!    the event's data), forwarded headers, trace context; or why it cannot
 //!    be sent (parked, never retried).
-//! 3. [`call`] — an event's call ([`call::Sender`]), made with the permit it
+//! 3. [`call`] — an event's call ([`call::Caller`]), made with the permit it
 //!    holds ([`permits`]: the one gate every permit is taken through — an
 //!    event's from the pool, a DLQ round's share — given back on drop): a
 //!    request of its own or a place in its route's batch ([`batch`]:
-//!    forming in `batch/form.rs`, sending in `batch/send.rs`). Either request
+//!    forming in `batch/form.rs`, going out in `batch/bisect.rs`). Either request
 //!    goes out the one way [`send`] has ([`send::Calls`]): admitted at the
 //!    breaker's gate while anyone waits for it, its request and rate slots
 //!    taken, sent through the [`http::Api`] seam, heard once by the breaker
@@ -191,7 +191,7 @@ pub(crate) enum Queued {
 /// breaker, limits and permits; `Deliverer::all` builds one per destination),
 /// composed of its stages' parts: building
 /// ([`request::Builder`]), its permits ([`permits::Permits`]), sending
-/// ([`call::Sender`]), failure reports ([`report::Reports`]), durable writes
+/// ([`call::Caller`]), failure reports ([`report::Reports`]), durable writes
 /// ([`write::Writes`]) and the DLQ drain's source of truth
 /// ([`drain::Redelivery`]); the attempt loop, the job and the
 /// ordered run drive them. `A` sends the requests and `W` makes the DLQ and
@@ -200,7 +200,7 @@ pub(crate) enum Queued {
 /// stays monomorphic).
 pub(crate) struct Deliverer<A = ApiClient, W = Handle<ractor::ActorRef<DlqWriterMsg>>> {
     build: request::Builder,
-    send: call::Sender<A>,
+    caller: call::Caller<A>,
     /// Every permit of this destination's delivery (`permits`).
     permits: permits::Permits,
     reports: report::Reports,
@@ -367,7 +367,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             #[cfg(test)]
             inline_tries: std::sync::atomic::AtomicU64::new(0),
             build: request::Builder::new(routes, batch, enricher, pipeline.clone()),
-            send: call::Sender::new(calls, batcher),
+            caller: call::Caller::new(calls, batcher),
             permits: permits::Permits::new(gate, d),
             reports: report::Reports::new(pipeline.clone(), ears.clone()),
             writes: write::Writes::new(writer, pipeline.clone(), ears),

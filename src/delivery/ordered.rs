@@ -25,7 +25,7 @@
 //! goes as consecutive requests, each after the answer to the one before, when it does not
 //! fit; a batch holding a run that is bisected sends its halves one after the other, and one
 //! admitted into a half-open probe slot sends its first event as the probe and the rest
-//! only after the probe's answer (`batch::send`): no two events of a run are on the wire at
+//! only after the probe's answer (`batch::bisect`): no two events of a run are on the wire at
 //! once. The answers are walked in order: delivered → done; failed → `core::attempt` for that event
 //! alone — parked on its own, the walk goes on; dead-lettered, the later events not
 //! delivered follow it into the DLQ — or tried again: from that
@@ -216,12 +216,12 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
                         (Submission::of_run(id(m), body, suspect, waiter), rx)
                     })
                     .unzip();
-                self.send.batcher.submit(&out, &spec, Entry::Run(run));
+                self.caller.batcher.submit(&out, &spec, Entry::Run(run));
                 let all = async {
                     let mut answers = Vec::with_capacity(replies.len());
                     for rx in replies {
                         let (r, sent) = rx.await.unwrap_or_else(|_| {
-                            (self.send.calls.ears.no_answer(), Sent::default())
+                            (self.caller.calls.ears.no_answer(), Sent::default())
                         });
                         answers.push((r, Made::heard(sent)));
                     }
@@ -236,7 +236,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             _ => {
                 let (body, out) = round.pop()?;
                 let one = self
-                    .send
+                    .caller
                     .call(&id(front), &out, body, None, token, suspect)
                     .await?;
                 Some(vec![one])

@@ -44,7 +44,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         if token.cancelled() {
             return;
         }
-        let dest = self.send.calls.ears.destination();
+        let dest = self.caller.calls.ears.destination();
         let (reason, message) = match why {
             Diverted::Unavailable => (
                 FailureReason::DestinationUnavailable,
@@ -87,7 +87,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
     /// `key_in_dlq`, as a divert behind the DLQ. The caller is in the
     /// run's handover scope.
     pub(super) async fn follow_into_dlq(&self, item: &Item) -> Finished {
-        let dest = self.send.calls.ears.destination();
+        let dest = self.caller.calls.ears.destination();
         let reason = FailureReason::KeyInDlq;
         let message = format!(
             "an earlier event of its key to destination {dest} is in the DLQ (ordered run)"

@@ -24,7 +24,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         made: Made,
         f: &Failure,
     ) -> SystemicStep {
-        let health = self.send.calls.ears.health();
+        let health = self.caller.calls.ears.health();
         let Made { sent, pending } = made;
         let seq = sent.seq;
         let reason = f.reason.breaker_reason();
@@ -33,7 +33,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
         if let crate::core::classify::FailureReason::Transport(t) = f.reason {
             if t.is_auth() {
                 if let Some(t) = pending.and_then(|a| a.systemic(seq, reason).1) {
-                    self.send.calls.ears.on_transition(t);
+                    self.caller.calls.ears.on_transition(t);
                 }
                 return SystemicStep::Wait;
             }
@@ -51,7 +51,7 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             }
         });
         if let Some(t) = t {
-            self.send.calls.ears.on_transition(t);
+            self.caller.calls.ears.on_transition(t);
         }
         if let SystemicStep::Demote { answers } = step {
             metrics::counter!(m::SYSTEMIC_DEMOTED, "reason" => f.reason.as_str()).increment(1);
@@ -77,12 +77,13 @@ impl<A: Api, W: DlqWrite> Deliverer<A, W> {
             Some(admission) => {
                 let (j, t) = admission.systemic(seq, f.reason.breaker_reason());
                 if let Some(t) = t {
-                    self.send.calls.ears.on_transition(t);
+                    self.caller.calls.ears.on_transition(t);
                 }
                 j == Judgement::Refuted
             }
             None => {
-                judge(seq, self.send.calls.ears.health().last_success(), None) == Judgement::Refuted
+                judge(seq, self.caller.calls.ears.health().last_success(), None)
+                    == Judgement::Refuted
             }
         }
     }

@@ -28,7 +28,7 @@
 //!
 //! *Enforced in* `src/core/batch/` (bodies, per-item results, `whole_answer`, `halves`,
 //! `split_bound`), carried out by `src/delivery/batch.rs` (forming) and
-//! `src/delivery/batch/send.rs` (sending). An event's call joins its group's batch and waits
+//! `src/delivery/batch/bisect.rs` (going out). An event's call joins its group's batch and waits
 //! for its own answer, which it then treats as if it had been sent alone: the attempt loop,
 //! the status policy, the DLQ and the parking lot are the single-event ones, so each event of
 //! a batch is done, retried, dead-lettered or parked on its own (its `last_error` names the

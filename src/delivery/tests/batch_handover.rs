@@ -28,7 +28,10 @@ async fn an_event_handed_over_before_its_batch_leaves_is_not_sent() {
     let (stays, leaves) = two_partitions();
     let a = tokio::spawn(d.clone().run(job_in("e-0", 0, &stays), None));
     let b = tokio::spawn(d.clone().run(job_in("e-1", 1, &leaves), None));
-    until("both wait in the batch", || d.send.batcher.submitted() == 2).await;
+    until("both wait in the batch", || {
+        d.caller.batcher.submitted() == 2
+    })
+    .await;
     leaves.cancel();
     for t in [a, b] {
         tokio::time::timeout(Duration::from_secs(30), t)
@@ -57,7 +60,7 @@ fn own_batcher<A: http::Api + Clone>(
 ) -> (Arc<batch::Batcher<A>>, Arc<crate::core::batch::BatchSpec>) {
     let calls = crate::delivery::send::Calls::new(
         api.clone(),
-        d.send.calls.ears.clone(),
+        d.caller.calls.ears.clone(),
         limits.clone(),
         d.pipeline
             .health(crate::core::destination::DestinationId::DEFAULT)
@@ -154,7 +157,10 @@ async fn an_inline_first_try_handed_over_while_its_batch_forms_reports_errored_a
         d.start(job_in(id, offset, inbox), permit);
     }
     assert_eq!(d.inline_tries.load(Ordering::SeqCst), 2);
-    until("both wait in the batch", || d.send.batcher.submitted() == 2).await;
+    until("both wait in the batch", || {
+        d.caller.batcher.submitted() == 2
+    })
+    .await;
     leaves.cancel();
     assert_eq!(next_completion(&leaves).await.finished, None, "errored");
     assert!(stays.take().is_empty(), "e-0 still waits in its batch");
@@ -162,7 +168,7 @@ async fn an_inline_first_try_handed_over_while_its_batch_forms_reports_errored_a
     stays.cancel();
     assert_eq!(next_completion(&stays).await.finished, None, "errored");
     assert_eq!(
-        d.send.batcher.ended(),
+        d.caller.batcher.ended(),
         0,
         "errored while its batch still formed"
     );

@@ -386,7 +386,7 @@ async fn with_batching_the_permits_fill_every_request() {
         "the 41st waits"
     );
     assert_eq!(
-        d.send.calls.limits.current(),
+        d.caller.calls.limits.current(),
         4,
         "requests in flight: pipeline.concurrency"
     );

@@ -11,12 +11,12 @@ use crate::core::classify::ErrorClass;
 use crate::core::envelope::ErrorInfo;
 
 fn heard<A: http::Api>(d: &Deliverer<A, FakeDlq>) -> u64 {
-    d.send.calls.ears.heard.load(Ordering::SeqCst)
+    d.caller.calls.ears.heard.load(Ordering::SeqCst)
 }
 
 /// Answers read (`core::answer::read`, through `hear::Ears`).
 fn reads<A: http::Api>(d: &Deliverer<A, FakeDlq>) -> u64 {
-    d.send.calls.ears.reads.load(Ordering::SeqCst)
+    d.caller.calls.ears.reads.load(Ordering::SeqCst)
 }
 
 /// A DLQ record of event `id` whose turn has come, its outcome to `inbox`.

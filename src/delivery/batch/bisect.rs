@@ -1,4 +1,4 @@
-//! Sending a batch: the batch is the call — it waits at the breaker's gate
+//! How a batch goes out (one request, or halves: bisection): the batch is the call — it waits at the breaker's gate
 //! and for its slots, goes as one request in the route's format (a batch of
 //! one too), and is heard once ([`crate::delivery::hear`]); then each event's
 //! answer: the batch's, its per-item result, or (refused as a whole with a
