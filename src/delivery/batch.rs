@@ -40,7 +40,7 @@ mod waiter;
 pub(super) use group::Entry;
 use group::{Group, GroupKey};
 
-pub(super) use waiter::{leave_out_stopped, Reply, Submission, Waiter};
+pub(super) use waiter::{answer_all, leave_out_stopped, Reply, Submission, Waiter};
 
 use super::http::{Api, Outgoing};
 use super::send::Calls;
@@ -191,10 +191,8 @@ impl<A: Api + Clone> Batcher<A> {
             drop(groups);
             let mut lost = Vec::new();
             e.0.into_batch(&mut lost);
-            for s in lost {
-                s.reply
-                    .send((self.calls.ears.no_answer(), super::send::Sent::default()));
-            }
+            let none = self.calls.ears.no_answer();
+            answer_all(lost, &none, super::send::Sent::default());
         }
     }
 

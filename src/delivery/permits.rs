@@ -60,9 +60,7 @@ impl Permits {
     /// partition was handed over first — at once, before it took either
     /// (nothing left behind for the others to wait behind).
     pub(super) async fn drain_round(&self, token: &CompletionToken) -> Option<Permit> {
-        if token.cancelled() {
-            return None;
-        }
+        // Biased: a partition handed over already takes no permit.
         let permit = tokio::select! {
             biased;
             _ = token.until_cancelled() => return None,

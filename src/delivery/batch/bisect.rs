@@ -7,7 +7,7 @@
 //! second only once the first was accepted whole (I39).
 
 use super::answers::accepted;
-use super::{leave_out_stopped, Batcher, GroupKey, Submission};
+use super::{answer_all, leave_out_stopped, Batcher, GroupKey, Submission};
 use crate::api_health::Admission;
 use crate::config::RateLimitUnit;
 use crate::core::batch::{self, BatchSpec, WholeAnswer};
@@ -112,9 +112,7 @@ impl<A: Api + Clone> Batcher<A> {
                 all = send(part).await;
             } else {
                 let behind = self.calls.ears.not_sent(BEHIND_A_FAILURE.into());
-                for s in part {
-                    s.reply.send((behind.clone(), Sent::default()));
-                }
+                answer_all(part, &behind, Sent::default());
             }
         }
         all
@@ -149,9 +147,7 @@ impl<A: Api + Clone> Batcher<A> {
                 // ahead of it): answered "not sent", they go again behind
                 // it, or follow it into the DLQ (`delivery::ordered`).
                 let behind = self.calls.ears.not_sent(BEHIND_A_PROBE.into());
-                for s in rest {
-                    s.reply.send((behind.clone(), Sent::default()));
-                }
+                answer_all(rest, &behind, Sent::default());
             } else {
                 self.requeue(key, out, spec, rest);
             }
@@ -179,9 +175,7 @@ impl<A: Api + Clone> Batcher<A> {
         let a = match answered.answer() {
             // No answer: each event's is the request's, as it was read.
             Err(_) => {
-                for s in items {
-                    s.reply.send((answered.clone(), sent));
-                }
+                answer_all(items, &answered, sent);
                 return false;
             }
             Ok(a) => a,

@@ -110,6 +110,18 @@ impl Waiter {
     }
 }
 
+/// Answers each of `items` with one answer, read once (a request that
+/// failed on the way, events not sent, a batch's task gone).
+pub(in crate::delivery) fn answer_all(
+    items: impl IntoIterator<Item = Submission>,
+    answered: &Answered,
+    sent: Sent,
+) {
+    for s in items {
+        s.reply.send((answered.clone(), sent));
+    }
+}
+
 /// Leaves out of `items` the events that stopped waiting (their waiters
 /// dropped: an inline one's token reports errored).
 pub(in crate::delivery) fn leave_out_stopped(items: &mut Vec<Submission>) {
